@@ -1,0 +1,50 @@
+// Package keyspace builds the Redis keys of funnelguard so that every key of
+// one user key lands in the same Redis Cluster hash slot, whatever bytes the
+// user key holds.
+//
+// A key is <prefix>{<tag>}:<kind>. The tag is the user key with '~', '{' and
+// '}' escaped as "~0", "~1" and "~2", so it holds no brace: Redis Cluster
+// hashes exactly the tag, for every kind, and distinct user keys give distinct
+// tags. The empty name gets the tag "~", which no escaped name equals. Without the escape a key such as "}{" would give an empty hash tag,
+// the whole key would be hashed, and the lock and state of one user key could
+// fall in different slots.
+package keyspace
+
+import (
+	"errors"
+	"strings"
+)
+
+// MaxPrefix is the longest prefix accepted, in bytes.
+const MaxPrefix = 256
+
+// ErrPrefix reports a prefix that would break the hash tag: it holds a brace
+// or is too long.
+var ErrPrefix = errors.New("prefix must be at most 256 bytes and hold no '{' or '}'")
+
+var escaper = strings.NewReplacer("~", "~0", "{", "~1", "}", "~2")
+
+// CheckPrefix reports whether prefix can start keys built by Key.
+func CheckPrefix(prefix string) error {
+	if len(prefix) > MaxPrefix || strings.ContainsAny(prefix, "{}") {
+		return ErrPrefix
+	}
+	return nil
+}
+
+// Key returns <prefix>{<escaped name>}:<kind>. The prefix must have passed
+// CheckPrefix.
+func Key(prefix, name, kind string) string {
+	tag := escaper.Replace(name)
+	if tag == "" {
+		tag = "~" // an empty tag would hash the whole key; escaped names never are a lone '~'
+	}
+	var b strings.Builder
+	b.Grow(len(prefix) + len(tag) + len(kind) + 3)
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	b.WriteString(tag)
+	b.WriteString("}:")
+	b.WriteString(kind)
+	return b.String()
+}

@@ -1,0 +1,184 @@
+package testutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RequireEnv names the variable that makes a missing redis-server a failure.
+const RequireEnv = "FUNNELGUARD_REQUIRE_REDIS"
+
+// A Server is a redis-server process on a loopback port, with its own
+// temporary directory, no persistence, and nothing but this test binary
+// talking to it.
+type Server struct {
+	Addr string // 127.0.0.1:port
+	dir  string
+	cmd  *exec.Cmd
+	exit chan struct{} // closed when cmd has been waited for
+}
+
+// serverPath returns the redis-server binary, or "" if there is none.
+func serverPath() string {
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// NeedServer skips t when redis-server is not installed, or fails it when
+// FUNNELGUARD_REQUIRE_REDIS=1.
+func NeedServer(t testing.TB) {
+	t.Helper()
+	if serverPath() != "" {
+		return
+	}
+	msg := "redis-server is not on PATH: this test needs a real Redis (apt-get install redis-server)"
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf("%s, and %s=1", msg, RequireEnv)
+	}
+	t.Skip(msg)
+}
+
+// StartServer starts a redis-server for t alone and stops it when t ends.
+// Use it for tests that stop, kill or pause the server; other tests share one
+// server through Backends or Real.
+func StartServer(t testing.TB) *Server {
+	t.Helper()
+	NeedServer(t)
+	s, err := startServer()
+	if err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func startServer() (*Server, error) {
+	dir, err := os.MkdirTemp("", "funnelguard-redis-")
+	if err != nil {
+		return nil, err
+	}
+	var last error
+	for try := 0; try < 5; try++ { // a free port can be taken between our probe and the server's bind
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
+		if last = s.start(); last == nil {
+			return s, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, last
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// start runs redis-server on s.Addr and waits until it answers PING.
+func (s *Server) start() error {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	cmd := exec.Command(serverPath(),
+		"--bind", "127.0.0.1", "--port", port,
+		"--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"),
+		"--daemonize", "no")
+	// If the test binary dies without cleaning up, the kernel ends the server.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.cmd, s.exit = cmd, make(chan struct{})
+	go func(exit chan struct{}) { _ = cmd.Wait(); close(exit) }(s.exit)
+
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.exit:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server on %s exited: %s", s.Addr, tail(log, 400))
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Kill()
+			return fmt.Errorf("redis-server on %s did not answer PING: %w", s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// Pid returns the server's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Client returns a client of the server that t closes when it ends.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Kill ends the server with SIGKILL, by pid, and waits for it.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.exit
+}
+
+// Restart kills the server and starts a new, empty one on the same address.
+func (s *Server) Restart() error {
+	s.Kill()
+	return s.start()
+}
+
+// Stop ends the server (SIGTERM, then SIGKILL after 5 s) and removes its directory.
+func (s *Server) Stop() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exit:
+		case <-time.After(5 * time.Second):
+			s.Kill()
+		}
+	}
+	os.RemoveAll(s.dir)
+}
+
+// errNoServer is returned by the shared server when redis-server is missing.
+var errNoServer = errors.New("redis-server is not on PATH")

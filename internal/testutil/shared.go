@@ -1,0 +1,54 @@
+package testutil
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// shared is the one real server of a test binary, started on first use and
+// stopped by Main.
+var shared struct {
+	once sync.Once
+	srv  *Server
+	err  error
+}
+
+// Real returns the test binary's shared real server, starting it on first
+// use; it skips t without redis-server (or fails it, see NeedServer).
+func Real(t testing.TB) *Server {
+	t.Helper()
+	NeedServer(t)
+	shared.once.Do(func() {
+		if serverPath() == "" {
+			shared.err = errNoServer
+			return
+		}
+		shared.srv, shared.err = startServer()
+	})
+	if shared.err != nil {
+		t.Fatalf("shared redis-server: %v", shared.err)
+	}
+	return shared.srv
+}
+
+// Main runs a package's tests, stops the shared server, and fails the binary
+// when goroutines are left running. Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { testutil.Main(m) }
+func Main(m *testing.M) {
+	code := m.Run()
+	if shared.srv != nil {
+		shared.srv.Stop()
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines leaked: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

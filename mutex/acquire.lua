@@ -1,0 +1,28 @@
+-- acquire: take the lock, or re-enter it, and set its lease.
+-- The lock is a hash: field "t" is the owner's token, and each open handle of
+-- that owner has a field "h<id>" (so a release is idempotent per handle).
+-- KEYS[1] the lock key
+-- ARGV[1] token, ARGV[2] handle id, ARGV[3] lease in ms,
+-- ARGV[4] "1" to re-enter a lock this token holds (never creates one)
+-- Returns {1, lease ms} when this token holds the lock now;
+-- {0, PTTL} when it does not (PTTL is -2 when re-entry found no lock).
+local owner = redis.call('HGET', KEYS[1], 't')
+local lease = tonumber(ARGV[3])
+if not owner then
+  if ARGV[4] == '1' then
+    return {0, -2}
+  end
+  redis.call('HSET', KEYS[1], 't', ARGV[1], 'h' .. ARGV[2], 1)
+  redis.call('PEXPIRE', KEYS[1], lease)
+  return {1, lease}
+end
+if owner == ARGV[1] and ARGV[4] == '1' then
+  redis.call('HSET', KEYS[1], 'h' .. ARGV[2], 1)
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < lease then
+    redis.call('PEXPIRE', KEYS[1], lease)
+    pttl = lease
+  end
+  return {1, pttl}
+end
+return {0, redis.call('PTTL', KEYS[1])}

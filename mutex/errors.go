@@ -1,0 +1,34 @@
+package mutex
+
+import "errors"
+
+// Errors returned by this package. Match them with errors.Is: a call may wrap
+// or join them with the cause (a Redis error, ctx.Err()).
+var (
+	// ErrLocked means another owner holds the lock (TryLock).
+	ErrLocked = errors.New("mutex: locked by another owner")
+	// ErrNotObtained means Lock gave up waiting; it is joined with ctx.Err().
+	ErrNotObtained = errors.New("mutex: not obtained")
+	// ErrNotHeld means the lock is no longer held by this handle: it was
+	// unlocked already, its lease expired, or another owner has it now.
+	ErrNotHeld = errors.New("mutex: not held")
+	// ErrLockLost is the cause (context.Cause) of a Lock's context when the
+	// lease ended or the lock was found taken while the holder still held the
+	// handle.
+	ErrLockLost = errors.New("mutex: lock lost")
+	// ErrInvalidName means an empty lock name or one longer than MaxNameLen.
+	ErrInvalidName = errors.New("mutex: invalid name")
+	// ErrInvalidTTL means a lease shorter than one millisecond.
+	ErrInvalidTTL = errors.New("mutex: invalid TTL")
+	// ErrInvalidRetry means a retry interval shorter than one millisecond.
+	ErrInvalidRetry = errors.New("mutex: invalid retry interval")
+	// ErrInvalidPrefix means a key prefix with a brace or over 256 bytes.
+	ErrInvalidPrefix = errors.New("mutex: invalid key prefix")
+	// ErrNilClient means New was given no client.
+	ErrNilClient = errors.New("mutex: nil client")
+	// ErrInvalidCall means a Call without a Fragment.
+	ErrInvalidCall = errors.New("mutex: invalid call")
+	// ErrUnexpectedReply means Redis answered a script with a reply of the
+	// wrong shape (for example a key prefix shared with other data).
+	ErrUnexpectedReply = errors.New("mutex: unexpected reply from Redis")
+)

@@ -1,0 +1,159 @@
+package mutex
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/keyspace"
+)
+
+// A hold is one owner's possession of a lock: one token, the root handle and
+// every re-entry through Lock.Context. It tracks, on the client's monotonic
+// clock, a conservative end of the lease, so that Done and Context can report
+// the loss of a lock that was neither unlocked nor extended in time.
+type hold struct {
+	locker *Locker
+	name   string
+	key    string
+	token  string
+	nextID atomic.Uint64
+
+	mu       sync.Mutex
+	deadline time.Time // the lease surely lasts until then (if not deleted)
+	ended    bool      // fully released or lost
+	handles  map[*Lock]struct{}
+	timer    *time.Timer // runs only while someone watches Done or Context
+}
+
+func newHold(l *Locker, name, token string) *hold {
+	return &hold{locker: l, name: name, key: keyspace.Key(l.prefix, name, "lock"), token: token}
+}
+
+// drift is the margin by which the lease may end early on the client's clock:
+// the server's clock may run faster than ours (the Redlock paper's 1% plus 2 ms).
+func drift(lease time.Duration) time.Duration {
+	return lease/100 + 2*time.Millisecond
+}
+
+// add records a handle obtained by a script sent at start that left a lease of
+// lease on the key.
+func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		// The lease was declared lost while this re-entry was in flight: the
+		// handle is born lost rather than silently reviving the hold.
+		lk.endLocked(ErrLockLost)
+		return
+	}
+	if h.handles == nil {
+		h.handles = make(map[*Lock]struct{}, 1)
+	}
+	h.handles[lk] = struct{}{}
+	if d := start.Add(lease - drift(lease)); d.After(h.deadline) {
+		h.deadline = d
+	}
+}
+
+// setLease records a successful Extend sent at start.
+func (h *hold) setLease(start time.Time, lease time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.deadline = start.Add(lease - drift(lease))
+	h.armLocked()
+}
+
+func (h *hold) isEnded() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ended
+}
+
+// release closes one handle after Redis released it; last is true when the
+// key was deleted.
+func (h *hold) release(lk *Lock, last bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.handles, lk)
+	lk.endLocked(ErrNotHeld)
+	if last {
+		h.endLocked(ErrNotHeld)
+	}
+}
+
+// end closes every handle with cause.
+func (h *hold) end(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.endLocked(cause)
+}
+
+func (h *hold) endLocked(cause error) {
+	if h.ended {
+		return
+	}
+	h.ended = true
+	for lk := range h.handles {
+		lk.endLocked(cause)
+	}
+	h.handles = nil
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+}
+
+// armLocked makes sure a timer will check the lease at its deadline; it runs
+// only once someone watches the lock.
+func (h *hold) armLocked() {
+	if h.ended || h.timer == nil {
+		return
+	}
+	h.timer.Reset(time.Until(h.deadline))
+}
+
+// watchLocked starts the deadline timer on the first watcher.
+func (h *hold) watchLocked() {
+	if h.ended || h.timer != nil {
+		return
+	}
+	h.timer = time.AfterFunc(time.Until(h.deadline), h.checkDeadline)
+}
+
+func (h *hold) checkDeadline() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return
+	}
+	if left := time.Until(h.deadline); left > 0 {
+		h.timer.Reset(left) // extended meanwhile
+		return
+	}
+	h.endLocked(ErrLockLost)
+}
+
+// life returns the context that ends with the handle; h.mu must be held.
+func (lk *Lock) lifeLocked() context.Context {
+	if lk.life == nil {
+		lk.life, lk.cancel = context.WithCancelCause(context.Background())
+		if lk.cause != nil {
+			lk.cancel(lk.cause)
+		} else {
+			lk.hold.watchLocked()
+		}
+	}
+	return lk.life
+}
+
+// endLocked ends one handle with cause; h.mu must be held.
+func (lk *Lock) endLocked(cause error) {
+	if lk.cause != nil {
+		return
+	}
+	lk.cause = cause
+	if lk.cancel != nil {
+		lk.cancel(cause)
+	}
+}

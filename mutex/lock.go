@@ -1,0 +1,178 @@
+package mutex
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// unlockTimeout bounds an Unlock, which runs detached from its ctx's
+// cancellation so that a lock is released even when the caller gave up.
+const unlockTimeout = 2 * time.Second
+
+// A Lock is one handle on a held lock, returned by Locker.Lock, TryLock and
+// TryLockWith. Its methods are safe for concurrent use. A nil *Lock is safe
+// to Unlock (it returns ErrNotHeld), so `defer lk.Unlock(ctx)` never panics.
+type Lock struct {
+	hold *hold
+	id   uint64
+
+	// Guarded by hold.mu.
+	cause  error // why the handle ended; nil while it is open
+	life   context.Context
+	cancel context.CancelCauseFunc
+}
+
+// Name returns the name the lock was taken on.
+func (lk *Lock) Name() string { return lk.hold.name }
+
+// Token returns the random token (128 bits, hex) of this acquisition. A
+// re-entrant handle shares its owner's token.
+func (lk *Lock) Token() string { return lk.hold.token }
+
+func (lk *Lock) open() bool {
+	lk.hold.mu.Lock()
+	defer lk.hold.mu.Unlock()
+	return lk.cause == nil
+}
+
+func (lk *Lock) args() []any {
+	return []any{lk.hold.token, strconv.FormatUint(lk.id, 10)}
+}
+
+// Unlock releases this handle; releasing the last handle of a lock deletes it.
+// It runs even if ctx is already cancelled (detached from ctx, bounded by a
+// short timeout of its own). It returns ErrNotHeld when the handle was
+// unlocked already or the lock is gone (its lease ended, another owner has
+// it): it never touches another owner's lock. After a Redis error the handle
+// stays open and Unlock can be called again.
+func (lk *Lock) Unlock(ctx context.Context) error {
+	_, err := lk.unlock(ctx, nil)
+	return err
+}
+
+// UnlockWith runs call.Fragment only if this handle still holds the lock,
+// and releases the handle in the same script: a commit that cannot land after
+// the lease lapsed. It returns the fragment's result, or ErrNotHeld, with the
+// fragment not run, when the handle no longer holds the lock. See Fragment.
+func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
+	if err := call.check(); err != nil {
+		return nil, err
+	}
+	return lk.unlock(ctx, &call)
+}
+
+func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
+	if lk == nil || !lk.open() {
+		return nil, ErrNotHeld
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+	defer cancel()
+	keys, args, script := []string{lk.hold.key}, lk.args(), releaseScript
+	if call != nil {
+		keys = append(keys, call.Keys...)
+		args = append(args, call.Args...)
+		script = call.Fragment.release
+	}
+	reply, err := script.Run(ctx, lk.hold.locker.client, keys, args...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("mutex: unlock %q: %w", lk.hold.name, err)
+	}
+	var left int64
+	var res any
+	if call == nil {
+		left, err = integer(reply)
+	} else {
+		var r []int64
+		var rest []any
+		r, rest, err = ints(reply, 1)
+		if err == nil {
+			left = r[0]
+			if len(rest) > 0 {
+				res = rest[0]
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if left < 0 {
+		lk.hold.end(ErrLockLost)
+		return nil, ErrNotHeld
+	}
+	lk.hold.release(lk, left == 0)
+	return res, nil
+}
+
+// Extend sets the remaining lease of the lock to ttl (which may shorten it).
+// It returns ErrNotHeld when the lock is no longer held by this handle.
+func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if lk == nil || !lk.open() {
+		return ErrNotHeld
+	}
+	if ttl < time.Millisecond {
+		return fmt.Errorf("%w: %v", ErrInvalidTTL, ttl)
+	}
+	start := time.Now()
+	reply, err := extendScript.Run(ctx, lk.hold.locker.client, []string{lk.hold.key}, append(lk.args(), ttl.Milliseconds())...).Result()
+	if err != nil {
+		return fmt.Errorf("mutex: extend %q: %w", lk.hold.name, err)
+	}
+	n, err := integer(reply)
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		lk.hold.end(ErrLockLost)
+		return ErrNotHeld
+	}
+	lk.hold.setLease(start, ttl)
+	return nil
+}
+
+// TTL returns the remaining lease of the lock as Redis sees it, or ErrNotHeld.
+func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if lk == nil || !lk.open() {
+		return 0, ErrNotHeld
+	}
+	reply, err := pttlScript.Run(ctx, lk.hold.locker.client, []string{lk.hold.key}, lk.args()...).Result()
+	if err != nil {
+		return 0, fmt.Errorf("mutex: ttl %q: %w", lk.hold.name, err)
+	}
+	ms, err := integer(reply)
+	if err != nil {
+		return 0, err
+	}
+	if ms == -3 {
+		lk.hold.end(ErrLockLost)
+		return 0, ErrNotHeld
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// Done returns a channel that is closed when this handle ends: after Unlock,
+// or when the lock is lost (its lease passed on the client's clock without an
+// Extend, or Redis reported it gone). The first call starts a timer at the end
+// of the lease; a lock whose Done is never called costs no timer.
+func (lk *Lock) Done() <-chan struct{} {
+	lk.hold.mu.Lock()
+	defer lk.hold.mu.Unlock()
+	return lk.lifeLocked().Done()
+}
+
+// Context returns a context derived from parent that carries the ownership of
+// this lock, for re-entry (see TryLock), and is cancelled when the handle ends:
+// with cause ErrLockLost when the lock was lost, ErrNotHeld after Unlock
+// (read it with context.Cause). Work that must stop when the lock is lost
+// should run under this context.
+func (lk *Lock) Context(parent context.Context) context.Context {
+	ctx := context.WithValue(parent, ownerKey{lk.hold.locker, lk.hold.name}, lk.hold)
+	ctx, cancel := context.WithCancelCause(ctx)
+	lk.hold.mu.Lock()
+	life := lk.lifeLocked()
+	lk.hold.mu.Unlock()
+	stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
+	context.AfterFunc(ctx, func() { stop() }) // forget ctx once it ends on its own
+	return ctx
+}

@@ -1,0 +1,60 @@
+package mutex
+
+import (
+	_ "embed"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed extend.lua
+	extendSrc string
+	//go:embed pttl.lua
+	pttlSrc string
+)
+
+// Scripts are immutable after init (redis.Script caches only its own SHA).
+var (
+	acquireScript = redis.NewScript(acquireSrc)
+	releaseScript = redis.NewScript(releaseSrc)
+	extendScript  = redis.NewScript(extendSrc)
+	pttlScript    = redis.NewScript(pttlSrc)
+)
+
+// The number of KEYS and ARGV each of the lock's scripts takes; a Fragment's
+// own KEYS and ARGV follow them.
+const (
+	acquireKeys, acquireArgs = 1, 4
+	releaseKeys, releaseArgs = 1, 2
+)
+
+// ints reads a script's array reply of integers.
+func ints(reply any, min int) ([]int64, []any, error) {
+	arr, ok := reply.([]any)
+	if !ok || len(arr) < min {
+		return nil, nil, fmt.Errorf("%w: %T %v", ErrUnexpectedReply, reply, reply)
+	}
+	out := make([]int64, min)
+	for i := range out {
+		n, ok := arr[i].(int64)
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: element %d is %T", ErrUnexpectedReply, i, arr[i])
+		}
+		out[i] = n
+	}
+	return out, arr[min:], nil
+}
+
+// integer reads a script's integer reply.
+func integer(reply any) (int64, error) {
+	n, ok := reply.(int64)
+	if !ok {
+		return 0, fmt.Errorf("%w: %T %v", ErrUnexpectedReply, reply, reply)
+	}
+	return n, nil
+}
