@@ -12,10 +12,13 @@ import (
 // the lock costs no extra round trip and a write lands only while the lock is
 // held:
 //
-//   - Locker.TryLockWith runs it right after an acquire attempt and returns
-//     its result whether or not the lock was obtained. Use it to read.
+//   - Locker.TryLockWith runs it with an acquire attempt and returns its
+//     result whether or not the lock was obtained. Use it to read. If it
+//     fails (a Lua error or redis.error_reply), no lock is taken.
 //   - Lock.UnlockWith runs it only if this handle still holds the lock, and
-//     releases the handle in the same script. Use it to write.
+//     releases the handle in the same script. Use it to write. If it fails
+//     the handle is released all the same, and its writes up to the failure
+//     stay (Redis does not roll scripts back).
 //
 // The chunk sees its own keys and arguments as KEYS and ARGV (from 1), never
 // the lock's, and its return value is the call's result (go-redis types:
@@ -42,20 +45,29 @@ func NewFragment(src string) *Fragment {
 		b.WriteString(body)
 		return b.String()
 	}
-	// The acquire attempt comes first, so a fragment reading state sees what
-	// the new holder will see.
-	acq := wrap(acquireSrc, fmt.Sprintf(`local r = lock_part({KEYS[1]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4]})
-r[3] = user_part({unpack(KEYS, %d)}, {unpack(ARGV, %d)})
+	// The fragment runs before the acquire attempt (the lock's key is not the
+	// fragment's, so within one atomic script the order does not change what
+	// it reads) so that a fragment that fails leaves no lock behind.
+	acq := wrap(acquireSrc, fmt.Sprintf(`local res = user_part({unpack(KEYS, %d)}, {unpack(ARGV, %d)})
+if type(res) == 'table' and res.err then
+  return res
+end
+local r = lock_part({KEYS[1]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4]})
+r[3] = res
 return r
 `, acquireKeys+1, acquireArgs+1))
-	// The release comes first so that a fragment that raises an error still
-	// leaves the lock released, never stuck until its lease ends; the fragment
-	// runs only if the release found the handle holding the lock.
+	// The release comes first so that a fragment that fails still leaves the
+	// lock released, never stuck until its lease ends; the fragment runs only
+	// if the release found the handle holding the lock.
 	rel := wrap(releaseSrc, fmt.Sprintf(`local left = lock_part({KEYS[1]}, {ARGV[1], ARGV[2]})
 if left < 0 then
   return {left}
 end
-return {left, user_part({unpack(KEYS, %d)}, {unpack(ARGV, %d)})}
+local res = user_part({unpack(KEYS, %d)}, {unpack(ARGV, %d)})
+if type(res) == 'table' and res.err then
+  return res
+end
+return {left, res}
 `, releaseKeys+1, releaseArgs+1))
 	return &Fragment{acquire: redis.NewScript(acq), release: redis.NewScript(rel)}
 }

@@ -1,0 +1,44 @@
+// Package mutex is a distributed mutex kept in Redis.
+//
+// A Locker hands out locks on names; a Lock is one held lock:
+//
+//	locker := mutex.New(client, mutex.WithTTL(10*time.Second))
+//	lk, err := locker.Lock(ctx, "order:42") // waits while ctx allows
+//	if err != nil {
+//		return err
+//	}
+//	defer lk.Unlock(ctx)
+//
+// # Guarantees
+//
+// A lock is a Redis hash with a lease (PEXPIRE). Acquire, release, extend and
+// TTL are one Lua script each, one round trip each, and compare the holder's
+// token (128 random bits per acquisition) inside the script, so a release
+// that runs twice, late, or after the lease passed never touches another
+// holder's lock. A holder that neither unlocks nor extends loses the lock when
+// its lease ends; Done and Context report that on the client's clock, with a
+// margin for clock drift (1% of the lease plus 2 ms).
+//
+// Like every lease-based lock, mutual exclusion holds only while holders
+// finish within their lease: a holder paused past it (GC, a stalled VM) may
+// overlap the next one. For data in the same Redis, Fragment closes that gap:
+// Lock.UnlockWith writes only if the lock is still held, in the same script
+// that releases it. Data outside Redis needs fencing by the resource itself.
+//
+// # Re-entry
+//
+// Go has no goroutine identity, so ownership is explicit: Lock.Context returns
+// a context that carries the lock, and Lock or TryLock of the same name and
+// Locker through it re-enters (a hold count in Redis) instead of waiting. The
+// name is free again when every handle has been unlocked.
+//
+// # Keys
+//
+// A lock on name lives at <prefix>{<name>}:lock, with '{', '}' and '~' in the
+// name escaped, so all keys of one name hash to one Redis Cluster slot and a
+// name can never choose another name's slot. Names are data: they travel as
+// script keys, never as Lua source.
+//
+// The package neither logs nor starts goroutines except the timer behind
+// Done and Context, started when they are first called.
+package mutex

@@ -1,0 +1,103 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
+)
+
+// exampleClient returns a client of an in-process miniredis.
+func exampleClient() (*redis.Client, func()) {
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		panic(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	return c, func() { c.Close(); m.Close() }
+}
+
+func Example() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+
+	locker := mutex.New(client, mutex.WithTTL(10*time.Second))
+	lk, err := locker.Lock(ctx, "order:42")
+	if err != nil {
+		fmt.Println("lock:", err)
+		return
+	}
+	defer lk.Unlock(ctx)
+
+	_, err = locker.TryLock(ctx, "order:42")
+	fmt.Println("a second TryLock:", errors.Is(err, mutex.ErrLocked))
+	// Output: a second TryLock: true
+}
+
+func ExampleLocker_Lock_timeout() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	locker := mutex.New(client)
+
+	holder, _ := locker.Lock(ctx, "report")
+	defer holder.Unlock(ctx)
+
+	wait, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	_, err := locker.Lock(wait, "report")
+	fmt.Println(errors.Is(err, mutex.ErrNotObtained), errors.Is(err, context.DeadlineExceeded))
+	// Output: true true
+}
+
+func ExampleLock_Context() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	locker := mutex.New(client)
+
+	outer, _ := locker.Lock(ctx, "account:7")
+	owned := outer.Context(ctx) // cancelled if the lock is lost; carries ownership
+
+	// A helper deeper in the call chain locks the same name: it re-enters.
+	inner, err := locker.Lock(owned, "account:7")
+	fmt.Println("re-entered:", err == nil)
+	inner.Unlock(ctx)
+	outer.Unlock(ctx)
+
+	<-owned.Done()
+	fmt.Println("cause:", context.Cause(owned))
+	// Output:
+	// re-entered: true
+	// cause: mutex: not held
+}
+
+// A read-modify-write of data in Redis that can never land after the lease
+// lapsed: the read rides on the acquire, the write on the release.
+func ExampleFragment() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	locker := mutex.New(client)
+
+	read := mutex.NewFragment(`return redis.call('GET', KEYS[1]) or '0'`)
+	write := mutex.NewFragment(`redis.call('SET', KEYS[1], ARGV[1]) return 1`)
+	key := "fg:{balance:7}:value" // the lock's {hash tag}: one cluster slot
+
+	lk, res, err := locker.TryLockWith(ctx, "balance:7", mutex.Call{Fragment: read, Keys: []string{key}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("read:", res)
+	_, err = lk.UnlockWith(ctx, mutex.Call{Fragment: write, Keys: []string{key}, Args: []any{100}})
+	fmt.Println("committed:", err == nil, client.Get(ctx, key).Val())
+	// Output:
+	// read: 0
+	// committed: true 100
+}
