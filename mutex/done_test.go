@@ -124,3 +124,17 @@ func TestLossReportedByUnlock(t *testing.T) {
 		}
 	})
 }
+
+func TestContextOfAnEndedLockIsCancelledAtOnce(t *testing.T) {
+	b := testutil.Mini(t)
+	bg := context.Background()
+	lk, err := newLocker(t, b).TryLock(bg, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk.Unlock(bg)
+	ctx := lk.Context(bg)
+	if ctx.Err() == nil || !errors.Is(context.Cause(ctx), mutex.ErrNotHeld) {
+		t.Fatalf("Context of an unlocked handle: err %v, cause %v", ctx.Err(), context.Cause(ctx))
+	}
+}

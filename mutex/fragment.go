@@ -52,22 +52,23 @@ func NewFragment(src string) *Fragment {
 if type(res) == 'table' and res.err then
   return res
 end
-local r = lock_part({KEYS[1]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4]})
-r[3] = res
+local r = lock_part({KEYS[1], KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
+r[4] = res
 return r
 `, acquireKeys+1, acquireArgs+1))
 	// The release comes first so that a fragment that fails still leaves the
 	// lock released, never stuck until its lease ends; the fragment runs only
 	// if the release found the handle holding the lock.
-	rel := wrap(releaseSrc, fmt.Sprintf(`local left = lock_part({KEYS[1]}, {ARGV[1], ARGV[2]})
-if left < 0 then
-  return {left}
+	rel := wrap(releaseSrc, fmt.Sprintf(`local r = lock_part({KEYS[1], KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
+if r[1] < 0 then
+  return r
 end
 local res = user_part({unpack(KEYS, %d)}, {unpack(ARGV, %d)})
 if type(res) == 'table' and res.err then
   return res
 end
-return {left, res}
+r[3] = res
+return r
 `, releaseKeys+1, releaseArgs+1))
 	return &Fragment{acquire: redis.NewScript(acq), release: redis.NewScript(rel)}
 }

@@ -18,17 +18,31 @@ type hold struct {
 	name   string
 	key    string
 	token  string
+	fence  int64 // set before the hold is shared
 	nextID atomic.Uint64
 
 	mu       sync.Mutex
 	deadline time.Time // the lease surely lasts until then (if not deleted)
 	ended    bool      // fully released or lost
 	handles  map[*Lock]struct{}
-	timer    *time.Timer // runs only while someone watches Done or Context
+	timer    *time.Timer // runs only while someone watches Done or Context, or renewal runs
+	renew    *renewal    // nil unless AutoRenew
 }
 
 func newHold(l *Locker, name, token string) *hold {
 	return &hold{locker: l, name: name, key: keyspace.Key(l.prefix, name, "lock"), token: token}
+}
+
+func (h *hold) fenceKey() string {
+	return keyspace.Key(h.locker.prefix, h.name, "fence")
+}
+
+// last reports whether lk is the only open handle of its hold.
+func (h *hold) last(lk *Lock) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, open := h.handles[lk]
+	return open && len(h.handles) == 1
 }
 
 // drift is the margin by which the lease may end early on the client's clock:
@@ -101,6 +115,9 @@ func (h *hold) endLocked(cause error) {
 	h.handles = nil
 	if h.timer != nil {
 		h.timer.Stop()
+	}
+	if h.renew != nil {
+		h.renew.stopLocked()
 	}
 }
 

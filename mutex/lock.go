@@ -27,6 +27,10 @@ type Lock struct {
 // Name returns the name the lock was taken on.
 func (lk *Lock) Name() string { return lk.hold.name }
 
+// Fence returns the fencing number of this acquisition, or 0 when the Locker
+// was made without WithFencing. A re-entrant handle shares its owner's number.
+func (lk *Lock) Fence() int64 { return lk.hold.fence }
+
 // Token returns the random token (128 bits, hex) of this acquisition. A
 // re-entrant handle shares its owner's token.
 func (lk *Lock) Token() string { return lk.hold.token }
@@ -67,41 +71,72 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	if lk == nil || !lk.open() {
 		return nil, ErrNotHeld
 	}
+	h, l := lk.hold, lk.hold.locker
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 	defer cancel()
-	keys, args, script := []string{lk.hold.key}, lk.args(), releaseScript
+
+	// Closing the last local handle: stop renewal first (no renewal runs
+	// after Unlock returns), and offer the lock to the next local waiter.
+	var next *waiter
+	var nh *hold
+	if h.last(lk) {
+		h.stopRenew()
+		if next = l.nextWaiter(h.name); next != nil {
+			nh = newHold(l, h.name, newToken())
+		}
+	}
+	nextToken, nextLease := "", int64(0)
+	if nh != nil {
+		nextToken, nextLease = nh.token, next.cfg.ttl.Milliseconds()
+	}
+	keys := []string{h.key, h.fenceKey()}
+	args := []any{h.token, strconv.FormatUint(lk.id, 10), nextToken, nextLease, l.channel(h.name), l.fenceTTL.Milliseconds()}
+	script := releaseScript
 	if call != nil {
 		keys = append(keys, call.Keys...)
 		args = append(args, call.Args...)
 		script = call.Fragment.release
 	}
-	reply, err := script.Run(ctx, lk.hold.locker.client, keys, args...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("mutex: unlock %q: %w", lk.hold.name, err)
+	start := time.Now()
+	reply, err := script.Run(ctx, l.client, keys, args...).Result()
+	var r []int64
+	var rest []any
+	if err == nil {
+		r, rest, err = ints(reply, 2)
 	}
-	var left int64
-	var res any
-	if call == nil {
-		left, err = integer(reply)
-	} else {
-		var r []int64
-		var rest []any
-		r, rest, err = ints(reply, 1)
-		if err == nil {
-			left = r[0]
-			if len(rest) > 0 {
-				res = rest[0]
-			}
+	if err != nil {
+		if next != nil {
+			l.handedOver(h.name, next, nil)
 		}
+		return nil, fmt.Errorf("mutex: unlock %q: %w", h.name, err)
 	}
-	if err != nil {
-		return nil, err
-	}
+	left := r[0]
 	if left < 0 {
-		lk.hold.end(ErrLockLost)
+		if next != nil {
+			l.handedOver(h.name, next, nil)
+		}
+		h.end(ErrLockLost)
 		return nil, ErrNotHeld
 	}
-	lk.hold.release(lk, left == 0)
+	h.release(lk, left == 0)
+	switch {
+	case next != nil && left == 0:
+		nh.fence = r[1]
+		nlk := &Lock{hold: nh}
+		nh.add(nlk, start, next.cfg.ttl)
+		if next.cfg.renew {
+			nh.startRenew(next.cfg.ttl)
+		}
+		l.handedOver(h.name, next, nlk)
+	case next != nil:
+		l.handedOver(h.name, next, nil) // Redis still counts open handles
+	case left == 0:
+		l.released(h.name)
+	}
+	var res any
+	if len(rest) > 0 {
+		res = rest[0]
+	}
 	return res, nil
 }
 
@@ -172,6 +207,10 @@ func (lk *Lock) Context(parent context.Context) context.Context {
 	lk.hold.mu.Lock()
 	life := lk.lifeLocked()
 	lk.hold.mu.Unlock()
+	if life.Err() != nil { // ended already: cancelled before it is returned
+		cancel(context.Cause(life))
+		return ctx
+	}
 	stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
 	context.AfterFunc(ctx, func() { stop() }) // forget ctx once it ends on its own
 	return ctx

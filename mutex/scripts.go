@@ -8,14 +8,22 @@ import (
 )
 
 var (
+	//go:embed fence.lua
+	fenceSrc string
 	//go:embed acquire.lua
-	acquireSrc string
+	acquireBody string
 	//go:embed release.lua
-	releaseSrc string
+	releaseBody string
 	//go:embed extend.lua
 	extendSrc string
 	//go:embed pttl.lua
 	pttlSrc string
+)
+
+// The acquire and release scripts both may bump the fencing counter.
+var (
+	acquireSrc = fenceSrc + acquireBody
+	releaseSrc = fenceSrc + releaseBody
 )
 
 // Scripts are immutable after init (redis.Script caches only its own SHA).
@@ -29,8 +37,8 @@ var (
 // The number of KEYS and ARGV each of the lock's scripts takes; a Fragment's
 // own KEYS and ARGV follow them.
 const (
-	acquireKeys, acquireArgs = 1, 4
-	releaseKeys, releaseArgs = 1, 2
+	acquireKeys, acquireArgs = 2, 6
+	releaseKeys, releaseArgs = 2, 6
 )
 
 // ints reads a script's array reply of integers.

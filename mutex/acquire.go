@@ -1,0 +1,153 @@
+package mutex
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"strconv"
+	"time"
+)
+
+// TryLock makes one attempt to acquire the lock on name. It returns ErrLocked
+// when another owner holds it.
+//
+// If ctx carries ownership of name (from Lock.Context of a lock of this
+// Locker), TryLock re-enters that lock instead: the hold count in Redis goes
+// up by one and the returned handle must be unlocked too; it returns
+// ErrNotHeld if the owning lock is gone. Without such a context, locking a
+// name twice fails like any other contention, even in one goroutine: Go has
+// no goroutine identity, so ownership is explicit.
+func (l *Locker) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	cfg, err := l.config(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	lk, _, _, err := l.attempt(ctx, name, cfg, nil, false)
+	return lk, err
+}
+
+// TryLockWith is TryLock that also runs call.Fragment in the same script as
+// the acquire attempt, and returns its result whether or not the lock was
+// obtained (with ErrLocked when it was not). See Fragment.
+func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts ...LockOption) (*Lock, any, error) {
+	if err := call.check(); err != nil {
+		return nil, nil, err
+	}
+	cfg, err := l.config(name, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	lk, _, res, err := l.attempt(ctx, name, cfg, &call, false)
+	return lk, res, err
+}
+
+// Lock acquires the lock on name, waiting as long as ctx allows. When ctx
+// ends first it returns an error matching both ErrNotObtained and ctx.Err(),
+// without waiting for the next attempt. Redis errors end the wait at once.
+// Re-entry through ctx works as in TryLock and never waits.
+//
+// While it waits, the call polls Redis only if it heads this Locker's queue
+// for the name, at a jittered retry interval, or just after the holder's lease
+// ends if that is sooner; a release notification or a local hand-over ends the
+// wait early (see Locker).
+func (l *Locker) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	cfg, err := l.config(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Value(ownerKey{l, name}) != nil {
+		lk, _, _, err := l.attempt(ctx, name, cfg, nil, false)
+		return lk, err
+	}
+	if ctx.Err() != nil {
+		return nil, errors.Join(ErrNotObtained, ctx.Err())
+	}
+	return l.wait(ctx, name, cfg)
+}
+
+// nextWait is the pause before the next attempt: a jittered retry interval,
+// or just past the end of the holder's lease when that comes sooner.
+func (l *Locker) nextWait(pttl time.Duration) time.Duration {
+	wait := l.retry/2 + time.Duration(mathrand.Int64N(int64(l.retry)))
+	if pttl >= 0 && pttl+time.Millisecond < wait {
+		wait = pttl + time.Millisecond
+	}
+	return wait
+}
+
+// ownerKey is the context key under which Lock.Context stores a hold.
+type ownerKey struct {
+	locker *Locker
+	name   string
+}
+
+// attempt runs one acquire script. On contention it returns ErrLocked and the
+// holder's remaining lease (negative when unknown); mark asks a release to
+// publish a notification.
+func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call *Call, mark bool) (*Lock, time.Duration, any, error) {
+	h, _ := ctx.Value(ownerKey{l, name}).(*hold)
+	reenter := h != nil
+	var id uint64
+	if reenter {
+		if h.isEnded() {
+			return nil, -1, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock has ended", ErrNotHeld, name)
+		}
+		id = h.nextID.Add(1)
+	} else {
+		h = newHold(l, name, newToken())
+	}
+
+	keys := []string{h.key, h.fenceKey()}
+	args := []any{h.token, strconv.FormatUint(id, 10), cfg.ttl.Milliseconds(), flag(reenter), flag(mark), l.fenceTTL.Milliseconds()}
+	script := acquireScript
+	if call != nil {
+		script = call.Fragment.acquire
+		keys = append(keys, call.Keys...)
+		args = append(args, call.Args...)
+	}
+	start := time.Now()
+	reply, err := script.Run(ctx, l.client, keys, args...).Result()
+	if err != nil {
+		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", name, err)
+	}
+	r, rest, err := ints(reply, 3)
+	if err != nil {
+		return nil, -1, nil, err
+	}
+	var res any
+	if len(rest) > 0 {
+		res = rest[0]
+	}
+	if r[0] != 1 {
+		if reenter {
+			h.end(ErrLockLost)
+			return nil, -1, res, fmt.Errorf("%w: re-entry of %q, whose owning lock is gone from Redis", ErrNotHeld, name)
+		}
+		return nil, time.Duration(r[1]) * time.Millisecond, res, ErrLocked
+	}
+	if !reenter {
+		h.fence = r[2]
+	}
+	lk := &Lock{hold: h, id: id}
+	h.add(lk, start, time.Duration(r[1])*time.Millisecond)
+	if cfg.renew {
+		h.startRenew(cfg.ttl)
+	}
+	return lk, -1, res, nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}

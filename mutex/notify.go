@@ -1,0 +1,94 @@
+package mutex
+
+import (
+	"context"
+
+	"github.com/funnelguard/funnelguard/internal/keyspace"
+	"github.com/redis/go-redis/v9"
+)
+
+// subscriber is the optional part of a Client that release notifications use.
+type subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// A subscription is a Locker's one Pub/Sub connection, open only while some
+// name has waiters; its goroutine wakes the head waiter of a released name.
+type subscription struct {
+	ps    *redis.PubSub
+	names map[string]string // channel -> lock name; guarded by Locker.mu
+	done  chan struct{}     // closed when the reader goroutine has exited
+}
+
+// channel is the Pub/Sub channel on which releases of name are announced.
+func (l *Locker) channel(name string) string {
+	return keyspace.Key(l.prefix, name, "released")
+}
+
+// canNotify reports whether waiters can hear of releases.
+func (l *Locker) canNotify() bool {
+	_, ok := l.client.(subscriber)
+	return l.notify && ok
+}
+
+// subscribe starts listening for releases of name, for its queue's lifetime.
+// It reports whether it subscribed just now.
+func (l *Locker) subscribe(ctx context.Context, name string) bool {
+	s, ok := l.client.(subscriber)
+	if !l.notify || !ok {
+		return false
+	}
+	l.mu.Lock()
+	q := l.queues[name]
+	if q == nil || q.subscribed {
+		l.mu.Unlock()
+		return false
+	}
+	q.subscribed = true
+	if l.sub == nil {
+		sub := &subscription{ps: s.Subscribe(context.WithoutCancel(ctx)), names: map[string]string{}, done: make(chan struct{})}
+		l.sub = sub
+		go l.listen(sub)
+	}
+	ch := l.channel(name)
+	l.sub.names[ch] = name
+	ps := l.sub.ps
+	l.mu.Unlock()
+	// An error (the connection closed as the last waiter left, Redis down) only
+	// costs the early wake-up: the waiter's ticker still runs.
+	_ = ps.Subscribe(ctx, ch)
+	return true
+}
+
+// unsubscribeLocked stops listening for name; it returns what must run after
+// l.mu is released (network calls, waiting for the reader to exit).
+func (l *Locker) unsubscribeLocked(name string) func() {
+	sub := l.sub
+	if sub == nil {
+		return func() {}
+	}
+	ch := l.channel(name)
+	delete(sub.names, ch)
+	if len(sub.names) > 0 {
+		return func() { _ = sub.ps.Unsubscribe(context.Background(), ch) }
+	}
+	l.sub = nil
+	return func() {
+		_ = sub.ps.Close()
+		<-sub.done
+	}
+}
+
+// listen wakes the head waiter of each name whose release is announced.
+func (l *Locker) listen(sub *subscription) {
+	defer close(sub.done)
+	for msg := range sub.ps.Channel() {
+		l.mu.Lock()
+		if name, ok := sub.names[msg.Channel]; ok {
+			if q := l.queues[name]; q != nil && len(q.waiters) > 0 {
+				signal(q.waiters[0].wake)
+			}
+		}
+		l.mu.Unlock()
+	}
+}

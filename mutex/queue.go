@@ -1,0 +1,221 @@
+package mutex
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+)
+
+// maxChain is how many times in a row a lock passes between goroutines of one
+// Locker before it is released to all comers.
+const maxChain = 8
+
+// A queue holds the goroutines of one Locker that wait for one name. Guarded
+// by Locker.mu.
+type queue struct {
+	waiters    []*waiter // FIFO; waiters[0], the head, is the only one polling Redis
+	chain      int       // hand-overs in a row
+	subscribed bool      // to the name's release channel
+}
+
+type waiter struct {
+	cfg  lockConfig
+	wake chan struct{} // "try now": became head, release announced, hand-over failed
+	got  chan *Lock    // a lock handed over; sent once, after removal from the queue
+	// handing is set while a releaser tries to hand this waiter the lock: the
+	// waiter may not leave before it learns the outcome. Guarded by Locker.mu.
+	handing bool
+	// delay is set when w became head because its predecessor got the lock.
+	// Guarded by Locker.mu.
+	delay bool
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// wait is Lock without re-entry: queue up, and poll Redis while at the head.
+func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig) (*Lock, error) {
+	w := &waiter{cfg: cfg, wake: make(chan struct{}, 1), got: make(chan *Lock, 1)}
+	l.mu.Lock()
+	q := l.queues[name]
+	if q == nil {
+		if l.queues == nil {
+			l.queues = make(map[string]*queue)
+		}
+		q = &queue{}
+		l.queues[name] = q
+	}
+	q.waiters = append(q.waiters, w)
+	l.mu.Unlock()
+
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	notify := l.canNotify()
+	for {
+		var tick <-chan time.Time
+		queued, head, delay := l.headOf(name, w)
+		if !queued {
+			// A releaser took w out of the queue to hand it the lock, and
+			// a stale wake-up was picked before the lock's arrival.
+			return <-w.got, nil
+		}
+		wait := time.Duration(-1)
+		switch {
+		case head && delay:
+			// The waiter before w just got the lock: polling now would fail.
+			wait = l.nextWait(-1)
+		case head:
+			lk, pttl, _, err := l.attempt(ctx, name, cfg, nil, notify)
+			switch {
+			case err == nil:
+				return l.leave(ctx, name, w, lk, nil)
+			case ctx.Err() != nil:
+				return l.leave(ctx, name, w, nil, errors.Join(ErrNotObtained, ctx.Err()))
+			case !errors.Is(err, ErrLocked):
+				return l.leave(ctx, name, w, nil, err)
+			}
+			if notify && l.subscribe(ctx, name) {
+				// A release between the attempt and the subscription would
+				// go unheard: try once more, now that it will be announced.
+				continue
+			}
+			wait = l.nextWait(pttl)
+		}
+		if wait >= 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			tick = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return l.leave(ctx, name, w, nil, errors.Join(ErrNotObtained, ctx.Err()))
+		case lk := <-w.got:
+			return lk, nil
+		case <-w.wake:
+		case <-tick:
+		}
+	}
+}
+
+// headOf reports whether w is still queued (if not, a lock was handed to
+// it), whether it heads its queue, and whether it should let a retry interval
+// pass before polling (it became head because its predecessor got the lock).
+func (l *Locker) headOf(name string, w *waiter) (queued, head, delay bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.queues[name]
+	if q == nil || !slices.Contains(q.waiters, w) {
+		return false, false, false
+	}
+	if q.waiters[0] != w || w.handing {
+		return true, false, false
+	}
+	delay, w.delay = w.delay, false
+	return true, true, delay
+}
+
+// leave takes w out of its queue and returns lk, err; but if a releaser is
+// handing w a lock right now, it first waits for that outcome, and returns
+// the handed lock if there is one.
+func (l *Locker) leave(ctx context.Context, name string, w *waiter, lk *Lock, err error) (*Lock, error) {
+	l.mu.Lock()
+	for w.handing {
+		l.mu.Unlock()
+		select {
+		case got := <-w.got:
+			// The hand-over succeeded: w is out of the queue. Our own attempt
+			// cannot also have succeeded (the releaser held the lock), but
+			// never keep two locks.
+			if lk != nil {
+				_ = lk.Unlock(ctx)
+			}
+			return got, nil
+		case <-w.wake:
+		}
+		l.mu.Lock()
+	}
+	unsub := l.removeLocked(name, w, lk != nil)
+	l.mu.Unlock()
+	unsub()
+	return lk, err
+}
+
+// removeLocked takes w out of its queue, wakes the new head (telling it to
+// hold off polling if w got the lock), and drops the queue when it is empty.
+// It returns what must run after l.mu is released.
+func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
+	q := l.queues[name]
+	i := slices.Index(q.waiters, w)
+	if i < 0 {
+		return func() {}
+	}
+	q.waiters = slices.Delete(q.waiters, i, i+1)
+	if len(q.waiters) > 0 {
+		if i == 0 {
+			q.waiters[0].delay = gotLock
+			signal(q.waiters[0].wake)
+		}
+		return func() {}
+	}
+	delete(l.queues, name)
+	if q.subscribed {
+		return l.unsubscribeLocked(name)
+	}
+	return func() {}
+}
+
+// nextWaiter picks the waiter a releasing holder of name should hand the lock
+// to, or nil to release it to all comers.
+func (l *Locker) nextWaiter(name string) *waiter {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.queues[name]
+	if q == nil || len(q.waiters) == 0 {
+		return nil
+	}
+	if q.chain >= maxChain || q.waiters[0].handing {
+		q.chain = 0
+		return nil
+	}
+	q.chain++
+	w := q.waiters[0]
+	w.handing = true
+	return w
+}
+
+// handedOver completes a hand-over: lk (nil if it failed) goes to w.
+func (l *Locker) handedOver(name string, w *waiter, lk *Lock) {
+	l.mu.Lock()
+	w.handing = false
+	if lk == nil {
+		l.mu.Unlock()
+		signal(w.wake)
+		return
+	}
+	unsub := l.removeLocked(name, w, true)
+	l.mu.Unlock()
+	unsub()
+	w.got <- lk
+}
+
+// released tells the head of name's queue, if any, to try at once: the lock
+// was just released to all comers.
+func (l *Locker) released(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q := l.queues[name]; q != nil && len(q.waiters) > 0 {
+		signal(q.waiters[0].wake)
+	}
+}

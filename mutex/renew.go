@@ -1,0 +1,79 @@
+package mutex
+
+import (
+	"context"
+	"time"
+)
+
+// A renewal is the goroutine that keeps an AutoRenew lock's lease alive.
+type renewal struct {
+	stop    chan struct{} // closed to end the goroutine
+	stopped bool          // guarded by hold.mu
+	done    chan struct{} // closed when the goroutine has returned
+}
+
+func (r *renewal) stopLocked() {
+	if !r.stopped {
+		r.stopped = true
+		close(r.stop)
+	}
+}
+
+// startRenew starts renewing the hold's lease every lease/3, once per hold.
+func (h *hold) startRenew(lease time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended || h.renew != nil {
+		return
+	}
+	r := &renewal{stop: make(chan struct{}), done: make(chan struct{})}
+	h.renew = r
+	h.watchLocked() // the deadline timer reports loss if renewals keep failing
+	go h.renewLoop(r, lease)
+}
+
+func (h *hold) renewLoop(r *renewal, lease time.Duration) {
+	defer close(r.done)
+	period := max(lease/3, time.Millisecond)
+	t := time.NewTimer(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		// One attempt may take at most a period, so a slow Redis delays the
+		// next attempt but never hides the deadline.
+		ctx, cancel := context.WithTimeout(context.Background(), period)
+		start := time.Now()
+		reply, err := extendScript.Run(ctx, h.locker.client, []string{h.key}, h.token, "", lease.Milliseconds()).Result()
+		cancel()
+		if err == nil {
+			var n int64
+			if n, err = integer(reply); err == nil && n != 1 {
+				h.end(ErrLockLost) // taken or gone: never re-acquire
+				return
+			}
+		}
+		if err == nil {
+			h.setLease(start, lease)
+		}
+		// On an error keep trying each period; the hold's deadline timer ends
+		// the lock if no renewal lands before the lease must have ended.
+		t.Reset(period)
+	}
+}
+
+// stopRenew stops the renewal of the hold and waits until no renewal runs.
+func (h *hold) stopRenew() {
+	h.mu.Lock()
+	r := h.renew
+	if r != nil {
+		r.stopLocked()
+	}
+	h.mu.Unlock()
+	if r != nil {
+		<-r.done
+	}
+}

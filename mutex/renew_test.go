@@ -1,0 +1,146 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/funnelguard/funnelguard/mutex"
+)
+
+func TestAutoRenewKeepsTheLock(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		const lease = 60 * time.Millisecond
+		l := newLocker(t, b, mutex.WithTTL(lease))
+		lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * lease)
+		if closed(lk.Done()) {
+			t.Fatalf("renewed lock reported lost: %v", context.Cause(lk.Context(ctx)))
+		}
+		if _, err := l.TryLock(ctx, "job"); !errors.Is(err, mutex.ErrLocked) {
+			t.Fatalf("after 5 leases TryLock = %v, want ErrLocked", err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock of a renewed lock = %v", err)
+		}
+		within(t, lk.Done(), time.Second, "Done after Unlock")
+	})
+}
+
+func TestNoRenewalAfterUnlock(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		hook := &counter{}
+		c.AddHook(hook)
+		const lease = 30 * time.Millisecond
+		l := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithTTL(lease))
+		for range 20 {
+			lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(lease / 2) // mid-way between renewals, some in flight
+			if err := lk.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := hook.extends.Load()
+		if before == 0 {
+			t.Fatal("no renewal ran while held: the counter cannot see them")
+		}
+		time.Sleep(5 * lease)
+		if after := hook.extends.Load(); after != before {
+			t.Fatalf("%d renewals ran after Unlock returned", after-before)
+		}
+	})
+}
+
+func TestAutoRenewReportsDeletedKey(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		const lease = 60 * time.Millisecond
+		lk, err := newLocker(t, b, mutex.WithTTL(lease)).Lock(ctx, "job", mutex.AutoRenew())
+		if err != nil {
+			t.Fatal(err)
+		}
+		owned := lk.Context(ctx)
+		c.Del(ctx, b.Prefix+"{job}:lock")
+		within(t, owned.Done(), 2*time.Second, "Context after the key was deleted")
+		if cause := context.Cause(owned); !errors.Is(cause, mutex.ErrLockLost) {
+			t.Fatalf("cause = %v, want ErrLockLost", cause)
+		}
+		if err := lk.Unlock(ctx); !errors.Is(err, mutex.ErrNotHeld) {
+			t.Fatalf("Unlock = %v, want ErrNotHeld", err)
+		}
+		// Never re-acquired behind the holder's back.
+		if n := c.Exists(ctx, b.Prefix+"{job}:lock").Val(); n != 0 {
+			t.Fatal("the lock was re-created after it was lost")
+		}
+	})
+}
+
+// The server stops during a renewed hold: loss is reported no later than the
+// lease end plus one renewal period.
+func TestAutoRenewServerStopped(t *testing.T) {
+	srv := testutil.StartServer(t)
+	ctx := context.Background()
+	const lease = 600 * time.Millisecond
+	l := mutex.New(srv.Client(t), mutex.WithTTL(lease))
+	lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lease) // a few renewals land
+	if closed(lk.Done()) {
+		t.Fatal("lost before the server stopped")
+	}
+	stopped := time.Now()
+	srv.Kill()
+	within(t, lk.Done(), 5*time.Second, "Done after the server stopped")
+	elapsed := time.Since(stopped)
+	t.Logf("loss reported %v after the server stopped (lease %v, period %v)", elapsed, lease, lease/3)
+	if bound := lease + lease/3; elapsed > bound {
+		t.Fatalf("loss reported after %v, want <= lease + period = %v", elapsed, bound)
+	}
+	if cause := context.Cause(lk.Context(ctx)); !errors.Is(cause, mutex.ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrLockLost", cause)
+	}
+}
+
+func TestAutoRenewOnHandedOverLock(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		const lease = 60 * time.Millisecond
+		l := newLocker(t, b, mutex.WithTTL(lease), mutex.WithRetryInterval(time.Hour))
+		first, err := l.Lock(ctx, "job", mutex.Lease(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *mutex.Lock, 1)
+		go func() {
+			lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
+			if err != nil {
+				t.Error(err)
+			}
+			got <- lk
+		}()
+		waitFor(t, "waiter", func() bool { return mutex.QueueLen(l, "job") == 1 })
+		first.Unlock(ctx) // hands over
+		lk := <-got
+		time.Sleep(5 * lease)
+		if ttl, err := lk.TTL(ctx); err != nil || ttl <= 0 {
+			t.Fatalf("handed-over AutoRenew lock after 5 leases: TTL %v, %v", ttl, err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
