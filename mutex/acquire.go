@@ -100,7 +100,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		h = newHold(l, name, newToken())
 	}
 
-	keys := []string{h.key, h.fenceKey()}
+	keys := []string{h.key, h.fkey}
 	args := []any{h.token, strconv.FormatUint(id, 10), cfg.ttl.Milliseconds(), flag(reenter), flag(mark), l.fenceTTL.Milliseconds()}
 	script := acquireScript
 	if call != nil {

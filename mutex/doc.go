@@ -32,6 +32,30 @@
 // Locker through it re-enters (a hold count in Redis) instead of waiting. The
 // name is free again when every handle has been unlocked.
 //
+// # Contention
+//
+// Goroutines of one Locker that wait for a name queue in FIFO order; only the
+// head polls Redis. An Unlock with a local waiter hands the lock over in the
+// release script itself (a fresh token and lease for the waiter), so under
+// local contention an acquisition costs about one round trip. Waiters in
+// other processes hear of a release through Pub/Sub, subscribed only while
+// they wait, and a release publishes only if a waiter marked the lock. Both
+// are optimisations: the jittered retry ticker alone is enough.
+//
+// # Renewal and loss
+//
+// With AutoRenew a goroutine extends the lease every lease/3 until Unlock. A
+// lock whose renewal finds it taken, or whose renewals fail until the lease
+// must have ended, is lost: Done closes and Context is cancelled with cause
+// ErrLockLost. The package never re-acquires a lost lock behind its holder.
+//
+// # Fencing
+//
+// WithFencing gives every acquisition a number greater than any earlier
+// one for the name (Lock.Fence), for resources outside Redis that can refuse
+// a stale holder. The counter expires when idle; see WithFencing for the
+// exact guarantee.
+//
 // # Keys
 //
 // A lock on name lives at <prefix>{<name>}:lock, with '{', '}' and '~' in the
@@ -39,6 +63,7 @@
 // name can never choose another name's slot. Names are data: they travel as
 // script keys, never as Lua source.
 //
-// The package neither logs nor starts goroutines except the timer behind
-// Done and Context, started when they are first called.
+// The package does not log. It starts goroutines only while a Lock waits
+// (the Pub/Sub reader), for AutoRenew, and for the timer behind Done and
+// Context, started when they are first called; none outlives its use.
 package mutex

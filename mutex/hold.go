@@ -5,8 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/funnelguard/funnelguard/internal/keyspace"
 )
 
 // A hold is one owner's possession of a lock: one token, the root handle and
@@ -16,7 +14,8 @@ import (
 type hold struct {
 	locker *Locker
 	name   string
-	key    string
+	key    string // the lock
+	fkey   string // the fencing counter
 	token  string
 	fence  int64 // set before the hold is shared
 	nextID atomic.Uint64
@@ -30,11 +29,7 @@ type hold struct {
 }
 
 func newHold(l *Locker, name, token string) *hold {
-	return &hold{locker: l, name: name, key: keyspace.Key(l.prefix, name, "lock"), token: token}
-}
-
-func (h *hold) fenceKey() string {
-	return keyspace.Key(h.locker.prefix, h.name, "fence")
+	return &hold{locker: l, name: name, key: l.Key(name, "lock"), fkey: l.Key(name, "fence"), token: token}
 }
 
 // last reports whether lk is the only open handle of its hold.

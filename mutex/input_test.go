@@ -101,3 +101,33 @@ func TestOddNamesAreData(t *testing.T) {
 		}
 	})
 }
+
+func TestNilLockIsSafe(t *testing.T) {
+	var lk *mutex.Lock
+	ctx := context.Background()
+	if lk.Name() != "" || lk.Token() != "" || lk.Fence() != 0 {
+		t.Error("nil Lock reports a name, token or fence")
+	}
+	if !closed(lk.Done()) {
+		t.Error("Done of a nil Lock is open")
+	}
+	if c := lk.Context(ctx); c.Err() == nil || !errors.Is(context.Cause(c), mutex.ErrNotHeld) {
+		t.Errorf("Context of a nil Lock: %v, %v", c.Err(), context.Cause(c))
+	}
+	if err := lk.Extend(ctx, time.Second); !errors.Is(err, mutex.ErrNotHeld) {
+		t.Errorf("Extend = %v", err)
+	}
+	if _, err := lk.TTL(ctx); !errors.Is(err, mutex.ErrNotHeld) {
+		t.Errorf("TTL = %v", err)
+	}
+	if _, err := lk.UnlockWith(ctx, mutex.Call{Fragment: writeFragment}); !errors.Is(err, mutex.ErrNotHeld) {
+		t.Errorf("UnlockWith = %v", err)
+	}
+}
+
+func TestKeySharesTheLockSlot(t *testing.T) {
+	l := mutex.New(testutil.Mini(t).Client(t), mutex.WithPrefix("p:"))
+	if got, want := l.Key("a{b}c", "state"), "p:{a~1b~2c}:state"; got != want {
+		t.Fatalf("Key = %q, want %q", got, want)
+	}
+}

@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// closedChan is what Done of a nil Lock returns.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // unlockTimeout bounds an Unlock, which runs detached from its ctx's
 // cancellation so that a lock is released even when the caller gave up.
 const unlockTimeout = 2 * time.Second
@@ -24,16 +27,31 @@ type Lock struct {
 	cancel context.CancelCauseFunc
 }
 
-// Name returns the name the lock was taken on.
-func (lk *Lock) Name() string { return lk.hold.name }
+// Name returns the name the lock was taken on ("" for a nil Lock).
+func (lk *Lock) Name() string {
+	if lk == nil {
+		return ""
+	}
+	return lk.hold.name
+}
 
 // Fence returns the fencing number of this acquisition, or 0 when the Locker
 // was made without WithFencing. A re-entrant handle shares its owner's number.
-func (lk *Lock) Fence() int64 { return lk.hold.fence }
+func (lk *Lock) Fence() int64 {
+	if lk == nil {
+		return 0
+	}
+	return lk.hold.fence
+}
 
 // Token returns the random token (128 bits, hex) of this acquisition. A
 // re-entrant handle shares its owner's token.
-func (lk *Lock) Token() string { return lk.hold.token }
+func (lk *Lock) Token() string {
+	if lk == nil {
+		return ""
+	}
+	return lk.hold.token
+}
 
 func (lk *Lock) open() bool {
 	lk.hold.mu.Lock()
@@ -58,8 +76,12 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 
 // UnlockWith runs call.Fragment only if this handle still holds the lock,
 // and releases the handle in the same script: a commit that cannot land after
-// the lease lapsed. It returns the fragment's result, or ErrNotHeld, with the
-// fragment not run, when the handle no longer holds the lock. See Fragment.
+// the lease lapsed. It returns the fragment's result, or ErrNotHeld when the
+// handle no longer holds the lock: this call did not run the fragment. After
+// a Redis error (a timeout, a lost reply) the outcome is unknown: the script
+// may have run, and then a retry returns ErrNotHeld although the first call
+// committed. Make the fragment's write idempotent, or treat such an error as
+// "maybe committed". See Fragment.
 func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 	if err := call.check(); err != nil {
 		return nil, err
@@ -89,7 +111,7 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	if nh != nil {
 		nextToken, nextLease = nh.token, next.cfg.ttl.Milliseconds()
 	}
-	keys := []string{h.key, h.fenceKey()}
+	keys := []string{h.key, h.fkey}
 	args := []any{h.token, strconv.FormatUint(lk.id, 10), nextToken, nextLease, l.channel(h.name), l.fenceTTL.Milliseconds()}
 	script := releaseScript
 	if call != nil {
@@ -191,6 +213,9 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // Extend, or Redis reported it gone). The first call starts a timer at the end
 // of the lease; a lock whose Done is never called costs no timer.
 func (lk *Lock) Done() <-chan struct{} {
+	if lk == nil {
+		return closedChan
+	}
 	lk.hold.mu.Lock()
 	defer lk.hold.mu.Unlock()
 	return lk.lifeLocked().Done()
@@ -202,6 +227,11 @@ func (lk *Lock) Done() <-chan struct{} {
 // (read it with context.Cause). Work that must stop when the lock is lost
 // should run under this context.
 func (lk *Lock) Context(parent context.Context) context.Context {
+	if lk == nil {
+		ctx, cancel := context.WithCancelCause(parent)
+		cancel(ErrNotHeld)
+		return ctx
+	}
 	ctx := context.WithValue(parent, ownerKey{lk.hold.locker, lk.hold.name}, lk.hold)
 	ctx, cancel := context.WithCancelCause(ctx)
 	lk.hold.mu.Lock()

@@ -178,6 +178,15 @@ func AutoRenew() LockOption {
 	return func(c *lockConfig) { c.renew = true }
 }
 
+// Key returns <prefix>{<name>}:<kind>, a key in the same Redis Cluster slot
+// as the lock on name, for data that a Fragment reads or writes under that
+// lock. Braces and '~' in name are escaped, as in the lock's own key, so the
+// slot is the same whatever name holds. The kinds "lock", "fence" and
+// "released" are the Locker's own.
+func (l *Locker) Key(name, kind string) string {
+	return keyspace.Key(l.prefix, name, kind)
+}
+
 // config validates a call and its options.
 func (l *Locker) config(name string, opts []LockOption) (lockConfig, error) {
 	if l.err != nil {

@@ -3,7 +3,6 @@ package mutex
 import (
 	"context"
 
-	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -22,7 +21,7 @@ type subscription struct {
 
 // channel is the Pub/Sub channel on which releases of name are announced.
 func (l *Locker) channel(name string) string {
-	return keyspace.Key(l.prefix, name, "released")
+	return l.Key(name, "released")
 }
 
 // canNotify reports whether waiters can hear of releases.

@@ -1,0 +1,94 @@
+package mutex_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/funnelguard/funnelguard/mutex"
+)
+
+// benchNames is how many names one goroutine cycles through: each lock is
+// released before its name comes round again, so a goroutine never waits on
+// itself, and the names are built before the timer starts.
+const benchNames = 1024
+
+// benchLockNames returns benchNames lock names of one goroutine.
+func benchLockNames(g int64) []string {
+	ns := make([]string, benchNames)
+	for i := range ns {
+		ns[i] = "bench:" + strconv.FormatInt(g, 10) + ":" + strconv.Itoa(i)
+	}
+	return ns
+}
+
+// BenchmarkLockUnlock measures an uncontended Lock and Unlock (two round
+// trips); compare with BenchmarkPing, one round trip on the same server.
+func BenchmarkLockUnlock(b *testing.B) {
+	be := testutil.RealBackend(b)
+	l := mutex.New(be.Client(b), mutex.WithPrefix(be.Prefix))
+	ctx := context.Background()
+
+	b.Run("serial", func(b *testing.B) {
+		ns := benchLockNames(0)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			lk, err := l.Lock(ctx, ns[i%benchNames])
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lk.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+
+	b.Run("parallel", func(b *testing.B) {
+		var next atomic.Int64 // goroutine ids; names of distinct goroutines never collide
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			ns := benchLockNames(next.Add(1))
+			for i := 0; pb.Next(); i++ {
+				lk, err := l.Lock(ctx, ns[i%benchNames])
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := lk.Unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkPing is the round-trip floor of the same server and client set-up.
+func BenchmarkPing(b *testing.B) {
+	be := testutil.RealBackend(b)
+	c := be.Client(b)
+	ctx := context.Background()
+
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := c.Ping(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := c.Ping(ctx).Err(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
