@@ -65,7 +65,41 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...LockOption) (*Lo
 	if ctx.Err() != nil {
 		return nil, errors.Join(ErrNotObtained, ctx.Err())
 	}
-	return l.wait(ctx, name, cfg)
+	lk, _, _, err := l.wait(ctx, name, cfg, nil)
+	return lk, err
+}
+
+// LockWith is Lock that runs call.Fragment with every acquire attempt, and
+// returns its result as read with the attempt that obtained the lock (or, if
+// a local holder handed the lock over, as read under the lock right after).
+// With a gate (NewGate) that declines, it stops waiting and returns
+// ErrDeclined and the gate's result, holding no lock.
+func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...LockOption) (*Lock, any, error) {
+	if err := call.check(); err != nil {
+		return nil, nil, err
+	}
+	cfg, err := l.config(name, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ctx.Value(ownerKey{l, name}) != nil {
+		lk, _, res, err := l.attempt(ctx, name, cfg, &call, false)
+		return lk, res, err
+	}
+	if ctx.Err() != nil {
+		return nil, nil, errors.Join(ErrNotObtained, ctx.Err())
+	}
+	lk, res, handed, err := l.wait(ctx, name, cfg, &call)
+	if !handed {
+		return lk, res, err
+	}
+	// Handed over by a local holder: the fragment has not run yet.
+	res, err = lk.Run(ctx, call)
+	if err != nil {
+		_ = lk.Unlock(ctx)
+		return nil, res, err
+	}
+	return lk, res, nil
 }
 
 // nextWait is the pause before the next attempt: a jittered retry interval,
@@ -120,6 +154,9 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	var res any
 	if len(rest) > 0 {
 		res = rest[0]
+	}
+	if r[0] == -1 {
+		return nil, -1, res, ErrDeclined
 	}
 	if r[0] != 1 {
 		if reenter {

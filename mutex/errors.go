@@ -28,6 +28,9 @@ var (
 	ErrNilClient = errors.New("mutex: nil client")
 	// ErrInvalidCall means a Call without a Fragment.
 	ErrInvalidCall = errors.New("mutex: invalid call")
+	// ErrDeclined means a gate (NewGate) declined the acquire attempt: no
+	// lock was taken, and the gate's result comes with the error.
+	ErrDeclined = errors.New("mutex: declined by the gate")
 	// ErrUnexpectedReply means Redis answered a script with a reply of the
 	// wrong shape (for example a key prefix shared with other data).
 	ErrUnexpectedReply = errors.New("mutex: unexpected reply from Redis")

@@ -162,6 +162,40 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	return res, nil
 }
 
+// Run runs call.Fragment only while this handle holds the lock, without
+// releasing it, and returns its result; ErrNotHeld (not run) when the handle
+// no longer holds the lock; ErrDeclined with the result when call.Fragment
+// is a gate that declined (the lock stays held).
+func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
+	if err := call.check(); err != nil {
+		return nil, err
+	}
+	if lk == nil || !lk.open() {
+		return nil, ErrNotHeld
+	}
+	keys := append([]string{lk.hold.key}, call.Keys...)
+	reply, err := call.Fragment.held.Run(ctx, lk.hold.locker.client, keys, append(lk.args(), call.Args...)...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("mutex: run %q: %w", lk.hold.name, err)
+	}
+	r, rest, err := ints(reply, 1)
+	if err != nil {
+		return nil, err
+	}
+	var res any
+	if len(rest) > 0 {
+		res = rest[0]
+	}
+	switch r[0] {
+	case 0:
+		lk.hold.end(ErrLockLost)
+		return nil, ErrNotHeld
+	case 2:
+		return res, ErrDeclined
+	}
+	return res, nil
+}
+
 // Extend sets the remaining lease of the lock to ttl (which may shorten it).
 // It returns ErrNotHeld when the lock is no longer held by this handle.
 func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {

@@ -39,7 +39,10 @@ func signal(ch chan struct{}) {
 }
 
 // wait is Lock without re-entry: queue up, and poll Redis while at the head.
-func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig) (*Lock, error) {
+// With call, each attempt runs call.Fragment; res is the result of the
+// attempt that got the lock, unless handed reports that a local holder handed
+// the lock over (the fragment did not run for it then).
+func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Call) (lk *Lock, res any, handed bool, err error) {
 	w := &waiter{cfg: cfg, wake: make(chan struct{}, 1), got: make(chan *Lock, 1)}
 	l.mu.Lock()
 	q := l.queues[name]
@@ -66,7 +69,7 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig) (*Lock, 
 		if !queued {
 			// A releaser took w out of the queue to hand it the lock, and
 			// a stale wake-up was picked before the lock's arrival.
-			return <-w.got, nil
+			return <-w.got, nil, true, nil
 		}
 		wait := time.Duration(-1)
 		switch {
@@ -74,14 +77,16 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig) (*Lock, 
 			// The waiter before w just got the lock: polling now would fail.
 			wait = l.nextWait(-1)
 		case head:
-			lk, pttl, _, err := l.attempt(ctx, name, cfg, nil, notify)
+			lk, pttl, res, err := l.attempt(ctx, name, cfg, call, notify)
 			switch {
 			case err == nil:
-				return l.leave(ctx, name, w, lk, nil)
+				return l.leave(ctx, name, w, lk, res, nil)
+			case errors.Is(err, ErrDeclined):
+				return l.leave(ctx, name, w, nil, res, err)
 			case ctx.Err() != nil:
-				return l.leave(ctx, name, w, nil, errors.Join(ErrNotObtained, ctx.Err()))
+				return l.leave(ctx, name, w, nil, nil, errors.Join(ErrNotObtained, ctx.Err()))
 			case !errors.Is(err, ErrLocked):
-				return l.leave(ctx, name, w, nil, err)
+				return l.leave(ctx, name, w, nil, nil, err)
 			}
 			if notify && l.subscribe(ctx, name) {
 				// A release between the attempt and the subscription would
@@ -100,9 +105,9 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig) (*Lock, 
 		}
 		select {
 		case <-ctx.Done():
-			return l.leave(ctx, name, w, nil, errors.Join(ErrNotObtained, ctx.Err()))
+			return l.leave(ctx, name, w, nil, nil, errors.Join(ErrNotObtained, ctx.Err()))
 		case lk := <-w.got:
-			return lk, nil
+			return lk, nil, true, nil
 		case <-w.wake:
 		case <-tick:
 		}
@@ -126,10 +131,10 @@ func (l *Locker) headOf(name string, w *waiter) (queued, head, delay bool) {
 	return true, true, delay
 }
 
-// leave takes w out of its queue and returns lk, err; but if a releaser is
-// handing w a lock right now, it first waits for that outcome, and returns
-// the handed lock if there is one.
-func (l *Locker) leave(ctx context.Context, name string, w *waiter, lk *Lock, err error) (*Lock, error) {
+// leave takes w out of its queue and returns lk, res, err; but if a releaser
+// is handing w a lock right now, it first waits for that outcome, and returns
+// the handed lock (with no result) if there is one.
+func (l *Locker) leave(ctx context.Context, name string, w *waiter, lk *Lock, res any, err error) (*Lock, any, bool, error) {
 	l.mu.Lock()
 	for w.handing {
 		l.mu.Unlock()
@@ -141,7 +146,7 @@ func (l *Locker) leave(ctx context.Context, name string, w *waiter, lk *Lock, er
 			if lk != nil {
 				_ = lk.Unlock(ctx)
 			}
-			return got, nil
+			return got, nil, true, nil
 		case <-w.wake:
 		}
 		l.mu.Lock()
@@ -149,7 +154,7 @@ func (l *Locker) leave(ctx context.Context, name string, w *waiter, lk *Lock, er
 	unsub := l.removeLocked(name, w, lk != nil)
 	l.mu.Unlock()
 	unsub()
-	return lk, err
+	return lk, res, false, err
 }
 
 // removeLocked takes w out of its queue, wakes the new head (telling it to

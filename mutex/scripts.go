@@ -10,20 +10,24 @@ import (
 var (
 	//go:embed fence.lua
 	fenceSrc string
+	//go:embed held.lua
+	heldSrc string
 	//go:embed acquire.lua
 	acquireBody string
 	//go:embed release.lua
 	releaseBody string
 	//go:embed extend.lua
-	extendSrc string
+	extendBody string
 	//go:embed pttl.lua
-	pttlSrc string
+	pttlBody string
 )
 
-// The acquire and release scripts both may bump the fencing counter.
+// Scripts are assembled from their body and the Lua functions they call.
 var (
 	acquireSrc = fenceSrc + acquireBody
 	releaseSrc = fenceSrc + releaseBody
+	extendSrc  = heldSrc + extendBody
+	pttlSrc    = heldSrc + pttlBody
 )
 
 // Scripts are immutable after init (redis.Script caches only its own SHA).
@@ -39,6 +43,7 @@ var (
 const (
 	acquireKeys, acquireArgs = 2, 6
 	releaseKeys, releaseArgs = 2, 6
+	heldKeys, heldArgs       = 1, 2
 )
 
 // ints reads a script's array reply of integers.
