@@ -1,0 +1,153 @@
+package funnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/funnelguard/funnelguard/mutex"
+)
+
+// Allow is shorthand for AllowN(ctx, key, 1, rules...).
+func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Result, error) {
+	return lim.AllowN(ctx, key, 1, rules...)
+}
+
+// AllowN admits n units for key if they fit in every rule, and then takes
+// them from every rule; if any rule has no room, it takes nothing from any
+// (all or nothing). n must be at least 1 and at most every rule's Capacity.
+//
+// A denial is decided from the state read with the lock attempt and costs one
+// round trip, even while another caller holds the key's lock. An admission
+// waits for the lock if needed and commits only while holding it; a commit
+// whose lock lease lapsed is rejected by Redis and the call starts over, so a
+// stale decision never overwrites newer state. On error the call may or may
+// not have been admitted.
+func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Rule) (Result, error) {
+	c, err := lim.prepare(key, rules)
+	if err != nil {
+		return Result{}, err
+	}
+	for _, r := range c.rules {
+		if n < 1 || n*r.per > r.full {
+			return Result{}, fmt.Errorf("%w: %d units for rule %q of capacity %d", ErrInvalidN, n, r.name, r.full/r.per)
+		}
+	}
+	for range maxCommits {
+		lk, res, err := lim.locker.LockWith(ctx, c.name, c.read(readGate), mutex.Lease(lim.lease))
+		declined := errors.Is(err, mutex.ErrDeclined)
+		if err != nil && !declined {
+			return Result{}, err
+		}
+		snap, perr := parseRead(c.rules, res)
+		if perr != nil {
+			_ = lk.Unlock(ctx)
+			return Result{}, perr
+		}
+		d := decide(c.rules, snap.levels, snap.now, n)
+		if declined || !d.allowed {
+			_ = lk.Unlock(ctx) // nil when declined
+			d.allowed = false
+			d.retry = max(d.retry, 1) // the gate and decide agree; never "retry now" on a denial
+			return d.result(c.rules), nil
+		}
+		if lim.beforeCommit != nil {
+			lim.beforeCommit()
+		}
+		write := mutex.Call{Fragment: writeBack, Keys: []string{c.key}, Args: writeArgs(c.rules, d.fills, snap.now)}
+		if _, err := lk.UnlockWith(ctx, write); errors.Is(err, mutex.ErrNotHeld) {
+			continue // the lease lapsed: decide again on fresh state
+		} else if err != nil {
+			return Result{}, err
+		}
+		return d.result(c.rules), nil
+	}
+	return Result{}, ErrConflict
+}
+
+// Peek reports what Allow would decide for key now, changing nothing and
+// taking no lock: one round trip.
+func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result, error) {
+	c, err := lim.prepare(key, rules)
+	if err != nil {
+		return Result{}, err
+	}
+	reply, err := readPeek.Run(ctx, lim.client, []string{c.key}, c.ids...).Result()
+	if err != nil {
+		return Result{}, fmt.Errorf("funnel: peek: %w", err)
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 2 {
+		return Result{}, fmt.Errorf("%w: peek returned %T", ErrCorruptState, reply)
+	}
+	snap, err := parseRead(c.rules, arr[1])
+	if err != nil {
+		return Result{}, err
+	}
+	d := decide(c.rules, snap.levels, snap.now, 1)
+	if d.allowed { // nothing was taken: report the state as it is
+		for i, r := range c.rules {
+			d.fills[i] -= r.per
+		}
+	}
+	return d.result(c.rules), nil
+}
+
+// Refund gives n units back to every rule of key, never below empty: for a
+// call that was admitted but did not happen (the SMS provider refused the
+// message). It takes the lock like an admission.
+func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Rule) error {
+	c, err := lim.prepare(key, rules)
+	if err != nil {
+		return err
+	}
+	if n < 1 {
+		return fmt.Errorf("%w: refund of %d units", ErrInvalidN, n)
+	}
+	for range maxCommits {
+		lk, res, err := lim.locker.LockWith(ctx, c.name, c.read(readAll), mutex.Lease(lim.lease))
+		if err != nil {
+			return err
+		}
+		arr, ok := res.([]any)
+		if !ok || len(arr) != 2 {
+			_ = lk.Unlock(ctx)
+			return fmt.Errorf("%w: read returned %T", ErrCorruptState, res)
+		}
+		snap, err := parseRead(c.rules, arr[1])
+		if err != nil {
+			_ = lk.Unlock(ctx)
+			return err
+		}
+		fills := refund(c.rules, snap.levels, snap.now, n)
+		write := mutex.Call{Fragment: writeBack, Keys: []string{c.key}, Args: writeArgs(c.rules, fills, snap.now)}
+		if _, err := lk.UnlockWith(ctx, write); errors.Is(err, mutex.ErrNotHeld) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		return nil
+	}
+	return ErrConflict
+}
+
+// Reset forgets every rule's state for key, under its lock.
+func (lim *Limiter) Reset(ctx context.Context, key string) error {
+	if err := lim.check(key); err != nil {
+		return err
+	}
+	c := call{key: lim.stateKey(key), name: key}
+	for range maxCommits {
+		lk, err := lim.locker.Lock(ctx, c.name, mutex.Lease(lim.lease))
+		if err != nil {
+			return err
+		}
+		if _, err := lk.UnlockWith(ctx, mutex.Call{Fragment: resetAll, Keys: []string{c.key}}); errors.Is(err, mutex.ErrNotHeld) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		return nil
+	}
+	return ErrConflict
+}

@@ -1,0 +1,164 @@
+package funnel
+
+import (
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/keyspace"
+	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults and limits of a Limiter.
+const (
+	DefaultPrefix = mutex.DefaultPrefix
+	// DefaultLease is the lease of the lock around one read-modify-write,
+	// which takes two round trips: long enough for a slow network, short
+	// enough that a crashed caller blocks a key only briefly.
+	DefaultLease = time.Second
+	// MaxKeyLen is the longest key accepted, in bytes.
+	MaxKeyLen = mutex.MaxNameLen
+	// maxCommits bounds the retries of a commit whose lock lapsed.
+	maxCommits = 8
+)
+
+var (
+	//go:embed read.lua
+	readSrc string
+	//go:embed write.lua
+	writeSrc string
+	//go:embed reset.lua
+	resetSrc string
+
+	readGate  = mutex.NewGate(readSrc)     // Allow: deny without the lock
+	readAll   = mutex.NewFragment(readSrc) // Refund: always take the lock
+	readPeek  = redis.NewScript(readSrc)   // Peek: no lock at all
+	writeBack = mutex.NewFragment(writeSrc)
+	resetAll  = mutex.NewFragment(resetSrc)
+)
+
+// A Limiter decides calls against funnels kept in Redis. Each key's state is
+// one hash, read with the attempt to lock the key and written, only while the
+// lock is still held, in the script that releases it: an admission costs two
+// round trips when the key is not locked, and a denial one, without ever
+// waiting for the lock. The zero value is not usable; call New. A Limiter is
+// safe for concurrent use.
+type Limiter struct {
+	client mutex.Client
+	locker *mutex.Locker
+	prefix string
+	lease  time.Duration
+	err    error
+
+	// beforeCommit, if set, runs between the read and the commit (tests).
+	beforeCommit func()
+}
+
+// An Option configures a Limiter in New.
+type Option func(*Limiter)
+
+// WithLocker makes the Limiter lock keys with l (which must use the same
+// Redis) instead of a Locker of its own. The Limiter locks the name key for
+// a call on key: names are shared with everything else that uses l.
+func WithLocker(l *mutex.Locker) Option {
+	return func(lim *Limiter) {
+		if l == nil {
+			lim.fail(fmt.Errorf("%w: nil Locker", ErrInvalidOption))
+			return
+		}
+		lim.locker = l
+	}
+}
+
+// WithPrefix sets the prefix of the state keys (DefaultPrefix if unset): the
+// state of key lives at <prefix>{<key>}:funnel, in the cluster slot of the
+// key's lock.
+func WithPrefix(prefix string) Option {
+	return func(lim *Limiter) {
+		if err := keyspace.CheckPrefix(prefix); err != nil {
+			lim.fail(fmt.Errorf("%w: %w", ErrInvalidOption, err))
+			return
+		}
+		lim.prefix = prefix
+	}
+}
+
+// WithLease sets the lease of the lock around one read-modify-write
+// (DefaultLease if unset).
+func WithLease(d time.Duration) Option {
+	return func(lim *Limiter) {
+		if d < time.Millisecond {
+			lim.fail(fmt.Errorf("%w: lease %v", ErrInvalidOption, d))
+			return
+		}
+		lim.lease = d
+	}
+}
+
+func (lim *Limiter) fail(err error) {
+	if lim.err == nil {
+		lim.err = err
+	}
+}
+
+// New returns a Limiter on client. A nil client or a bad option does not
+// panic: every call then returns the error.
+func New(client mutex.Client, opts ...Option) *Limiter {
+	lim := &Limiter{client: client, prefix: DefaultPrefix, lease: DefaultLease}
+	for _, o := range opts {
+		if o != nil {
+			o(lim)
+		}
+	}
+	if lim.locker == nil {
+		lim.locker = mutex.New(client, mutex.WithPrefix(lim.prefix))
+	}
+	if client == nil {
+		lim.fail(ErrNilClient)
+	}
+	return lim
+}
+
+// call is one validated request.
+type call struct {
+	key   string // the state key
+	name  string // the lock name
+	rules []rule
+	ids   []any
+}
+
+// check validates the Limiter and a key.
+func (lim *Limiter) check(key string) error {
+	if lim.err != nil {
+		return lim.err
+	}
+	if key == "" || len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+// stateKey is where the state of key lives: in the slot of key's lock.
+func (lim *Limiter) stateKey(key string) string {
+	return keyspace.Key(lim.prefix, key, "funnel")
+}
+
+func (lim *Limiter) prepare(key string, rules []Rule) (call, error) {
+	if err := lim.check(key); err != nil {
+		return call{}, err
+	}
+	rs, err := compileRules(rules)
+	if err != nil {
+		return call{}, err
+	}
+	ids := make([]any, len(rs))
+	for i, r := range rs {
+		ids[i] = r.id
+	}
+	return call{key: lim.stateKey(key), name: key, rules: rs, ids: ids}, nil
+}
+
+func (c call) read(f *mutex.Fragment) mutex.Call {
+	return mutex.Call{Fragment: f, Keys: []string{c.key}, Args: c.ids}
+}

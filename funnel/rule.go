@@ -1,0 +1,110 @@
+package funnel
+
+import (
+	"fmt"
+	"math/bits"
+	"strconv"
+	"time"
+)
+
+// Limits of a Rule, so that every computation stays exact in int64.
+const (
+	// MaxRuleName is the longest rule name accepted, in bytes.
+	MaxRuleName = 128
+	// maxScaled bounds Capacity * Per (in µs) and Leak: sums of two such
+	// values cannot overflow.
+	maxScaled = 1 << 61
+)
+
+// A Rule is a funnel: it holds at most Capacity units and drains Leak units
+// every Per. A call of n units is admitted when they fit, so a rule admits a
+// burst of Capacity, then one unit every Per/Leak.
+//
+// In a window of length W a rule admits up to Capacity + W*Leak/Per units,
+// not W*Leak/Per: a "5 per hour" rule of Capacity 5 lets 10 through in some
+// hour. Use AtMost for a hard bound per window.
+//
+// A rule makes the same decisions as GCRA, and as
+// redis_rate.Limit{Burst: Capacity, Rate: Leak, Period: Per}.
+type Rule struct {
+	// Name identifies the rule in a Result and in the stored state.
+	Name string
+	// Capacity is the most units the funnel holds: the largest burst.
+	Capacity int64
+	// Leak units drain out of the funnel every Per.
+	Leak int64
+	// Per is the leak period, a whole number of microseconds.
+	Per time.Duration
+}
+
+// AtMost returns the rule that admits at most n calls in every window
+// [t, t+window), for every t, with the largest burst that allows: n at once,
+// then one per window. A cooldown AtMost(1, time.Minute) admits the next call
+// exactly one minute after the last.
+//
+// Why: a funnel of capacity C leaking one unit per window admits fewer than
+// C+1 units in any window, since what goes in within a window is at most what
+// fits (C) plus what leaks within it (less than one unit); and no rule with a
+// burst above n can keep the bound. The rule is named like "5/1h0m0s".
+func AtMost(n int64, window time.Duration) Rule {
+	return Rule{Name: strconv.FormatInt(n, 10) + "/" + window.String(), Capacity: n, Leak: 1, Per: window}
+}
+
+// rule is a validated Rule in exact units: the level of a funnel is kept in
+// unit-microseconds (units * per), so a leak of Leak units per Per is exactly
+// `leak` per microsecond.
+type rule struct {
+	name string
+	id   string // field of the rule in the state hash
+	per  int64  // µs: the size of one unit
+	full int64  // Capacity * per
+	leak int64  // per µs
+}
+
+func (r Rule) compile() (rule, error) {
+	bad := func(why string) (rule, error) {
+		return rule{}, fmt.Errorf("%w: %q: %s", ErrInvalidRule, r.Name, why)
+	}
+	switch {
+	case r.Name == "" || len(r.Name) > MaxRuleName:
+		return bad(fmt.Sprintf("the name must have 1 to %d bytes", MaxRuleName))
+	case r.Capacity <= 0:
+		return bad("Capacity must be positive")
+	case r.Leak <= 0:
+		return bad("Leak must be positive")
+	case r.Per < time.Microsecond:
+		return bad("Per must be at least 1µs")
+	case r.Per%time.Microsecond != 0:
+		return bad("Per must be a whole number of microseconds")
+	case r.Leak > maxScaled:
+		return bad("Leak is too large")
+	}
+	per := int64(r.Per / time.Microsecond)
+	hi, full := bits.Mul64(uint64(r.Capacity), uint64(per))
+	if hi != 0 || full > maxScaled {
+		return bad("Capacity * Per (in µs) exceeds 2^61")
+	}
+	id := r.Name + "/" + strconv.FormatInt(r.Capacity, 10) + "/" + strconv.FormatInt(r.Leak, 10) + "/" + strconv.FormatInt(per, 10)
+	return rule{name: r.Name, id: id, per: per, full: int64(full), leak: r.Leak}, nil
+}
+
+// compileRules validates the rules of one call.
+func compileRules(rules []Rule) ([]rule, error) {
+	if len(rules) == 0 {
+		return nil, fmt.Errorf("%w: no rules", ErrInvalidRule)
+	}
+	out := make([]rule, len(rules))
+	for i, r := range rules {
+		c, err := r.compile()
+		if err != nil {
+			return nil, err
+		}
+		for _, prev := range out[:i] {
+			if prev.name == c.name {
+				return nil, fmt.Errorf("%w: %q", ErrDuplicateRule, c.name)
+			}
+		}
+		out[i] = c
+	}
+	return out, nil
+}

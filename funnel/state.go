@@ -1,0 +1,91 @@
+package funnel
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The state of a key is a Redis hash with one field per rule (rule.id). A
+// value is "<free>:<fill>:<at>": from server time <free> (µs) one unit fits
+// again, which the read script compares with the server's TIME to deny
+// without taking the lock; <fill> and <at> are the rule's level.
+
+// encode returns the stored value of a rule at fill after a call at now.
+func (r rule) encode(fill, now int64) string {
+	free := now + r.wait(fill, 1)
+	b := make([]byte, 0, 48)
+	b = strconv.AppendInt(b, free, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, fill, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, now, 10)
+	return string(b)
+}
+
+// decode reads a stored value; a missing one (nil) is an empty funnel.
+func (r rule) decode(v any) (level, error) {
+	if v == nil {
+		return level{}, nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return level{}, fmt.Errorf("%w: field %q holds %T", ErrCorruptState, r.id, v)
+	}
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
+	}
+	fill, err1 := strconv.ParseInt(parts[1], 10, 64)
+	at, err2 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || fill < 0 || fill > r.full {
+		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
+	}
+	return level{fill: fill, at: at}, nil
+}
+
+// snapshot is what the read script returned: the server time and the stored
+// levels of the call's rules.
+type snapshot struct {
+	now    int64
+	levels []level
+}
+
+// parseRead reads the read script's result {now, value...}.
+func parseRead(rules []rule, res any) (snapshot, error) {
+	arr, ok := res.([]any)
+	if !ok || len(arr) != len(rules)+1 {
+		return snapshot{}, fmt.Errorf("%w: read returned %T %v", ErrCorruptState, res, res)
+	}
+	now, ok := arr[0].(int64)
+	if !ok {
+		return snapshot{}, fmt.Errorf("%w: read returned time %T", ErrCorruptState, arr[0])
+	}
+	s := snapshot{now: now, levels: make([]level, len(rules))}
+	for i, r := range rules {
+		lv, err := r.decode(arr[i+1])
+		if err != nil {
+			return snapshot{}, err
+		}
+		s.levels[i] = lv
+	}
+	return s, nil
+}
+
+// writeArgs returns the write script's arguments for the fills of rules at
+// now: the key's TTL in ms (until every funnel is empty), then field, value
+// pairs; an empty funnel's value is "" (its field is deleted).
+func writeArgs(rules []rule, fills []int64, now int64) []any {
+	args := make([]any, 1, 1+2*len(rules))
+	var ttl int64
+	for i, r := range rules {
+		if fills[i] == 0 {
+			args = append(args, r.id, "")
+			continue
+		}
+		ttl = max(ttl, ceilDiv(ceilDiv(fills[i], r.leak), 1000))
+		args = append(args, r.id, r.encode(fills[i], now))
+	}
+	args[0] = ttl
+	return args
+}
