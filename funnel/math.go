@@ -80,6 +80,8 @@ type Result struct {
 	// Remaining is how many units the tightest rule would still admit right
 	// after this call.
 	Remaining int64
+	// Tightest names that rule: the one with the fewest units left.
+	Tightest string
 	// RetryAfter is how long until the same call would be admitted by every
 	// rule; 0 when allowed.
 	RetryAfter time.Duration
@@ -97,7 +99,7 @@ func (d decision) result(rules []rule) Result {
 	for i, r := range rules {
 		left := (r.full - d.fills[i]) / r.per
 		if i == 0 || left < res.Remaining {
-			res.Remaining = left
+			res.Remaining, res.Tightest = left, r.name
 		}
 		reset = max(reset, ceilDiv(d.fills[i], r.leak))
 	}

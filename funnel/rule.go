@@ -88,6 +88,14 @@ func (r Rule) compile() (rule, error) {
 	return rule{name: r.Name, id: id, per: per, full: int64(full), leak: r.Leak}, nil
 }
 
+// Validate reports whether rules can be used together in one call: at least
+// one, each valid, no two with one name. Errors match ErrInvalidRule or
+// ErrDuplicateRule.
+func Validate(rules ...Rule) error {
+	_, err := compileRules(rules)
+	return err
+}
+
 // compileRules validates the rules of one call.
 func compileRules(rules []Rule) ([]rule, error) {
 	if len(rules) == 0 {

@@ -1,13 +1,19 @@
 package testutil
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sync"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // shared is the one real server of a test binary, started on first use and
 // stopped by Main.
@@ -40,6 +46,8 @@ func Real(t testing.TB) *Server {
 //
 //	func TestMain(m *testing.M) { testutil.Main(m) }
 func Main(m *testing.M) {
+	// go-redis logs every failed dial; tests that stop servers make many.
+	redis.SetLogger(quietLogger{})
 	code := m.Run()
 	if shared.srv != nil {
 		shared.srv.Stop()

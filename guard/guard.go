@@ -1,0 +1,196 @@
+package guard
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/mutex"
+)
+
+// A Guard decides, for one endpoint, whether a call for a key may go ahead.
+// It is safe for concurrent use; build it once with New.
+type Guard struct {
+	p   Policy
+	lim *funnel.Limiter
+	fb  *fallback // nil without Policy.Fallback
+}
+
+// Decision is the outcome of Allow.
+type Decision struct {
+	// Allowed reports whether the call may go ahead.
+	Allowed bool
+	// RetryAfter is, when denied, how long until the call would be admitted
+	// by every rule; 0 when allowed.
+	RetryAfter time.Duration
+	// Rule names the rule that denied; empty when allowed.
+	Rule string
+	// Remaining is how many more calls the tightest rule, named Tightest,
+	// admits right now.
+	Remaining int64
+	Tightest  string
+	// ResetAfter is how long until every rule's funnel is empty.
+	ResetAfter time.Duration
+	// Degraded reports a decision made without Redis: by OnError or Fallback.
+	Degraded bool
+}
+
+// Observation is what Policy.Observe receives after each decision: enough
+// for metrics and traces, and never the key itself.
+type Observation struct {
+	Prefix   string // the guard's
+	N        int64
+	Decision Decision
+	Err      error
+	Latency  time.Duration
+}
+
+// New returns a Guard for the Policy p on client, with a Locker and a
+// funnel.Limiter of its own (or p.Locker). The rules are checked here: a bad
+// Policy is an error matching ErrInvalidPolicy, and the funnel's error.
+func New(client mutex.Client, p Policy) (*Guard, error) {
+	if client == nil || (reflect.ValueOf(client).Kind() == reflect.Pointer && reflect.ValueOf(client).IsNil()) {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidPolicy)
+	}
+	p, err := p.check()
+	if err != nil {
+		return nil, err
+	}
+	if err := funnel.Validate(p.Rules...); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+	}
+	locker := p.Locker
+	if locker == nil {
+		locker = mutex.New(client, mutex.WithPrefix(p.Prefix))
+	}
+	g := &Guard{p: p, lim: funnel.New(client, funnel.WithPrefix(p.Prefix), funnel.WithLocker(locker))}
+	if p.Fallback != nil {
+		g.fb = newFallback(*p.Fallback)
+	}
+	return g, nil
+}
+
+// Allow is shorthand for AllowN(ctx, key, 1).
+func (g *Guard) Allow(ctx context.Context, key string) (Decision, error) {
+	return g.AllowN(ctx, key, 1)
+}
+
+// AllowN decides whether a call of n units for key may go ahead, and if so
+// takes them from every rule.
+//
+// If Redis cannot answer within the Policy's Timeout, the Decision is the
+// Fallback's, or else FailClosed's denial (RetryAfter = ErrorRetryAfter) or
+// FailOpen's admission, with Degraded set and an error matching
+// ErrUnavailable. A bad key gives ErrInvalidKey and a denial; a ctx that ends
+// gives ctx's error and a denial.
+func (g *Guard) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+	start := time.Now()
+	d, err := g.allow(ctx, key, n)
+	if g.p.Observe != nil {
+		g.p.Observe(Observation{Prefix: g.p.Prefix, N: n, Decision: d, Err: err, Latency: time.Since(start)})
+	}
+	return d, err
+}
+
+func (g *Guard) allow(ctx context.Context, key string, n int64) (Decision, error) {
+	sk, err := g.storedKey(key)
+	if err != nil {
+		return Decision{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, g.p.Timeout)
+	defer cancel()
+	res, err := g.lim.AllowN(cctx, sk, n, g.p.Rules...)
+	if err == nil {
+		return Decision{Allowed: res.Allowed, RetryAfter: res.RetryAfter, Rule: res.Rule,
+			Remaining: res.Remaining, Tightest: res.Tightest, ResetAfter: res.ResetAfter}, nil
+	}
+	if errors.Is(err, funnel.ErrInvalidN) || ctx.Err() != nil {
+		return Decision{}, err
+	}
+	uerr := fmt.Errorf("%w: %w", ErrUnavailable, err)
+	switch {
+	case g.fb != nil:
+		ok, wait := g.fb.allow(sk, n)
+		return Decision{Allowed: ok, RetryAfter: wait, Degraded: true}, uerr
+	case g.p.OnError == FailOpen:
+		return Decision{Allowed: true, Degraded: true}, uerr
+	}
+	return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, uerr
+}
+
+// Refund gives one unit back to every rule for key: the call was admitted
+// but did not happen (the provider refused the message).
+func (g *Guard) Refund(ctx context.Context, key string) error {
+	return g.RefundN(ctx, key, 1)
+}
+
+// RefundN gives n units back to every rule for key, never below empty.
+func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
+	sk, err := g.storedKey(key)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, g.p.Timeout)
+	defer cancel()
+	if err := g.lim.Refund(cctx, sk, n, g.p.Rules...); err != nil {
+		if errors.Is(err, funnel.ErrInvalidN) || ctx.Err() != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Do runs fn if Allow admits the call for key, and refunds the unit when fn
+// returns an error; fn does not run when the call is denied. It returns the
+// decision and fn's error (joined with the refund's, if that failed too), or
+// Allow's error.
+func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) error) (Decision, error) {
+	d, err := g.Allow(ctx, key)
+	if !d.Allowed {
+		return d, err
+	}
+	if ferr := fn(ctx); ferr != nil {
+		if rerr := g.Refund(ctx, key); rerr != nil {
+			return d, errors.Join(ferr, rerr)
+		}
+		return d, ferr
+	}
+	return d, err
+}
+
+// storedKey maps a caller's key to the key kept in Redis: normalized, then
+// "k:" and the key itself, or "h:" and a SHA-256 of a long key, or "m:" and
+// an HMAC with Policy.Secret. The three forms cannot collide, and the funnel
+// escapes braces, so no key can reach another key's state or cluster slot.
+func (g *Guard) storedKey(key string) (string, error) {
+	if len(key) > MaxKeyLen {
+		return "", fmt.Errorf("%w: %d bytes (at most %d)", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	if g.p.Normalize != nil {
+		nk, err := g.p.Normalize(key)
+		if err != nil {
+			return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
+		}
+		key = nk
+	}
+	if key == "" || len(key) > MaxKeyLen {
+		return "", fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	switch {
+	case len(g.p.Secret) > 0:
+		m := hmac.New(sha256.New, g.p.Secret)
+		m.Write([]byte(key))
+		return "m:" + base64.RawURLEncoding.EncodeToString(m.Sum(nil)), nil
+	case len(key) > maxPlainKey:
+		sum := sha256.Sum256([]byte(key))
+		return "h:" + base64.RawURLEncoding.EncodeToString(sum[:]), nil
+	}
+	return "k:" + key, nil
+}

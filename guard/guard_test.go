@@ -1,0 +1,223 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/guard"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+)
+
+var smsRules = []funnel.Rule{
+	{Name: "cooldown", Capacity: 1, Leak: 1, Per: time.Minute},
+	funnel.AtMost(5, time.Hour),
+	funnel.AtMost(10, 24*time.Hour),
+}
+
+func newGuard(t *testing.T, b *testutil.Backend, p guard.Policy) *guard.Guard {
+	t.Helper()
+	if p.Prefix == "" {
+		p.Prefix = b.Prefix + "g:"
+	} else {
+		p.Prefix = b.Prefix + p.Prefix
+	}
+	if p.Rules == nil {
+		p.Rules = smsRules
+	}
+	g, err := guard.New(b.Client(t), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func TestDecisions(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		g := newGuard(t, b, guard.Policy{})
+		d, err := g.Allow(ctx, "+8613800138000")
+		if err != nil || !d.Allowed || d.Degraded {
+			t.Fatalf("first = %+v, %v", d, err)
+		}
+		d, err = g.Allow(ctx, "+8613800138000")
+		if err != nil || d.Allowed || d.Rule != "cooldown" || d.RetryAfter <= 50*time.Second || d.RetryAfter > time.Minute {
+			t.Fatalf("second = %+v, %v; want denied by cooldown for ~60s", d, err)
+		}
+		if d, _ := g.Allow(ctx, "+8613800138001"); !d.Allowed {
+			t.Fatal("another number was denied")
+		}
+	})
+}
+
+// Three rules denied by the third consume nothing from the first two.
+func TestAllOrNothing(t *testing.T) {
+	b := testutil.Mini(t)
+	ctx := context.Background()
+	g := newGuard(t, b, guard.Policy{Rules: []funnel.Rule{
+		funnel.AtMost(3, time.Minute), funnel.AtMost(3, time.Hour), funnel.AtMost(1, 24*time.Hour),
+	}})
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b.Mini.SetTime(t0)
+	if d, _ := g.Allow(ctx, "k"); !d.Allowed {
+		t.Fatal("first call denied")
+	}
+	for i := range 5 {
+		d, err := g.Allow(ctx, "k")
+		if err != nil || d.Allowed || d.Rule != "1/24h0m0s" {
+			t.Fatalf("call %d = %+v, %v; want denied by the daily rule", i, d, err)
+		}
+	}
+	// Had the denials taken units, the minute and hour rules would be full.
+	b.Mini.SetTime(t0.Add(24 * time.Hour))
+	d, err := g.AllowN(ctx, "k", 1)
+	if err != nil || !d.Allowed {
+		t.Fatalf("after a day = %+v, %v", d, err)
+	}
+	if d.Remaining != 0 || d.Tightest != "1/24h0m0s" {
+		t.Fatalf("remaining %d of %q; want 0 of the daily rule", d.Remaining, d.Tightest)
+	}
+}
+
+func TestRefundAndDo(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		g := newGuard(t, b, guard.Policy{})
+		if d, _ := g.Allow(ctx, "p"); !d.Allowed {
+			t.Fatal("denied")
+		}
+		if err := g.Refund(ctx, "p"); err != nil {
+			t.Fatal(err)
+		}
+		if d, _ := g.Allow(ctx, "p"); !d.Allowed {
+			t.Fatal("Refund did not give the unit back")
+		}
+
+		sendErr := errors.New("provider refused")
+		ran := 0
+		d, err := g.Do(ctx, "q", func(context.Context) error { ran++; return sendErr })
+		if !d.Allowed || !errors.Is(err, sendErr) || ran != 1 {
+			t.Fatalf("Do with a failing send = %+v, %v, ran %d", d, err, ran)
+		}
+		d, err = g.Do(ctx, "q", func(context.Context) error { ran++; return nil })
+		if !d.Allowed || err != nil || ran != 2 {
+			t.Fatalf("Do after the refund = %+v, %v; the failed send should have been refunded", d, err)
+		}
+		d, err = g.Do(ctx, "q", func(context.Context) error { ran++; return nil })
+		if d.Allowed || err != nil || ran != 2 {
+			t.Fatalf("denied Do = %+v, %v, ran %d; fn must not run", d, err, ran)
+		}
+	})
+}
+
+func TestFailClosedAndOpen(t *testing.T) {
+	ctx := context.Background()
+	b := testutil.Mini(t)
+	closed := newGuard(t, b, guard.Policy{})
+	open := newGuard(t, b, guard.Policy{OnError: guard.FailOpen, Prefix: "open:"})
+	b.Mini.SetError("LOADING Redis is loading the dataset in memory")
+	d, err := closed.Allow(ctx, "k")
+	if d.Allowed || !d.Degraded || d.RetryAfter != guard.DefaultErrorRetry || !errors.Is(err, guard.ErrUnavailable) {
+		t.Fatalf("fail closed = %+v, %v", d, err)
+	}
+	d, err = open.Allow(ctx, "k")
+	if !d.Allowed || !d.Degraded || !errors.Is(err, guard.ErrUnavailable) {
+		t.Fatalf("fail open = %+v, %v", d, err)
+	}
+	b.Mini.SetError("")
+	if d, err := closed.Allow(ctx, "k"); err != nil || !d.Allowed {
+		t.Fatalf("after recovery = %+v, %v", d, err)
+	}
+}
+
+func TestStoppedServerFailsClosed(t *testing.T) {
+	srv := testutil.StartServer(t)
+	g, err := guard.New(srv.Client(t), guard.Policy{Rules: smsRules, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
+		t.Fatalf("before the stop = %+v, %v", d, err)
+	}
+	srv.Kill()
+	for i := range 5 {
+		d, err := g.Allow(ctx, "k"+string(rune('a'+i)))
+		if d.Allowed || !errors.Is(err, guard.ErrUnavailable) {
+			t.Fatalf("call %d with the server down = %+v, %v; want a denial", i, d, err)
+		}
+	}
+}
+
+func TestSlowRedisBoundedByTimeout(t *testing.T) {
+	b := testutil.Mini(t)
+	c := b.Client(t)
+	c.AddHook(testutil.DelayHook(300 * time.Millisecond))
+	g, err := guard.New(c, guard.Policy{Prefix: b.Prefix, Rules: smsRules, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	d, err := g.Allow(context.Background(), "k")
+	if d.Allowed || !errors.Is(err, guard.ErrUnavailable) {
+		t.Fatalf("slow Redis = %+v, %v", d, err)
+	}
+	if el := time.Since(start); el > 250*time.Millisecond {
+		t.Fatalf("Allow took %v with a 50ms Timeout: not bounded", el)
+	}
+}
+
+func TestFallbackWhileDown(t *testing.T) {
+	b := testutil.Mini(t)
+	g := newGuard(t, b, guard.Policy{Fallback: &guard.Fallback{Limit: 0.001, Burst: 2}})
+	b.Mini.SetError("ERR down")
+	ctx := context.Background()
+	for i, want := range []bool{true, true, false} {
+		d, err := g.Allow(ctx, "k")
+		if d.Allowed != want || !d.Degraded || !errors.Is(err, guard.ErrUnavailable) {
+			t.Fatalf("fallback call %d = %+v, %v; want allowed %v", i, d, err, want)
+		}
+		if !want && d.RetryAfter <= 0 {
+			t.Fatal("fallback denial without RetryAfter")
+		}
+	}
+}
+
+func TestObserver(t *testing.T) {
+	b := testutil.Mini(t)
+	var got []guard.Observation
+	g := newGuard(t, b, guard.Policy{Observe: func(o guard.Observation) { got = append(got, o) }})
+	g.Allow(context.Background(), "secret-phone")
+	g.Allow(context.Background(), "secret-phone")
+	if len(got) != 2 || !got[0].Decision.Allowed || got[1].Decision.Allowed || got[0].Latency <= 0 {
+		t.Fatalf("observations %+v", got)
+	}
+	if strings.Contains(got[0].Prefix, "secret-phone") {
+		t.Fatal("the observation carries the key")
+	}
+}
+
+func TestBadPolicy(t *testing.T) {
+	c := testutil.Mini(t).Client(t)
+	for name, p := range map[string]guard.Policy{
+		"no rules":       {},
+		"bad rule":       {Rules: []funnel.Rule{{Name: "x", Capacity: 0, Leak: 1, Per: time.Second}}},
+		"duplicate rule": {Rules: []funnel.Rule{funnel.AtMost(1, time.Second), funnel.AtMost(1, time.Second)}},
+		"brace prefix":   {Prefix: "a{", Rules: smsRules},
+		"bad mode":       {Rules: smsRules, OnError: 7},
+		"bad fallback":   {Rules: smsRules, Fallback: &guard.Fallback{}},
+	} {
+		if _, err := guard.New(c, p); !errors.Is(err, guard.ErrInvalidPolicy) {
+			t.Errorf("%s: New = %v, want ErrInvalidPolicy", name, err)
+		}
+	}
+	if _, err := guard.New(c, guard.Policy{Rules: []funnel.Rule{{Name: "x", Leak: 1, Per: time.Second}}}); !errors.Is(err, funnel.ErrInvalidRule) {
+		t.Errorf("bad rule error does not carry funnel.ErrInvalidRule: %v", err)
+	}
+	if _, err := guard.New(nil, guard.Policy{Rules: smsRules}); !errors.Is(err, guard.ErrInvalidPolicy) {
+		t.Errorf("nil client: %v", err)
+	}
+}

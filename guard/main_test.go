@@ -1,0 +1,9 @@
+package guard_test
+
+import (
+	"testing"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }

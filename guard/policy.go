@@ -1,0 +1,124 @@
+package guard
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/keyspace"
+	"github.com/funnelguard/funnelguard/mutex"
+	"golang.org/x/time/rate"
+)
+
+// FailureMode says what a Guard decides when Redis cannot answer.
+type FailureMode int
+
+const (
+	// FailClosed denies (the default: an SMS costs money).
+	FailClosed FailureMode = iota
+	// FailOpen admits.
+	FailOpen
+)
+
+// Defaults of a Policy.
+const (
+	DefaultPrefix      = "fg:guard:"
+	DefaultTimeout     = 500 * time.Millisecond
+	DefaultErrorRetry  = time.Second
+	DefaultFallbackMax = 10000
+	// MaxKeyLen is the longest key a Guard accepts, in bytes.
+	MaxKeyLen = 4096
+	// maxPlainKey is the longest key stored as it is; longer ones are hashed.
+	maxPlainKey = 128
+)
+
+// A Policy configures a Guard.
+type Policy struct {
+	// Prefix namespaces the guard's keys in Redis ("sms:phone:", "sms:ip:");
+	// DefaultPrefix if empty. Guards with different prefixes never share
+	// state, whatever their keys.
+	Prefix string
+	// Rules are decided all or nothing on every call (at least one).
+	Rules []funnel.Rule
+	// OnError is what to decide when Redis cannot answer: FailClosed (the
+	// zero value) or FailOpen.
+	OnError FailureMode
+	// ErrorRetryAfter is the RetryAfter of a denial made because Redis could
+	// not answer (DefaultErrorRetry if zero).
+	ErrorRetryAfter time.Duration
+	// Timeout bounds every call to Redis, lock waits included, so that a slow
+	// Redis cannot stall an endpoint (DefaultTimeout if zero).
+	Timeout time.Duration
+	// Normalize, if set, maps a key to its canonical form (for example a
+	// phone number to E.164) before anything else; an error rejects the key
+	// with ErrInvalidKey.
+	Normalize func(key string) (string, error)
+	// Secret, if set, makes the guard store HMAC-SHA256(Secret, key) instead
+	// of the key, so phone numbers and addresses never sit in Redis in clear
+	// text. Keys longer than 128 bytes are always stored hashed.
+	Secret []byte
+	// Fallback, if set, decides locally while Redis cannot answer, instead of
+	// OnError: a token bucket per key in this process.
+	Fallback *Fallback
+	// Observe, if set, is called after every decision (see Observation). It
+	// must be fast and safe for concurrent use.
+	Observe func(Observation)
+	// Locker, if set, is used for the keys' locks instead of a Locker of the
+	// guard's own (it must use the same Redis). Its names are the guard's
+	// stored keys.
+	Locker *mutex.Locker
+	// RateLimitHeaders makes Middleware send the IETF RateLimit-Policy and
+	// RateLimit fields (draft-ietf-httpapi-ratelimit-headers). Off by
+	// default: they disclose the quota.
+	RateLimitHeaders bool
+}
+
+// Fallback is a strict in-process limit per key for while Redis is down.
+type Fallback struct {
+	// Limit and Burst are the token bucket of each key (golang.org/x/time/rate).
+	Limit rate.Limit
+	Burst int
+	// MaxKeys bounds the keys remembered (DefaultFallbackMax if zero); when
+	// full, the oldest half is forgotten.
+	MaxKeys int
+}
+
+// check validates p and fills in its defaults.
+func (p Policy) check() (Policy, error) {
+	bad := func(format string, a ...any) (Policy, error) {
+		return p, fmt.Errorf("%w: "+format, append([]any{ErrInvalidPolicy}, a...)...)
+	}
+	if p.Prefix == "" {
+		p.Prefix = DefaultPrefix
+	}
+	if err := keyspace.CheckPrefix(p.Prefix); err != nil {
+		return bad("prefix %q: %v", p.Prefix, err)
+	}
+	if len(p.Rules) == 0 {
+		return bad("no rules")
+	}
+	if p.OnError != FailClosed && p.OnError != FailOpen {
+		return bad("OnError %d", p.OnError)
+	}
+	if p.Timeout == 0 {
+		p.Timeout = DefaultTimeout
+	}
+	if p.ErrorRetryAfter == 0 {
+		p.ErrorRetryAfter = DefaultErrorRetry
+	}
+	if p.Timeout < 0 || p.ErrorRetryAfter < 0 {
+		return bad("negative Timeout or ErrorRetryAfter")
+	}
+	if f := p.Fallback; f != nil {
+		if f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0 {
+			return bad("Fallback needs a positive Limit and Burst")
+		}
+		fc := *f
+		if fc.MaxKeys == 0 {
+			fc.MaxKeys = DefaultFallbackMax
+		}
+		p.Fallback = &fc
+	}
+	p.Rules = append([]funnel.Rule(nil), p.Rules...) // the caller may reuse its slice
+	return p, nil
+}

@@ -1,0 +1,49 @@
+package testutil
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DelayHook returns a go-redis hook that delays every command by d (or until
+// its context ends): a Redis too slow for the caller's timeouts.
+func DelayHook(d time.Duration) redis.Hook { return delayHook(d) }
+
+type delayHook time.Duration
+
+func (h delayHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+func (h delayHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.wait(ctx); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h.wait(ctx); err != nil {
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h delayHook) wait(ctx context.Context) error {
+	t := time.NewTimer(time.Duration(h))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
