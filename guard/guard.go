@@ -107,8 +107,7 @@ func (g *Guard) allow(ctx context.Context, key string, n int64) (Decision, error
 	defer cancel()
 	res, err := g.lim.AllowN(cctx, sk, n, g.p.Rules...)
 	if err == nil {
-		return Decision{Allowed: res.Allowed, RetryAfter: res.RetryAfter, Rule: res.Rule,
-			Remaining: res.Remaining, Tightest: res.Tightest, ResetAfter: res.ResetAfter}, nil
+		return decision(res), nil
 	}
 	if errors.Is(err, funnel.ErrInvalidN) || ctx.Err() != nil {
 		return Decision{}, err
@@ -122,6 +121,32 @@ func (g *Guard) allow(ctx context.Context, key string, n int64) (Decision, error
 		return Decision{Allowed: true, Degraded: true}, uerr
 	}
 	return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, uerr
+}
+
+// Peek reports what Allow would decide for key now, taking nothing: for
+// example, after an admission, how long until the next call is admitted
+// (RetryAfter). If Redis cannot answer it returns an error matching
+// ErrUnavailable and a denial.
+func (g *Guard) Peek(ctx context.Context, key string) (Decision, error) {
+	sk, err := g.storedKey(key)
+	if err != nil {
+		return Decision{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, g.p.Timeout)
+	defer cancel()
+	res, err := g.lim.Peek(cctx, sk, g.p.Rules...)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Decision{}, err
+		}
+		return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return decision(res), nil
+}
+
+func decision(res funnel.Result) Decision {
+	return Decision{Allowed: res.Allowed, RetryAfter: res.RetryAfter, Rule: res.Rule,
+		Remaining: res.Remaining, Tightest: res.Tightest, ResetAfter: res.ResetAfter}
 }
 
 // Refund gives one unit back to every rule for key: the call was admitted

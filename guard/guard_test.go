@@ -221,3 +221,20 @@ func TestBadPolicy(t *testing.T) {
 		t.Errorf("nil client: %v", err)
 	}
 }
+
+func TestPeekTakesNothing(t *testing.T) {
+	b := testutil.Mini(t)
+	ctx := context.Background()
+	g := newGuard(t, b, guard.Policy{})
+	for range 3 {
+		if d, err := g.Peek(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("Peek = %+v, %v", d, err)
+		}
+	}
+	if d, _ := g.Allow(ctx, "k"); !d.Allowed {
+		t.Fatal("Peek took a unit")
+	}
+	if d, err := g.Peek(ctx, "k"); err != nil || d.Allowed || d.RetryAfter <= 50*time.Second {
+		t.Fatalf("Peek after the send = %+v, %v; want the cooldown's wait", d, err)
+	}
+}

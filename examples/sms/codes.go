@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"math/big"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed attempt.lua
+	attemptSrc    string
+	attemptScript = redis.NewScript(attemptSrc)
+	//go:embed consume.lua
+	consumeSrc    string
+	consumeScript = redis.NewScript(consumeSrc)
+)
+
+// verdict is the outcome of a verification.
+type verdict int
+
+const (
+	verified verdict = iota
+	wrongCode
+	noCode  // never sent, expired, used or invalidated: the same answer as wrong
+	tooMany // this attempt was past the code's limit
+)
+
+// codeStore keeps one code per number in Redis, as an HMAC, never in clear.
+type codeStore struct {
+	client      redis.UniversalClient
+	secret      []byte
+	ttl         time.Duration
+	maxAttempts int64
+}
+
+// newCode returns 6 uniformly random digits from crypto/rand.
+func newCode() string {
+	n, err := rand.Int(rand.Reader, big.NewInt(1_000_000))
+	if err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return fmt.Sprintf("%06d", n.Int64())
+}
+
+func (s *codeStore) mac(parts ...string) []byte {
+	m := hmac.New(sha256.New, s.secret)
+	for _, p := range parts {
+		m.Write([]byte(p))
+		m.Write([]byte{0})
+	}
+	return m.Sum(nil)
+}
+
+// key hides the number: the code of a number lives under its HMAC.
+func (s *codeStore) key(phone string) string {
+	return "sms:code:" + base64.RawURLEncoding.EncodeToString(s.mac("phone", phone))
+}
+
+// put stores a new code for phone, replacing any earlier one.
+func (s *codeStore) put(ctx context.Context, phone, code string) error {
+	key := s.key(phone)
+	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, key)
+		p.HSet(ctx, key, "m", hex.EncodeToString(s.mac("code", phone, code)), "a", 0)
+		p.Expire(ctx, key, s.ttl)
+		return nil
+	})
+	return err
+}
+
+// forget deletes the code of phone (its message could not be sent).
+func (s *codeStore) forget(ctx context.Context, phone string) error {
+	return s.client.Del(ctx, s.key(phone)).Err()
+}
+
+// check verifies code for phone: at most maxAttempts checks per code, a
+// constant-time comparison of fixed-length HMACs, and single use.
+func (s *codeStore) check(ctx context.Context, phone, code string) (verdict, error) {
+	key := s.key(phone)
+	reply, err := attemptScript.Run(ctx, s.client, []string{key}, s.maxAttempts).Slice()
+	if err != nil {
+		return noCode, err
+	}
+	state, _ := reply[0].(int64)
+	switch state {
+	case 0:
+		return noCode, nil
+	case 2:
+		return tooMany, nil
+	}
+	stored, _ := reply[1].(string)
+	want := hex.EncodeToString(s.mac("code", phone, code))
+	if subtle.ConstantTimeCompare([]byte(stored), []byte(want)) != 1 {
+		return wrongCode, nil
+	}
+	used, err := consumeScript.Run(ctx, s.client, []string{key}, stored).Int()
+	if err != nil {
+		return noCode, err
+	}
+	if used != 1 {
+		return noCode, nil // another request used it first
+	}
+	return verified, nil
+}

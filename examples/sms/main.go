@@ -1,0 +1,142 @@
+// Command sms is a verification-code service protected by funnelguard.
+//
+//	go run ./examples/sms                 # embedded Redis (miniredis), 127.0.0.1:8080
+//	go run ./examples/sms -redis redis://127.0.0.1:6379/0
+//
+// See README.md for the HTTP API and a curl session.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "sms:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args, serves until SIGINT or SIGTERM (or ctx ends), and shuts
+// down cleanly: in-flight requests finish.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := DefaultConfig()
+	fl := flag.NewFlagSet("sms", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	addr := fl.String("addr", "127.0.0.1:8080", "listen address")
+	redisURL := fl.String("redis", os.Getenv("REDIS_URL"), "Redis URL (default $REDIS_URL; empty: an embedded miniredis). "+
+		"redis://host:port/db; with ?master_name=NAME a Sentinel group (addr= more sentinels); with addr= more nodes a Cluster")
+	secret := fl.String("secret", os.Getenv("SMS_SECRET"), "HMAC secret, 16+ bytes (default $SMS_SECRET; empty: random per run)")
+	fl.StringVar(&cfg.Region, "region", cfg.Region, "default region of numbers without +<country>")
+	fl.DurationVar(&cfg.Cooldown, "cooldown", cfg.Cooldown, "time between two codes to one number")
+	fl.Int64Var(&cfg.PhoneHourly, "phone-hourly", cfg.PhoneHourly, "codes per number per hour")
+	fl.Int64Var(&cfg.PhoneDaily, "phone-daily", cfg.PhoneDaily, "codes per number per 24 h")
+	fl.Int64Var(&cfg.IPHourly, "ip-hourly", cfg.IPHourly, "codes per client IP (IPv6: /64) per hour")
+	fl.Int64Var(&cfg.IPDaily, "ip-daily", cfg.IPDaily, "codes per client IP per 24 h")
+	fl.DurationVar(&cfg.CodeTTL, "code-ttl", cfg.CodeTTL, "how long a code is valid")
+	fl.Int64Var(&cfg.MaxAttempts, "max-attempts", cfg.MaxAttempts, "wrong guesses that invalidate a code")
+	fl.Int64Var(&cfg.MaxDailyFailures, "max-daily-failures", cfg.MaxDailyFailures, "failed verifications per number per 24 h")
+	fl.DurationVar(&cfg.Timeout, "redis-timeout", cfg.Timeout, "timeout of each Redis call")
+	fl.BoolVar(&cfg.TrustProxy, "trust-proxy", false, "take the client IP from X-Forwarded-For")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+
+	cfg.Secret = []byte(*secret)
+	if *secret == "" {
+		cfg.Secret = []byte(rand.Text()) // codes and counters do not survive a restart
+	}
+	client, stopRedis, err := connect(*redisURL, log)
+	if err != nil {
+		return err
+	}
+	defer stopRedis()
+	svc, err := NewService(client, cfg, &ConsoleProvider{out: stderr}, log)
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	fmt.Fprintf(stdout, "sms: serving on http://%s/\n", ln.Addr())
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// connect returns a client of the Redis at rawURL, or of an embedded
+// miniredis when rawURL is empty, and a function that closes both.
+func connect(rawURL string, log *slog.Logger) (redis.UniversalClient, func(), error) {
+	if rawURL == "" {
+		m, err := miniredis.Run()
+		if err != nil {
+			return nil, nil, err
+		}
+		log.Info("using an embedded Redis (miniredis); pass -redis for a real one")
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		return c, func() { c.Close(); m.Close() }, nil
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis URL: %w", err)
+	}
+	var c redis.UniversalClient
+	q := u.Query()
+	switch {
+	case q.Has("master_name"):
+		o, err := redis.ParseFailoverURL(rawURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("redis Sentinel URL: %w", err)
+		}
+		c = redis.NewFailoverClient(o)
+	case q.Has("addr"):
+		o, err := redis.ParseClusterURL(rawURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("redis Cluster URL: %w", err)
+		}
+		c = redis.NewClusterClient(o)
+	default:
+		o, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("redis URL: %w", err)
+		}
+		c = redis.NewClient(o)
+	}
+	return c, func() { c.Close() }, nil
+}

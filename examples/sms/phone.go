@@ -1,0 +1,56 @@
+package main
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/nyaruka/phonenumbers"
+)
+
+var errInvalidPhone = errors.New("invalid phone number")
+
+// normalizePhone returns number in E.164, so that every spelling of one
+// number ("138 0013 8000", "+86 138-0013-8000", "008613800138000", full-width
+// digits) shares one bucket; region is used for numbers without a country.
+func normalizePhone(number, region string) (string, error) {
+	if len(number) == 0 || len(number) > 64 {
+		return "", errInvalidPhone
+	}
+	n, err := phonenumbers.Parse(number, region)
+	if err != nil || !phonenumbers.IsValidNumber(n) {
+		return "", errInvalidPhone
+	}
+	return phonenumbers.Format(n, phonenumbers.E164), nil
+}
+
+// maskPhone keeps the country code and the last 4 digits, for logs.
+func maskPhone(e164 string) string {
+	if len(e164) < 8 {
+		return "***"
+	}
+	return e164[:3] + strings.Repeat("*", len(e164)-7) + e164[len(e164)-4:]
+}
+
+// clientIP returns the client's address as a rate-limit key: an IPv4
+// address, or the /64 network of an IPv6 one (one subscriber's block).
+func clientIP(r *http.Request, trustProxy bool) string {
+	host := r.RemoteAddr
+	if trustProxy {
+		if fwd := r.Header.Get("X-Forwarded-For"); fwd != "" {
+			host = strings.TrimSpace(strings.Split(fwd, ",")[0])
+		}
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case ip == nil:
+		return "unknown"
+	case ip.To4() != nil:
+		return ip.To4().String()
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}

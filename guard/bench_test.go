@@ -1,0 +1,76 @@
+package guard_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/guard"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/redis/go-redis/v9"
+)
+
+// BenchmarkAllow measures Guard.Allow on a real server, with PING in the same
+// run for the ×PING ratio:
+//
+//	go test -run '^$' -bench . -benchtime 3000x ./guard/
+func BenchmarkAllow(b *testing.B) {
+	be := testutil.RealBackend(b)
+	ctx := context.Background()
+	c := be.ClientOpts(b, &redis.Options{PoolSize: 64})
+	roomy := []funnel.Rule{{Name: "a", Capacity: 1 << 20, Leak: 1, Per: time.Hour}}
+	roomy3 := append(roomy, funnel.Rule{Name: "b", Capacity: 1 << 20, Leak: 1, Per: time.Minute}, funnel.Rule{Name: "c", Capacity: 1 << 20, Leak: 1, Per: 24 * time.Hour})
+	tight := []funnel.Rule{funnel.AtMost(1, time.Hour)}
+	tight3 := append(tight, funnel.AtMost(5, time.Hour), funnel.AtMost(10, 24*time.Hour))
+	var seq atomic.Int64
+
+	b.Run("ping-serial", func(b *testing.B) {
+		for range b.N {
+			if err := c.Ping(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, tc := range []struct {
+		name  string
+		rules []funnel.Rule
+		deny  bool
+	}{
+		{"admitted-1rule", roomy, false},
+		{"admitted-3rules", roomy3, false},
+		{"denied-1rule", tight, true},
+		{"denied-3rules", tight3, true},
+	} {
+		g, err := guard.New(c, guard.Policy{Prefix: be.Prefix + tc.name + ":", Rules: tc.rules})
+		if err != nil {
+			b.Fatal(err)
+		}
+		key := func() string { return strconv.FormatInt(seq.Add(1), 36) }
+		if tc.deny {
+			g.Allow(ctx, "flooded")
+			key = func() string { return "flooded" }
+		}
+		b.Run(tc.name+"-serial", func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if d, err := g.Allow(ctx, key()); err != nil || d.Allowed == tc.deny {
+					b.Fatalf("%+v, %v", d, err)
+				}
+			}
+		})
+		b.Run(tc.name+"-parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if d, err := g.Allow(ctx, key()); err != nil || d.Allowed == tc.deny {
+						b.Errorf("%+v, %v", d, err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
