@@ -26,8 +26,8 @@ var webFS embed.FS
 type Service struct {
 	cfg      Config
 	client   redis.UniversalClient
-	phone    *guard.Guard   // per number: cooldown, hourly, daily
-	ip       *guard.Guard   // per client IP
+	phone    *guard.Guard    // per number: cooldown, hourly, daily
+	ip       *guard.Guard    // per client IP
 	failures *funnel.Limiter // failed verifications per number
 	codes    *codeStore
 	provider Provider
