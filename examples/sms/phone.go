@@ -33,19 +33,29 @@ func maskPhone(e164 string) string {
 	return e164[:3] + strings.Repeat("*", len(e164)-7) + e164[len(e164)-4:]
 }
 
-// clientIP returns the client's address as a rate-limit key: an IPv4
-// address, or the /64 network of an IPv6 one (one subscriber's block).
-func clientIP(r *http.Request, trustProxy bool) string {
-	host := r.RemoteAddr
-	if trustProxy {
-		if fwd := r.Header.Get("X-Forwarded-For"); fwd != "" {
-			host = strings.TrimSpace(strings.Split(fwd, ",")[0])
-		}
-	}
+// parseHost parses "ip" or "ip:port" or "[ipv6]:port"; nil if it is neither.
+func parseHost(host string) net.IP {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	ip := net.ParseIP(host)
+	return net.ParseIP(host)
+}
+
+// clientIP returns the client's address as a rate-limit key: an IPv4
+// address, or the /64 network of an IPv6 one (one subscriber's block).
+func clientIP(r *http.Request, trustProxy bool) string {
+	ip := parseHost(r.RemoteAddr)
+	if trustProxy {
+		// The rightmost entry is the one our proxy appended: the address it
+		// saw. Entries to its left are whatever the client wrote.
+		fwd := r.Header.Values("X-Forwarded-For")
+		if len(fwd) > 0 {
+			parts := strings.Split(fwd[len(fwd)-1], ",")
+			if p := parseHost(strings.TrimSpace(parts[len(parts)-1])); p != nil {
+				ip = p
+			}
+		}
+	}
 	switch {
 	case ip == nil:
 		return "unknown"

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -91,14 +93,28 @@ func writeJSON(w http.ResponseWriter, status int, r reply) {
 	_ = json.NewEncoder(w).Encode(r)
 }
 
-// decode reads a small JSON body into v.
+// maxBody is the largest request body accepted, in bytes.
+const maxBody = 4096
+
+// decode reads a small JSON body into v: one object, known fields only, and
+// nothing after it but white space, all within maxBody bytes.
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 4096))
+	body := http.MaxBytesReader(nil, r.Body, maxBody)
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
 	if dec.More() {
+		return errors.New("trailing data")
+	}
+	// More stops at the first error: read to the end, so that white space
+	// past the limit is refused too.
+	rest, err := io.ReadAll(io.MultiReader(dec.Buffered(), body))
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(rest)) > 0 {
 		return errors.New("trailing data")
 	}
 	return nil
@@ -145,14 +161,18 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	code := newCode()
-	err = s.codes.put(ctx, phone, code)
-	if err == nil {
-		text := fmt.Sprintf("Your verification code is %s. It expires in %d minutes.", code, int(s.cfg.CodeTTL.Minutes()))
-		if err = s.provider.Send(ctx, phone, text); err != nil {
-			_ = s.codes.forget(ctx, phone)
-		}
+	if err := s.codes.put(ctx, phone, code); err != nil {
+		s.refund(ctx, s.phone, phone)
+		s.refund(ctx, s.ip, ip)
+		s.metrics.sends.WithLabelValues("unavailable").Inc()
+		s.metrics.redisErrors.Inc()
+		s.log.Error("storing a code failed", "to", maskPhone(phone), "err", err)
+		s.denied(w, guard.Decision{Degraded: true}, err)
+		return
 	}
-	if err != nil {
+	text := fmt.Sprintf("Your verification code is %s. It expires in %d minutes.", code, int(s.cfg.CodeTTL.Minutes()))
+	if err := s.provider.Send(ctx, phone, text); err != nil {
+		_ = s.codes.forget(context.WithoutCancel(ctx), phone)
 		s.refund(ctx, s.phone, phone)
 		s.refund(ctx, s.ip, ip)
 		s.metrics.sends.WithLabelValues("provider_error").Inc()
@@ -196,17 +216,29 @@ func (s *Service) verify(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, reply{Error: "invalid phone number"})
 		return
 	}
+	// Every check costs a unit of the number's daily failure budget, taken
+	// before the check and given back only when the code is right: a wrong
+	// guess can never go uncounted, even when Redis is slow. The budget is
+	// the same for every number, known or not, so its 429 reveals nothing.
 	failKey := s.codes.key(phone) // the number, hidden
 	rule := s.cfg.failureRule()
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	if res, err := s.failures.Peek(cctx, failKey, rule); err != nil || !res.Allowed {
+	res, err := s.failures.Allow(cctx, failKey, rule)
+	if err != nil || !res.Allowed {
 		s.verdict(w, tooMany, res.RetryAfter, err)
 		return
 	}
 	v, err := s.codes.check(cctx, phone, req.Code)
-	if err == nil && v == wrongCode {
-		_, _ = s.failures.Allow(cctx, failKey, rule)
+	if err == nil && v == verified {
+		if rerr := s.failures.Refund(context.WithoutCancel(ctx), failKey, 1, rule); rerr != nil {
+			s.log.Warn("refund of a verification failed", "err", rerr)
+		}
+	}
+	if v == tooMany {
+		// The code was just invalidated: answer as for any wrong or expired
+		// code, so that the attempt limit does not reveal a pending code.
+		v = noCode
 	}
 	s.verdict(w, v, 0, err)
 }
