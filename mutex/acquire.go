@@ -97,6 +97,9 @@ func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...L
 	res, err = lk.Run(ctx, call)
 	if err != nil {
 		_ = lk.Unlock(ctx)
+		if ctx.Err() != nil {
+			err = errors.Join(ErrNotObtained, ctx.Err())
+		}
 		return nil, res, err
 	}
 	return lk, res, nil

@@ -3,6 +3,8 @@ package mutex_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,6 +148,70 @@ func TestRunOnlyWhileHeld(t *testing.T) {
 		}
 		if v := b.Client(t).Get(ctx, state).Val(); v != "v" {
 			t.Fatalf("state = %q: a Run after Unlock wrote", v)
+		}
+	})
+}
+
+// Waiters that leave on a declining gate or an ended ctx while a holder is
+// handing them the lock must pass it on, never strand it until its lease
+// ends: after the storm, with a one-minute lease, no lock may be left.
+func TestNoLockStrandedWhenLeaving(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		l := newLocker(t, b, mutex.WithTTL(time.Minute), mutex.WithRetryInterval(time.Millisecond))
+		door := l.Key("g", "door")
+		c.Set(ctx, door, "open", 0)
+		stop := make(chan struct{})
+		flipped := make(chan struct{})
+		go func() { // the gate flips between open and shut
+			defer close(flipped)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					c.Set(ctx, door, "open", 0)
+					return
+				case <-time.After(200 * time.Microsecond):
+				}
+				c.Set(ctx, door, []string{"open", "shut"}[i%2], 0)
+			}
+		}()
+		var wg sync.WaitGroup
+		var got, declined, timedOut atomic.Int64
+		for g := range 16 {
+			wg.Go(func() {
+				for i := range 60 {
+					cctx, cancel := context.WithTimeout(ctx, time.Duration(1+(g+i)%5)*time.Millisecond)
+					lk, _, err := l.LockWith(cctx, "g", mutex.Call{Fragment: openGate, Keys: []string{door}})
+					cancel()
+					switch {
+					case err == nil:
+						got.Add(1)
+						if err := lk.Unlock(ctx); err != nil {
+							t.Errorf("Unlock: %v", err)
+						}
+					case errors.Is(err, mutex.ErrDeclined):
+						declined.Add(1)
+					case errors.Is(err, mutex.ErrNotObtained):
+						timedOut.Add(1)
+					default:
+						t.Errorf("LockWith: %v", err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(stop)
+		<-flipped
+		t.Logf("acquired %d, declined %d, timed out %d", got.Load(), declined.Load(), timedOut.Load())
+		if got.Load() == 0 || declined.Load() == 0 {
+			t.Fatal("the storm did not exercise both outcomes")
+		}
+		if n := c.Exists(ctx, l.Key("g", "lock")).Val(); n != 0 {
+			t.Fatalf("a lock was stranded: %v", c.HGetAll(ctx, l.Key("g", "lock")).Val())
+		}
+		if _, err := l.TryLock(ctx, "g"); err != nil {
+			t.Fatalf("after the storm TryLock = %v", err)
 		}
 	})
 }

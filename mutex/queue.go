@@ -131,29 +131,34 @@ func (l *Locker) headOf(name string, w *waiter) (queued, head, delay bool) {
 	return true, true, delay
 }
 
-// leave takes w out of its queue and returns lk, res, err; but if a releaser
-// is handing w a lock right now, it first waits for that outcome, and returns
-// the handed lock (with no result) if there is one.
+// leave takes w out of its queue and returns lk, res, err. A releaser may
+// have handed w a lock meanwhile (w is then out of the queue, or about to
+// be): leave collects it, so that no handed lock is ever left behind. It
+// returns the handed lock instead when w had none of its own and was not
+// leaving on an error; otherwise it passes the handed lock on (Unlock hands
+// it to the next waiter) and returns its own outcome.
 func (l *Locker) leave(ctx context.Context, name string, w *waiter, lk *Lock, res any, err error) (*Lock, any, bool, error) {
 	l.mu.Lock()
 	for w.handing {
 		l.mu.Unlock()
-		select {
-		case got := <-w.got:
-			// The hand-over succeeded: w is out of the queue. Our own attempt
-			// cannot also have succeeded (the releaser held the lock), but
-			// never keep two locks.
-			if lk != nil {
-				_ = lk.Unlock(ctx)
-			}
-			return got, nil, true, nil
-		case <-w.wake:
-		}
+		<-w.wake // handedOver signals or sends on got: both wake us
 		l.mu.Lock()
 	}
-	unsub := l.removeLocked(name, w, lk != nil)
+	var unsub func()
+	handed := true
+	if q := l.queues[name]; q != nil && slices.Contains(q.waiters, w) {
+		unsub, handed = l.removeLocked(name, w, lk != nil), false
+	}
 	l.mu.Unlock()
-	unsub()
+	if !handed {
+		unsub()
+		return lk, res, false, err
+	}
+	got := <-w.got // sent right after w left the queue
+	if lk == nil && err == nil {
+		return got, nil, true, nil
+	}
+	_ = got.Unlock(ctx)
 	return lk, res, false, err
 }
 
@@ -213,6 +218,7 @@ func (l *Locker) handedOver(name string, w *waiter, lk *Lock) {
 	l.mu.Unlock()
 	unsub()
 	w.got <- lk
+	signal(w.wake)
 }
 
 // released tells the head of name's queue, if any, to try at once: the lock
