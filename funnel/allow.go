@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/funnelguard/funnelguard/mutex"
 )
@@ -17,27 +18,33 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 // them from every rule; if any rule has no room, it takes nothing from any
 // (all or nothing). n must be at least 1 and at most every rule's Capacity.
 //
-// A denial is decided from the state read with the lock attempt and costs one
-// round trip, even while another caller holds the key's lock. An admission
-// waits for the lock if needed and commits only while holding it; a commit
-// whose lock lease lapsed is rejected by Redis and the call starts over, so a
-// stale decision never overwrites newer state. On error the call may or may
-// not have been admitted.
+// A call that is deniable when it arrives is denied from the state read with
+// its first lock attempt: one round trip, even while another caller holds the
+// key's lock. An admission waits for the lock if needed (re-reading the state
+// with each attempt, so it is denied as soon as the state says so) and
+// commits only while holding it; a commit whose lock lease lapsed is rejected
+// by Redis and the call starts over, so a stale decision never overwrites
+// newer state. On error the call may or may not have been admitted.
 func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Rule) (Result, error) {
 	c, err := lim.prepare(key, rules)
 	if err != nil {
 		return Result{}, err
 	}
 	for _, r := range c.rules {
-		if n < 1 || n*r.per > r.full {
+		if n < 1 || n > r.full/r.per { // not n*per > full: that can overflow
 			return Result{}, fmt.Errorf("%w: %d units for rule %q of capacity %d", ErrInvalidN, n, r.name, r.full/r.per)
 		}
 	}
 	for range maxCommits {
-		lk, res, err := lim.locker.LockWith(ctx, c.name, c.read(readGate), mutex.Lease(lim.lease))
+		// One attempt first: a call that is already deniable is denied by
+		// the gate in this round trip, never queued behind local waiters.
+		lk, res, err := lim.locker.TryLockWith(ctx, c.name, c.read(readGate), mutex.Lease(lim.lease))
+		if errors.Is(err, mutex.ErrLocked) {
+			lk, res, err = lim.locker.LockWith(ctx, c.name, c.read(readGate), mutex.Lease(lim.lease))
+		}
 		declined := errors.Is(err, mutex.ErrDeclined)
 		if err != nil && !declined {
-			return Result{}, err
+			return Result{}, corrupt(err)
 		}
 		snap, perr := parseRead(c.rules, res)
 		if perr != nil {
@@ -65,6 +72,15 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	return Result{}, ErrConflict
 }
 
+// corrupt marks a Redis WRONGTYPE error: the state key holds something
+// other than a funnel's hash.
+func corrupt(err error) error {
+	if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {
+		return fmt.Errorf("%w: %w", ErrCorruptState, err)
+	}
+	return err
+}
+
 // Peek reports what Allow would decide for key now, changing nothing and
 // taking no lock: one round trip.
 func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result, error) {
@@ -74,7 +90,7 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	}
 	reply, err := readPeek.Run(ctx, lim.client, []string{c.key}, c.ids...).Result()
 	if err != nil {
-		return Result{}, fmt.Errorf("funnel: peek: %w", err)
+		return Result{}, corrupt(fmt.Errorf("funnel: peek: %w", err))
 	}
 	arr, ok := reply.([]any)
 	if !ok || len(arr) != 2 {
@@ -107,7 +123,7 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 	for range maxCommits {
 		lk, res, err := lim.locker.LockWith(ctx, c.name, c.read(readAll), mutex.Lease(lim.lease))
 		if err != nil {
-			return err
+			return corrupt(err)
 		}
 		arr, ok := res.([]any)
 		if !ok || len(arr) != 2 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/keyspace"
+	"github.com/funnelguard/funnelguard/internal/nilcheck"
 	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
 )
@@ -114,8 +115,8 @@ func New(client mutex.Client, opts ...Option) *Limiter {
 	if lim.locker == nil {
 		lim.locker = mutex.New(client, mutex.WithPrefix(lim.prefix))
 	}
-	if client == nil {
-		lim.fail(ErrNilClient)
+	if nilcheck.IsNil(client) {
+		lim.err = ErrNilClient // before any option's error: nothing works without a client
 	}
 	return lim
 }

@@ -11,11 +11,9 @@ local values = redis.call('HMGET', KEYS[1], unpack(ARGV))
 local proceed = 1
 for i = 1, #ARGV do
   local v = values[i]
-  if v then
-    local free = tonumber(string.match(v, '^(%d+):'))
-    if free and free > now then
-      proceed = 0
-    end
+  local free = v and string.match(v, '^(%d+):')
+  if free and tonumber(free) > now then
+    proceed = 0
   end
 end
 return {proceed, {now, unpack(values)}}

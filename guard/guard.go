@@ -7,10 +7,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/nilcheck"
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
@@ -55,7 +55,7 @@ type Observation struct {
 // funnel.Limiter of its own (or p.Locker). The rules are checked here: a bad
 // Policy is an error matching ErrInvalidPolicy, and the funnel's error.
 func New(client mutex.Client, p Policy) (*Guard, error) {
-	if client == nil || (reflect.ValueOf(client).Kind() == reflect.Pointer && reflect.ValueOf(client).IsNil()) {
+	if nilcheck.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidPolicy)
 	}
 	p, err := p.check()

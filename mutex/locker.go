@@ -2,11 +2,11 @@ package mutex
 
 import (
 	"fmt"
-	"reflect"
 	"sync"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/keyspace"
+	"github.com/funnelguard/funnelguard/internal/nilcheck"
 )
 
 // Defaults and limits of a Locker.
@@ -125,7 +125,7 @@ func (l *Locker) fail(err error) {
 // error (ErrNilClient, ErrInvalidTTL, ...).
 func New(client Client, opts ...Option) *Locker {
 	l := &Locker{client: client, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, notify: true}
-	if isNil(client) {
+	if nilcheck.IsNil(client) {
 		l.err = ErrNilClient
 	}
 	for _, o := range opts {
@@ -134,18 +134,6 @@ func New(client Client, opts ...Option) *Locker {
 		}
 	}
 	return l
-}
-
-func isNil(c Client) bool {
-	if c == nil {
-		return true
-	}
-	v := reflect.ValueOf(c)
-	switch v.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Func, reflect.Slice, reflect.Chan:
-		return v.IsNil()
-	}
-	return false
 }
 
 // A LockOption configures one acquisition.

@@ -1,0 +1,221 @@
+package funnel_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/redis/go-redis/v9"
+)
+
+// keysUnder returns the keys that start with prefix (a test prefix: no
+// glob characters).
+func keysUnder(t testing.TB, c *redis.Client, prefix string) []string {
+	t.Helper()
+	var out []string
+	iter := c.Scan(context.Background(), 0, prefix+"*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		out = append(out, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatalf("SCAN: %v", err)
+	}
+	return out
+}
+
+// storeMax raises a to v if v is larger.
+func storeMax(a *atomic.Int64, v int64) {
+	for old := a.Load(); v > old && !a.CompareAndSwap(old, v); old = a.Load() {
+	}
+}
+
+// TestConcurrentAdmissionsBounded hammers one key from 32 goroutines on 4
+// clients and checks that the funnel admits exactly what its rule allows over
+// the server time the run took: never more (no lost update between clients),
+// and not noticeably less (no admission lost to lock contention).
+func TestConcurrentAdmissionsBounded(t *testing.T) {
+	b := testutil.RealBackend(t)
+	// A unit every 5 ms gives many admissions, each a chance for a lost
+	// update to show; a capacity of half a second's leak keeps the funnel
+	// from emptying when the machine stalls (see the lower bound).
+	rule := funnel.Rule{Name: "hammer", Capacity: 100, Leak: 200, Per: time.Second}
+	const clients, workers, run = 4, 32, 2 * time.Second
+	lims := make([]*funnel.Limiter, clients)
+	for i := range lims {
+		lims[i] = newLimiter(t, b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), run+20*time.Second)
+	defer cancel()
+	admin := b.Client(t)
+
+	before := time.Now()
+	t0, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(run)
+	var admitted, denied atomic.Int64
+	var startup atomic.Int64    // client time from before t0 to the first admission's reply
+	var slowest [2]atomic.Int64 // longest call: denied, admitted
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		lim := lims[w%clients]
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				start := time.Now()
+				res, err := lim.Allow(ctx, "hot", rule)
+				if err != nil {
+					errs <- err
+					return
+				}
+				took, slow := int64(time.Since(start)), &slowest[0]
+				if res.Allowed {
+					slow = &slowest[1]
+				}
+				storeMax(slow, took)
+				if res.Allowed {
+					if admitted.Add(1) == 1 {
+						startup.Store(int64(time.Since(before)))
+					}
+				} else {
+					denied.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t1, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail := time.Since(deadline) // from when the workers stopped asking to t1's reply
+	close(errs)
+	for err := range errs {
+		t.Errorf("Allow: %v", err)
+	}
+
+	// Every admission happened in server time [t0, t1]: the funnel held
+	// Capacity at t0 and drained at most ⌈(t1-t0)·Leak/Per⌉ units since,
+	// plus one for an admission exactly on a unit's boundary.
+	elapsed := t1.Sub(t0).Microseconds()
+	per := rule.Per.Microseconds()
+	leaked := (elapsed*rule.Leak + per - 1) / per
+	most := rule.Capacity + leaked + 1
+	// With 32 callers asking all the time the funnel never empties, so its
+	// schedule of free units is kept whatever the delays between calls. The
+	// only units left unclaimed are those that leaked before the first
+	// admission (startup: at most the client time from before t0 to that
+	// admission's reply) and after the workers stopped asking (tail: the
+	// client time from the deadline to t1's reply), plus the one or two in
+	// flight when the workers stopped, and the 2 units of rounding in the
+	// bound itself: a tolerance measured, not guessed.
+	lost := startup.Load() + int64(tail)
+	perNs := int64(rule.Per)
+	tolerance := (lost*rule.Leak+perNs-1)/perNs + 5
+	got := admitted.Load()
+	t.Logf("server time %v, admitted %d, denied %d, bound %d (capacity %d + leaked %d + 1), tolerance %d (startup %v, tail %v); slowest denial %v, admission %v",
+		t1.Sub(t0), got, denied.Load(), most, rule.Capacity, leaked, tolerance, time.Duration(startup.Load()), tail,
+		time.Duration(slowest[0].Load()), time.Duration(slowest[1].Load()))
+	if got > most {
+		t.Fatalf("admitted %d > %d: over-admission of %d", got, most, got-most)
+	}
+	if got < most-tolerance {
+		// A call that waited about a lock lease (DefaultLease) means a lock
+		// was left held until it expired, and the funnel emptied meanwhile.
+		t.Fatalf("admitted %d < %d - %d: admissions lost (slowest admission %v; DefaultLease %v)",
+			got, most, tolerance, time.Duration(slowest[1].Load()), funnel.DefaultLease)
+	}
+}
+
+// TestLeaseLapseRejected stalls one Limiter's commit past its lock's lease
+// while another Limiter admits: the stale commit must be rejected and its
+// call decided again on the state the other wrote.
+func TestLeaseLapseRejected(t *testing.T) {
+	const lease = 50 * time.Millisecond
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		for _, tc := range []struct {
+			name     string
+			capacity int64
+			nB       int64 // B's units: unlike A's one, so that a stale write of A's shows
+		}{
+			{"room-for-both", 3, 2},
+			{"room-for-one", 1, 1},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				// Leak is one unit a day: nothing drains during the test.
+				rule := funnel.Rule{Name: "day", Capacity: tc.capacity, Leak: 1, Per: 24 * time.Hour}
+				key := "lapse-" + tc.name
+				limA := newLimiter(t, b, funnel.WithLease(lease))
+				limB := newLimiter(t, b, funnel.WithLease(lease))
+
+				var commits int // A's commit attempts; the hook runs in A's goroutine
+				var resB funnel.Result
+				var errB error
+				funnel.SetBeforeCommit(limA, func() {
+					commits++
+					if commits > 1 {
+						return // stall only the first commit
+					}
+					if b.Mini != nil {
+						b.Mini.FastForward(lease + time.Millisecond) // miniredis expires keys only so
+					} else {
+						time.Sleep(lease + 30*time.Millisecond)
+					}
+					resB, errB = limB.AllowN(ctx, key, tc.nB, rule)
+				})
+
+				resA, errA := limA.Allow(ctx, key, rule)
+				if errA != nil || errB != nil {
+					t.Fatalf("A: %v, B: %v", errA, errB)
+				}
+				if commits == 0 {
+					t.Fatal("the commit hook never ran")
+				}
+				if !resB.Allowed {
+					t.Fatalf("B, admitting while A's lease had lapsed: %+v, want allowed", resB)
+				}
+				resC, err := limB.Allow(ctx, key, rule)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("A %+v after %d commit attempts; B %+v; third %+v", resA, commits, resB, resC)
+				units := tc.nB
+				for _, r := range []funnel.Result{resA, resC} {
+					if r.Allowed {
+						units++
+					}
+				}
+				if over := units - tc.capacity; over > 0 {
+					t.Fatalf("%d units admitted with capacity %d: over-admission %d", units, tc.capacity, over)
+				}
+				if tc.capacity > tc.nB {
+					// A's stale commit was rejected, and A started over (a
+					// second commit) on top of B's units: all stored once, so
+					// the funnel is full and the third call denied.
+					if !resA.Allowed || commits != 2 {
+						t.Fatalf("A = %+v after %d commits, want allowed after 2", resA, commits)
+					}
+					if resC.Allowed {
+						t.Fatal("a third call was admitted: A's stale commit overwrote B's units")
+					}
+				} else {
+					// A's retry read B's unit and was denied by the gate, with
+					// no second commit.
+					if resA.Allowed || commits != 1 {
+						t.Fatalf("A = %+v after %d commits, want denied after 1", resA, commits)
+					}
+				}
+				peek, err := limB.Peek(ctx, key, rule)
+				if err != nil || peek.Allowed || peek.Remaining != 0 {
+					t.Fatalf("Peek = %+v, %v: want a full funnel (every admission stored once)", peek, err)
+				}
+			})
+		}
+	})
+}

@@ -1,0 +1,172 @@
+package funnel_test
+
+import (
+	"context"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/go-redis/redis_rate/v10"
+)
+
+// TestIdleKeyExpires checks that the state key lives exactly until every
+// funnel is empty, that its TTL never shrinks below what another rule's state
+// needs, that no lock key is left behind, and that a denial writes nothing.
+func TestIdleKeyExpires(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		lim := newLimiter(t, b)
+		t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		setTime := func(d time.Duration) {
+			if b.Mini != nil {
+				b.Mini.SetTime(t0.Add(d))
+			}
+		}
+		cooldown := funnel.AtMost(1, time.Minute)
+		// A unit of slow drains in 3600 s / 7: not a whole number of ms, so
+		// the TTL must round up.
+		slow := funnel.Rule{Name: "7/h", Capacity: 3, Leak: 7, Per: time.Hour}
+		key := b.Prefix + "{k}:funnel"
+		pttl := func() time.Duration {
+			t.Helper()
+			d, err := c.PTTL(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+
+		setTime(0)
+		start := time.Now()
+		res, err := lim.Allow(ctx, "k", cooldown, slow)
+		if err != nil || !res.Allowed {
+			t.Fatalf("Allow = %+v, %v", res, err)
+		}
+		// slow holds one unit: empty in ⌈3600 s / 7⌉ µs, a TTL of that in ms
+		// rounded up.
+		if got, want := res.ResetAfter, 514285715*time.Microsecond; got != want {
+			t.Fatalf("ResetAfter = %v, want %v", got, want)
+		}
+		want := 514286 * time.Millisecond
+		got := pttl()
+		if got <= 0 || got > want || got < want-time.Since(start)-time.Millisecond {
+			t.Fatalf("PTTL = %v after an admission, want %v (less the time since)", got, want)
+		}
+		if b.Mini != nil && got != want {
+			t.Fatalf("PTTL = %v, want exactly %v on a frozen clock", got, want)
+		}
+		if keys := keysUnder(t, c, b.Prefix); len(keys) != 1 || keys[0] != key {
+			t.Fatalf("keys %q after an admission, want only %q (no lock left)", keys, key)
+		}
+
+		// A call with only a minute rule needs a one-minute TTL, but slow's
+		// unit is still stored: the TTL must not shrink.
+		minute := funnel.Rule{Name: "minute", Capacity: 5, Leak: 1, Per: time.Minute}
+		before := pttl()
+		if res, err := lim.Allow(ctx, "k", minute); err != nil || !res.Allowed {
+			t.Fatalf("minute rule only = %+v, %v", res, err)
+		}
+		if got := pttl(); got < before-time.Since(start) {
+			t.Fatalf("PTTL = %v after a minute-rule-only admission, was %v: the slow rule's state would expire early", got, before)
+		}
+
+		// A denial (the cooldown is full) writes nothing.
+		setTime(time.Second)
+		time.Sleep(time.Millisecond) // a real server's clock moves on, as a write would show
+		hash, err := c.HGetAll(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before = pttl()
+		res, err = lim.Allow(ctx, "k", cooldown, slow)
+		if err != nil || res.Allowed {
+			t.Fatalf("Allow within the cooldown = %+v, %v; want denied", res, err)
+		}
+		after, err := c.HGetAll(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(hash, after) {
+			t.Fatalf("a denial changed the state:\n%q\n%q", hash, after)
+		}
+		if got := pttl(); got > before || (b.Mini != nil && got != before) {
+			t.Fatalf("a denial changed the TTL from %v to %v", before, got)
+		}
+
+		if b.Mini != nil {
+			left := pttl()
+			b.Mini.FastForward(left - time.Millisecond)
+			if n := c.Exists(ctx, key).Val(); n != 1 {
+				t.Fatalf("state gone %v before its TTL", time.Millisecond)
+			}
+			b.Mini.FastForward(time.Millisecond)
+			if n := c.Exists(ctx, key).Val(); n != 0 {
+				t.Fatal("state left after its TTL")
+			}
+			return
+		}
+
+		// A real server: a funnel that empties in 50 ms.
+		fast := funnel.Rule{Name: "fast", Capacity: 1, Leak: 1, Per: 50 * time.Millisecond}
+		fkey := b.Prefix + "{fast}:funnel"
+		if res, err := lim.Allow(ctx, "fast", fast); err != nil || !res.Allowed {
+			t.Fatalf("Allow = %+v, %v", res, err)
+		}
+		if d := c.PTTL(ctx, fkey).Val(); d <= 0 || d > fast.Per {
+			t.Fatalf("PTTL = %v, want in (0, %v]", d, fast.Per)
+		}
+		for deadline := time.Now().Add(2 * time.Second); c.Exists(ctx, fkey).Val() != 0; {
+			if time.Now().After(deadline) {
+				t.Fatalf("state of a funnel that emptied in %v still there after 2s", fast.Per)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+// TestMemoryUsage reports what an active key costs in Redis, next to
+// redis_rate for the same traffic, and catches growth of the stored state.
+func TestMemoryUsage(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	c := b.Client(t)
+	lim := newLimiter(t, b)
+	rate := redis_rate.NewLimiter(c)
+	sms := []funnel.Rule{funnel.AtMost(1, time.Minute), funnel.AtMost(5, time.Hour), funnel.AtMost(10, 24*time.Hour)}
+	one := funnel.AtMost(5, time.Hour)
+	rkey := b.Prefix + "rate"
+	t.Cleanup(func() { _ = rate.Reset(context.Background(), rkey) })
+
+	if res, err := lim.Allow(ctx, "three", sms...); err != nil || !res.Allowed {
+		t.Fatalf("Allow = %+v, %v", res, err)
+	}
+	for range 2 {
+		if res, err := lim.Allow(ctx, "one", one); err != nil || !res.Allowed {
+			t.Fatalf("Allow = %+v, %v", res, err)
+		}
+		if res, err := rate.Allow(ctx, rkey, redis_rate.Limit{Rate: 1, Burst: 5, Period: time.Hour}); err != nil || res.Allowed != 1 {
+			t.Fatalf("redis_rate = %+v, %v", res, err)
+		}
+	}
+	usage := func(key string) int64 {
+		t.Helper()
+		n, err := c.MemoryUsage(ctx, key).Result()
+		if err != nil {
+			t.Fatalf("MEMORY USAGE %s: %v", key, err)
+		}
+		return n
+	}
+	three, single, peer := usage(b.Prefix+"{three}:funnel"), usage(b.Prefix+"{one}:funnel"), usage("rate:"+rkey)
+	t.Logf("MEMORY USAGE: funnel 3 rules %d B, funnel 1 rule %d B, redis_rate 1 limit %d B (keys of %d, %d, %d bytes)",
+		three, single, peer, len(b.Prefix+"{three}:funnel"), len(b.Prefix+"{one}:funnel"), len("rate:"+rkey))
+	if keys := keysUnder(t, c, b.Prefix); len(keys) != 2 {
+		t.Fatalf("keys %q, want the two state keys only", keys)
+	}
+	const most = 512
+	if three > most {
+		t.Fatalf("a 3-rule key takes %d bytes, want at most %d", three, most)
+	}
+}
