@@ -61,7 +61,7 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 		if lim.beforeCommit != nil {
 			lim.beforeCommit()
 		}
-		write := mutex.Call{Fragment: writeBack, Keys: []string{c.key}, Args: writeArgs(c.rules, d.fills, snap.now)}
+		write := mutex.Call{Fragment: writeBack, Keys: []string{c.key}, Args: writeArgs(c.rules, d.fills, d.ats, snap.now)}
 		if _, err := lk.UnlockWith(ctx, write); errors.Is(err, mutex.ErrNotHeld) {
 			continue // the lease lapsed: decide again on fresh state
 		} else if err != nil {
@@ -135,8 +135,8 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 			_ = lk.Unlock(ctx)
 			return err
 		}
-		fills := refund(c.rules, snap.levels, snap.now, n)
-		write := mutex.Call{Fragment: writeBack, Keys: []string{c.key}, Args: writeArgs(c.rules, fills, snap.now)}
+		fills, ats := refund(c.rules, snap.levels, snap.now, n)
+		write := mutex.Call{Fragment: writeBack, Keys: []string{c.key}, Args: writeArgs(c.rules, fills, ats, snap.now)}
 		if _, err := lk.UnlockWith(ctx, write); errors.Is(err, mutex.ErrNotHeld) {
 			continue
 		} else if err != nil {

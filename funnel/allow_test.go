@@ -114,3 +114,16 @@ func TestResultFields(t *testing.T) {
 		}
 	})
 }
+
+// A server clock that steps back (a failover to a lagging server) credits
+// no leak twice, and RetryAfter counts the lag.
+func TestClockStepsBack(t *testing.T) {
+	b := testutil.Mini(t)
+	lim := newLimiter(t, b)
+	run(t, b, lim, "k", []step{
+		{0, 1, true, 0},
+		{-10 * time.Second, 1, false, 70 * time.Second},
+		{50 * time.Second, 1, false, 10 * time.Second},
+		{60 * time.Second, 1, true, 0},
+	}, funnel.AtMost(1, time.Minute))
+}

@@ -180,8 +180,10 @@ func TestBadInputRegressions(t *testing.T) {
 	if _, err := lim.Peek(ctx, "str", rule); !errors.Is(err, funnel.ErrCorruptState) {
 		t.Errorf("Peek on a string key = %v, want ErrCorruptState", err)
 	}
-	c.HSet(ctx, b.Prefix+"{bad}:funnel", "1/1m0s/1/1/60000000", "garbage")
-	if _, err := lim.Allow(ctx, "bad", rule); !errors.Is(err, funnel.ErrCorruptState) {
-		t.Errorf("Allow on a garbage field = %v, want ErrCorruptState", err)
+	for _, v := range []string{"garbage", "1:60000000:-5"} {
+		c.HSet(ctx, b.Prefix+"{bad}:funnel", "1/1m0s/1/1/60000000", v)
+		if _, err := lim.Allow(ctx, "bad", rule); !errors.Is(err, funnel.ErrCorruptState) {
+			t.Errorf("Allow on the field value %q = %v, want ErrCorruptState", v, err)
+		}
 	}
 }

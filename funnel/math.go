@@ -1,12 +1,23 @@
 package funnel
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // A level is the state of one rule: how full its funnel was (in
 // unit-microseconds) at server time at (µs).
 type level struct {
 	fill int64
 	at   int64
+}
+
+// satAdd returns a+b for a, b >= 0, or MaxInt64 where that overflows.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // ceilDiv returns ⌈a/b⌉ for a >= 0, b > 0.
@@ -41,16 +52,25 @@ type decision struct {
 	allowed bool
 	denied  int     // index of the denying rule (longest wait), -1 if allowed
 	fills   []int64 // after the call
+	ats     []int64 // the server time of each fill
 	retry   int64   // µs until the call would be admitted; 0 if allowed
 }
 
+// clock returns the time a rule's state is taken to at now: its clock never
+// goes back, so a server clock behind the stored time (a failover to a
+// server whose clock lags) credits no leak twice.
+func clock(s level, now int64) int64 { return max(now, s.at) }
+
 // decide admits n units at now if they fit in every rule, all or nothing.
 func decide(rules []rule, states []level, now, n int64) decision {
-	d := decision{allowed: true, denied: -1, fills: make([]int64, len(rules))}
+	d := decision{allowed: true, denied: -1, fills: make([]int64, len(rules)), ats: make([]int64, len(rules))}
 	for i, r := range rules {
-		d.fills[i] = r.drain(states[i], now)
-		if w := r.wait(d.fills[i], n); w > d.retry {
-			d.allowed, d.denied, d.retry = false, i, w
+		d.ats[i] = clock(states[i], now)
+		d.fills[i] = r.drain(states[i], d.ats[i])
+		if w := r.wait(d.fills[i], n); w > 0 {
+			if w = satAdd(w, d.ats[i]-now); w > d.retry {
+				d.allowed, d.denied, d.retry = false, i, w
+			}
 		}
 	}
 	if d.allowed {
@@ -61,13 +81,15 @@ func decide(rules []rule, states []level, now, n int64) decision {
 	return d
 }
 
-// refund takes n units out of every rule at now, never below empty.
-func refund(rules []rule, states []level, now, n int64) []int64 {
-	fills := make([]int64, len(rules))
+// refund takes n units out of every rule at now, never below empty, and
+// returns the fills and their times.
+func refund(rules []rule, states []level, now, n int64) (fills, ats []int64) {
+	fills, ats = make([]int64, len(rules)), make([]int64, len(rules))
 	for i, r := range rules {
-		fills[i] = max(r.drain(states[i], now)-min(n, r.full/r.per)*r.per, 0)
+		ats[i] = clock(states[i], now)
+		fills[i] = max(r.drain(states[i], ats[i])-min(n, r.full/r.per)*r.per, 0)
 	}
-	return fills
+	return fills, ats
 }
 
 // Result is the outcome of a call for one key.

@@ -11,15 +11,16 @@ import (
 // again, which the read script compares with the server's TIME to deny
 // without taking the lock; <fill> and <at> are the rule's level.
 
-// encode returns the stored value of a rule at fill after a call at now.
-func (r rule) encode(fill, now int64) string {
-	free := now + r.wait(fill, 1)
+// encode returns the stored value of a rule whose funnel holds fill at
+// server time at.
+func (r rule) encode(fill, at int64) string {
+	free := satAdd(at, r.wait(fill, 1))
 	b := make([]byte, 0, 48)
 	b = strconv.AppendInt(b, free, 10)
 	b = append(b, ':')
 	b = strconv.AppendInt(b, fill, 10)
 	b = append(b, ':')
-	b = strconv.AppendInt(b, now, 10)
+	b = strconv.AppendInt(b, at, 10)
 	return string(b)
 }
 
@@ -38,7 +39,7 @@ func (r rule) decode(v any) (level, error) {
 	}
 	fill, err1 := strconv.ParseInt(parts[1], 10, 64)
 	at, err2 := strconv.ParseInt(parts[2], 10, 64)
-	if err1 != nil || err2 != nil || fill < 0 || fill > r.full {
+	if err1 != nil || err2 != nil || fill < 0 || fill > r.full || at < 0 {
 		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
 	}
 	return level{fill: fill, at: at}, nil
@@ -72,10 +73,11 @@ func parseRead(rules []rule, res any) (snapshot, error) {
 	return s, nil
 }
 
-// writeArgs returns the write script's arguments for the fills of rules at
-// now: the key's TTL in ms (until every funnel is empty), then field, value
-// pairs; an empty funnel's value is "" (its field is deleted).
-func writeArgs(rules []rule, fills []int64, now int64) []any {
+// writeArgs returns the write script's arguments for rules holding fills at
+// server times ats, written at now: the key's TTL in ms (until every funnel
+// is empty), then field, value pairs; an empty funnel's value is "" (its
+// field is deleted).
+func writeArgs(rules []rule, fills, ats []int64, now int64) []any {
 	args := make([]any, 1, 1+2*len(rules))
 	var ttl int64
 	for i, r := range rules {
@@ -83,8 +85,9 @@ func writeArgs(rules []rule, fills []int64, now int64) []any {
 			args = append(args, r.id, "")
 			continue
 		}
-		ttl = max(ttl, ceilDiv(ceilDiv(fills[i], r.leak), 1000))
-		args = append(args, r.id, r.encode(fills[i], now))
+		empty := satAdd(ats[i]-now, ceilDiv(fills[i], r.leak)) // µs from now
+		ttl = max(ttl, ceilDiv(empty, 1000))
+		args = append(args, r.id, r.encode(fills[i], ats[i]))
 	}
 	args[0] = ttl
 	return args

@@ -1,0 +1,138 @@
+package funnel_test
+
+import (
+	"fmt"
+	"math/big"
+
+	"github.com/funnelguard/funnelguard/funnel"
+)
+
+// refRule is the exact model of one rule: its funnel held level units (a
+// rational) at time at (µs) and drains rate units per µs.
+type refRule struct {
+	c     *big.Rat // Capacity
+	rate  *big.Rat // Leak / Per
+	level *big.Rat
+	at    int64
+}
+
+func newRefRule(r funnel.Rule) *refRule {
+	return &refRule{
+		c:     new(big.Rat).SetInt64(r.Capacity),
+		rate:  big.NewRat(r.Leak, r.Per.Microseconds()),
+		level: new(big.Rat),
+	}
+}
+
+// levelAt is the level at now >= at: what leaked since at is gone, down to
+// empty.
+func (m *refRule) levelAt(now int64) *big.Rat {
+	if now < m.at {
+		panic(fmt.Sprintf("model time went back from %d to %d", m.at, now))
+	}
+	leaked := new(big.Rat).Mul(m.rate, new(big.Rat).SetInt64(now-m.at))
+	l := new(big.Rat).Sub(m.level, leaked)
+	if l.Sign() < 0 {
+		l.SetInt64(0)
+	}
+	return l
+}
+
+// slack is the room left at now after n more units: negative when they do
+// not fit.
+func (m *refRule) slack(now, n int64) *big.Rat {
+	s := new(big.Rat).Sub(m.c, m.levelAt(now))
+	return s.Sub(s, new(big.Rat).SetInt64(n))
+}
+
+// wait is the exact time in µs from now until n more units fit.
+func (m *refRule) wait(now, n int64) *big.Rat {
+	s := m.slack(now, n)
+	if s.Sign() >= 0 {
+		return new(big.Rat)
+	}
+	s.Neg(s)
+	return s.Quo(s, m.rate)
+}
+
+// take adds n units at now.
+func (m *refRule) take(now, n int64) {
+	m.level = m.levelAt(now)
+	m.level.Add(m.level, new(big.Rat).SetInt64(n))
+	m.at = now
+}
+
+// refKey is the model of the rules of one key: all or nothing.
+type refKey []*refRule
+
+func newRefKey(rules []funnel.Rule) refKey {
+	k := make(refKey, len(rules))
+	for i, r := range rules {
+		k[i] = newRefRule(r)
+	}
+	return k
+}
+
+// admits reports whether n units fit in every rule at now.
+func (k refKey) admits(now, n int64) bool {
+	for _, m := range k {
+		if m.slack(now, n).Sign() < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// waits returns each rule's wait for n units at now rounded up to the µs,
+// and the longest.
+func (k refKey) waits(now, n int64) (waits []int64, most int64) {
+	waits = make([]int64, len(k))
+	for i, m := range k {
+		waits[i] = ratCeil(m.wait(now, n))
+		most = max(most, waits[i])
+	}
+	return waits, most
+}
+
+// remaining returns the whole units each rule would still admit at now, and
+// the fewest.
+func (k refKey) remaining(now int64) (left []int64, least int64) {
+	left = make([]int64, len(k))
+	for i, m := range k {
+		left[i] = ratFloor(new(big.Rat).Sub(m.c, m.levelAt(now)))
+		if i == 0 || left[i] < least {
+			least = left[i]
+		}
+	}
+	return left, least
+}
+
+// reset is the time until every rule is empty, rounded up to the µs.
+func (k refKey) reset(now int64) int64 {
+	var most int64
+	for _, m := range k {
+		l := m.levelAt(now)
+		most = max(most, ratCeil(l.Quo(l, m.rate)))
+	}
+	return most
+}
+
+func (k refKey) take(now, n int64) {
+	for _, m := range k {
+		m.take(now, n)
+	}
+}
+
+// ratCeil returns ⌈r⌉ for r >= 0.
+func ratCeil(r *big.Rat) int64 {
+	q, m := new(big.Int).QuoRem(r.Num(), r.Denom(), new(big.Int))
+	if m.Sign() > 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	return q.Int64()
+}
+
+// ratFloor returns ⌊r⌋ for r >= 0.
+func ratFloor(r *big.Rat) int64 {
+	return new(big.Int).Quo(r.Num(), r.Denom()).Int64()
+}
