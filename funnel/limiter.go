@@ -3,6 +3,7 @@ package funnel
 import (
 	_ "embed"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/keyspace"
@@ -52,8 +53,39 @@ type Limiter struct {
 	lease  time.Duration
 	err    error
 
+	// compiled caches validated rules: a Rule is a small comparable value,
+	// and callers pass the same few on every call.
+	mu       sync.RWMutex
+	compiled map[Rule]rule
+
 	// beforeCommit, if set, runs between the read and the commit (tests).
 	beforeCommit func()
+}
+
+// maxCompiled bounds the rule cache; rules past it are compiled per call.
+const maxCompiled = 256
+
+// compile returns r validated, from the cache when possible.
+func (lim *Limiter) compile(r Rule) (rule, error) {
+	lim.mu.RLock()
+	c, ok := lim.compiled[r]
+	lim.mu.RUnlock()
+	if ok {
+		return c, nil
+	}
+	c, err := r.compile()
+	if err != nil {
+		return rule{}, err
+	}
+	lim.mu.Lock()
+	if len(lim.compiled) < maxCompiled {
+		if lim.compiled == nil {
+			lim.compiled = make(map[Rule]rule)
+		}
+		lim.compiled[r] = c
+	}
+	lim.mu.Unlock()
+	return c, nil
 }
 
 // An Option configures a Limiter in New.
@@ -149,7 +181,7 @@ func (lim *Limiter) prepare(key string, rules []Rule) (call, error) {
 	if err := lim.check(key); err != nil {
 		return call{}, err
 	}
-	rs, err := compileRules(rules)
+	rs, err := compileRules(rules, lim.compile)
 	if err != nil {
 		return call{}, err
 	}

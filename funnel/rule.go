@@ -92,18 +92,18 @@ func (r Rule) compile() (rule, error) {
 // one, each valid, no two with one name. Errors match ErrInvalidRule or
 // ErrDuplicateRule.
 func Validate(rules ...Rule) error {
-	_, err := compileRules(rules)
+	_, err := compileRules(rules, Rule.compile)
 	return err
 }
 
-// compileRules validates the rules of one call.
-func compileRules(rules []Rule) ([]rule, error) {
+// compileRules validates the rules of one call with compile.
+func compileRules(rules []Rule, compile func(Rule) (rule, error)) ([]rule, error) {
 	if len(rules) == 0 {
 		return nil, fmt.Errorf("%w: no rules", ErrInvalidRule)
 	}
 	out := make([]rule, len(rules))
 	for i, r := range rules {
-		c, err := r.compile()
+		c, err := compile(r)
 		if err != nil {
 			return nil, err
 		}

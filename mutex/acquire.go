@@ -137,11 +137,13 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		h = newHold(l, name, newToken())
 	}
 
-	keys := []string{h.key, h.fkey}
-	args := []any{h.token, strconv.FormatUint(id, 10), cfg.ttl.Milliseconds(), flag(reenter), flag(mark), l.fenceTTL.Milliseconds()}
-	script := acquireScript
+	script, nk, na := acquireScript, 0, 0
 	if call != nil {
-		script = call.Fragment.acquire
+		script, nk, na = call.Fragment.acquire, len(call.Keys), len(call.Args)
+	}
+	keys := append(make([]string, 0, acquireKeys+nk), h.key, h.fkey)
+	args := append(make([]any, 0, acquireArgs+na), h.token, strconv.FormatUint(id, 10), cfg.ttl.Milliseconds(), flag(reenter), flag(mark), l.fenceTTL.Milliseconds())
+	if call != nil {
 		keys = append(keys, call.Keys...)
 		args = append(args, call.Args...)
 	}

@@ -29,7 +29,12 @@ type hold struct {
 }
 
 func newHold(l *Locker, name, token string) *hold {
-	return &hold{locker: l, name: name, key: l.Key(name, "lock"), fkey: l.Key(name, "fence"), token: token}
+	key := l.Key(name, "lock")
+	fkey := key // the scripts ignore KEYS[2] without fencing; any key of the slot will do
+	if l.fenceTTL > 0 {
+		fkey = l.Key(name, "fence")
+	}
+	return &hold{locker: l, name: name, key: key, fkey: fkey, token: token}
 }
 
 // last reports whether lk is the only open handle of its hold.
