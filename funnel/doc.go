@@ -32,8 +32,11 @@
 //
 // An admission costs two round trips when the key is not locked: the state is
 // read with the lock attempt, and written, only while the lock is still held,
-// in the script that releases it. A denial costs one round trip and never
-// waits for the lock: the read script itself sees that no unit fits. A commit
+// in the script that releases it. A call that is deniable when it arrives
+// costs one round trip and never waits for the lock, even while another
+// caller holds it: the read script itself sees that no unit fits. A call that
+// waits for the lock re-reads the state with every attempt and is denied as
+// soon as it says so. A commit
 // whose lock lease lapsed (a paused process) is rejected and the call starts
 // over on fresh state.
 //

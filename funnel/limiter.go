@@ -43,8 +43,8 @@ var (
 // A Limiter decides calls against funnels kept in Redis. Each key's state is
 // one hash, read with the attempt to lock the key and written, only while the
 // lock is still held, in the script that releases it: an admission costs two
-// round trips when the key is not locked, and a denial one, without ever
-// waiting for the lock. The zero value is not usable; call New. A Limiter is
+// round trips when the key is not locked, and a call that is deniable when it
+// arrives costs one, without waiting for the lock. The zero value is not usable; call New. A Limiter is
 // safe for concurrent use.
 type Limiter struct {
 	client mutex.Client
