@@ -14,7 +14,9 @@ func TestIsNil(t *testing.T) {
 			t.Errorf("IsNil(%#v) = false", v)
 		}
 	}
-	for _, v := range []any{redis.NewClient(&redis.Options{}), 0, "", struct{}{}} {
+	live := redis.NewClient(&redis.Options{})
+	defer live.Close()
+	for _, v := range []any{live, 0, "", struct{}{}} {
 		if IsNil(v) {
 			t.Errorf("IsNil(%#v) = true", v)
 		}
