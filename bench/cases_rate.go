@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/go-redis/redis_rate/v10"
+)
+
+// Library names of the rate cases.
+const (
+	libFunnel    = "funnelguard"
+	libRedisRate = "redis_rate"
+)
+
+// The SMS rules of the design, and the redis_rate limits that make the same
+// decisions (Burst: Capacity, Rate: Leak, Period: Per).
+var (
+	oneRule    = []funnel.Rule{funnel.AtMost(5, time.Hour)}
+	threeRules = []funnel.Rule{funnel.AtMost(1, time.Minute), funnel.AtMost(5, time.Hour), funnel.AtMost(10, 24*time.Hour)}
+)
+
+// rateLimits converts rules to redis_rate limits.
+func rateLimits(rules []funnel.Rule) []redis_rate.Limit {
+	out := make([]redis_rate.Limit, len(rules))
+	for i, r := range rules {
+		out[i] = redis_rate.Limit{Rate: int(r.Leak), Burst: int(r.Capacity), Period: r.Per}
+	}
+	return out
+}
+
+// rateCases: admissions on distinct keys (serial and parallel) and denials
+// on one flooded key (parallel), with 1 and 3 rules. redis_rate makes one
+// AllowN call (one round trip) per rule, on a key per rule, as a caller with
+// several rules must.
+func rateCases() []benchCase {
+	var out []benchCase
+	for _, rs := range []struct {
+		name  string
+		rules []funnel.Rule
+	}{{"1 rule", oneRule}, {"3 rules", threeRules}} {
+		out = append(out,
+			benchCase{name: "Allow admitted serial, " + rs.name, subjects: []subject{
+				{libFunnel, funnelAdmitted(rs.rules, false)}, {libRedisRate, rateAdmitted(rs.rules, false)}}},
+			benchCase{name: "Allow admitted parallel, " + rs.name, parallel: true, subjects: []subject{
+				{libFunnel, funnelAdmitted(rs.rules, true)}, {libRedisRate, rateAdmitted(rs.rules, true)}}},
+			benchCase{name: "Allow denied parallel, " + rs.name, parallel: true, subjects: []subject{
+				{libFunnel, funnelDenied(rs.rules)}, {libRedisRate, rateDenied(rs.rules)}}},
+		)
+	}
+	return out
+}
+
+// admittedKey is a key no call used before: goroutine g's i-th.
+func admittedKey(g, i int) string {
+	return "k" + strconv.Itoa(g) + "-" + strconv.Itoa(i)
+}
+
+// funnelAdmitted: every call on a fresh key, so it is admitted and takes the
+// key's lock (2 round trips).
+func funnelAdmitted(rules []funnel.Rule, parallel bool) func(context.Context, *env) (workload, error) {
+	return func(_ context.Context, e *env) (workload, error) {
+		lim := funnel.New(e.client(), funnel.WithPrefix(e.prefix))
+		return workload{goroutines: width(e, parallel), op: func(ctx context.Context, g, i int) error {
+			res, err := lim.Allow(ctx, admittedKey(g, i), rules...)
+			if err == nil && !res.Allowed {
+				err = fmt.Errorf("fresh key denied: %+v", res)
+			}
+			return err
+		}}, nil
+	}
+}
+
+// funnelDenied: every call on one key that is already full (1 round trip).
+func funnelDenied(rules []funnel.Rule) func(context.Context, *env) (workload, error) {
+	return func(ctx context.Context, e *env) (workload, error) {
+		lim := funnel.New(e.client(), funnel.WithPrefix(e.prefix))
+		for {
+			res, err := lim.Allow(ctx, "flood", rules...)
+			if err != nil {
+				return workload{}, err
+			}
+			if !res.Allowed {
+				break
+			}
+		}
+		return workload{goroutines: e.goroutines, op: func(ctx context.Context, _, _ int) error {
+			res, err := lim.Allow(ctx, "flood", rules...)
+			if err == nil && res.Allowed {
+				err = fmt.Errorf("flooded key admitted: %+v", res)
+			}
+			return err
+		}}, nil
+	}
+}
+
+// rateAllow runs every limit on key (key+":"+rule index) and returns how
+// many admitted.
+func rateAllow(ctx context.Context, rl *redis_rate.Limiter, limits []redis_rate.Limit, key string) (int, error) {
+	admitted := 0
+	for i, l := range limits {
+		k := key
+		if len(limits) > 1 {
+			k += ":" + strconv.Itoa(i)
+		}
+		res, err := rl.AllowN(ctx, k, l, 1)
+		if err != nil {
+			return 0, err
+		}
+		admitted += res.Allowed
+	}
+	return admitted, nil
+}
+
+// rateAdmitted is funnelAdmitted through redis_rate.
+func rateAdmitted(rules []funnel.Rule, parallel bool) func(context.Context, *env) (workload, error) {
+	limits := rateLimits(rules)
+	return func(_ context.Context, e *env) (workload, error) {
+		rl := redis_rate.NewLimiter(e.client())
+		return workload{goroutines: width(e, parallel), op: func(ctx context.Context, g, i int) error {
+			n, err := rateAllow(ctx, rl, limits, e.prefix+admittedKey(g, i))
+			if err == nil && n != len(limits) {
+				err = fmt.Errorf("fresh key: %d of %d limits admitted", n, len(limits))
+			}
+			return err
+		}}, nil
+	}
+}
+
+// rateDenied is funnelDenied through redis_rate: every limit's key flooded.
+func rateDenied(rules []funnel.Rule) func(context.Context, *env) (workload, error) {
+	limits := rateLimits(rules)
+	return func(ctx context.Context, e *env) (workload, error) {
+		rl := redis_rate.NewLimiter(e.client())
+		key := e.prefix + "flood"
+		for range 10 * len(limits) {
+			if _, err := rateAllow(ctx, rl, limits, key); err != nil {
+				return workload{}, err
+			}
+		}
+		return workload{goroutines: e.goroutines, op: func(ctx context.Context, _, _ int) error {
+			n, err := rateAllow(ctx, rl, limits, key)
+			if err == nil && n != 0 {
+				err = fmt.Errorf("flooded key: %d limits admitted", n)
+			}
+			return err
+		}}, nil
+	}
+}
