@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/signal"
 	"time"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
 )
 
 // config holds the flags.
@@ -51,13 +53,13 @@ func run(cfg config) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if cfg.addr == "" {
-		srv, err := startServer()
+		srv, err := testutil.Spawn()
 		if err != nil {
-			return err
+			return fmt.Errorf("needs redis-server (apt-get install redis-server) or -redis: %w", err)
 		}
-		defer srv.stop() // also on error and on interrupt (run returns)
-		cfg.addr = srv.addr
-		fmt.Fprintf(os.Stderr, "bench: redis-server pid %d on %s\n", srv.cmd.Process.Pid, srv.addr)
+		defer srv.Stop() // by pid, also on error and on interrupt (run returns)
+		cfg.addr = srv.Addr
+		fmt.Fprintf(os.Stderr, "bench: redis-server pid %d on %s\n", srv.Pid(), srv.Addr)
 	} else if err := checkLoopback(cfg.addr); err != nil {
 		return err
 	}

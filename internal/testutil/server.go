@@ -58,7 +58,7 @@ func NeedServer(t testing.TB) {
 func StartServer(t testing.TB) *Server {
 	t.Helper()
 	NeedServer(t)
-	s, err := startServer()
+	s, err := Spawn()
 	if err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}
@@ -66,7 +66,13 @@ func StartServer(t testing.TB) *Server {
 	return s
 }
 
-func startServer() (*Server, error) {
+// Spawn starts a redis-server on a free loopback port outside any test (the
+// bench program uses it); the caller must Stop it. It fails when
+// redis-server is not on PATH.
+func Spawn() (*Server, error) {
+	if serverPath() == "" {
+		return nil, errNoServer
+	}
 	dir, err := os.MkdirTemp("", "funnelguard-redis-")
 	if err != nil {
 		return nil, err

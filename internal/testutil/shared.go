@@ -33,7 +33,7 @@ func Real(t testing.TB) *Server {
 			shared.err = errNoServer
 			return
 		}
-		shared.srv, shared.err = startServer()
+		shared.srv, shared.err = Spawn()
 	})
 	if shared.err != nil {
 		t.Fatalf("shared redis-server: %v", shared.err)
