@@ -1,0 +1,9 @@
+package reliability
+
+import (
+	"testing"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
