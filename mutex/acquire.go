@@ -36,6 +36,9 @@ func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts .
 	if err := call.check(); err != nil {
 		return nil, nil, err
 	}
+	if err := l.unsupported("a Fragment"); err != nil {
+		return nil, nil, err
+	}
 	cfg, err := l.config(name, opts)
 	if err != nil {
 		return nil, nil, err
@@ -76,6 +79,9 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...LockOption) (*Lo
 // ErrDeclined and the gate's result, holding no lock.
 func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...LockOption) (*Lock, any, error) {
 	if err := call.check(); err != nil {
+		return nil, nil, err
+	}
+	if err := l.unsupported("a Fragment"); err != nil {
 		return nil, nil, err
 	}
 	cfg, err := l.config(name, opts)
@@ -148,13 +154,19 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		args = append(args, call.Args...)
 	}
 	start := time.Now()
-	reply, err := script.Run(ctx, l.client, keys, args...).Result()
+	var r []int64
+	var rest []any
+	var err error
+	if l.q != nil {
+		r, err = l.q.acquire(ctx, keys, args, cfg.ttl, reenter, start)
+	} else {
+		var reply any
+		if reply, err = script.Run(ctx, l.client, keys, args...).Result(); err == nil {
+			r, rest, err = ints(reply, 3)
+		}
+	}
 	if err != nil {
 		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", name, err)
-	}
-	r, rest, err := ints(reply, 3)
-	if err != nil {
-		return nil, -1, nil, err
 	}
 	var res any
 	if len(rest) > 0 {

@@ -56,6 +56,17 @@
 // a stale holder. The counter expires when idle; see WithFencing for the
 // exact guarantee.
 //
+// # Quorum
+//
+// NewQuorum keeps each lock on a majority of N independent masters (the
+// Redlock algorithm): calls fan out in parallel, each node bounded by a node
+// timeout, and a lock counts as held only while a majority has it within the
+// lease minus the time acquiring took and a drift margin. It survives the
+// loss of a minority of masters. Fencing and Fragments need the lock and its
+// data in one Redis and are not offered there (ErrUnsupported). A master
+// restarted without persistence forgets its locks: use AOF with fsync always,
+// or WithRejoinDelay to keep a restarted master out for longer than a lease.
+//
 // # Keys
 //
 // A lock on name lives at <prefix>{<name>}:lock, with '{', '}' and '~' in the

@@ -31,6 +31,16 @@ var (
 	// ErrDeclined means a gate (NewGate) declined the acquire attempt: no
 	// lock was taken, and the gate's result comes with the error.
 	ErrDeclined = errors.New("mutex: declined by the gate")
+	// ErrUnsupported means a feature that this kind of Locker cannot offer:
+	// fencing or a Fragment on a quorum Locker (their data must live in the
+	// lock's one Redis), or a quorum option given to New.
+	ErrUnsupported = errors.New("mutex: not supported by this Locker")
+	// ErrInvalidQuorum means NewQuorum was given fewer than MinQuorumNodes
+	// clients, or one client twice.
+	ErrInvalidQuorum = errors.New("mutex: invalid quorum")
+	// ErrNoQuorum means a quorum call could not reach a majority of nodes in
+	// time; it is joined with the failed nodes' errors.
+	ErrNoQuorum = errors.New("mutex: no quorum")
 	// ErrUnexpectedReply means Redis answered a script with a reply of the
 	// wrong shape (for example a key prefix shared with other data).
 	ErrUnexpectedReply = errors.New("mutex: unexpected reply from Redis")

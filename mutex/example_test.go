@@ -101,3 +101,32 @@ func ExampleFragment() {
 	// read: 0
 	// committed: true 100
 }
+
+func ExampleNewQuorum() {
+	var clients []mutex.Client
+	for range 3 { // three independent masters
+		m := miniredis.NewMiniRedis()
+		if err := m.Start(); err != nil {
+			panic(err)
+		}
+		defer m.Close()
+		c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	ctx := context.Background()
+
+	locker, err := mutex.NewQuorum(clients, mutex.WithTTL(10*time.Second), mutex.WithNodeTimeout(50*time.Millisecond))
+	if err != nil {
+		fmt.Println("quorum:", err)
+		return
+	}
+	lk, err := locker.Lock(ctx, "report")
+	if err != nil {
+		fmt.Println("lock:", err)
+		return
+	}
+	defer lk.Unlock(ctx)
+	fmt.Println("held on a majority of", locker.Nodes(), "nodes")
+	// Output: held on a majority of 3 nodes
+}

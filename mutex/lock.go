@@ -2,6 +2,7 @@ package mutex
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -86,6 +87,11 @@ func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 	if err := call.check(); err != nil {
 		return nil, err
 	}
+	if lk != nil {
+		if err := lk.hold.locker.unsupported("a Fragment"); err != nil {
+			return nil, err
+		}
+	}
 	return lk.unlock(ctx, &call)
 }
 
@@ -103,13 +109,18 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	var nh *hold
 	if h.last(lk) {
 		h.stopRenew()
-		if next = l.nextWaiter(h.name); next != nil {
-			nh = newHold(l, h.name, newToken())
+		if l.q == nil { // a quorum hands nothing over: its release is not one script
+			if next = l.nextWaiter(h.name); next != nil {
+				nh = newHold(l, h.name, newToken())
+			}
 		}
 	}
 	nextToken, nextLease := "", int64(0)
 	if nh != nil {
 		nextToken, nextLease = nh.token, next.cfg.ttl.Milliseconds()
+	}
+	if l.q != nil {
+		return nil, lk.unlockQuorum(ctx)
 	}
 	keys := []string{h.key, h.fkey}
 	args := []any{h.token, strconv.FormatUint(lk.id, 10), nextToken, nextLease, l.channel(h.name), l.fenceTTL.Milliseconds()}
@@ -173,6 +184,9 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	if lk == nil || !lk.open() {
 		return nil, ErrNotHeld
 	}
+	if err := lk.hold.locker.unsupported("a Fragment"); err != nil {
+		return nil, err
+	}
 	keys := append([]string{lk.hold.key}, call.Keys...)
 	reply, err := call.Fragment.held.Run(ctx, lk.hold.locker.client, keys, append(lk.args(), call.Args...)...).Result()
 	if err != nil {
@@ -206,15 +220,11 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: %v", ErrInvalidTTL, ttl)
 	}
 	start := time.Now()
-	reply, err := extendScript.Run(ctx, lk.hold.locker.client, []string{lk.hold.key}, append(lk.args(), ttl.Milliseconds())...).Result()
+	held, err := lk.hold.extend(ctx, strconv.FormatUint(lk.id, 10), ttl, start)
 	if err != nil {
 		return fmt.Errorf("mutex: extend %q: %w", lk.hold.name, err)
 	}
-	n, err := integer(reply)
-	if err != nil {
-		return err
-	}
-	if n != 1 {
+	if !held {
 		lk.hold.end(ErrLockLost)
 		return ErrNotHeld
 	}
@@ -226,6 +236,17 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if lk == nil || !lk.open() {
 		return 0, ErrNotHeld
+	}
+	if q := lk.hold.locker.q; q != nil {
+		d, err := q.pttl(ctx, lk.hold, strconv.FormatUint(lk.id, 10))
+		if errors.Is(err, ErrNotHeld) {
+			lk.hold.end(ErrLockLost)
+			return 0, ErrNotHeld
+		}
+		if err != nil {
+			return 0, fmt.Errorf("mutex: ttl %q: %w", lk.hold.name, err)
+		}
+		return d, nil
 	}
 	reply, err := pttlScript.Run(ctx, lk.hold.locker.client, []string{lk.hold.key}, lk.args()...).Result()
 	if err != nil {

@@ -39,7 +39,8 @@ type Locker struct {
 	retry    time.Duration
 	fenceTTL time.Duration // 0: no fencing
 	notify   bool
-	err      error // a bad argument to New, returned by every call
+	err      error   // a bad argument to New, returned by every call
+	q        *quorum // nil unless NewQuorum
 
 	mu     sync.Mutex
 	queues map[string]*queue // waiters by name

@@ -27,14 +27,14 @@ func (l *Locker) channel(name string) string {
 // canNotify reports whether waiters can hear of releases.
 func (l *Locker) canNotify() bool {
 	_, ok := l.client.(subscriber)
-	return l.notify && ok
+	return l.notify && ok && l.q == nil
 }
 
 // subscribe starts listening for releases of name, for its queue's lifetime.
 // It reports whether it subscribed just now.
 func (l *Locker) subscribe(ctx context.Context, name string) bool {
-	s, ok := l.client.(subscriber)
-	if !l.notify || !ok {
+	s, _ := l.client.(subscriber)
+	if !l.canNotify() {
 		return false
 	}
 	l.mu.Lock()

@@ -47,14 +47,11 @@ func (h *hold) renewLoop(r *renewal, lease time.Duration) {
 		// next attempt but never hides the deadline.
 		ctx, cancel := context.WithTimeout(context.Background(), period)
 		start := time.Now()
-		reply, err := extendScript.Run(ctx, h.locker.client, []string{h.key}, h.token, "", lease.Milliseconds()).Result()
+		held, err := h.extend(ctx, "", lease, start)
 		cancel()
-		if err == nil {
-			var n int64
-			if n, err = integer(reply); err == nil && n != 1 {
-				h.end(ErrLockLost) // taken or gone: never re-acquire
-				return
-			}
+		if err == nil && !held {
+			h.end(ErrLockLost) // taken or gone: never re-acquire
+			return
 		}
 		if err == nil {
 			h.setLease(start, lease)

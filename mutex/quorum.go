@@ -1,0 +1,387 @@
+package mutex
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/nilcheck"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+)
+
+// Defaults and limits of a quorum Locker.
+const (
+	// MinQuorumNodes is the fewest independent masters NewQuorum accepts.
+	MinQuorumNodes = 3
+	// DefaultNodeTimeout bounds each node's part of a quorum call, unless
+	// the Locker's TTL is under 500 ms: then it is TTL/10.
+	DefaultNodeTimeout = 50 * time.Millisecond
+)
+
+// A quorum is the set of independent masters a Redlock-style Locker keeps
+// every lock on.
+type quorum struct {
+	nodes   []Client
+	need    int           // len(nodes)/2 + 1
+	timeout time.Duration // per node and call
+	rejoin  time.Duration // 0: a restarted node votes at once
+	up      *Call         // the rejoin gate, when rejoin > 0
+}
+
+//go:embed rejoin.lua
+var rejoinSrc string
+
+// rejoinGate runs with every acquire attempt of a Locker made with
+// WithRejoinDelay: it declines on a node that started (or lost its data) less
+// than the delay ago.
+var rejoinGate = NewGate(rejoinSrc)
+
+// NewQuorum returns a Locker that keeps each lock on a majority of N
+// independent Redis masters (the Redlock algorithm), so that a lock survives
+// the loss of a minority of them. It has the API of New's Locker: TryLock,
+// Lock, Unlock, Extend, TTL, AutoRenew, Done, Context and re-entry.
+//
+// Each call runs on every node in parallel, each node bounded by a node
+// timeout (WithNodeTimeout) far below the lease. An acquisition succeeds when
+// N/2+1 nodes grant it and the time it took, on the client's monotonic clock,
+// leaves the lease valid: elapsed < lease - drift, with drift 1% of the lease
+// plus 2 ms. Otherwise the attempt is released on every node, and the call
+// returns ErrLocked (a majority is held by others or rejoining: Lock keeps
+// waiting) or an error matching ErrNoQuorum joined with each failed node's
+// error (too many nodes failed: Lock gives up at once). Extend, renewal and
+// TTL need a majority too; when a majority no longer has the lock, it is lost.
+//
+// Fencing and Fragments need the lock and the data in one Redis, so WithFencing
+// fails NewQuorum, and TryLockWith, LockWith, Run and UnlockWith return
+// ErrUnsupported. Waiters hear of releases by polling and from local Unlocks
+// (no Pub/Sub, no hand-over in the release script).
+//
+// A node restarted without persistence has forgotten the locks it granted; if
+// it rejoins at once, another client can win a majority that includes it
+// while the first holder still believes it holds the lock. Run the masters
+// with appendonly yes and appendfsync always, or keep a restarted node out
+// for longer than the longest lease: WithRejoinDelay does that.
+//
+// The nodes must be distinct masters: not replicas of each other and not
+// members of one cluster. Their clients must honour context deadlines
+// (redis.Options.ContextTimeoutEnabled), or the node timeout could not cut a
+// hung node short. NewQuorum returns ErrInvalidQuorum for fewer than
+// MinQuorumNodes clients, a client listed twice or one that ignores context
+// deadlines, ErrNilClient for a nil one, and the error of a bad option.
+func NewQuorum(clients []Client, opts ...Option) (*Locker, error) {
+	if len(clients) < MinQuorumNodes {
+		return nil, fmt.Errorf("%w: %d clients (want at least %d)", ErrInvalidQuorum, len(clients), MinQuorumNodes)
+	}
+	for i, c := range clients {
+		if nilcheck.IsNil(c) {
+			return nil, fmt.Errorf("%w: client %d", ErrNilClient, i)
+		}
+		if slices.Index(clients, c) != i {
+			return nil, fmt.Errorf("%w: client %d is also client %d", ErrInvalidQuorum, i, slices.Index(clients, c))
+		}
+		if o, ok := c.(interface{ Options() *redis.Options }); ok && !o.Options().ContextTimeoutEnabled {
+			return nil, fmt.Errorf("%w: client %d does not set ContextTimeoutEnabled, so a hung node would hold every call for its ReadTimeout instead of the node timeout", ErrInvalidQuorum, i)
+		}
+	}
+	q := &quorum{nodes: slices.Clone(clients), need: len(clients)/2 + 1}
+	l := &Locker{client: clients[0], prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, q: q}
+	for _, o := range opts {
+		if o != nil {
+			o(l)
+		}
+	}
+	if l.fenceTTL > 0 {
+		l.fail(fmt.Errorf("%w: fencing on a quorum (a fencing counter lives in one Redis)", ErrUnsupported))
+	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	if q.timeout == 0 {
+		q.timeout = min(DefaultNodeTimeout, l.ttl/10)
+	}
+	if q.rejoin > 0 {
+		q.up = &Call{Fragment: rejoinGate, Keys: []string{l.prefix + "quorum:up"}, Args: []any{q.rejoin.Milliseconds(), DefaultFenceTTL.Milliseconds()}}
+	}
+	return l, nil
+}
+
+// WithNodeTimeout bounds each node's part of a quorum call (NewQuorum only;
+// New fails with ErrUnsupported). Keep it far below the lease: the time an
+// acquisition takes comes off the lease's validity.
+func WithNodeTimeout(d time.Duration) Option {
+	return func(l *Locker) {
+		switch {
+		case l.q == nil:
+			l.fail(fmt.Errorf("%w: WithNodeTimeout without NewQuorum", ErrUnsupported))
+		case d < time.Millisecond:
+			l.fail(fmt.Errorf("%w: node timeout %v", ErrInvalidTTL, d))
+		default:
+			l.q.timeout = d
+		}
+	}
+}
+
+// WithRejoinDelay keeps a node out of every majority for d after it started
+// empty (NewQuorum only). Each node keeps a marker, <prefix>quorum:up, with
+// the server time it was first seen; a node without one (restarted without
+// persistence, or idle for DefaultFenceTTL) refuses to grant locks until d has
+// passed on its clock. Make d longer than the longest lease, so that every
+// lock the node forgot has expired on the others. The marker costs a few
+// commands per acquisition and no extra round trip; a brand-new deployment
+// waits d before its first lock.
+func WithRejoinDelay(d time.Duration) Option {
+	return func(l *Locker) {
+		switch {
+		case l.q == nil:
+			l.fail(fmt.Errorf("%w: WithRejoinDelay without NewQuorum", ErrUnsupported))
+		case d < time.Millisecond:
+			l.fail(fmt.Errorf("%w: rejoin delay %v", ErrInvalidTTL, d))
+		default:
+			l.q.rejoin = d
+		}
+	}
+}
+
+// Nodes reports how many Redis deployments the Locker keeps its locks on: 1
+// for New, N for NewQuorum.
+func (l *Locker) Nodes() int {
+	if l.q == nil {
+		return 1
+	}
+	return len(l.q.nodes)
+}
+
+// unsupported rejects the calls a quorum Locker cannot make.
+func (l *Locker) unsupported(what string) error {
+	if l.q != nil {
+		return fmt.Errorf("%w: %s on a quorum (the data must live in the lock's Redis)", ErrUnsupported, what)
+	}
+	return nil
+}
+
+// nodeReply is one node's answer to a script.
+type nodeReply struct {
+	reply any
+	err   error
+}
+
+// fan runs script on every node in parallel, each bounded by the node
+// timeout, and returns the replies in node order. Errors name their node.
+func (q *quorum) fan(ctx context.Context, script *redis.Script, keys []string, args []any) []nodeReply {
+	out := make([]nodeReply, len(q.nodes))
+	var g errgroup.Group
+	for i, c := range q.nodes {
+		g.Go(func() error {
+			nctx, cancel := context.WithTimeout(ctx, q.timeout)
+			defer cancel()
+			out[i].reply, out[i].err = script.Run(nctx, c, keys, args...).Result()
+			if out[i].err != nil {
+				out[i].err = fmt.Errorf("node %d%s: %w", i, addr(c), out[i].err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // the goroutines never fail: each reply carries its error
+	return out
+}
+
+// addr names a node by address when its client tells it.
+func addr(c Client) string {
+	if o, ok := c.(interface{ Options() *redis.Options }); ok {
+		return " (" + o.Options().Addr + ")"
+	}
+	return ""
+}
+
+// noQuorum is the error of a call that too many nodes failed.
+func noQuorum(what string, errs []error) error {
+	return errors.Join(append([]error{fmt.Errorf("%w: %s", ErrNoQuorum, what)}, errs...)...)
+}
+
+// acquire runs the acquire script on every node. It returns the reply a
+// single Redis would have given, {1, lease ms, 0} or {0, pttl ms, 0}; or
+// ErrNoQuorum joined with the failed nodes' errors.
+func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease time.Duration, reenter bool, start time.Time) ([]int64, error) {
+	script := acquireScript
+	if q.up != nil {
+		keys = append(keys, q.up.Keys...)
+		args = append(args, q.up.Args...)
+		script = q.up.Fragment.acquire
+	}
+	var leases []int64
+	var errs []error
+	wait := int64(-1)
+	for _, nr := range q.fan(ctx, script, keys, args) {
+		var r []int64
+		var rest []any
+		err := nr.err
+		if err == nil {
+			r, rest, err = ints(nr.reply, 3)
+		}
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case r[0] == 1:
+			leases = append(leases, r[1])
+		case r[0] == 0 && r[1] == -2:
+			// Re-entry found no lock on this node.
+		case r[0] == 0 && r[1] >= 0 && (wait < 0 || r[1] < wait):
+			wait = r[1] // held by another: free again after its lease at most
+		case r[0] == -1:
+			// Rejoining: a refusal, for the wait the gate reported.
+			if w, ok := rejoinWait(rest); ok && (wait < 0 || w < wait) {
+				wait = w
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	if len(leases) >= q.need && elapsed < lease-drift(lease) {
+		slices.Sort(leases)
+		// The lease a majority still has: the need-th longest.
+		return []int64{1, leases[len(leases)-q.need], 0}, nil
+	}
+	// No majority in time: undo this attempt everywhere (nodes that erred
+	// may have granted it too).
+	q.undo(ctx, keys[0], args[0], args[1])
+	switch {
+	case len(errs) > len(q.nodes)-q.need:
+		return nil, noQuorum(fmt.Sprintf("%d of %d nodes failed", len(errs), len(q.nodes)), errs)
+	case len(leases) >= q.need:
+		return nil, noQuorum(fmt.Sprintf("acquiring took %v of a %v lease", elapsed, lease), errs)
+	case reenter:
+		return []int64{0, -2, 0}, nil
+	}
+	return []int64{0, wait, 0}, nil
+}
+
+// rejoinWait reads the rejoin gate's result: the ms until the node grants.
+func rejoinWait(rest []any) (int64, bool) {
+	if len(rest) == 0 {
+		return 0, false
+	}
+	w, ok := rest[0].(int64)
+	return w, ok
+}
+
+// undo releases one handle (args: token, handle id) on every node, for an
+// attempt that did not win a majority.
+func (q *quorum) undo(ctx context.Context, key string, token, id any) {
+	ctx = context.WithoutCancel(ctx)
+	q.fan(ctx, releaseScript, []string{key, key}, []any{token, id, "", 0, "", 0})
+}
+
+// tally runs a holder's script on every node: held are the values of the
+// nodes where the handle holds the lock (value >= 0), lost counts the nodes
+// where it does not (value == notHeld).
+func (q *quorum) tally(ctx context.Context, script *redis.Script, keys []string, args []any, notHeld int64) (held []int64, lost int, errs []error) {
+	for _, nr := range q.fan(ctx, script, keys, args) {
+		err := nr.err
+		var v int64
+		if err == nil {
+			if arr, ok := nr.reply.([]any); ok {
+				var r []int64
+				if r, _, err = ints(arr, 1); err == nil {
+					v = r[0]
+				}
+			} else {
+				v, err = integer(nr.reply)
+			}
+		}
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case v == notHeld:
+			lost++
+		default:
+			held = append(held, v)
+		}
+	}
+	return held, lost, errs
+}
+
+// verdict reads a tally: ok when a majority holds the handle, ErrNotHeld
+// when a majority cannot (the lock is lost), otherwise ErrNoQuorum.
+func (q *quorum) verdict(what string, held []int64, lost int, errs []error) error {
+	switch {
+	case len(held) >= q.need:
+		return nil
+	case lost > len(q.nodes)-q.need:
+		return ErrNotHeld
+	}
+	return noQuorum(fmt.Sprintf("%s: %d of %d nodes hold the lock, %d failed", what, len(held), len(q.nodes), len(errs)), errs)
+}
+
+// release closes one handle on every node and returns how many handles are
+// left open (the most any node reports).
+func (q *quorum) release(ctx context.Context, h *hold, id string) (int64, error) {
+	held, lost, errs := q.tally(ctx, releaseScript, []string{h.key, h.key}, []any{h.token, id, "", 0, "", 0}, -1)
+	if err := q.verdict("unlock", held, lost, errs); err != nil {
+		return -1, err
+	}
+	return slices.Max(held), nil
+}
+
+// extend sets the lease on every node; it succeeds when a majority has it
+// and the call left the lease valid.
+func (q *quorum) extend(ctx context.Context, h *hold, id string, lease time.Duration, start time.Time) error {
+	held, lost, errs := q.tally(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, 0)
+	if err := q.verdict("extend", held, lost, errs); err != nil {
+		return err
+	}
+	if elapsed := time.Since(start); elapsed >= lease-drift(lease) {
+		return noQuorum(fmt.Sprintf("extending took %v of a %v lease", elapsed, lease), nil)
+	}
+	return nil
+}
+
+// pttl returns the lease a majority of nodes still has.
+func (q *quorum) pttl(ctx context.Context, h *hold, id string) (time.Duration, error) {
+	held, lost, errs := q.tally(ctx, pttlScript, []string{h.key}, []any{h.token, id}, -3)
+	if err := q.verdict("ttl", held, lost, errs); err != nil {
+		return 0, err
+	}
+	slices.Sort(held)
+	return time.Duration(held[len(held)-q.need]) * time.Millisecond, nil
+}
+
+// extend sets the lease of handle id ("" for any handle: renewal) on the
+// hold's Redis, or on a majority of a quorum's nodes. It reports false when
+// the lock is no longer held.
+func (h *hold) extend(ctx context.Context, id string, lease time.Duration, start time.Time) (bool, error) {
+	if q := h.locker.q; q != nil {
+		err := q.extend(ctx, h, id, lease, start)
+		if errors.Is(err, ErrNotHeld) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	reply, err := extendScript.Run(ctx, h.locker.client, []string{h.key}, h.token, id, lease.Milliseconds()).Result()
+	if err != nil {
+		return false, err
+	}
+	n, err := integer(reply)
+	return n == 1, err
+}
+
+// unlockQuorum releases a quorum lock's handle on every node.
+func (lk *Lock) unlockQuorum(ctx context.Context) error {
+	h, l := lk.hold, lk.hold.locker
+	left, err := l.q.release(ctx, h, strconv.FormatUint(lk.id, 10))
+	if errors.Is(err, ErrNotHeld) {
+		h.end(ErrLockLost)
+		return ErrNotHeld
+	}
+	if err != nil {
+		return fmt.Errorf("mutex: unlock %q: %w", h.name, err)
+	}
+	h.release(lk, left == 0)
+	if left == 0 {
+		l.released(h.name)
+	}
+	return nil
+}

@@ -1,0 +1,454 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
+)
+
+// quorumNodes starts n redis-servers for t alone and returns them with one
+// client each (closed when t ends).
+func quorumNodes(t *testing.T, n int) ([]*testutil.Server, []mutex.Client) {
+	t.Helper()
+	srvs := make([]*testutil.Server, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { srvs[i] = testutil.StartServer(t) })
+	}
+	wg.Wait()
+	for _, s := range srvs {
+		if s == nil {
+			t.FailNow()
+		}
+	}
+	return srvs, newClients(t, srvs)
+}
+
+// newClients returns another set of clients of the same servers: another
+// process's view of the quorum.
+func newClients(t *testing.T, srvs []*testutil.Server) []mutex.Client {
+	out := make([]mutex.Client, len(srvs))
+	for i, s := range srvs {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		out[i] = c
+	}
+	return out
+}
+
+func newQuorum(t *testing.T, clients []mutex.Client, opts ...mutex.Option) *mutex.Locker {
+	t.Helper()
+	l, err := mutex.NewQuorum(clients, append([]mutex.Option{mutex.WithPrefix(testutil.NewPrefix())}, opts...)...)
+	if err != nil {
+		t.Fatalf("NewQuorum: %v", err)
+	}
+	return l
+}
+
+// lockKeys counts the keys of the lock on name on each server.
+func lockKeys(t *testing.T, srvs []*testutil.Server, l *mutex.Locker, name string) []int64 {
+	t.Helper()
+	out := make([]int64, len(srvs))
+	for i, s := range srvs {
+		out[i] = s.Client(t).Exists(context.Background(), l.Key(name, "lock")).Val()
+	}
+	return out
+}
+
+func TestQuorumInvalid(t *testing.T) {
+	client := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c, d, e := client(), client(), client()
+	deaf := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { deaf.Close() })
+	var typedNil *redis.Client
+	cases := []struct {
+		name    string
+		clients []mutex.Client
+		opts    []mutex.Option
+		want    error
+	}{
+		{"none", nil, nil, mutex.ErrInvalidQuorum},
+		{"two", []mutex.Client{c, d}, nil, mutex.ErrInvalidQuorum},
+		{"twice", []mutex.Client{c, d, c}, nil, mutex.ErrInvalidQuorum},
+		{"nil", []mutex.Client{c, d, nil}, nil, mutex.ErrNilClient},
+		{"no context deadlines", []mutex.Client{c, d, deaf}, nil, mutex.ErrInvalidQuorum},
+		{"typed nil", []mutex.Client{c, typedNil, d}, nil, mutex.ErrNilClient},
+		{"fencing", []mutex.Client{c, d, e}, []mutex.Option{mutex.WithFencing()}, mutex.ErrUnsupported},
+		{"node timeout", []mutex.Client{c, d, e}, []mutex.Option{mutex.WithNodeTimeout(0)}, mutex.ErrInvalidTTL},
+		{"rejoin", []mutex.Client{c, d, e}, []mutex.Option{mutex.WithRejoinDelay(-time.Second)}, mutex.ErrInvalidTTL},
+		{"ttl", []mutex.Client{c, d, e}, []mutex.Option{mutex.WithTTL(0)}, mutex.ErrInvalidTTL},
+	}
+	for _, tc := range cases {
+		l, err := mutex.NewQuorum(tc.clients, tc.opts...)
+		if !errors.Is(err, tc.want) || l != nil {
+			t.Errorf("%s: NewQuorum = %v, %v; want nil, %v", tc.name, l, err, tc.want)
+		}
+	}
+	// Quorum options on a single-Redis Locker.
+	for _, o := range []mutex.Option{mutex.WithNodeTimeout(time.Second), mutex.WithRejoinDelay(time.Second)} {
+		if _, err := mutex.New(c, o).TryLock(context.Background(), "x"); !errors.Is(err, mutex.ErrUnsupported) {
+			t.Errorf("New with a quorum option: TryLock = %v, want ErrUnsupported", err)
+		}
+	}
+}
+
+func TestQuorumLock(t *testing.T) {
+	srvs, clients := quorumNodes(t, 3)
+	ctx := context.Background()
+	a := newQuorum(t, clients)
+	if a.Nodes() != 3 {
+		t.Fatalf("Nodes = %d", a.Nodes())
+	}
+	b := newQuorum(t, newClients(t, srvs), mutex.WithPrefix(prefixOf(t, a)), mutex.WithRetryInterval(5*time.Millisecond))
+
+	lk, err := a.TryLock(ctx, "q")
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	if got := lockKeys(t, srvs, a, "q"); got[0]+got[1]+got[2] != 3 {
+		t.Fatalf("lock keys per node = %v, want one on each", got)
+	}
+	if _, err := b.TryLock(ctx, "q"); !errors.Is(err, mutex.ErrLocked) {
+		t.Fatalf("second TryLock = %v, want ErrLocked", err)
+	}
+	// The loser's attempt left nothing behind.
+	if got := lockKeys(t, srvs, a, "q"); got[0]+got[1]+got[2] != 3 {
+		t.Fatalf("lock keys per node = %v after a lost attempt", got)
+	}
+
+	// Re-entry, TTL, Extend.
+	inner, err := a.TryLock(lk.Context(ctx), "q")
+	if err != nil {
+		t.Fatalf("re-entry: %v", err)
+	}
+	if err := inner.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	if d, err := lk.TTL(ctx); err != nil || d <= 10*time.Second {
+		t.Fatalf("TTL = %v, %v; want > 10s after Extend(20s)", d, err)
+	}
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatalf("inner Unlock: %v", err)
+	}
+	if got := lockKeys(t, srvs, a, "q"); got[0]+got[1]+got[2] != 3 {
+		t.Fatalf("lock released with a handle open: %v", got)
+	}
+
+	// A waiter gets the lock once it is released.
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		lk2, err := b.Lock(wctx, "q")
+		if err == nil {
+			err = lk2.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if got := lockKeys(t, srvs, a, "q"); got[0]+got[1]+got[2] != 0 {
+		t.Fatalf("lock keys per node = %v after the last Unlock", got)
+	}
+	if err := lk.Unlock(ctx); !errors.Is(err, mutex.ErrNotHeld) {
+		t.Fatalf("Unlock twice = %v, want ErrNotHeld", err)
+	}
+
+	// Fragments need one Redis.
+	lk, err = a.TryLock(ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Unlock(ctx)
+	call := mutex.Call{Fragment: setFragment, Keys: []string{a.Key("q", "n")}, Args: []any{1}}
+	if _, _, err := a.TryLockWith(ctx, "r", call); !errors.Is(err, mutex.ErrUnsupported) {
+		t.Errorf("TryLockWith = %v, want ErrUnsupported", err)
+	}
+	if _, _, err := a.LockWith(ctx, "r", call); !errors.Is(err, mutex.ErrUnsupported) {
+		t.Errorf("LockWith = %v, want ErrUnsupported", err)
+	}
+	if _, err := lk.Run(ctx, call); !errors.Is(err, mutex.ErrUnsupported) {
+		t.Errorf("Run = %v, want ErrUnsupported", err)
+	}
+	if _, err := lk.UnlockWith(ctx, call); !errors.Is(err, mutex.ErrUnsupported) {
+		t.Errorf("UnlockWith = %v, want ErrUnsupported", err)
+	}
+}
+
+// waitUp waits until c answers PING.
+func waitUp(t *testing.T, c *redis.Client) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not come back", c.Options().Addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// prefixOf recovers a Locker's key prefix from one of its keys.
+func prefixOf(t *testing.T, l *mutex.Locker) string {
+	k := l.Key("x", "lock")
+	return k[:len(k)-len("{x}:lock")]
+}
+
+// TestQuorumLossByMajority: a lock deleted on two of three nodes is lost:
+// Extend, TTL and Unlock say ErrNotHeld, and auto-renewal reports the loss.
+func TestQuorumLossByMajority(t *testing.T) {
+	srvs, clients := quorumNodes(t, 3)
+	ctx := context.Background()
+	l := newQuorum(t, clients)
+	lk, err := l.TryLock(ctx, "gone", mutex.Lease(300*time.Millisecond), mutex.AutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One node losing it is survivable.
+	srvs[0].Client(t).Del(ctx, l.Key("gone", "lock"))
+	time.Sleep(250 * time.Millisecond) // renewals run every 100 ms
+	select {
+	case <-lk.Done():
+		t.Fatalf("lock reported lost with a majority still holding it: %v", context.Cause(lk.Context(ctx)))
+	default:
+	}
+	srvs[1].Client(t).Del(ctx, l.Key("gone", "lock"))
+	select {
+	case <-lk.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("auto-renewal did not report the loss of the majority")
+	}
+	if err := context.Cause(lk.Context(ctx)); !errors.Is(err, mutex.ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrLockLost", err)
+	}
+	if err := lk.Unlock(ctx); !errors.Is(err, mutex.ErrNotHeld) {
+		t.Fatalf("Unlock after loss = %v", err)
+	}
+}
+
+// TestQuorumOneNodeDown: with one of three nodes killed, every acquisition
+// succeeds; with one paused (it accepts connections but never answers),
+// each costs at most about the node timeout.
+func TestQuorumOneNodeDown(t *testing.T) {
+	srvs, clients := quorumNodes(t, 3)
+	ctx := context.Background()
+	const nodeTimeout = 100 * time.Millisecond
+	l := newQuorum(t, clients, mutex.WithNodeTimeout(nodeTimeout))
+
+	srvs[2].Kill()
+	var worstKilled time.Duration
+	for i := range 10 {
+		start := time.Now()
+		lk, err := l.TryLock(ctx, "one-down")
+		worstKilled = max(worstKilled, time.Since(start))
+		if err != nil {
+			t.Fatalf("acquisition %d with a node killed: %v", i, err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatalf("unlock %d: %v", i, err)
+		}
+	}
+	if err := srvs[2].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// go-redis stops dialling a node after repeated dial errors and probes it
+	// once a second: wait until the client sees the node back.
+	waitUp(t, clients[2].(*redis.Client))
+
+	if err := syscall.Kill(srvs[1].Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(srvs[1].Pid(), syscall.SIGCONT) })
+	var worst time.Duration
+	for i := range 10 {
+		start := time.Now()
+		lk, err := l.TryLock(ctx, "one-paused")
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("acquisition %d with a node paused: %v", i, err)
+		}
+		worst = max(worst, took)
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatalf("unlock %d: %v", i, err)
+		}
+	}
+	// Acquire and release each wait for the paused node's timeout, never longer
+	// than that plus scheduling slack.
+	if worst > nodeTimeout+500*time.Millisecond {
+		t.Errorf("slowest acquisition with a node paused took %v; node timeout %v", worst, nodeTimeout)
+	}
+	t.Logf("FIGURE quorum acquisition | 1 of 3 nodes killed, node timeout %v, go-redis default retries | 10 of 10 acquired, slowest %v", nodeTimeout, worstKilled)
+	t.Logf("FIGURE quorum acquisition | 1 of 3 nodes paused, node timeout %v | slowest of 10: %v", nodeTimeout, worst)
+}
+
+// TestQuorumTwoNodesDown: with two of three nodes down, an acquisition fails
+// fast with ErrNoQuorum naming the failed nodes, and leaves no key behind.
+func TestQuorumTwoNodesDown(t *testing.T) {
+	srvs, clients := quorumNodes(t, 3)
+	ctx := context.Background()
+	l := newQuorum(t, clients, mutex.WithNodeTimeout(100*time.Millisecond))
+	srvs[0].Kill()
+	if err := syscall.Kill(srvs[1].Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(srvs[1].Pid(), syscall.SIGCONT) })
+
+	start := time.Now()
+	_, err := l.TryLock(ctx, "two-down")
+	took := time.Since(start)
+	if !errors.Is(err, mutex.ErrNoQuorum) {
+		t.Fatalf("TryLock = %v, want ErrNoQuorum", err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("error does not carry the paused node's timeout: %v", err)
+	}
+	// Lock gives up at once too: node failures are not contention.
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := l.Lock(lctx, "two-down"); !errors.Is(err, mutex.ErrNoQuorum) || lctx.Err() != nil {
+		t.Fatalf("Lock = %v (ctx %v), want ErrNoQuorum before the deadline", err, lctx.Err())
+	}
+	if n := srvs[2].Client(t).Exists(ctx, l.Key("two-down", "lock")).Val(); n != 0 {
+		t.Errorf("the live node keeps the failed attempt's lock key")
+	}
+	t.Logf("FIGURE quorum acquisition | 2 of 3 nodes down (1 killed, 1 paused) | failed in %v: %v", took, err)
+}
+
+// TestQuorumRestartedNode counts double grants when a node restarts empty
+// while a lock is held on it: without a rejoin delay the restarted node joins
+// a second majority at once; with one longer than the lease it refuses until
+// the first holder's lock has expired everywhere.
+func TestQuorumRestartedNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts servers: slow; runs without -short (CI)")
+	}
+	const lease = time.Second
+	for _, delay := range []time.Duration{0, 2 * lease} {
+		srvs, clients := quorumNodes(t, 3)
+		ctx := context.Background()
+		opts := []mutex.Option{mutex.WithTTL(lease), mutex.WithRetryInterval(20 * time.Millisecond)}
+		if delay > 0 {
+			opts = append(opts, mutex.WithRejoinDelay(delay))
+		}
+		a := newQuorum(t, clients, opts...)
+		b := newQuorum(t, newClients(t, srvs), append(opts, mutex.WithPrefix(prefixOf(t, a)))...)
+		const trials = 3
+		double := 0
+		for i := range trials {
+			name := "restart-" + string(rune('a'+i))
+			// The holder gets nodes 0 and 1: node 2 is down meanwhile.
+			srvs[2].Kill()
+			wctx, cancel := context.WithTimeout(ctx, 3*delay+time.Second)
+			lk, err := a.Lock(wctx, name) // a fresh deployment waits out the rejoin delay
+			cancel()
+			if err != nil {
+				t.Fatalf("delay %v trial %d: holder's Lock: %v", delay, i, err)
+			}
+			if err := srvs[2].Restart(); err != nil {
+				t.Fatal(err)
+			}
+			// Node 1 restarts empty: it forgets the holder's lock.
+			if err := srvs[1].Restart(); err != nil {
+				t.Fatal(err)
+			}
+			lk2, err := b.TryLock(ctx, name)
+			switch {
+			case err == nil:
+				double++
+				_ = lk2.Unlock(ctx)
+			case !errors.Is(err, mutex.ErrLocked):
+				t.Fatalf("delay %v trial %d: second TryLock: %v", delay, i, err)
+			}
+			_ = lk.Unlock(ctx)
+			if delay > 0 {
+				time.Sleep(delay) // the restarted nodes rejoin before the next trial
+			}
+		}
+		t.Logf("FIGURE quorum double grants | a node restarted empty while held, rejoin delay %v | %d of %d trials", delay, double, trials)
+		if delay == 0 && double != trials {
+			t.Errorf("without a rejoin delay: %d double grants of %d; the scenario should produce one every time", double, trials)
+		}
+		if delay > 0 && double != 0 {
+			t.Errorf("with a rejoin delay of %v: %d double grants of %d", delay, double, trials)
+		}
+	}
+}
+
+// TestQuorumCounter: 4 Lockers (each its own clients) x 2 goroutines
+// increment a counter in a separate Redis 10,000 times with GET, a pause and
+// SET under the quorum lock: exact.
+func TestQuorumCounter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 quorum acquisitions: slow; runs without -short (CI)")
+	}
+	srvs, _ := quorumNodes(t, 3)
+	data := testutil.StartServer(t)
+	ctx := context.Background()
+	prefix := testutil.NewPrefix()
+	const lockers, per, total = 4, 2, 10000
+	var done sync.WaitGroup
+	var mu sync.Mutex
+	claimed := 0
+	claim := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if claimed == total {
+			return false
+		}
+		claimed++
+		return true
+	}
+	errs := make(chan error, lockers*per)
+	for range lockers {
+		l, err := mutex.NewQuorum(newClients(t, srvs), mutex.WithPrefix(prefix), mutex.WithRetryInterval(2*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dc := data.Client(t)
+		for range per {
+			done.Go(func() {
+				for claim() {
+					lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+					lk, err := l.Lock(lctx, "counter")
+					cancel()
+					if err != nil {
+						errs <- err
+						return
+					}
+					n, _ := dc.Get(ctx, "n").Int64()
+					if err := dc.Set(ctx, "n", n+1, 0).Err(); err != nil {
+						errs <- err
+						return
+					}
+					if err := lk.Unlock(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+	}
+	done.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("worker: %v", err)
+	}
+	if n, _ := data.Client(t).Get(ctx, "n").Int64(); n != total {
+		t.Fatalf("counter = %d after %d increments under the quorum lock", n, total)
+	}
+}
