@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/testutil"
@@ -28,6 +29,7 @@ type config struct {
 	rounds     int
 	json       bool
 	memory     bool
+	cases      string
 }
 
 func main() {
@@ -37,6 +39,7 @@ func main() {
 	flag.IntVar(&cfg.goroutines, "goroutines", 64, "goroutines of parallel and contended cases (a multiple of 4)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds per case; libraries alternate A B A B and the median is reported")
 	flag.BoolVar(&cfg.json, "json", false, "print one JSON object per case and library instead of tables")
+	flag.StringVar(&cfg.cases, "cases", "", "run only the cases whose name matches this regexp (PING cases always run)")
 	flag.BoolVar(&cfg.memory, "memory", true, "measure memory and keys left after TTLs (waits about 1 s)")
 	flag.Parse()
 	if err := run(cfg); err != nil {
@@ -64,10 +67,17 @@ func run(cfg config) error {
 		return err
 	}
 
+	only, err := regexp.Compile(cfg.cases)
+	if err != nil {
+		return fmt.Errorf("-cases: %w", err)
+	}
 	start := time.Now()
-	cases := append(pingCases(), uncontendedCases()...)
-	cases = append(cases, contendedCases(cfg.goroutines)...)
-	cases = append(cases, rateCases()...)
+	cases := pingCases() // the reference of every ×PING column
+	for _, bc := range append(append(uncontendedCases(), contendedCases(cfg.goroutines)...), rateCases()...) {
+		if only.MatchString(bc.name) {
+			cases = append(cases, bc)
+		}
+	}
 	var sums []summary
 	ping := map[bool]float64{}
 	for _, bc := range cases {

@@ -38,9 +38,9 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	for range maxCommits {
 		// One attempt first: a call that is already deniable is denied by
 		// the gate in this round trip, never queued behind local waiters.
-		lk, res, err := lim.locker.TryLockWith(ctx, c.name, c.read(readGate), mutex.Lease(lim.lease))
+		lk, res, err := lim.locker.TryLockWith(ctx, c.name, c.read(readGate), lim.hold)
 		if errors.Is(err, mutex.ErrLocked) {
-			lk, res, err = lim.locker.LockWith(ctx, c.name, c.read(readGate), mutex.Lease(lim.lease))
+			lk, res, err = lim.locker.LockWith(ctx, c.name, c.read(readGate), lim.hold)
 		}
 		declined := errors.Is(err, mutex.ErrDeclined)
 		if err != nil && !declined {
@@ -121,7 +121,7 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 		return fmt.Errorf("%w: refund of %d units", ErrInvalidN, n)
 	}
 	for range maxCommits {
-		lk, res, err := lim.locker.LockWith(ctx, c.name, c.read(readAll), mutex.Lease(lim.lease))
+		lk, res, err := lim.locker.LockWith(ctx, c.name, c.read(readAll), lim.hold)
 		if err != nil {
 			return corrupt(err)
 		}
@@ -154,7 +154,7 @@ func (lim *Limiter) Reset(ctx context.Context, key string) error {
 	}
 	c := call{key: lim.stateKey(key), name: key}
 	for range maxCommits {
-		lk, err := lim.locker.Lock(ctx, c.name, mutex.Lease(lim.lease))
+		lk, err := lim.locker.Lock(ctx, c.name, lim.hold)
 		if err != nil {
 			return err
 		}

@@ -51,6 +51,7 @@ type Limiter struct {
 	locker *mutex.Locker
 	prefix string
 	lease  time.Duration
+	hold   mutex.LockOption // mutex.Lease(lease), made once
 	err    error
 
 	// compiled caches validated rules: a Rule is a small comparable value,
@@ -147,6 +148,7 @@ func New(client mutex.Client, opts ...Option) *Limiter {
 	if lim.locker == nil {
 		lim.locker = mutex.New(client, mutex.WithPrefix(lim.prefix))
 	}
+	lim.hold = mutex.Lease(lim.lease)
 	if nilcheck.IsNil(client) {
 		lim.err = ErrNilClient // before any option's error: nothing works without a client
 	}

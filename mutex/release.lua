@@ -10,18 +10,19 @@
 -- hold the lock (expired, taken, released already), 0 when the last handle
 -- closed (and the lock went to the next owner if one was given, with that
 -- fence), more while re-entrant handles stay open.
-if redis.call('HGET', KEYS[1], 't') ~= ARGV[1] then
+local f = redis.call('HMGET', KEYS[1], 't', 'w', 'h' .. ARGV[2])
+if f[1] ~= ARGV[1] or not f[3] then
   return {-1, 0}
 end
-if redis.call('HDEL', KEYS[1], 'h' .. ARGV[2]) == 0 then
-  return {-1, 0}
-end
-local marked = redis.call('HEXISTS', KEYS[1], 'w')
-local left = redis.call('HLEN', KEYS[1]) - 1 - marked
+local marked = f[2] and 1 or 0
+-- Open handles other than this one: the fields minus t, w and this handle.
+local left = redis.call('HLEN', KEYS[1]) - 2 - marked
 if left > 0 then
+  redis.call('HDEL', KEYS[1], 'h' .. ARGV[2])
   return {left, 0}
 end
 if ARGV[3] ~= '' then
+  redis.call('HDEL', KEYS[1], 'h' .. ARGV[2])
   redis.call('HSET', KEYS[1], 't', ARGV[3], 'h0', 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   return {0, bump_fence(KEYS[2], ARGV[6])}
