@@ -13,7 +13,7 @@ import (
 func TestAutoRenewKeepsTheLock(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		const lease = 60 * time.Millisecond
+		const lease = 300 * time.Millisecond
 		l := newLocker(t, b, mutex.WithTTL(lease))
 		lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
 		if err != nil {
@@ -39,9 +39,9 @@ func TestNoRenewalAfterUnlock(t *testing.T) {
 		c := b.Client(t)
 		hook := &counter{}
 		c.AddHook(hook)
-		const lease = 30 * time.Millisecond
+		const lease = 150 * time.Millisecond
 		l := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithTTL(lease))
-		for range 20 {
+		for range 8 {
 			lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
 			if err != nil {
 				t.Fatal(err)
@@ -118,7 +118,7 @@ func TestAutoRenewServerStopped(t *testing.T) {
 func TestAutoRenewOnHandedOverLock(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		const lease = 60 * time.Millisecond
+		const lease = 300 * time.Millisecond
 		l := newLocker(t, b, mutex.WithTTL(lease), mutex.WithRetryInterval(time.Hour))
 		first, err := l.Lock(ctx, "job", mutex.Lease(time.Hour))
 		if err != nil {

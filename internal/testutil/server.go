@@ -25,8 +25,19 @@ const RequireEnv = "FUNNELGUARD_REQUIRE_REDIS"
 type Server struct {
 	Addr string // 127.0.0.1:port
 	dir  string
+	spec spawnSpec
 	cmd  *exec.Cmd
 	exit chan struct{} // closed when cmd has been waited for
+}
+
+// spawnSpec is what a server needs beyond the common flags (a cluster node, a
+// replica, a sentinel). The zero value is a plain server.
+type spawnSpec struct {
+	// prepare, if set, runs before every start (a retry on another port, a
+	// Restart) with the server's directory and port. It returns a config file
+	// to load, or "", and flags to pass after the common ones, which they
+	// override.
+	prepare func(dir, port string) (conf string, args []string, err error)
 }
 
 // serverPath returns the redis-server binary, or "" if there is none.
@@ -45,7 +56,13 @@ func NeedServer(t testing.TB) {
 	if serverPath() != "" {
 		return
 	}
-	msg := "redis-server is not on PATH: this test needs a real Redis (apt-get install redis-server)"
+	missing(t, "redis-server is not on PATH: this test needs a real Redis (apt-get install redis-server)")
+}
+
+// missing skips t for want of a program, or fails it when
+// FUNNELGUARD_REQUIRE_REDIS=1.
+func missing(t testing.TB, msg string) {
+	t.Helper()
 	if os.Getenv(RequireEnv) == "1" {
 		t.Fatalf("%s, and %s=1", msg, RequireEnv)
 	}
@@ -69,7 +86,10 @@ func StartServer(t testing.TB) *Server {
 // Spawn starts a redis-server on a free loopback port outside any test (the
 // bench program uses it); the caller must Stop it. It fails when
 // redis-server is not on PATH.
-func Spawn() (*Server, error) {
+func Spawn() (*Server, error) { return spawn(spawnSpec{}) }
+
+// spawn is Spawn for any kind of server.
+func spawn(spec spawnSpec) (*Server, error) {
 	if serverPath() == "" {
 		return nil, errNoServer
 	}
@@ -83,7 +103,7 @@ func Spawn() (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, spec: spec}
 		if last = s.start(); last == nil {
 			return s, nil
 		}
@@ -104,11 +124,24 @@ func freePort() (int, error) {
 // start runs redis-server on s.Addr and waits until it answers PING.
 func (s *Server) start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
-	cmd := exec.Command(serverPath(),
+	var conf string
+	var extra []string
+	if s.spec.prepare != nil {
+		var err error
+		if conf, extra, err = s.spec.prepare(s.dir, port); err != nil {
+			return err
+		}
+	}
+	var args []string
+	if conf != "" {
+		args = append(args, conf) // redis-server takes the config file first
+	}
+	args = append(args,
 		"--bind", "127.0.0.1", "--port", port,
 		"--save", "", "--appendonly", "no",
 		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"),
 		"--daemonize", "no")
+	cmd := exec.Command(serverPath(), append(args, extra...)...)
 	// If the test binary dies without cleaning up, the kernel ends the server.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -23,6 +23,31 @@ var shared struct {
 	err  error
 }
 
+// atExit holds the stop functions of what is started once per test binary
+// besides the shared server (the cluster, the sentinel group); Main runs them.
+var atExit struct {
+	mu    sync.Mutex
+	stops []func()
+}
+
+// stopAtExit makes Main run stop after the tests, newest first.
+func stopAtExit(stop func()) {
+	atExit.mu.Lock()
+	defer atExit.mu.Unlock()
+	atExit.stops = append(atExit.stops, stop)
+}
+
+// stopAll runs and forgets the functions of stopAtExit, newest first.
+func stopAll() {
+	atExit.mu.Lock()
+	stops := atExit.stops
+	atExit.stops = nil
+	atExit.mu.Unlock()
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
+}
+
 // Real returns the test binary's shared real server, starting it on first
 // use; it skips t without redis-server (or fails it, see NeedServer).
 func Real(t testing.TB) *Server {
@@ -41,7 +66,8 @@ func Real(t testing.TB) *Server {
 	return shared.srv
 }
 
-// Main runs a package's tests, stops the shared server, and fails the binary
+// Main runs a package's tests, stops the shared server (and the cluster and
+// sentinel group, if a test started them), and fails the binary
 // when goroutines are left running. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { testutil.Main(m) }
@@ -52,6 +78,7 @@ func Main(m *testing.M) {
 	if shared.srv != nil {
 		shared.srv.Stop()
 	}
+	stopAll()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goroutines leaked: %v\n", err)
