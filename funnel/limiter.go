@@ -101,6 +101,9 @@ func WithLocker(l *mutex.Locker) Option {
 			lim.fail(fmt.Errorf("%w: nil Locker", ErrInvalidOption))
 			return
 		}
+		if err := l.Err(); err != nil {
+			lim.fail(fmt.Errorf("%w: unusable Locker: %w", ErrInvalidOption, err))
+		}
 		lim.locker = l
 	}
 }

@@ -163,7 +163,10 @@ func FuzzDecide(f *testing.F) {
 			args := writeArgs([]rule{r}, []int64{x}, []int64{now}, now)
 			ttl, ok := args[0].(int64)
 			empty := ceilDiv(x, r.leak) // µs
-			if !ok || len(args) != 3 || args[1] != r.id || ttl < 0 || ttl*1000 < empty || (ttl-1)*1000 >= empty {
+			// The TTL is the time until empty, rounded up to the ms, capped
+			// at maxTTL (the longest a time.Duration holds).
+			want := min(ceilDiv(empty, 1000), maxTTL)
+			if !ok || len(args) != 3 || args[1] != r.id || ttl != want {
 				t.Fatalf("%s: writeArgs(%d) = %v; empty in %dµs", where(), x, args, empty)
 			}
 			value := "" // an empty funnel's field is deleted

@@ -2,8 +2,10 @@ package funnel
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The state of a key is a Redis hash with one field per rule (rule.id). A
@@ -89,6 +91,12 @@ func writeArgs(rules []rule, fills, ats []int64, now int64) []any {
 		ttl = max(ttl, ceilDiv(empty, 1000))
 		args = append(args, r.id, r.encode(fills[i], ats[i]))
 	}
-	args[0] = ttl
+	args[0] = min(ttl, maxTTL)
 	return args
 }
+
+// maxTTL is the longest state TTL written, in ms: the largest that a client
+// can hold as a time.Duration (about 292 years; miniredis, for one, wraps
+// past it and deletes the key at once). A key whose funnels need longer to
+// drain forgets their levels 292 years after its last write.
+const maxTTL = math.MaxInt64 / int64(time.Millisecond)

@@ -69,6 +69,11 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	if locker == nil {
 		locker = mutex.New(client, mutex.WithPrefix(p.Prefix))
 	}
+	// A Locker that can never lock would make every call fail: under
+	// FailOpen, an admission for everyone. Refuse it here.
+	if err := locker.Err(); err != nil {
+		return nil, fmt.Errorf("%w: unusable Locker: %w", ErrInvalidPolicy, err)
+	}
 	g := &Guard{p: p, lim: funnel.New(client, funnel.WithPrefix(p.Prefix), funnel.WithLocker(locker))}
 	if p.Fallback != nil {
 		g.fb = newFallback(*p.Fallback)

@@ -3,10 +3,14 @@ package guard
 import (
 	"encoding/json"
 	"errors"
+	"math"
+	"math/big"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
 )
 
 // Middleware returns net/http middleware that guards each request under the
@@ -24,6 +28,10 @@ import (
 func (g *Guard) Middleware(keyFunc func(*http.Request) (string, error)) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if keyFunc == nil {
+				writeJSON(w, http.StatusInternalServerError, body{Error: "guard: Middleware without a key function"})
+				return
+			}
 			key, err := keyFunc(r)
 			if err != nil {
 				writeJSON(w, http.StatusBadRequest, body{Error: "bad request: " + err.Error()})
@@ -57,8 +65,35 @@ func (g *Guard) Middleware(keyFunc func(*http.Request) (string, error)) func(htt
 // field: rounded up, and at least 1, so that a client told to wait never
 // retries at once.
 func RetryAfterSeconds(d time.Duration) int64 {
-	secs := int64((d + time.Second - 1) / time.Second)
-	return max(secs, 1)
+	return max(ceilSeconds(d), 1)
+}
+
+// ceilSeconds is d in whole seconds, rounded up, without overflowing near
+// the largest Duration.
+func ceilSeconds(d time.Duration) int64 {
+	secs := int64(d / time.Second)
+	if d%time.Second > 0 {
+		secs++
+	}
+	return secs
+}
+
+// drainSeconds is how long a full funnel of r takes to empty, in whole
+// seconds rounded up: Capacity*Per/Leak, computed without overflow (Capacity
+// and Per can each be near their maximum).
+func drainSeconds(r funnel.Rule) int64 {
+	var n, q big.Int
+	n.Mul(big.NewInt(r.Capacity), big.NewInt(int64(r.Per)))
+	d := new(big.Int).Mul(big.NewInt(r.Leak), big.NewInt(int64(time.Second)))
+	var m big.Int
+	q.DivMod(&n, d, &m)
+	if m.Sign() > 0 {
+		q.Add(&q, big.NewInt(1))
+	}
+	if !q.IsInt64() {
+		return math.MaxInt64
+	}
+	return q.Int64()
 }
 
 type body struct {
@@ -80,15 +115,14 @@ func writeJSON(w http.ResponseWriter, status int, b body) {
 func (g *Guard) rateLimitHeaders(h http.Header, d Decision) {
 	var pol []string
 	for _, r := range g.p.Rules {
-		window := (time.Duration(r.Capacity) * r.Per) / time.Duration(r.Leak)
-		pol = append(pol, sfString(r.Name)+";q="+strconv.FormatInt(r.Capacity, 10)+";w="+strconv.FormatInt(RetryAfterSeconds(window), 10))
+		pol = append(pol, sfString(r.Name)+";q="+strconv.FormatInt(r.Capacity, 10)+";w="+strconv.FormatInt(max(drainSeconds(r), 1), 10))
 	}
 	h.Set("RateLimit-Policy", strings.Join(pol, ", "))
 	name, t := d.Tightest, d.ResetAfter
 	if !d.Allowed {
 		name, t = d.Rule, d.RetryAfter
 	}
-	secs := int64((t + time.Second - 1) / time.Second)
+	secs := ceilSeconds(t)
 	h.Set("RateLimit", sfString(name)+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(secs, 10))
 }
 

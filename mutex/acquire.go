@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	mathrand "math/rand/v2"
 	"strconv"
 	"time"
@@ -114,7 +115,13 @@ func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...L
 // nextWait is the pause before the next attempt: a jittered retry interval,
 // or just past the end of the holder's lease when that comes sooner.
 func (l *Locker) nextWait(pttl time.Duration) time.Duration {
-	wait := l.retry/2 + time.Duration(mathrand.Int64N(int64(l.retry)))
+	// retry/2 + [0, retry), saturated: a retry interval of centuries must
+	// not wrap to a negative wait (which would mean "no timer").
+	half, jitter := l.retry/2, time.Duration(mathrand.Int64N(int64(l.retry)))
+	wait := time.Duration(math.MaxInt64)
+	if jitter <= math.MaxInt64-half {
+		wait = half + jitter
+	}
 	if pttl >= 0 && pttl+time.Millisecond < wait {
 		wait = pttl + time.Millisecond
 	}

@@ -137,6 +137,16 @@ func New(client Client, opts ...Option) *Locker {
 	return l
 }
 
+// Err returns the error of a bad argument to New or NewQuorum (a nil client,
+// a bad option), which every call of the Locker returns; nil when the Locker
+// is usable. Code that is handed a Locker can check it once, up front.
+func (l *Locker) Err() error {
+	if l == nil {
+		return ErrNilClient
+	}
+	return l.err
+}
+
 // A LockOption configures one acquisition.
 type LockOption func(*lockConfig)
 

@@ -1,0 +1,415 @@
+package funnel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
+)
+
+// Bad input beyond input_test.go: key-length boundaries up to 10 MiB with a
+// count of the commands sent, extreme rules (Per of 1 ns and of 100 years,
+// Capacity and Leak at and past their limits), ':' in keys and rule names,
+// nil clients of every kind, bad Lockers and ended contexts, on miniredis
+// and on a redis-server of the test's own. Each case must give the
+// documented error (matched with errors.Is) or behaviour, never panic, and
+// leave no key outside the test's prefix or without a TTL.
+
+// badStore is a Redis whose every key belongs to the test.
+type badStore struct {
+	name   string
+	client *redis.Client
+	prefix string
+	cmds   *badCounter
+}
+
+func badStores(t *testing.T) []badStore {
+	mini := testutil.Mini(t)
+	srv := testutil.StartServer(t)
+	mc, sc := &badCounter{}, &badCounter{}
+	m, s := mini.Client(t), srv.Client(t)
+	m.AddHook(mc)
+	s.AddHook(sc)
+	return []badStore{
+		{name: "miniredis", client: m, prefix: mini.Prefix, cmds: mc},
+		{name: "redis", client: s, prefix: testutil.NewPrefix(), cmds: sc},
+	}
+}
+
+// scan fails t for every key of s outside s.prefix or without a TTL.
+func (s badStore) scan(t *testing.T, after string) {
+	t.Helper()
+	ctx := context.Background()
+	iter := s.client.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		if !strings.HasPrefix(k, s.prefix) {
+			t.Errorf("%s, after %s: key %.80q is outside the prefix %q", s.name, after, k, s.prefix)
+		}
+		// PTTL: -1 (ns, as go-redis returns it) for a key without a TTL, -2
+		// for one gone since SCAN, 0 for one in its last millisecond.
+		if ttl, err := s.client.PTTL(ctx, k).Result(); err != nil || ttl == -1 {
+			t.Errorf("%s, after %s: key %.80q has no TTL (%v, %v)", s.name, after, k, ttl, err)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatalf("%s: SCAN: %v", s.name, err)
+	}
+}
+
+// badCounter is a go-redis hook that counts commands.
+type badCounter struct{ n atomic.Int64 }
+
+func (c *badCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+func (c *badCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+
+func (c *badCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+}
+
+// badEntry is one entry point of a Limiter, as one signature.
+type badEntry struct {
+	name string
+	call func(ctx context.Context, lim *funnel.Limiter, key string, n int64, rules ...funnel.Rule) error
+}
+
+var badEntries = []badEntry{
+	{"Allow", func(ctx context.Context, lim *funnel.Limiter, key string, _ int64, rules ...funnel.Rule) error {
+		_, err := lim.Allow(ctx, key, rules...)
+		return err
+	}},
+	{"AllowN", func(ctx context.Context, lim *funnel.Limiter, key string, n int64, rules ...funnel.Rule) error {
+		_, err := lim.AllowN(ctx, key, n, rules...)
+		return err
+	}},
+	{"Peek", func(ctx context.Context, lim *funnel.Limiter, key string, _ int64, rules ...funnel.Rule) error {
+		_, err := lim.Peek(ctx, key, rules...)
+		return err
+	}},
+	{"Refund", func(ctx context.Context, lim *funnel.Limiter, key string, n int64, rules ...funnel.Rule) error {
+		return lim.Refund(ctx, key, n, rules...)
+	}},
+	{"Reset", func(ctx context.Context, lim *funnel.Limiter, key string, _ int64, _ ...funnel.Rule) error {
+		return lim.Reset(ctx, key)
+	}},
+}
+
+// safeCall runs e and turns a panic into an error.
+func safeCall(e badEntry, ctx context.Context, lim *funnel.Limiter, key string, n int64, rules ...funnel.Rule) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return e.call(ctx, lim, key, n, rules...)
+}
+
+var badRule = funnel.Rule{Name: "r", Capacity: 2, Leak: 1, Per: time.Second}
+
+// TestBadInputKeyLength: keys of 0, MaxKeyLen+1, 1 MiB and 10 MiB bytes are
+// refused by every entry point with ErrInvalidKey before any command is
+// sent; a key of exactly MaxKeyLen (1 KiB) works everywhere.
+func TestBadInputKeyLength(t *testing.T) {
+	for _, s := range badStores(t) {
+		ctx := context.Background()
+		lim := funnel.New(s.client, funnel.WithPrefix(s.prefix))
+		for _, n := range []int{0, funnel.MaxKeyLen + 1, 1 << 20, 10 << 20} {
+			key := strings.Repeat("k", n)
+			before := s.cmds.n.Load()
+			for _, e := range badEntries {
+				if err := safeCall(e, ctx, lim, key, 1, badRule); !errors.Is(err, funnel.ErrInvalidKey) {
+					t.Errorf("%s: %s with a %d-byte key = %.100v, want ErrInvalidKey", s.name, e.name, n, err)
+				}
+			}
+			if sent := s.cmds.n.Load() - before; sent != 0 {
+				t.Errorf("%s: a %d-byte key sent %d commands; want it refused before Redis", s.name, n, sent)
+			}
+		}
+		key := strings.Repeat("k", funnel.MaxKeyLen)
+		for _, e := range badEntries {
+			if err := safeCall(e, ctx, lim, key, 1, badRule); err != nil {
+				t.Errorf("%s: %s with a key of MaxKeyLen bytes = %v", s.name, e.name, err)
+			}
+			s.scan(t, e.name+" with a 1 KiB key")
+		}
+	}
+}
+
+// TestBadInputExtremeRules: rules at the edges of what exact arithmetic
+// allows are refused with ErrInvalidRule, or accepted and then decided
+// without overflow: no negative RetryAfter, Remaining or ResetAfter, and the
+// state key has a TTL.
+func TestBadInputExtremeRules(t *testing.T) {
+	const century = 100 * 365 * 24 * time.Hour
+	maxPerMicros := time.Duration(math.MaxInt64).Truncate(time.Microsecond)
+	for _, s := range badStores(t) {
+		ctx := context.Background()
+		lim := funnel.New(s.client, funnel.WithPrefix(s.prefix))
+		refused := map[string]funnel.Rule{
+			"Per 1ns":                        {Name: "r", Capacity: 1, Leak: 1, Per: time.Nanosecond},
+			"Per 999ns":                      {Name: "r", Capacity: 1, Leak: 1, Per: 999 * time.Nanosecond},
+			"Per MinInt64":                   {Name: "r", Capacity: 1, Leak: 1, Per: math.MinInt64},
+			"Per MaxInt64 (not whole µs)":    {Name: "r", Capacity: 1, Leak: 1, Per: math.MaxInt64},
+			"Capacity MaxInt64":              {Name: "r", Capacity: math.MaxInt64, Leak: 1, Per: time.Microsecond},
+			"Capacity MinInt64":              {Name: "r", Capacity: math.MinInt64, Leak: 1, Per: time.Second},
+			"Leak MaxInt64":                  {Name: "r", Capacity: 1, Leak: math.MaxInt64, Per: time.Second},
+			"Leak MinInt64":                  {Name: "r", Capacity: 1, Leak: math.MinInt64, Per: time.Second},
+			"Capacity 732 per 100 years":     {Name: "r", Capacity: 732, Leak: 1, Per: century}, // 732 * 100 y in µs > 2^61
+			"Capacity 251 per MaxInt64 ns":   {Name: "r", Capacity: 251, Leak: 1, Per: maxPerMicros},
+			"Capacity 2^61+1 per µs":         {Name: "r", Capacity: 1<<61 + 1, Leak: 1, Per: time.Microsecond},
+			"Leak 2^61+1":                    {Name: "r", Capacity: 1, Leak: 1<<61 + 1, Per: time.Microsecond},
+			"Capacity * Per wraps to 2^64+1": {Name: "r", Capacity: 274177, Leak: 1, Per: 67280421310721 * time.Microsecond},
+		}
+		for desc, r := range refused {
+			if err := funnel.Validate(r); !errors.Is(err, funnel.ErrInvalidRule) {
+				t.Errorf("Validate(%s) = %v, want ErrInvalidRule", desc, err)
+			}
+			for _, e := range badEntries[:4] {
+				if err := safeCall(e, ctx, lim, "k", 1, r); !errors.Is(err, funnel.ErrInvalidRule) {
+					t.Errorf("%s: %s with %s = %v, want ErrInvalidRule", s.name, e.name, desc, err)
+				}
+			}
+		}
+		if n, _ := s.client.DBSize(ctx).Result(); n != 0 {
+			t.Errorf("%s: refused rules wrote %d keys", s.name, n)
+		}
+
+		accepted := []struct {
+			desc string
+			rule funnel.Rule
+			n    int64 // AllowN's units: the rule's whole capacity
+		}{
+			{"Per 1µs", funnel.Rule{Name: "r", Capacity: 1, Leak: 1, Per: time.Microsecond}, 1},
+			{"Capacity 1 per 100 years", funnel.Rule{Name: "r", Capacity: 1, Leak: 1, Per: century}, 1},
+			{"Capacity 731 per 100 years", funnel.Rule{Name: "r", Capacity: 731, Leak: 1, Per: century}, 731},
+			{"AtMost(3, 100 years)", funnel.AtMost(3, century), 3},
+			{"Capacity 250 per MaxInt64 ns, in µs", funnel.Rule{Name: "r", Capacity: 250, Leak: 1, Per: maxPerMicros}, 250},
+			{"Capacity 2^61 per µs", funnel.Rule{Name: "r", Capacity: 1 << 61, Leak: 1, Per: time.Microsecond}, 1 << 61},
+			{"Leak 2^61 per µs", funnel.Rule{Name: "r", Capacity: 1, Leak: 1 << 61, Per: time.Microsecond}, 1},
+			{"Capacity 2^61 leaking 2^61 per 1µs", funnel.Rule{Name: "r", Capacity: 1 << 61, Leak: 1 << 61, Per: time.Microsecond}, 1 << 61},
+		}
+		for i, tc := range accepted {
+			key := fmt.Sprintf("edge%d", i)
+			// allowed: 1 yes, 0 no, -1 either (a funnel that drains in a
+			// microsecond may be empty again by the next call).
+			check := func(what string, res funnel.Result, err error, allowed int) {
+				t.Helper()
+				if err != nil || (allowed >= 0 && res.Allowed != (allowed == 1)) || res.RetryAfter < 0 || res.Remaining < 0 || res.ResetAfter < 0 {
+					t.Errorf("%s: %s, %s = %+v, %v; want allowed %d and no negative figure", s.name, tc.desc, what, res, err, allowed)
+				}
+			}
+			res, err := lim.AllowN(ctx, key, tc.n, tc.rule)
+			check("AllowN(capacity)", res, err, 1)
+			res, err = lim.Peek(ctx, key, tc.rule)
+			check("Peek after", res, err, -1)
+			if tc.rule.Per >= time.Hour && !(s.name == "miniredis" && drainsPast292Years(tc.rule)) {
+				res, err = lim.Allow(ctx, key, tc.rule)
+				check("Allow of a full funnel", res, err, 0)
+				if res.RetryAfter < tc.rule.Per/time.Duration(tc.rule.Leak)-time.Minute {
+					t.Errorf("%s: %s: RetryAfter = %v, want about %v", s.name, tc.desc, res.RetryAfter, tc.rule.Per/time.Duration(tc.rule.Leak))
+				}
+			}
+			if err := lim.Refund(ctx, key, math.MaxInt64, tc.rule); err != nil {
+				t.Errorf("%s: %s: Refund(MaxInt64) = %v", s.name, tc.desc, err)
+			}
+			if res, err := lim.Allow(ctx, key, tc.rule); err != nil || !res.Allowed {
+				t.Errorf("%s: %s: Allow after a full refund = %+v, %v", s.name, tc.desc, res, err)
+			}
+			s.scan(t, tc.desc)
+		}
+	}
+}
+
+// drainsPast292Years reports whether a full funnel of r takes longer to
+// drain than a time.Duration can hold: its state key's TTL is then more
+// than miniredis can keep (see TestBadInputBugStateTTLPast292Years).
+func drainsPast292Years(r funnel.Rule) bool {
+	perMicros := int64(r.Per / time.Microsecond)
+	return float64(r.Capacity)*float64(perMicros)/float64(r.Leak) > float64(math.MaxInt64/int64(time.Microsecond))
+}
+
+// TestBadInputBugStateTTLPast292Years: a rule whose full funnel drains in
+// more than 292 years (AtMost(3, 100 years), the largest valid capacities)
+// gets a state TTL in milliseconds that real Redis keeps but miniredis (the
+// example's embedded Redis) turns into a time.Duration that overflows: the
+// key is gone at once and the rule admits every call. Fixed: the
+// regression test.
+func TestBadInputBugStateTTLPast292Years(t *testing.T) {
+	s := badStores(t)[0]
+	ctx := context.Background()
+	lim := funnel.New(s.client, funnel.WithPrefix(s.prefix))
+	rule := funnel.AtMost(3, 100*365*24*time.Hour)
+	for i := range 4 {
+		res, err := lim.Allow(ctx, "lifetime", rule)
+		if err != nil || res.Allowed != (i < 3) {
+			t.Errorf("call %d under %s on miniredis = %+v, %v; want 3 admitted, then denied", i+1, rule.Name, res, err)
+		}
+	}
+}
+
+// TestBadInputUnits: n of 0, -1, MinInt64 and MaxInt64 are refused by AllowN
+// (MaxInt64 is above any capacity) and the non-positive ones by Refund;
+// Refund of MaxInt64 empties the funnel and never goes below empty.
+func TestBadInputUnits(t *testing.T) {
+	s := badStores(t)[0]
+	ctx := context.Background()
+	lim := funnel.New(s.client, funnel.WithPrefix(s.prefix))
+	for _, n := range []int64{0, -1, math.MinInt64, math.MaxInt64} {
+		if _, err := lim.AllowN(ctx, "k", n, badRule); !errors.Is(err, funnel.ErrInvalidN) {
+			t.Errorf("AllowN(%d) = %v, want ErrInvalidN", n, err)
+		}
+		if err := lim.Refund(ctx, "k", n, badRule); n <= 0 && !errors.Is(err, funnel.ErrInvalidN) {
+			t.Errorf("Refund(%d) = %v, want ErrInvalidN", n, err)
+		} else if n > 0 && err != nil {
+			t.Errorf("Refund(%d) = %v", n, err)
+		}
+	}
+	if res, err := lim.AllowN(ctx, "k", 2, badRule); err != nil || !res.Allowed || res.Remaining != 0 {
+		t.Fatalf("AllowN(2) after refunds = %+v, %v; want the whole capacity, never below empty", res, err)
+	}
+	s.scan(t, "units")
+}
+
+// TestBadInputColons: keys and rule names that read like other keys, kinds
+// or rule ids ('/' separates a rule id's parts) each get a funnel of their
+// own, and a key never reaches the lock or state of another.
+func TestBadInputColons(t *testing.T) {
+	for _, s := range badStores(t) {
+		ctx := context.Background()
+		lim := funnel.New(s.client, funnel.WithPrefix(s.prefix))
+		one := funnel.AtMost(1, time.Hour)
+		keys := []string{"a", "a:funnel", "a:lock", "{a}:funnel", "a}:funnel", "a:", ":", "funnel", "lock", "{a}", "k*", "k?", "k[1]",
+			"') redis.call('FLUSHALL') --", "\x00", "a\r\nb"}
+		for _, k := range keys {
+			if res, err := lim.Allow(ctx, k, one); err != nil || !res.Allowed {
+				t.Fatalf("%s: first Allow(%q) = %+v, %v; want a funnel of its own", s.name, k, res, err)
+			}
+		}
+		for _, k := range keys {
+			if res, err := lim.Allow(ctx, k, one); err != nil || res.Allowed {
+				t.Fatalf("%s: second Allow(%q) = %+v, %v; want denied", s.name, k, res, err)
+			}
+		}
+		if n, _ := s.client.DBSize(ctx).Result(); n != int64(len(keys)) {
+			t.Errorf("%s: %d keys for %d funnel keys; want one state key each", s.name, n, len(keys))
+		}
+		// Rule names that embed another rule's id ("r/1/1/3600000000" is
+		// rule "r" of capacity 1, leak 1 per hour) each get a funnel.
+		rules := []funnel.Rule{
+			{Name: "r", Capacity: 1, Leak: 1, Per: time.Hour},
+			{Name: "r/1/1/3600000000", Capacity: 1, Leak: 1, Per: time.Hour},
+			{Name: "r/1", Capacity: 1, Leak: 1, Per: time.Hour},
+			{Name: "{r}:lock", Capacity: 1, Leak: 1, Per: time.Hour},
+			{Name: "]]..redis.call('DEL', KEYS[1])..[[", Capacity: 1, Leak: 1, Per: time.Hour},
+			{Name: strings.Repeat("/", funnel.MaxRuleName), Capacity: 1, Leak: 1, Per: time.Hour},
+		}
+		for _, r := range rules {
+			if res, err := lim.Allow(ctx, "rules", r); err != nil || !res.Allowed {
+				t.Errorf("%s: Allow with rule %q = %+v, %v; want its own funnel", s.name, r.Name, res, err)
+			}
+		}
+		if res, err := lim.Peek(ctx, "rules", rules...); err != nil || res.Allowed {
+			t.Errorf("%s: Peek with every rule = %+v, %v; want each full", s.name, res, err)
+		}
+		s.scan(t, "colons")
+	}
+}
+
+// TestBadInputNilAndLockers: nil clients of every kind give ErrNilClient
+// from every entry point; nil options are ignored; a Locker that cannot
+// work (a nil client, a bad option) is refused by WithLocker: every entry
+// point returns ErrInvalidOption joined with the mutex package's sentinel.
+func TestBadInputNilAndLockers(t *testing.T) {
+	ctx := context.Background()
+	var (
+		client  *redis.Client
+		cluster *redis.ClusterClient
+		ring    *redis.Ring
+		univ    redis.UniversalClient
+	)
+	for desc, c := range map[string]mutex.Client{
+		"untyped nil": nil, "nil *redis.Client": client, "nil *redis.ClusterClient": cluster,
+		"nil *redis.Ring": ring, "nil redis.UniversalClient": univ,
+	} {
+		lim := funnel.New(c, nil, funnel.WithLease(time.Second))
+		for _, e := range badEntries {
+			if err := safeCall(e, ctx, lim, "k", 1, badRule); !errors.Is(err, funnel.ErrNilClient) {
+				t.Errorf("%s: %s = %v, want ErrNilClient", desc, e.name, err)
+			}
+		}
+	}
+	for _, s := range badStores(t) {
+		for desc, tc := range map[string]struct {
+			locker *mutex.Locker
+			want   error
+		}{
+			"nil client":   {mutex.New(nil, mutex.WithPrefix(s.prefix)), mutex.ErrNilClient},
+			"WithTTL(0)":   {mutex.New(s.client, mutex.WithPrefix(s.prefix), mutex.WithTTL(0)), mutex.ErrInvalidTTL},
+			"prefix a{":    {mutex.New(s.client, mutex.WithPrefix("a{")), mutex.ErrInvalidPrefix},
+			"retry of 0ns": {mutex.New(s.client, mutex.WithPrefix(s.prefix), mutex.WithRetryInterval(0)), mutex.ErrInvalidRetry},
+		} {
+			// WithLocker refuses it: every call, Peek included, says why.
+			lim := funnel.New(s.client, funnel.WithPrefix(s.prefix), funnel.WithLocker(tc.locker))
+			for _, e := range badEntries {
+				if err := safeCall(e, ctx, lim, "k", 1, badRule); !errors.Is(err, tc.want) || !errors.Is(err, funnel.ErrInvalidOption) {
+					t.Errorf("%s: %s with a Locker with %s = %v, want ErrInvalidOption and %v", s.name, e.name, desc, err, tc.want)
+				}
+			}
+		}
+		lim := funnel.New(s.client, nil, funnel.WithPrefix(s.prefix), nil, funnel.WithLease(math.MaxInt64))
+		if res, err := lim.Allow(ctx, "long lease", badRule); err != nil || !res.Allowed {
+			t.Errorf("%s: Allow with WithLease(MaxInt64) = %+v, %v", s.name, res, err)
+		}
+		for _, d := range []time.Duration{-1, math.MinInt64} {
+			if _, err := funnel.New(s.client, funnel.WithLease(d)).Allow(ctx, "k", badRule); !errors.Is(err, funnel.ErrInvalidOption) {
+				t.Errorf("%s: WithLease(%v): Allow = %v, want ErrInvalidOption", s.name, d, err)
+			}
+		}
+		if _, err := funnel.New(s.client, funnel.WithPrefix(strings.Repeat("p", 257))).Allow(ctx, "k", badRule); !errors.Is(err, funnel.ErrInvalidOption) {
+			t.Errorf("%s: WithPrefix of 257 bytes: Allow = %v, want ErrInvalidOption", s.name, err)
+		}
+		s.scan(t, "Lockers and options")
+	}
+}
+
+// TestBadInputEndedContexts: every entry point with a cancelled or expired
+// ctx fails with an error matching ctx.Err(), and takes nothing.
+func TestBadInputEndedContexts(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for _, s := range badStores(t) {
+		ctx := context.Background()
+		lim := funnel.New(s.client, funnel.WithPrefix(s.prefix))
+		if _, err := lim.Allow(ctx, "k", badRule); err != nil {
+			t.Fatal(err)
+		}
+		for _, ended := range []context.Context{cancelled, expired} {
+			for _, e := range badEntries {
+				if err := safeCall(e, ended, lim, "k", 1, badRule); !errors.Is(err, ended.Err()) {
+					t.Errorf("%s: %s with an ended ctx = %v, want %v", s.name, e.name, err, ended.Err())
+				}
+			}
+		}
+		if res, err := lim.Peek(ctx, "k", badRule); err != nil || res.Remaining != 1 {
+			t.Errorf("%s: after calls with ended contexts, Peek = %+v, %v; want 1 unit left, as before", s.name, res, err)
+		}
+		s.scan(t, "ended contexts")
+	}
+}

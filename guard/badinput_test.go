@@ -1,0 +1,467 @@
+package guard_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/guard"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+)
+
+// Bad input beyond guard_test.go and middleware_test.go: key lengths up to
+// 10 MiB with a count of the commands sent, user keys that spell the
+// guard's own stored forms ("k:", "h:" and "m:" keys), extreme rules and
+// policies, bad n, unusable Lockers and ended contexts (which must never be
+// taken for an outage, so FailOpen never admits them), on miniredis and on a
+// redis-server of the test's own. Each case must give the documented error
+// (matched with errors.Is) or behaviour, never panic, and leave no key
+// outside the test's prefix or without a TTL.
+
+// badStore is a Redis whose every key belongs to the test.
+type badStore struct {
+	name   string
+	client *redis.Client
+	prefix string
+	cmds   *badCounter
+}
+
+func badStores(t *testing.T) []badStore {
+	mini := testutil.Mini(t)
+	srv := testutil.StartServer(t)
+	mc, sc := &badCounter{}, &badCounter{}
+	m, s := mini.Client(t), srv.Client(t)
+	m.AddHook(mc)
+	s.AddHook(sc)
+	return []badStore{
+		{name: "miniredis", client: m, prefix: mini.Prefix, cmds: mc},
+		{name: "redis", client: s, prefix: testutil.NewPrefix(), cmds: sc},
+	}
+}
+
+// scan fails t for every key of s outside s.prefix or without a TTL.
+func (s badStore) scan(t *testing.T, after string) {
+	t.Helper()
+	ctx := context.Background()
+	iter := s.client.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		if !strings.HasPrefix(k, s.prefix) {
+			t.Errorf("%s, after %s: key %.80q is outside the prefix %q", s.name, after, k, s.prefix)
+		}
+		// PTTL: -1 (ns, as go-redis returns it) for a key without a TTL, -2
+		// for one gone since SCAN, 0 for one in its last millisecond.
+		if ttl, err := s.client.PTTL(ctx, k).Result(); err != nil || ttl == -1 {
+			t.Errorf("%s, after %s: key %.80q has no TTL (%v, %v)", s.name, after, k, ttl, err)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatalf("%s: SCAN: %v", s.name, err)
+	}
+}
+
+// guard returns a Guard on s under s.prefix + p.Prefix.
+func (s badStore) guard(t *testing.T, p guard.Policy) *guard.Guard {
+	t.Helper()
+	p.Prefix = s.prefix + p.Prefix
+	if p.Rules == nil {
+		p.Rules = []funnel.Rule{funnel.AtMost(1, time.Hour)}
+	}
+	g, err := guard.New(s.client, p)
+	if err != nil {
+		t.Fatalf("%s: guard.New: %v", s.name, err)
+	}
+	return g
+}
+
+// badCounter is a go-redis hook that counts commands.
+type badCounter struct{ n atomic.Int64 }
+
+func (c *badCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+func (c *badCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+
+func (c *badCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+}
+
+// badEntry is one entry point of a Guard, as one signature. ran reports
+// whether Do ran its function.
+type badEntry struct {
+	name string
+	call func(ctx context.Context, g *guard.Guard, key string, n int64) (d guard.Decision, ran bool, err error)
+}
+
+var badEntries = []badEntry{
+	{"Allow", func(ctx context.Context, g *guard.Guard, key string, _ int64) (guard.Decision, bool, error) {
+		d, err := g.Allow(ctx, key)
+		return d, false, err
+	}},
+	{"AllowN", func(ctx context.Context, g *guard.Guard, key string, n int64) (guard.Decision, bool, error) {
+		d, err := g.AllowN(ctx, key, n)
+		return d, false, err
+	}},
+	{"Peek", func(ctx context.Context, g *guard.Guard, key string, _ int64) (guard.Decision, bool, error) {
+		d, err := g.Peek(ctx, key)
+		return d, false, err
+	}},
+	{"Refund", func(ctx context.Context, g *guard.Guard, key string, _ int64) (guard.Decision, bool, error) {
+		return guard.Decision{}, false, g.Refund(ctx, key)
+	}},
+	{"RefundN", func(ctx context.Context, g *guard.Guard, key string, n int64) (guard.Decision, bool, error) {
+		return guard.Decision{}, false, g.RefundN(ctx, key, n)
+	}},
+	{"Do", func(ctx context.Context, g *guard.Guard, key string, _ int64) (guard.Decision, bool, error) {
+		ran := false
+		d, err := g.Do(ctx, key, func(context.Context) error { ran = true; return nil })
+		return d, ran, err
+	}},
+}
+
+// safeCall runs e and turns a panic into an error.
+func safeCall(e badEntry, ctx context.Context, g *guard.Guard, key string, n int64) (d guard.Decision, ran bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return e.call(ctx, g, key, n)
+}
+
+// TestBadInputKeyLength: keys of 0, MaxKeyLen+1, 1 MiB and 10 MiB bytes
+// are refused by every entry point with ErrInvalidKey, a denial that is not
+// Degraded, before any command is sent (Do does not run its function); the
+// longest keys, 128 (kept plain), 129, 1 KiB and MaxKeyLen bytes (hashed)
+// work, each with a funnel of its own.
+func TestBadInputKeyLength(t *testing.T) {
+	for _, s := range badStores(t) {
+		ctx := context.Background()
+		g := s.guard(t, guard.Policy{OnError: guard.FailOpen})
+		for _, n := range []int{0, guard.MaxKeyLen + 1, 1 << 20, 10 << 20} {
+			key := strings.Repeat("k", n)
+			before := s.cmds.n.Load()
+			for _, e := range badEntries {
+				d, ran, err := safeCall(e, ctx, g, key, 1)
+				if !errors.Is(err, guard.ErrInvalidKey) || d.Allowed || d.Degraded || ran {
+					t.Errorf("%s: %s with a %d-byte key = %+v, ran %v, %.100v; want ErrInvalidKey and a plain denial", s.name, e.name, n, d, ran, err)
+				}
+			}
+			if sent := s.cmds.n.Load() - before; sent != 0 {
+				t.Errorf("%s: a %d-byte key sent %d commands; want it refused before Redis", s.name, n, sent)
+			}
+		}
+		for _, n := range []int{128, 129, 1 << 10, guard.MaxKeyLen} {
+			key := strings.Repeat("k", n)
+			if d, err := g.Allow(ctx, key); err != nil || !d.Allowed {
+				t.Errorf("%s: first Allow of a %d-byte key = %+v, %v", s.name, n, d, err)
+			}
+			if d, err := g.Allow(ctx, key); err != nil || d.Allowed {
+				t.Errorf("%s: second Allow of a %d-byte key = %+v, %v; want denied", s.name, n, d, err)
+			}
+		}
+		s.scan(t, "long keys")
+	}
+}
+
+// TestBadInputStoredFormsDoNotCollide: the guard stores a key as "k:"+key,
+// "h:"+SHA-256 of a long key, or "m:"+HMAC with a Secret. User keys that
+// spell those forms, including the exact stored form of a long key, and
+// guards whose prefixes line up with them, never share a funnel.
+func TestBadInputStoredFormsDoNotCollide(t *testing.T) {
+	long := strings.Repeat("L", 200)
+	sum := sha256.Sum256([]byte(long))
+	hashed := "h:" + base64.RawURLEncoding.EncodeToString(sum[:])
+	for _, s := range badStores(t) {
+		ctx := context.Background()
+		g := s.guard(t, guard.Policy{Prefix: "g:"})
+		gk := s.guard(t, guard.Policy{Prefix: "g:k:"}) // "g:" + "k:" lines up with g's stored form
+		gh := s.guard(t, guard.Policy{Prefix: "g:h:"})
+		secret := s.guard(t, guard.Policy{Prefix: "g:", Secret: []byte("s3cret")})
+		keys := []string{"x", "k:x", "h:x", "m:x", "k:", "h:", "m:", ":", "k:k:x", "{k:x}", "k:x}", "}{",
+			long, hashed, "k:" + long[:126], strings.Repeat("L", 128), strings.Repeat("L", 129)}
+		calls := 0
+		for _, k := range keys {
+			for _, gd := range []*guard.Guard{g, gk, gh, secret} {
+				calls++
+				if d, err := gd.Allow(ctx, k); err != nil || !d.Allowed {
+					t.Fatalf("%s: first Allow(%.40q) = %+v, %v: another key's funnel leaked in", s.name, k, d, err)
+				}
+			}
+		}
+		for _, k := range keys {
+			for _, gd := range []*guard.Guard{g, gk, gh, secret} {
+				if d, err := gd.Allow(ctx, k); err != nil || d.Allowed {
+					t.Fatalf("%s: second Allow(%.40q) = %+v, %v; want denied", s.name, k, d, err)
+				}
+			}
+		}
+		if n, _ := s.client.DBSize(ctx).Result(); n != int64(calls) {
+			t.Errorf("%s: %d keys for %d (guard, key) pairs; want one state key each", s.name, n, calls)
+		}
+		s.scan(t, "stored forms")
+	}
+}
+
+// TestBadInputPolicies: policies New must refuse, with ErrInvalidPolicy
+// (and the funnel's ErrInvalidRule for a bad rule), and extreme ones it
+// accepts and then uses without overflow.
+func TestBadInputPolicies(t *testing.T) {
+	const century = 100 * 365 * 24 * time.Hour
+	s := badStores(t)[1]
+	ctx := context.Background()
+	ok := []funnel.Rule{funnel.AtMost(1, time.Hour)}
+	var cluster *redis.ClusterClient
+	for desc, tc := range map[string]struct {
+		client mutex.Client
+		p      guard.Policy
+		also   error
+	}{
+		"typed nil *redis.ClusterClient": {cluster, guard.Policy{Rules: ok}, nil},
+		"Per 1ns":                        {s.client, guard.Policy{Rules: []funnel.Rule{{Name: "r", Capacity: 1, Leak: 1, Per: time.Nanosecond}}}, funnel.ErrInvalidRule},
+		"Capacity MaxInt64":              {s.client, guard.Policy{Rules: []funnel.Rule{{Name: "r", Capacity: math.MaxInt64, Leak: 1, Per: time.Second}}}, funnel.ErrInvalidRule},
+		"Capacity 732 per 100 years":     {s.client, guard.Policy{Rules: []funnel.Rule{{Name: "r", Capacity: 732, Leak: 1, Per: century}}}, funnel.ErrInvalidRule},
+		"Timeout -1ns":                   {s.client, guard.Policy{Rules: ok, Timeout: -1}, nil},
+		"Timeout MinInt64":               {s.client, guard.Policy{Rules: ok, Timeout: math.MinInt64}, nil},
+		"ErrorRetryAfter -1s":            {s.client, guard.Policy{Rules: ok, ErrorRetryAfter: -time.Second}, nil},
+		"OnError -1":                     {s.client, guard.Policy{Rules: ok, OnError: -1}, nil},
+		"Fallback MaxKeys -1":            {s.client, guard.Policy{Rules: ok, Fallback: &guard.Fallback{Limit: 1, Burst: 1, MaxKeys: -1}}, nil},
+		"Fallback Burst -1":              {s.client, guard.Policy{Rules: ok, Fallback: &guard.Fallback{Limit: 1, Burst: -1}}, nil},
+		"Fallback Limit -Inf":            {s.client, guard.Policy{Rules: ok, Fallback: &guard.Fallback{Limit: rate.Limit(math.Inf(-1)), Burst: 1}}, nil},
+		"prefix of 257 bytes":            {s.client, guard.Policy{Rules: ok, Prefix: strings.Repeat("p", 257)}, nil},
+		"prefix with }":                  {s.client, guard.Policy{Rules: ok, Prefix: "a}"}, nil},
+		"an empty Rule":                  {s.client, guard.Policy{Rules: []funnel.Rule{{}}}, funnel.ErrInvalidRule},
+	} {
+		var g *guard.Guard
+		err := func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("panic: %v", p)
+				}
+			}()
+			g, err = guard.New(tc.client, tc.p)
+			return err
+		}()
+		if !errors.Is(err, guard.ErrInvalidPolicy) || g != nil {
+			t.Errorf("New with %s = %v, %v; want ErrInvalidPolicy", desc, g, err)
+		}
+		if tc.also != nil && !errors.Is(err, tc.also) {
+			t.Errorf("New with %s = %v; want it to match %v too", desc, err, tc.also)
+		}
+	}
+
+	for desc, p := range map[string]guard.Policy{
+		"Timeout MaxInt64":             {Prefix: "t:", Timeout: math.MaxInt64},
+		"ErrorRetryAfter MaxInt64":     {Prefix: "e:", ErrorRetryAfter: math.MaxInt64},
+		"Fallback of MaxInt keys":      {Prefix: "f:", Fallback: &guard.Fallback{Limit: rate.Inf, Burst: math.MaxInt, MaxKeys: math.MaxInt}},
+		"rule of 1 per 100 years":      {Prefix: "c:", Rules: []funnel.Rule{{Name: "century", Capacity: 1, Leak: 1, Per: century}}},
+		"rule with a Lua-looking name": {Prefix: "n:", Rules: []funnel.Rule{{Name: "') redis.call('FLUSHALL') --", Capacity: 1, Leak: 1, Per: time.Hour}}},
+	} {
+		g := s.guard(t, p)
+		if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Errorf("%s: first Allow = %+v, %v", desc, d, err)
+		}
+		if d, err := g.Allow(ctx, "k"); err != nil || d.Allowed || d.RetryAfter <= 0 {
+			t.Errorf("%s: second Allow = %+v, %v; want denied with a positive RetryAfter", desc, d, err)
+		}
+		s.scan(t, desc)
+	}
+}
+
+// TestBadInputUnits: n below 1 or above a rule's capacity is the caller's
+// error (funnel.ErrInvalidN), not an outage: never Degraded, never admitted
+// by FailOpen or a Fallback; RefundN refuses n < 1 and takes MaxInt64.
+func TestBadInputUnits(t *testing.T) {
+	s := badStores(t)[0]
+	ctx := context.Background()
+	for desc, p := range map[string]guard.Policy{
+		"FailOpen": {Prefix: "o:", OnError: guard.FailOpen},
+		"Fallback": {Prefix: "f:", Fallback: &guard.Fallback{Limit: rate.Inf, Burst: 1}},
+	} {
+		g := s.guard(t, p)
+		if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("%s: Allow = %+v, %v", desc, d, err)
+		}
+		for _, n := range []int64{0, -1, math.MinInt64, 2, math.MaxInt64} {
+			d, err := g.AllowN(ctx, "k", n)
+			if !errors.Is(err, funnel.ErrInvalidN) || errors.Is(err, guard.ErrUnavailable) || d.Allowed || d.Degraded {
+				t.Errorf("%s: AllowN(%d) = %+v, %v; want ErrInvalidN and a plain denial", desc, n, d, err)
+			}
+			if err := g.RefundN(ctx, "k", n); n < 1 && (!errors.Is(err, funnel.ErrInvalidN) || errors.Is(err, guard.ErrUnavailable)) {
+				t.Errorf("%s: RefundN(%d) = %v, want ErrInvalidN", desc, n, err)
+			} else if n >= 1 && err != nil {
+				t.Errorf("%s: RefundN(%d) = %v", desc, n, err)
+			}
+		}
+		if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Errorf("%s: Allow after refunds = %+v, %v; want the unit back", desc, d, err)
+		}
+		if d, err := g.Allow(ctx, "k"); err != nil || d.Allowed {
+			t.Errorf("%s: a second Allow after refunds = %+v, %v; want denied: refunds never go below empty", desc, d, err)
+		}
+	}
+	s.scan(t, "units")
+}
+
+// TestBadInputEndedContexts: a caller's ctx that is cancelled or past its
+// deadline is not an outage: every entry point returns its error, a plain
+// denial (never Degraded), Do does not run its function, and neither
+// FailOpen nor a Fallback admits; the middleware answers 503 without
+// calling the next handler.
+func TestBadInputEndedContexts(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for _, s := range badStores(t) {
+		for desc, p := range map[string]guard.Policy{
+			"FailClosed": {Prefix: "c:"},
+			"FailOpen":   {Prefix: "o:", OnError: guard.FailOpen},
+			"Fallback":   {Prefix: "f:", Fallback: &guard.Fallback{Limit: rate.Inf, Burst: 1}},
+		} {
+			g := s.guard(t, p)
+			for _, ended := range []context.Context{cancelled, expired} {
+				for _, e := range badEntries {
+					d, ran, err := safeCall(e, ended, g, "k", 1)
+					if !errors.Is(err, ended.Err()) || errors.Is(err, guard.ErrUnavailable) || d.Allowed || d.Degraded || ran {
+						t.Errorf("%s, %s: %s with an ended ctx = %+v, ran %v, %v; want %v and a plain denial", s.name, desc, e.name, d, ran, err, ended.Err())
+					}
+				}
+			}
+			next := false
+			h := g.Middleware(func(*http.Request) (string, error) { return "k", nil })(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { next = true }))
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/send", nil).WithContext(cancelled))
+			if rec.Code != http.StatusServiceUnavailable || next {
+				t.Errorf("%s, %s: middleware with a cancelled request = %d, next called %v; want 503 and no call", s.name, desc, rec.Code, next)
+			}
+			if d, err := g.Peek(context.Background(), "k"); err != nil || !d.Allowed {
+				t.Errorf("%s, %s: Peek after ended contexts = %+v, %v; want nothing taken", s.name, desc, d, err)
+			}
+		}
+		s.scan(t, "ended contexts")
+	}
+}
+
+// TestBadInputUnusableLocker: a Policy.Locker that can never lock (a nil
+// client, a bad option) is refused by New with ErrInvalidPolicy and the
+// mutex package's error, for every OnError: under FailOpen such a guard would
+// admit every call.
+func TestBadInputUnusableLocker(t *testing.T) {
+	s := badStores(t)[0]
+	for desc, tc := range map[string]struct {
+		locker *mutex.Locker
+		want   error
+	}{
+		"nil client": {mutex.New(nil), mutex.ErrNilClient},
+		"WithTTL(0)": {mutex.New(s.client, mutex.WithTTL(0)), mutex.ErrInvalidTTL},
+	} {
+		for _, onErr := range []guard.FailureMode{guard.FailClosed, guard.FailOpen} {
+			p := guard.Policy{Prefix: s.prefix + "l:", Locker: tc.locker, OnError: onErr, Rules: []funnel.Rule{funnel.AtMost(1, time.Hour)}}
+			g, err := guard.New(s.client, p)
+			if g != nil || !errors.Is(err, guard.ErrInvalidPolicy) || !errors.Is(err, tc.want) {
+				t.Errorf("Locker with %s, OnError %v: New = %v, %v; want nil, ErrInvalidPolicy and %v", desc, onErr, g, err, tc.want)
+			}
+		}
+	}
+	s.scan(t, "unusable Lockers")
+}
+
+// TestBadInputMiddlewareNilKeyFunc: Middleware(nil) answers 500 and never
+// calls the next handler, instead of panicking on the first request.
+func TestBadInputMiddlewareNilKeyFunc(t *testing.T) {
+	s := badStores(t)[0]
+	g := s.guard(t, guard.Policy{})
+	next := false
+	h := g.Middleware(nil)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { next = true }))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/send", nil))
+	if rec.Code != http.StatusInternalServerError || next {
+		t.Fatalf("Middleware(nil): status %d, next called %v; want 500 and not called", rec.Code, next)
+	}
+}
+
+// TestBadInputMiddlewareKeys: keys the middleware's keyFunc returns are
+// checked like Allow's: empty, over MaxKeyLen or 10 MiB give 400 without a
+// call to the next handler or to Redis.
+func TestBadInputMiddlewareKeys(t *testing.T) {
+	s := badStores(t)[0]
+	g := s.guard(t, guard.Policy{OnError: guard.FailOpen})
+	for _, n := range []int{0, guard.MaxKeyLen + 1, 10 << 20} {
+		key := strings.Repeat("k", n)
+		next := false
+		h := g.Middleware(func(*http.Request) (string, error) { return key, nil })(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { next = true }))
+		before := s.cmds.n.Load()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/send", nil))
+		if rec.Code != http.StatusBadRequest || next || s.cmds.n.Load() != before {
+			t.Errorf("middleware with a %d-byte key = %d, next %v, %d commands; want 400 before Redis", n, rec.Code, next, s.cmds.n.Load()-before)
+		}
+	}
+}
+
+// TestBadInputRetryAfterSecondsSmall: zero, negative and sub-second waits
+// are at least 1 s, so a client told to wait never retries at once.
+func TestBadInputRetryAfterSecondsSmall(t *testing.T) {
+	for d, want := range map[time.Duration]int64{math.MinInt64: 1, -time.Hour: 1, -1: 1, 0: 1, 1: 1, time.Second: 1, time.Second + 1: 2} {
+		if got := guard.RetryAfterSeconds(d); got != want {
+			t.Errorf("RetryAfterSeconds(%v) = %d, want %d", d, got, want)
+		}
+	}
+}
+
+// TestBadInputBugRetryAfterOverflow: RetryAfterSeconds adds a second before
+// dividing, which overflows for waits within a second of math.MaxInt64: a
+// 292-year wait becomes "Retry-After: 1". The RateLimit-Policy window,
+// Capacity*Per/Leak computed in time.Duration, overflows for rules that
+// drain in more than 292 years (AtMost(3, 100 years)). Fixed: the
+// regression test.
+func TestBadInputBugRetryAfterOverflow(t *testing.T) {
+	if got, want := guard.RetryAfterSeconds(math.MaxInt64), int64(math.MaxInt64/int64(time.Second)+1); got != want {
+		t.Errorf("RetryAfterSeconds(MaxInt64) = %d, want %d", got, want)
+	}
+	s := badStores(t)[1]
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
+	perMax := time.Duration(math.MaxInt64).Truncate(time.Microsecond)
+	g := s.guard(t, guard.Policy{Prefix: "r:", RateLimitHeaders: true,
+		Rules: []funnel.Rule{{Name: "max", Capacity: 1, Leak: 1, Per: perMax}, funnel.AtMost(3, 100*365*24*time.Hour)}})
+	h := g.Middleware(func(*http.Request) (string, error) { return "k", nil })(ok)
+	serve := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/send", nil))
+		return rec
+	}
+	first := serve()
+	for _, w := range strings.Split(first.Header().Get("RateLimit-Policy"), ", ") {
+		i := strings.Index(w, ";w=")
+		if i < 0 {
+			t.Fatalf("RateLimit-Policy item %q has no window", w)
+		}
+		if secs, err := strconv.ParseInt(w[i+3:], 10, 64); err != nil || secs < 250*365*24*3600 {
+			t.Errorf("RateLimit-Policy item %q: the window is not the rule's, hundreds of years", w)
+		}
+	}
+	rec := serve()
+	secs, err := strconv.ParseInt(rec.Header().Get("Retry-After"), 10, 64)
+	if rec.Code != http.StatusTooManyRequests || err != nil || secs < 290*365*24*3600 {
+		t.Errorf("denied by a 292-year rule: %d, Retry-After %q; want 429 and about 292 years in seconds", rec.Code, rec.Header().Get("Retry-After"))
+	}
+}
