@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -77,37 +78,71 @@ func (l *lines) await(t *testing.T, re *regexp.Regexp, exited <-chan struct{}) [
 	}
 }
 
-// The real binary, as the README runs it: embedded Redis, the curl session,
-// and a clean exit on SIGTERM.
-func TestBinary(t *testing.T) {
+// process is the service's binary, running.
+type process struct {
+	cmd            *exec.Cmd
+	base           string // http://127.0.0.1:port
+	stdout, stderr *lines
+	exited         chan struct{} // closed when the process has ended
+	waitErr        error         // its exit status, once exited is closed
+}
+
+// startBinary builds the service and runs it on a free loopback port with
+// args, and env (KEY=value) added to the test's environment; it waits until
+// the service serves. The process is killed when t ends, if still running.
+func startBinary(t *testing.T, env []string, args ...string) *process {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "sms")
 	build := exec.Command(goTool(t), "build", "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 
-	var stdout, stderr lines
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0") // the kernel's free port, no race for it
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	p := &process{stdout: &lines{}, stderr: &lines{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(bin, append([]string{"-addr", "127.0.0.1:0"}, args...)...) // the kernel's free port, no race for it
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	// If the test binary dies first, the kernel ends the server.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
+	go func() { p.waitErr = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
 		select {
-		case <-exited:
+		case <-p.exited:
 		default:
-			_ = cmd.Process.Kill() // by pid: only the process this test started
-			<-exited
+			_ = p.cmd.Process.Kill() // by pid: only the process this test started
+			<-p.exited
 		}
 	})
+	m := p.stdout.await(t, regexp.MustCompile(`^sms: serving on (http://127\.0\.0\.1:[0-9]+)/$`), p.exited)
+	p.base = m[1]
+	return p
+}
 
-	m := stdout.await(t, regexp.MustCompile(`^sms: serving on (http://127\.0\.0\.1:[0-9]+)/$`), exited)
-	base := m[1]
+// stop ends the process with SIGTERM and fails t unless it exits cleanly
+// within 5 s.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no exit 5 s after SIGTERM\nstderr:\n%s", p.stderr)
+	}
+	if p.waitErr != nil {
+		t.Fatalf("exit after SIGTERM: %v; want status 0\nstderr:\n%s", p.waitErr, p.stderr)
+	}
+}
+
+// The real binary, as the README runs it: embedded Redis, the curl session,
+// and a clean exit on SIGTERM.
+func TestBinary(t *testing.T) {
+	p := startBinary(t, nil)
+	base, stderr, exited := p.base, p.stderr, p.exited
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections() // no keep-alive goroutine outlives the test
 	post := func(path, body string) (int, string) {
@@ -122,9 +157,9 @@ func TestBinary(t *testing.T) {
 	}
 
 	if status, body := post("/api/sms/send", `{"phone":"+86 138 0013 8000"}`); status != http.StatusAccepted || body != `{"retry_after":60}` {
-		t.Fatalf("send = %d %s; want 202 {\"retry_after\":60}\nstderr:\n%s", status, body, &stderr)
+		t.Fatalf("send = %d %s; want 202 {\"retry_after\":60}\nstderr:\n%s", status, body, stderr)
 	}
-	m = stderr.await(t, regexp.MustCompile(`^sms to=(\+[0-9]+) text=.*code is ([0-9]{6})\b`), exited)
+	m := stderr.await(t, regexp.MustCompile(`^sms to=(\+[0-9]+) text=.*code is ([0-9]{6})\b`), exited)
 	if m[1] != number {
 		t.Fatalf("message to %s; want %s", m[1], number)
 	}
@@ -148,18 +183,8 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("healthz = %d", res.StatusCode)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("no exit 5 s after SIGTERM\nstderr:\n%s", &stderr)
-	}
-	if waitErr != nil {
-		t.Fatalf("exit after SIGTERM: %v; want status 0\nstderr:\n%s", waitErr, &stderr)
-	}
+	p.stop(t)
 	if !strings.Contains(stderr.String(), "shutting down") {
-		t.Errorf("stderr lacks the shutdown:\n%s", &stderr)
+		t.Errorf("stderr lacks the shutdown:\n%s", stderr)
 	}
 }

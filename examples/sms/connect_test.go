@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -30,9 +31,13 @@ func TestConnectURLForms(t *testing.T) {
 		}
 		stop()
 	}
-	for _, bad := range []string{"http://x", "redis://127.0.0.1:6379?master_name=m&bogus=1", "redis://%zz"} {
-		if _, _, err := connect(bad, log); err == nil {
+	for _, bad := range []string{"http://x", "redis://127.0.0.1:6379?master_name=m&bogus=1", "redis://%zz",
+		"redis://user:s3cret-pass@127.0.0.1:6379/%zz", "redis://user:s3cret-pass@[::1"} {
+		_, _, err := connect(bad, log)
+		if err == nil {
 			t.Errorf("connect(%s) accepted", bad)
+		} else if strings.Contains(err.Error(), "s3cret-pass") {
+			t.Errorf("connect(%s) error repeats the password: %v", bad, err)
 		}
 	}
 }

@@ -236,9 +236,13 @@ func TestBadRequests(t *testing.T) {
 		{"verify bad number", "verify", `{"phone":"12345","code":"123456"}`},
 		{"verify unknown field", "verify", `{"phone":"13800138000","code":"123456","x":1}`},
 	} {
+		want := http.StatusBadRequest
+		if len(c.body) > maxBody {
+			want = http.StatusRequestEntityTooLarge
+		}
 		r := e.do("POST", "/api/sms/"+c.path, c.body)
-		if r.status != http.StatusBadRequest || r.body.Error == "" {
-			t.Errorf("%s: %v; want 400 with an error", c.name, r)
+		if r.status != want || r.body.Error == "" {
+			t.Errorf("%s: %v; want %d with an error", c.name, r, want)
 		}
 	}
 	if ms := e.sms.messages(); len(ms) != 0 {

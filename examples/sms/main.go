@@ -114,7 +114,12 @@ func connect(rawURL string, log *slog.Logger) (redis.UniversalClient, func(), er
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("redis URL: %w", err)
+		// url.Error repeats the URL, and with it any password: keep the cause only.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, nil, fmt.Errorf("redis URL (not repeated: it may hold a password): %w", err)
 	}
 	var c redis.UniversalClient
 	q := u.Query()

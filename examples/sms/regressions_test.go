@@ -113,5 +113,5 @@ func TestTrustProxySpoofedForwardedFor(t *testing.T) {
 func TestBodyOver4KiBTrailingSpace(t *testing.T) {
 	e := newEnv(t)
 	r := e.do("POST", "/api/sms/send", `{"phone":"13800138000"}`+strings.Repeat(" ", 5000))
-	e.want(r, http.StatusBadRequest, "send of a body over 4 KiB")
+	e.want(r, http.StatusRequestEntityTooLarge, "send of a body over 4 KiB")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -43,7 +45,7 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 		return nil, err
 	}
 	s := &Service{cfg: cfg, client: client, provider: provider, log: log, metrics: newMetrics(),
-		codes: &codeStore{client: client, secret: cfg.Secret, ttl: cfg.CodeTTL, maxAttempts: cfg.MaxAttempts}}
+		codes: &codeStore{client: client, secret: cfg.Secret, ttl: cfg.CodeTTL, maxAttempts: cfg.MaxAttempts, equal: hmac.Equal}}
 	var err error
 	// Numbers and addresses are stored as HMACs (guard.Policy.Secret).
 	s.phone, err = guard.New(client, guard.Policy{Prefix: "sms:phone:", Rules: cfg.phoneRules(),
@@ -68,7 +70,10 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	page, _ := fs.Sub(webFS, "web")
-	mux.Handle("GET /", http.FileServerFS(page))
+	// The page alone, not "GET /": a pattern for every GET would make the
+	// mux answer GET /api/sms/send with the file server's 404 instead of
+	// 405, and list GET in the Allow header of the API's 405s.
+	mux.Handle("GET /{$}", http.FileServerFS(page))
 	return mux
 }
 
@@ -96,9 +101,22 @@ func writeJSON(w http.ResponseWriter, status int, r reply) {
 // maxBody is the largest request body accepted, in bytes.
 const maxBody = 4096
 
+// errMediaType reports a body not declared as JSON.
+var errMediaType = errors.New("body not declared as application/json")
+
 // decode reads a small JSON body into v: one object, known fields only, and
-// nothing after it but white space, all within maxBody bytes.
+// nothing after it but white space, all within maxBody bytes. The body must
+// be declared as application/json: a cross-site form or a fetch with a
+// text/plain body is sent by browsers without asking the server first (no
+// CORS preflight), and would let any web page make its visitors request
+// codes, each from their own address.
 func decode(r *http.Request, v any) error {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return errMediaType
+	}
+	if r.ContentLength > maxBody {
+		return &http.MaxBytesError{Limit: maxBody} // refused unread
+	}
 	body := http.MaxBytesReader(nil, r.Body, maxBody)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -120,6 +138,20 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
+// badRequest answers a body that decode refused: 415 when it is not
+// declared as JSON, 413 when it is too large, 400 otherwise.
+func badRequest(w http.ResponseWriter, err error) {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.Is(err, errMediaType):
+		writeJSON(w, http.StatusUnsupportedMediaType, reply{Error: "Content-Type must be application/json"})
+	case errors.As(err, &tooLarge):
+		writeJSON(w, http.StatusRequestEntityTooLarge, reply{Error: "request too large"})
+	default:
+		writeJSON(w, http.StatusBadRequest, reply{Error: "bad request"})
+	}
+}
+
 // denied answers a guard's refusal: 503 when Redis could not answer (the
 // guard fails closed), 429 with Retry-After otherwise.
 func (s *Service) denied(w http.ResponseWriter, d guard.Decision, err error) {
@@ -137,7 +169,7 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := decode(r, &req); err != nil {
 		s.metrics.sends.WithLabelValues("invalid").Inc()
-		writeJSON(w, http.StatusBadRequest, reply{Error: "bad request"})
+		badRequest(w, err)
 		return
 	}
 	phone, err := normalizePhone(req.Phone, s.cfg.Region)
@@ -205,7 +237,12 @@ func (s *Service) verify(w http.ResponseWriter, r *http.Request) {
 		Phone string `json:"phone"`
 		Code  string `json:"code"`
 	}
-	if err := decode(r, &req); err != nil || !sixDigits(req.Code) {
+	if err := decode(r, &req); err != nil {
+		s.metrics.verifies.WithLabelValues("invalid").Inc()
+		badRequest(w, err)
+		return
+	}
+	if !sixDigits(req.Code) {
 		s.metrics.verifies.WithLabelValues("invalid").Inc()
 		writeJSON(w, http.StatusBadRequest, reply{Error: "bad request"})
 		return
