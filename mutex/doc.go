@@ -35,9 +35,11 @@
 // # Contention
 //
 // Goroutines of one Locker that wait for a name queue in FIFO order; only the
-// head polls Redis. An Unlock with a local waiter hands the lock over in the
-// release script itself (a fresh token and lease for the waiter), so under
-// local contention an acquisition costs about one round trip. Waiters in
+// head polls Redis. An Unlock with a local waiter hands the lock over without
+// releasing it: with no round trip at all while the lease still has 90% of
+// the waiter's lease left, otherwise in the release script (a fresh token and
+// lease), so under local contention an acquisition costs a fraction of a
+// round trip (see Locker). Waiters in
 // other processes hear of a release through Pub/Sub, subscribed only while
 // they wait, and a release publishes only if a waiter marked the lock. Both
 // are optimisations: the jittered retry ticker alone is enough.

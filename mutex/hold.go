@@ -71,6 +71,32 @@ func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 	}
 }
 
+// passOn hands the lock from its last handle lk to a local waiter without a
+// round trip: the waiter gets a new handle on the same token, handle field and
+// lease in Redis. It does so only while the lease surely lasts at least 90% of
+// the waiter's own lease (so the waiter gets nearly what it asked for), and
+// returns nil otherwise, or when lk is not the last open handle.
+func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
+	h.mu.Lock()
+	_, open := h.handles[lk]
+	if h.ended || !open || len(h.handles) != 1 || time.Until(h.deadline) < cfg.ttl-cfg.ttl/10 {
+		h.mu.Unlock()
+		return nil
+	}
+	nh := &hold{locker: h.locker, name: h.name, key: h.key, fkey: h.fkey, token: h.token, deadline: h.deadline}
+	nh.nextID.Store(h.nextID.Load()) // re-entries must not reuse a live handle's field
+	nlk := &Lock{hold: nh, id: lk.id}
+	nh.handles = map[*Lock]struct{}{nlk: {}}
+	delete(h.handles, lk)
+	lk.endLocked(ErrNotHeld)
+	h.endLocked(ErrNotHeld)
+	h.mu.Unlock()
+	if cfg.renew {
+		nh.startRenew(cfg.ttl)
+	}
+	return nlk
+}
+
 // setLease records a successful Extend sent at start.
 func (h *hold) setLease(start time.Time, lease time.Duration) {
 	h.mu.Lock()

@@ -64,11 +64,14 @@ func (lk *Lock) args() []any {
 	return []any{lk.hold.token, strconv.FormatUint(lk.id, 10)}
 }
 
-// Unlock releases this handle; releasing the last handle of a lock deletes it.
-// It runs even if ctx is already cancelled (detached from ctx, bounded by a
-// short timeout of its own). It returns ErrNotHeld when the handle was
-// unlocked already or the lock is gone (its lease ended, another owner has
-// it): it never touches another owner's lock. After a Redis error the handle
+// Unlock releases this handle; releasing the last handle of a lock deletes it,
+// or passes the lock to a goroutine of this Locker waiting for it (see
+// Locker). It runs even if ctx is already cancelled (detached from ctx,
+// bounded by a short timeout of its own). It returns ErrNotHeld when the
+// handle was unlocked already or the lock is gone (its lease ended, another
+// owner has it): it never touches another owner's lock. A hand-over without
+// a round trip cannot see a lock deleted in Redis before its lease ended;
+// the waiter's own Unlock or UnlockWith will. After a Redis error the handle
 // stays open and Unlock can be called again.
 func (lk *Lock) Unlock(ctx context.Context) error {
 	_, err := lk.unlock(ctx, nil)
@@ -121,6 +124,12 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	}
 	if l.q != nil {
 		return nil, lk.unlockQuorum(ctx)
+	}
+	if next != nil && call == nil && l.fenceTTL == 0 {
+		if nlk := h.passOn(lk, next.cfg); nlk != nil {
+			l.handedOver(h.name, next, nlk)
+			return nil, nil
+		}
 	}
 	keys := []string{h.key, h.fkey}
 	args := []any{h.token, strconv.FormatUint(lk.id, 10), nextToken, nextLease, l.channel(h.name), l.fenceTTL.Milliseconds()}

@@ -28,10 +28,20 @@ const (
 //
 // Goroutines of one Locker that wait for the same name queue in FIFO order,
 // and only the head of the queue polls Redis. When a holder unlocks while a
-// local waiter is queued, the lock passes to that waiter in the same script
-// that releases it, with a fresh token and lease: one round trip for the
-// release and the next acquisition. After 8 such hand-overs in a row the lock
-// is released to all comers, so waiters in other processes are not starved.
+// local waiter is queued, the lock passes to that waiter without being
+// released. If the lease the holder still surely has (on the client's clock,
+// less the drift margin) is at least 90% of the waiter's lease, the waiter
+// takes over the holder's Redis lock as it is, with no round trip; otherwise
+// the release script hands it over with a fresh token and lease, in one round
+// trip. After 8 hand-overs in a row the lock is released to all comers, so
+// waiters in other processes are not starved.
+//
+// A hand-over without a round trip trusts the lease Redis confirmed to the
+// first holder of the chain: like that holder, the chain as a whole never
+// outlives that lease, but it does not notice a lock deleted behind its back
+// (a FLUSHALL, a restart without persistence) before the lease ends. Writes
+// through Lock.UnlockWith are checked in Redis all the same; WithFencing
+// turns local hand-overs off (each holder needs its own fencing number).
 type Locker struct {
 	client   Client
 	prefix   string

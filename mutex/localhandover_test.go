@@ -1,0 +1,164 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/funnelguard/funnelguard/mutex"
+)
+
+// TestLocalHandOverSendsNothing: an Unlock whose lock still has (nearly) the
+// waiter's lease passes it on without a command; the waiter holds it for real
+// (another Locker is refused), can re-enter, extend and unlock it, and the
+// chain goes back through Redis after 8 hand-overs.
+func TestLocalHandOverSendsNothing(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		hook := &counter{}
+		c.AddHook(hook)
+		l := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(time.Hour), mutex.WithNotifications(false))
+		other := newLocker(t, b)
+
+		holder, err := l.Lock(ctx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A re-entrant handle opened and closed first: its handle id was
+		// used, and the waiter's re-entries must not reuse a live one.
+		inner, err := l.Lock(holder.Context(ctx), "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := inner.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *mutex.Lock, 1)
+		go func() {
+			lk, err := l.Lock(ctx, "job")
+			if err != nil {
+				t.Error(err)
+			}
+			got <- lk
+		}()
+		waitFor(t, "the waiter to queue", func() bool { return mutex.QueueLen(l, "job") == 1 })
+		before := hook.cmds.Load()
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lk := <-got
+		if n := hook.cmds.Load() - before; n != 0 {
+			t.Fatalf("a local hand-over sent %d commands, want 0", n)
+		}
+		select {
+		case <-holder.Done():
+		default:
+			t.Fatal("the old handle is still open after the hand-over")
+		}
+		if _, err := other.TryLock(ctx, "job"); !errors.Is(err, mutex.ErrLocked) {
+			t.Fatalf("another Locker after the hand-over: %v, want ErrLocked", err)
+		}
+		if err := holder.Unlock(ctx); !errors.Is(err, mutex.ErrNotHeld) {
+			t.Fatalf("the old handle's second Unlock = %v, want ErrNotHeld", err)
+		}
+		re, err := l.Lock(lk.Context(ctx), "job")
+		if err != nil {
+			t.Fatalf("re-entry into the handed lock: %v", err)
+		}
+		if err := re.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := lk.Extend(ctx, time.Minute); err != nil {
+			t.Fatalf("Extend of the handed lock: %v", err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock of the handed lock: %v", err)
+		}
+		if n := c.Exists(ctx, l.Key("job", "lock")).Val(); n != 0 {
+			t.Fatal("the lock key outlived the last Unlock (a handle left open in Redis)")
+		}
+	})
+}
+
+// TestLocalHandOverNeedsTheLease: a lock whose remaining lease is under 90%
+// of the waiter's lease goes through Redis, and the waiter gets a fresh token
+// and its full lease.
+func TestLocalHandOverNeedsTheLease(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		l := newLocker(t, b, mutex.WithRetryInterval(time.Hour), mutex.WithNotifications(false))
+		holder, err := l.Lock(ctx, "job", mutex.Lease(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *mutex.Lock, 1)
+		go func() {
+			lk, err := l.Lock(ctx, "job", mutex.Lease(time.Hour))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- lk
+		}()
+		waitFor(t, "the waiter to queue", func() bool { return mutex.QueueLen(l, "job") == 1 })
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lk := <-got
+		if lk.Token() == holder.Token() {
+			t.Fatal("handed over locally with a minute left for a waiter that asked an hour")
+		}
+		if ttl, err := lk.TTL(ctx); err != nil || ttl < 59*time.Minute {
+			t.Fatalf("the waiter's lease: %v, %v; want about an hour", ttl, err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestLocalHandOverChainIsBounded: 20 waiters of one Locker behind a holder;
+// at most 8 hand-overs in a row skip Redis, then the lock is released to all
+// comers (a release command), so other processes are not starved.
+func TestLocalHandOverChainIsBounded(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		hook := &counter{}
+		c.AddHook(hook)
+		l := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(time.Millisecond), mutex.WithNotifications(false))
+		holder, err := l.Lock(ctx, "chain")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 20
+		done := make(chan error, n)
+		for range n {
+			go func() {
+				lk, err := l.Lock(ctx, "chain")
+				if err == nil {
+					err = lk.Unlock(ctx)
+				}
+				done <- err
+			}()
+		}
+		waitFor(t, "the waiters to queue", func() bool { return mutex.QueueLen(l, "chain") == n })
+		before := hook.evals.Load()
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		// 21 holders after the first Unlock's chain: an unbounded chain would
+		// send 1 script (the last release); chains of 8 send a release to all
+		// and the next head's acquire twice, then the last release: 5.
+		if evals := hook.evals.Load() - before; evals < 5 {
+			t.Fatalf("%d scripts for 20 hand-overs: the local chain is not bounded at 8", evals)
+		}
+	})
+}
