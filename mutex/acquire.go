@@ -45,6 +45,9 @@ func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts .
 		return nil, nil, err
 	}
 	lk, _, res, err := l.attempt(ctx, name, cfg, &call, false)
+	if errors.Is(err, ErrDeclined) {
+		l.declined(name) // waiters of this Locker for name likely hear "no" too
+	}
 	return lk, res, err
 }
 
@@ -104,6 +107,9 @@ func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...L
 	}
 	// Handed over by a local holder: the fragment has not run yet.
 	res, err = lk.Run(ctx, call)
+	if errors.Is(err, ErrDeclined) {
+		l.declined(name)
+	}
 	if err != nil {
 		_ = lk.Unlock(ctx)
 		if ctx.Err() != nil {

@@ -29,6 +29,10 @@ type waiter struct {
 	// delay is set when w became head because its predecessor got the lock.
 	// Guarded by Locker.mu.
 	delay bool
+	// gated waiters run a gate (NewGate) with each attempt; recheck asks such
+	// a waiter to make one attempt even if it is not the head, because a gate
+	// of the name just declined. Guarded by Locker.mu.
+	gated, recheck bool
 }
 
 func signal(ch chan struct{}) {
@@ -43,7 +47,7 @@ func signal(ch chan struct{}) {
 // attempt that got the lock, unless handed reports that a local holder handed
 // the lock over (the fragment did not run for it then).
 func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Call) (lk *Lock, res any, handed bool, err error) {
-	w := &waiter{cfg: cfg, wake: make(chan struct{}, 1), got: make(chan *Lock, 1)}
+	w := &waiter{cfg: cfg, wake: make(chan struct{}, 1), got: make(chan *Lock, 1), gated: call != nil && call.Fragment.gate}
 	l.mu.Lock()
 	q := l.queues[name]
 	if q == nil {
@@ -65,7 +69,7 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 	notify := l.canNotify()
 	for {
 		var tick <-chan time.Time
-		queued, head, delay := l.headOf(name, w)
+		queued, head, delay, recheck := l.headOf(name, w)
 		if !queued {
 			// A releaser took w out of the queue to hand it the lock, and
 			// a stale wake-up was picked before the lock's arrival.
@@ -76,17 +80,21 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 		case head && delay:
 			// The waiter before w just got the lock: polling now would fail.
 			wait = l.nextWait(-1)
-		case head:
+		case head || recheck:
 			lk, pttl, res, err := l.attempt(ctx, name, cfg, call, notify)
 			switch {
 			case err == nil:
 				return l.leave(ctx, name, w, lk, res, nil)
 			case errors.Is(err, ErrDeclined):
+				l.declined(name)
 				return l.leave(ctx, name, w, nil, res, err)
 			case ctx.Err() != nil:
 				return l.leave(ctx, name, w, nil, nil, errors.Join(ErrNotObtained, ctx.Err()))
 			case !errors.Is(err, ErrLocked):
 				return l.leave(ctx, name, w, nil, nil, err)
+			}
+			if !head {
+				break // a recheck: back to waiting for the head's events
 			}
 			if notify && l.subscribe(ctx, name) {
 				// A release between the attempt and the subscription would
@@ -115,20 +123,45 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 }
 
 // headOf reports whether w is still queued (if not, a lock was handed to
-// it), whether it heads its queue, and whether it should let a retry interval
-// pass before polling (it became head because its predecessor got the lock).
-func (l *Locker) headOf(name string, w *waiter) (queued, head, delay bool) {
+// it), whether it heads its queue, whether it should let a retry interval
+// pass before polling (it became head because its predecessor got the lock),
+// and whether it should make one attempt although it is not the head (a gate
+// declined: see declined).
+func (l *Locker) headOf(name string, w *waiter) (queued, head, delay, recheck bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.queues[name]
 	if q == nil || !slices.Contains(q.waiters, w) {
-		return false, false, false
+		return false, false, false, false
 	}
-	if q.waiters[0] != w || w.handing {
-		return true, false, false
+	if w.handing {
+		return true, false, false, false
+	}
+	recheck, w.recheck = w.recheck, false
+	if q.waiters[0] != w {
+		return true, false, false, recheck
 	}
 	delay, w.delay = w.delay, false
-	return true, true, delay
+	return true, true, delay, false
+}
+
+// declined wakes every gated waiter of name for one attempt of its own: a
+// gate just declined, so the data they wait to change likely says "decline"
+// to them too, and each learns it in one round trip of its own, in parallel,
+// instead of one after another as the lock passes down the queue.
+func (l *Locker) declined(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.queues[name]
+	if q == nil {
+		return
+	}
+	for _, w := range q.waiters {
+		if w.gated && !w.recheck {
+			w.recheck = true
+			signal(w.wake)
+		}
+	}
 }
 
 // leave takes w out of its queue and returns lk, res, err. A releaser may
