@@ -58,6 +58,9 @@ type Limiter struct {
 	// and callers pass the same few on every call.
 	mu       sync.RWMutex
 	compiled map[Rule]rule
+	// sets caches the compiled rules of a call, with their fields boxed
+	// as script arguments, for calls of up to setMax rules.
+	sets map[setKey]*ruleSet
 
 	// beforeCommit, if set, runs between the read and the commit (tests).
 	beforeCommit func()
@@ -186,15 +189,61 @@ func (lim *Limiter) prepare(key string, rules []Rule) (call, error) {
 	if err := lim.check(key); err != nil {
 		return call{}, err
 	}
-	rs, err := compileRules(rules, lim.compile)
+	s, err := lim.ruleSet(rules)
 	if err != nil {
 		return call{}, err
 	}
-	ids := make([]any, len(rs))
-	for i, r := range rs {
-		ids[i] = r.id
+	return call{key: lim.stateKey(key), name: key, rules: s.rules, ids: s.ids}, nil
+}
+
+// setMax is the most rules of a call whose compiled set is cached.
+const setMax = 4
+
+// setKey identifies the rules of a call, in order.
+type setKey struct {
+	n     int
+	rules [setMax]Rule
+}
+
+// A ruleSet is the compiled rules of a call and their fields as script
+// arguments; shared by calls, never modified.
+type ruleSet struct {
+	rules []rule
+	ids   []any
+}
+
+// ruleSet returns the compiled rules, from the cache when possible.
+func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
+	var k setKey
+	cacheable := len(rules) <= setMax
+	if cacheable {
+		k.n = copy(k.rules[:], rules)
+		lim.mu.RLock()
+		s := lim.sets[k]
+		lim.mu.RUnlock()
+		if s != nil {
+			return s, nil
+		}
 	}
-	return call{key: lim.stateKey(key), name: key, rules: rs, ids: ids}, nil
+	rs, err := compileRules(rules, lim.compile)
+	if err != nil {
+		return nil, err
+	}
+	s := &ruleSet{rules: rs, ids: make([]any, len(rs))}
+	for i, r := range rs {
+		s.ids[i] = r.id
+	}
+	if cacheable {
+		lim.mu.Lock()
+		if len(lim.sets) < maxCompiled {
+			if lim.sets == nil {
+				lim.sets = make(map[setKey]*ruleSet)
+			}
+			lim.sets[k] = s
+		}
+		lim.mu.Unlock()
+	}
+	return s, nil
 }
 
 func (c call) read(f *mutex.Fragment) mutex.Call {

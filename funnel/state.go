@@ -35,12 +35,13 @@ func (r rule) decode(v any) (level, error) {
 	if !ok {
 		return level{}, fmt.Errorf("%w: field %q holds %T", ErrCorruptState, r.id, v)
 	}
-	parts := strings.Split(s, ":")
-	if len(parts) != 3 {
+	_, rest, ok1 := strings.Cut(s, ":") // the free time: the read script's business
+	fills, ats, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 || strings.Contains(ats, ":") {
 		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
 	}
-	fill, err1 := strconv.ParseInt(parts[1], 10, 64)
-	at, err2 := strconv.ParseInt(parts[2], 10, 64)
+	fill, err1 := strconv.ParseInt(fills, 10, 64)
+	at, err2 := strconv.ParseInt(ats, 10, 64)
 	if err1 != nil || err2 != nil || fill < 0 || fill > r.full || at < 0 {
 		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
 	}

@@ -67,12 +67,25 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...LockOption) (*Lo
 	if err != nil {
 		return nil, err
 	}
-	if ctx.Value(ownerKey{l, name}) != nil {
+	if ownerOf(ctx, l, name) != nil {
 		lk, _, _, err := l.attempt(ctx, name, cfg, nil, false)
 		return lk, err
 	}
 	if ctx.Err() != nil {
 		return nil, errors.Join(ErrNotObtained, ctx.Err())
+	}
+	if !l.queued(name) {
+		// Nobody of this Locker waits for name: one attempt before queueing,
+		// which the uncontended case needs no queue for.
+		lk, _, _, err := l.attempt(ctx, name, cfg, nil, l.canNotify())
+		switch {
+		case err == nil:
+			return lk, nil
+		case ctx.Err() != nil:
+			return nil, errors.Join(ErrNotObtained, ctx.Err())
+		case !errors.Is(err, ErrLocked):
+			return nil, err
+		}
 	}
 	lk, _, _, err := l.wait(ctx, name, cfg, nil)
 	return lk, err
@@ -94,7 +107,7 @@ func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...L
 	if err != nil {
 		return nil, nil, err
 	}
-	if ctx.Value(ownerKey{l, name}) != nil {
+	if ownerOf(ctx, l, name) != nil {
 		lk, _, res, err := l.attempt(ctx, name, cfg, &call, false)
 		return lk, res, err
 	}
@@ -136,17 +149,32 @@ func (l *Locker) nextWait(pttl time.Duration) time.Duration {
 	return wait
 }
 
-// ownerKey is the context key under which Lock.Context stores a hold.
-type ownerKey struct {
-	locker *Locker
-	name   string
+// ownerKey is the context key under which Lock.Context stores the holds a
+// context carries, as a chain (a zero-size key: looking it up allocates
+// nothing, unlike a key holding the Locker and the name).
+type ownerKey struct{}
+
+// An owner is one link of that chain.
+type owner struct {
+	hold *hold
+	next *owner
+}
+
+// ownerOf returns the hold of name and l that ctx carries, or nil.
+func ownerOf(ctx context.Context, l *Locker, name string) *hold {
+	for o, _ := ctx.Value(ownerKey{}).(*owner); o != nil; o = o.next {
+		if o.hold.locker == l && o.hold.name == name {
+			return o.hold
+		}
+	}
+	return nil
 }
 
 // attempt runs one acquire script. On contention it returns ErrLocked and the
 // holder's remaining lease (negative when unknown); mark asks a release to
 // publish a notification.
 func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call *Call, mark bool) (*Lock, time.Duration, any, error) {
-	h, _ := ctx.Value(ownerKey{l, name}).(*hold)
+	h := ownerOf(ctx, l, name)
 	reenter := h != nil
 	var id uint64
 	if reenter {
@@ -163,7 +191,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		script, nk, na = call.Fragment.acquire, len(call.Keys), len(call.Args)
 	}
 	keys := append(make([]string, 0, acquireKeys+nk), h.key, h.fkey)
-	args := append(make([]any, 0, acquireArgs+na), h.token, strconv.FormatUint(id, 10), cfg.ttl.Milliseconds(), flag(reenter), flag(mark), l.fenceTTL.Milliseconds())
+	args := append(make([]any, 0, acquireArgs+na), h.token, handleID(id), cfg.ttlMS, flag(reenter), flag(mark), l.fenceMS)
 	if call != nil {
 		keys = append(keys, call.Keys...)
 		args = append(args, call.Args...)
@@ -206,6 +234,15 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		h.startRenew(cfg.ttl)
 	}
 	return lk, -1, res, nil
+}
+
+// handleID is a handle's id as the scripts take it; the root handle's needs
+// no allocation.
+func handleID(id uint64) string {
+	if id == 0 {
+		return "0"
+	}
+	return strconv.FormatUint(id, 10)
 }
 
 func flag(b bool) string {

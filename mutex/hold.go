@@ -2,6 +2,7 @@ package mutex
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,9 +22,10 @@ type hold struct {
 	nextID atomic.Uint64
 
 	mu       sync.Mutex
-	deadline time.Time // the lease surely lasts until then (if not deleted)
-	ended    bool      // fully released or lost
-	handles  map[*Lock]struct{}
+	deadline time.Time   // the lease surely lasts until then (if not deleted)
+	ended    bool        // fully released or lost
+	handles  []*Lock     // open handles: the root and its re-entries
+	one      [1]*Lock    // handles' first backing array: no allocation for the root
 	timer    *time.Timer // runs only while someone watches Done or Context, or renewal runs
 	renew    *renewal    // nil unless AutoRenew
 }
@@ -41,8 +43,7 @@ func newHold(l *Locker, name, token string) *hold {
 func (h *hold) last(lk *Lock) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, open := h.handles[lk]
-	return open && len(h.handles) == 1
+	return len(h.handles) == 1 && h.handles[0] == lk
 }
 
 // drift is the margin by which the lease may end early on the client's clock:
@@ -63,9 +64,9 @@ func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 		return
 	}
 	if h.handles == nil {
-		h.handles = make(map[*Lock]struct{}, 1)
+		h.handles = h.one[:0]
 	}
-	h.handles[lk] = struct{}{}
+	h.handles = append(h.handles, lk)
 	if d := start.Add(lease - drift(lease)); d.After(h.deadline) {
 		h.deadline = d
 	}
@@ -78,16 +79,16 @@ func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 // returns nil otherwise, or when lk is not the last open handle.
 func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 	h.mu.Lock()
-	_, open := h.handles[lk]
-	if h.ended || !open || len(h.handles) != 1 || time.Until(h.deadline) < cfg.ttl-cfg.ttl/10 {
+	if h.ended || len(h.handles) != 1 || h.handles[0] != lk || time.Until(h.deadline) < cfg.ttl-cfg.ttl/10 {
 		h.mu.Unlock()
 		return nil
 	}
 	nh := &hold{locker: h.locker, name: h.name, key: h.key, fkey: h.fkey, token: h.token, deadline: h.deadline}
 	nh.nextID.Store(h.nextID.Load()) // re-entries must not reuse a live handle's field
 	nlk := &Lock{hold: nh, id: lk.id}
-	nh.handles = map[*Lock]struct{}{nlk: {}}
-	delete(h.handles, lk)
+	nh.one[0] = nlk
+	nh.handles = nh.one[:1]
+	h.handles = slices.DeleteFunc(h.handles, func(x *Lock) bool { return x == lk })
 	lk.endLocked(ErrNotHeld)
 	h.endLocked(ErrNotHeld)
 	h.mu.Unlock()
@@ -116,7 +117,7 @@ func (h *hold) isEnded() bool {
 func (h *hold) release(lk *Lock, last bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(h.handles, lk)
+	h.handles = slices.DeleteFunc(h.handles, func(x *Lock) bool { return x == lk })
 	lk.endLocked(ErrNotHeld)
 	if last {
 		h.endLocked(ErrNotHeld)
@@ -135,7 +136,7 @@ func (h *hold) endLocked(cause error) {
 		return
 	}
 	h.ended = true
-	for lk := range h.handles {
+	for _, lk := range h.handles {
 		lk.endLocked(cause)
 	}
 	h.handles = nil

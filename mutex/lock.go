@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -61,13 +60,13 @@ func (lk *Lock) open() bool {
 }
 
 func (lk *Lock) args() []any {
-	return []any{lk.hold.token, strconv.FormatUint(lk.id, 10)}
+	return []any{lk.hold.token, handleID(lk.id)}
 }
 
 // Unlock releases this handle; releasing the last handle of a lock deletes it,
 // or passes the lock to a goroutine of this Locker waiting for it (see
-// Locker). It runs even if ctx is already cancelled (detached from ctx,
-// bounded by a short timeout of its own). It returns ErrNotHeld when the
+// Locker). It runs even if ctx is already cancelled (detached from a ctx
+// that can end, and then bounded by a short timeout of its own). It returns ErrNotHeld when the
 // handle was unlocked already or the lock is gone (its lease ended, another
 // owner has it): it never touches another owner's lock. A hand-over without
 // a round trip cannot see a lock deleted in Redis before its lease ended;
@@ -103,8 +102,11 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 		return nil, ErrNotHeld
 	}
 	h, l := lk.hold, lk.hold.locker
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
-	defer cancel()
+	if ctx.Done() != nil { // a ctx that can end: detach from it, with a bound of its own
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+		defer cancel()
+	}
 
 	// Closing the last local handle: stop renewal first (no renewal runs
 	// after Unlock returns), and offer the lock to the next local waiter.
@@ -118,9 +120,9 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 			}
 		}
 	}
-	nextToken, nextLease := "", int64(0)
+	nextToken, nextLease := "", any(0)
 	if nh != nil {
-		nextToken, nextLease = nh.token, next.cfg.ttl.Milliseconds()
+		nextToken, nextLease = nh.token, next.cfg.ttlMS
 	}
 	if l.q != nil {
 		return nil, lk.unlockQuorum(ctx)
@@ -132,7 +134,7 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 		}
 	}
 	keys := []string{h.key, h.fkey}
-	args := []any{h.token, strconv.FormatUint(lk.id, 10), nextToken, nextLease, l.channel(h.name), l.fenceTTL.Milliseconds()}
+	args := []any{h.token, handleID(lk.id), nextToken, nextLease, "", l.fenceMS}
 	script := releaseScript
 	if call != nil {
 		keys = append(keys, call.Keys...)
@@ -229,7 +231,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: %v", ErrInvalidTTL, ttl)
 	}
 	start := time.Now()
-	held, err := lk.hold.extend(ctx, strconv.FormatUint(lk.id, 10), ttl, start)
+	held, err := lk.hold.extend(ctx, handleID(lk.id), ttl, start)
 	if err != nil {
 		return fmt.Errorf("mutex: extend %q: %w", lk.hold.name, err)
 	}
@@ -247,7 +249,7 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, ErrNotHeld
 	}
 	if q := lk.hold.locker.q; q != nil {
-		d, err := q.pttl(ctx, lk.hold, strconv.FormatUint(lk.id, 10))
+		d, err := q.pttl(ctx, lk.hold, handleID(lk.id))
 		if errors.Is(err, ErrNotHeld) {
 			lk.hold.end(ErrLockLost)
 			return 0, ErrNotHeld
@@ -296,7 +298,8 @@ func (lk *Lock) Context(parent context.Context) context.Context {
 		cancel(ErrNotHeld)
 		return ctx
 	}
-	ctx := context.WithValue(parent, ownerKey{lk.hold.locker, lk.hold.name}, lk.hold)
+	next, _ := parent.Value(ownerKey{}).(*owner)
+	ctx := context.WithValue(parent, ownerKey{}, &owner{hold: lk.hold, next: next})
 	ctx, cancel := context.WithCancelCause(ctx)
 	lk.hold.mu.Lock()
 	life := lk.lifeLocked()

@@ -51,6 +51,8 @@ type Locker struct {
 	notify   bool
 	err      error   // a bad argument to New, returned by every call
 	q        *quorum // nil unless NewQuorum
+	ttlMS    any     // ttl in ms and fenceTTL in ms, boxed once for the scripts
+	fenceMS  any
 
 	mu     sync.Mutex
 	queues map[string]*queue // waiters by name
@@ -144,7 +146,13 @@ func New(client Client, opts ...Option) *Locker {
 			o(l)
 		}
 	}
+	l.box()
 	return l
+}
+
+// box keeps the script arguments that every call sends, boxed once.
+func (l *Locker) box() {
+	l.ttlMS, l.fenceMS = l.ttl.Milliseconds(), l.fenceTTL.Milliseconds()
 }
 
 // Err returns the error of a bad argument to New or NewQuorum (a nil client,
@@ -157,24 +165,30 @@ func (l *Locker) Err() error {
 	return l.err
 }
 
-// A LockOption configures one acquisition.
-type LockOption func(*lockConfig)
+// A LockOption configures one acquisition. Options are values: make one
+// once and pass it to every call.
+type LockOption *lockOption
+
+type lockOption struct {
+	ttl   time.Duration // 0: unchanged
+	ttlMS any           // ttl in ms, boxed once for the scripts' arguments
+	renew bool
+	err   error
+}
 
 type lockConfig struct {
 	ttl   time.Duration
+	ttlMS any
 	renew bool
 	err   error
 }
 
 // Lease sets the lease of this acquisition instead of the Locker's TTL.
 func Lease(d time.Duration) LockOption {
-	return func(c *lockConfig) {
-		if d < time.Millisecond {
-			c.err = fmt.Errorf("%w: %v", ErrInvalidTTL, d)
-			return
-		}
-		c.ttl = d
+	if d < time.Millisecond {
+		return &lockOption{err: fmt.Errorf("%w: %v", ErrInvalidTTL, d)}
 	}
+	return &lockOption{ttl: d, ttlMS: d.Milliseconds()}
 }
 
 // AutoRenew keeps the lock's lease alive while it is held: every lease/3 a
@@ -183,9 +197,9 @@ func Lease(d time.Duration) LockOption {
 // the lease must have ended, the lock is lost: Done closes, Context is
 // cancelled with cause ErrLockLost, and Unlock returns ErrNotHeld. It never
 // acquires the lock again on its own.
-func AutoRenew() LockOption {
-	return func(c *lockConfig) { c.renew = true }
-}
+func AutoRenew() LockOption { return autoRenew }
+
+var autoRenew = &lockOption{renew: true}
 
 // Key returns <prefix>{<name>}:<kind>, a key in the same Redis Cluster slot
 // as the lock on name, for data that a Fragment reads or writes under that
@@ -204,10 +218,17 @@ func (l *Locker) config(name string, opts []LockOption) (lockConfig, error) {
 	if name == "" || len(name) > MaxNameLen {
 		return lockConfig{}, fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidName, len(name), MaxNameLen)
 	}
-	cfg := lockConfig{ttl: l.ttl}
+	cfg := lockConfig{ttl: l.ttl, ttlMS: l.ttlMS}
 	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
+		switch {
+		case o == nil:
+		case o.err != nil:
+			cfg.err = o.err
+		case o.ttl > 0:
+			cfg.ttl, cfg.ttlMS = o.ttl, o.ttlMS
+		}
+		if o != nil && o.renew {
+			cfg.renew = true
 		}
 	}
 	return cfg, cfg.err

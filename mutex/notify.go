@@ -19,7 +19,8 @@ type subscription struct {
 	done  chan struct{}     // closed when the reader goroutine has exited
 }
 
-// channel is the Pub/Sub channel on which releases of name are announced.
+// channel is the Pub/Sub channel on which releases of name are announced:
+// the lock's key with "released" for "lock" (release.lua derives it so).
 func (l *Locker) channel(name string) string {
 	return l.Key(name, "released")
 }

@@ -122,6 +122,13 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 	}
 }
 
+// queued reports whether goroutines of l wait for name.
+func (l *Locker) queued(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.queues[name] != nil
+}
+
 // headOf reports whether w is still queued (if not, a lock was handed to
 // it), whether it heads its queue, whether it should let a retry interval
 // pass before polling (it became head because its predecessor got the lock),

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/nilcheck"
@@ -101,6 +100,7 @@ func NewQuorum(clients []Client, opts ...Option) (*Locker, error) {
 	if l.err != nil {
 		return nil, l.err
 	}
+	l.box()
 	if q.timeout == 0 {
 		q.timeout = min(DefaultNodeTimeout, l.ttl/10)
 	}
@@ -371,7 +371,7 @@ func (h *hold) extend(ctx context.Context, id string, lease time.Duration, start
 // unlockQuorum releases a quorum lock's handle on every node.
 func (lk *Lock) unlockQuorum(ctx context.Context) error {
 	h, l := lk.hold, lk.hold.locker
-	left, err := l.q.release(ctx, h, strconv.FormatUint(lk.id, 10))
+	left, err := l.q.release(ctx, h, handleID(lk.id))
 	if errors.Is(err, ErrNotHeld) {
 		h.end(ErrLockLost)
 		return ErrNotHeld

@@ -4,7 +4,8 @@
 -- the lock, publish the release.
 -- KEYS[1] the lock key, KEYS[2] the fencing counter key
 -- ARGV[1] token, ARGV[2] handle id, ARGV[3] next owner's token ("" for none),
--- ARGV[4] next owner's lease in ms, ARGV[5] release channel,
+-- ARGV[4] next owner's lease in ms, ARGV[5] unused (the release channel is
+-- the lock key with "released" for "lock", see Locker.channel),
 -- ARGV[6] fencing counter TTL in ms (0: off)
 -- Returns {handles left, fence}: handles left is -1 when this handle does not
 -- hold the lock (expired, taken, released already), 0 when the last handle
@@ -29,6 +30,6 @@ if ARGV[3] ~= '' then
 end
 redis.call('DEL', KEYS[1])
 if marked == 1 then
-  redis.call('PUBLISH', ARGV[5], '1')
+  redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'released', '1')
 end
 return {0, 0}
