@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A subject is one library in a case: prepare builds its clients in a fresh
@@ -24,6 +26,8 @@ type benchCase struct {
 const (
 	pingSerial   = "PING serial"
 	pingParallel = "PING parallel"
+	// twoEmptyScripts is not a PING case: it is measured against PING serial.
+	twoEmptyScripts = "2 empty scripts serial (floor of a 2-script admission)"
 )
 
 // pingCases are the round-trip floor of the same server and client setup.
@@ -36,9 +40,25 @@ func pingCases() []benchCase {
 			}}, nil
 		}}
 	}
+	// Two round trips of a script that does nothing: the floor of any
+	// admission made of two script calls, as funnelguard's is by design.
+	empty := redis.NewScript("return 1")
+	twoScripts := subject{lib: "PING", prepare: func(ctx context.Context, e *env) (workload, error) {
+		c := e.client()
+		if err := empty.Load(ctx, c).Err(); err != nil {
+			return workload{}, err
+		}
+		return workload{goroutines: 1, op: func(ctx context.Context, _, _ int) error {
+			if err := empty.Run(ctx, c, nil).Err(); err != nil {
+				return err
+			}
+			return empty.Run(ctx, c, nil).Err()
+		}}, nil
+	}}
 	return []benchCase{
 		{name: pingSerial, subjects: []subject{ping(false)}},
 		{name: pingParallel, parallel: true, subjects: []subject{ping(true)}},
+		{name: twoEmptyScripts, subjects: []subject{twoScripts}},
 	}
 }
 
