@@ -31,8 +31,10 @@ type waiter struct {
 	delay bool
 	// gated waiters run a gate (NewGate) with each attempt; recheck asks such
 	// a waiter to make one attempt even if it is not the head, because a gate
-	// of the name just declined. Guarded by Locker.mu.
-	gated, recheck bool
+	// of the name just declined; rechecked bounds that to once per waiter, so
+	// that data flipping between "yes" and "no" (a funnel that leaks) cannot
+	// set off a storm of attempts. Guarded by Locker.mu.
+	gated, recheck, rechecked bool
 }
 
 func signal(ch chan struct{}) {
@@ -152,10 +154,11 @@ func (l *Locker) headOf(name string, w *waiter) (queued, head, delay, recheck bo
 	return true, true, delay, false
 }
 
-// declined wakes every gated waiter of name for one attempt of its own: a
-// gate just declined, so the data they wait to change likely says "decline"
-// to them too, and each learns it in one round trip of its own, in parallel,
-// instead of one after another as the lock passes down the queue.
+// declined wakes every gated waiter of name for one attempt of its own (once
+// per waiter): a gate just declined, so the data they wait to change likely
+// says "decline" to them too, and each learns it in one round trip of its
+// own, in parallel, instead of one after another as the lock passes down the
+// queue.
 func (l *Locker) declined(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -164,8 +167,8 @@ func (l *Locker) declined(name string) {
 		return
 	}
 	for _, w := range q.waiters {
-		if w.gated && !w.recheck {
-			w.recheck = true
+		if w.gated && !w.rechecked {
+			w.recheck, w.rechecked = true, true
 			signal(w.wake)
 		}
 	}
