@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,63 +22,6 @@ import (
 // and on a redis-server of the test's own. Each case must give the
 // documented error (matched with errors.Is) or behaviour, never panic, and
 // leave no key outside the test's prefix or without a TTL.
-
-// badStore is a Redis whose every key belongs to the test.
-type badStore struct {
-	name   string
-	client *redis.Client
-	prefix string
-	cmds   *badCounter
-}
-
-func badStores(t *testing.T) []badStore {
-	mini := testutil.Mini(t)
-	srv := testutil.StartServer(t)
-	mc, sc := &badCounter{}, &badCounter{}
-	m, s := mini.Client(t), srv.Client(t)
-	m.AddHook(mc)
-	s.AddHook(sc)
-	return []badStore{
-		{name: "miniredis", client: m, prefix: mini.Prefix, cmds: mc},
-		{name: "redis", client: s, prefix: testutil.NewPrefix(), cmds: sc},
-	}
-}
-
-// scan fails t for every key of s outside s.prefix or without a TTL.
-func (s badStore) scan(t *testing.T, after string) {
-	t.Helper()
-	ctx := context.Background()
-	iter := s.client.Scan(ctx, 0, "*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
-		if !strings.HasPrefix(k, s.prefix) {
-			t.Errorf("%s, after %s: key %.80q is outside the prefix %q", s.name, after, k, s.prefix)
-		}
-		// PTTL: -1 (ns, as go-redis returns it) for a key without a TTL, -2
-		// for one gone since SCAN, 0 for one in its last millisecond.
-		if ttl, err := s.client.PTTL(ctx, k).Result(); err != nil || ttl == -1 {
-			t.Errorf("%s, after %s: key %.80q has no TTL (%v, %v)", s.name, after, k, ttl, err)
-		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatalf("%s: SCAN: %v", s.name, err)
-	}
-}
-
-// badCounter is a go-redis hook that counts commands.
-type badCounter struct{ n atomic.Int64 }
-
-func (c *badCounter) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
-}
-
-func (c *badCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
-}
-
-func (c *badCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
-}
 
 // badEntry is one entry point of a Limiter, as one signature.
 type badEntry struct {
@@ -125,27 +66,27 @@ var badRule = funnel.Rule{Name: "r", Capacity: 2, Leak: 1, Per: time.Second}
 // refused by every entry point with ErrInvalidKey before any command is
 // sent; a key of exactly MaxKeyLen (1 KiB) works everywhere.
 func TestBadInputKeyLength(t *testing.T) {
-	for _, s := range badStores(t) {
+	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		lim := funnel.New(s.client, funnel.WithPrefix(s.prefix))
+		lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix))
 		for _, n := range []int{0, funnel.MaxKeyLen + 1, 1 << 20, 10 << 20} {
 			key := strings.Repeat("k", n)
-			before := s.cmds.n.Load()
+			before := s.Cmds.N.Load()
 			for _, e := range badEntries {
 				if err := safeCall(e, ctx, lim, key, 1, badRule); !errors.Is(err, funnel.ErrInvalidKey) {
-					t.Errorf("%s: %s with a %d-byte key = %.100v, want ErrInvalidKey", s.name, e.name, n, err)
+					t.Errorf("%s: %s with a %d-byte key = %.100v, want ErrInvalidKey", s.Name, e.name, n, err)
 				}
 			}
-			if sent := s.cmds.n.Load() - before; sent != 0 {
-				t.Errorf("%s: a %d-byte key sent %d commands; want it refused before Redis", s.name, n, sent)
+			if sent := s.Cmds.N.Load() - before; sent != 0 {
+				t.Errorf("%s: a %d-byte key sent %d commands; want it refused before Redis", s.Name, n, sent)
 			}
 		}
 		key := strings.Repeat("k", funnel.MaxKeyLen)
 		for _, e := range badEntries {
 			if err := safeCall(e, ctx, lim, key, 1, badRule); err != nil {
-				t.Errorf("%s: %s with a key of MaxKeyLen bytes = %v", s.name, e.name, err)
+				t.Errorf("%s: %s with a key of MaxKeyLen bytes = %v", s.Name, e.name, err)
 			}
-			s.scan(t, e.name+" with a 1 KiB key")
+			s.CheckKeys(t, e.name+" with a 1 KiB key")
 		}
 	}
 }
@@ -157,9 +98,9 @@ func TestBadInputKeyLength(t *testing.T) {
 func TestBadInputExtremeRules(t *testing.T) {
 	const century = 100 * 365 * 24 * time.Hour
 	maxPerMicros := time.Duration(math.MaxInt64).Truncate(time.Microsecond)
-	for _, s := range badStores(t) {
+	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		lim := funnel.New(s.client, funnel.WithPrefix(s.prefix))
+		lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix))
 		refused := map[string]funnel.Rule{
 			"Per 1ns":                        {Name: "r", Capacity: 1, Leak: 1, Per: time.Nanosecond},
 			"Per 999ns":                      {Name: "r", Capacity: 1, Leak: 1, Per: 999 * time.Nanosecond},
@@ -181,12 +122,12 @@ func TestBadInputExtremeRules(t *testing.T) {
 			}
 			for _, e := range badEntries[:4] {
 				if err := safeCall(e, ctx, lim, "k", 1, r); !errors.Is(err, funnel.ErrInvalidRule) {
-					t.Errorf("%s: %s with %s = %v, want ErrInvalidRule", s.name, e.name, desc, err)
+					t.Errorf("%s: %s with %s = %v, want ErrInvalidRule", s.Name, e.name, desc, err)
 				}
 			}
 		}
-		if n, _ := s.client.DBSize(ctx).Result(); n != 0 {
-			t.Errorf("%s: refused rules wrote %d keys", s.name, n)
+		if n, _ := s.Client.DBSize(ctx).Result(); n != 0 {
+			t.Errorf("%s: refused rules wrote %d keys", s.Name, n)
 		}
 
 		accepted := []struct {
@@ -210,27 +151,27 @@ func TestBadInputExtremeRules(t *testing.T) {
 			check := func(what string, res funnel.Result, err error, allowed int) {
 				t.Helper()
 				if err != nil || (allowed >= 0 && res.Allowed != (allowed == 1)) || res.RetryAfter < 0 || res.Remaining < 0 || res.ResetAfter < 0 {
-					t.Errorf("%s: %s, %s = %+v, %v; want allowed %d and no negative figure", s.name, tc.desc, what, res, err, allowed)
+					t.Errorf("%s: %s, %s = %+v, %v; want allowed %d and no negative figure", s.Name, tc.desc, what, res, err, allowed)
 				}
 			}
 			res, err := lim.AllowN(ctx, key, tc.n, tc.rule)
 			check("AllowN(capacity)", res, err, 1)
 			res, err = lim.Peek(ctx, key, tc.rule)
 			check("Peek after", res, err, -1)
-			if tc.rule.Per >= time.Hour && !(s.name == "miniredis" && drainsPast292Years(tc.rule)) {
+			if tc.rule.Per >= time.Hour && !(s.Name == "miniredis" && drainsPast292Years(tc.rule)) {
 				res, err = lim.Allow(ctx, key, tc.rule)
 				check("Allow of a full funnel", res, err, 0)
 				if res.RetryAfter < tc.rule.Per/time.Duration(tc.rule.Leak)-time.Minute {
-					t.Errorf("%s: %s: RetryAfter = %v, want about %v", s.name, tc.desc, res.RetryAfter, tc.rule.Per/time.Duration(tc.rule.Leak))
+					t.Errorf("%s: %s: RetryAfter = %v, want about %v", s.Name, tc.desc, res.RetryAfter, tc.rule.Per/time.Duration(tc.rule.Leak))
 				}
 			}
 			if err := lim.Refund(ctx, key, math.MaxInt64, tc.rule); err != nil {
-				t.Errorf("%s: %s: Refund(MaxInt64) = %v", s.name, tc.desc, err)
+				t.Errorf("%s: %s: Refund(MaxInt64) = %v", s.Name, tc.desc, err)
 			}
 			if res, err := lim.Allow(ctx, key, tc.rule); err != nil || !res.Allowed {
-				t.Errorf("%s: %s: Allow after a full refund = %+v, %v", s.name, tc.desc, res, err)
+				t.Errorf("%s: %s: Allow after a full refund = %+v, %v", s.Name, tc.desc, res, err)
 			}
-			s.scan(t, tc.desc)
+			s.CheckKeys(t, tc.desc)
 		}
 	}
 }
@@ -250,9 +191,9 @@ func drainsPast292Years(r funnel.Rule) bool {
 // key is gone at once and the rule admits every call. Fixed: the
 // regression test.
 func TestBadInputBugStateTTLPast292Years(t *testing.T) {
-	s := badStores(t)[0]
+	s := testutil.Stores(t)[0]
 	ctx := context.Background()
-	lim := funnel.New(s.client, funnel.WithPrefix(s.prefix))
+	lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix))
 	rule := funnel.AtMost(3, 100*365*24*time.Hour)
 	for i := range 4 {
 		res, err := lim.Allow(ctx, "lifetime", rule)
@@ -266,9 +207,9 @@ func TestBadInputBugStateTTLPast292Years(t *testing.T) {
 // (MaxInt64 is above any capacity) and the non-positive ones by Refund;
 // Refund of MaxInt64 empties the funnel and never goes below empty.
 func TestBadInputUnits(t *testing.T) {
-	s := badStores(t)[0]
+	s := testutil.Stores(t)[0]
 	ctx := context.Background()
-	lim := funnel.New(s.client, funnel.WithPrefix(s.prefix))
+	lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix))
 	for _, n := range []int64{0, -1, math.MinInt64, math.MaxInt64} {
 		if _, err := lim.AllowN(ctx, "k", n, badRule); !errors.Is(err, funnel.ErrInvalidN) {
 			t.Errorf("AllowN(%d) = %v, want ErrInvalidN", n, err)
@@ -282,31 +223,31 @@ func TestBadInputUnits(t *testing.T) {
 	if res, err := lim.AllowN(ctx, "k", 2, badRule); err != nil || !res.Allowed || res.Remaining != 0 {
 		t.Fatalf("AllowN(2) after refunds = %+v, %v; want the whole capacity, never below empty", res, err)
 	}
-	s.scan(t, "units")
+	s.CheckKeys(t, "units")
 }
 
 // TestBadInputColons: keys and rule names that read like other keys, kinds
 // or rule ids ('/' separates a rule id's parts) each get a funnel of their
 // own, and a key never reaches the lock or state of another.
 func TestBadInputColons(t *testing.T) {
-	for _, s := range badStores(t) {
+	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		lim := funnel.New(s.client, funnel.WithPrefix(s.prefix))
+		lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix))
 		one := funnel.AtMost(1, time.Hour)
 		keys := []string{"a", "a:funnel", "a:lock", "{a}:funnel", "a}:funnel", "a:", ":", "funnel", "lock", "{a}", "k*", "k?", "k[1]",
 			"') redis.call('FLUSHALL') --", "\x00", "a\r\nb"}
 		for _, k := range keys {
 			if res, err := lim.Allow(ctx, k, one); err != nil || !res.Allowed {
-				t.Fatalf("%s: first Allow(%q) = %+v, %v; want a funnel of its own", s.name, k, res, err)
+				t.Fatalf("%s: first Allow(%q) = %+v, %v; want a funnel of its own", s.Name, k, res, err)
 			}
 		}
 		for _, k := range keys {
 			if res, err := lim.Allow(ctx, k, one); err != nil || res.Allowed {
-				t.Fatalf("%s: second Allow(%q) = %+v, %v; want denied", s.name, k, res, err)
+				t.Fatalf("%s: second Allow(%q) = %+v, %v; want denied", s.Name, k, res, err)
 			}
 		}
-		if n, _ := s.client.DBSize(ctx).Result(); n != int64(len(keys)) {
-			t.Errorf("%s: %d keys for %d funnel keys; want one state key each", s.name, n, len(keys))
+		if n, _ := s.Client.DBSize(ctx).Result(); n != int64(len(keys)) {
+			t.Errorf("%s: %d keys for %d funnel keys; want one state key each", s.Name, n, len(keys))
 		}
 		// Rule names that embed another rule's id ("r/1/1/3600000000" is
 		// rule "r" of capacity 1, leak 1 per hour) each get a funnel.
@@ -320,13 +261,13 @@ func TestBadInputColons(t *testing.T) {
 		}
 		for _, r := range rules {
 			if res, err := lim.Allow(ctx, "rules", r); err != nil || !res.Allowed {
-				t.Errorf("%s: Allow with rule %q = %+v, %v; want its own funnel", s.name, r.Name, res, err)
+				t.Errorf("%s: Allow with rule %q = %+v, %v; want its own funnel", s.Name, r.Name, res, err)
 			}
 		}
 		if res, err := lim.Peek(ctx, "rules", rules...); err != nil || res.Allowed {
-			t.Errorf("%s: Peek with every rule = %+v, %v; want each full", s.name, res, err)
+			t.Errorf("%s: Peek with every rule = %+v, %v; want each full", s.Name, res, err)
 		}
-		s.scan(t, "colons")
+		s.CheckKeys(t, "colons")
 	}
 }
 
@@ -353,37 +294,37 @@ func TestBadInputNilAndLockers(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range badStores(t) {
+	for _, s := range testutil.Stores(t) {
 		for desc, tc := range map[string]struct {
 			locker *mutex.Locker
 			want   error
 		}{
-			"nil client":   {mutex.New(nil, mutex.WithPrefix(s.prefix)), mutex.ErrNilClient},
-			"WithTTL(0)":   {mutex.New(s.client, mutex.WithPrefix(s.prefix), mutex.WithTTL(0)), mutex.ErrInvalidTTL},
-			"prefix a{":    {mutex.New(s.client, mutex.WithPrefix("a{")), mutex.ErrInvalidPrefix},
-			"retry of 0ns": {mutex.New(s.client, mutex.WithPrefix(s.prefix), mutex.WithRetryInterval(0)), mutex.ErrInvalidRetry},
+			"nil client":   {mutex.New(nil, mutex.WithPrefix(s.Prefix)), mutex.ErrNilClient},
+			"WithTTL(0)":   {mutex.New(s.Client, mutex.WithPrefix(s.Prefix), mutex.WithTTL(0)), mutex.ErrInvalidTTL},
+			"prefix a{":    {mutex.New(s.Client, mutex.WithPrefix("a{")), mutex.ErrInvalidPrefix},
+			"retry of 0ns": {mutex.New(s.Client, mutex.WithPrefix(s.Prefix), mutex.WithRetryInterval(0)), mutex.ErrInvalidRetry},
 		} {
 			// WithLocker refuses it: every call, Peek included, says why.
-			lim := funnel.New(s.client, funnel.WithPrefix(s.prefix), funnel.WithLocker(tc.locker))
+			lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix), funnel.WithLocker(tc.locker))
 			for _, e := range badEntries {
 				if err := safeCall(e, ctx, lim, "k", 1, badRule); !errors.Is(err, tc.want) || !errors.Is(err, funnel.ErrInvalidOption) {
-					t.Errorf("%s: %s with a Locker with %s = %v, want ErrInvalidOption and %v", s.name, e.name, desc, err, tc.want)
+					t.Errorf("%s: %s with a Locker with %s = %v, want ErrInvalidOption and %v", s.Name, e.name, desc, err, tc.want)
 				}
 			}
 		}
-		lim := funnel.New(s.client, nil, funnel.WithPrefix(s.prefix), nil, funnel.WithLease(math.MaxInt64))
+		lim := funnel.New(s.Client, nil, funnel.WithPrefix(s.Prefix), nil, funnel.WithLease(math.MaxInt64))
 		if res, err := lim.Allow(ctx, "long lease", badRule); err != nil || !res.Allowed {
-			t.Errorf("%s: Allow with WithLease(MaxInt64) = %+v, %v", s.name, res, err)
+			t.Errorf("%s: Allow with WithLease(MaxInt64) = %+v, %v", s.Name, res, err)
 		}
 		for _, d := range []time.Duration{-1, math.MinInt64} {
-			if _, err := funnel.New(s.client, funnel.WithLease(d)).Allow(ctx, "k", badRule); !errors.Is(err, funnel.ErrInvalidOption) {
-				t.Errorf("%s: WithLease(%v): Allow = %v, want ErrInvalidOption", s.name, d, err)
+			if _, err := funnel.New(s.Client, funnel.WithLease(d)).Allow(ctx, "k", badRule); !errors.Is(err, funnel.ErrInvalidOption) {
+				t.Errorf("%s: WithLease(%v): Allow = %v, want ErrInvalidOption", s.Name, d, err)
 			}
 		}
-		if _, err := funnel.New(s.client, funnel.WithPrefix(strings.Repeat("p", 257))).Allow(ctx, "k", badRule); !errors.Is(err, funnel.ErrInvalidOption) {
-			t.Errorf("%s: WithPrefix of 257 bytes: Allow = %v, want ErrInvalidOption", s.name, err)
+		if _, err := funnel.New(s.Client, funnel.WithPrefix(strings.Repeat("p", 257))).Allow(ctx, "k", badRule); !errors.Is(err, funnel.ErrInvalidOption) {
+			t.Errorf("%s: WithPrefix of 257 bytes: Allow = %v, want ErrInvalidOption", s.Name, err)
 		}
-		s.scan(t, "Lockers and options")
+		s.CheckKeys(t, "Lockers and options")
 	}
 }
 
@@ -394,22 +335,22 @@ func TestBadInputEndedContexts(t *testing.T) {
 	cancel()
 	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel2()
-	for _, s := range badStores(t) {
+	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		lim := funnel.New(s.client, funnel.WithPrefix(s.prefix))
+		lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix))
 		if _, err := lim.Allow(ctx, "k", badRule); err != nil {
 			t.Fatal(err)
 		}
 		for _, ended := range []context.Context{cancelled, expired} {
 			for _, e := range badEntries {
 				if err := safeCall(e, ended, lim, "k", 1, badRule); !errors.Is(err, ended.Err()) {
-					t.Errorf("%s: %s with an ended ctx = %v, want %v", s.name, e.name, err, ended.Err())
+					t.Errorf("%s: %s with an ended ctx = %v, want %v", s.Name, e.name, err, ended.Err())
 				}
 			}
 		}
 		if res, err := lim.Peek(ctx, "k", badRule); err != nil || res.Remaining != 1 {
-			t.Errorf("%s: after calls with ended contexts, Peek = %+v, %v; want 1 unit left, as before", s.name, res, err)
+			t.Errorf("%s: after calls with ended contexts, Peek = %+v, %v; want 1 unit left, as before", s.Name, res, err)
 		}
-		s.scan(t, "ended contexts")
+		s.CheckKeys(t, "ended contexts")
 	}
 }

@@ -7,12 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,75 +31,18 @@ import (
 // (matched with errors.Is) or behaviour, never panic, and leave no key
 // outside the test's prefix or without a TTL.
 
-// badStore is a Redis whose every key belongs to the test.
-type badStore struct {
-	name   string
-	client *redis.Client
-	prefix string
-	cmds   *badCounter
-}
-
-func badStores(t *testing.T) []badStore {
-	mini := testutil.Mini(t)
-	srv := testutil.StartServer(t)
-	mc, sc := &badCounter{}, &badCounter{}
-	m, s := mini.Client(t), srv.Client(t)
-	m.AddHook(mc)
-	s.AddHook(sc)
-	return []badStore{
-		{name: "miniredis", client: m, prefix: mini.Prefix, cmds: mc},
-		{name: "redis", client: s, prefix: testutil.NewPrefix(), cmds: sc},
-	}
-}
-
-// scan fails t for every key of s outside s.prefix or without a TTL.
-func (s badStore) scan(t *testing.T, after string) {
+// guardOn returns a Guard on s under s.Prefix + p.Prefix.
+func guardOn(t *testing.T, s testutil.Store, p guard.Policy) *guard.Guard {
 	t.Helper()
-	ctx := context.Background()
-	iter := s.client.Scan(ctx, 0, "*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
-		if !strings.HasPrefix(k, s.prefix) {
-			t.Errorf("%s, after %s: key %.80q is outside the prefix %q", s.name, after, k, s.prefix)
-		}
-		// PTTL: -1 (ns, as go-redis returns it) for a key without a TTL, -2
-		// for one gone since SCAN, 0 for one in its last millisecond.
-		if ttl, err := s.client.PTTL(ctx, k).Result(); err != nil || ttl == -1 {
-			t.Errorf("%s, after %s: key %.80q has no TTL (%v, %v)", s.name, after, k, ttl, err)
-		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatalf("%s: SCAN: %v", s.name, err)
-	}
-}
-
-// guard returns a Guard on s under s.prefix + p.Prefix.
-func (s badStore) guard(t *testing.T, p guard.Policy) *guard.Guard {
-	t.Helper()
-	p.Prefix = s.prefix + p.Prefix
+	p.Prefix = s.Prefix + p.Prefix
 	if p.Rules == nil {
 		p.Rules = []funnel.Rule{funnel.AtMost(1, time.Hour)}
 	}
-	g, err := guard.New(s.client, p)
+	g, err := guard.New(s.Client, p)
 	if err != nil {
-		t.Fatalf("%s: guard.New: %v", s.name, err)
+		t.Fatalf("%s: guard.New: %v", s.Name, err)
 	}
 	return g
-}
-
-// badCounter is a go-redis hook that counts commands.
-type badCounter struct{ n atomic.Int64 }
-
-func (c *badCounter) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
-}
-
-func (c *badCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
-}
-
-func (c *badCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
 }
 
 // badEntry is one entry point of a Guard, as one signature. ran reports
@@ -153,32 +94,32 @@ func safeCall(e badEntry, ctx context.Context, g *guard.Guard, key string, n int
 // longest keys, 128 (kept plain), 129, 1 KiB and MaxKeyLen bytes (hashed)
 // work, each with a funnel of its own.
 func TestBadInputKeyLength(t *testing.T) {
-	for _, s := range badStores(t) {
+	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		g := s.guard(t, guard.Policy{OnError: guard.FailOpen})
+		g := guardOn(t, s, guard.Policy{OnError: guard.FailOpen})
 		for _, n := range []int{0, guard.MaxKeyLen + 1, 1 << 20, 10 << 20} {
 			key := strings.Repeat("k", n)
-			before := s.cmds.n.Load()
+			before := s.Cmds.N.Load()
 			for _, e := range badEntries {
 				d, ran, err := safeCall(e, ctx, g, key, 1)
 				if !errors.Is(err, guard.ErrInvalidKey) || d.Allowed || d.Degraded || ran {
-					t.Errorf("%s: %s with a %d-byte key = %+v, ran %v, %.100v; want ErrInvalidKey and a plain denial", s.name, e.name, n, d, ran, err)
+					t.Errorf("%s: %s with a %d-byte key = %+v, ran %v, %.100v; want ErrInvalidKey and a plain denial", s.Name, e.name, n, d, ran, err)
 				}
 			}
-			if sent := s.cmds.n.Load() - before; sent != 0 {
-				t.Errorf("%s: a %d-byte key sent %d commands; want it refused before Redis", s.name, n, sent)
+			if sent := s.Cmds.N.Load() - before; sent != 0 {
+				t.Errorf("%s: a %d-byte key sent %d commands; want it refused before Redis", s.Name, n, sent)
 			}
 		}
 		for _, n := range []int{128, 129, 1 << 10, guard.MaxKeyLen} {
 			key := strings.Repeat("k", n)
 			if d, err := g.Allow(ctx, key); err != nil || !d.Allowed {
-				t.Errorf("%s: first Allow of a %d-byte key = %+v, %v", s.name, n, d, err)
+				t.Errorf("%s: first Allow of a %d-byte key = %+v, %v", s.Name, n, d, err)
 			}
 			if d, err := g.Allow(ctx, key); err != nil || d.Allowed {
-				t.Errorf("%s: second Allow of a %d-byte key = %+v, %v; want denied", s.name, n, d, err)
+				t.Errorf("%s: second Allow of a %d-byte key = %+v, %v; want denied", s.Name, n, d, err)
 			}
 		}
-		s.scan(t, "long keys")
+		s.CheckKeys(t, "long keys")
 	}
 }
 
@@ -190,12 +131,12 @@ func TestBadInputStoredFormsDoNotCollide(t *testing.T) {
 	long := strings.Repeat("L", 200)
 	sum := sha256.Sum256([]byte(long))
 	hashed := "h:" + base64.RawURLEncoding.EncodeToString(sum[:])
-	for _, s := range badStores(t) {
+	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		g := s.guard(t, guard.Policy{Prefix: "g:"})
-		gk := s.guard(t, guard.Policy{Prefix: "g:k:"}) // "g:" + "k:" lines up with g's stored form
-		gh := s.guard(t, guard.Policy{Prefix: "g:h:"})
-		secret := s.guard(t, guard.Policy{Prefix: "g:", Secret: []byte("s3cret")})
+		g := guardOn(t, s, guard.Policy{Prefix: "g:"})
+		gk := guardOn(t, s, guard.Policy{Prefix: "g:k:"}) // "g:" + "k:" lines up with g's stored form
+		gh := guardOn(t, s, guard.Policy{Prefix: "g:h:"})
+		secret := guardOn(t, s, guard.Policy{Prefix: "g:", Secret: []byte("s3cret")})
 		keys := []string{"x", "k:x", "h:x", "m:x", "k:", "h:", "m:", ":", "k:k:x", "{k:x}", "k:x}", "}{",
 			long, hashed, "k:" + long[:126], strings.Repeat("L", 128), strings.Repeat("L", 129)}
 		calls := 0
@@ -203,21 +144,21 @@ func TestBadInputStoredFormsDoNotCollide(t *testing.T) {
 			for _, gd := range []*guard.Guard{g, gk, gh, secret} {
 				calls++
 				if d, err := gd.Allow(ctx, k); err != nil || !d.Allowed {
-					t.Fatalf("%s: first Allow(%.40q) = %+v, %v: another key's funnel leaked in", s.name, k, d, err)
+					t.Fatalf("%s: first Allow(%.40q) = %+v, %v: another key's funnel leaked in", s.Name, k, d, err)
 				}
 			}
 		}
 		for _, k := range keys {
 			for _, gd := range []*guard.Guard{g, gk, gh, secret} {
 				if d, err := gd.Allow(ctx, k); err != nil || d.Allowed {
-					t.Fatalf("%s: second Allow(%.40q) = %+v, %v; want denied", s.name, k, d, err)
+					t.Fatalf("%s: second Allow(%.40q) = %+v, %v; want denied", s.Name, k, d, err)
 				}
 			}
 		}
-		if n, _ := s.client.DBSize(ctx).Result(); n != int64(calls) {
-			t.Errorf("%s: %d keys for %d (guard, key) pairs; want one state key each", s.name, n, calls)
+		if n, _ := s.Client.DBSize(ctx).Result(); n != int64(calls) {
+			t.Errorf("%s: %d keys for %d (guard, key) pairs; want one state key each", s.Name, n, calls)
 		}
-		s.scan(t, "stored forms")
+		s.CheckKeys(t, "stored forms")
 	}
 }
 
@@ -226,7 +167,7 @@ func TestBadInputStoredFormsDoNotCollide(t *testing.T) {
 // accepts and then uses without overflow.
 func TestBadInputPolicies(t *testing.T) {
 	const century = 100 * 365 * 24 * time.Hour
-	s := badStores(t)[1]
+	s := testutil.Stores(t)[1]
 	ctx := context.Background()
 	ok := []funnel.Rule{funnel.AtMost(1, time.Hour)}
 	var cluster *redis.ClusterClient
@@ -236,19 +177,19 @@ func TestBadInputPolicies(t *testing.T) {
 		also   error
 	}{
 		"typed nil *redis.ClusterClient": {cluster, guard.Policy{Rules: ok}, nil},
-		"Per 1ns":                        {s.client, guard.Policy{Rules: []funnel.Rule{{Name: "r", Capacity: 1, Leak: 1, Per: time.Nanosecond}}}, funnel.ErrInvalidRule},
-		"Capacity MaxInt64":              {s.client, guard.Policy{Rules: []funnel.Rule{{Name: "r", Capacity: math.MaxInt64, Leak: 1, Per: time.Second}}}, funnel.ErrInvalidRule},
-		"Capacity 732 per 100 years":     {s.client, guard.Policy{Rules: []funnel.Rule{{Name: "r", Capacity: 732, Leak: 1, Per: century}}}, funnel.ErrInvalidRule},
-		"Timeout -1ns":                   {s.client, guard.Policy{Rules: ok, Timeout: -1}, nil},
-		"Timeout MinInt64":               {s.client, guard.Policy{Rules: ok, Timeout: math.MinInt64}, nil},
-		"ErrorRetryAfter -1s":            {s.client, guard.Policy{Rules: ok, ErrorRetryAfter: -time.Second}, nil},
-		"OnError -1":                     {s.client, guard.Policy{Rules: ok, OnError: -1}, nil},
-		"Fallback MaxKeys -1":            {s.client, guard.Policy{Rules: ok, Fallback: &guard.Fallback{Limit: 1, Burst: 1, MaxKeys: -1}}, nil},
-		"Fallback Burst -1":              {s.client, guard.Policy{Rules: ok, Fallback: &guard.Fallback{Limit: 1, Burst: -1}}, nil},
-		"Fallback Limit -Inf":            {s.client, guard.Policy{Rules: ok, Fallback: &guard.Fallback{Limit: rate.Limit(math.Inf(-1)), Burst: 1}}, nil},
-		"prefix of 257 bytes":            {s.client, guard.Policy{Rules: ok, Prefix: strings.Repeat("p", 257)}, nil},
-		"prefix with }":                  {s.client, guard.Policy{Rules: ok, Prefix: "a}"}, nil},
-		"an empty Rule":                  {s.client, guard.Policy{Rules: []funnel.Rule{{}}}, funnel.ErrInvalidRule},
+		"Per 1ns":                        {s.Client, guard.Policy{Rules: []funnel.Rule{{Name: "r", Capacity: 1, Leak: 1, Per: time.Nanosecond}}}, funnel.ErrInvalidRule},
+		"Capacity MaxInt64":              {s.Client, guard.Policy{Rules: []funnel.Rule{{Name: "r", Capacity: math.MaxInt64, Leak: 1, Per: time.Second}}}, funnel.ErrInvalidRule},
+		"Capacity 732 per 100 years":     {s.Client, guard.Policy{Rules: []funnel.Rule{{Name: "r", Capacity: 732, Leak: 1, Per: century}}}, funnel.ErrInvalidRule},
+		"Timeout -1ns":                   {s.Client, guard.Policy{Rules: ok, Timeout: -1}, nil},
+		"Timeout MinInt64":               {s.Client, guard.Policy{Rules: ok, Timeout: math.MinInt64}, nil},
+		"ErrorRetryAfter -1s":            {s.Client, guard.Policy{Rules: ok, ErrorRetryAfter: -time.Second}, nil},
+		"OnError -1":                     {s.Client, guard.Policy{Rules: ok, OnError: -1}, nil},
+		"Fallback MaxKeys -1":            {s.Client, guard.Policy{Rules: ok, Fallback: &guard.Fallback{Limit: 1, Burst: 1, MaxKeys: -1}}, nil},
+		"Fallback Burst -1":              {s.Client, guard.Policy{Rules: ok, Fallback: &guard.Fallback{Limit: 1, Burst: -1}}, nil},
+		"Fallback Limit -Inf":            {s.Client, guard.Policy{Rules: ok, Fallback: &guard.Fallback{Limit: rate.Limit(math.Inf(-1)), Burst: 1}}, nil},
+		"prefix of 257 bytes":            {s.Client, guard.Policy{Rules: ok, Prefix: strings.Repeat("p", 257)}, nil},
+		"prefix with }":                  {s.Client, guard.Policy{Rules: ok, Prefix: "a}"}, nil},
+		"an empty Rule":                  {s.Client, guard.Policy{Rules: []funnel.Rule{{}}}, funnel.ErrInvalidRule},
 	} {
 		var g *guard.Guard
 		err := func() (err error) {
@@ -275,14 +216,14 @@ func TestBadInputPolicies(t *testing.T) {
 		"rule of 1 per 100 years":      {Prefix: "c:", Rules: []funnel.Rule{{Name: "century", Capacity: 1, Leak: 1, Per: century}}},
 		"rule with a Lua-looking name": {Prefix: "n:", Rules: []funnel.Rule{{Name: "') redis.call('FLUSHALL') --", Capacity: 1, Leak: 1, Per: time.Hour}}},
 	} {
-		g := s.guard(t, p)
+		g := guardOn(t, s, p)
 		if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
 			t.Errorf("%s: first Allow = %+v, %v", desc, d, err)
 		}
 		if d, err := g.Allow(ctx, "k"); err != nil || d.Allowed || d.RetryAfter <= 0 {
 			t.Errorf("%s: second Allow = %+v, %v; want denied with a positive RetryAfter", desc, d, err)
 		}
-		s.scan(t, desc)
+		s.CheckKeys(t, desc)
 	}
 }
 
@@ -290,13 +231,13 @@ func TestBadInputPolicies(t *testing.T) {
 // error (funnel.ErrInvalidN), not an outage: never Degraded, never admitted
 // by FailOpen or a Fallback; RefundN refuses n < 1 and takes MaxInt64.
 func TestBadInputUnits(t *testing.T) {
-	s := badStores(t)[0]
+	s := testutil.Stores(t)[0]
 	ctx := context.Background()
 	for desc, p := range map[string]guard.Policy{
 		"FailOpen": {Prefix: "o:", OnError: guard.FailOpen},
 		"Fallback": {Prefix: "f:", Fallback: &guard.Fallback{Limit: rate.Inf, Burst: 1}},
 	} {
-		g := s.guard(t, p)
+		g := guardOn(t, s, p)
 		if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
 			t.Fatalf("%s: Allow = %+v, %v", desc, d, err)
 		}
@@ -318,7 +259,7 @@ func TestBadInputUnits(t *testing.T) {
 			t.Errorf("%s: a second Allow after refunds = %+v, %v; want denied: refunds never go below empty", desc, d, err)
 		}
 	}
-	s.scan(t, "units")
+	s.CheckKeys(t, "units")
 }
 
 // TestBadInputEndedContexts: a caller's ctx that is cancelled or past its
@@ -331,18 +272,18 @@ func TestBadInputEndedContexts(t *testing.T) {
 	cancel()
 	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel2()
-	for _, s := range badStores(t) {
+	for _, s := range testutil.Stores(t) {
 		for desc, p := range map[string]guard.Policy{
 			"FailClosed": {Prefix: "c:"},
 			"FailOpen":   {Prefix: "o:", OnError: guard.FailOpen},
 			"Fallback":   {Prefix: "f:", Fallback: &guard.Fallback{Limit: rate.Inf, Burst: 1}},
 		} {
-			g := s.guard(t, p)
+			g := guardOn(t, s, p)
 			for _, ended := range []context.Context{cancelled, expired} {
 				for _, e := range badEntries {
 					d, ran, err := safeCall(e, ended, g, "k", 1)
 					if !errors.Is(err, ended.Err()) || errors.Is(err, guard.ErrUnavailable) || d.Allowed || d.Degraded || ran {
-						t.Errorf("%s, %s: %s with an ended ctx = %+v, ran %v, %v; want %v and a plain denial", s.name, desc, e.name, d, ran, err, ended.Err())
+						t.Errorf("%s, %s: %s with an ended ctx = %+v, ran %v, %v; want %v and a plain denial", s.Name, desc, e.name, d, ran, err, ended.Err())
 					}
 				}
 			}
@@ -351,13 +292,13 @@ func TestBadInputEndedContexts(t *testing.T) {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/send", nil).WithContext(cancelled))
 			if rec.Code != http.StatusServiceUnavailable || next {
-				t.Errorf("%s, %s: middleware with a cancelled request = %d, next called %v; want 503 and no call", s.name, desc, rec.Code, next)
+				t.Errorf("%s, %s: middleware with a cancelled request = %d, next called %v; want 503 and no call", s.Name, desc, rec.Code, next)
 			}
 			if d, err := g.Peek(context.Background(), "k"); err != nil || !d.Allowed {
-				t.Errorf("%s, %s: Peek after ended contexts = %+v, %v; want nothing taken", s.name, desc, d, err)
+				t.Errorf("%s, %s: Peek after ended contexts = %+v, %v; want nothing taken", s.Name, desc, d, err)
 			}
 		}
-		s.scan(t, "ended contexts")
+		s.CheckKeys(t, "ended contexts")
 	}
 }
 
@@ -366,30 +307,30 @@ func TestBadInputEndedContexts(t *testing.T) {
 // mutex package's error, for every OnError: under FailOpen such a guard would
 // admit every call.
 func TestBadInputUnusableLocker(t *testing.T) {
-	s := badStores(t)[0]
+	s := testutil.Stores(t)[0]
 	for desc, tc := range map[string]struct {
 		locker *mutex.Locker
 		want   error
 	}{
 		"nil client": {mutex.New(nil), mutex.ErrNilClient},
-		"WithTTL(0)": {mutex.New(s.client, mutex.WithTTL(0)), mutex.ErrInvalidTTL},
+		"WithTTL(0)": {mutex.New(s.Client, mutex.WithTTL(0)), mutex.ErrInvalidTTL},
 	} {
 		for _, onErr := range []guard.FailureMode{guard.FailClosed, guard.FailOpen} {
-			p := guard.Policy{Prefix: s.prefix + "l:", Locker: tc.locker, OnError: onErr, Rules: []funnel.Rule{funnel.AtMost(1, time.Hour)}}
-			g, err := guard.New(s.client, p)
+			p := guard.Policy{Prefix: s.Prefix + "l:", Locker: tc.locker, OnError: onErr, Rules: []funnel.Rule{funnel.AtMost(1, time.Hour)}}
+			g, err := guard.New(s.Client, p)
 			if g != nil || !errors.Is(err, guard.ErrInvalidPolicy) || !errors.Is(err, tc.want) {
 				t.Errorf("Locker with %s, OnError %v: New = %v, %v; want nil, ErrInvalidPolicy and %v", desc, onErr, g, err, tc.want)
 			}
 		}
 	}
-	s.scan(t, "unusable Lockers")
+	s.CheckKeys(t, "unusable Lockers")
 }
 
 // TestBadInputMiddlewareNilKeyFunc: Middleware(nil) answers 500 and never
 // calls the next handler, instead of panicking on the first request.
 func TestBadInputMiddlewareNilKeyFunc(t *testing.T) {
-	s := badStores(t)[0]
-	g := s.guard(t, guard.Policy{})
+	s := testutil.Stores(t)[0]
+	g := guardOn(t, s, guard.Policy{})
 	next := false
 	h := g.Middleware(nil)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { next = true }))
 	rec := httptest.NewRecorder()
@@ -403,17 +344,17 @@ func TestBadInputMiddlewareNilKeyFunc(t *testing.T) {
 // checked like Allow's: empty, over MaxKeyLen or 10 MiB give 400 without a
 // call to the next handler or to Redis.
 func TestBadInputMiddlewareKeys(t *testing.T) {
-	s := badStores(t)[0]
-	g := s.guard(t, guard.Policy{OnError: guard.FailOpen})
+	s := testutil.Stores(t)[0]
+	g := guardOn(t, s, guard.Policy{OnError: guard.FailOpen})
 	for _, n := range []int{0, guard.MaxKeyLen + 1, 10 << 20} {
 		key := strings.Repeat("k", n)
 		next := false
 		h := g.Middleware(func(*http.Request) (string, error) { return key, nil })(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { next = true }))
-		before := s.cmds.n.Load()
+		before := s.Cmds.N.Load()
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/send", nil))
-		if rec.Code != http.StatusBadRequest || next || s.cmds.n.Load() != before {
-			t.Errorf("middleware with a %d-byte key = %d, next %v, %d commands; want 400 before Redis", n, rec.Code, next, s.cmds.n.Load()-before)
+		if rec.Code != http.StatusBadRequest || next || s.Cmds.N.Load() != before {
+			t.Errorf("middleware with a %d-byte key = %d, next %v, %d commands; want 400 before Redis", n, rec.Code, next, s.Cmds.N.Load()-before)
 		}
 	}
 }
@@ -438,10 +379,10 @@ func TestBadInputBugRetryAfterOverflow(t *testing.T) {
 	if got, want := guard.RetryAfterSeconds(math.MaxInt64), int64(math.MaxInt64/int64(time.Second)+1); got != want {
 		t.Errorf("RetryAfterSeconds(MaxInt64) = %d, want %d", got, want)
 	}
-	s := badStores(t)[1]
+	s := testutil.Stores(t)[1]
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
 	perMax := time.Duration(math.MaxInt64).Truncate(time.Microsecond)
-	g := s.guard(t, guard.Policy{Prefix: "r:", RateLimitHeaders: true,
+	g := guardOn(t, s, guard.Policy{Prefix: "r:", RateLimitHeaders: true,
 		Rules: []funnel.Rule{{Name: "max", Capacity: 1, Leak: 1, Per: perMax}, funnel.AtMost(3, 100*365*24*time.Hour)}})
 	h := g.Middleware(func(*http.Request) (string, error) { return "k", nil })(ok)
 	serve := func() *httptest.ResponseRecorder {

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,64 +20,6 @@ import (
 // nil clients of every kind and ended contexts. Each case must give the
 // documented error (matched with errors.Is) or behaviour, never panic, and
 // leave no key outside the test's prefix or without a TTL.
-
-// badStore is a Redis whose every key belongs to the test: a fresh
-// miniredis, or a redis-server of the test's own.
-type badStore struct {
-	name   string
-	client *redis.Client
-	prefix string
-	cmds   *badCounter // commands the client sent
-}
-
-func badStores(t *testing.T) []badStore {
-	mini := testutil.Mini(t)
-	srv := testutil.StartServer(t)
-	mc, sc := &badCounter{}, &badCounter{}
-	m, s := mini.Client(t), srv.Client(t)
-	m.AddHook(mc)
-	s.AddHook(sc)
-	return []badStore{
-		{name: "miniredis", client: m, prefix: mini.Prefix, cmds: mc},
-		{name: "redis", client: s, prefix: testutil.NewPrefix(), cmds: sc},
-	}
-}
-
-// scan fails t for every key of s outside s.prefix or without a TTL.
-func (s badStore) scan(t *testing.T, after string) {
-	t.Helper()
-	ctx := context.Background()
-	iter := s.client.Scan(ctx, 0, "*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
-		if !strings.HasPrefix(k, s.prefix) {
-			t.Errorf("%s, after %s: key %.80q is outside the prefix %q", s.name, after, k, s.prefix)
-		}
-		// PTTL: -1 (ns, as go-redis returns it) for a key without a TTL, -2
-		// for one gone since SCAN, 0 for one in its last millisecond.
-		if ttl, err := s.client.PTTL(ctx, k).Result(); err != nil || ttl == -1 {
-			t.Errorf("%s, after %s: key %.80q has no TTL (%v, %v)", s.name, after, k, ttl, err)
-		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatalf("%s: SCAN: %v", s.name, err)
-	}
-}
-
-// badCounter is a go-redis hook that counts commands.
-type badCounter struct{ n atomic.Int64 }
-
-func (c *badCounter) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
-}
-
-func (c *badCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
-}
-
-func (c *badCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
-}
 
 // noPanic runs f and turns a panic into an error.
 func noPanic(f func() error) (err error) {
@@ -121,34 +61,34 @@ var acquirers = []struct {
 // are refused by every acquirer with ErrInvalidName before any command is
 // sent; a name of exactly MaxNameLen (1 KiB) bytes is a name like any other.
 func TestBadInputNameLength(t *testing.T) {
-	for _, s := range badStores(t) {
+	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		l := mutex.New(s.client, mutex.WithPrefix(s.prefix))
+		l := mutex.New(s.Client, mutex.WithPrefix(s.Prefix))
 		for _, n := range []int{0, mutex.MaxNameLen + 1, 1 << 20, 10 << 20} {
 			name := strings.Repeat("n", n)
-			before := s.cmds.n.Load()
+			before := s.Cmds.N.Load()
 			for _, a := range acquirers {
 				lk, err := a.call(ctx, l, name)
 				if !errors.Is(err, mutex.ErrInvalidName) || lk != nil {
-					t.Errorf("%s: %s of a %d-byte name = %v, %v; want ErrInvalidName", s.name, a.name, n, lk, err)
+					t.Errorf("%s: %s of a %d-byte name = %v, %v; want ErrInvalidName", s.Name, a.name, n, lk, err)
 				}
 			}
-			if sent := s.cmds.n.Load() - before; sent != 0 {
-				t.Errorf("%s: a %d-byte name sent %d commands; want it refused before Redis", s.name, n, sent)
+			if sent := s.Cmds.N.Load() - before; sent != 0 {
+				t.Errorf("%s: a %d-byte name sent %d commands; want it refused before Redis", s.Name, n, sent)
 			}
 		}
 		name := strings.Repeat("n", mutex.MaxNameLen)
 		for _, a := range acquirers {
 			lk, err := a.call(ctx, l, name)
 			if err != nil {
-				t.Fatalf("%s: %s of a name of MaxNameLen bytes = %v", s.name, a.name, err)
+				t.Fatalf("%s: %s of a name of MaxNameLen bytes = %v", s.Name, a.name, err)
 			}
-			if n, _ := s.client.Exists(ctx, l.Key(name, "lock")).Result(); n != 1 {
-				t.Errorf("%s: %s: the lock is not at Key(name, \"lock\")", s.name, a.name)
+			if n, _ := s.Client.Exists(ctx, l.Key(name, "lock")).Result(); n != 1 {
+				t.Errorf("%s: %s: the lock is not at Key(name, \"lock\")", s.Name, a.name)
 			}
-			s.scan(t, a.name+" of a 1 KiB name")
+			s.CheckKeys(t, a.name+" of a 1 KiB name")
 			if err := lk.Unlock(ctx); err != nil {
-				t.Fatalf("%s: Unlock = %v", s.name, err)
+				t.Fatalf("%s: Unlock = %v", s.Name, err)
 			}
 		}
 	}
@@ -172,10 +112,10 @@ var oddNames = []string{
 // state key (a payload passed as an argument, never as Lua source), and
 // reads the values back.
 func TestBadInputOddNamesEveryEntryPoint(t *testing.T) {
-	for _, s := range badStores(t) {
+	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		l := mutex.New(s.client, mutex.WithPrefix(s.prefix), mutex.WithTTL(time.Minute), mutex.WithFencing())
-		other := mutex.New(s.client, mutex.WithPrefix(s.prefix))
+		l := mutex.New(s.Client, mutex.WithPrefix(s.Prefix), mutex.WithTTL(time.Minute), mutex.WithFencing())
+		other := mutex.New(s.Client, mutex.WithPrefix(s.Prefix))
 		held := make([]*mutex.Lock, len(oddNames))
 		for i, name := range oddNames {
 			state := mutex.Call{Fragment: badRead, Keys: []string{l.Key(name, "state")}}
@@ -188,49 +128,49 @@ func TestBadInputOddNamesEveryEntryPoint(t *testing.T) {
 				lk, res, err = l.TryLockWith(ctx, name, state)
 			}
 			if err != nil || res != nil {
-				t.Fatalf("%s: taking %.40q = %v, %v; want the lock and no state: a name of its own", s.name, name, res, err)
+				t.Fatalf("%s: taking %.40q = %v, %v; want the lock and no state: a name of its own", s.Name, name, res, err)
 			}
 			held[i] = lk
 		}
-		s.scan(t, "taking the odd names")
+		s.CheckKeys(t, "taking the odd names")
 		for i, name := range oddNames {
 			lk := held[i]
 			if _, _, err := other.TryLockWith(ctx, name, mutex.Call{Fragment: badRead, Keys: []string{l.Key(name, "state")}}); !errors.Is(err, mutex.ErrLocked) {
-				t.Errorf("%s: a second TryLockWith(%.40q) = %v, want ErrLocked", s.name, name, err)
+				t.Errorf("%s: a second TryLockWith(%.40q) = %v, want ErrLocked", s.Name, name, err)
 			}
-			if n, _ := s.client.Exists(ctx, l.Key(name, "lock")).Result(); n != 1 {
-				t.Errorf("%s: no lock at Key(%.40q, \"lock\")", s.name, name)
+			if n, _ := s.Client.Exists(ctx, l.Key(name, "lock")).Result(); n != 1 {
+				t.Errorf("%s: no lock at Key(%.40q, \"lock\")", s.Name, name)
 			}
 			if res, err := lk.Run(ctx, mutex.Call{Fragment: badWrite, Keys: []string{l.Key(name, "state")}, Args: []any{"run:" + name}}); err != nil || res != "run:"+name {
-				t.Errorf("%s: Run(%.40q) = %.60v, %v", s.name, name, res, err)
+				t.Errorf("%s: Run(%.40q) = %.60v, %v", s.Name, name, res, err)
 			}
 			if err := lk.Extend(ctx, 2*time.Minute); err != nil {
-				t.Errorf("%s: Extend(%.40q) = %v", s.name, name, err)
+				t.Errorf("%s: Extend(%.40q) = %v", s.Name, name, err)
 			}
 			if ttl, err := lk.TTL(ctx); err != nil || ttl <= time.Minute {
-				t.Errorf("%s: TTL(%.40q) after Extend(2m) = %v, %v", s.name, name, ttl, err)
+				t.Errorf("%s: TTL(%.40q) after Extend(2m) = %v, %v", s.Name, name, ttl, err)
 			}
 			if lk.Fence() <= 0 {
-				t.Errorf("%s: Fence(%.40q) = %d", s.name, name, lk.Fence())
+				t.Errorf("%s: Fence(%.40q) = %d", s.Name, name, lk.Fence())
 			}
 		}
 		for i, name := range oddNames {
 			if res, err := held[i].UnlockWith(ctx, mutex.Call{Fragment: badWrite, Keys: []string{l.Key(name, "state")}, Args: []any{name}}); err != nil || res != name {
-				t.Errorf("%s: UnlockWith(%.40q) = %.60v, %v", s.name, name, res, err)
+				t.Errorf("%s: UnlockWith(%.40q) = %.60v, %v", s.Name, name, res, err)
 			}
 		}
 		for _, name := range oddNames {
-			if got, err := s.client.Get(ctx, l.Key(name, "state")).Result(); err != nil || got != name {
-				t.Errorf("%s: the state of %.40q holds %.60q, %v; want the name itself", s.name, name, got, err)
+			if got, err := s.Client.Get(ctx, l.Key(name, "state")).Result(); err != nil || got != name {
+				t.Errorf("%s: the state of %.40q holds %.60q, %v; want the name itself", s.Name, name, got, err)
 			}
-			if n, _ := s.client.Exists(ctx, l.Key(name, "lock")).Result(); n != 0 {
-				t.Errorf("%s: the lock of %.40q survived UnlockWith", s.name, name)
+			if n, _ := s.Client.Exists(ctx, l.Key(name, "lock")).Result(); n != 0 {
+				t.Errorf("%s: the lock of %.40q survived UnlockWith", s.Name, name)
 			}
 		}
-		if n, err := s.client.DBSize(ctx).Result(); err != nil || n != int64(2*len(oddNames)) {
-			t.Errorf("%s: %d keys (%v) for %d names; want a state and a fencing counter each", s.name, n, err, len(oddNames))
+		if n, err := s.Client.DBSize(ctx).Result(); err != nil || n != int64(2*len(oddNames)) {
+			t.Errorf("%s: %d keys (%v) for %d names; want a state and a fencing counter each", s.Name, n, err, len(oddNames))
 		}
-		s.scan(t, "releasing the odd names")
+		s.CheckKeys(t, "releasing the odd names")
 	}
 }
 
@@ -261,34 +201,34 @@ func TestBadInputKeyKindsDoNotCollide(t *testing.T) {
 // (100 years, math.MaxInt64) are accepted, and the lock key still gets a
 // finite TTL; an Extend that is refused leaves the lease as it was.
 func TestBadInputDurations(t *testing.T) {
-	for _, s := range badStores(t) {
+	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		opt := mutex.WithPrefix(s.prefix)
+		opt := mutex.WithPrefix(s.Prefix)
 		refused := []struct {
 			desc   string
 			locker *mutex.Locker
 			opts   []mutex.LockOption
 			want   error
 		}{
-			{"WithTTL(999µs)", mutex.New(s.client, opt, mutex.WithTTL(999*time.Microsecond)), nil, mutex.ErrInvalidTTL},
-			{"WithTTL(MinInt64)", mutex.New(s.client, opt, mutex.WithTTL(math.MinInt64)), nil, mutex.ErrInvalidTTL},
-			{"WithRetryInterval(999µs)", mutex.New(s.client, opt, mutex.WithRetryInterval(999*time.Microsecond)), nil, mutex.ErrInvalidRetry},
-			{"WithRetryInterval(MinInt64)", mutex.New(s.client, opt, mutex.WithRetryInterval(math.MinInt64)), nil, mutex.ErrInvalidRetry},
-			{"Lease(-1ns)", mutex.New(s.client, opt), []mutex.LockOption{mutex.Lease(-1)}, mutex.ErrInvalidTTL},
-			{"Lease(999µs)", mutex.New(s.client, opt), []mutex.LockOption{mutex.Lease(999 * time.Microsecond)}, mutex.ErrInvalidTTL},
-			{"Lease(MinInt64)", mutex.New(s.client, opt), []mutex.LockOption{mutex.Lease(math.MinInt64), mutex.AutoRenew()}, mutex.ErrInvalidTTL},
-			{"a valid Lease after a bad one", mutex.New(s.client, opt), []mutex.LockOption{mutex.Lease(0), mutex.Lease(time.Second)}, mutex.ErrInvalidTTL},
+			{"WithTTL(999µs)", mutex.New(s.Client, opt, mutex.WithTTL(999*time.Microsecond)), nil, mutex.ErrInvalidTTL},
+			{"WithTTL(MinInt64)", mutex.New(s.Client, opt, mutex.WithTTL(math.MinInt64)), nil, mutex.ErrInvalidTTL},
+			{"WithRetryInterval(999µs)", mutex.New(s.Client, opt, mutex.WithRetryInterval(999*time.Microsecond)), nil, mutex.ErrInvalidRetry},
+			{"WithRetryInterval(MinInt64)", mutex.New(s.Client, opt, mutex.WithRetryInterval(math.MinInt64)), nil, mutex.ErrInvalidRetry},
+			{"Lease(-1ns)", mutex.New(s.Client, opt), []mutex.LockOption{mutex.Lease(-1)}, mutex.ErrInvalidTTL},
+			{"Lease(999µs)", mutex.New(s.Client, opt), []mutex.LockOption{mutex.Lease(999 * time.Microsecond)}, mutex.ErrInvalidTTL},
+			{"Lease(MinInt64)", mutex.New(s.Client, opt), []mutex.LockOption{mutex.Lease(math.MinInt64), mutex.AutoRenew()}, mutex.ErrInvalidTTL},
+			{"a valid Lease after a bad one", mutex.New(s.Client, opt), []mutex.LockOption{mutex.Lease(0), mutex.Lease(time.Second)}, mutex.ErrInvalidTTL},
 		}
 		for _, tc := range refused {
 			for _, a := range acquirers {
 				var lk *mutex.Lock
 				err := noPanic(func() (err error) { lk, err = a.call(ctx, tc.locker, "d", tc.opts...); return err })
 				if !errors.Is(err, tc.want) || lk != nil {
-					t.Errorf("%s: %s with %s = %v, %v; want %v", s.name, a.name, tc.desc, lk, err, tc.want)
+					t.Errorf("%s: %s with %s = %v, %v; want %v", s.Name, a.name, tc.desc, lk, err, tc.want)
 				}
 			}
 		}
-		s.scan(t, "refused durations")
+		s.CheckKeys(t, "refused durations")
 
 		const century = 100 * 365 * 24 * time.Hour
 		accepted := []struct {
@@ -297,13 +237,13 @@ func TestBadInputDurations(t *testing.T) {
 			opts   []mutex.LockOption
 			lease  time.Duration
 		}{
-			{"WithTTL(1ms)", mutex.New(s.client, opt, mutex.WithTTL(time.Millisecond)), nil, time.Millisecond},
-			{"WithTTL(100 years)", mutex.New(s.client, opt, mutex.WithTTL(century)), nil, century},
-			{"WithTTL(MaxInt64)", mutex.New(s.client, opt, mutex.WithTTL(math.MaxInt64)), nil, math.MaxInt64},
-			{"Lease(MaxInt64)", mutex.New(s.client, opt), []mutex.LockOption{mutex.Lease(math.MaxInt64)}, math.MaxInt64},
-			{"Lease(MaxInt64), AutoRenew", mutex.New(s.client, opt), []mutex.LockOption{mutex.Lease(math.MaxInt64), mutex.AutoRenew()}, math.MaxInt64},
-			{"WithRetryInterval(100 years)", mutex.New(s.client, opt, mutex.WithRetryInterval(century)), nil, mutex.DefaultTTL},
-			{"WithRetryInterval(MaxInt64)", mutex.New(s.client, opt, mutex.WithRetryInterval(math.MaxInt64)), nil, mutex.DefaultTTL},
+			{"WithTTL(1ms)", mutex.New(s.Client, opt, mutex.WithTTL(time.Millisecond)), nil, time.Millisecond},
+			{"WithTTL(100 years)", mutex.New(s.Client, opt, mutex.WithTTL(century)), nil, century},
+			{"WithTTL(MaxInt64)", mutex.New(s.Client, opt, mutex.WithTTL(math.MaxInt64)), nil, math.MaxInt64},
+			{"Lease(MaxInt64)", mutex.New(s.Client, opt), []mutex.LockOption{mutex.Lease(math.MaxInt64)}, math.MaxInt64},
+			{"Lease(MaxInt64), AutoRenew", mutex.New(s.Client, opt), []mutex.LockOption{mutex.Lease(math.MaxInt64), mutex.AutoRenew()}, math.MaxInt64},
+			{"WithRetryInterval(100 years)", mutex.New(s.Client, opt, mutex.WithRetryInterval(century)), nil, mutex.DefaultTTL},
+			{"WithRetryInterval(MaxInt64)", mutex.New(s.Client, opt, mutex.WithRetryInterval(math.MaxInt64)), nil, mutex.DefaultTTL},
 		}
 		for _, tc := range accepted {
 			for _, a := range acquirers {
@@ -311,45 +251,45 @@ func TestBadInputDurations(t *testing.T) {
 				var lk *mutex.Lock
 				err := noPanic(func() (err error) { lk, err = a.call(ctx, tc.locker, name, tc.opts...); return err })
 				if err != nil {
-					t.Errorf("%s: %s with %s = %v", s.name, a.name, tc.desc, err)
+					t.Errorf("%s: %s with %s = %v", s.Name, a.name, tc.desc, err)
 					continue
 				}
 				if tc.lease > time.Second {
 					// Redis keeps the lease in whole milliseconds: the key's
 					// TTL is the lease, not a wrapped or negative number.
-					ttl, err := s.client.PTTL(ctx, tc.locker.Key(name, "lock")).Result()
+					ttl, err := s.Client.PTTL(ctx, tc.locker.Key(name, "lock")).Result()
 					if err != nil || ttl <= 0 || ttl > tc.lease || tc.lease-ttl > time.Minute {
-						t.Errorf("%s: %s with %s: the lock key's PTTL = %v, %v; want about %v", s.name, a.name, tc.desc, ttl, err, tc.lease)
+						t.Errorf("%s: %s with %s: the lock key's PTTL = %v, %v; want about %v", s.Name, a.name, tc.desc, ttl, err, tc.lease)
 					}
-					s.scan(t, a.name+" with "+tc.desc)
+					s.CheckKeys(t, a.name+" with "+tc.desc)
 				}
 				if err := lk.Unlock(ctx); err != nil && !(tc.lease == time.Millisecond && errors.Is(err, mutex.ErrNotHeld)) {
-					t.Errorf("%s: Unlock after %s with %s = %v", s.name, a.name, tc.desc, err)
+					t.Errorf("%s: Unlock after %s with %s = %v", s.Name, a.name, tc.desc, err)
 				}
 			}
 		}
 
 		// Extend: refused leases leave the lock and its lease untouched.
-		l := mutex.New(s.client, opt, mutex.WithTTL(time.Minute))
+		l := mutex.New(s.Client, opt, mutex.WithTTL(time.Minute))
 		lk, err := l.TryLock(ctx, "extend")
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, d := range []time.Duration{0, -1, -time.Hour, 999 * time.Microsecond, math.MinInt64} {
 			if err := lk.Extend(ctx, d); !errors.Is(err, mutex.ErrInvalidTTL) {
-				t.Errorf("%s: Extend(%v) = %v, want ErrInvalidTTL", s.name, d, err)
+				t.Errorf("%s: Extend(%v) = %v, want ErrInvalidTTL", s.Name, d, err)
 			}
 		}
 		if ttl, err := lk.TTL(ctx); err != nil || ttl <= 50*time.Second || ttl > time.Minute {
-			t.Errorf("%s: TTL after refused Extends = %v, %v; want the minute it had", s.name, ttl, err)
+			t.Errorf("%s: TTL after refused Extends = %v, %v; want the minute it had", s.Name, ttl, err)
 		}
 		if err := lk.Extend(ctx, math.MaxInt64); err != nil {
-			t.Errorf("%s: Extend(MaxInt64) = %v", s.name, err)
+			t.Errorf("%s: Extend(MaxInt64) = %v", s.Name, err)
 		}
 		if ttl, err := lk.TTL(ctx); err != nil || ttl < 290*365*24*time.Hour {
-			t.Errorf("%s: TTL after Extend(MaxInt64) = %v, %v; want about 292 years", s.name, ttl, err)
+			t.Errorf("%s: TTL after Extend(MaxInt64) = %v, %v; want about 292 years", s.Name, ttl, err)
 		}
-		s.scan(t, "Extend(MaxInt64)")
+		s.CheckKeys(t, "Extend(MaxInt64)")
 		if err := lk.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -360,7 +300,7 @@ func TestBadInputDurations(t *testing.T) {
 // years still tries again just after the holder's lease ends, without
 // release notifications, as WithRetryInterval documents.
 func TestBadInputRetryOfACentury(t *testing.T) {
-	s := badStores(t)[1]
+	s := testutil.Stores(t)[1]
 	century := 100 * 365 * 24 * time.Hour
 	waitForLeaseEnd(t, s, century)
 }
@@ -372,16 +312,16 @@ func TestBadInputRetryOfACentury(t *testing.T) {
 // sleeps until ctx ends (or a notification comes). Fixed: the
 // regression test.
 func TestBadInputBugRetryIntervalOverflow(t *testing.T) {
-	waitForLeaseEnd(t, badStores(t)[1], math.MaxInt64)
+	waitForLeaseEnd(t, testutil.Stores(t)[1], math.MaxInt64)
 }
 
 // waitForLeaseEnd holds 8 names with a 50 ms lease and no Unlock, and waits
 // for each with Lock under retry; every waiter must get its lock once the
 // lease ended (ctx allows 5 s, a hundred leases).
-func waitForLeaseEnd(t *testing.T, s badStore, retry time.Duration) {
+func waitForLeaseEnd(t *testing.T, s testutil.Store, retry time.Duration) {
 	ctx := context.Background()
-	holder := mutex.New(s.client, mutex.WithPrefix(s.prefix), mutex.WithTTL(50*time.Millisecond))
-	waiter := mutex.New(s.client, mutex.WithPrefix(s.prefix), mutex.WithRetryInterval(retry), mutex.WithNotifications(false))
+	holder := mutex.New(s.Client, mutex.WithPrefix(s.Prefix), mutex.WithTTL(50*time.Millisecond))
+	waiter := mutex.New(s.Client, mutex.WithPrefix(s.Prefix), mutex.WithRetryInterval(retry), mutex.WithNotifications(false))
 	const names = 8
 	var wg sync.WaitGroup
 	errs := make([]error, names)
@@ -406,7 +346,7 @@ func waitForLeaseEnd(t *testing.T, s badStore, retry time.Duration) {
 			t.Errorf("waiter %d with a retry interval of %v: %v; want the lock after the holder's 50 ms lease", i, retry, err)
 		}
 	}
-	s.scan(t, "waiting out leases")
+	s.CheckKeys(t, "waiting out leases")
 }
 
 // TestBadInputNilAndEmpty: every kind of nil client gives ErrNilClient from
@@ -438,33 +378,33 @@ func TestBadInputNilAndEmpty(t *testing.T) {
 		}
 	}
 
-	for _, s := range badStores(t) {
-		l := mutex.New(s.client, nil, mutex.WithPrefix(s.prefix), nil)
+	for _, s := range testutil.Stores(t) {
+		l := mutex.New(s.Client, nil, mutex.WithPrefix(s.Prefix), nil)
 		lk, err := l.TryLock(ctx, "x", nil, mutex.Lease(time.Minute), nil)
 		if err != nil {
-			t.Fatalf("%s: TryLock with nil options = %v", s.name, err)
+			t.Fatalf("%s: TryLock with nil options = %v", s.Name, err)
 		}
 		if _, _, err := l.LockWith(ctx, "y", mutex.Call{}); !errors.Is(err, mutex.ErrInvalidCall) {
-			t.Errorf("%s: LockWith without a Fragment = %v, want ErrInvalidCall", s.name, err)
+			t.Errorf("%s: LockWith without a Fragment = %v, want ErrInvalidCall", s.Name, err)
 		}
 		if _, err := lk.Run(ctx, mutex.Call{Keys: []string{l.Key("x", "state")}}); !errors.Is(err, mutex.ErrInvalidCall) {
-			t.Errorf("%s: Run without a Fragment = %v, want ErrInvalidCall", s.name, err)
+			t.Errorf("%s: Run without a Fragment = %v, want ErrInvalidCall", s.Name, err)
 		}
 		if _, err := lk.UnlockWith(ctx, mutex.Call{}); !errors.Is(err, mutex.ErrInvalidCall) {
-			t.Errorf("%s: UnlockWith without a Fragment = %v, want ErrInvalidCall", s.name, err)
+			t.Errorf("%s: UnlockWith without a Fragment = %v, want ErrInvalidCall", s.Name, err)
 		}
 		if _, err := l.TryLock(ctx, "x"); !errors.Is(err, mutex.ErrLocked) {
-			t.Errorf("%s: after a refused UnlockWith the lock is free (%v); want it still held", s.name, err)
+			t.Errorf("%s: after a refused UnlockWith the lock is free (%v); want it still held", s.Name, err)
 		}
 		if err := lk.Unlock(ctx); err != nil {
-			t.Errorf("%s: Unlock after a refused UnlockWith = %v", s.name, err)
+			t.Errorf("%s: Unlock after a refused UnlockWith = %v", s.Name, err)
 		}
 		var nilLock *mutex.Lock
 		if err := noPanic(func() error { _, err := nilLock.Run(ctx, mutex.Call{Fragment: badRead}); return err }); !errors.Is(err, mutex.ErrNotHeld) {
-			t.Errorf("%s: Run on a nil Lock = %v, want ErrNotHeld", s.name, err)
+			t.Errorf("%s: Run on a nil Lock = %v, want ErrNotHeld", s.Name, err)
 		}
-		if n, _ := s.client.DBSize(ctx).Result(); n != 0 {
-			t.Errorf("%s: %d keys left", s.name, n)
+		if n, _ := s.Client.DBSize(ctx).Result(); n != 0 {
+			t.Errorf("%s: %d keys left", s.Name, n)
 		}
 	}
 }
@@ -478,22 +418,22 @@ func TestBadInputEndedContexts(t *testing.T) {
 	cancel()
 	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel2()
-	for _, s := range badStores(t) {
+	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		l := mutex.New(s.client, mutex.WithPrefix(s.prefix), mutex.WithTTL(time.Minute))
+		l := mutex.New(s.Client, mutex.WithPrefix(s.Prefix), mutex.WithTTL(time.Minute))
 		for _, ended := range []context.Context{cancelled, expired} {
 			for _, a := range acquirers {
 				lk, err := a.call(ended, l, "free")
 				if !errors.Is(err, ended.Err()) || lk != nil {
-					t.Errorf("%s: %s with an ended ctx = %v, %v; want %v", s.name, a.name, lk, err, ended.Err())
+					t.Errorf("%s: %s with an ended ctx = %v, %v; want %v", s.Name, a.name, lk, err, ended.Err())
 				}
 				if blocking := strings.HasPrefix(a.name, "Lock"); blocking && !errors.Is(err, mutex.ErrNotObtained) {
-					t.Errorf("%s: %s with an ended ctx = %v; want ErrNotObtained too", s.name, a.name, err)
+					t.Errorf("%s: %s with an ended ctx = %v; want ErrNotObtained too", s.Name, a.name, err)
 				}
 			}
 		}
-		if n, _ := s.client.DBSize(ctx).Result(); n != 0 {
-			t.Errorf("%s: acquirers with ended contexts wrote %d keys", s.name, n)
+		if n, _ := s.Client.DBSize(ctx).Result(); n != 0 {
+			t.Errorf("%s: acquirers with ended contexts wrote %d keys", s.Name, n)
 		}
 
 		lk, err := l.TryLock(ctx, "held")
@@ -503,34 +443,34 @@ func TestBadInputEndedContexts(t *testing.T) {
 		state := l.Key("held", "state")
 		for _, ended := range []context.Context{cancelled, expired} {
 			if err := lk.Extend(ended, time.Hour); !errors.Is(err, ended.Err()) {
-				t.Errorf("%s: Extend with an ended ctx = %v, want %v", s.name, err, ended.Err())
+				t.Errorf("%s: Extend with an ended ctx = %v, want %v", s.Name, err, ended.Err())
 			}
 			if _, err := lk.TTL(ended); !errors.Is(err, ended.Err()) {
-				t.Errorf("%s: TTL with an ended ctx = %v, want %v", s.name, err, ended.Err())
+				t.Errorf("%s: TTL with an ended ctx = %v, want %v", s.Name, err, ended.Err())
 			}
 			if _, err := lk.Run(ended, mutex.Call{Fragment: badWrite, Keys: []string{state}, Args: []any{"run"}}); !errors.Is(err, ended.Err()) {
-				t.Errorf("%s: Run with an ended ctx = %v, want %v", s.name, err, ended.Err())
+				t.Errorf("%s: Run with an ended ctx = %v, want %v", s.Name, err, ended.Err())
 			}
 		}
 		if ttl, err := lk.TTL(ctx); err != nil || ttl > time.Minute || ttl < 50*time.Second {
-			t.Errorf("%s: after calls with ended contexts, TTL = %v, %v; want the lock held with its minute", s.name, ttl, err)
+			t.Errorf("%s: after calls with ended contexts, TTL = %v, %v; want the lock held with its minute", s.Name, ttl, err)
 		}
-		if n, _ := s.client.Exists(ctx, state).Result(); n != 0 {
-			t.Errorf("%s: Run with an ended ctx wrote the state", s.name)
+		if n, _ := s.Client.Exists(ctx, state).Result(); n != 0 {
+			t.Errorf("%s: Run with an ended ctx wrote the state", s.Name)
 		}
 		if res, err := lk.UnlockWith(cancelled, mutex.Call{Fragment: badWrite, Keys: []string{state}, Args: []any{"committed"}}); err != nil || res != "committed" {
-			t.Errorf("%s: UnlockWith with a cancelled ctx = %v, %v; want it to commit and release", s.name, res, err)
+			t.Errorf("%s: UnlockWith with a cancelled ctx = %v, %v; want it to commit and release", s.Name, res, err)
 		}
-		if got := s.client.Get(ctx, state).Val(); got != "committed" {
-			t.Errorf("%s: state after UnlockWith with a cancelled ctx = %q", s.name, got)
+		if got := s.Client.Get(ctx, state).Val(); got != "committed" {
+			t.Errorf("%s: state after UnlockWith with a cancelled ctx = %q", s.Name, got)
 		}
 		lk, err = l.TryLock(ctx, "held")
 		if err != nil {
-			t.Fatalf("%s: UnlockWith with a cancelled ctx left the lock held: %v", s.name, err)
+			t.Fatalf("%s: UnlockWith with a cancelled ctx left the lock held: %v", s.Name, err)
 		}
 		if err := lk.Unlock(expired); err != nil {
-			t.Errorf("%s: Unlock with an expired ctx = %v", s.name, err)
+			t.Errorf("%s: Unlock with an expired ctx = %v", s.Name, err)
 		}
-		s.scan(t, "ended contexts")
+		s.CheckKeys(t, "ended contexts")
 	}
 }
