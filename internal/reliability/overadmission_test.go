@@ -187,7 +187,10 @@ func TestGuardBurstOnOneKey(t *testing.T) {
 	for _, mode := range []guard.FailureMode{guard.FailClosed, guard.FailOpen} {
 		name := map[guard.FailureMode]string{guard.FailClosed: "FailClosed", guard.FailOpen: "FailOpen"}[mode]
 		t.Run(name, func(t *testing.T) {
-			g, err := guard.New(x.Client(t, nil), guard.Policy{Prefix: testutil.NewPrefix(), Rules: []funnel.Rule{rule}, OnError: mode})
+			// A connection per call: the test is about how calls wait for
+			// the key's lock, not for the client's pool (20 connections
+			// on 2 cores would queue 300 calls behind 3 ms replies).
+			g, err := guard.New(x.Client(t, &redis.Options{PoolSize: calls}), guard.Policy{Prefix: testutil.NewPrefix(), Rules: []funnel.Rule{rule}, OnError: mode})
 			if err != nil {
 				t.Fatal(err)
 			}
