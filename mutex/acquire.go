@@ -177,27 +177,34 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	h := ownerOf(ctx, l, name)
 	reenter := h != nil
 	var id uint64
+	var key, fkey, token string
+	var tokenArg any
 	if reenter {
 		if h.isEnded() {
 			return nil, -1, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock has ended", ErrNotHeld, name)
 		}
 		id = h.nextID.Add(1)
+		key, fkey, tokenArg = h.key, h.fkey, h.tokenArg
 	} else {
-		h = newHold(l, name, newToken())
+		// The hold is made only once the lock is obtained: a denial or a
+		// failed attempt needs none.
+		token = newToken()
+		key, fkey = l.keys(name)
+		tokenArg = token
 	}
 
 	script, nk, na := acquireScript, 0, 0
 	if call != nil {
 		script, nk, na = call.Fragment.acquire, len(call.Keys), len(call.Args)
 	}
-	keys := append(make([]string, 0, acquireKeys+nk), h.key, h.fkey)
-	args := append(make([]any, 0, acquireArgs+na), h.token, handleID(id), cfg.ttlMS, flag(reenter), flag(mark), l.fenceMS)
+	keys := append(make([]string, 0, acquireKeys+nk), key, fkey)
+	args := append(make([]any, 0, acquireArgs+na), tokenArg, argID(id), cfg.ttlMS, flag(reenter), flag(mark), l.fenceMS)
 	if call != nil {
 		keys = append(keys, call.Keys...)
 		args = append(args, call.Args...)
 	}
 	start := time.Now()
-	var r []int64
+	var r [3]int64
 	var rest []any
 	var err error
 	if l.q != nil {
@@ -226,7 +233,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		return nil, time.Duration(r[1]) * time.Millisecond, res, ErrLocked
 	}
 	if !reenter {
-		h.fence = r[2]
+		h = &hold{locker: l, name: name, key: key, fkey: fkey, token: token, tokenArg: tokenArg, fence: r[2]}
 	}
 	lk := &Lock{hold: h, id: id}
 	h.add(lk, start, time.Duration(r[1])*time.Millisecond)
@@ -245,11 +252,26 @@ func handleID(id uint64) string {
 	return strconv.FormatUint(id, 10)
 }
 
-func flag(b bool) string {
-	if b {
-		return "1"
+// Script arguments boxed once: converting even a constant string returned by
+// a function to an interface allocates.
+var (
+	argZero any = "0"
+	argOne  any = "1"
+)
+
+// argID is handleID as a script argument.
+func argID(id uint64) any {
+	if id == 0 {
+		return argZero
 	}
-	return "0"
+	return handleID(id)
+}
+
+func flag(b bool) any {
+	if b {
+		return argOne
+	}
+	return argZero
 }
 
 func newToken() string {

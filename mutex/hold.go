@@ -18,8 +18,10 @@ type hold struct {
 	key    string // the lock
 	fkey   string // the fencing counter
 	token  string
-	fence  int64 // set before the hold is shared
-	nextID atomic.Uint64
+	// tokenArg is token boxed once for the scripts' arguments.
+	tokenArg any
+	fence    int64 // set before the hold is shared
+	nextID   atomic.Uint64
 
 	mu       sync.Mutex
 	deadline time.Time   // the lease surely lasts until then (if not deleted)
@@ -31,12 +33,18 @@ type hold struct {
 }
 
 func newHold(l *Locker, name, token string) *hold {
-	key := l.Key(name, "lock")
-	fkey := key // the scripts ignore KEYS[2] without fencing; any key of the slot will do
+	key, fkey := l.keys(name)
+	return &hold{locker: l, name: name, key: key, fkey: fkey, token: token, tokenArg: token}
+}
+
+// keys returns the keys of the lock on name and of its fencing counter.
+func (l *Locker) keys(name string) (key, fkey string) {
+	key = l.Key(name, "lock")
+	fkey = key // the scripts ignore KEYS[2] without fencing; any key of the slot will do
 	if l.fenceTTL > 0 {
 		fkey = l.Key(name, "fence")
 	}
-	return &hold{locker: l, name: name, key: key, fkey: fkey, token: token}
+	return key, fkey
 }
 
 // last reports whether lk is the only open handle of its hold.
@@ -83,7 +91,7 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 		h.mu.Unlock()
 		return nil
 	}
-	nh := &hold{locker: h.locker, name: h.name, key: h.key, fkey: h.fkey, token: h.token, deadline: h.deadline}
+	nh := &hold{locker: h.locker, name: h.name, key: h.key, fkey: h.fkey, token: h.token, tokenArg: h.tokenArg, deadline: h.deadline}
 	nh.nextID.Store(h.nextID.Load()) // re-entries must not reuse a live handle's field
 	nlk := &Lock{hold: nh, id: lk.id}
 	nh.one[0] = nlk

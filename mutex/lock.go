@@ -60,7 +60,7 @@ func (lk *Lock) open() bool {
 }
 
 func (lk *Lock) args() []any {
-	return []any{lk.hold.token, handleID(lk.id)}
+	return []any{lk.hold.tokenArg, argID(lk.id)}
 }
 
 // Unlock releases this handle; releasing the last handle of a lock deletes it,
@@ -120,9 +120,9 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 			}
 		}
 	}
-	nextToken, nextLease := "", any(0)
+	nextToken, nextLease := any(""), any(0)
 	if nh != nil {
-		nextToken, nextLease = nh.token, next.cfg.ttlMS
+		nextToken, nextLease = nh.tokenArg, next.cfg.ttlMS
 	}
 	if l.q != nil {
 		return nil, lk.unlockQuorum(ctx)
@@ -134,7 +134,7 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 		}
 	}
 	keys := []string{h.key, h.fkey}
-	args := []any{h.token, handleID(lk.id), nextToken, nextLease, "", l.fenceMS}
+	args := []any{h.tokenArg, argID(lk.id), nextToken, nextLease, "", l.fenceMS}
 	script := releaseScript
 	if call != nil {
 		keys = append(keys, call.Keys...)
@@ -143,7 +143,7 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	}
 	start := time.Now()
 	reply, err := script.Run(ctx, l.client, keys, args...).Result()
-	var r []int64
+	var r [3]int64
 	var rest []any
 	if err == nil {
 		r, rest, err = ints(reply, 2)

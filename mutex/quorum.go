@@ -206,7 +206,7 @@ func noQuorum(what string, errs []error) error {
 // acquire runs the acquire script on every node. It returns the reply a
 // single Redis would have given, {1, lease ms, 0} or {0, pttl ms, 0}; or
 // ErrNoQuorum joined with the failed nodes' errors.
-func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease time.Duration, reenter bool, start time.Time) ([]int64, error) {
+func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease time.Duration, reenter bool, start time.Time) ([3]int64, error) {
 	script := acquireScript
 	if q.up != nil {
 		keys = append(keys, q.up.Keys...)
@@ -217,7 +217,7 @@ func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease t
 	var errs []error
 	wait := int64(-1)
 	for _, nr := range q.fan(ctx, script, keys, args) {
-		var r []int64
+		var r [3]int64
 		var rest []any
 		err := nr.err
 		if err == nil {
@@ -243,20 +243,20 @@ func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease t
 	if len(leases) >= q.need && elapsed < lease-drift(lease) {
 		slices.Sort(leases)
 		// The lease a majority still has: the need-th longest.
-		return []int64{1, leases[len(leases)-q.need], 0}, nil
+		return [3]int64{1, leases[len(leases)-q.need], 0}, nil
 	}
 	// No majority in time: undo this attempt everywhere (nodes that erred
 	// may have granted it too).
 	q.undo(ctx, keys[0], args[0], args[1])
 	switch {
 	case len(errs) > len(q.nodes)-q.need:
-		return nil, noQuorum(fmt.Sprintf("%d of %d nodes failed", len(errs), len(q.nodes)), errs)
+		return [3]int64{}, noQuorum(fmt.Sprintf("%d of %d nodes failed", len(errs), len(q.nodes)), errs)
 	case len(leases) >= q.need:
-		return nil, noQuorum(fmt.Sprintf("acquiring took %v of a %v lease", elapsed, lease), errs)
+		return [3]int64{}, noQuorum(fmt.Sprintf("acquiring took %v of a %v lease", elapsed, lease), errs)
 	case reenter:
-		return []int64{0, -2, 0}, nil
+		return [3]int64{0, -2, 0}, nil
 	}
-	return []int64{0, wait, 0}, nil
+	return [3]int64{0, wait, 0}, nil
 }
 
 // rejoinWait reads the rejoin gate's result: the ms until the node grants.
@@ -284,7 +284,7 @@ func (q *quorum) tally(ctx context.Context, script *redis.Script, keys []string,
 		var v int64
 		if err == nil {
 			if arr, ok := nr.reply.([]any); ok {
-				var r []int64
+				var r [3]int64
 				if r, _, err = ints(arr, 1); err == nil {
 					v = r[0]
 				}

@@ -46,17 +46,18 @@ const (
 	heldKeys, heldArgs       = 1, 2
 )
 
-// ints reads a script's array reply of integers.
-func ints(reply any, min int) ([]int64, []any, error) {
+// ints reads the first min (at most 3) integers of a script's array reply,
+// and returns them with the rest of the reply.
+func ints(reply any, min int) ([3]int64, []any, error) {
+	var out [3]int64
 	arr, ok := reply.([]any)
 	if !ok || len(arr) < min {
-		return nil, nil, fmt.Errorf("%w: %T %v", ErrUnexpectedReply, reply, reply)
+		return out, nil, fmt.Errorf("%w: %T %v", ErrUnexpectedReply, reply, reply)
 	}
-	out := make([]int64, min)
-	for i := range out {
+	for i := range min {
 		n, ok := arr[i].(int64)
 		if !ok {
-			return nil, nil, fmt.Errorf("%w: element %d is %T", ErrUnexpectedReply, i, arr[i])
+			return out, nil, fmt.Errorf("%w: element %d is %T", ErrUnexpectedReply, i, arr[i])
 		}
 		out[i] = n
 	}
