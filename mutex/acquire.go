@@ -222,7 +222,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	if len(rest) > 0 {
 		res = rest[0]
 	}
-	if r[0] == -1 {
+	if r[0] == declinedReply {
 		return nil, -1, res, ErrDeclined
 	}
 	if r[0] != 1 {

@@ -82,7 +82,7 @@ res = res[2]
 	// The fragment runs before the acquire attempt (the lock's key is not the
 	// fragment's, so within one atomic script the order does not change what
 	// it reads) so that a fragment that fails leaves no lock behind.
-	acq := wrap(acquireSrc, run(acquireKeys, acquireArgs, "{-1, 0, 0, res[2]}")+
+	acq := wrap(acquireSrc, run(acquireKeys, acquireArgs, "{2, 0, 0, res[2]}")+
 		`local r = lock_part({KEYS[1], KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
 r[4] = res
 return r

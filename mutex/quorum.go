@@ -232,7 +232,7 @@ func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease t
 			// Re-entry found no lock on this node.
 		case r[0] == 0 && r[1] >= 0 && (wait < 0 || r[1] < wait):
 			wait = r[1] // held by another: free again after its lease at most
-		case r[0] == -1:
+		case r[0] == declinedReply:
 			// Rejoining: a refusal, for the wait the gate reported.
 			if w, ok := rejoinWait(rest); ok && (wait < 0 || w < wait) {
 				wait = w

@@ -38,6 +38,11 @@ var (
 	pttlScript    = redis.NewScript(pttlSrc)
 )
 
+// declinedReply is the first element of an acquire script's reply when its
+// gate declined (fragment.go). Small and positive: go-redis boxes it without
+// an allocation, unlike -1.
+const declinedReply = 2
+
 // The number of KEYS and ARGV each of the lock's scripts takes; a Fragment's
 // own KEYS and ARGV follow them.
 const (
