@@ -328,6 +328,36 @@ func TestNetUnknownOutcome(t *testing.T) {
 	})
 }
 
+// A netRig is the set-up of a network fault test: a redis-server, an admin
+// client straight to it, a toxiproxy in front of it, and on a client through
+// the proxy a warmed-up Locker (lease as given) and a guard that fails
+// closed within 200 ms.
+type netRig struct {
+	admin   *redis.Client
+	x       *testutil.Toxi
+	prefix  string
+	lockKey string // the lock on "job"
+	holder  *mutex.Locker
+	g       *guard.Guard
+}
+
+func newNetRig(t *testing.T, lease time.Duration, o *redis.Options) *netRig {
+	t.Helper()
+	srv, admin := faultServer(t)
+	r := &netRig{admin: admin, x: testutil.StartToxi(t, srv.Addr), prefix: testutil.NewPrefix()}
+	_, _, r.lockKey = faultKeys(r.prefix, "job")
+	pc := r.x.Client(t, o)
+	r.holder = mutex.New(pc, mutex.WithPrefix(r.prefix), mutex.WithTTL(lease))
+	faultWarm(t, r.holder, r.prefix)
+	var err error
+	r.g, err = guard.New(pc, guard.Policy{Prefix: r.prefix + "g:", Timeout: 200 * time.Millisecond,
+		Rules: []funnel.Rule{{Name: "burst", Capacity: 1000, Leak: 1000, Per: time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // TestNetResetPeer resets every connection as its reply comes back, while an
 // AutoRenew lock is held and a guard decides: renewals run on the server
 // but their replies are lost, so the holder must report the loss (never
@@ -336,18 +366,8 @@ func TestNetUnknownOutcome(t *testing.T) {
 func TestNetResetPeer(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	ctx := context.Background()
-	srv, admin := faultServer(t)
-	x := testutil.StartToxi(t, srv.Addr)
-	prefix := testutil.NewPrefix()
-	_, _, lockKey := faultKeys(prefix, "job")
-	pc := x.Client(t, nil)
-	holder := mutex.New(pc, mutex.WithPrefix(prefix), mutex.WithTTL(lease))
-	faultWarm(t, holder, prefix)
-	g, err := guard.New(pc, guard.Policy{Prefix: prefix + "g:", Timeout: 200 * time.Millisecond,
-		Rules: []funnel.Rule{{Name: "burst", Capacity: 1000, Leak: 1000, Per: time.Second}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newNetRig(t, lease, nil)
+	admin, x, prefix, lockKey, holder, g := r.admin, r.x, r.prefix, r.lockKey, r.holder, r.g
 	if d, err := g.Allow(ctx, "+100"); err != nil || !d.Allowed {
 		t.Fatalf("guard before the fault: %+v, %v", d, err)
 	}
@@ -422,19 +442,9 @@ func TestNetResetPeer(t *testing.T) {
 func TestNetProxyDownUp(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	ctx := context.Background()
-	srv, admin := faultServer(t)
-	x := testutil.StartToxi(t, srv.Addr)
-	prefix := testutil.NewPrefix()
-	_, _, lockKey := faultKeys(prefix, "job")
-	pc := x.Client(t, &redis.Options{DialTimeout: 200 * time.Millisecond})
-	holder := mutex.New(pc, mutex.WithPrefix(prefix), mutex.WithTTL(lease))
-	faultWarm(t, holder, prefix)
+	r := newNetRig(t, lease, &redis.Options{DialTimeout: 200 * time.Millisecond})
+	admin, x, prefix, lockKey, holder, g := r.admin, r.x, r.prefix, r.lockKey, r.holder, r.g
 	checker := mutex.New(admin, mutex.WithPrefix(prefix))
-	g, err := guard.New(pc, guard.Policy{Prefix: prefix + "g:", Timeout: 200 * time.Millisecond,
-		Rules: []funnel.Rule{{Name: "burst", Capacity: 1000, Leak: 1000, Per: time.Second}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	lk, err := holder.Lock(ctx, "job", mutex.AutoRenew())
 	if err != nil {
 		t.Fatal(err)
