@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,22 +109,7 @@ func TestBruteForce(t *testing.T) {
 	code := e.sms.code(t, number)
 
 	const n = 200
-	statuses := make([]int, n)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			statuses[i] = e.verifyQuiet(number, wrong(code, i))
-		})
-	}
-	close(start)
-	wg.Wait()
-
-	count := map[int]int{}
-	for _, s := range statuses {
-		count[s]++
-	}
+	count := e.verifyAtOnce(number, n, func(i int) string { return wrong(code, i) })
 	t.Logf("statuses of %d wrong codes: %v", n, count)
 	if count[http.StatusUnauthorized]+count[http.StatusTooManyRequests] != n {
 		t.Fatalf("statuses = %v; want only 401 and 429", count)

@@ -84,6 +84,27 @@ func (p *capture) code(t testing.TB, to string) string {
 	return ""
 }
 
+// verifyAtOnce sends n verifications for number at the same instant, the
+// i-th with code(i), and counts the answers by status.
+func (e *env) verifyAtOnce(number string, n int, code func(i int) string) map[int]int {
+	statuses := make([]int, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			statuses[i] = e.verifyQuiet(number, code(i))
+		})
+	}
+	close(start)
+	wg.Wait()
+	count := map[int]int{}
+	for _, s := range statuses {
+		count[s]++
+	}
+	return count
+}
+
 // wrong returns a code that is not code.
 func wrong(code string, i int) string {
 	n, _ := strconv.Atoi(code)

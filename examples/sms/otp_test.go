@@ -65,22 +65,7 @@ func TestConcurrentGuessesCheckedAtMostMaxAttempts(t *testing.T) {
 		code := e.sms.code(t, number)
 
 		const n = 200
-		statuses := make([]int, n)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() {
-				<-start
-				statuses[i] = e.verifyQuiet(number, wrong(code, i))
-			})
-		}
-		close(start)
-		wg.Wait()
-
-		count := map[int]int{}
-		for _, s := range statuses {
-			count[s]++
-		}
+		count := e.verifyAtOnce(number, n, func(i int) string { return wrong(code, i) })
 		checked := cmp.n.Load()
 		t.Logf("%d wrong codes at once: %d compared, statuses %v", n, checked, count)
 		if count[http.StatusUnauthorized] != n {
@@ -117,21 +102,7 @@ func TestCodeSingleUse(t *testing.T) {
 		code := e.sms.code(t, number)
 
 		k := int(e.cfg.MaxAttempts)
-		statuses := make([]int, k)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range k {
-			wg.Go(func() {
-				<-start
-				statuses[i] = e.verifyQuiet(number, code)
-			})
-		}
-		close(start)
-		wg.Wait()
-		count := map[int]int{}
-		for _, s := range statuses {
-			count[s]++
-		}
+		count := e.verifyAtOnce(number, k, func(int) string { return code })
 		if count[http.StatusOK] != 1 || count[http.StatusUnauthorized] != k-1 {
 			t.Fatalf("%d verifications of one code at once: %v; want one 200, the rest 401", k, count)
 		}
