@@ -12,7 +12,6 @@ import (
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
-	"github.com/redis/go-redis/v9"
 )
 
 // Bad input beyond input_test.go: key-length boundaries up to 10 MiB with a
@@ -277,16 +276,7 @@ func TestBadInputColons(t *testing.T) {
 // point returns ErrInvalidOption joined with the mutex package's sentinel.
 func TestBadInputNilAndLockers(t *testing.T) {
 	ctx := context.Background()
-	var (
-		client  *redis.Client
-		cluster *redis.ClusterClient
-		ring    *redis.Ring
-		univ    redis.UniversalClient
-	)
-	for desc, c := range map[string]mutex.Client{
-		"untyped nil": nil, "nil *redis.Client": client, "nil *redis.ClusterClient": cluster,
-		"nil *redis.Ring": ring, "nil redis.UniversalClient": univ,
-	} {
+	for desc, c := range testutil.NilClients() {
 		lim := funnel.New(c, nil, funnel.WithLease(time.Second))
 		for _, e := range badEntries {
 			if err := safeCall(e, ctx, lim, "k", 1, badRule); !errors.Is(err, funnel.ErrNilClient) {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
-	"github.com/redis/go-redis/v9"
 )
 
 // Bad input beyond input_test.go: every entry point, the boundaries of the
@@ -355,16 +354,7 @@ func waitForLeaseEnd(t *testing.T, s testutil.Store, retry time.Duration) {
 // lock as it was.
 func TestBadInputNilAndEmpty(t *testing.T) {
 	ctx := context.Background()
-	var (
-		client  *redis.Client
-		cluster *redis.ClusterClient
-		ring    *redis.Ring
-		univ    redis.UniversalClient
-	)
-	for desc, c := range map[string]mutex.Client{
-		"untyped nil": nil, "nil *redis.Client": client, "nil *redis.ClusterClient": cluster,
-		"nil *redis.Ring": ring, "nil redis.UniversalClient": univ,
-	} {
+	for desc, c := range testutil.NilClients() {
 		l := mutex.New(c, mutex.WithTTL(time.Second), nil)
 		for _, a := range acquirers {
 			var lk *mutex.Lock

@@ -76,3 +76,19 @@ func (c *CommandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (c *CommandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error { c.N.Add(int64(len(cmds))); return next(ctx, cmds) }
 }
+
+// NilClients returns a nil client of every kind a caller could pass by
+// mistake, by name: untyped nil, and typed nils that a plain == nil check
+// would miss.
+func NilClients() map[string]redis.Scripter {
+	var (
+		client  *redis.Client
+		cluster *redis.ClusterClient
+		ring    *redis.Ring
+		univ    redis.UniversalClient
+	)
+	return map[string]redis.Scripter{
+		"untyped nil": nil, "nil *redis.Client": client, "nil *redis.ClusterClient": cluster,
+		"nil *redis.Ring": ring, "nil redis.UniversalClient": univ,
+	}
+}
