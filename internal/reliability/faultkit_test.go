@@ -344,3 +344,26 @@ func faultServer(t *testing.T) (*testutil.Server, *redis.Client) {
 	srv := testutil.StartServer(t)
 	return srv, srv.Client(t)
 }
+
+// faultLockWithin runs one Lock of name with a ctx deadline and returns how
+// long it took and what it returned; the caller judges both.
+func faultLockWithin(l *mutex.Locker, name string, deadline time.Duration) (time.Duration, *mutex.Lock, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	lk, err := l.Lock(ctx, name)
+	return time.Since(start), lk, err
+}
+
+// faultStopLoad closes stop (once) and waits up to bound for wg; it reports
+// whether the load ended in time.
+func faultStopLoad(stop chan struct{}, wg *sync.WaitGroup, bound time.Duration) bool {
+	select {
+	case <-stop:
+	default:
+		close(stop)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return faultWithin(done, bound)
+}

@@ -270,11 +270,7 @@ func TestNetUnknownOutcome(t *testing.T) {
 		}
 		// Lock with a deadline: the errors end the wait, and it returns in time.
 		const deadline = 300 * time.Millisecond
-		lctx, cancel := context.WithTimeout(ctx, deadline)
-		start := time.Now()
-		lk, err := holder.Lock(lctx, "job")
-		took := time.Since(start)
-		cancel()
+		took, lk, err := faultLockWithin(holder, "job", deadline)
 		if err == nil || lk != nil {
 			t.Fatalf("Lock with every reply lost = %v, %v; want an error", lk, err)
 		}
@@ -292,7 +288,6 @@ func TestNetUnknownOutcome(t *testing.T) {
 		}
 		const lease = 500 * time.Millisecond
 		const deadline = 300 * time.Millisecond
-		ctx := context.Background()
 		srv, admin := faultServer(t)
 		x := testutil.StartToxi(t, srv.Addr)
 		prefix := testutil.NewPrefix()
@@ -310,11 +305,7 @@ func TestNetUnknownOutcome(t *testing.T) {
 			holder := mutex.New(x.Client(t, cfg.o), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
 			faultWarm(t, holder, prefix)
 			toxic := x.Blackhole(t, "downstream")
-			lctx, cancel := context.WithTimeout(ctx, deadline)
-			start := time.Now()
-			lk, err := holder.Lock(lctx, "job")
-			took := time.Since(start)
-			cancel()
+			took, lk, err := faultLockWithin(holder, "job", deadline)
 			x.RemoveToxic(t, toxic)
 			if err == nil || lk != nil {
 				t.Fatalf("%s: Lock with no reply = %v, %v; want an error", cfg.name, lk, err)
@@ -459,11 +450,7 @@ func TestNetProxyDownUp(t *testing.T) {
 	lostAfter := time.Since(down)
 
 	const deadline = 200 * time.Millisecond
-	lctx, cancel := context.WithTimeout(ctx, deadline)
-	start := time.Now()
-	lk2, err := holder.Lock(lctx, "other")
-	took := time.Since(start)
-	cancel()
+	took, lk2, err := faultLockWithin(holder, "other", deadline)
 	if err == nil || lk2 != nil {
 		t.Errorf("Lock while the network is down = %v, %v; want an error", lk2, err)
 	}

@@ -136,15 +136,7 @@ func TestKillRestartUnderLoad(t *testing.T) {
 	}
 	// However the test ends, the load stops and is waited for (bounded).
 	finish := func() {
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		close(stop)
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		if !faultWithin(done, 15*time.Second) {
+		if !faultStopLoad(stop, &wg, 15*time.Second) {
 			var b bytes.Buffer
 			_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
 			t.Fatalf("load goroutines still running 15 s after the load stopped: deadlock?\n%s", b.String())

@@ -107,15 +107,7 @@ func TestServerStall(t *testing.T) {
 				})
 			}
 			finish := func() {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				close(stop)
-				done := make(chan struct{})
-				go func() { wg.Wait(); close(done) }()
-				if !faultWithin(done, 15*time.Second) {
+				if !faultStopLoad(stop, &wg, 15*time.Second) {
 					t.Fatalf("holders still running 15 s after the load stopped")
 				}
 			}
