@@ -127,3 +127,15 @@ func TestClockStepsBack(t *testing.T) {
 		{60 * time.Second, 1, true, 0},
 	}, funnel.AtMost(1, time.Minute))
 }
+
+// Behind a stepped-back clock a funnel with room still admits: the gate
+// that denies without the lock must not take the stored time for "full".
+func TestClockStepsBackWithRoom(t *testing.T) {
+	b := testutil.Mini(t)
+	lim := newLimiter(t, b)
+	run(t, b, lim, "k", []step{
+		{0, 1, true, 0},
+		{-10 * time.Second, 1, true, 0},
+		{-10 * time.Second, 1, false, 70 * time.Second},
+	}, funnel.Rule{Name: "r", Capacity: 2, Leak: 1, Per: time.Minute})
+}

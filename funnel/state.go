@@ -9,16 +9,22 @@ import (
 )
 
 // The state of a key is a Redis hash with one field per rule (rule.id). A
-// value is "<free>:<fill>:<at>": from server time <free> (µs) one unit fits
-// again, which the read script compares with the server's TIME to deny
-// without taking the lock; <fill> and <at> are the rule's level.
+// value is "<gate>:<fill>:<at>": <fill> and <at> are the rule's level, and
+// <gate> is the server time (µs) before which the rule has no room for one
+// unit, or 0 when it has room now. The read script denies without the lock
+// while TIME is before a rule's gate: one number to parse and compare. (A
+// gate is later than <at>, so a server clock behind <at> cannot make it
+// deny where the level would admit.)
 
 // encode returns the stored value of a rule whose funnel holds fill at
 // server time at.
 func (r rule) encode(fill, at int64) string {
-	free := satAdd(at, r.wait(fill, 1))
+	var gate int64
+	if w := r.wait(fill, 1); w > 0 {
+		gate = satAdd(at, w)
+	}
 	b := make([]byte, 0, 48)
-	b = strconv.AppendInt(b, free, 10)
+	b = strconv.AppendInt(b, gate, 10)
 	b = append(b, ':')
 	b = strconv.AppendInt(b, fill, 10)
 	b = append(b, ':')
@@ -35,7 +41,7 @@ func (r rule) decode(v any) (level, error) {
 	if !ok {
 		return level{}, fmt.Errorf("%w: field %q holds %T", ErrCorruptState, r.id, v)
 	}
-	_, rest, ok1 := strings.Cut(s, ":") // the free time: the read script's business
+	_, rest, ok1 := strings.Cut(s, ":") // the gate: the read script's business
 	fills, ats, ok2 := strings.Cut(rest, ":")
 	if !ok1 || !ok2 || strings.Contains(ats, ":") {
 		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)

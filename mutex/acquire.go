@@ -212,7 +212,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	} else {
 		var reply any
 		if reply, err = script.Run(ctx, l.client, keys, args...).Result(); err == nil {
-			r, rest, err = ints(reply, 3)
+			r, rest, err = acquired(reply)
 		}
 	}
 	if err != nil {

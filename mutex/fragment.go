@@ -49,60 +49,125 @@ func NewFragment(src string) *Fragment { return newFragment(src, false) }
 func NewGate(src string) *Fragment { return newFragment(src, true) }
 
 func newFragment(src string, gate bool) *Fragment {
-	wrap := func(lockSrc, body string) string {
-		var b strings.Builder
-		b.WriteString("local function lock_part(KEYS, ARGV)\n")
-		b.WriteString(lockSrc)
-		b.WriteString("\nend\nlocal function user_part(KEYS, ARGV)\n")
-		b.WriteString(src)
-		b.WriteString("\nend\n")
-		b.WriteString(body)
-		return b.String()
+	return &Fragment{
+		gate:    gate,
+		acquire: redis.NewScript(wrapAcquire(src, gate)),
+		release: redis.NewScript(wrapRelease(src, gate)),
+		held:    redis.NewScript(wrapHeld(src, gate)),
 	}
-	// run calls the fragment into res, returns its error, and for a gate
-	// returns `declined` when it declines and unwraps its result.
-	run := func(keys, args int, declined string) string {
-		s := fmt.Sprintf(`local res = user_part({unpack(KEYS, %d)}, {unpack(ARGV, %d)})
+}
+
+// The wrappers below run a fragment inside one of the lock's scripts. The
+// lock's keys and arguments come first in KEYS and ARGV; the fragment is
+// shown the rest from 1 by shifting the same tables in place, and the
+// lock's part is given its own back afterwards by restoring the first
+// slots (it never reads past them). No table is built for either part: a
+// declined gate, the common case of a rate limiter under attack, then costs
+// the fragment's own work and little more.
+
+// lockPart is the lock's script as a Lua function of KEYS and ARGV.
+func lockPart(lockSrc string) string {
+	return "local function lock_part(KEYS, ARGV)\n" + lockSrc + "\nend\n"
+}
+
+// userPart is the fragment as a Lua function of its KEYS and ARGV.
+func userPart(src string) string {
+	return "local function user_part(KEYS, ARGV)\n" + src + "\nend\n"
+}
+
+// saveShift saves the first n elements of the Lua table t into locals
+// <t>1..<t>n and moves the rest to the front, in place.
+func saveShift(t string, n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "local %s%d = %s[%d]\n", t, i, t, i)
+	}
+	return b.String() + shift(t, n)
+}
+
+// restore puts the saved first n elements of t back.
+func restore(t string, n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "%s[%d] = %s%d\n", t, i, t, i)
+	}
+	return b.String()
+}
+
+// shift moves the elements of t after the first n to the front, in place
+// (their values are not needed any more).
+func shift(t string, n int) string {
+	return fmt.Sprintf(`local n_%[1]s = #%[1]s
+for i = 1, n_%[1]s - %[2]d do %[1]s[i] = %[1]s[i + %[2]d] end
+for i = math.max(n_%[1]s - %[2]d + 1, 1), n_%[1]s do %[1]s[i] = nil end
+`, t, n)
+}
+
+// runUser calls the fragment into res and returns its error. For a gate it
+// runs declined (Lua statements that return) when the gate declines, and unwraps
+// its result otherwise.
+func runUser(gate bool, declined string) string {
+	s := `local res = user_part(KEYS, ARGV)
 if type(res) == 'table' and res.err then
   return res
 end
-`, keys+1, args+1)
-		if gate {
-			s += `if type(res) ~= 'table' then
+`
+	if gate {
+		s += `if type(res) ~= 'table' then
   return redis.error_reply('mutex: a gate must return {proceed, result}')
 end
 if res[1] == 0 then
-  return ` + declined + `
+  ` + declined + `
 end
 res = res[2]
 `
-		}
-		return s
 	}
-	// The fragment runs before the acquire attempt (the lock's key is not the
-	// fragment's, so within one atomic script the order does not change what
-	// it reads) so that a fragment that fails leaves no lock behind.
-	acq := wrap(acquireSrc, run(acquireKeys, acquireArgs, "{2, 0, 0, res[2]}")+
-		`local r = lock_part({KEYS[1], KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
+	return s
+}
+
+// reuseDeclined is the reply of a declined gate, {declinedReply, result},
+// made from the gate's own table.
+var reuseDeclined = fmt.Sprintf("res[1] = %d\n  return res", declinedReply)
+
+// wrapAcquire runs the fragment before the acquire attempt (the lock's key
+// is not the fragment's, so within one atomic script the order does not
+// change what it reads) so that a fragment that fails or declines leaves no
+// lock behind. Reply: the acquire script's, with the result appended; or
+// {declinedReply, result}.
+func wrapAcquire(src string, gate bool) string {
+	return userPart(src) +
+		saveShift("KEYS", acquireKeys) + saveShift("ARGV", acquireArgs) +
+		runUser(gate, reuseDeclined) +
+		restore("KEYS", acquireKeys) + restore("ARGV", acquireArgs) +
+		lockPart(acquireSrc) + `local r = lock_part(KEYS, ARGV)
 r[4] = res
 return r
-`)
-	// The release comes first so that a fragment that fails still leaves the
-	// lock released, never stuck until its lease ends; the fragment runs only
-	// if the release found the handle holding the lock.
-	rel := wrap(releaseSrc, `local r = lock_part({KEYS[1], KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
+`
+}
+
+// wrapRelease releases first, so that a fragment that fails still leaves the
+// lock released, never stuck until its lease ends; the fragment runs only if
+// the release found the handle holding the lock. Reply: the release
+// script's, with the result appended.
+func wrapRelease(src string, gate bool) string {
+	return lockPart(releaseSrc) + userPart(src) + `local r = lock_part(KEYS, ARGV)
 if r[1] < 0 then
   return r
 end
-`+run(releaseKeys, releaseArgs, "{r[1], r[2], res[2]}")+`r[3] = res
+` + shift("KEYS", releaseKeys) + shift("ARGV", releaseArgs) +
+		runUser(gate, "return {r[1], r[2], res[2]}") + `r[3] = res
 return r
-`)
-	hld := wrap(heldSrc+"return held(KEYS[1], ARGV[1], ARGV[2])", `if not lock_part({KEYS[1]}, {ARGV[1], ARGV[2]}) then
+`
+}
+
+// wrapHeld runs the fragment only while the handle holds the lock. Reply:
+// {1, result}, {0} when not held, or {declinedReply, result}.
+func wrapHeld(src string, gate bool) string {
+	return lockPart(heldSrc+"return held(KEYS[1], ARGV[1], ARGV[2])") + userPart(src) + `if not lock_part(KEYS, ARGV) then
   return {0}
 end
-`+run(heldKeys, heldArgs, "{2, res[2]}")+`return {1, res}
-`)
-	return &Fragment{gate: gate, acquire: redis.NewScript(acq), release: redis.NewScript(rel), held: redis.NewScript(hld)}
+` + shift("KEYS", heldKeys) + shift("ARGV", heldArgs) + runUser(gate, reuseDeclined) + `return {1, res}
+`
 }
 
 // Call is one run of a Fragment with its keys and arguments.

@@ -132,3 +132,57 @@ func TestFailingReadFragmentTakesNoLock(t *testing.T) {
 		}
 	})
 }
+
+// argsFragment reports the KEYS and ARGV it was given, then scribbles over
+// them: the lock's part of the script must still act on its own key and
+// token (the wrappers hand the fragment the same tables, shifted in place).
+var argsFragment = mutex.NewFragment(`
+local out = {#KEYS, #ARGV}
+for i = 1, #KEYS do out[#out + 1] = KEYS[i] end
+for i = 1, #ARGV do out[#out + 1] = ARGV[i] end
+for i = 1, 8 do KEYS[i] = 'scribbled' ARGV[i] = 'scribbled' end
+return out`)
+
+func TestFragmentSeesOnlyItsOwnKeysAndArgs(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		l := newLocker(t, b)
+		for _, tc := range []struct {
+			keys []string
+			args []any
+		}{
+			{nil, nil},
+			{[]string{b.Prefix + "{k}:a"}, nil},
+			{nil, []any{"x"}},
+			{[]string{b.Prefix + "{k}:a", b.Prefix + "{k}:b"}, []any{"x", "y", "z", "w", "v", "u", "t"}},
+		} {
+			want := []any{int64(len(tc.keys)), int64(len(tc.args))}
+			for _, k := range tc.keys {
+				want = append(want, k)
+			}
+			want = append(want, tc.args...)
+			call := mutex.Call{Fragment: argsFragment, Keys: tc.keys, Args: tc.args}
+
+			lk, res, err := l.TryLockWith(ctx, "k", call)
+			if err != nil || !equal(res, want) {
+				t.Fatalf("TryLockWith(%d keys, %d args) = %#v, %v; want %#v", len(tc.keys), len(tc.args), res, err, want)
+			}
+			if _, err := l.TryLock(ctx, "k"); !errors.Is(err, mutex.ErrLocked) {
+				t.Fatalf("after a scribbling fragment, the lock is not held: %v", err)
+			}
+			if res, err := lk.Run(ctx, call); err != nil || !equal(res, want) {
+				t.Fatalf("Run = %#v, %v; want %#v", res, err, want)
+			}
+			if res, err := lk.UnlockWith(ctx, call); err != nil || !equal(res, want) {
+				t.Fatalf("UnlockWith = %#v, %v; want %#v", res, err, want)
+			}
+			lk, err = l.TryLock(ctx, "k")
+			if err != nil {
+				t.Fatalf("UnlockWith with a scribbling fragment did not release: %v", err)
+			}
+			if err := lk.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

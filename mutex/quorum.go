@@ -221,7 +221,7 @@ func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease t
 		var rest []any
 		err := nr.err
 		if err == nil {
-			r, rest, err = ints(nr.reply, 3)
+			r, rest, err = acquired(nr.reply)
 		}
 		switch {
 		case err != nil:

@@ -69,6 +69,15 @@ func ints(reply any, min int) ([3]int64, []any, error) {
 	return out, arr[min:], nil
 }
 
+// acquired reads an acquire script's reply: {1 or 0, lease or PTTL ms,
+// fence, [result]}, or {declinedReply, result} when its gate declined.
+func acquired(reply any) ([3]int64, []any, error) {
+	if arr, ok := reply.([]any); ok && len(arr) == 2 && arr[0] == any(int64(declinedReply)) {
+		return [3]int64{declinedReply}, arr[1:], nil
+	}
+	return ints(reply, 3)
+}
+
 // integer reads a script's integer reply.
 func integer(reply any) (int64, error) {
 	n, ok := reply.(int64)
