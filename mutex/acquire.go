@@ -274,8 +274,12 @@ func flag(b bool) any {
 	return argZero
 }
 
+// tokenLen is the length of a token: the scripts find the waiter's mark of
+// a lock's value right after it (held.lua).
+const tokenLen = 32
+
 func newToken() string {
-	var b [16]byte
+	var b [tokenLen / 2]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b[:])
 }

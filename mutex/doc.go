@@ -11,8 +11,11 @@
 //
 // # Guarantees
 //
-// A lock is a Redis hash with a lease (PEXPIRE). Acquire, release, extend and
-// TTL are one Lua script each, one round trip each, and compare the holder's
+// A lock is a Redis string with a lease: the holder's token, a mark when a
+// waiter asked to hear of the release, and, once the holder re-entered, the
+// list of its open handles; a free lock is taken with one SET NX PX and
+// released with a GET and a DEL. Acquire, release, extend and TTL are one
+// Lua script each, one round trip each, and compare the holder's
 // token (128 random bits per acquisition) inside the script, so a release
 // that runs twice, late, or after the lease passed never touches another
 // holder's lock. A holder that neither unlocks nor extends loses the lock when

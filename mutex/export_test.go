@@ -9,3 +9,9 @@ func QueueLen(l *Locker, name string) int {
 	}
 	return 0
 }
+
+// Marked reports whether a lock's stored value carries a waiter's mark (a
+// test seam: the format is held.lua's).
+func Marked(value string) bool {
+	return len(value) > tokenLen && value[tokenLen] == 'w'
+}

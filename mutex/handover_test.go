@@ -156,7 +156,7 @@ func TestHandOverOfALostLock(t *testing.T) {
 			t.Fatalf("the failed hand-over touched the new holder: %v, %v", ttl, err)
 		}
 		// The woken waiter marks the thief's lock; give it time to do so.
-		waitFor(t, "waiter's mark", func() bool { return c.HExists(ctx, b.Prefix+"{x}:lock", "w").Val() })
+		waitFor(t, "waiter's mark", func() bool { return mutex.Marked(c.Get(ctx, b.Prefix+"{x}:lock").Val()) })
 		if err := thief.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -55,7 +55,7 @@ func TestReleaseNotificationWakesOtherProcess(t *testing.T) {
 		waiter := newLocker(t, b, mutex.WithRetryInterval(time.Hour))
 		got := lockIn(t, waiter, "n")
 		waitFor(t, "waiter to mark the lock", func() bool {
-			return b.Client(t).HExists(ctx, b.Prefix+"{n}:lock", "w").Val() && mutex.QueueLen(waiter, "n") == 1
+			return mutex.Marked(b.Client(t).Get(ctx, b.Prefix+"{n}:lock").Val()) && mutex.QueueLen(waiter, "n") == 1
 		})
 		subscribed(t, b, b.Prefix+"{n}:released")
 		if err := holder.Unlock(ctx); err != nil {
@@ -136,7 +136,7 @@ func TestReleaseWithoutWaitersPublishesNothing(t *testing.T) {
 		holder, _ := l.Lock(ctx, "busy", mutex.Lease(time.Hour))
 		other := newLocker(t, b, mutex.WithRetryInterval(time.Hour))
 		got := lockIn(t, other, "busy")
-		waitFor(t, "mark", func() bool { return b.Client(t).HExists(ctx, b.Prefix+"{busy}:lock", "w").Val() })
+		waitFor(t, "mark", func() bool { return mutex.Marked(b.Client(t).Get(ctx, b.Prefix+"{busy}:lock").Val()) })
 		subscribed(t, b, b.Prefix+"{busy}:released")
 		holder.Unlock(ctx)
 		msg, err := sub.ReceiveTimeout(ctx, 5*time.Second)

@@ -114,3 +114,63 @@ func TestReentryAfterExpiryFails(t *testing.T) {
 		}
 	})
 }
+
+// Twelve handles of one owner (ids 1 to 11 share digits: "1" must not match
+// "11"), closed in a scrambled order: each closes once, Extend and TTL
+// answer per open handle, and only the last close frees the name, with a
+// waiter's mark kept through every change of the handle list.
+func TestReentryManyHandles(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		bg := context.Background()
+		l := newLocker(t, b)
+		root, err := l.TryLock(bg, "m", mutex.Lease(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles := []*mutex.Lock{root}
+		for range 11 {
+			lk, err := l.TryLock(root.Context(bg), "m")
+			if err != nil {
+				t.Fatalf("re-entry %d = %v", len(handles), err)
+			}
+			handles = append(handles, lk)
+		}
+		// A waiter of another Locker marks the lock.
+		waiter := newLocker(t, b, mutex.WithRetryInterval(time.Hour))
+		got := lockIn(t, waiter, "m")
+		key := b.Prefix + "{m}:lock"
+		waitFor(t, "waiter's mark", func() bool { return mutex.Marked(b.Client(t).Get(bg, key).Val()) })
+
+		order := []int{1, 11, 0, 5, 10, 2, 9, 3, 8, 4, 7, 6}
+		for i, h := range order {
+			lk := handles[h]
+			if err := lk.Extend(bg, time.Minute); err != nil {
+				t.Fatalf("Extend of open handle %d = %v", h, err)
+			}
+			if err := lk.Unlock(bg); err != nil {
+				t.Fatalf("Unlock of handle %d = %v", h, err)
+			}
+			if err := lk.Unlock(bg); !errors.Is(err, mutex.ErrNotHeld) {
+				t.Fatalf("second Unlock of handle %d = %v, want ErrNotHeld", h, err)
+			}
+			if _, err := lk.TTL(bg); !errors.Is(err, mutex.ErrNotHeld) {
+				t.Fatalf("TTL of closed handle %d = %v, want ErrNotHeld", h, err)
+			}
+			if i == len(order)-1 {
+				break
+			}
+			if v := b.Client(t).Get(bg, key).Val(); !mutex.Marked(v) {
+				t.Fatalf("after closing handle %d the lock lost its mark: %q", h, v)
+			}
+			if _, err := l.TryLock(bg, "m"); !errors.Is(err, mutex.ErrLocked) {
+				t.Fatalf("name freed with %d handles open: %v", len(order)-1-i, err)
+			}
+		}
+		select {
+		case lk := <-got:
+			lk.Unlock(bg)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the marked waiter was not told of the last release")
+		}
+	})
+}

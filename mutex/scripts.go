@@ -25,7 +25,7 @@ var (
 // Scripts are assembled from their body and the Lua functions they call.
 var (
 	acquireSrc = fenceSrc + acquireBody
-	releaseSrc = fenceSrc + releaseBody
+	releaseSrc = fenceSrc + heldSrc + releaseBody
 	extendSrc  = heldSrc + extendBody
 	pttlSrc    = heldSrc + pttlBody
 )
