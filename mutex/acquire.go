@@ -10,6 +10,8 @@ import (
 	mathrand "math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TryLock makes one attempt to acquire the lock on name. It returns ErrLocked
@@ -26,7 +28,7 @@ func (l *Locker) TryLock(ctx context.Context, name string, opts ...LockOption) (
 	if err != nil {
 		return nil, err
 	}
-	lk, _, _, err := l.attempt(ctx, name, cfg, nil, false)
+	lk, _, _, err := l.attempt(ctx, name, cfg, nil, false, false)
 	return lk, err
 }
 
@@ -44,7 +46,7 @@ func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts .
 	if err != nil {
 		return nil, nil, err
 	}
-	lk, _, res, err := l.attempt(ctx, name, cfg, &call, false)
+	lk, _, res, err := l.attempt(ctx, name, cfg, &call, false, false)
 	if errors.Is(err, ErrDeclined) {
 		l.declined(name) // waiters of this Locker for name likely hear "no" too
 	}
@@ -68,7 +70,7 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...LockOption) (*Lo
 		return nil, err
 	}
 	if ownerOf(ctx, l, name) != nil {
-		lk, _, _, err := l.attempt(ctx, name, cfg, nil, false)
+		lk, _, _, err := l.attempt(ctx, name, cfg, nil, false, false)
 		return lk, err
 	}
 	if ctx.Err() != nil {
@@ -76,8 +78,10 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...LockOption) (*Lo
 	}
 	if !l.queued(name) {
 		// Nobody of this Locker waits for name: one attempt before queueing,
-		// which the uncontended case needs no queue for.
-		lk, _, _, err := l.attempt(ctx, name, cfg, nil, l.canNotify())
+		// which the uncontended case needs no queue for. It neither reads
+		// the lease nor marks (so it can be a native SET NX PX): the queue's
+		// head attempts again at once, and does both.
+		lk, _, _, err := l.attempt(ctx, name, cfg, nil, false, false)
 		switch {
 		case err == nil:
 			return lk, nil
@@ -108,7 +112,7 @@ func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...L
 		return nil, nil, err
 	}
 	if ownerOf(ctx, l, name) != nil {
-		lk, _, res, err := l.attempt(ctx, name, cfg, &call, false)
+		lk, _, res, err := l.attempt(ctx, name, cfg, &call, false, false)
 		return lk, res, err
 	}
 	if ctx.Err() != nil {
@@ -171,9 +175,11 @@ func ownerOf(ctx context.Context, l *Locker, name string) *hold {
 }
 
 // attempt runs one acquire script. On contention it returns ErrLocked and the
-// holder's remaining lease (negative when unknown); mark asks a release to
-// publish a notification.
-func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call *Call, mark bool) (*Lock, time.Duration, any, error) {
+// holder's remaining lease (negative when unknown); poll asks for that lease
+// (a waiting attempt), mark asks a release to publish a notification. A
+// fresh attempt without either or a fragment is a native SET NX PX when the
+// client has one.
+func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call *Call, poll, mark bool) (*Lock, time.Duration, any, error) {
 	h := ownerOf(ctx, l, name)
 	reenter := h != nil
 	var id uint64
@@ -191,6 +197,10 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		token = newToken()
 		key, fkey = l.keys(name)
 		tokenArg = token
+	}
+
+	if call == nil && !reenter && !poll && !mark && l.setNX != nil {
+		return l.attemptNX(ctx, name, cfg, key, fkey, token)
 	}
 
 	script, nk, na := acquireScript, 0, 0
@@ -241,6 +251,35 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		h.startRenew(cfg.ttl)
 	}
 	return lk, -1, res, nil
+}
+
+// nativeSetter is the part of a go-redis client that takes a free lock with
+// one native SET NX PX, as acquire.lua would, but without a script.
+type nativeSetter interface {
+	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
+}
+
+// attemptNX is a fresh attempt without a fragment as one SET NX PX: the
+// uncontended case costs Redis no script. On contention it returns ErrLocked
+// with an unknown lease (-1); it serves the attempts that need neither that
+// lease nor a waiter's mark: TryLock, and Lock's first (its queue's head
+// makes the next one, with the script, at once).
+func (l *Locker) attemptNX(ctx context.Context, name string, cfg lockConfig, key, fkey, token string) (*Lock, time.Duration, any, error) {
+	start := time.Now()
+	ok, err := l.setNX.SetNX(ctx, key, token+"-", cfg.ttl).Result()
+	if err != nil {
+		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", name, err)
+	}
+	if !ok {
+		return nil, -1, nil, ErrLocked
+	}
+	h := &hold{locker: l, name: name, key: key, fkey: fkey, token: token, tokenArg: token}
+	lk := &Lock{hold: h}
+	h.add(lk, start, cfg.ttl)
+	if cfg.renew {
+		h.startRenew(cfg.ttl)
+	}
+	return lk, -1, nil, nil
 }
 
 // handleID is a handle's id as the scripts take it; the root handle's needs

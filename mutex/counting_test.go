@@ -16,6 +16,7 @@ type counter struct {
 	cmds    atomic.Int64 // commands sent
 	extends atomic.Int64 // extend scripts sent
 	evals   atomic.Int64 // scripts answered without error (NOSCRIPT retries not counted)
+	sets    atomic.Int64 // native SETs answered without error (TryLock, Lock's first attempt)
 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook {
@@ -28,6 +29,9 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		err := next(ctx, cmd)
 		if err == nil && strings.HasPrefix(strings.ToLower(cmd.Name()), "eval") {
 			c.evals.Add(1)
+		}
+		if (err == nil || err == redis.Nil) && strings.EqualFold(cmd.Name(), "set") {
+			c.sets.Add(1)
 		}
 		return err
 	}

@@ -136,10 +136,10 @@ func TestHandOverOfALostLock(t *testing.T) {
 			}
 			got <- lk
 		}()
-		// The waiter tries once before queueing, once at the head of the
-		// queue, subscribes, and tries once more: after that it waits an hour
-		// unless told otherwise.
-		waitFor(t, "the waiter's three attempts", func() bool { return hook.evals.Load() == 4 })
+		// The waiter tries once before queueing (a SET NX), once at the head
+		// of the queue, subscribes, and tries once more: after that it waits
+		// an hour unless told otherwise.
+		waitFor(t, "the waiter's three attempts", func() bool { return hook.sets.Load() == 2 && hook.evals.Load() == 2 })
 		// The stale holder loses its lock (no release is published) and
 		// another process takes it.
 		if err := c.Del(ctx, b.Prefix+"{x}:lock").Err(); err != nil {

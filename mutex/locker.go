@@ -53,6 +53,9 @@ type Locker struct {
 	q        *quorum // nil unless NewQuorum
 	ttlMS    any     // ttl in ms and fenceTTL in ms, boxed once for the scripts
 	fenceMS  any
+	// setNX takes a free lock with a native SET NX PX; nil when the client
+	// has none, or the Locker needs the script (fencing, a quorum).
+	setNX nativeSetter
 
 	mu     sync.Mutex
 	queues map[string]*queue // waiters by name
@@ -147,6 +150,9 @@ func New(client Client, opts ...Option) *Locker {
 		}
 	}
 	l.box()
+	if s, ok := client.(nativeSetter); ok && l.fenceTTL == 0 && !nilcheck.IsNil(client) {
+		l.setNX = s
+	}
 	return l
 }
 

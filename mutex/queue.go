@@ -83,7 +83,7 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 			// The waiter before w just got the lock: polling now would fail.
 			wait = l.nextWait(-1)
 		case head || recheck:
-			lk, pttl, res, err := l.attempt(ctx, name, cfg, call, notify)
+			lk, pttl, res, err := l.attempt(ctx, name, cfg, call, true, notify)
 			switch {
 			case err == nil:
 				return l.leave(ctx, name, w, lk, res, nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/funnelguard/funnelguard/internal/testutil"
 )
@@ -18,10 +19,9 @@ func TestScriptsMatchWholeHandleIDs(t *testing.T) {
 		c := b.Client(t)
 		key := b.Prefix + "{h}:lock"
 		token := strings.Repeat("a", tokenLen)
-		if err := c.Set(ctx, key, token+"w:,0,11,", 0).Err(); err != nil {
+		if err := c.Set(ctx, key, token+"w:,0,11,", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
-		c.PExpire(ctx, key, 60000)
 		release := func(id string) [3]int64 {
 			t.Helper()
 			reply, err := releaseScript.Run(ctx, c, []string{key, key}, token, id, "", 0, "", 0).Result()
@@ -41,6 +41,9 @@ func TestScriptsMatchWholeHandleIDs(t *testing.T) {
 			if r := release(id); r[0] != -1 {
 				t.Fatalf("release of handle %q = %v; want -1 (not open)", id, r)
 			}
+		}
+		if v := c.Get(ctx, key).Val(); v != token+"w:,0,11," {
+			t.Fatalf("releases of handles that are not open changed the lock to %q", v)
 		}
 		if r := release("11"); r[0] != 1 {
 			t.Fatalf("release of handle 11 = %v; want 1 handle left", r)
