@@ -93,10 +93,10 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 		return Result{}, corrupt(fmt.Errorf("funnel: peek: %w", err))
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != 2 {
+	if !ok || len(arr) < 1 {
 		return Result{}, fmt.Errorf("%w: peek returned %T", ErrCorruptState, reply)
 	}
-	snap, err := parseRead(c.rules, arr[1])
+	snap, err := parseRead(c.rules, arr[1:]) // after proceed
 	if err != nil {
 		return Result{}, err
 	}
@@ -126,11 +126,11 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 			return corrupt(err)
 		}
 		arr, ok := res.([]any)
-		if !ok || len(arr) != 2 {
+		if !ok || len(arr) < 1 {
 			_ = lk.Unlock(ctx)
 			return fmt.Errorf("%w: read returned %T", ErrCorruptState, res)
 		}
-		snap, err := parseRead(c.rules, arr[1])
+		snap, err := parseRead(c.rules, arr[1:]) // after proceed
 		if err != nil {
 			_ = lk.Unlock(ctx)
 			return err

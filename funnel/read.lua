@@ -2,7 +2,7 @@
 -- call may go on to take the lock (a gate, see mutex.NewGate).
 -- KEYS[1] the state hash
 -- ARGV the rules' fields
--- Returns {proceed, {now µs, value...}}: proceed is 0 when a rule has no room
+-- Returns {proceed, now µs, value...}: proceed is 0 when a rule has no room
 -- for one unit now (TIME is before its stored gate time), so the call is
 -- denied without the lock. A value is "<gate>:<fill>:<at>", or false for an
 -- empty funnel. Only the gate is parsed here: a plain find and one number
@@ -21,4 +21,4 @@ for i = 1, #values do
     end
   end
 end
-return {proceed, {now, unpack(values)}}
+return {proceed, now, unpack(values)}

@@ -61,7 +61,7 @@ type snapshot struct {
 	levels []level
 }
 
-// parseRead reads the read script's result {now, value...}.
+// parseRead reads the read script's result after proceed: {now, value...}.
 func parseRead(rules []rule, res any) (snapshot, error) {
 	arr, ok := res.([]any)
 	if !ok || len(arr) != len(rules)+1 {

@@ -215,22 +215,18 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	}
 	start := time.Now()
 	var r [3]int64
-	var rest []any
+	var res any
 	var err error
 	if l.q != nil {
 		r, err = l.q.acquire(ctx, keys, args, cfg.ttl, reenter, start)
 	} else {
 		var reply any
 		if reply, err = script.Run(ctx, l.client, keys, args...).Result(); err == nil {
-			r, rest, err = acquired(reply)
+			r, res, err = acquired(reply)
 		}
 	}
 	if err != nil {
 		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", name, err)
-	}
-	var res any
-	if len(rest) > 0 {
-		res = rest[0]
 	}
 	if r[0] == declinedReply {
 		return nil, -1, res, ErrDeclined

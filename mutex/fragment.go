@@ -40,12 +40,15 @@ type Fragment struct {
 func NewFragment(src string) *Fragment { return newFragment(src, false) }
 
 // NewGate wraps a read fragment that decides whether the acquire attempt is
-// worth making: src must return {proceed, result}. When proceed is 0, the
-// attempt is not made and TryLockWith and LockWith return ErrDeclined with
-// result, so a caller that can already tell from the data that it has nothing
-// to write (a rate limiter's denial) neither takes the lock nor waits for it:
-// one round trip. Otherwise the attempt is made and result returned as for
-// NewFragment. Lock.Run returns ErrDeclined too, leaving the lock held.
+// worth making: src must return a table whose first element, proceed, is 1
+// or 0; the gate's result is the rest of the table ([]any, in order). When
+// proceed is 0, the attempt is not made and TryLockWith and LockWith return
+// ErrDeclined with the result, so a caller that can already tell from the
+// data that it has nothing to write (a rate limiter's denial) neither takes
+// the lock nor waits for it: one round trip. Otherwise the attempt is made
+// and the result returned as for NewFragment. Lock.Run returns ErrDeclined
+// too, leaving the lock held. (One flat table: a declined gate's reply is
+// that same table, the cheapest reply Redis can make.)
 func NewGate(src string) *Fragment { return newFragment(src, true) }
 
 func newFragment(src string, gate bool) *Fragment {
@@ -104,8 +107,8 @@ for i = math.max(n_%[1]s - %[2]d + 1, 1), n_%[1]s do %[1]s[i] = nil end
 }
 
 // runUser calls the fragment into res and returns its error. For a gate it
-// runs declined (Lua statements that return) when the gate declines, and unwraps
-// its result otherwise.
+// runs declined (Lua statements that return) when the gate declines, and
+// otherwise drops proceed from the table, leaving the result.
 func runUser(gate bool, declined string) string {
 	s := `local res = user_part(KEYS, ARGV)
 if type(res) == 'table' and res.err then
@@ -114,26 +117,26 @@ end
 `
 	if gate {
 		s += `if type(res) ~= 'table' then
-  return redis.error_reply('mutex: a gate must return {proceed, result}')
+  return redis.error_reply('mutex: a gate must return {proceed, result...}')
 end
 if res[1] == 0 then
   ` + declined + `
 end
-res = res[2]
+table.remove(res, 1)
 `
 	}
 	return s
 }
 
-// reuseDeclined is the reply of a declined gate, {declinedReply, result},
-// made from the gate's own table.
+// reuseDeclined is the reply of a declined gate, {declinedReply, result...}:
+// the gate's own table.
 var reuseDeclined = fmt.Sprintf("res[1] = %d\n  return res", declinedReply)
 
 // wrapAcquire runs the fragment before the acquire attempt (the lock's key
 // is not the fragment's, so within one atomic script the order does not
 // change what it reads) so that a fragment that fails or declines leaves no
 // lock behind. Reply: the acquire script's, with the result appended; or
-// {declinedReply, result}.
+// {declinedReply, result...}.
 func wrapAcquire(src string, gate bool) string {
 	return userPart(src) +
 		saveShift("KEYS", acquireKeys) + saveShift("ARGV", acquireArgs) +
@@ -155,13 +158,13 @@ if r[1] < 0 then
   return r
 end
 ` + shift("KEYS", releaseKeys) + shift("ARGV", releaseArgs) +
-		runUser(gate, "return {r[1], r[2], res[2]}") + `r[3] = res
+		runUser(gate, "table.remove(res, 1)\n  return {r[1], r[2], res}") + `r[3] = res
 return r
 `
 }
 
 // wrapHeld runs the fragment only while the handle holds the lock. Reply:
-// {1, result}, {0} when not held, or {declinedReply, result}.
+// {1, result}, {0} when not held, or {declinedReply, result...}.
 func wrapHeld(src string, gate bool) string {
 	return lockPart(heldSrc+"return held(KEYS[1], ARGV[1], ARGV[2])") + userPart(src) + `if not lock_part(KEYS, ARGV) then
   return {0}

@@ -12,11 +12,15 @@ import (
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
-// openGate proceeds when its key holds "open", and returns the key's value.
+// openGate proceeds when its key holds "open", and returns the key's value
+// and its own ARGV count.
 var openGate = mutex.NewGate(`
 local v = redis.call('GET', KEYS[1]) or ''
-if v == 'open' then return {1, v} end
-return {0, v}`)
+if v == 'open' then return {1, v, #ARGV} end
+return {0, v, #ARGV}`)
+
+// gateResult is openGate's result for value v and no arguments.
+func gateResult(v string) []any { return []any{v, int64(0)} }
 
 func TestGateDeclinesWithoutLocking(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
@@ -32,7 +36,7 @@ func TestGateDeclinesWithoutLocking(t *testing.T) {
 			func() (*mutex.Lock, any, error) { return l.LockWith(ctx, "g", call) },
 		} {
 			lk, res, err := try()
-			if !errors.Is(err, mutex.ErrDeclined) || lk != nil || res != "shut" {
+			if !errors.Is(err, mutex.ErrDeclined) || lk != nil || !equal(res, gateResult("shut")) {
 				t.Fatalf("declining gate = %v, %v, %v; want ErrDeclined and the result", lk, res, err)
 			}
 		}
@@ -42,11 +46,11 @@ func TestGateDeclinesWithoutLocking(t *testing.T) {
 
 		c.Set(ctx, door, "open", 0)
 		lk, res, err := l.TryLockWith(ctx, "g", call)
-		if err != nil || res != "open" {
+		if err != nil || !equal(res, gateResult("open")) {
 			t.Fatalf("open gate = %v, %v", res, err)
 		}
 		// Held by another: the gate proceeds, the attempt fails.
-		if _, res, err := l.TryLockWith(ctx, "g", call); !errors.Is(err, mutex.ErrLocked) || res != "open" {
+		if _, res, err := l.TryLockWith(ctx, "g", call); !errors.Is(err, mutex.ErrLocked) || !equal(res, gateResult("open")) {
 			t.Fatalf("open gate on a held lock = %v, %v; want ErrLocked", res, err)
 		}
 		lk.Unlock(ctx)
@@ -139,7 +143,7 @@ func TestRunOnlyWhileHeld(t *testing.T) {
 			t.Fatal("Run released the lock")
 		}
 		res, err := lk.Run(ctx, mutex.Call{Fragment: openGate, Keys: []string{state}})
-		if !errors.Is(err, mutex.ErrDeclined) || res != "v" {
+		if !errors.Is(err, mutex.ErrDeclined) || !equal(res, gateResult("v")) {
 			t.Fatalf("Run of a declining gate = %v, %v", res, err)
 		}
 		lk.Unlock(ctx)

@@ -215,8 +215,8 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	case 0:
 		lk.hold.end(ErrLockLost)
 		return nil, ErrNotHeld
-	case 2:
-		return res, ErrDeclined
+	case declinedReply:
+		return rest, ErrDeclined // the gate's table: its result is all of it
 	}
 	return res, nil
 }

@@ -218,10 +218,10 @@ func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease t
 	wait := int64(-1)
 	for _, nr := range q.fan(ctx, script, keys, args) {
 		var r [3]int64
-		var rest []any
+		var res any
 		err := nr.err
 		if err == nil {
-			r, rest, err = acquired(nr.reply)
+			r, res, err = acquired(nr.reply)
 		}
 		switch {
 		case err != nil:
@@ -234,7 +234,7 @@ func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease t
 			wait = r[1] // held by another: free again after its lease at most
 		case r[0] == declinedReply:
 			// Rejoining: a refusal, for the wait the gate reported.
-			if w, ok := rejoinWait(rest); ok && (wait < 0 || w < wait) {
+			if w, ok := rejoinWait(res); ok && (wait < 0 || w < wait) {
 				wait = w
 			}
 		}
@@ -260,11 +260,12 @@ func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease t
 }
 
 // rejoinWait reads the rejoin gate's result: the ms until the node grants.
-func rejoinWait(rest []any) (int64, bool) {
-	if len(rest) == 0 {
+func rejoinWait(res any) (int64, bool) {
+	arr, _ := res.([]any)
+	if len(arr) == 0 {
 		return 0, false
 	}
-	w, ok := rest[0].(int64)
+	w, ok := arr[0].(int64)
 	return w, ok
 }
 

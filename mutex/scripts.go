@@ -70,12 +70,18 @@ func ints(reply any, min int) ([3]int64, []any, error) {
 }
 
 // acquired reads an acquire script's reply: {1 or 0, lease or PTTL ms,
-// fence, [result]}, or {declinedReply, result} when its gate declined.
-func acquired(reply any) ([3]int64, []any, error) {
-	if arr, ok := reply.([]any); ok && len(arr) == 2 && arr[0] == any(int64(declinedReply)) {
+// fence, [result]}, or {declinedReply, result...} when its gate declined
+// (the result is then the rest of the reply).
+func acquired(reply any) ([3]int64, any, error) {
+	if arr, ok := reply.([]any); ok && len(arr) > 0 && arr[0] == any(int64(declinedReply)) {
 		return [3]int64{declinedReply}, arr[1:], nil
 	}
-	return ints(reply, 3)
+	r, rest, err := ints(reply, 3)
+	var res any
+	if len(rest) > 0 {
+		res = rest[0]
+	}
+	return r, res, err
 }
 
 // integer reads a script's integer reply.
