@@ -208,7 +208,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		script, nk, na = call.Fragment.acquire, len(call.Keys), len(call.Args)
 	}
 	keys := append(make([]string, 0, acquireKeys+nk), key, fkey)
-	args := append(make([]any, 0, acquireArgs+na), tokenArg, argID(id), cfg.ttlMS, flag(reenter), flag(mark), l.fenceMS)
+	args := append(make([]any, 0, acquireArgs+na), tokenArg, acquireMode(reenter, id, mark), cfg.ttlMS, l.fenceMS)
 	if call != nil {
 		keys = append(keys, call.Keys...)
 		args = append(args, call.Args...)
@@ -290,8 +290,9 @@ func handleID(id uint64) string {
 // Script arguments boxed once: converting even a constant string returned by
 // a function to an interface allocates.
 var (
-	argZero any = "0"
-	argOne  any = "1"
+	argZero  any = "0"
+	argFresh any = ""
+	argMark  any = "m"
 )
 
 // argID is handleID as a script argument.
@@ -302,11 +303,16 @@ func argID(id uint64) any {
 	return handleID(id)
 }
 
-func flag(b bool) any {
-	if b {
-		return argOne
+// acquireMode is acquire.lua's ARGV[2]: the handle id of a re-entry, or
+// whether a fresh attempt marks a held lock.
+func acquireMode(reenter bool, id uint64, mark bool) any {
+	switch {
+	case reenter:
+		return argID(id)
+	case mark:
+		return argMark
 	}
-	return argZero
+	return argFresh
 }
 
 // tokenLen is the length of a token: the scripts find the waiter's mark of

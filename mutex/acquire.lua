@@ -3,20 +3,21 @@
 -- the owner re-entered, the list of its open handles. A free lock is taken
 -- with one SET NX PX.
 -- KEYS[1] the lock key, KEYS[2] the fencing counter key
--- ARGV[1] token, ARGV[2] handle id, ARGV[3] lease in ms,
--- ARGV[4] "1" to re-enter a lock this token holds (never creates one),
--- ARGV[5] "1" to mark a waiter on failure, ARGV[6] fencing counter TTL in ms (0: off)
+-- ARGV[1] token, ARGV[2] what to do: "" take a free lock, "m" the same and
+-- mark the lock if it is held, or a handle id (digits) to re-enter a lock
+-- this token holds (never creates one), ARGV[3] lease in ms,
+-- ARGV[4] fencing counter TTL in ms (0: off)
 -- Returns {1, lease ms, fence} when this token holds the lock now;
 -- {0, PTTL, 0} when it does not (PTTL is -2 when re-entry found no lock).
 local lease = tonumber(ARGV[3])
 local v
-if ARGV[4] == '1' then
+if ARGV[2] ~= '' and ARGV[2] ~= 'm' then
   v = redis.call('GET', KEYS[1])
   if not v then
     return {0, -2, 0}
   end
 elseif redis.call('SET', KEYS[1], ARGV[1] .. '-', 'NX', 'PX', lease) then
-  return {1, lease, bump_fence(KEYS[2], ARGV[6])}
+  return {1, lease, bump_fence(KEYS[2], ARGV[4])}
 end
 if v and string.sub(v, 1, 32) == ARGV[1] then
   -- Re-entry: add the handle to the owner's list (the root's alone before).
@@ -32,7 +33,7 @@ if v and string.sub(v, 1, 32) == ARGV[1] then
   end
   return {1, pttl, 0}
 end
-if ARGV[5] == '1' then
+if ARGV[2] == 'm' then
   redis.call('SETRANGE', KEYS[1], 32, 'w')
 end
 return {0, redis.call('PTTL', KEYS[1]), 0}

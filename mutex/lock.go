@@ -134,7 +134,7 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 		}
 	}
 	keys := []string{h.key, h.fkey}
-	args := []any{h.tokenArg, argID(lk.id), nextToken, nextLease, "", l.fenceMS}
+	args := []any{h.tokenArg, argID(lk.id), nextToken, nextLease, l.fenceMS}
 	script := releaseScript
 	if call != nil {
 		keys = append(keys, call.Keys...)

@@ -4,9 +4,9 @@
 -- and, if a waiter marked the lock, publish the release.
 -- KEYS[1] the lock key, KEYS[2] the fencing counter key
 -- ARGV[1] token, ARGV[2] handle id, ARGV[3] next owner's token ("" for none),
--- ARGV[4] next owner's lease in ms, ARGV[5] unused (the release channel is
--- the lock key with "released" for "lock", see Locker.channel),
--- ARGV[6] fencing counter TTL in ms (0: off)
+-- ARGV[4] next owner's lease in ms, ARGV[5] fencing counter TTL in ms (0: off).
+-- The release channel is the lock key with "released" for "lock" (see
+-- Locker.channel).
 -- Returns {handles left, fence}: handles left is -1 when this handle does not
 -- hold the lock (expired, taken, released already), 0 when the last handle
 -- closed (and the lock went to the next owner if one was given, with that
@@ -29,7 +29,7 @@ end
 local mark = string.sub(v, 33, 33)
 if ARGV[3] ~= '' then
   redis.call('SET', KEYS[1], ARGV[3] .. mark, 'PX', ARGV[4])
-  return {0, bump_fence(KEYS[2], ARGV[6])}
+  return {0, bump_fence(KEYS[2], ARGV[5])}
 end
 redis.call('DEL', KEYS[1])
 if mark == 'w' then

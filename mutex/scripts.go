@@ -46,8 +46,8 @@ const declinedReply = 2
 // The number of KEYS and ARGV each of the lock's scripts takes; a Fragment's
 // own KEYS and ARGV follow them.
 const (
-	acquireKeys, acquireArgs = 2, 6
-	releaseKeys, releaseArgs = 2, 6
+	acquireKeys, acquireArgs = 2, 4
+	releaseKeys, releaseArgs = 2, 5
 	heldKeys, heldArgs       = 1, 2
 )
 
