@@ -207,12 +207,15 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	if call != nil {
 		script, nk, na = call.Fragment.acquire, len(call.Keys), len(call.Args)
 	}
-	keys := append(make([]string, 0, acquireKeys+nk), key, fkey)
-	args := append(make([]any, 0, acquireArgs+na), tokenArg, acquireMode(reenter, id, mark), cfg.ttlMS, l.fenceMS)
+	// A fragment's keys and arguments first, then the lock's (fragment.go).
+	keys := make([]string, 0, acquireKeys+nk)
+	args := make([]any, 0, acquireArgs+na)
 	if call != nil {
 		keys = append(keys, call.Keys...)
 		args = append(args, call.Args...)
 	}
+	keys = append(keys, key, fkey)
+	args = append(args, tokenArg, acquireMode(reenter, id, mark), cfg.ttlMS, l.fenceMS)
 	start := time.Now()
 	var r [3]int64
 	var res any

@@ -61,12 +61,12 @@ func newFragment(src string, gate bool) *Fragment {
 }
 
 // The wrappers below run a fragment inside one of the lock's scripts. The
-// lock's keys and arguments come first in KEYS and ARGV; the fragment is
-// shown the rest from 1 by shifting the same tables in place, and the
-// lock's part is given its own back afterwards by restoring the first
-// slots (it never reads past them). No table is built for either part: a
-// declined gate, the common case of a rate limiter under attack, then costs
-// the fragment's own work and little more.
+// fragment's keys and arguments come first in KEYS and ARGV, the lock's
+// last: the wrapper takes the lock's off the end of the same tables (into
+// locals) and the fragment sees its own from 1, with the right lengths. No
+// table is built or shifted for the fragment: a declined gate, the common
+// case of a rate limiter under attack, costs little more than the
+// fragment's own work.
 
 // lockPart is the lock's script as a Lua function of KEYS and ARGV.
 func lockPart(lockSrc string) string {
@@ -78,32 +78,37 @@ func userPart(src string) string {
 	return "local function user_part(KEYS, ARGV)\n" + src + "\nend\n"
 }
 
-// saveShift saves the first n elements of the Lua table t into locals
-// <t>1..<t>n and moves the rest to the front, in place.
-func saveShift(t string, n int) string {
+// cutTail moves the last n elements of the Lua table t into locals
+// <t>1..<t>n, in order, and removes them from t.
+func cutTail(t string, n int) string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "local n_%s = #%s\n", t, t)
 	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&b, "local %s%d = %s[%d]\n", t, i, t, i)
+		fmt.Fprintf(&b, "local %[1]s%[2]d = %[1]s[n_%[1]s - %[3]d]\n", t, i, n-i)
 	}
-	return b.String() + shift(t, n)
-}
-
-// restore puts the saved first n elements of t back.
-func restore(t string, n int) string {
-	var b strings.Builder
 	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&b, "%s[%d] = %s%d\n", t, i, t, i)
+		fmt.Fprintf(&b, "%[1]s[n_%[1]s - %[2]d] = nil\n", t, n-i)
 	}
 	return b.String()
 }
 
-// shift moves the elements of t after the first n to the front, in place
-// (their values are not needed any more).
-func shift(t string, n int) string {
-	return fmt.Sprintf(`local n_%[1]s = #%[1]s
-for i = 1, n_%[1]s - %[2]d do %[1]s[i] = %[1]s[i + %[2]d] end
-for i = math.max(n_%[1]s - %[2]d + 1, 1), n_%[1]s do %[1]s[i] = nil end
-`, t, n)
+// putFront writes the locals of cutTail to the first n slots of t, for the
+// lock's part (which reads no further) once the fragment is done with t.
+func putFront(t string, n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "%[1]s[%[2]d] = %[1]s%[2]d\n", t, i)
+	}
+	return b.String()
+}
+
+// locals lists the locals of cutTail as a Lua table constructor.
+func locals(t string, n int) string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s%d", t, i+1)
+	}
+	return "{" + strings.Join(names, ", ") + "}"
 }
 
 // runUser calls the fragment into res and returns its error. For a gate it
@@ -138,10 +143,9 @@ var reuseDeclined = fmt.Sprintf("res[1] = %d\n  return res", declinedReply)
 // lock behind. Reply: the acquire script's, with the result appended; or
 // {declinedReply, result...}.
 func wrapAcquire(src string, gate bool) string {
-	return userPart(src) +
-		saveShift("KEYS", acquireKeys) + saveShift("ARGV", acquireArgs) +
+	return userPart(src) + cutTail("KEYS", acquireKeys) + cutTail("ARGV", acquireArgs) +
 		runUser(gate, reuseDeclined) +
-		restore("KEYS", acquireKeys) + restore("ARGV", acquireArgs) +
+		putFront("KEYS", acquireKeys) + putFront("ARGV", acquireArgs) +
 		lockPart(acquireSrc) + `local r = lock_part(KEYS, ARGV)
 r[4] = res
 return r
@@ -153,12 +157,12 @@ return r
 // the release found the handle holding the lock. Reply: the release
 // script's, with the result appended.
 func wrapRelease(src string, gate bool) string {
-	return lockPart(releaseSrc) + userPart(src) + `local r = lock_part(KEYS, ARGV)
+	return lockPart(releaseSrc) + userPart(src) + cutTail("KEYS", releaseKeys) + cutTail("ARGV", releaseArgs) +
+		"local r = lock_part(" + locals("KEYS", releaseKeys) + ", " + locals("ARGV", releaseArgs) + `)
 if r[1] < 0 then
   return r
 end
-` + shift("KEYS", releaseKeys) + shift("ARGV", releaseArgs) +
-		runUser(gate, "table.remove(res, 1)\n  return {r[1], r[2], res}") + `r[3] = res
+` + runUser(gate, "table.remove(res, 1)\n  return {r[1], r[2], res}") + `r[3] = res
 return r
 `
 }
@@ -166,10 +170,12 @@ return r
 // wrapHeld runs the fragment only while the handle holds the lock. Reply:
 // {1, result}, {0} when not held, or {declinedReply, result...}.
 func wrapHeld(src string, gate bool) string {
-	return lockPart(heldSrc+"return held(KEYS[1], ARGV[1], ARGV[2])") + userPart(src) + `if not lock_part(KEYS, ARGV) then
+	return lockPart(heldSrc+"return held(KEYS[1], ARGV[1], ARGV[2])") + userPart(src) +
+		cutTail("KEYS", heldKeys) + cutTail("ARGV", heldArgs) +
+		"if not lock_part(" + locals("KEYS", heldKeys) + ", " + locals("ARGV", heldArgs) + `) then
   return {0}
 end
-` + shift("KEYS", heldKeys) + shift("ARGV", heldArgs) + runUser(gate, reuseDeclined) + `return {1, res}
+` + runUser(gate, reuseDeclined) + `return {1, res}
 `
 }
 

@@ -137,8 +137,9 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	args := []any{h.tokenArg, argID(lk.id), nextToken, nextLease, l.fenceMS}
 	script := releaseScript
 	if call != nil {
-		keys = append(keys, call.Keys...)
-		args = append(args, call.Args...)
+		// The fragment's keys and arguments first (fragment.go).
+		keys = append(append(make([]string, 0, len(call.Keys)+releaseKeys), call.Keys...), keys...)
+		args = append(append(make([]any, 0, len(call.Args)+releaseArgs), call.Args...), args...)
 		script = call.Fragment.release
 	}
 	start := time.Now()
@@ -198,8 +199,10 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	if err := lk.hold.locker.unsupported("a Fragment"); err != nil {
 		return nil, err
 	}
-	keys := append([]string{lk.hold.key}, call.Keys...)
-	reply, err := call.Fragment.held.Run(ctx, lk.hold.locker.client, keys, append(lk.args(), call.Args...)...).Result()
+	// The fragment's keys and arguments first (fragment.go).
+	keys := append(append(make([]string, 0, len(call.Keys)+heldKeys), call.Keys...), lk.hold.key)
+	args := append(append(make([]any, 0, len(call.Args)+heldArgs), call.Args...), lk.hold.tokenArg, argID(lk.id))
+	reply, err := call.Fragment.held.Run(ctx, lk.hold.locker.client, keys, args...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("mutex: run %q: %w", lk.hold.name, err)
 	}

@@ -207,16 +207,17 @@ func noQuorum(what string, errs []error) error {
 // single Redis would have given, {1, lease ms, 0} or {0, pttl ms, 0}; or
 // ErrNoQuorum joined with the failed nodes' errors.
 func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease time.Duration, reenter bool, start time.Time) ([3]int64, error) {
-	script := acquireScript
+	script, sendKeys, sendArgs := acquireScript, keys, args
 	if q.up != nil {
-		keys = append(keys, q.up.Keys...)
-		args = append(args, q.up.Args...)
+		// The gate's keys and arguments first (fragment.go).
+		sendKeys = append(append(make([]string, 0, len(q.up.Keys)+len(keys)), q.up.Keys...), keys...)
+		sendArgs = append(append(make([]any, 0, len(q.up.Args)+len(args)), q.up.Args...), args...)
 		script = q.up.Fragment.acquire
 	}
 	var leases []int64
 	var errs []error
 	wait := int64(-1)
-	for _, nr := range q.fan(ctx, script, keys, args) {
+	for _, nr := range q.fan(ctx, script, sendKeys, sendArgs) {
 		var r [3]int64
 		var res any
 		err := nr.err

@@ -43,8 +43,8 @@ var (
 // an allocation, unlike -1.
 const declinedReply = 2
 
-// The number of KEYS and ARGV each of the lock's scripts takes; a Fragment's
-// own KEYS and ARGV follow them.
+// The number of KEYS and ARGV each of the lock's scripts takes; in a
+// Fragment's scripts they come after the fragment's own (see cutTail).
 const (
 	acquireKeys, acquireArgs = 2, 4
 	releaseKeys, releaseArgs = 2, 5
