@@ -214,7 +214,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		keys = append(keys, call.Keys...)
 		args = append(args, call.Args...)
 	}
-	keys = append(keys, key, fkey)
+	keys = lockKeys(keys, key, fkey)
 	args = append(args, tokenArg, acquireMode(reenter, id, mark), cfg.ttlMS, l.fenceMS)
 	start := time.Now()
 	var r [3]int64

@@ -2,7 +2,7 @@
 -- The lock is a string (see held.lua): the owner's token, its mark, and once
 -- the owner re-entered, the list of its open handles. A free lock is taken
 -- with one SET NX PX.
--- KEYS[1] the lock key, KEYS[2] the fencing counter key
+-- KEYS[1] the lock key, KEYS[2] the fencing counter key (with fencing only)
 -- ARGV[1] token, ARGV[2] what to do: "" take a free lock, "m" the same and
 -- mark the lock if it is held, or a handle id (digits) to re-enter a lock
 -- this token holds (never creates one), ARGV[3] lease in ms,

@@ -92,6 +92,23 @@ func cutTail(t string, n int) string {
 	return b.String()
 }
 
+// cutLockKeys is cutTail of the lock's keys for the acquire and release
+// scripts: the lock key, and the fencing counter's only when fencing is on
+// (fence, the local holding the counter's TTL argument, is not "0").
+func cutLockKeys(fence string) string {
+	return `local n_KEYS = #KEYS
+local KEYS1, KEYS2
+if ` + fence + ` == '0' then
+  KEYS1 = KEYS[n_KEYS]
+  KEYS[n_KEYS] = nil
+else
+  KEYS1, KEYS2 = KEYS[n_KEYS - 1], KEYS[n_KEYS]
+  KEYS[n_KEYS - 1] = nil
+  KEYS[n_KEYS] = nil
+end
+`
+}
+
 // putFront writes the locals of cutTail to the first n slots of t, for the
 // lock's part (which reads no further) once the fragment is done with t.
 func putFront(t string, n int) string {
@@ -143,7 +160,7 @@ var reuseDeclined = fmt.Sprintf("res[1] = %d\n  return res", declinedReply)
 // lock behind. Reply: the acquire script's, with the result appended; or
 // {declinedReply, result...}.
 func wrapAcquire(src string, gate bool) string {
-	return userPart(src) + cutTail("KEYS", acquireKeys) + cutTail("ARGV", acquireArgs) +
+	return userPart(src) + cutTail("ARGV", acquireArgs) + cutLockKeys(fmt.Sprintf("ARGV%d", acquireFenceArg)) +
 		runUser(gate, reuseDeclined) +
 		putFront("KEYS", acquireKeys) + putFront("ARGV", acquireArgs) +
 		lockPart(acquireSrc) + `local r = lock_part(KEYS, ARGV)
@@ -157,7 +174,7 @@ return r
 // the release found the handle holding the lock. Reply: the release
 // script's, with the result appended.
 func wrapRelease(src string, gate bool) string {
-	return lockPart(releaseSrc) + userPart(src) + cutTail("KEYS", releaseKeys) + cutTail("ARGV", releaseArgs) +
+	return lockPart(releaseSrc) + userPart(src) + cutTail("ARGV", releaseArgs) + cutLockKeys(fmt.Sprintf("ARGV%d", releaseFenceArg)) +
 		"local r = lock_part(" + locals("KEYS", releaseKeys) + ", " + locals("ARGV", releaseArgs) + `)
 if r[1] < 0 then
   return r

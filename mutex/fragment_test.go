@@ -145,8 +145,16 @@ return out`)
 
 func TestFragmentSeesOnlyItsOwnKeysAndArgs(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		// With fencing the lock's scripts take one key more.
+		t.Run("plain", func(t *testing.T) { fragmentSeesItsOwn(t, b, newLocker(t, b), false) })
+		t.Run("fenced", func(t *testing.T) { fragmentSeesItsOwn(t, b, newLocker(t, b, mutex.WithFencing()), true) })
+	})
+}
+
+func fragmentSeesItsOwn(t *testing.T, b *testutil.Backend, l *mutex.Locker, fenced bool) {
+	{
 		ctx := context.Background()
-		l := newLocker(t, b)
+		var fence int64
 		for _, tc := range []struct {
 			keys []string
 			args []any
@@ -167,6 +175,10 @@ func TestFragmentSeesOnlyItsOwnKeysAndArgs(t *testing.T) {
 			if err != nil || !equal(res, want) {
 				t.Fatalf("TryLockWith(%d keys, %d args) = %#v, %v; want %#v", len(tc.keys), len(tc.args), res, err, want)
 			}
+			if fenced && lk.Fence() <= fence || !fenced && lk.Fence() != 0 {
+				t.Fatalf("fence %d after %d (fencing %v)", lk.Fence(), fence, fenced)
+			}
+			fence = lk.Fence()
 			if _, err := l.TryLock(ctx, "k"); !errors.Is(err, mutex.ErrLocked) {
 				t.Fatalf("after a scribbling fragment, the lock is not held: %v", err)
 			}
@@ -184,5 +196,5 @@ func TestFragmentSeesOnlyItsOwnKeysAndArgs(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-	})
+	}
 }

@@ -37,14 +37,22 @@ func newHold(l *Locker, name, token string) *hold {
 	return &hold{locker: l, name: name, key: key, fkey: fkey, token: token, tokenArg: token}
 }
 
-// keys returns the keys of the lock on name and of its fencing counter.
+// keys returns the keys of the lock on name and of its fencing counter (""
+// without fencing: the scripts then take the lock's key alone).
 func (l *Locker) keys(name string) (key, fkey string) {
 	key = l.Key(name, "lock")
-	fkey = key // the scripts ignore KEYS[2] without fencing; any key of the slot will do
 	if l.fenceTTL > 0 {
 		fkey = l.Key(name, "fence")
 	}
 	return key, fkey
+}
+
+// lockKeys appends the keys of h's lock scripts to keys.
+func lockKeys(keys []string, key, fkey string) []string {
+	if fkey == "" {
+		return append(keys, key)
+	}
+	return append(keys, key, fkey)
 }
 
 // last reports whether lk is the only open handle of its hold.

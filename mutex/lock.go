@@ -133,7 +133,7 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 			return nil, nil
 		}
 	}
-	keys := []string{h.key, h.fkey}
+	keys := lockKeys(make([]string, 0, releaseKeys), h.key, h.fkey)
 	args := []any{h.tokenArg, argID(lk.id), nextToken, nextLease, l.fenceMS}
 	script := releaseScript
 	if call != nil {

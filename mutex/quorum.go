@@ -274,7 +274,7 @@ func rejoinWait(res any) (int64, bool) {
 // attempt that did not win a majority.
 func (q *quorum) undo(ctx context.Context, key string, token, id any) {
 	ctx = context.WithoutCancel(ctx)
-	q.fan(ctx, releaseScript, []string{key, key}, []any{token, id, "", 0, 0})
+	q.fan(ctx, releaseScript, []string{key}, []any{token, id, "", 0, 0})
 }
 
 // tally runs a holder's script on every node: held are the values of the
@@ -321,7 +321,7 @@ func (q *quorum) verdict(what string, held []int64, lost int, errs []error) erro
 // release closes one handle on every node and returns how many handles are
 // left open (the most any node reports).
 func (q *quorum) release(ctx context.Context, h *hold, id string) (int64, error) {
-	held, lost, errs := q.tally(ctx, releaseScript, []string{h.key, h.key}, []any{h.token, id, "", 0, 0}, -1)
+	held, lost, errs := q.tally(ctx, releaseScript, []string{h.key}, []any{h.token, id, "", 0, 0}, -1)
 	if err := q.verdict("unlock", held, lost, errs); err != nil {
 		return -1, err
 	}

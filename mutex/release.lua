@@ -2,7 +2,7 @@
 -- hand the lock to a next local owner (a fresh token, a fresh lease, in the
 -- same step, so nobody else can slip in; a waiter's mark stays) or delete it
 -- and, if a waiter marked the lock, publish the release.
--- KEYS[1] the lock key, KEYS[2] the fencing counter key
+-- KEYS[1] the lock key, KEYS[2] the fencing counter key (with fencing only)
 -- ARGV[1] token, ARGV[2] handle id, ARGV[3] next owner's token ("" for none),
 -- ARGV[4] next owner's lease in ms, ARGV[5] fencing counter TTL in ms (0: off).
 -- The release channel is the lock key with "released" for "lock" (see

@@ -44,11 +44,15 @@ var (
 const declinedReply = 2
 
 // The number of KEYS and ARGV each of the lock's scripts takes; in a
-// Fragment's scripts they come after the fragment's own (see cutTail).
+// Fragment's scripts they come after the fragment's own (see cutTail). The
+// acquire and release scripts take the fencing counter's key only when
+// their fencing argument (its TTL, at these positions) is not 0.
 const (
 	acquireKeys, acquireArgs = 2, 4
 	releaseKeys, releaseArgs = 2, 5
 	heldKeys, heldArgs       = 1, 2
+
+	acquireFenceArg, releaseFenceArg = 4, 5
 )
 
 // ints reads the first min (at most 3) integers of a script's array reply,
