@@ -231,7 +231,7 @@ func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
 	}
 	s := &ruleSet{rules: rs, ids: make([]any, len(rs))}
 	for i, r := range rs {
-		s.ids[i] = r.id
+		s.ids[i] = r.arg
 	}
 	if cacheable {
 		lim.mu.Lock()

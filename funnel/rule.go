@@ -56,6 +56,7 @@ func AtMost(n int64, window time.Duration) Rule {
 type rule struct {
 	name string
 	id   string // field of the rule in the state hash
+	arg  any    // id boxed once, as a script argument
 	per  int64  // µs: the size of one unit
 	full int64  // Capacity * per
 	leak int64  // per µs
@@ -85,7 +86,7 @@ func (r Rule) compile() (rule, error) {
 		return bad("Capacity * Per (in µs) exceeds 2^61")
 	}
 	id := r.Name + "/" + strconv.FormatInt(r.Capacity, 10) + "/" + strconv.FormatInt(r.Leak, 10) + "/" + strconv.FormatInt(per, 10)
-	return rule{name: r.Name, id: id, per: per, full: int64(full), leak: r.Leak}, nil
+	return rule{name: r.Name, id: id, arg: id, per: per, full: int64(full), leak: r.Leak}, nil
 }
 
 // Validate reports whether rules can be used together in one call: at least

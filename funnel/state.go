@@ -91,16 +91,19 @@ func writeArgs(rules []rule, fills, ats []int64, now int64) []any {
 	var ttl int64
 	for i, r := range rules {
 		if fills[i] == 0 {
-			args = append(args, r.id, "")
+			args = append(args, r.arg, emptyArg)
 			continue
 		}
 		empty := satAdd(ats[i]-now, ceilDiv(fills[i], r.leak)) // µs from now
 		ttl = max(ttl, ceilDiv(empty, 1000))
-		args = append(args, r.id, r.encode(fills[i], ats[i]))
+		args = append(args, r.arg, r.encode(fills[i], ats[i]))
 	}
 	args[0] = min(ttl, maxTTL)
 	return args
 }
+
+// emptyArg deletes a rule's field (boxed once).
+var emptyArg any = ""
 
 // maxTTL is the longest state TTL written, in ms: the largest that a client
 // can hold as a time.Duration (about 292 years; miniredis, for one, wraps

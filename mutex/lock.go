@@ -133,15 +133,19 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 			return nil, nil
 		}
 	}
-	keys := lockKeys(make([]string, 0, releaseKeys), h.key, h.fkey)
-	args := []any{h.tokenArg, argID(lk.id), nextToken, nextLease, l.fenceMS}
-	script := releaseScript
+	// A fragment's keys and arguments first, then the lock's (fragment.go).
+	script, nk, na := releaseScript, 0, 0
 	if call != nil {
-		// The fragment's keys and arguments first (fragment.go).
-		keys = append(append(make([]string, 0, len(call.Keys)+releaseKeys), call.Keys...), keys...)
-		args = append(append(make([]any, 0, len(call.Args)+releaseArgs), call.Args...), args...)
-		script = call.Fragment.release
+		script, nk, na = call.Fragment.release, len(call.Keys), len(call.Args)
 	}
+	keys := make([]string, 0, nk+releaseKeys)
+	args := make([]any, 0, na+releaseArgs)
+	if call != nil {
+		keys = append(keys, call.Keys...)
+		args = append(args, call.Args...)
+	}
+	keys = lockKeys(keys, h.key, h.fkey)
+	args = append(args, h.tokenArg, argID(lk.id), nextToken, nextLease, l.fenceMS)
 	start := time.Now()
 	reply, err := script.Run(ctx, l.client, keys, args...).Result()
 	var r [3]int64

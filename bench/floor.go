@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Redis commands of one funnelguard admission on a fresh key, in two
+// minimal scripts with no library around them: read the state and the
+// server's TIME and take the lock; then check the lock, release it, write
+// the state and its TTL. No design with two round trips, Redis as the clock
+// and the lock in its own key does less; its ×PING is the floor that the
+// admission target is measured against.
+var (
+	floorRead = redis.NewScript(`
+local t = redis.call('TIME')
+local v = redis.call('HMGET', KEYS[2], ARGV[3])
+return {redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0, t[1], v[1]}`)
+	floorWrite = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[4]) then
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+end
+return 1`)
+)
+
+// floorCommands is the admission floor as a PING-like reference subject.
+var floorCommands = subject{lib: "PING", prepare: func(ctx context.Context, e *env) (workload, error) {
+	c := e.client()
+	for _, s := range []*redis.Script{floorRead, floorWrite} {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			return workload{}, err
+		}
+	}
+	return workload{goroutines: 1, op: func(ctx context.Context, _, i int) error {
+		tag := "{floor" + strconv.Itoa(i) + "}"
+		keys := []string{e.prefix + tag + ":lock", e.prefix + tag + ":funnel"}
+		token := newToken() + "-"
+		r, err := floorRead.Run(ctx, c, keys, token, 1000, "r").Slice()
+		if err != nil {
+			return err
+		}
+		if r[0] != int64(1) {
+			return fmt.Errorf("floor: fresh lock taken: %v", r)
+		}
+		return floorWrite.Run(ctx, c, keys, token, "r", "0:1000000:"+fmt.Sprint(r[1]), 60000).Err()
+	}}, nil
+}}
