@@ -28,8 +28,6 @@ const (
 	pingParallel = "PING parallel"
 	// twoEmptyScripts is not a PING case: it is measured against PING serial.
 	twoEmptyScripts = "2 empty scripts serial (floor of a 2-script admission)"
-	// admissionFloor is the same: the commands of an admission, no library.
-	admissionFloor = "Allow's Redis commands in 2 bare scripts serial (floor of its admission)"
 )
 
 // pingCases are the round-trip floor of the same server and client setup.
@@ -61,7 +59,6 @@ func pingCases() []benchCase {
 		{name: pingSerial, subjects: []subject{ping(false)}},
 		{name: pingParallel, parallel: true, subjects: []subject{ping(true)}},
 		{name: twoEmptyScripts, subjects: []subject{twoScripts}},
-		{name: admissionFloor, subjects: []subject{floorCommands}},
 	}
 }
 

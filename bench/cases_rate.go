@@ -42,9 +42,12 @@ func rateCases() []benchCase {
 		name  string
 		rules []funnel.Rule
 	}{{"1 rule", oneRule}, {"3 rules", threeRules}} {
+		serial := []subject{{libFunnel, funnelAdmitted(rs.rules, false)}, {libRedisRate, rateAdmitted(rs.rules, false)}}
+		if len(rs.rules) == 1 {
+			serial = append(serial, subject{libFloor, floorAdmitted})
+		}
 		out = append(out,
-			benchCase{name: "Allow admitted serial, " + rs.name, subjects: []subject{
-				{libFunnel, funnelAdmitted(rs.rules, false)}, {libRedisRate, rateAdmitted(rs.rules, false)}}},
+			benchCase{name: "Allow admitted serial, " + rs.name, subjects: serial},
 			benchCase{name: "Allow admitted parallel, " + rs.name, parallel: true, subjects: []subject{
 				{libFunnel, funnelAdmitted(rs.rules, true)}, {libRedisRate, rateAdmitted(rs.rules, true)}}},
 			benchCase{name: "Allow denied parallel, " + rs.name, parallel: true, subjects: []subject{
