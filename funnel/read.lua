@@ -18,6 +18,7 @@ for i = 1, #values do
     -- A value that does not parse proceeds: the caller reports it corrupt.
     if c and (tonumber(string.sub(v, 1, c - 1)) or 0) > now then
       proceed = 0
+      break -- one full rule denies: the others need no parsing here
     end
   end
 end
