@@ -199,33 +199,25 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		tokenArg = token
 	}
 
-	if call == nil && !reenter && !poll && !mark && l.setNX != nil {
-		return l.attemptNX(ctx, name, cfg, key, fkey, token)
-	}
-
-	script, nk, na := acquireScript, 0, 0
-	if call != nil {
-		script, nk, na = call.Fragment.acquire, len(call.Keys), len(call.Args)
-	}
-	// A fragment's keys and arguments first, then the lock's (fragment.go).
-	keys := make([]string, 0, acquireKeys+nk)
-	args := make([]any, 0, acquireArgs+na)
-	if call != nil {
-		keys = append(keys, call.Keys...)
-		args = append(args, call.Args...)
-	}
-	keys = lockKeys(keys, key, fkey)
-	args = append(args, tokenArg, acquireMode(reenter, id, mark), cfg.ttlMS, l.fenceMS)
 	start := time.Now()
 	var r [3]int64
 	var res any
 	var err error
-	if l.q != nil {
-		r, err = l.q.acquire(ctx, keys, args, cfg.ttl, reenter, start)
+	if call == nil && !reenter && !poll && !mark && l.setNX != nil {
+		r, err = l.takeFree(ctx, key, token, cfg)
 	} else {
-		var reply any
-		if reply, err = script.Run(ctx, l.client, keys, args...).Result(); err == nil {
-			r, res, err = acquired(reply)
+		keys, args := acquireCall(call, key, fkey, tokenArg, acquireMode(reenter, id, mark), cfg, l.fenceMS)
+		if l.q != nil { // no fragment: NewQuorum refuses them
+			r, err = l.q.acquire(ctx, keys, args, cfg.ttl, reenter, start)
+		} else {
+			script := acquireScript
+			if call != nil {
+				script = call.Fragment.acquire
+			}
+			var reply any
+			if reply, err = script.Run(ctx, l.client, keys, args...).Result(); err == nil {
+				r, res, err = acquired(reply)
+			}
 		}
 	}
 	if err != nil {
@@ -258,27 +250,34 @@ type nativeSetter interface {
 	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
 }
 
-// attemptNX is a fresh attempt without a fragment as one SET NX PX: the
-// uncontended case costs Redis no script. On contention it returns ErrLocked
-// with an unknown lease (-1); it serves the attempts that need neither that
-// lease nor a waiter's mark: TryLock, and Lock's first (its queue's head
-// makes the next one, with the script, at once).
-func (l *Locker) attemptNX(ctx context.Context, name string, cfg lockConfig, key, fkey, token string) (*Lock, time.Duration, any, error) {
-	start := time.Now()
+// takeFree is a fresh attempt without a fragment as one native SET NX PX,
+// acquire.lua's first step: the uncontended case costs Redis no script. It
+// replies as the script would, but with an unknown lease (-1) on contention,
+// and serves only the attempts that need neither that lease nor a waiter's
+// mark: TryLock, and Lock's first (its queue's head makes the next one, with
+// the script, at once).
+func (l *Locker) takeFree(ctx context.Context, key, token string, cfg lockConfig) ([3]int64, error) {
 	ok, err := l.setNX.SetNX(ctx, key, token+"-", cfg.ttl).Result()
-	if err != nil {
-		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", name, err)
+	if err != nil || !ok {
+		return [3]int64{0, -1, 0}, err
 	}
-	if !ok {
-		return nil, -1, nil, ErrLocked
+	return [3]int64{1, cfg.ttl.Milliseconds(), 0}, nil
+}
+
+// acquireCall returns the keys and arguments of an acquire script: a
+// fragment's first, then the lock's (fragment.go).
+func acquireCall(call *Call, key, fkey string, tokenArg, mode any, cfg lockConfig, fenceMS any) ([]string, []any) {
+	var nk, na int
+	if call != nil {
+		nk, na = len(call.Keys), len(call.Args)
 	}
-	h := &hold{locker: l, name: name, key: key, fkey: fkey, token: token, tokenArg: token}
-	lk := &Lock{hold: h}
-	h.add(lk, start, cfg.ttl)
-	if cfg.renew {
-		h.startRenew(cfg.ttl)
+	keys := make([]string, 0, acquireKeys+nk)
+	args := make([]any, 0, acquireArgs+na)
+	if call != nil {
+		keys = append(keys, call.Keys...)
+		args = append(args, call.Args...)
 	}
-	return lk, -1, nil, nil
+	return lockKeys(keys, key, fkey), append(args, tokenArg, mode, cfg.ttlMS, fenceMS)
 }
 
 // handleID is a handle's id as the scripts take it; the root handle's needs
