@@ -54,8 +54,26 @@ func rateCases() []benchCase {
 				{libFunnel, funnelDenied(rs.rules)}, {libRedisRate, rateDenied(rs.rules)}}},
 		)
 	}
+	// 3 rules over 1, each a subject of one case so that they alternate
+	// (between separate cases the VM's drift is in the ratio).
+	for _, m := range []struct {
+		mode string
+		mk   func([]funnel.Rule) func(context.Context, *env) (workload, error)
+	}{
+		{"admitted parallel", func(r []funnel.Rule) func(context.Context, *env) (workload, error) { return funnelAdmitted(r, true) }},
+		{"denied parallel", funnelDenied},
+	} {
+		out = append(out, benchCase{name: "funnelguard " + m.mode + ", 1 rule vs 3", parallel: true, subjects: []subject{
+			{libOneRule, m.mk(oneRule)}, {libThreeRules, m.mk(threeRules)}}})
+	}
 	return out
 }
+
+// Column names of the 1 rule vs 3 rules cases.
+const (
+	libOneRule    = "funnelguard, 1 rule"
+	libThreeRules = "funnelguard, 3 rules"
+)
 
 // admittedKey is a key no call used before: goroutine g's i-th.
 func admittedKey(g, i int) string {
