@@ -35,6 +35,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -250,6 +251,20 @@ func linWithStats(ctx context.Context) (context.Context, *linStats) {
 	return context.WithValue(ctx, linStatsKey{}, st), st
 }
 
+// linLockCommand reports whether cmd acts on a lock or the data it guards:
+// a script, or the native SET NX PX of a first attempt (TryLock, Lock). The
+// hook below loses and counts these; "script call" in this file means one.
+func linLockCommand(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "evalsha", "eval":
+		return true
+	case "set":
+		args := cmd.Args()
+		return strings.EqualFold(fmt.Sprint(args[len(args)-1]), "nx")
+	}
+	return false
+}
+
 // linFaultHook is the innermost hook of every client in the run. With every >
 // 0, it loses every nth script call of its client, deterministically:
 // alternately before it is sent (it never runs) and after it ran (its reply
@@ -273,7 +288,7 @@ func (h *linFaultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 
 func (h *linFaultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name != "evalsha" && name != "eval" {
+		if !linLockCommand(cmd) {
 			return next(ctx, cmd)
 		}
 		st, _ := ctx.Value(linStatsKey{}).(*linStats)
