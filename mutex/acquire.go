@@ -206,7 +206,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	if call == nil && !reenter && !poll && !mark && l.setNX != nil {
 		r, err = l.takeFree(ctx, key, token, cfg)
 	} else {
-		keys, args := acquireCall(call, key, fkey, tokenArg, acquireMode(reenter, id, mark), cfg, l.fenceMS)
+		keys, args := scriptCall(call, key, fkey, tokenArg, acquireMode(reenter, id, mark), cfg.ttlMS, l.fenceMS)
 		if l.q != nil { // no fragment: NewQuorum refuses them
 			r, err = l.q.acquire(ctx, keys, args, cfg.ttl, reenter, start)
 		} else {
@@ -264,20 +264,21 @@ func (l *Locker) takeFree(ctx context.Context, key, token string, cfg lockConfig
 	return [3]int64{1, cfg.ttl.Milliseconds(), 0}, nil
 }
 
-// acquireCall returns the keys and arguments of an acquire script: a
-// fragment's first, then the lock's (fragment.go).
-func acquireCall(call *Call, key, fkey string, tokenArg, mode any, cfg lockConfig, fenceMS any) ([]string, []any) {
+// scriptCall returns the keys and arguments of a lock script run with
+// call's fragment (nil for none): the fragment's first, then the lock's key,
+// its fencing counter's (fkey, if not ""), and lockArgs (fragment.go).
+func scriptCall(call *Call, key, fkey string, lockArgs ...any) ([]string, []any) {
 	var nk, na int
 	if call != nil {
 		nk, na = len(call.Keys), len(call.Args)
 	}
-	keys := make([]string, 0, acquireKeys+nk)
-	args := make([]any, 0, acquireArgs+na)
+	keys := make([]string, 0, nk+2)
+	args := make([]any, 0, na+len(lockArgs))
 	if call != nil {
 		keys = append(keys, call.Keys...)
 		args = append(args, call.Args...)
 	}
-	return lockKeys(keys, key, fkey), append(args, tokenArg, mode, cfg.ttlMS, fenceMS)
+	return lockKeys(keys, key, fkey), append(args, lockArgs...)
 }
 
 // handleID is a handle's id as the scripts take it; the root handle's needs

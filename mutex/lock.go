@@ -133,19 +133,11 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 			return nil, nil
 		}
 	}
-	// A fragment's keys and arguments first, then the lock's (fragment.go).
-	script, nk, na := releaseScript, 0, 0
+	script := releaseScript
 	if call != nil {
-		script, nk, na = call.Fragment.release, len(call.Keys), len(call.Args)
+		script = call.Fragment.release
 	}
-	keys := make([]string, 0, nk+releaseKeys)
-	args := make([]any, 0, na+releaseArgs)
-	if call != nil {
-		keys = append(keys, call.Keys...)
-		args = append(args, call.Args...)
-	}
-	keys = lockKeys(keys, h.key, h.fkey)
-	args = append(args, h.tokenArg, argID(lk.id), nextToken, nextLease, l.fenceMS)
+	keys, args := scriptCall(call, h.key, h.fkey, h.tokenArg, argID(lk.id), nextToken, nextLease, l.fenceMS)
 	start := time.Now()
 	reply, err := script.Run(ctx, l.client, keys, args...).Result()
 	var r [3]int64
@@ -203,9 +195,7 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	if err := lk.hold.locker.unsupported("a Fragment"); err != nil {
 		return nil, err
 	}
-	// The fragment's keys and arguments first (fragment.go).
-	keys := append(append(make([]string, 0, len(call.Keys)+heldKeys), call.Keys...), lk.hold.key)
-	args := append(append(make([]any, 0, len(call.Args)+heldArgs), call.Args...), lk.hold.tokenArg, argID(lk.id))
+	keys, args := scriptCall(&call, lk.hold.key, "", lk.hold.tokenArg, argID(lk.id))
 	reply, err := call.Fragment.held.Run(ctx, lk.hold.locker.client, keys, args...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("mutex: run %q: %w", lk.hold.name, err)
