@@ -17,17 +17,7 @@ import (
 // client each (closed when t ends).
 func quorumNodes(t *testing.T, n int) ([]*testutil.Server, []mutex.Client) {
 	t.Helper()
-	srvs := make([]*testutil.Server, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { srvs[i] = testutil.StartServer(t) })
-	}
-	wg.Wait()
-	for _, s := range srvs {
-		if s == nil {
-			t.FailNow()
-		}
-	}
+	srvs := testutil.StartServers(t, n)
 	return srvs, newClients(t, srvs)
 }
 

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -81,6 +82,30 @@ func StartServer(t testing.TB) *Server {
 	}
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// StartServers starts n redis-servers for t alone, in parallel, and stops
+// them when t ends. It skips (or fails) t from t's own goroutine when
+// redis-server is missing: a t.Skip from a spawning goroutine would not skip.
+func StartServers(t testing.TB, n int) []*Server {
+	t.Helper()
+	NeedServer(t)
+	srvs := make([]*Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { srvs[i], errs[i] = Spawn() })
+	}
+	wg.Wait()
+	for _, s := range srvs {
+		if s != nil {
+			t.Cleanup(s.Stop)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("start redis-servers: %v", err)
+	}
+	return srvs
 }
 
 // Spawn starts a redis-server on a free loopback port outside any test (the
