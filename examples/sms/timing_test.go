@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,162 +14,250 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// timings are the latencies of one kind of request.
-type timings []time.Duration
-
-func (ts timings) median() time.Duration {
-	s := slices.Clone(ts)
-	slices.Sort(s)
-	return s[len(s)/2]
+// A number that has had codes and a number never seen must not be told apart
+// by the time the service takes to answer a send or a wrong code. Timing the
+// answers cannot show that on a shared machine (medians of thousands drift
+// apart under load by more than one round trip costs), so this test checks
+// what the time is made of: for each kind of number the service sends Redis
+// the same commands (the same scripts, in the same round trips, on keys of
+// the same form: the number's HMAC, computed for both), and answers with the
+// same status, body and headers. A service that skipped the code lookup for
+// a number it had never seen, or made one more round trip for a number with
+// a pending code (an EXISTS first, a separate GET of the attempts), fails
+// here; the control at the end checks that such a round trip is seen.
+//
+// Not covered: CPU work that sends nothing, such as the guess's HMAC, which
+// codeStore.check computes before Redis is asked for every number; the
+// comparison with a stored MAC (hmac.Equal of 64 bytes, for numbers with a
+// code only) is the one difference, tens of nanoseconds against the
+// microseconds of a request.
+func TestEnumerationTiming(t *testing.T) {
+	t.Run("miniredis", func(t *testing.T) {
+		b := testutil.Mini(t)
+		b.Mini.SetTime(t0)
+		rec := &testutil.CommandRecorder{}
+		client := b.Client(t)
+		client.AddHook(rec)
+		e := newEnvOn(t, client, enumerationConfig)
+		e.b = b
+		enumeration(t, e, rec, func() { e.at(e.cfg.Cooldown) })
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := testutil.StartServer(t) // the service's keys have no test prefix: a server of its own
+		rec := &testutil.CommandRecorder{}
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { client.Close() })
+		client.AddHook(rec)
+		e := newEnvOn(t, client, enumerationConfig, func(c *Config) {
+			// The server's clock runs: a short cooldown, waited out below.
+			c.Cooldown = 50 * time.Millisecond
+		})
+		enumeration(t, e, rec, func() {})
+	})
 }
 
-// A number that has had codes and a number never seen get the same answer
-// to a send and to a wrong code, and in the same time: over 1,000 requests
-// of each kind, interleaved in random order, their medians differ by less
-// than half what one more Redis round trip costs. That cost is measured in
-// the same run, by a third kind of request that makes one (see
-// oneMoreRoundTrip): a bound in microseconds would be too tight for a
-// loaded 2-core machine under -race or too loose to catch a round trip on
-// a fast one; this one moves with the machine. On a loaded machine the
-// medians of one thousand can still land apart by chance: then another
-// thousand of each are measured, twice at most, and the medians of all
-// decide (an extra round trip stays one however many are measured).
-func TestEnumerationTiming(t *testing.T) {
-	if testing.Short() {
-		t.Skip("7,000 requests")
-	}
-	srv := testutil.StartServer(t) // the real thing: a round trip to a redis-server
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { client.Close() })
-	client.AddHook(oneMoreRoundTrip{client})
-	const cooldown = time.Second
-	e := newEnvOn(t, client, func(c *Config) {
-		c.Cooldown = cooldown
-		c.IPHourly, c.IPDaily = 100_000, 100_000
-		c.Timeout = 10 * time.Second // a stall under load must not turn into a 503
-	})
-	handler := e.svc.Handler()
-	extra := *e // the service, making one more round trip per request
-	extra.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		handler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), extraRoundTrip{}, true)))
-	}))
-	t.Cleanup(extra.srv.Close)
+func enumerationConfig(c *Config) {
+	c.IPHourly, c.IPDaily = 100_000, 100_000
+	c.Timeout = 10 * time.Second // a stall under load must not turn into a 503
+}
 
-	const n, batches = 1000, 3
-	// The known numbers are phoneN(0) to phoneN(n-1); never seen ones are
-	// taken from 1,000,000 on, a fresh one for every request.
-	lastCode := make([]time.Time, n)
-	for i := range n {
-		lastCode[i] = time.Now()
-		e.want(e.send(phoneN(i)), http.StatusAccepted, fmt.Sprintf("first code to number %d", i))
+// enumeration runs TestEnumerationTiming on e, whose client rec watches;
+// pastCooldown lets the cooldown of the codes sent so far pass on a server
+// whose clock the test sets (on a running clock, enumeration waits).
+func enumeration(t *testing.T, e *env, rec *testutil.CommandRecorder, pastCooldown func()) {
+	ctx := context.Background()
+	const n = 4 // pairs of each kind: the work does not depend on the round, a few show it
+	known := make([]string, n)
+	for i := range known {
+		known[i] = phoneN(i)
 	}
 	next := 1_000_000
 	fresh := func() string { next++; return phoneN(next) }
 
-	rng := rand.New(rand.NewPCG(9, 9))
-	type kind struct {
-		name  string
-		do    func(i int) response // i: the known number's index
-		ready func(i int)          // if set, runs before do, untimed
-		ts    timings
+	// The first calls differ from the later ones for reasons of their own
+	// (scripts loaded with EVAL, a Locker's first lock taken by script): a
+	// number of each kind goes through both endpoints before anything is
+	// compared.
+	for _, phone := range []string{phoneN(100), fresh()} {
+		e.want(e.send(phone), http.StatusAccepted, "warm-up send to "+phone)
+		e.want(e.verify(phone, "000000"), http.StatusUnauthorized, "warm-up verify of "+phone)
 	}
-	// measure runs the kinds n times each, in a random order every round,
-	// up to batches times; the answers of the first two kinds must be alike.
-	measure := func(what string, kinds []*kind) {
-		t.Helper()
-		for batch := 1; ; batch++ {
-			for i := range n {
-				var rs [3]response
-				for _, k := range rng.Perm(len(kinds)) {
-					if kinds[k].ready != nil {
-						kinds[k].ready(i)
-					}
-					start := time.Now()
-					rs[k] = kinds[k].do(i)
-					kinds[k].ts = append(kinds[k].ts, time.Since(start))
-				}
-				if rs[0].status != rs[1].status || rs[0].raw != rs[1].raw {
-					t.Fatalf("%s %d: %s number: %v; %s: %v", what, i, kinds[0].name, rs[0], kinds[1].name, rs[1])
-				}
-				for _, h := range []string{"Content-Type", "Cache-Control", "Retry-After"} {
-					if rs[0].header.Get(h) != rs[1].header.Get(h) {
-						t.Fatalf("%s %d: %s %q for a %s number, %q for a %s one", what, i, h,
-							rs[0].header.Get(h), kinds[0].name, rs[1].header.Get(h), kinds[1].name)
-					}
-				}
+	for _, phone := range known {
+		e.want(e.send(phone), http.StatusAccepted, "first code to "+phone)
+	}
+	pastCooldown()
+	for _, phone := range known {
+		for i := 0; ; i++ {
+			d, err := e.svc.phone.Peek(ctx, phone)
+			if err != nil {
+				t.Fatal(err)
 			}
-			known, unknown, slower := kinds[0].ts.median(), kinds[1].ts.median(), kinds[2].ts.median()
-			roundTrip, d := slower-unknown, (known - unknown).Abs()
-			t.Logf("%s: medians of %d: known %v, never seen %v (%+.2f round trips), never seen with one more round trip %v (+%v)",
-				what, len(kinds[0].ts), known, unknown, float64(known-unknown)/float64(roundTrip), slower, roundTrip)
-			switch {
-			case roundTrip > 0 && d < roundTrip/2:
-				return
-			case batch < batches:
-				continue
-			case roundTrip <= 0:
-				t.Fatalf("%s: one more round trip made no difference to the median (%v): this machine cannot tell a round trip from noise", what, roundTrip)
-			default:
-				t.Errorf("%s: medians of known and never-seen numbers differ by %v; want less than half a round trip (%v)", what, d, roundTrip/2)
-				return
+			if d.Allowed {
+				break
 			}
+			if i == 1000 {
+				t.Fatalf("%s still in its cooldown of %v: %+v", phone, e.cfg.Cooldown, d)
+			}
+			time.Sleep(max(d.RetryAfter, time.Millisecond))
 		}
 	}
 
-	want202 := func(e *env, phone string) response {
-		r := e.send(phone)
-		e.want(r, http.StatusAccepted, "send to "+phone)
-		return r
+	type call struct {
+		phone string
+		cmds  []testutil.Command
+		r     response
 	}
-	measure("send", []*kind{
-		{name: "known", do: func(i int) response { lastCode[i] = time.Now(); return want202(e, phoneN(i)) },
-			// Past the cooldown of the last code: a wait hardly ever
-			// needed, since a round takes longer than a first code.
-			ready: func(i int) { time.Sleep(time.Until(lastCode[i].Add(cooldown))) }},
-		{name: "never seen", do: func(int) response { return want202(e, fresh()) }},
-		{name: "extra round trip", do: func(int) response { return want202(&extra, fresh()) }},
-	})
+	// run makes the request of kind for phone and records its commands.
+	run := func(phone string, do func(string) response) call {
+		rec.Reset()
+		r := do(phone)
+		return call{phone, rec.Commands(), r}
+	}
+	// compare fails t unless a number of each kind got the same answer for
+	// the same work, on keys derived from the number's HMAC.
+	compare := func(what string, k, u call) {
+		t.Helper()
+		if k.r.status != u.r.status || k.r.raw != u.r.raw {
+			t.Fatalf("%s: a number with codes: %v; a number never seen: %v", what, k.r, u.r)
+		}
+		for _, h := range []string{"Content-Type", "Cache-Control", "Retry-After"} {
+			if k.r.header.Get(h) != u.r.header.Get(h) {
+				t.Fatalf("%s: %s %q for a number with codes, %q for one never seen", what, h, k.r.header.Get(h), u.r.header.Get(h))
+			}
+		}
+		if d := diffWork(k.cmds, u.cmds); d != "" {
+			t.Fatalf("%s: the Redis work differs (%s)\nnumber with codes:\n\t%s\nnumber never seen:\n\t%s", what, d,
+				strings.Join(testutil.Shapes(k.cmds), "\n\t"), strings.Join(testutil.Shapes(u.cmds), "\n\t"))
+		}
+		for _, c := range []call{k, u} {
+			keyed(t, what, e, c.phone, c.cmds)
+		}
+	}
+
+	send := func(phone string) response { return e.send(phone) }
+	for i, phone := range known {
+		// Alternate which kind goes first: neither rides on the other.
+		var k, u call
+		if i%2 == 0 {
+			k, u = run(phone, send), run(fresh(), send)
+		} else {
+			u, k = run(fresh(), send), run(phone, send)
+		}
+		e.want(k.r, http.StatusAccepted, "second code to "+phone)
+		compare(fmt.Sprintf("send %d", i), k, u)
+		if i == 0 {
+			t.Logf("send, %d round trips for either kind of number:\n\t%s", len(testutil.Shapes(k.cmds)), strings.Join(testutil.Shapes(k.cmds), "\n\t"))
+		}
+	}
 
 	// Every known number now has a code pending: guess one that is wrong
-	// for sure. The numbers never seen have no code, any guess is wrong.
-	codes := map[string]string{}
-	for _, m := range e.sms.messages() {
-		codes[m.to] = codeRE.FindStringSubmatch(m.text)[1] // the last one wins
-	}
-	want401 := func(e *env, phone string) response {
-		guess := "000000"
-		if c, ok := codes[phone]; ok {
-			guess = wrong(c, 0)
+	// for sure. A number never seen has no code: any guess is wrong.
+	guess := func(phone string) string {
+		if slices.Contains(known, phone) {
+			return wrong(e.sms.code(t, phone), 0)
 		}
-		r := e.verify(phone, guess)
-		e.want(r, http.StatusUnauthorized, "wrong code for "+phone)
-		return r
+		return "000000"
 	}
-	measure("verify", []*kind{
-		{name: "known", do: func(i int) response { return want401(e, phoneN(i)) }},
-		{name: "never seen", do: func(int) response { return want401(e, fresh()) }},
-		{name: "extra round trip", do: func(int) response { return want401(&extra, fresh()) }},
-	})
+	verify := func(phone string) response { return e.verify(phone, guess(phone)) }
+	var k0 call
+	for i, phone := range known {
+		var k, u call
+		if i%2 == 0 {
+			k, u = run(phone, verify), run(fresh(), verify)
+		} else {
+			u, k = run(fresh(), verify), run(phone, verify)
+		}
+		e.want(k.r, http.StatusUnauthorized, "wrong code for "+phone)
+		compare(fmt.Sprintf("verify %d", i), k, u)
+		if i == 0 {
+			k0 = k
+			t.Logf("verify, %d round trips for either kind of number:\n\t%s", len(testutil.Shapes(k.cmds)), strings.Join(testutil.Shapes(k.cmds), "\n\t"))
+		}
+		if !slices.ContainsFunc(k.cmds, isAttempt) || !slices.ContainsFunc(u.cmds, isAttempt) {
+			t.Fatalf("verify %d: the attempt script did not run for both kinds of number", i)
+		}
+	}
+
+	// The control: one more round trip, made after the attempt script for a
+	// number never seen (the bug, inverted), is told apart.
+	client := e.svc.client.(*redis.Client)
+	control := oneMoreRoundTrip{client: client, on: &atomic.Bool{}}
+	client.AddHook(control)
+	control.on.Store(true)
+	u := run(fresh(), verify)
+	control.on.Store(false)
+	if diffWork(k0.cmds, u.cmds) == "" {
+		t.Fatalf("a verification with one more round trip looks like one without:\n\t%s", strings.Join(testutil.Shapes(u.cmds), "\n\t"))
+	}
 }
 
-// extraRoundTrip marks the context of a request that makes one more round
-// trip.
-type extraRoundTrip struct{}
+// diffWork describes how two calls' commands differ in their work (see
+// testutil.Command.Shape), or returns "" when they do the same.
+func diffWork(a, b []testutil.Command) string {
+	sa, sb := testutil.Shapes(a), testutil.Shapes(b)
+	if len(sa) != len(sb) {
+		return fmt.Sprintf("%d round trips against %d", len(sa), len(sb))
+	}
+	for i := range sa {
+		if sa[i] != sb[i] {
+			return fmt.Sprintf("round trip %d: %s against %s", i+1, sa[i], sb[i])
+		}
+	}
+	for _, c := range append(slices.Clone(a), b...) {
+		if c.Err != nil {
+			return fmt.Sprintf("%s failed: %v", c.Shape(), c.Err)
+		}
+	}
+	return ""
+}
 
-// oneMoreRoundTrip is a go-redis hook that, in a request marked with
-// extraRoundTrip, makes one more round trip (a PING) after the code's
-// command: the code's MULTI/EXEC in a send, the attempt script in a
-// verification. That is the bug the timing test is to catch, in the place
-// where it would be.
-type oneMoreRoundTrip struct{ client *redis.Client }
+// keyed fails t unless every key the commands of a call for phone touch is
+// the number's HMAC in some form (the code's key, or a guard's hash of the
+// number or of 127.0.0.1), and the number is nowhere in clear.
+func keyed(t *testing.T, what string, e *env, phone string, cmds []testutil.Command) {
+	t.Helper()
+	codeKey := e.svc.codes.key(phone)
+	digits := strings.TrimPrefix(phone, "+86")
+	sawCode := false
+	for _, c := range cmds {
+		for _, a := range c.Args {
+			if strings.Contains(fmt.Sprint(a), digits) {
+				t.Fatalf("%s: the number %s in clear in %v", what, phone, c.Args)
+			}
+		}
+		if c.Script == attemptScript.Hash() || (c.Script == "" && len(c.Args) > 1 && strings.HasPrefix(fmt.Sprint(c.Args[1]), "sms:code:")) {
+			key := fmt.Sprint(c.Args[1])
+			if c.Script != "" {
+				key = c.Keys()[0]
+			}
+			if key != codeKey {
+				t.Fatalf("%s: %s on %q; want the code's key of %s, %q", what, c.Shape(), key, phone, codeKey)
+			}
+			sawCode = true
+		}
+	}
+	if !sawCode {
+		t.Fatalf("%s: no command on the code's key of %s", what, phone)
+	}
+}
+
+// isAttempt reports whether c runs the attempt script.
+func isAttempt(c testutil.Command) bool { return c.Script == attemptScript.Hash() }
+
+// oneMoreRoundTrip is a go-redis hook that, while on, makes one more round
+// trip (a PING) after the attempt script: the shape of the bug
+// TestEnumerationTiming is to catch.
+type oneMoreRoundTrip struct {
+	client *redis.Client
+	on     *atomic.Bool
+}
 
 func (h oneMoreRoundTrip) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h oneMoreRoundTrip) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if args := cmd.Args(); ctx.Value(extraRoundTrip{}) != nil && len(args) > 1 &&
-			(args[1] == attemptScript.Hash() || args[1] == attemptSrc) {
+		if args := cmd.Args(); h.on.Load() && len(args) > 1 && (args[1] == attemptScript.Hash() || args[1] == attemptSrc) {
 			h.client.Ping(ctx)
 		}
 		return err
@@ -177,11 +265,5 @@ func (h oneMoreRoundTrip) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 }
 
 func (h oneMoreRoundTrip) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		if ctx.Value(extraRoundTrip{}) != nil && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "hset" }) {
-			h.client.Ping(ctx)
-		}
-		return err
-	}
+	return next
 }
