@@ -32,7 +32,7 @@ func scaleLocker(t *testing.T, d *testutil.Deployment, opts ...mutex.Option) *mu
 
 func TestClusterTryLockAndLockContention(t *testing.T) {
 	testutil.ScaleOut(t, func(t *testing.T, d *testutil.Deployment) {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang, not a speed target
 		defer cancel()
 		a := scaleLocker(t, d, mutex.WithRetryInterval(5*time.Millisecond))
 		b := scaleLocker(t, d, mutex.WithRetryInterval(5*time.Millisecond))
@@ -247,9 +247,11 @@ func TestClusterFragmentComposition(t *testing.T) {
 func TestClusterFencing(t *testing.T) {
 	testutil.ScaleOut(t, func(t *testing.T, d *testutil.Deployment) {
 		ctx := context.Background()
+		// Only the lock meant to expire has the short lease: with it, every
+		// Lock to Unlock would have to take less than 50 ms.
 		const lease = 50 * time.Millisecond
-		a := scaleLocker(t, d, mutex.WithFencing(), mutex.WithTTL(lease))
-		b := scaleLocker(t, d, mutex.WithFencing(), mutex.WithTTL(lease))
+		a := scaleLocker(t, d, mutex.WithFencing())
+		b := scaleLocker(t, d, mutex.WithFencing())
 		c := d.Client(t)
 		for _, name := range braceNames {
 			var last int64
@@ -258,7 +260,11 @@ func TestClusterFencing(t *testing.T) {
 				if i%2 == 1 {
 					l = b
 				}
-				lk, err := l.Lock(ctx, name)
+				var opts []mutex.LockOption
+				if i == 1 {
+					opts = append(opts, mutex.Lease(lease))
+				}
+				lk, err := l.Lock(ctx, name, opts...)
 				if err != nil {
 					t.Fatal(err)
 				}

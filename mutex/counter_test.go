@@ -51,7 +51,9 @@ func busyWait(d time.Duration) {
 // ever let two holders in at once, increments would be lost.
 func TestCounterExactUnderLock(t *testing.T) {
 	b := testutil.RealBackend(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// A bound against a hang, not a speed target: 10,000 lock hand-offs
+	// take seconds, and many times that on a loaded 2-core machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const (
 		name       = "counter"
@@ -237,7 +239,7 @@ func TestSeedScenarioConcurrent(t *testing.T) {
 	// run starts goroutines on two Lockers, each making attempts calls of step
 	// with the lock on name held, and returns the final counter.
 	run := func(t *testing.T, name string, step func(lk *mutex.Lock, c *redis.Client, key string)) int64 {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang, not a speed target
 		defer cancel()
 		key := counterKey(b, name)
 		ls := []*mutex.Locker{

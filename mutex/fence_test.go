@@ -13,9 +13,11 @@ import (
 func TestFenceIncreases(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
+		// Only the lock that must expire has the short lease: with it, Lock
+		// to re-entry to Unlock would have to take less than 30 ms.
 		const lease = 30 * time.Millisecond
-		a := newLocker(t, b, mutex.WithFencing(), mutex.WithTTL(lease))
-		other := newLocker(t, b, mutex.WithFencing(), mutex.WithTTL(lease))
+		a := newLocker(t, b, mutex.WithFencing())
+		other := newLocker(t, b, mutex.WithFencing())
 		var last int64
 		check := func(lk *mutex.Lock, how string) {
 			t.Helper()
@@ -39,7 +41,7 @@ func TestFenceIncreases(t *testing.T) {
 		inner.Unlock(ctx)
 		lk.Unlock(ctx)
 
-		lk, _ = other.Lock(ctx, "res")
+		lk, _ = other.Lock(ctx, "res", mutex.Lease(lease))
 		check(lk, "another Locker")
 		expire(t, b, lease) // not unlocked: lost by expiry
 		lk, err = a.Lock(ctx, "res")

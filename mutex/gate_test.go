@@ -185,7 +185,15 @@ func TestNoLockStrandedWhenLeaving(t *testing.T) {
 		for g := range 16 {
 			wg.Go(func() {
 				for i := range 60 {
-					cctx, cancel := context.WithTimeout(ctx, time.Duration(1+(g+i)%5)*time.Millisecond)
+					// Mostly 1 to 5 ms, to leave while being handed the lock;
+					// every sixth call waits until its gate decides, so that
+					// both outcomes show however slow the machine (with 5 ms
+					// at most, a loaded one can time every call out).
+					wait := time.Duration(1+(g+i)%5) * time.Millisecond
+					if (g+i)%6 == 0 {
+						wait = hang
+					}
+					cctx, cancel := context.WithTimeout(ctx, wait)
 					lk, _, err := l.LockWith(cctx, "g", mutex.Call{Fragment: openGate, Keys: []string{door}})
 					cancel()
 					switch {

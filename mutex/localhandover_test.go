@@ -23,7 +23,10 @@ func TestLocalHandOverSendsNothing(t *testing.T) {
 		l := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(time.Hour), mutex.WithNotifications(false))
 		other := newLocker(t, b)
 
-		holder, err := l.Lock(ctx, "job")
+		// A local hand-over needs 90% of the waiter's lease (the Locker's
+		// 10 s) left: with a lease of 10 s, the test would need the waiter
+		// queued and the Unlock sent within a second of the Lock.
+		holder, err := l.Lock(ctx, "job", mutex.Lease(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}

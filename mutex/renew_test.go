@@ -10,26 +10,32 @@ import (
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
+// renewLease is the lease of the tests that need renewals to keep a lock:
+// a renewal runs every lease/3 and must land before the lease ends, so a
+// short lease would make the test one of the machine's speed (a renewal
+// late by 200 ms under load loses a 300 ms lease).
+const renewLease = time.Second
+
 func TestAutoRenewKeepsTheLock(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		const lease = 300 * time.Millisecond
+		const lease = renewLease
 		l := newLocker(t, b, mutex.WithTTL(lease))
 		lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(5 * lease)
+		time.Sleep(3 * lease)
 		if closed(lk.Done()) {
 			t.Fatalf("renewed lock reported lost: %v", context.Cause(lk.Context(ctx)))
 		}
 		if _, err := l.TryLock(ctx, "job"); !errors.Is(err, mutex.ErrLocked) {
-			t.Fatalf("after 5 leases TryLock = %v, want ErrLocked", err)
+			t.Fatalf("after 3 leases TryLock = %v, want ErrLocked", err)
 		}
 		if err := lk.Unlock(ctx); err != nil {
 			t.Fatalf("Unlock of a renewed lock = %v", err)
 		}
-		within(t, lk.Done(), time.Second, "Done after Unlock")
+		within(t, lk.Done(), hang, "Done after Unlock")
 	})
 }
 
@@ -39,7 +45,9 @@ func TestNoRenewalAfterUnlock(t *testing.T) {
 		c := b.Client(t)
 		hook := &counter{}
 		c.AddHook(hook)
-		const lease = 150 * time.Millisecond
+		// Each hold lasts half a lease: long enough for a renewal (every
+		// lease/3), short enough that the lease itself outlasts a stall.
+		const lease = 400 * time.Millisecond
 		l := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithTTL(lease))
 		for range 8 {
 			lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
@@ -55,7 +63,7 @@ func TestNoRenewalAfterUnlock(t *testing.T) {
 		if before == 0 {
 			t.Fatal("no renewal ran while held: the counter cannot see them")
 		}
-		time.Sleep(5 * lease)
+		time.Sleep(2 * lease) // six renewal periods
 		if after := hook.extends.Load(); after != before {
 			t.Fatalf("%d renewals ran after Unlock returned", after-before)
 		}
@@ -73,7 +81,7 @@ func TestAutoRenewReportsDeletedKey(t *testing.T) {
 		}
 		owned := lk.Context(ctx)
 		c.Del(ctx, b.Prefix+"{job}:lock")
-		within(t, owned.Done(), 2*time.Second, "Context after the key was deleted")
+		within(t, owned.Done(), hang, "Context after the key was deleted")
 		if cause := context.Cause(owned); !errors.Is(cause, mutex.ErrLockLost) {
 			t.Fatalf("cause = %v, want ErrLockLost", cause)
 		}
@@ -87,12 +95,14 @@ func TestAutoRenewReportsDeletedKey(t *testing.T) {
 	})
 }
 
-// The server stops during a renewed hold: loss is reported no later than the
-// lease end plus one renewal period.
+// The server stops during a renewed hold: loss is reported by the end of the
+// lease the last renewal set, which is at most a lease after the stop; the
+// bound adds half a lease for the deadline timer to be scheduled on a loaded
+// machine. A loss reported a lease late, or never, fails.
 func TestAutoRenewServerStopped(t *testing.T) {
 	srv := testutil.StartServer(t)
 	ctx := context.Background()
-	const lease = 600 * time.Millisecond
+	const lease = renewLease
 	l := mutex.New(srv.Client(t), mutex.WithTTL(lease))
 	lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
 	if err != nil {
@@ -104,11 +114,11 @@ func TestAutoRenewServerStopped(t *testing.T) {
 	}
 	stopped := time.Now()
 	srv.Kill()
-	within(t, lk.Done(), 5*time.Second, "Done after the server stopped")
+	within(t, lk.Done(), hang, "Done after the server stopped")
 	elapsed := time.Since(stopped)
 	t.Logf("loss reported %v after the server stopped (lease %v, period %v)", elapsed, lease, lease/3)
-	if bound := lease + lease/3; elapsed > bound {
-		t.Fatalf("loss reported after %v, want <= lease + period = %v", elapsed, bound)
+	if bound := lease + lease/2; elapsed > bound {
+		t.Fatalf("loss reported after %v, want <= lease + lease/2 = %v", elapsed, bound)
 	}
 	if cause := context.Cause(lk.Context(ctx)); !errors.Is(cause, mutex.ErrLockLost) {
 		t.Fatalf("cause = %v, want ErrLockLost", cause)
@@ -118,7 +128,7 @@ func TestAutoRenewServerStopped(t *testing.T) {
 func TestAutoRenewOnHandedOverLock(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		const lease = 300 * time.Millisecond
+		const lease = renewLease
 		l := newLocker(t, b, mutex.WithTTL(lease), mutex.WithRetryInterval(time.Hour))
 		first, err := l.Lock(ctx, "job", mutex.Lease(time.Hour))
 		if err != nil {
@@ -135,9 +145,9 @@ func TestAutoRenewOnHandedOverLock(t *testing.T) {
 		waitFor(t, "waiter", func() bool { return mutex.QueueLen(l, "job") == 1 })
 		first.Unlock(ctx) // hands over
 		lk := <-got
-		time.Sleep(5 * lease)
+		time.Sleep(3 * lease)
 		if ttl, err := lk.TTL(ctx); err != nil || ttl <= 0 {
-			t.Fatalf("handed-over AutoRenew lock after 5 leases: TTL %v, %v", ttl, err)
+			t.Fatalf("handed-over AutoRenew lock after 3 leases: TTL %v, %v", ttl, err)
 		}
 		if err := lk.Unlock(ctx); err != nil {
 			t.Fatal(err)
