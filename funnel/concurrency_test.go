@@ -34,17 +34,18 @@ func storeMax(a *atomic.Int64, v int64) {
 }
 
 // TestConcurrentAdmissionsBounded hammers one key from 32 goroutines on 4
-// clients and checks that the funnel admits exactly what its rule allows over
-// the server time the run took: never more (no lost update between clients),
-// and not noticeably less (no admission lost to lock contention).
+// clients and checks that the funnel never admits more than its rule allows
+// over the server time the run took (no lost update between clients), and
+// that a denial comes only once the funnel was full. That admissions are
+// not lost to lock contention is TestConcurrentAdmissionsExact's to show:
+// here, how many the run could have had depends on how fast the machine
+// asks (a loaded one leaves units to leak unclaimed), so that figure is
+// logged, not asserted.
 func TestConcurrentAdmissionsBounded(t *testing.T) {
 	b := testutil.RealBackend(t)
 	// A unit every 10 ms gives many admissions, each a chance for a lost
-	// update to show; a capacity of a second's leak keeps the funnel from
-	// emptying when the machine stalls (see the lower bound). 100 units/s stays well under what one key's lock passes under -race on
-	// a loaded 2-core machine (~240 admissions/s seen in CI), so the lower
-	// bound checks for lost admissions, not for the machine's speed; the
-	// capacity of 100 keeps many commits racing near the limit.
+	// update to show; the capacity of 100 keeps many commits racing near
+	// the limit.
 	rule := funnel.Rule{Name: "hammer", Capacity: 100, Leak: 100, Per: time.Second}
 	const clients, workers, run = 4, 32, 2 * time.Second
 	lims := make([]*funnel.Limiter, clients)
@@ -109,37 +110,84 @@ func TestConcurrentAdmissionsBounded(t *testing.T) {
 	per := rule.Per.Microseconds()
 	leaked := (elapsed*rule.Leak + per - 1) / per
 	most := rule.Capacity + leaked + 1
-	// With 32 callers asking all the time the funnel never empties, so its
-	// schedule of free units is kept whatever the delays between calls. The
-	// only units left unclaimed are those that leaked before the first
-	// admission (startup: at most the client time from before t0 to that
-	// admission's reply) and after the workers stopped asking (tail: the
-	// client time from the deadline to t1's reply), plus the one or two in
-	// flight when the workers stopped, and the 2 units of rounding in the
-	// bound itself: a tolerance measured, not guessed.
+	// A figure, not a bound: when 32 callers keep the funnel full, the only
+	// units left unclaimed are those that leaked before the first admission
+	// (startup) and after the workers stopped asking (tail), plus a few in
+	// flight and the rounding of the bound; a machine too slow to keep the
+	// funnel full leaves more, and that is no fault of the funnel.
 	lost := startup.Load() + int64(tail)
 	perNs := int64(rule.Per)
 	tolerance := (lost*rule.Leak+perNs-1)/perNs + 5
 	got := admitted.Load()
-	t.Logf("server time %v, admitted %d, denied %d, bound %d (capacity %d + leaked %d + 1), tolerance %d (startup %v, tail %v); slowest denial %v, admission %v",
-		t1.Sub(t0), got, denied.Load(), most, rule.Capacity, leaked, tolerance, time.Duration(startup.Load()), tail,
-		time.Duration(slowest[0].Load()), time.Duration(slowest[1].Load()))
+	t.Logf("server time %v, admitted %d, denied %d, bound %d (capacity %d + leaked %d + 1); %d unclaimed, about %d of them before the first admission or after the last ask (startup %v, tail %v); slowest denial %v, admission %v (DefaultLease %v)",
+		t1.Sub(t0), got, denied.Load(), most, rule.Capacity, leaked, max(most-got, 0), tolerance, time.Duration(startup.Load()), tail,
+		time.Duration(slowest[0].Load()), time.Duration(slowest[1].Load()), funnel.DefaultLease)
 	if got > most {
 		t.Fatalf("admitted %d > %d: over-admission of %d", got, most, got-most)
 	}
-	if got < most-tolerance {
-		// A call that waited about a lock lease (DefaultLease) means a lock
-		// was left held until it expired, and the funnel emptied meanwhile.
-		t.Fatalf("admitted %d < %d - %d: admissions lost (slowest admission %v; DefaultLease %v)",
-			got, most, tolerance, time.Duration(slowest[1].Load()), funnel.DefaultLease)
+	// A denial says the funnel was full: it had admitted at least its
+	// capacity by then, whatever the leak.
+	if denied.Load() > 0 && got < rule.Capacity {
+		t.Fatalf("%d calls denied, but only %d admitted with a capacity of %d: a denial with room", denied.Load(), got, rule.Capacity)
 	}
+}
+
+// TestConcurrentAdmissionsExact asks one key from 32 goroutines on 4 clients
+// more often than its capacity, with a leak too slow to count during the
+// test: the funnel must admit exactly its capacity. More is a lost update
+// between clients; less is an admission lost to lock contention (a caller
+// denied on a stale read, or giving up on a busy lock). Unlike a count over
+// a stretch of time, the answer does not depend on how fast the machine is.
+func TestConcurrentAdmissionsExact(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		const clients, workers, calls = 4, 32, 10 // 320 calls
+		rule := funnel.Rule{Name: "exact", Capacity: 200, Leak: 1, Per: 24 * time.Hour}
+		lims := make([]*funnel.Limiter, clients)
+		for i := range lims {
+			lims[i] = newLimiter(t, b)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang, not a speed target
+		defer cancel()
+		var admitted, denied atomic.Int64
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range workers {
+			lim := lims[w%clients]
+			wg.Go(func() {
+				<-start
+				for range calls {
+					res, err := lim.Allow(ctx, "exact", rule)
+					switch {
+					case err != nil:
+						t.Errorf("Allow: %v", err)
+						return
+					case res.Allowed:
+						admitted.Add(1)
+					default:
+						denied.Add(1)
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if got, want := admitted.Load(), rule.Capacity; got != want {
+			t.Fatalf("admitted %d of %d calls (denied %d); want exactly the capacity, %d", got, workers*calls, denied.Load(), want)
+		}
+		if got, want := denied.Load(), int64(workers*calls)-rule.Capacity; got != want {
+			t.Fatalf("denied %d; want %d", got, want)
+		}
+	})
 }
 
 // TestLeaseLapseRejected stalls one Limiter's commit past its lock's lease
 // while another Limiter admits: the stale commit must be rejected and its
-// call decided again on the state the other wrote.
+// call decided again on the state the other wrote. The lease is long enough
+// for the calls that are not stalled (B's, and A's second try) to read and
+// commit within it on a loaded machine: with 50 ms, a second try that took
+// longer was refused too, and counted as a third commit.
 func TestLeaseLapseRejected(t *testing.T) {
-	const lease = 50 * time.Millisecond
+	const lease = 500 * time.Millisecond
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		for _, tc := range []struct {
 			name     string
