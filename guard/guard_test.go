@@ -152,21 +152,43 @@ func TestStoppedServerFailsClosed(t *testing.T) {
 	}
 }
 
+// A Redis that does not answer costs Policy.Timeout: Allow returns, denied
+// with ErrUnavailable, while every command it sent is still held unanswered,
+// and by its Timeout plus a margin for a loaded machine (a second; without
+// the Timeout it would wait as long as Redis does, here for ever).
 func TestSlowRedisBoundedByTimeout(t *testing.T) {
 	b := testutil.Mini(t)
 	c := b.Client(t)
-	c.AddHook(testutil.DelayHook(300 * time.Millisecond))
-	g, err := guard.New(c, guard.Policy{Prefix: b.Prefix, Rules: smsRules, Timeout: 50 * time.Millisecond})
+	hold, release := testutil.HoldHook()
+	defer release() // lets the commands still held go, so that none outlives the test
+	c.AddHook(hold)
+	const timeout = 50 * time.Millisecond
+	g, err := guard.New(c, guard.Policy{Prefix: b.Prefix, Rules: smsRules, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	d, err := g.Allow(context.Background(), "k")
-	if d.Allowed || !errors.Is(err, guard.ErrUnavailable) {
-		t.Fatalf("slow Redis = %+v, %v", d, err)
+	type result struct {
+		d   guard.Decision
+		err error
+		el  time.Duration
 	}
-	if el := time.Since(start); el > 250*time.Millisecond {
-		t.Fatalf("Allow took %v with a 50ms Timeout: not bounded", el)
+	got := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		d, err := g.Allow(context.Background(), "k")
+		got <- result{d, err, time.Since(start)}
+	}()
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Allow with a %v Timeout still waiting for Redis after 10 s: not bounded", timeout)
+	}
+	if r.d.Allowed || !errors.Is(r.err, guard.ErrUnavailable) {
+		t.Fatalf("Redis that does not answer = %+v, %v", r.d, r.err)
+	}
+	if r.el > timeout+time.Second {
+		t.Fatalf("Allow took %v with a %v Timeout: not bounded by it", r.el, timeout)
 	}
 }
 
