@@ -262,7 +262,7 @@ func TestProviderFailure(t *testing.T) {
 // when to retry; health says so too.
 func TestFailClosed(t *testing.T) {
 	srv := testutil.StartServer(t)
-	e := newEnvOn(t, srv.Client(t))
+	e := newEnvOn(t, srv.Client(t), func(c *Config) { c.Timeout = DefaultConfig().Timeout })
 
 	r := e.do("GET", "/healthz", nil)
 	e.want(r, http.StatusOK, "healthz")

@@ -46,16 +46,21 @@ func TestFailuresCountedWhenRedisIsSlow(t *testing.T) {
 	b.Mini.SetTime(t0)
 	client := b.Client(t)
 	client.AddHook(stallAttempts{})
-	e := newEnvOn(t, client, func(c *Config) { c.Timeout = 100 * time.Millisecond })
+	e := newEnvOn(t, client)
 	e.b = b
 	e.want(e.send(number), http.StatusAccepted, "send")
 	code := e.sms.code(t, number)
-	var answered401 int64
+	// Only the verifications get the short Timeout (verify reads it per
+	// request): with it, the send above would have to finish each of its
+	// Redis calls within 100 ms on a loaded machine.
+	e.svc.cfg.Timeout = 100 * time.Millisecond
+	var answered401, answered503 int64
 	for i := range int(e.cfg.MaxAttempts) {
 		switch r := e.verify(number, wrong(code, i)); r.status {
 		case http.StatusUnauthorized:
 			answered401++
 		case http.StatusServiceUnavailable: // failing closed is fine too
+			answered503++
 		default:
 			t.Fatalf("wrong guess %d = %v", i+1, r)
 		}
@@ -64,8 +69,11 @@ func TestFailuresCountedWhenRedisIsSlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := res.Remaining, e.cfg.MaxDailyFailures-answered401; got != want {
-		t.Fatalf("daily failures left = %d after %d wrong codes answered 401; want %d", got, answered401, want)
+	// Every 401 took a unit. A 503 may have taken one too (its Redis call
+	// can land after the Timeout ended the wait for its reply, on a slow
+	// machine): then fewer are left, which counts no guess too few.
+	if got, want := res.Remaining, e.cfg.MaxDailyFailures-answered401; got > want || (answered503 == 0 && got != want) {
+		t.Fatalf("daily failures left = %d after %d wrong codes answered 401 (%d 503); want %d", got, answered401, answered503, want)
 	}
 }
 
