@@ -96,6 +96,24 @@ func faultClosed(ch <-chan struct{}) bool {
 	}
 }
 
+// faultHang bounds a wait for something that must happen, however loaded the
+// machine: long enough never to fail a correct run, short enough to end a
+// hung one with a message. It is not a measurement.
+const faultHang = 10 * time.Second
+
+// faultUntil polls cond every 10 ms until it holds, for at most faultHang,
+// and reports whether it held: for a test that waits for its scenario to
+// reach a state instead of sleeping for as long as that usually takes.
+func faultUntil(cond func() bool) bool {
+	for deadline := time.Now().Add(faultHang); !cond(); {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
 // faultWithin waits up to d for ch to close and reports whether it did.
 func faultWithin(ch <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)

@@ -113,10 +113,15 @@ func TestServerStall(t *testing.T) {
 			}
 			defer finish()
 
+			// The holders run before the stall (a commit lands), however slow
+			// the machine.
 			time.Sleep(300 * time.Millisecond)
+			if !faultUntil(func() bool { _, landed, _, _ := holds.check(); return landed > 0 }) {
+				t.Fatal("no commit landed before the stall: the holders did not run")
+			}
 			// The staller takes the lock among the others, and holds it when
 			// the stall begins.
-			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			sctx, cancel := context.WithTimeout(ctx, 60*time.Second) // a hang, not a speed target
 			slk, err := lockers[0].Lock(sctx, "job")
 			cancel()
 			if err != nil {
