@@ -246,7 +246,12 @@ func TestLockWaitsPastTheLease(t *testing.T) {
 		go func() {
 			lk, err := l.Lock(ctx, "x")
 			if err == nil {
-				err = lk.Unlock(ctx)
+				// The waiter's own lease is the Locker's 20 ms: on a loaded
+				// machine it may lapse before this Unlock, which is not what
+				// the test is about.
+				if err = lk.Unlock(ctx); errors.Is(err, mutex.ErrNotHeld) {
+					err = nil
+				}
 			}
 			done <- err
 		}()

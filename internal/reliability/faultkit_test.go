@@ -59,7 +59,10 @@ func faultWarm(t testing.TB, l *mutex.Locker, prefix string) {
 	const name = "warm-up"
 	counter, log, _ := faultKeys(prefix, name)
 	for _, commit := range []bool{true, false} {
-		lk, err := l.Lock(ctx, name)
+		// A lease of its own: with the Locker's (300 ms in some tests), a
+		// stall between Lock and Extend on a loaded machine failed the
+		// warm-up.
+		lk, err := l.Lock(ctx, name, mutex.Lease(10*time.Second))
 		if err != nil {
 			t.Fatalf("warm-up Lock: %v", err)
 		}
