@@ -245,7 +245,7 @@ func TestBadInputColons(t *testing.T) {
 				t.Fatalf("%s: second Allow(%q) = %+v, %v; want denied", s.Name, k, res, err)
 			}
 		}
-		if n, _ := s.Client.DBSize(ctx).Result(); n != int64(len(keys)) {
+		if n := testutil.CountKeys(ctx, s.Client); n != int64(len(keys)) {
 			t.Errorf("%s: %d keys for %d funnel keys; want one state key each", s.Name, n, len(keys))
 		}
 		// Rule names that embed another rule's id ("r/1/1/3600000000" is

@@ -117,8 +117,8 @@ func TestBadInput(t *testing.T) {
 	if err := lim.Refund(ctx, "k", 1<<62, good); err != nil {
 		t.Fatalf("Refund(2^62) = %v", err)
 	}
-	if keys := b.Mini.Keys(); len(keys) != 0 {
-		t.Fatalf("a refund of an empty funnel wrote %q", keys)
+	if keys := testutil.WithoutRecords(b.Mini.Keys()); len(keys) != 0 {
+		t.Fatalf("a refund of an empty funnel wrote %q (besides its lock's release record)", keys)
 	}
 
 	// Odd keys are data: each gets a bucket of its own, under the prefix.
@@ -146,8 +146,8 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("key %.60q outside the prefix %q", k, b.Prefix)
 		}
 	}
-	if len(keys) != len(odd) {
-		t.Fatalf("%d keys for %d odd keys, want one state key each", len(keys), len(odd))
+	if keys := testutil.WithoutRecords(keys); len(keys) != len(odd) {
+		t.Fatalf("%d keys for %d odd keys, want one state key each (and release records)", len(keys), len(odd))
 	}
 }
 

@@ -9,8 +9,10 @@ import (
 	"math"
 	mathrand "math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -128,7 +130,7 @@ func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...L
 		l.declined(name)
 	}
 	if err != nil {
-		_ = lk.Unlock(ctx)
+		lk.drop()
 		if ctx.Err() != nil {
 			err = errors.Join(ErrNotObtained, ctx.Err())
 		}
@@ -203,19 +205,30 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	var r [3]int64
 	var res any
 	var err error
-	if call == nil && !reenter && !poll && !mark && l.setNX != nil {
-		r, err = l.takeFree(ctx, key, token, cfg)
-	} else {
-		keys, args := scriptCall(call, key, fkey, tokenArg, acquireMode(reenter, id, mark), cfg.ttlMS, l.fenceMS)
+	native := false
+	if call == nil && !reenter && !poll && !mark {
+		r, native, err = l.takeFree(ctx, key, token, cfg)
+	}
+	if !native {
+		keys, args := scriptCall(call, key, "", fkey, tokenArg, acquireMode(reenter, id, mark), cfg.ttlMS, l.fenceMS)
 		if l.q != nil { // no fragment: NewQuorum refuses them
-			r, err = l.q.acquire(ctx, keys, args, cfg.ttl, reenter, start)
+			rkey := l.recordKey(name, token)
+			if reenter {
+				rkey = h.rkey
+			}
+			r, err = l.q.acquire(ctx, keys, args, cfg.ttl, reenter, start, rkey)
 		} else {
 			script := acquireScript
 			if call != nil {
 				script = call.Fragment.acquire
 			}
+			var late func(any, error)
+			if !reenter {
+				late = l.undoLate(key, fkey, token)
+			}
 			var reply any
-			if reply, err = script.Run(ctx, l.client, keys, args...).Result(); err == nil {
+			if reply, err = l.run(ctx, script, keys, args, late); err == nil {
+				l.scripted.Store(true)
 				r, res, err = acquired(reply)
 			}
 		}
@@ -234,7 +247,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		return nil, time.Duration(r[1]) * time.Millisecond, res, ErrLocked
 	}
 	if !reenter {
-		h = &hold{locker: l, name: name, key: key, fkey: fkey, token: token, tokenArg: tokenArg, fence: r[2]}
+		h = &hold{locker: l, name: name, key: key, fkey: fkey, rkey: l.recordKey(name, token), token: token, tokenArg: tokenArg, fence: r[2]}
 	}
 	lk := &Lock{hold: h, id: id}
 	h.add(lk, start, time.Duration(r[1])*time.Millisecond)
@@ -245,40 +258,110 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 }
 
 // nativeSetter is the part of a go-redis client that takes a free lock with
-// one native SET NX PX, as acquire.lua would, but without a script.
+// one native SET NX PX GET, as acquire.lua would, but without a script.
 type nativeSetter interface {
-	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
+	SetArgs(ctx context.Context, key string, value any, a redis.SetArgs) *redis.StatusCmd
 }
 
-// takeFree is a fresh attempt without a fragment as one native SET NX PX,
-// acquire.lua's first step: the uncontended case costs Redis no script. It
-// replies as the script would, but with an unknown lease (-1) on contention,
-// and serves only the attempts that need neither that lease nor a waiter's
-// mark: TryLock, and Lock's first (its queue's head makes the next one, with
-// the script, at once).
-func (l *Locker) takeFree(ctx context.Context, key, token string, cfg lockConfig) ([3]int64, error) {
-	ok, err := l.setNX.SetNX(ctx, key, token+"-", cfg.ttl).Result()
-	if err != nil || !ok {
-		return [3]int64{0, -1, 0}, err
+// takeFree makes a fresh attempt without a fragment as one native SET NX PX
+// GET, acquire.lua's first step: the uncontended case costs Redis no script.
+// It replies as the script would, but with an unknown lease (-1) on
+// contention, and serves only the attempts that need neither that lease nor
+// a waiter's mark: TryLock, and Lock's first (its queue's head makes the
+// next one, with the script, at once). GET makes a retry of a SET whose
+// reply was lost find its own token, as the script does.
+//
+// It reports false, and makes no attempt, until a script of this Locker has
+// run (so a server that refuses scripts, whose locks could never be released,
+// hands out no lock) or when the server has no SET NX GET (Redis before 7.0):
+// the caller then runs the script.
+func (l *Locker) takeFree(ctx context.Context, key, token string, cfg lockConfig) ([3]int64, bool, error) {
+	if l.setNX == nil || !l.scripted.Load() || l.noSetGet.Load() {
+		return [3]int64{}, false, nil
 	}
-	return [3]int64{1, cfg.ttl.Milliseconds(), 0}, nil
+	old, err := ctxcall.Do(ctx, l.honours, func(ctx context.Context) (string, error) {
+		return l.setNX.SetArgs(ctx, key, token+"-", redis.SetArgs{Mode: "NX", TTL: cfg.ttl, Get: true}).Result()
+	}, l.undoLateSet(key, token))
+	switch {
+	case err == redis.Nil, err == nil && len(old) >= tokenLen && old[:tokenLen] == token:
+		return [3]int64{1, cfg.ttl.Milliseconds(), 0}, true, nil
+	case err != nil && strings.Contains(err.Error(), "syntax error"):
+		l.noSetGet.Store(true)
+		return [3]int64{}, false, nil
+	case err != nil:
+		return [3]int64{0, -1, 0}, true, err
+	}
+	return [3]int64{0, -1, 0}, true, nil
+}
+
+// run runs script on the Locker's client, returning by ctx's deadline even
+// when the client ignores it (ctxcall); late, if not nil, receives a reply
+// that came after the caller left.
+func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (any, error) {
+	if l.honours || ctx.Done() == nil {
+		return script.Run(ctx, l.client, keys, args...).Result()
+	}
+	return ctxcall.Do(ctx, false, func(ctx context.Context) (any, error) {
+		return script.Run(ctx, l.client, keys, args...).Result()
+	}, late)
+}
+
+// undoLate returns what to do with an acquire script's reply that came after
+// its caller left: release a lock the attempt took, or may have taken, which
+// nobody holds.
+func (l *Locker) undoLate(key, fkey, token string) func(any, error) {
+	return func(reply any, err error) {
+		if err != nil && !unknownOutcome(err) {
+			return
+		}
+		if r, _, aerr := acquired(reply); err != nil || (aerr == nil && r[0] == 1) {
+			l.releaseOrphan(key, fkey, token)
+		}
+	}
+}
+
+// undoLateSet is undoLate for takeFree.
+func (l *Locker) undoLateSet(key, token string) func(string, error) {
+	return func(old string, err error) {
+		if err == redis.Nil || (err == nil && len(old) >= tokenLen && old[:tokenLen] == token) || (err != nil && unknownOutcome(err)) {
+			l.releaseOrphan(key, "", token)
+		}
+	}
+}
+
+// unknownOutcome reports whether a command that failed with err may have
+// run: err is not Redis's reply (a time-out, a lost connection).
+func unknownOutcome(err error) bool {
+	var reply redis.Error
+	return err != nil && err != redis.Nil && !errors.As(err, &reply)
+}
+
+// releaseOrphan releases the root handle of token's lock at key, which an
+// attempt took after its caller gave up.
+func (l *Locker) releaseOrphan(key, fkey, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+	defer cancel()
+	rkey := strings.TrimSuffix(key, "lock") + "released:" + token
+	keys, args := scriptCall(nil, key, rkey, fkey, token, argZero, argFresh, 0, l.fenceMS)
+	_, _ = releaseScript.Run(ctx, l.client, keys, args...).Result()
 }
 
 // scriptCall returns the keys and arguments of a lock script run with
 // call's fragment (nil for none): the fragment's first, then the lock's key,
-// its fencing counter's (fkey, if not ""), and lockArgs (fragment.go).
-func scriptCall(call *Call, key, fkey string, lockArgs ...any) ([]string, []any) {
+// its release record's (rkey, if not ""), its fencing counter's (fkey, if
+// not ""), and lockArgs (fragment.go).
+func scriptCall(call *Call, key, rkey, fkey string, lockArgs ...any) ([]string, []any) {
 	var nk, na int
 	if call != nil {
 		nk, na = len(call.Keys), len(call.Args)
 	}
-	keys := make([]string, 0, nk+2)
+	keys := make([]string, 0, nk+3)
 	args := make([]any, 0, na+len(lockArgs))
 	if call != nil {
 		keys = append(keys, call.Keys...)
 		args = append(args, call.Args...)
 	}
-	return lockKeys(keys, key, fkey), append(args, lockArgs...)
+	return lockKeys(keys, key, rkey, fkey), append(args, lockArgs...)
 }
 
 // handleID is a handle's id as the scripts take it; the root handle's needs

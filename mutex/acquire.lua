@@ -9,31 +9,42 @@
 -- ARGV[4] fencing counter TTL in ms (0: off)
 -- Returns {1, lease ms, fence} when this token holds the lock now;
 -- {0, PTTL, 0} when it does not (PTTL is -2 when re-entry found no lock).
+-- Safe to run twice (go-redis retries a script whose reply was lost): a
+-- token that finds the lock its own already took it, and a re-entered
+-- handle is listed once.
 local lease = tonumber(ARGV[3])
-local v
-if ARGV[2] ~= '' and ARGV[2] ~= 'm' then
-  v = redis.call('GET', KEYS[1])
-  if not v then
-    return {0, -2, 0}
+local mode = ARGV[2]
+if mode == '' or mode == 'm' then
+  if redis.call('SET', KEYS[1], ARGV[1] .. '-', 'NX', 'PX', lease) then
+    return {1, lease, bump_fence(KEYS[2], ARGV[4])}
   end
-elseif redis.call('SET', KEYS[1], ARGV[1] .. '-', 'NX', 'PX', lease) then
-  return {1, lease, bump_fence(KEYS[2], ARGV[4])}
-end
-if v and string.sub(v, 1, 32) == ARGV[1] then
-  -- Re-entry: add the handle to the owner's list (the root's alone before).
-  local list = ',0,'
-  if #v > 33 then
-    list = string.sub(v, 35)
+  local v = redis.call('GET', KEYS[1])
+  if v and string.sub(v, 1, 32) == ARGV[1] then
+    return {1, redis.call('PTTL', KEYS[1]), last_fence(KEYS[2], ARGV[4])}
   end
-  redis.call('SET', KEYS[1], string.sub(v, 1, 33) .. ':' .. list .. ARGV[2] .. ',', 'KEEPTTL')
-  local pttl = redis.call('PTTL', KEYS[1])
-  if pttl < lease then
-    redis.call('PEXPIRE', KEYS[1], lease)
-    pttl = lease
+  if mode == 'm' then
+    redis.call('SETRANGE', KEYS[1], 32, 'w')
   end
-  return {1, pttl, 0}
+  return {0, redis.call('PTTL', KEYS[1]), 0}
 end
-if ARGV[2] == 'm' then
-  redis.call('SETRANGE', KEYS[1], 32, 'w')
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return {0, -2, 0}
 end
-return {0, redis.call('PTTL', KEYS[1]), 0}
+if string.sub(v, 1, 32) ~= ARGV[1] then
+  return {0, redis.call('PTTL', KEYS[1]), 0}
+end
+-- Re-entry: add the handle to the owner's list (the root's alone before).
+local list = ',0,'
+if #v > 33 then
+  list = string.sub(v, 35)
+end
+if not string.find(list, ',' .. mode .. ',', 1, true) then
+  redis.call('SET', KEYS[1], string.sub(v, 1, 33) .. ':' .. list .. mode .. ',', 'KEEPTTL')
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl < lease then
+  redis.call('PEXPIRE', KEYS[1], lease)
+  pttl = lease
+end
+return {1, pttl, 0}

@@ -166,8 +166,13 @@ func TestBadInputOddNamesEveryEntryPoint(t *testing.T) {
 				t.Errorf("%s: the lock of %.40q survived UnlockWith", s.Name, name)
 			}
 		}
-		if n, err := s.Client.DBSize(ctx).Result(); err != nil || n != int64(2*len(oddNames)) {
-			t.Errorf("%s: %d keys (%v) for %d names; want a state and a fencing counter each", s.Name, n, err, len(oddNames))
+		for i, name := range oddNames {
+			if n, _ := s.Client.Exists(ctx, l.Key(name, "released:"+held[i].Token())).Result(); n != 1 {
+				t.Errorf("%s: no release record for %.40q", s.Name, name)
+			}
+		}
+		if n, err := s.Client.DBSize(ctx).Result(); err != nil || n != int64(3*len(oddNames)) {
+			t.Errorf("%s: %d keys (%v) for %d names; want a state, a fencing counter and a release record each", s.Name, n, err, len(oddNames))
 		}
 		s.CheckKeys(t, "releasing the odd names")
 	}
@@ -393,8 +398,10 @@ func TestBadInputNilAndEmpty(t *testing.T) {
 		if err := noPanic(func() error { _, err := nilLock.Run(ctx, mutex.Call{Fragment: badRead}); return err }); !errors.Is(err, mutex.ErrNotHeld) {
 			t.Errorf("%s: Run on a nil Lock = %v, want ErrNotHeld", s.Name, err)
 		}
-		if n, _ := s.Client.DBSize(ctx).Result(); n != 0 {
-			t.Errorf("%s: %d keys left", s.Name, n)
+		for _, k := range s.Client.Keys(ctx, "*").Val() {
+			if !strings.Contains(k, "}:released:") { // a release's short-lived record
+				t.Errorf("%s: key %q left", s.Name, k)
+			}
 		}
 	}
 }

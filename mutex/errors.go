@@ -41,6 +41,11 @@ var (
 	// ErrNoQuorum means a quorum call could not reach a majority of nodes in
 	// time; it is joined with the failed nodes' errors.
 	ErrNoQuorum = errors.New("mutex: no quorum")
+	// ErrResultUnknown means UnlockWith ran the fragment and released the
+	// handle, but Redis's reply was lost and the retry that found the work
+	// done could not recover the fragment's result (a table: only numbers,
+	// strings and booleans are kept for a retry).
+	ErrResultUnknown = errors.New("mutex: fragment ran, its result was lost with the reply")
 	// ErrUnexpectedReply means Redis answered a script with a reply of the
 	// wrong shape (for example a key prefix shared with other data).
 	ErrUnexpectedReply = errors.New("mutex: unexpected reply from Redis")

@@ -1,7 +1,9 @@
 package mutex
 
 import (
+	"crypto/sha1"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -93,20 +95,20 @@ func cutTail(t string, n int) string {
 }
 
 // cutLockKeys is cutTail of the lock's keys for the acquire and release
-// scripts: the lock key, and the fencing counter's only when fencing is on
-// (fence, the local holding the counter's TTL argument, is not "0").
-func cutLockKeys(fence string) string {
-	return `local n_KEYS = #KEYS
-local KEYS1, KEYS2
-if ` + fence + ` == '0' then
-  KEYS1 = KEYS[n_KEYS]
-  KEYS[n_KEYS] = nil
-else
-  KEYS1, KEYS2 = KEYS[n_KEYS - 1], KEYS[n_KEYS]
-  KEYS[n_KEYS - 1] = nil
-  KEYS[n_KEYS] = nil
-end
-`
+// scripts: n keys (1 or 2), and the fencing counter's, KEYS<n+1>, only when
+// fencing is on (fence, the local holding the counter's TTL argument, is not
+// "0").
+func cutLockKeys(n int, fence string) string {
+	var b strings.Builder
+	b.WriteString("local n_KEYS = #KEYS\n")
+	b.WriteString("local " + strings.TrimSuffix(strings.TrimPrefix(locals("KEYS", n+1), "{"), "}") + "\n")
+	b.WriteString("local lock_keys = " + strconv.Itoa(n) + "\n")
+	b.WriteString("if " + fence + " ~= '0' then\n  lock_keys = " + strconv.Itoa(n+1) + "\nend\n")
+	for i := 1; i <= n+1; i++ {
+		fmt.Fprintf(&b, "if lock_keys >= %[1]d then\n  KEYS%[1]d = KEYS[n_KEYS - lock_keys + %[1]d]\nend\n", i)
+	}
+	b.WriteString("for i = n_KEYS - lock_keys + 1, n_KEYS do\n  KEYS[i] = nil\nend\n")
+	return b.String()
 }
 
 // putFront writes the locals of cutTail to the first n slots of t, for the
@@ -160,7 +162,7 @@ var reuseDeclined = fmt.Sprintf("res[1] = %d\n  return res", declinedReply)
 // lock behind. Reply: the acquire script's, with the result appended; or
 // {declinedReply, result...}.
 func wrapAcquire(src string, gate bool) string {
-	return userPart(src) + cutTail("ARGV", acquireArgs) + cutLockKeys(fmt.Sprintf("ARGV%d", acquireFenceArg)) +
+	return userPart(src) + cutTail("ARGV", acquireArgs) + cutLockKeys(acquireKeys-1, fmt.Sprintf("ARGV%d", acquireFenceArg)) +
 		runUser(gate, reuseDeclined) +
 		putFront("KEYS", acquireKeys) + putFront("ARGV", acquireArgs) +
 		lockPart(acquireSrc) + `local r = lock_part(KEYS, ARGV)
@@ -171,15 +173,21 @@ return r
 
 // wrapRelease releases first, so that a fragment that fails still leaves the
 // lock released, never stuck until its lease ends; the fragment runs only if
-// the release found the handle holding the lock. Reply: the release
-// script's, with the result appended.
+// the release found the handle holding the lock, and then the release is
+// recorded with its result (record.lua). Reply: the release script's, with
+// the result appended; a replay of a recorded release returns the record
+// and does not run the fragment again.
 func wrapRelease(src string, gate bool) string {
-	return lockPart(releaseSrc) + userPart(src) + cutTail("ARGV", releaseArgs) + cutLockKeys(fmt.Sprintf("ARGV%d", releaseFenceArg)) +
+	sum := sha1.Sum([]byte(src))
+	return recordSrc + callID(fmt.Sprintf("fragment %x %t", sum, gate)) + lockPart(releaseSrc) + userPart(src) + cutTail("ARGV", releaseArgs) +
+		cutLockKeys(releaseKeys-1, fmt.Sprintf("ARGV%d", releaseFenceArg)) +
 		"local r = lock_part(" + locals("KEYS", releaseKeys) + ", " + locals("ARGV", releaseArgs) + `)
-if r[1] < 0 then
+if r[1] < 0 or r[4] then
   return r
 end
-` + runUser(gate, "table.remove(res, 1)\n  return {r[1], r[2], res}") + `r[3] = res
+` + runUser(gate, "table.remove(res, 1)\n  record(KEYS2, release_call, r[1], r[2], res)\n  return {r[1], r[2], res}") +
+		`record(KEYS2, release_call, r[1], r[2], res)
+r[3] = res
 return r
 `
 }

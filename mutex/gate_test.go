@@ -158,7 +158,8 @@ func TestRunOnlyWhileHeld(t *testing.T) {
 
 // Waiters that leave on a declining gate or an ended ctx while a holder is
 // handing them the lock must pass it on, never strand it until its lease
-// ends: after the storm, with a one-minute lease, no lock may be left.
+// ends: after the storm, with a one-minute lease, no lock may be left (once
+// the late replies of abandoned attempts are in).
 func TestNoLockStrandedWhenLeaving(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
@@ -219,9 +220,16 @@ func TestNoLockStrandedWhenLeaving(t *testing.T) {
 		if got.Load() == 0 || declined.Load() == 0 {
 			t.Fatal("the storm did not exercise both outcomes")
 		}
-		if n := c.Exists(ctx, l.Key("g", "lock")).Val(); n != 0 {
-			t.Fatalf("a lock was stranded: %v", c.Get(ctx, l.Key("g", "lock")).Val())
-		}
+		// An attempt that its ctx cut short may still run in Redis (the
+		// client ignores deadlines, so it finishes in a goroutine of its
+		// own) and take the lock after its caller left; it is released as
+		// soon as its reply arrives. A stranded lock would stay a minute.
+		waitFor(t, "no lock left after the storm", func() bool {
+			if c.Exists(ctx, l.Key("g", "lock")).Val() == 0 {
+				return true
+			}
+			return false
+		})
 		if _, err := l.TryLock(ctx, "g"); err != nil {
 			t.Fatalf("after the storm TryLock = %v", err)
 		}

@@ -17,6 +17,7 @@ type hold struct {
 	name   string
 	key    string // the lock
 	fkey   string // the fencing counter
+	rkey   string // the record of this token's releases (record.lua)
 	token  string
 	// tokenArg is token boxed once for the scripts' arguments.
 	tokenArg any
@@ -34,7 +35,12 @@ type hold struct {
 
 func newHold(l *Locker, name, token string) *hold {
 	key, fkey := l.keys(name)
-	return &hold{locker: l, name: name, key: key, fkey: fkey, token: token, tokenArg: token}
+	return &hold{locker: l, name: name, key: key, fkey: fkey, rkey: l.recordKey(name, token), token: token, tokenArg: token}
+}
+
+// recordKey is the key of the record of token's releases of name.
+func (l *Locker) recordKey(name, token string) string {
+	return l.Key(name, "released:"+token)
 }
 
 // keys returns the keys of the lock on name and of its fencing counter (""
@@ -47,12 +53,18 @@ func (l *Locker) keys(name string) (key, fkey string) {
 	return key, fkey
 }
 
-// lockKeys appends the keys of h's lock scripts to keys.
-func lockKeys(keys []string, key, fkey string) []string {
-	if fkey == "" {
-		return append(keys, key)
+// lockKeys appends the keys of a lock script to keys: the lock's, the
+// release record's (release scripts only) and the fencing counter's (with
+// fencing only); "" stands for a key the script does not take.
+func lockKeys(keys []string, key, rkey, fkey string) []string {
+	keys = append(keys, key)
+	if rkey != "" {
+		keys = append(keys, rkey)
 	}
-	return append(keys, key, fkey)
+	if fkey != "" {
+		keys = append(keys, fkey)
+	}
+	return keys
 }
 
 // last reports whether lk is the only open handle of its hold.
@@ -99,7 +111,7 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 		h.mu.Unlock()
 		return nil
 	}
-	nh := &hold{locker: h.locker, name: h.name, key: h.key, fkey: h.fkey, token: h.token, tokenArg: h.tokenArg, deadline: h.deadline}
+	nh := &hold{locker: h.locker, name: h.name, key: h.key, fkey: h.fkey, rkey: h.rkey, token: h.token, tokenArg: h.tokenArg, deadline: h.deadline}
 	nh.nextID.Store(h.nextID.Load()) // re-entries must not reuse a live handle's field
 	nlk := &Lock{hold: nh, id: lk.id}
 	nh.one[0] = nlk

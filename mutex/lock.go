@@ -102,11 +102,8 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 		return nil, ErrNotHeld
 	}
 	h, l := lk.hold, lk.hold.locker
-	if ctx.Done() != nil { // a ctx that can end: detach from it, with a bound of its own
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
-		defer cancel()
-	}
+	ctx, cancel := detach(ctx)
+	defer cancel()
 
 	// Closing the last local handle: stop renewal first (no renewal runs
 	// after Unlock returns), and offer the lock to the next local waiter.
@@ -137,12 +134,19 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	if call != nil {
 		script = call.Fragment.release
 	}
-	keys, args := scriptCall(call, h.key, h.fkey, h.tokenArg, argID(lk.id), nextToken, nextLease, l.fenceMS)
+	keys, args := scriptCall(call, h.key, h.rkey, h.fkey, h.tokenArg, argID(lk.id), nextToken, nextLease, l.fenceMS)
 	start := time.Now()
-	reply, err := script.Run(ctx, l.client, keys, args...).Result()
+	var late func(any, error)
+	if nh != nil {
+		// The release may have handed the lock to nh in Redis: when its
+		// reply comes after the caller left, nobody will hold nh.
+		late = func(any, error) { l.releaseOrphan(nh.key, nh.fkey, nh.token) }
+	}
+	reply, err := l.run(ctx, script, keys, args, late)
 	var r [3]int64
 	var rest []any
 	if err == nil {
+		l.scripted.Store(true)
 		r, rest, err = ints(reply, 2)
 	}
 	if err != nil {
@@ -178,7 +182,37 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	if len(rest) > 0 {
 		res = rest[0]
 	}
+	if len(rest) > 1 && rest[1] == any(int64(2)) && call != nil {
+		return nil, ErrResultUnknown // a replay: the fragment ran, its table result was not kept
+	}
 	return res, nil
+}
+
+// drop releases a handle that a call obtained for its caller but does not
+// return (its ctx ended meanwhile): in a goroutine of its own, bounded by
+// unlockTimeout, so that the caller still returns by its deadline and the
+// lock is not left held by a handle nobody has.
+func (lk *Lock) drop() {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+		defer cancel()
+		_ = lk.Unlock(ctx)
+	}()
+}
+
+// detach returns the context of a release: one that a cancellation of ctx
+// does not stop, so that a lock is released even when the caller gave up,
+// but that keeps ctx's deadline, so that the call returns by it; bounded by
+// unlockTimeout when ctx has no deadline or has ended already.
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	d, ok := ctx.Deadline()
+	if limit := time.Now().Add(unlockTimeout); !ok || ctx.Err() != nil || d.After(limit) {
+		d = limit
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), d)
 }
 
 // Run runs call.Fragment only while this handle holds the lock, without
@@ -195,8 +229,8 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	if err := lk.hold.locker.unsupported("a Fragment"); err != nil {
 		return nil, err
 	}
-	keys, args := scriptCall(&call, lk.hold.key, "", lk.hold.tokenArg, argID(lk.id))
-	reply, err := call.Fragment.held.Run(ctx, lk.hold.locker.client, keys, args...).Result()
+	keys, args := scriptCall(&call, lk.hold.key, "", "", lk.hold.tokenArg, argID(lk.id))
+	reply, err := lk.hold.locker.run(ctx, call.Fragment.held, keys, args, nil)
 	if err != nil {
 		return nil, fmt.Errorf("mutex: run %q: %w", lk.hold.name, err)
 	}
@@ -256,7 +290,7 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		}
 		return d, nil
 	}
-	reply, err := pttlScript.Run(ctx, lk.hold.locker.client, []string{lk.hold.key}, lk.args()...).Result()
+	reply, err := lk.hold.locker.run(ctx, pttlScript, []string{lk.hold.key}, lk.args(), nil)
 	if err != nil {
 		return 0, fmt.Errorf("mutex: ttl %q: %w", lk.hold.name, err)
 	}

@@ -3,8 +3,10 @@ package mutex
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/nilcheck"
 )
@@ -53,9 +55,15 @@ type Locker struct {
 	q        *quorum // nil unless NewQuorum
 	ttlMS    any     // ttl in ms and fenceTTL in ms, boxed once for the scripts
 	fenceMS  any
-	// setNX takes a free lock with a native SET NX PX; nil when the client
-	// has none, or the Locker needs the script (fencing, a quorum).
-	setNX nativeSetter
+	// setNX takes a free lock with a native SET NX PX GET; nil when the
+	// client has none, or the Locker needs the script (fencing, a quorum).
+	// It is used only once a script has run (scripted), and never on a
+	// server without SET NX GET (noSetGet).
+	setNX              nativeSetter
+	scripted, noSetGet atomic.Bool
+	// honours is set when the client bounds commands by their context's
+	// deadline (ContextTimeoutEnabled); otherwise calls run under ctxcall.
+	honours bool
 
 	mu     sync.Mutex
 	queues map[string]*queue // waiters by name
@@ -153,6 +161,7 @@ func New(client Client, opts ...Option) *Locker {
 	if s, ok := client.(nativeSetter); ok && l.fenceTTL == 0 && !nilcheck.IsNil(client) {
 		l.setNX = s
 	}
+	l.honours = !nilcheck.IsNil(client) && ctxcall.Honours(client)
 	return l
 }
 

@@ -201,7 +201,7 @@ func (l *Locker) leave(ctx context.Context, name string, w *waiter, lk *Lock, re
 	if lk == nil && err == nil {
 		return got, nil, true, nil
 	}
-	_ = got.Unlock(ctx)
+	got.drop()
 	return lk, res, false, err
 }
 

@@ -3,6 +3,8 @@ package mutex
 import (
 	_ "embed"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,11 +22,24 @@ var (
 	extendBody string
 	//go:embed pttl.lua
 	pttlBody string
+	//go:embed record.lua
+	recordBody string
 )
+
+// recordTTL is how long a release's record lasts (record.lua): a release run
+// again within it, because its reply was lost and the client retried it,
+// reports what the first run did.
+const recordTTL = 10 * time.Second
+
+// recordSrc is record.lua with its lifetime.
+var recordSrc = "local record_ms = " + strconv.FormatInt(recordTTL.Milliseconds(), 10) + "\n" + recordBody
 
 // Scripts are assembled from their body and the Lua functions they call.
 var (
 	acquireSrc = fenceSrc + acquireBody
+	// releaseSrc is the lock's part of a release: it runs as a function
+	// (lockPart) after recordSrc, whose functions it calls, and its caller
+	// writes the record (releaseTail, wrapRelease).
 	releaseSrc = fenceSrc + heldSrc + releaseBody
 	extendSrc  = heldSrc + extendBody
 	pttlSrc    = heldSrc + pttlBody
@@ -33,10 +48,25 @@ var (
 // Scripts are immutable after init (redis.Script caches only its own SHA).
 var (
 	acquireScript = redis.NewScript(acquireSrc)
-	releaseScript = redis.NewScript(releaseSrc)
+	releaseScript = redis.NewScript(recordSrc + callID("release") + lockPart(releaseSrc) + releaseTail)
 	extendScript  = redis.NewScript(extendSrc)
 	pttlScript    = redis.NewScript(pttlSrc)
 )
+
+// callID computes, at the start of a release script of the given kind
+// (before anything changes KEYS or ARGV), the digest that its record keeps.
+func callID(kind string) string {
+	return "local release_call = call_id(" + strconv.Quote(kind) + ")\n"
+}
+
+// releaseTail ends the plain release script: it records a release that
+// took place (not a replay of one) and returns the lock part's reply.
+const releaseTail = `local r = lock_part(KEYS, ARGV)
+if r[1] >= 0 and not r[4] then
+  record(KEYS[2], release_call, r[1], r[2], nil)
+end
+return r
+`
 
 // declinedReply is the first element of an acquire script's reply when its
 // gate declined (fragment.go). Small and positive: go-redis boxes it without
@@ -45,11 +75,11 @@ const declinedReply = 2
 
 // The number of KEYS and ARGV each of the lock's scripts takes; in a
 // Fragment's scripts they come after the fragment's own (see cutTail). The
-// acquire and release scripts take the fencing counter's key only when
-// their fencing argument (its TTL, at these positions) is not 0.
+// acquire and release scripts take the fencing counter's key (their last)
+// only when their fencing argument (its TTL, at these positions) is not 0.
 const (
 	acquireKeys, acquireArgs = 2, 4
-	releaseKeys, releaseArgs = 2, 5
+	releaseKeys, releaseArgs = 3, 5
 	heldKeys, heldArgs       = 1, 2
 
 	acquireFenceArg, releaseFenceArg = 4, 5

@@ -252,10 +252,10 @@ func linWithStats(ctx context.Context) (context.Context, *linStats) {
 }
 
 // linScriptsOnly is a client whose Locker acquires with its script only:
-// its SetNX shadows the client's with another signature.
+// its SetArgs shadows the client's with another signature.
 type linScriptsOnly struct{ *redis.Client }
 
-func (linScriptsOnly) SetNX() {}
+func (linScriptsOnly) SetArgs() {}
 
 // linLockCommand reports whether cmd acts on a lock or the data it guards:
 // a script, or the native SET NX PX of a first attempt (TryLock, Lock). The
@@ -383,7 +383,7 @@ var (
 //     and after it ran;
 //   - client 2 delays every command by 2 ms, and a quarter of its acquires
 //     have a 1 ms deadline;
-//   - client 3 has a 1 ms ReadTimeout: a reply late under -race is lost, and
+//   - client 3 has a 2 ms ReadTimeout: a reply late under -race is lost, and
 //     its script may run after the caller gave up; it sends scripts only
 //     (no native SET NX first attempts: their late replies mean the same,
 //     and each unbounded outcome widens porcupine's search);
@@ -397,7 +397,10 @@ var (
 func TestLinearizeLockAndCounter(t *testing.T) {
 	srv := testutil.StartServer(t)
 	prefix := testutil.NewPrefix()
-	base := redis.Options{Addr: srv.Addr, MaxRetries: -1} // a retried script would run twice
+	// No retries: each operation's outcome is one script run's. Deadlines
+	// bound the reads, so an abandoned call's script runs before its caller
+	// returns, or is marked late by the hook.
+	base := redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true}
 
 	mk := func(o redis.Options, hooks ...redis.Hook) *redis.Client {
 		c := redis.NewClient(&o)
@@ -409,7 +412,7 @@ func TestLinearizeLockAndCounter(t *testing.T) {
 	}
 	loss := &linFaultHook{every: 7}
 	tight := base
-	tight.ReadTimeout, tight.WriteTimeout = time.Millisecond, 50*time.Millisecond
+	tight.ReadTimeout, tight.WriteTimeout = 2*time.Millisecond, 50*time.Millisecond
 	opts := []mutex.Option{mutex.WithPrefix(prefix), mutex.WithTTL(linLease), mutex.WithRetryInterval(5 * time.Millisecond)}
 	// Every operation with an unbounded outcome makes porcupine's search
 	// wider, most of all when it must prove a violation: the client whose
@@ -418,7 +421,7 @@ func TestLinearizeLockAndCounter(t *testing.T) {
 		{locker: mutex.New(mk(base, &linFaultHook{}), opts...), goroutines: 3, iterations: 70},
 		{locker: mutex.New(mk(base, loss), opts...), goroutines: 3, iterations: 70},
 		{locker: mutex.New(mk(base, testutil.DelayHook(2*time.Millisecond), &linFaultHook{}), opts...), goroutines: 3, iterations: 70, shortCtx: 25},
-		{locker: mutex.New(linScriptsOnly{mk(tight, &linFaultHook{late: true})}, opts...), goroutines: 1, iterations: 30},
+		{locker: mutex.New(linScriptsOnly{mk(tight, &linFaultHook{late: true})}, opts...), goroutines: 1, iterations: 20},
 	}
 	plain := mk(base)
 	counterKey := clients[0].locker.Key("ctr", "counter")
@@ -542,8 +545,17 @@ func linIteration(rec *linRecorder, c *linClient, worker int, rng *rand.Rand, co
 		v, _ = strconv.ParseInt(s, 10, 64)
 	}
 	// An Unlock that fails leaves the handle open: try again, as a caller
-	// should, so that a lost reply does not hold the name for a lease.
-	for range 3 {
+	// should, so that a lost reply does not hold the name for a lease. A
+	// retry that succeeds answers for the attempts before it (the release
+	// record replays one that ran), so its success spans them all, from the
+	// first call; one that fails (not held) says nothing of them: each stays
+	// an unknown release of its own.
+	type attempt struct {
+		call, ret int64
+		late      bool
+	}
+	var unknown []attempt
+	for try := range 3 {
 		rctx, st := linWithStats(context.Background())
 		rcall := rec.now()
 		var err error
@@ -563,7 +575,6 @@ func linIteration(rec *linRecorder, c *linClient, worker int, rng *rand.Rand, co
 			out = linUnknown
 		}
 		isLate := st.late.Load() > 0
-		rec.addLock(worker, linLockInput{name: name, op: linRelease, acq: acq, call: rcall, ret: rret}, out, isLate)
 		if out == linUnknown {
 			// A release hands the lock to a local waiter in its own script;
 			// if its reply is lost that waiter never learns of it, and the
@@ -573,9 +584,18 @@ func linIteration(rec *linRecorder, c *linClient, worker int, rng *rand.Rand, co
 		if counter {
 			rec.add(&rec.counter, worker, linCounterInput{incr: true, v: v}, call, rret, out, isLate)
 		}
-		if out != linUnknown {
-			return
+		if out == linUnknown && try < 2 {
+			unknown = append(unknown, attempt{rcall, rret, isLate})
+			continue
 		}
+		if out == linOK && len(unknown) > 0 {
+			rcall, unknown = unknown[0].call, nil
+		}
+		for _, u := range unknown {
+			rec.addLock(worker, linLockInput{name: name, op: linRelease, acq: acq, call: u.call, ret: u.ret}, linUnknown, u.late)
+		}
+		rec.addLock(worker, linLockInput{name: name, op: linRelease, acq: acq, call: rcall, ret: rret}, out, isLate)
+		return
 	}
 }
 

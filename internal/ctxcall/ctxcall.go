@@ -1,0 +1,81 @@
+package ctxcall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Honours reports whether client is known to bound its commands by their
+// context's deadline: a go-redis Client, ClusterClient or Ring made with
+// ContextTimeoutEnabled. Anything else (another client type, a wrapper) is
+// taken not to.
+func Honours(client any) bool {
+	switch c := client.(type) {
+	case interface{ Options() *redis.Options }:
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.ClusterOptions }:
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.RingOptions }:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// Do returns f(ctx). When the client does not honour deadlines (honours is
+// false) and ctx can end, f runs in a goroutine of its own and Do returns
+// when ctx ends, if that comes first, with an error matching ctx.Err(); late,
+// if not nil, then receives f's outcome when it arrives (to undo what f did,
+// for example), in that goroutine.
+func Do[T any](ctx context.Context, honours bool, f func(context.Context) (T, error), late func(T, error)) (T, error) {
+	if honours || ctx.Done() == nil {
+		return f(ctx)
+	}
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	type outcome struct {
+		v   T
+		err error
+	}
+	// The goroutine either hands its outcome to the caller or, once the
+	// caller has left, to late: never both, never neither.
+	var mu sync.Mutex
+	abandoned := false
+	done := make(chan outcome, 1)
+	go func() {
+		v, err := f(ctx)
+		mu.Lock()
+		if !abandoned {
+			done <- outcome{v, err}
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		if late != nil {
+			late(v, err)
+		}
+	}()
+	select {
+	case o := <-done:
+		return o.v, o.err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case o := <-done: // both ready: the outcome is known, so report it
+		return o.v, o.err
+	default:
+	}
+	abandoned = true
+	return zero, fmt.Errorf("%w: %w", ErrAbandoned, ctx.Err())
+}
+
+// ErrAbandoned is joined with ctx.Err() when Do returned before f did: f's
+// outcome goes to late.
+var ErrAbandoned = errors.New("outcome unknown: the call was abandoned at its context's end (the Redis client ignores context deadlines; set ContextTimeoutEnabled in its options)")

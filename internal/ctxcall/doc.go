@@ -1,0 +1,11 @@
+// Package ctxcall makes a Redis call return by its context's deadline even
+// on a client that does not honour context deadlines.
+//
+// go-redis bounds a command by its context only when the client was made
+// with ContextTimeoutEnabled; otherwise a hung server holds the caller for
+// the client's ReadTimeout (5 s by default), and again for each retry. The
+// libraries accept such clients all the same: a call on one runs in a
+// goroutine of its own, and the caller leaves when its context ends, with an
+// error that names the option. The goroutine ends when go-redis gives up on
+// its own timeouts.
+package ctxcall
