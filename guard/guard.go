@@ -17,9 +17,10 @@ import (
 // A Guard decides, for one endpoint, whether a call for a key may go ahead.
 // It is safe for concurrent use; build it once with New.
 type Guard struct {
-	p   Policy
-	lim *funnel.Limiter
-	fb  *fallback // nil without Policy.Fallback
+	p     Policy
+	lim   *funnel.Limiter
+	fb    *fallback     // nil without Policy.Fallback
+	local *funnel.Local // FailOpen without a Fallback: the rules, in-process
 }
 
 // Decision is the outcome of Allow.
@@ -37,7 +38,9 @@ type Decision struct {
 	Tightest  string
 	// ResetAfter is how long until every rule's funnel is empty.
 	ResetAfter time.Duration
-	// Degraded reports a decision made without Redis: by OnError or Fallback.
+	// Degraded reports a decision made without Redis: by OnError, the
+	// Fallback, or (FailOpen) the rules applied in this process; or a denial
+	// because Redis refused the call (ErrRejected).
 	Degraded bool
 }
 
@@ -75,8 +78,11 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 		return nil, fmt.Errorf("%w: unusable Locker: %w", ErrInvalidPolicy, err)
 	}
 	g := &Guard{p: p, lim: funnel.New(client, funnel.WithPrefix(p.Prefix), funnel.WithLocker(locker))}
-	if p.Fallback != nil {
+	switch {
+	case p.Fallback != nil:
 		g.fb = newFallback(*p.Fallback)
+	case p.OnError == FailOpen:
+		g.local = funnel.NewLocal(DefaultFallbackMax)
 	}
 	return g, nil
 }
@@ -91,8 +97,13 @@ func (g *Guard) Allow(ctx context.Context, key string) (Decision, error) {
 //
 // If Redis cannot answer within the Policy's Timeout, the Decision is the
 // Fallback's, or else FailClosed's denial (RetryAfter = ErrorRetryAfter) or
-// FailOpen's admission, with Degraded set and an error matching
-// ErrUnavailable. A bad key gives ErrInvalidKey and a denial; a ctx that ends
+// FailOpen's: the Policy's rules decided in this process (funnel.Local), so
+// that each process admits at most what the rules allow per key, never
+// everyone. It has Degraded set and comes with an error matching
+// ErrUnavailable. If Redis answers with an error that will not go away by
+// itself (no permission, out of memory, scripting disabled, a corrupt key),
+// the call is denied whatever the Policy says, with an error matching
+// ErrRejected. A bad key gives ErrInvalidKey and a denial; a ctx that ends
 // gives ctx's error and a denial.
 func (g *Guard) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	start := time.Now()
@@ -117,13 +128,22 @@ func (g *Guard) allow(ctx context.Context, key string, n int64) (Decision, error
 	if errors.Is(err, funnel.ErrInvalidN) || ctx.Err() != nil {
 		return Decision{}, err
 	}
+	if !unanswered(err) {
+		return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, fmt.Errorf("%w: %w", ErrRejected, err)
+	}
 	uerr := fmt.Errorf("%w: %w", ErrUnavailable, err)
 	switch {
 	case g.fb != nil:
 		ok, wait := g.fb.allow(sk, n)
 		return Decision{Allowed: ok, RetryAfter: wait, Degraded: true}, uerr
-	case g.p.OnError == FailOpen:
-		return Decision{Allowed: true, Degraded: true}, uerr
+	case g.local != nil:
+		res, lerr := g.local.AllowN(time.Now(), sk, n, g.p.Rules...)
+		if lerr != nil { // the rules passed New's checks: n is the only cause
+			return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, errors.Join(uerr, lerr)
+		}
+		d := decision(res)
+		d.Degraded = true
+		return d, uerr
 	}
 	return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, uerr
 }
@@ -144,7 +164,7 @@ func (g *Guard) Peek(ctx context.Context, key string) (Decision, error) {
 		if ctx.Err() != nil {
 			return Decision{}, err
 		}
-		return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, redisError(err)
 	}
 	return decision(res), nil
 }
@@ -172,9 +192,18 @@ func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
 		if errors.Is(err, funnel.ErrInvalidN) || ctx.Err() != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return redisError(err)
 	}
 	return nil
+}
+
+// redisError wraps an error of a call to Redis: ErrUnavailable when Redis
+// could not answer, ErrRejected when it refused.
+func redisError(err error) error {
+	if unanswered(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return fmt.Errorf("%w: %w", ErrRejected, err)
 }
 
 // Do runs fn if Allow admits the call for key, and refunds the unit when fn

@@ -195,7 +195,7 @@ func TestSlowRedisBoundedByTimeout(t *testing.T) {
 func TestFallbackWhileDown(t *testing.T) {
 	b := testutil.Mini(t)
 	g := newGuard(t, b, guard.Policy{Fallback: &guard.Fallback{Limit: 0.001, Burst: 2}})
-	b.Mini.SetError("ERR down")
+	b.Mini.SetError("MASTERDOWN Link with MASTER is down")
 	ctx := context.Background()
 	for i, want := range []bool{true, true, false} {
 		d, err := g.Allow(ctx, "k")

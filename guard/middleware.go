@@ -19,8 +19,10 @@ import (
 //   - Admitted: the request goes on to the next handler.
 //   - Denied: 429 Too Many Requests, Retry-After in whole seconds rounded up
 //     (never 0), and {"error": "...", "retry_after": seconds}.
-//   - Redis unavailable and failing closed: 503 Service Unavailable, with
-//     Retry-After and the same body.
+//   - Redis unavailable and failing closed, or Redis refusing the call
+//     (ErrRejected): 503 Service Unavailable, with Retry-After and the same
+//     body. A denial of the fallback (FailOpen's rules in this process, or
+//     Policy.Fallback) is a 429.
 //   - keyFunc's error or an invalid key: 400 Bad Request.
 //
 // With Policy.RateLimitHeaders, responses also carry RateLimit-Policy and
@@ -46,7 +48,7 @@ func (g *Guard) Middleware(keyFunc func(*http.Request) (string, error)) func(htt
 				writeJSON(w, http.StatusBadRequest, body{Error: "bad request: invalid key"})
 			case d.Allowed:
 				next.ServeHTTP(w, r)
-			case d.Degraded && g.fb == nil: // failing closed
+			case errors.Is(err, ErrRejected) || (d.Degraded && g.fb == nil && g.local == nil): // failing closed
 				secs := RetryAfterSeconds(d.RetryAfter)
 				w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 				writeJSON(w, http.StatusServiceUnavailable, body{Error: "rate limiter unavailable", RetryAfter: secs})

@@ -68,7 +68,7 @@ func TestMiddleware(t *testing.T) {
 		t.Fatalf("oversized key = %d, want 400", rec.Code)
 	}
 
-	b.Mini.SetError("ERR down")
+	b.Mini.SetError("MASTERDOWN Link with MASTER is down")
 	rec = serve(h, "b")
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "1" {
 		t.Fatalf("Redis down = %d, Retry-After %q; want 503 with Retry-After 1", rec.Code, rec.Header().Get("Retry-After"))

@@ -16,7 +16,12 @@ type FailureMode int
 const (
 	// FailClosed denies (the default: an SMS costs money).
 	FailClosed FailureMode = iota
-	// FailOpen admits.
+	// FailOpen decides with the Policy's rules in this process's memory
+	// (funnel.Local), unless a Fallback is set: each process then admits at
+	// most what the rules allow per key (for up to DefaultFallbackMax keys;
+	// older keys are forgotten when more come), so a fleet of N processes
+	// admits at most N times the rules' bound while Redis is down, never
+	// everyone.
 	FailOpen
 )
 
@@ -41,7 +46,8 @@ type Policy struct {
 	// Rules are decided all or nothing on every call (at least one).
 	Rules []funnel.Rule
 	// OnError is what to decide when Redis cannot answer: FailClosed (the
-	// zero value) or FailOpen.
+	// zero value) or FailOpen. An answer that refuses the call (ErrRejected)
+	// always denies.
 	OnError FailureMode
 	// ErrorRetryAfter is the RetryAfter of a denial made because Redis could
 	// not answer (DefaultErrorRetry if zero).

@@ -1,0 +1,126 @@
+package funnel
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// DefaultLocalKeys is how many keys a Local remembers when NewLocal is given
+// no positive bound.
+const DefaultLocalKeys = 10000
+
+// A Local decides rules in this process's memory, on its monotonic clock,
+// with the arithmetic of a Limiter: for a key used only through it, it makes
+// the decisions a Limiter would make with the clocks in step. It is the
+// fallback of a guard while Redis cannot answer: each process then admits
+// at most what the rules allow, per key, instead of everything.
+//
+// A Local remembers at most its bound of keys; when a new key would pass
+// it, the older half is forgotten (a forgotten key starts empty again). It
+// is safe for concurrent use, starts no goroutine, and its zero value is not
+// usable: call NewLocal.
+type Local struct {
+	max  int
+	base time.Time
+
+	mu    sync.Mutex
+	keys  map[string]map[string]level // key -> rule id -> level
+	order []string                    // keys in the order they were added
+	// compiled caches validated rules, as in a Limiter.
+	compiled map[Rule]rule
+}
+
+// NewLocal returns a Local that remembers at most maxKeys keys
+// (DefaultLocalKeys if maxKeys < 1).
+func NewLocal(maxKeys int) *Local {
+	if maxKeys < 1 {
+		maxKeys = DefaultLocalKeys
+	}
+	return &Local{max: maxKeys, base: time.Now(), keys: make(map[string]map[string]level)}
+}
+
+// Allow is shorthand for AllowN(time.Now(), key, 1, rules...).
+func (l *Local) Allow(key string, rules ...Rule) (Result, error) {
+	return l.AllowN(time.Now(), key, 1, rules...)
+}
+
+// AllowN admits n units for key at now if they fit in every rule, all or
+// nothing, as Limiter.AllowN does. now must not be earlier than the Local's
+// creation (times before it count as its creation); pass time.Now() outside
+// tests. Errors match ErrInvalidKey, ErrInvalidRule, ErrDuplicateRule and
+// ErrInvalidN; a failed call changes nothing.
+func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Result, error) {
+	if key == "" || len(key) > MaxKeyLen {
+		return Result{}, fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rs, err := compileRules(rules, l.compile)
+	if err != nil {
+		return Result{}, err
+	}
+	for _, r := range rs {
+		if n < 1 || n > r.full/r.per {
+			return Result{}, fmt.Errorf("%w: %d units for rule %q of capacity %d", ErrInvalidN, n, r.name, r.full/r.per)
+		}
+	}
+	us := int64(max(now.Sub(l.base), 0) / time.Microsecond)
+	st := l.keys[key]
+	levels := make([]level, len(rs))
+	for i, r := range rs {
+		levels[i] = st[r.id]
+	}
+	d := decide(rs, levels, us, n)
+	if d.allowed {
+		if st == nil {
+			st = l.add(key)
+		}
+		for i, r := range rs {
+			st[r.id] = level{fill: d.fills[i], at: d.ats[i]}
+		}
+	} else {
+		d.retry = max(d.retry, 1)
+	}
+	return d.result(rs), nil
+}
+
+// compile validates r, from the cache when possible; l.mu is held.
+func (l *Local) compile(r Rule) (rule, error) {
+	if c, ok := l.compiled[r]; ok {
+		return c, nil
+	}
+	c, err := r.compile()
+	if err != nil {
+		return rule{}, err
+	}
+	if l.compiled == nil {
+		l.compiled = make(map[Rule]rule)
+	}
+	if len(l.compiled) < maxCompiled {
+		l.compiled[r] = c
+	}
+	return c, nil
+}
+
+// add makes room for key and returns its empty state; l.mu is held.
+func (l *Local) add(key string) map[string]level {
+	if len(l.keys) >= l.max {
+		half := max(len(l.order)/2, 1)
+		for _, k := range l.order[:half] {
+			delete(l.keys, k)
+		}
+		l.order = append(l.order[:0:0], l.order[half:]...)
+	}
+	st := make(map[string]level, 1)
+	l.keys[key] = st
+	l.order = append(l.order, key)
+	return st
+}
+
+// Len reports how many keys the Local remembers.
+func (l *Local) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.keys)
+}
