@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
@@ -88,7 +89,9 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if err != nil {
 		return Result{}, err
 	}
-	reply, err := readPeek.Run(ctx, lim.client, []string{c.key}, c.ids...).Result()
+	reply, err := ctxcall.Do(ctx, lim.honours, func(ctx context.Context) (any, error) {
+		return readPeek.Run(ctx, lim.client, []string{c.key}, c.ids...).Result()
+	}, nil)
 	if err != nil {
 		return Result{}, corrupt(fmt.Errorf("funnel: peek: %w", err))
 	}

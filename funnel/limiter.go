@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/nilcheck"
 	"github.com/funnelguard/funnelguard/mutex"
@@ -53,6 +54,9 @@ type Limiter struct {
 	lease  time.Duration
 	hold   mutex.LockOption // mutex.Lease(lease), made once
 	err    error
+	// honours is set when the client bounds commands by their context's
+	// deadline; Peek runs under ctxcall otherwise (the Locker does the same).
+	honours bool
 
 	// compiled caches validated rules: a Rule is a small comparable value,
 	// and callers pass the same few on every call.
@@ -157,6 +161,8 @@ func New(client mutex.Client, opts ...Option) *Limiter {
 	lim.hold = mutex.Lease(lim.lease)
 	if nilcheck.IsNil(client) {
 		lim.err = ErrNilClient // before any option's error: nothing works without a client
+	} else {
+		lim.honours = ctxcall.Honours(client)
 	}
 	return lim
 }
