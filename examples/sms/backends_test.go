@@ -31,11 +31,12 @@ func onBackends(t *testing.T, opts []func(*Config), f func(t *testing.T, e *env)
 }
 
 // keyShape is every key the service may write: one of its prefixes and an
-// HMAC (base64url, 43 characters), with the funnel's and the lock's kinds.
-// None holds a byte of a request.
+// HMAC (base64url, 43 characters), with the funnel's and the lock's kinds
+// (a lock's release record ends in its random token). None holds a byte of
+// a request.
 var keyShape = regexp.MustCompile(`^(sms:code:[A-Za-z0-9_-]{43}` +
-	`|sms:(phone|ip):\{m:[A-Za-z0-9_-]{43}\}:[a-z]+` +
-	`|sms:fail:\{sms:code:[A-Za-z0-9_-]{43}\}:[a-z]+)$`)
+	`|sms:(phone|ip):\{m:[A-Za-z0-9_-]{43}\}:([a-z]+|released:[0-9a-f]{32})` +
+	`|sms:fail:\{sms:code:[A-Za-z0-9_-]{43}\}:([a-z]+|released:[0-9a-f]{32}))$`)
 
 // strayKeys returns the keys of the service's Redis that are not of
 // keyShape, and how many keys there are.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
 )
 
 // uk is the number the spelling tests write in many ways, in E.164.
@@ -71,7 +73,7 @@ func TestSpellingsShareOneBucket(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	if keys, err := e.svc.client.Keys(ctx, "sms:phone:*").Result(); err != nil || len(keys) != 1 {
+	if keys, err := e.svc.client.Keys(ctx, "sms:phone:*").Result(); err != nil || len(testutil.WithoutRecords(keys)) != 1 {
 		t.Fatalf("per-number state keys = %q (%v); want one", keys, err)
 	}
 }

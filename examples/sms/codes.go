@@ -34,6 +34,9 @@ const (
 	tooMany // this attempt was past the code's limit
 )
 
+// usedRecord is how long a used code's hash keeps the nonce of its use.
+const usedRecord = 10 * time.Second
+
 // codeStore keeps one code per number in Redis, as an HMAC, never in clear.
 type codeStore struct {
 	client      redis.UniversalClient
@@ -93,7 +96,10 @@ func (s *codeStore) check(ctx context.Context, phone, code string) (verdict, err
 	// The guess's MAC is computed before Redis is asked, with or without a
 	// code: a number with a pending code must not take longer to answer.
 	guess := []byte(hex.EncodeToString(s.mac("code", phone, code)))
-	reply, err := attemptScript.Run(ctx, s.client, []string{key}, s.maxAttempts).Slice()
+	// One nonce for this verification's scripts: run again by a retry of
+	// go-redis (a lost reply), each answers as it did the first time.
+	nonce := rand.Text()
+	reply, err := attemptScript.Run(ctx, s.client, []string{key}, s.maxAttempts, nonce).Slice()
 	if err != nil {
 		return noCode, err
 	}
@@ -108,7 +114,7 @@ func (s *codeStore) check(ctx context.Context, phone, code string) (verdict, err
 	if !s.equal([]byte(stored), guess) {
 		return wrongCode, nil
 	}
-	used, err := consumeScript.Run(ctx, s.client, []string{key}, stored).Int()
+	used, err := consumeScript.Run(ctx, s.client, []string{key}, stored, nonce, usedRecord.Milliseconds()).Int()
 	if err != nil {
 		return noCode, err
 	}

@@ -55,6 +55,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl.DurationVar(&cfg.Timeout, "redis-timeout", cfg.Timeout, "timeout of each Redis call")
 	fl.BoolVar(&cfg.TrustProxy, "trust-proxy", false, "take the client IP from X-Forwarded-For")
 	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil // -h printed the usage: not a failure
+		}
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
@@ -101,7 +104,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // connect returns a client of the Redis at rawURL, or of an embedded
-// miniredis when rawURL is empty, and a function that closes both.
+// miniredis when rawURL is empty, and a function that closes both. Every
+// client bounds its commands by their context's deadline
+// (ContextTimeoutEnabled), which no URL option of go-redis sets.
 func connect(rawURL string, log *slog.Logger) (redis.UniversalClient, func(), error) {
 	if rawURL == "" {
 		m, err := miniredis.Run()
@@ -109,7 +114,7 @@ func connect(rawURL string, log *slog.Logger) (redis.UniversalClient, func(), er
 			return nil, nil, err
 		}
 		log.Info("using an embedded Redis (miniredis); pass -redis for a real one")
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 		return c, func() { c.Close(); m.Close() }, nil
 	}
 	u, err := url.Parse(rawURL)
@@ -129,18 +134,21 @@ func connect(rawURL string, log *slog.Logger) (redis.UniversalClient, func(), er
 		if err != nil {
 			return nil, nil, fmt.Errorf("redis Sentinel URL: %w", err)
 		}
+		o.ContextTimeoutEnabled = true // a hung server costs a request its deadline, not ReadTimeout
 		c = redis.NewFailoverClient(o)
 	case q.Has("addr"):
 		o, err := redis.ParseClusterURL(rawURL)
 		if err != nil {
 			return nil, nil, fmt.Errorf("redis Cluster URL: %w", err)
 		}
+		o.ContextTimeoutEnabled = true
 		c = redis.NewClusterClient(o)
 	default:
 		o, err := redis.ParseURL(rawURL)
 		if err != nil {
 			return nil, nil, fmt.Errorf("redis URL: %w", err)
 		}
+		o.ContextTimeoutEnabled = true
 		c = redis.NewClient(o)
 	}
 	return c, func() { c.Close() }, nil
