@@ -16,7 +16,7 @@ func Example() {
 		panic(err)
 	}
 	defer m.Close()
-	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	defer client.Close()
 	ctx := context.Background()
 	m.SetTime(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
@@ -35,4 +35,25 @@ func Example() {
 	// Output:
 	// true  0s
 	// false 1/1m0s 1m0s
+}
+
+// A Local decides the same rules in this process's memory: the fallback of
+// a guard while Redis cannot answer. Times are explicit, so it needs no
+// sleeping to show.
+func ExampleLocal() {
+	l := funnel.NewLocal(1000)
+	start := time.Now()
+	cooldown := funnel.AtMost(1, time.Minute)
+	for _, at := range []time.Duration{0, 30 * time.Second, time.Minute} {
+		res, err := l.AllowN(start.Add(at), "+8613800138000", 1, cooldown)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(at, res.Allowed, res.RetryAfter)
+	}
+	// Output:
+	// 0s true 0s
+	// 30s false 30s
+	// 1m0s true 0s
 }
