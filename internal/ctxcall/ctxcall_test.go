@@ -1,0 +1,95 @@
+package ctxcall_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A call that outlives its context is left behind: Do returns at the
+// context's end (before the call does: it is still blocked then), with an
+// error matching both ErrAbandoned and ctx.Err(), and late gets the call's
+// outcome once it comes.
+func TestAbandoned(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	release := make(chan struct{})
+	lateGot := make(chan int, 1)
+	started := make(chan struct{})
+	go func() { <-started; cancel() }()
+	v, err := ctxcall.Do(ctx, false, func(context.Context) (int, error) {
+		close(started)
+		<-release // blocked until Do has returned
+		return 42, nil
+	}, func(v int, err error) { lateGot <- v })
+	close(release)
+	if v != 0 || !errors.Is(err, ctxcall.ErrAbandoned) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do = %v, %v; want 0 and ErrAbandoned joined with context.Canceled", v, err)
+	}
+	if got := <-lateGot; got != 42 {
+		t.Fatalf("late got %d, want the call's 42", got)
+	}
+}
+
+// A call that ends first is returned as it is, and late never runs.
+func TestFinished(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	v, err := ctxcall.Do(ctx, false, func(context.Context) (string, error) { return "ok", nil }, func(string, error) {
+		t.Error("late ran for a call whose caller got the outcome")
+	})
+	if v != "ok" || err != nil {
+		t.Fatalf("Do = %q, %v", v, err)
+	}
+	// A client that honours deadlines, or a ctx that cannot end: called in
+	// the caller's goroutine.
+	for _, c := range []struct {
+		ctx     context.Context
+		honours bool
+	}{{ctx, true}, {context.Background(), false}} {
+		done := false
+		v, err := ctxcall.Do(c.ctx, c.honours, func(context.Context) (int, error) { done = true; return 1, nil }, nil)
+		// Read without synchronisation: the race detector objects if f
+		// ran in another goroutine.
+		if v != 1 || err != nil || !done {
+			t.Fatalf("Do(honours %v) = %v, %v", c.honours, v, err)
+		}
+	}
+	// An ended ctx: nothing runs.
+	cancel()
+	if _, err := ctxcall.Do(ctx, false, func(context.Context) (int, error) { t.Error("ran with an ended ctx"); return 0, nil }, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do with an ended ctx = %v", err)
+	}
+}
+
+func TestHonours(t *testing.T) {
+	mk := func(on bool) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: on}) // never dialled
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { cl.Close() })
+	type wrapper struct{ redis.Scripter }
+	cases := []struct {
+		name   string
+		client any
+		want   bool
+	}{
+		{"default client", mk(false), false},
+		{"ContextTimeoutEnabled", mk(true), true},
+		{"cluster with ContextTimeoutEnabled", cl, true},
+		{"a wrapper that hides the options", wrapper{mk(true)}, false},
+		{"nil", nil, false},
+	}
+	for _, c := range cases {
+		if got := ctxcall.Honours(c.client); got != c.want {
+			t.Errorf("%s: Honours = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package mutex
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/redis/go-redis/v9"
+)
+
+// go-redis runs a script again when its reply was lost (MaxRetries): each
+// lock script must answer the second run as it answered the first.
+func TestScriptsAnswerARetryAsTheFirstRun(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		key, fkey := b.Prefix+"{r}:lock", b.Prefix+"{r}:fence"
+		token := strings.Repeat("b", tokenLen)
+		rkey := b.Prefix + "{r}:released:" + token
+		run := func(script *redis.Script, keys []string, args ...any) []any {
+			t.Helper()
+			reply, err := script.Run(ctx, c, keys, args...).Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return reply
+		}
+
+		// A fresh acquire, twice: the second finds its own token.
+		first := run(acquireScript, []string{key, fkey}, token, "", 60000, 60000)
+		again := run(acquireScript, []string{key, fkey}, token, "", 60000, 60000)
+		if first[0] != int64(1) || again[0] != int64(1) || again[2] != first[2] {
+			t.Fatalf("acquire, then the same again = %v, %v; want both held with one fence", first, again)
+		}
+		// Another token is refused all the same.
+		if r := run(acquireScript, []string{key, fkey}, strings.Repeat("c", tokenLen), "", 60000, 60000); r[0] != int64(0) {
+			t.Fatalf("another token's acquire = %v, want refused", r)
+		}
+		// A re-entry, twice: the handle is listed once, and one release of
+		// it leaves the root alone.
+		run(acquireScript, []string{key, fkey}, token, "7", 60000, 60000)
+		run(acquireScript, []string{key, fkey}, token, "7", 60000, 60000)
+		if v := c.Get(ctx, key).Val(); v != token+"-:,0,7," {
+			t.Fatalf("after a re-entry run twice the lock holds %q", v)
+		}
+
+		// A release, twice: the second replays the first from its record.
+		rel := []any{token, "7", "", 0, 60000}
+		r1 := run(releaseScript, []string{key, rkey, fkey}, rel...)
+		r2 := run(releaseScript, []string{key, rkey, fkey}, rel...)
+		if r1[0] != int64(1) || r2[0] != int64(1) {
+			t.Fatalf("release of handle 7, twice = %v, %v; want 1 handle left both times", r1, r2)
+		}
+		if v := c.Get(ctx, key).Val(); v != token+"-:,0," {
+			t.Fatalf("after a release run twice the lock holds %q", v)
+		}
+		// Another call (handle 0) is not answered from 7's record.
+		r3 := run(releaseScript, []string{key, rkey, fkey}, token, "0", "", 0, 60000)
+		if r3[0] != int64(0) || c.Exists(ctx, key).Val() != 0 {
+			t.Fatalf("release of the root = %v; want the last handle closed and the lock gone", r3)
+		}
+		// The root's release again: replayed; a different call is not.
+		if r := run(releaseScript, []string{key, rkey, fkey}, token, "0", "", 0, 60000); r[0] != int64(0) {
+			t.Fatalf("the root's release again = %v, want its first reply (0 left)", r)
+		}
+		if r := run(releaseScript, []string{key, rkey, fkey}, token, "0", strings.Repeat("d", tokenLen), 1000, 60000); r[0] != int64(-1) {
+			t.Fatalf("a different release (a hand-over) of the released root = %v, want -1 (not held)", r)
+		}
+		if ttl := c.PTTL(ctx, rkey).Val(); ttl <= 0 || ttl > recordTTL {
+			t.Fatalf("the release record's TTL is %v, want (0, %v]", ttl, recordTTL)
+		}
+	})
+}
+
+// UnlockWith run twice with the same call replays the fragment's result
+// and does not run it again; results of every kind the record keeps.
+func TestFragmentReleaseReplay(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		frag := NewFragment(`local n = redis.call('INCR', KEYS[1])
+if ARGV[1] == 'n' then return n end
+if ARGV[1] == 's' then return 'v:' .. n end
+if ARGV[1] == 't' then return true end
+if ARGV[1] == 'f' then return false end
+return {n}`)
+		for _, kind := range []string{"n", "s", "t", "f", "x"} {
+			key, ctr := b.Prefix+"{"+kind+"}:lock", b.Prefix+"{"+kind+"}:ctr"
+			token := strings.Repeat(kind, tokenLen)
+			rkey := b.Prefix + "{" + kind + "}:released:" + token
+			if err := c.Set(ctx, key, token+"-", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			keys, args := scriptCall(&Call{Fragment: frag, Keys: []string{ctr}, Args: []any{kind}}, key, rkey, "", token, "0", "", 0, 0)
+			r1, err1 := frag.release.Run(ctx, c, keys, args...).Slice()
+			r2, err2 := frag.release.Run(ctx, c, keys, args...).Slice()
+			if err1 != nil || err2 != nil {
+				t.Fatalf("%s: %v, %v", kind, err1, err2)
+			}
+			if n := c.Get(ctx, ctr).Val(); n != "1" {
+				t.Fatalf("%s: the fragment ran %s times", kind, n)
+			}
+			if len(r2) < 4 || r2[3] == nil {
+				t.Fatalf("%s: the second run %v is not a replay", kind, r2)
+			}
+			switch kind {
+			case "x": // a table is not kept
+				if r2[3] != int64(2) {
+					t.Fatalf("x: replay %v, want flag 2 (result not kept)", r2)
+				}
+			default:
+				if r1[2] != r2[2] || r2[3] != int64(1) {
+					t.Fatalf("%s: first %v, replay %v; want the same result", kind, r1, r2)
+				}
+			}
+		}
+	})
+}
+
+// A server that refuses scripts must not hand out a lock: the native SET
+// NX would take it, and no release could ever free it.
+func TestNoLockWithoutScripts(t *testing.T) {
+	srv := testutil.StartServer(t)
+	ctx := context.Background()
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noscripts", "on", ">pw", "~*", "&*", "+@all", "-@scripting").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noscripts", Password: "pw"})
+	t.Cleanup(func() { c.Close() })
+	l := New(c, WithPrefix(testutil.NewPrefix()))
+	lk, err := l.TryLock(ctx, "x")
+	if err == nil || lk != nil {
+		t.Fatalf("TryLock on a server that refuses scripts = %v, %v; want an error", lk, err)
+	}
+	if !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("TryLock's error %v does not name the refusal", err)
+	}
+	if n := admin.Exists(ctx, l.Key("x", "lock")).Val(); n != 0 {
+		t.Fatal("a lock was taken that could not be released")
+	}
+}
