@@ -14,10 +14,21 @@
 //	})
 //	d, err := g.Do(ctx, phone, send) // send runs only if admitted; refunded if it fails
 //
+// Build the client with ContextTimeoutEnabled, so that Policy.Timeout bounds
+// each Redis command in go-redis itself (a client without it works: its
+// calls are then left behind at the deadline, see package mutex):
+//
+//	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+//
 // When Redis cannot answer within Policy.Timeout, a Guard fails closed by
 // default (an SMS costs money): it denies with RetryAfter and an error
-// matching ErrUnavailable. FailOpen admits instead, and a Fallback decides
-// with an in-process token bucket per key.
+// matching ErrUnavailable. FailOpen decides with the Policy's rules in this
+// process (funnel.Local) instead, so it is never unlimited: each process
+// admits at most the rules' bound per key. A Fallback decides with an
+// in-process token bucket per key. An answer that will not change (NOPERM,
+// OOM, scripting disabled, a corrupt key) denies whatever the Policy says,
+// with ErrRejected: failing open on it would let whoever can break a key or
+// a permission open the limit.
 //
 // The package does not log and imports no metrics library: Policy.Observe
 // receives every decision, its error and latency, for Prometheus or

@@ -2,6 +2,7 @@
 //
 // A Locker hands out locks on names; a Lock is one held lock:
 //
+//	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 //	locker := mutex.New(client, mutex.WithTTL(10*time.Second))
 //	lk, err := locker.Lock(ctx, "order:42") // waits while ctx allows
 //	if err != nil {
@@ -27,6 +28,31 @@
 // overlap the next one. For data in the same Redis, Fragment closes that gap:
 // Lock.UnlockWith writes only if the lock is still held, in the same script
 // that releases it. Data outside Redis needs fencing by the resource itself.
+//
+// # Deadlines and retries
+//
+// Every call that talks to Redis returns by its context's deadline. Give
+// the Locker a client with ContextTimeoutEnabled, so go-redis itself bounds
+// each command by it; a client without it works too, but each call then
+// runs in a goroutine of its own that the caller leaves at the deadline
+// (a hung server would otherwise hold it for the client's ReadTimeout, 5 s
+// by default, for each retry), and that goroutine and its connection stay
+// busy until go-redis gives up. A lock that such a left-behind attempt
+// takes is released as soon as its reply arrives. Unlock is detached from
+// its context's cancellation (a lock is released even when the caller gave
+// up) but keeps its deadline; with an ended context it gets 2 s of its own.
+//
+// go-redis runs a command again when its reply was lost (MaxRetries, 3 by
+// default), and so may a caller after an error. Every lock script answers a
+// second run as it answered the first: an acquire finds its own token and
+// reports the lock held, a re-entry lists its handle once, and a release
+// leaves a record for 10 s (<prefix>{<name>}:released:<token>) from which
+// the very same call, run again, gets the first run's reply, and UnlockWith
+// its fragment's result (numbers, strings and booleans are kept; for a
+// table it returns ErrResultUnknown). ErrNotHeld always means that the call
+// did not run. A Locker takes free locks with a native SET NX PX GET only
+// once one of its scripts has run, so a server that refuses scripts hands
+// out no lock that could not be released.
 //
 // # Re-entry
 //
@@ -80,6 +106,9 @@
 // script keys, never as Lua source.
 //
 // The package does not log. It starts goroutines only while a Lock waits
-// (the Pub/Sub reader), for AutoRenew, and for the timer behind Done and
-// Context, started when they are first called; none outlives its use.
+// (the Pub/Sub reader), for AutoRenew, for the timer behind Done and
+// Context, started when they are first called, for a call on a client
+// without ContextTimeoutEnabled (see above), and to release a lock obtained
+// for a caller whose context ended before it could be returned; none
+// outlives its use.
 package mutex

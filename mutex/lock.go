@@ -65,13 +65,16 @@ func (lk *Lock) args() []any {
 
 // Unlock releases this handle; releasing the last handle of a lock deletes it,
 // or passes the lock to a goroutine of this Locker waiting for it (see
-// Locker). It runs even if ctx is already cancelled (detached from a ctx
-// that can end, and then bounded by a short timeout of its own). It returns ErrNotHeld when the
-// handle was unlocked already or the lock is gone (its lease ended, another
-// owner has it): it never touches another owner's lock. A hand-over without
-// a round trip cannot see a lock deleted in Redis before its lease ended;
-// the waiter's own Unlock or UnlockWith will. After a Redis error the handle
-// stays open and Unlock can be called again.
+// Locker). A cancellation of ctx does not stop it, but its deadline bounds
+// it; with a ctx that has ended already it still runs, bounded by 2 s of its
+// own. It returns ErrNotHeld when the handle was unlocked already or the
+// lock is gone (its lease ended, another owner has it): it never touches
+// another owner's lock. A hand-over without a round trip cannot see a lock
+// deleted in Redis before its lease ended; the waiter's own Unlock or
+// UnlockWith will. After a Redis error the handle stays open and Unlock can
+// be called again: if the first call did release it (its reply was lost),
+// the second reports success from the release's record (see the package
+// documentation), within 10 s.
 func (lk *Lock) Unlock(ctx context.Context) error {
 	_, err := lk.unlock(ctx, nil)
 	return err
@@ -81,10 +84,11 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 // and releases the handle in the same script: a commit that cannot land after
 // the lease lapsed. It returns the fragment's result, or ErrNotHeld when the
 // handle no longer holds the lock: this call did not run the fragment. After
-// a Redis error (a timeout, a lost reply) the outcome is unknown: the script
-// may have run, and then a retry returns ErrNotHeld although the first call
-// committed. Make the fragment's write idempotent, or treat such an error as
-// "maybe committed". See Fragment.
+// a Redis error (a timeout, a lost reply) the outcome is unknown; the same
+// call made again within 10 s reports what happened: the fragment's result
+// if the first run committed (or ErrResultUnknown when that result was a
+// table), or a fresh run if it did not. go-redis makes that second call by
+// itself when a reply is lost. See Fragment.
 func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 	if err := call.check(); err != nil {
 		return nil, err
@@ -218,7 +222,10 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 // Run runs call.Fragment only while this handle holds the lock, without
 // releasing it, and returns its result; ErrNotHeld (not run) when the handle
 // no longer holds the lock; ErrDeclined with the result when call.Fragment
-// is a gate that declined (the lock stays held).
+// is a gate that declined (the lock stays held). Unlike a release, Run keeps
+// no record: a run that go-redis repeats after a lost reply runs the
+// fragment twice, so give Run fragments that read, or writes that can run
+// twice (a SET, not an INCR).
 func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	if err := call.check(); err != nil {
 		return nil, err
