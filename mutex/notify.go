@@ -3,6 +3,7 @@ package mutex
 import (
 	"context"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -55,8 +56,12 @@ func (l *Locker) subscribe(ctx context.Context, name string) bool {
 	ps := l.sub.ps
 	l.mu.Unlock()
 	// An error (the connection closed as the last waiter left, Redis down) only
-	// costs the early wake-up: the waiter's ticker still runs.
-	_ = ps.Subscribe(ctx, ch)
+	// costs the early wake-up: the waiter's ticker still runs. A new Pub/Sub
+	// connection waits for the server's greeting: bounded by ctx like any
+	// call (ctxcall).
+	_, _ = ctxcall.Do(ctx, l.honours, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, ps.Subscribe(ctx, ch)
+	}, nil)
 	return true
 }
 
