@@ -78,7 +78,7 @@ func funnelguardLock(c *redis.Client, name string) func(context.Context) error {
 		if err != nil {
 			return err
 		}
-		return lk.Unlock(ctx) // releases even once ctx is done
+		return lk.Unlock(context.WithoutCancel(ctx)) // as redislock and redsync: no deadline on a release
 	}
 }
 
@@ -188,7 +188,7 @@ func funnelguardContender(c *redis.Client, fast bool) func(string) func(context.
 			if err != nil {
 				return err
 			}
-			return lk.Unlock(ctx)
+			return lk.Unlock(context.WithoutCancel(ctx))
 		}
 	}
 }

@@ -34,7 +34,8 @@ type env struct {
 // client returns a new client with a command counter, and a pool large
 // enough for every goroutine of a parallel case.
 func (e *env) client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: e.addr, PoolSize: e.goroutines + 16})
+	// Deadlines honoured by go-redis: the client a user should build.
+	c := redis.NewClient(&redis.Options{Addr: e.addr, PoolSize: e.goroutines + 16, ContextTimeoutEnabled: true})
 	h := &counter{}
 	c.AddHook(h)
 	e.mu.Lock()
@@ -118,6 +119,7 @@ func measure(ctx context.Context, addr string, goroutines int, d time.Duration, 
 
 	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	end, _ := rctx.Deadline()
 	var ops, gaveUp atomic.Int64
 	var wg sync.WaitGroup
 	var errOnce sync.Once
@@ -129,7 +131,9 @@ func measure(ctx context.Context, addr string, goroutines int, d time.Duration, 
 			for i := 0; rctx.Err() == nil; i++ {
 				err := w.op(rctx, g, i)
 				switch {
-				case rctx.Err() != nil: // the round ended during the call
+				case rctx.Err() != nil, !time.Now().Before(end):
+					// The round ended during the call (a call's own timer
+					// for the same deadline may fire before rctx's).
 				case err == nil:
 					n++
 				case errors.Is(err, errGaveUp):
