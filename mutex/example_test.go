@@ -116,7 +116,9 @@ func ExampleNewQuorum() {
 	}
 	ctx := context.Background()
 
-	locker, err := mutex.NewQuorum(clients, mutex.WithTTL(10*time.Second), mutex.WithNodeTimeout(50*time.Millisecond))
+	// Each node's part is bounded by the node timeout; a majority that does
+	// not answer within it fails the call. Keep it well below the lease.
+	locker, err := mutex.NewQuorum(clients, mutex.WithTTL(10*time.Second), mutex.WithNodeTimeout(500*time.Millisecond))
 	if err != nil {
 		fmt.Println("quorum:", err)
 		return
