@@ -28,6 +28,11 @@ func newGuard(t *testing.T, b *testutil.Backend, p guard.Policy) *guard.Guard {
 	if p.Rules == nil {
 		p.Rules = smsRules
 	}
+	if p.Timeout == 0 {
+		// DefaultTimeout (500 ms) is a product setting: a test that passed
+		// only when each call returned within it would test the machine.
+		p.Timeout = 10 * time.Second
+	}
 	g, err := guard.New(b.Client(t), p)
 	if err != nil {
 		t.Fatal(err)
