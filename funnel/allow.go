@@ -25,7 +25,9 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 // with each attempt, so it is denied as soon as the state says so) and
 // commits only while holding it; a commit whose lock lease lapsed is rejected
 // by Redis and the call starts over, so a stale decision never overwrites
-// newer state. On error the call may or may not have been admitted.
+// newer state. A reply lost and retried by go-redis counts once (see package
+// mutex: every lock script answers a retry as its first run). On error the
+// call may or may not have been admitted; calling again is a new call.
 func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Rule) (Result, error) {
 	c, err := lim.prepare(key, rules)
 	if err != nil {
