@@ -193,7 +193,7 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	code := newCode()
-	if err := s.codes.put(ctx, phone, code); err != nil {
+	if err := s.bounded(ctx, func(ctx context.Context) error { return s.codes.put(ctx, phone, code) }); err != nil {
 		s.refund(ctx, s.phone, phone)
 		s.refund(ctx, s.ip, ip)
 		s.metrics.sends.WithLabelValues("unavailable").Inc()
@@ -204,7 +204,7 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 	}
 	text := fmt.Sprintf("Your verification code is %s. It expires in %d minutes.", code, int(s.cfg.CodeTTL.Minutes()))
 	if err := s.provider.Send(ctx, phone, text); err != nil {
-		_ = s.codes.forget(context.WithoutCancel(ctx), phone)
+		_ = s.bounded(context.WithoutCancel(ctx), func(ctx context.Context) error { return s.codes.forget(ctx, phone) })
 		s.refund(ctx, s.phone, phone)
 		s.refund(ctx, s.ip, ip)
 		s.metrics.sends.WithLabelValues("provider_error").Inc()
@@ -216,6 +216,16 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("code sent", "to", maskPhone(phone))
 	next, _ := s.phone.Peek(ctx, phone) // when the page may offer "resend"
 	writeJSON(w, http.StatusAccepted, reply{RetryAfter: seconds(next.RetryAfter)})
+}
+
+// bounded runs f, a Redis call, with ctx bounded by the Redis Timeout. Every
+// Redis call of the service is bounded so: a request's own context has no
+// deadline, and without one a hung Redis holds the call for go-redis's I/O
+// timeout and its retries (5 to 10 s), not the Timeout.
+func (s *Service) bounded(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	return f(ctx)
 }
 
 func result(d guard.Decision, err error) string {
@@ -268,7 +278,9 @@ func (s *Service) verify(w http.ResponseWriter, r *http.Request) {
 	}
 	v, err := s.codes.check(cctx, phone, req.Code)
 	if err == nil && v == verified {
-		if rerr := s.failures.Refund(context.WithoutCancel(ctx), failKey, 1, rule); rerr != nil {
+		if rerr := s.bounded(context.WithoutCancel(ctx), func(ctx context.Context) error {
+			return s.failures.Refund(ctx, failKey, 1, rule)
+		}); rerr != nil {
 			s.log.Warn("refund of a verification failed", "err", rerr)
 		}
 	}
