@@ -21,7 +21,8 @@ const (
 	// most what the rules allow per key (for up to DefaultFallbackMax keys;
 	// older keys are forgotten when more come), so a fleet of N processes
 	// admits at most N times the rules' bound while Redis is down, never
-	// everyone.
+	// everyone. The in-process rules start empty: that bound comes on top of
+	// what Redis counted before it stopped answering.
 	FailOpen
 )
 
