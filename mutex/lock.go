@@ -192,16 +192,30 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	return res, nil
 }
 
+// dropWait is how long a call waits for the release of a lock it obtained
+// for a caller that has left (drop) before it returns all the same.
+const dropWait = 100 * time.Millisecond
+
 // drop releases a handle that a call obtained for its caller but does not
-// return (its ctx ended meanwhile): in a goroutine of its own, bounded by
-// unlockTimeout, so that the caller still returns by its deadline and the
-// lock is not left held by a handle nobody has.
+// return (its ctx ended meanwhile), so that the lock is not left held by a
+// handle nobody has: bounded by unlockTimeout, and waited for dropWait at
+// most, so that the caller returns by its deadline plus that margin even on
+// a hung server. In the common case the lock is free again when the caller
+// returns.
 func (lk *Lock) drop() {
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
 		defer cancel()
 		_ = lk.Unlock(ctx)
 	}()
+	t := time.NewTimer(dropWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // detach returns the context of a release: one that a cancellation of ctx

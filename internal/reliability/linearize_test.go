@@ -267,9 +267,12 @@ func linLockCommand(cmd redis.Cmder) bool {
 	switch cmd.Name() {
 	case "evalsha", "eval":
 		return true
-	case "set":
-		args := cmd.Args()
-		return strings.EqualFold(fmt.Sprint(args[len(args)-1]), "nx")
+	case "set": // SET key value NX PX ms GET
+		for _, a := range cmd.Args()[3:] {
+			if strings.EqualFold(fmt.Sprint(a), "nx") {
+				return true
+			}
+		}
 	}
 	return false
 }
