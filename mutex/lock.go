@@ -66,8 +66,8 @@ func (lk *Lock) args() []any {
 // Unlock releases this handle; releasing the last handle of a lock deletes it,
 // or passes the lock to a goroutine of this Locker waiting for it (see
 // Locker). A cancellation of ctx does not stop it, but its deadline bounds
-// it; with a ctx that has ended already it still runs, bounded by 2 s of its
-// own. It returns ErrNotHeld when the handle was unlocked already or the
+// it; with a ctx that has ended already, or one that can be cancelled but has
+// no deadline, it still runs, bounded by 2 s of its own. It returns ErrNotHeld when the handle was unlocked already or the
 // lock is gone (its lease ended, another owner has it): it never touches
 // another owner's lock. A hand-over without a round trip cannot see a lock
 // deleted in Redis before its lease ended; the waiter's own Unlock or
@@ -227,8 +227,8 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 		return ctx, func() {}
 	}
 	d, ok := ctx.Deadline()
-	if limit := time.Now().Add(unlockTimeout); !ok || ctx.Err() != nil || d.After(limit) {
-		d = limit
+	if !ok || ctx.Err() != nil {
+		d = time.Now().Add(unlockTimeout)
 	}
 	return context.WithDeadline(context.WithoutCancel(ctx), d)
 }
