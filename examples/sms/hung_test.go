@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -35,7 +34,7 @@ const (
 
 // hungAnswer is one HTTP answer, how long it took (request sent to body
 // read), and the longest time a thread of the service's process waited for
-// a CPU meanwhile (see hungWaits).
+// a CPU meanwhile (see testutil.CPUWaits).
 type hungAnswer struct {
 	status  int
 	header  http.Header
@@ -65,7 +64,7 @@ func hungDo(t *testing.T, client *http.Client, pid, method, url, body string) hu
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	before := hungWaits(pid)
+	before := testutil.CPUWaits(pid)
 	start := time.Now()
 	res, err := client.Do(req)
 	if err != nil {
@@ -77,45 +76,7 @@ func hungDo(t *testing.T, client *http.Client, pid, method, url, body string) hu
 	if err != nil {
 		t.Fatalf("%s %s: read: %v", method, url, err)
 	}
-	return hungAnswer{status: res.StatusCode, header: res.Header, body: string(raw), took: took, starved: hungStarved(before, hungWaits(pid))}
-}
-
-// hungWaits returns how long each thread of the process pid ("self" for
-// this one) has waited for a CPU, runnable but not running, from Linux's
-// /proc/<pid>/task/<tid>/schedstat; nil where that is not available.
-// A request that took longer than its timeouts by about the longest wait
-// was late because the service did not run (a loaded machine).
-func hungWaits(pid string) map[string]time.Duration {
-	tasks, err := os.ReadDir("/proc/" + pid + "/task")
-	if err != nil {
-		return nil
-	}
-	waits := make(map[string]time.Duration, len(tasks))
-	for _, task := range tasks {
-		b, err := os.ReadFile("/proc/" + pid + "/task/" + task.Name() + "/schedstat")
-		if err != nil {
-			continue // the thread has ended
-		}
-		// Time on a CPU, time waiting on a run queue (ns), time slices.
-		f := strings.Fields(string(b))
-		if len(f) < 2 {
-			continue
-		}
-		if ns, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-			waits[task.Name()] = time.Duration(ns)
-		}
-	}
-	return waits
-}
-
-// hungStarved returns the longest a thread waited for a CPU between two
-// readings of hungWaits.
-func hungStarved(before, after map[string]time.Duration) time.Duration {
-	var worst time.Duration
-	for tid, w := range after {
-		worst = max(worst, w-before[tid])
-	}
-	return worst
+	return hungAnswer{status: res.StatusCode, header: res.Header, body: string(raw), took: took, starved: testutil.Starved(before, testutil.CPUWaits(pid))}
 }
 
 // hungFigure records a figure in the form RELIABILITY.md collects (see

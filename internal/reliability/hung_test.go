@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -73,7 +70,7 @@ func hungSetup(t *testing.T) context.Context {
 
 // hungTime runs call in a goroutine and returns how long it took (measured
 // around the call itself), its error, and the longest time a thread of this
-// process waited for a CPU meanwhile (see hungWaits). A call that returns
+// process waited for a CPU meanwhile (see testutil.CPUWaits). A call that returns
 // late by about that much was late because the process did not run (a
 // loaded machine), not because it waited for Redis. If the call has not
 // returned after faultHang, t fails there with every goroutine's stack: it
@@ -86,7 +83,7 @@ func hungTime(t *testing.T, call func() error) (took, starved time.Duration, err
 		err  error
 	}
 	done := make(chan outcome, 1)
-	before := hungWaits("self")
+	before := testutil.CPUWaits("self")
 	go func() {
 		start := time.Now()
 		err := call()
@@ -94,49 +91,13 @@ func hungTime(t *testing.T, call func() error) (took, starved time.Duration, err
 	}()
 	select {
 	case o := <-done:
-		return o.took, hungStarved(before, hungWaits("self")), o.err
+		return o.took, testutil.Starved(before, testutil.CPUWaits("self")), o.err
 	case <-time.After(faultHang):
 		buf := make([]byte, 1<<20)
 		t.Fatalf("the call has not returned %v after it began (deadline %v): it hangs with the server\n%s",
 			faultHang, hungDeadline, buf[:runtime.Stack(buf, true)])
 		return 0, 0, nil
 	}
-}
-
-// hungWaits returns how long each thread of the process pid ("self" for
-// this one) has waited for a CPU, runnable but not running, from Linux's
-// /proc/<pid>/task/<tid>/schedstat; nil where that is not available.
-func hungWaits(pid string) map[string]time.Duration {
-	tasks, err := os.ReadDir("/proc/" + pid + "/task")
-	if err != nil {
-		return nil
-	}
-	waits := make(map[string]time.Duration, len(tasks))
-	for _, task := range tasks {
-		b, err := os.ReadFile("/proc/" + pid + "/task/" + task.Name() + "/schedstat")
-		if err != nil {
-			continue // the thread has ended
-		}
-		// Time on a CPU, time waiting on a run queue (ns), time slices.
-		f := strings.Fields(string(b))
-		if len(f) < 2 {
-			continue
-		}
-		if ns, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-			waits[task.Name()] = time.Duration(ns)
-		}
-	}
-	return waits
-}
-
-// hungStarved returns the longest a thread waited for a CPU between two
-// readings of hungWaits.
-func hungStarved(before, after map[string]time.Duration) time.Duration {
-	var worst time.Duration
-	for tid, w := range after {
-		worst = max(worst, w-before[tid])
-	}
-	return worst
 }
 
 // hungJudge fails t if a call that took took on the hung server returned
