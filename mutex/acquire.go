@@ -223,7 +223,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 				script = call.Fragment.acquire
 			}
 			var late func(any, error)
-			if !reenter {
+			if !reenter && !l.honours {
 				late = l.undoLate(key, fkey, token)
 			}
 			var reply any
@@ -279,9 +279,15 @@ func (l *Locker) takeFree(ctx context.Context, key, token string, cfg lockConfig
 	if l.setNX == nil || !l.scripted.Load() || l.noSetGet.Load() {
 		return [3]int64{}, false, nil
 	}
-	old, err := ctxcall.Do(ctx, l.honours, func(ctx context.Context) (string, error) {
-		return l.setNX.SetArgs(ctx, key, token+"-", redis.SetArgs{Mode: "NX", TTL: cfg.ttl, Get: true}).Result()
-	}, l.undoLateSet(key, token))
+	var old string
+	var err error
+	if l.honours || ctx.Done() == nil { // no closures on the common path
+		old, err = l.setNX.SetArgs(ctx, key, token+"-", redis.SetArgs{Mode: "NX", TTL: cfg.ttl, Get: true}).Result()
+	} else {
+		old, err = ctxcall.Do(ctx, false, func(ctx context.Context) (string, error) {
+			return l.setNX.SetArgs(ctx, key, token+"-", redis.SetArgs{Mode: "NX", TTL: cfg.ttl, Get: true}).Result()
+		}, l.undoLateSet(key, token))
+	}
 	switch {
 	case err == redis.Nil, err == nil && len(old) >= tokenLen && old[:tokenLen] == token:
 		return [3]int64{1, cfg.ttl.Milliseconds(), 0}, true, nil
