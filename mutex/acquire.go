@@ -207,7 +207,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	var err error
 	native := false
 	if call == nil && !reenter && !poll && !mark {
-		r, native, err = l.takeFree(ctx, key, token, cfg)
+		r, native, err = l.takeFree(ctx, name, key, token, cfg)
 	}
 	if !native {
 		keys, args := scriptCall(call, key, "", fkey, tokenArg, acquireMode(reenter, id, mark), cfg.ttlMS, l.fenceMS)
@@ -224,7 +224,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 			}
 			var late func(any, error)
 			if !reenter && !l.honours {
-				late = l.undoLate(key, fkey, token)
+				late = l.undoLate(newHold(l, name, token))
 			}
 			var reply any
 			if reply, err = l.run(ctx, script, keys, args, late); err == nil {
@@ -275,7 +275,7 @@ type nativeSetter interface {
 // run (so a server that refuses scripts, whose locks could never be released,
 // hands out no lock) or when the server has no SET NX GET (Redis before 7.0):
 // the caller then runs the script.
-func (l *Locker) takeFree(ctx context.Context, key, token string, cfg lockConfig) ([3]int64, bool, error) {
+func (l *Locker) takeFree(ctx context.Context, name, key, token string, cfg lockConfig) ([3]int64, bool, error) {
 	if l.setNX == nil || !l.scripted.Load() || l.noSetGet.Load() {
 		return [3]int64{}, false, nil
 	}
@@ -286,7 +286,7 @@ func (l *Locker) takeFree(ctx context.Context, key, token string, cfg lockConfig
 	} else {
 		old, err = ctxcall.Do(ctx, false, func(ctx context.Context) (string, error) {
 			return l.setNX.SetArgs(ctx, key, token+"-", redis.SetArgs{Mode: "NX", TTL: cfg.ttl, Get: true}).Result()
-		}, l.undoLateSet(key, token))
+		}, l.undoLateSet(newHold(l, name, token)))
 	}
 	switch {
 	case err == redis.Nil, err == nil && len(old) >= tokenLen && old[:tokenLen] == token:
@@ -313,24 +313,24 @@ func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, a
 }
 
 // undoLate returns what to do with an acquire script's reply that came after
-// its caller left: release a lock the attempt took, or may have taken, which
-// nobody holds.
-func (l *Locker) undoLate(key, fkey, token string) func(any, error) {
+// its caller left: release the lock of h (the attempt's token, held by
+// nobody) if the attempt took it, or may have.
+func (l *Locker) undoLate(h *hold) func(any, error) {
 	return func(reply any, err error) {
 		if err != nil && !unknownOutcome(err) {
 			return
 		}
 		if r, _, aerr := acquired(reply); err != nil || (aerr == nil && r[0] == 1) {
-			l.releaseOrphan(key, fkey, token)
+			l.releaseOrphan(h)
 		}
 	}
 }
 
 // undoLateSet is undoLate for takeFree.
-func (l *Locker) undoLateSet(key, token string) func(string, error) {
+func (l *Locker) undoLateSet(h *hold) func(string, error) {
 	return func(old string, err error) {
-		if err == redis.Nil || (err == nil && len(old) >= tokenLen && old[:tokenLen] == token) || (err != nil && unknownOutcome(err)) {
-			l.releaseOrphan(key, "", token)
+		if err == redis.Nil || (err == nil && len(old) >= tokenLen && old[:tokenLen] == h.token) || (err != nil && unknownOutcome(err)) {
+			l.releaseOrphan(h)
 		}
 	}
 }
@@ -342,13 +342,12 @@ func unknownOutcome(err error) bool {
 	return err != nil && err != redis.Nil && !errors.As(err, &reply)
 }
 
-// releaseOrphan releases the root handle of token's lock at key, which an
-// attempt took after its caller gave up.
-func (l *Locker) releaseOrphan(key, fkey, token string) {
+// releaseOrphan releases the root handle of h, a lock that an attempt took
+// after its caller gave up.
+func (l *Locker) releaseOrphan(h *hold) {
 	ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
 	defer cancel()
-	rkey := strings.TrimSuffix(key, "lock") + "released:" + token
-	keys, args := scriptCall(nil, key, rkey, fkey, token, argZero, argFresh, 0, l.fenceMS)
+	keys, args := scriptCall(nil, h.key, h.rkey, h.fkey, h.tokenArg, argZero, argFresh, 0, l.fenceMS)
 	_, _ = releaseScript.Run(ctx, l.client, keys, args...).Result()
 }
 

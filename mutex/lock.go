@@ -144,7 +144,7 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	if nh != nil {
 		// The release may have handed the lock to nh in Redis: when its
 		// reply comes after the caller left, nobody will hold nh.
-		late = func(any, error) { l.releaseOrphan(nh.key, nh.fkey, nh.token) }
+		late = func(any, error) { l.releaseOrphan(nh) }
 	}
 	reply, err := l.run(ctx, script, keys, args, late)
 	var r [3]int64
