@@ -156,8 +156,9 @@ func TestBinary(t *testing.T) {
 		return res.StatusCode, strings.TrimSpace(string(b))
 	}
 
-	if status, body := post("/api/sms/send", `{"phone":"+86 138 0013 8000"}`); status != http.StatusAccepted || body != `{"retry_after":60}` {
-		t.Fatalf("send = %d %s; want 202 {\"retry_after\":60}\nstderr:\n%s", status, body, stderr)
+	const sent = `{"number":"+8613800138000","country":"CN","retry_after":60}`
+	if status, body := post("/api/sms/send", `{"phone":"+86 138 0013 8000"}`); status != http.StatusAccepted || body != sent {
+		t.Fatalf("send = %d %s; want 202 %s\nstderr:\n%s", status, body, sent, stderr)
 	}
 	m := stderr.await(t, regexp.MustCompile(`^sms to=(\+[0-9]+) text=.*code is ([0-9]{6})\b`), exited)
 	if m[1] != number {

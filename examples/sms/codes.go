@@ -89,32 +89,53 @@ func (s *codeStore) forget(ctx context.Context, phone string) error {
 	return s.client.Del(ctx, s.key(phone)).Err()
 }
 
-// check verifies code for phone: at most maxAttempts checks per code, a
-// constant-time comparison of fixed-length HMACs, and single use.
-func (s *codeStore) check(ctx context.Context, phone, code string) (verdict, error) {
-	key := s.key(phone)
+// attempt is one verification of a code in progress: counted against the
+// code, not yet compared.
+type attempt struct {
+	state  verdict // noCode, tooMany, or wrongCode until compared
+	key    string
+	stored string // the code's MAC, when there is a code
+	guess  []byte
+	nonce  string
+}
+
+// begin counts one attempt of code for phone: at most maxAttempts attempts
+// per code are ever compared, however many run at once. The attempt's state
+// is noCode when phone has no code outstanding (never sent, expired, used or
+// invalidated), tooMany when this attempt is past the code's limit (the code
+// is deleted), and wrongCode when the caller may compare.
+func (s *codeStore) begin(ctx context.Context, phone, code string) (attempt, error) {
+	a := attempt{state: noCode, key: s.key(phone)}
 	// The guess's MAC is computed before Redis is asked, with or without a
 	// code: a number with a pending code must not take longer to answer.
-	guess := []byte(hex.EncodeToString(s.mac("code", phone, code)))
+	a.guess = []byte(hex.EncodeToString(s.mac("code", phone, code)))
 	// One nonce for this verification's scripts: run again by a retry of
 	// go-redis (a lost reply), each answers as it did the first time.
-	nonce := rand.Text()
-	reply, err := attemptScript.Run(ctx, s.client, []string{key}, s.maxAttempts, nonce).Slice()
+	a.nonce = rand.Text()
+	reply, err := attemptScript.Run(ctx, s.client, []string{a.key}, s.maxAttempts, a.nonce).Slice()
 	if err != nil {
-		return noCode, err
+		return a, err
 	}
 	state, _ := reply[0].(int64)
 	switch state {
 	case 0:
-		return noCode, nil
+		return a, nil
 	case 2:
-		return tooMany, nil
+		a.state = tooMany
+		return a, nil
 	}
-	stored, _ := reply[1].(string)
-	if !s.equal([]byte(stored), guess) {
-		return wrongCode, nil
+	a.state = wrongCode
+	a.stored, _ = reply[1].(string)
+	return a, nil
+}
+
+// finish compares the attempt's code, in constant time, and uses it once
+// if it is right: verified for the one caller that used it.
+func (s *codeStore) finish(ctx context.Context, a attempt) (verdict, error) {
+	if a.state != wrongCode || !s.equal([]byte(a.stored), a.guess) {
+		return a.state, nil
 	}
-	used, err := consumeScript.Run(ctx, s.client, []string{key}, stored, nonce, usedRecord.Milliseconds()).Int()
+	used, err := consumeScript.Run(ctx, s.client, []string{a.key}, a.stored, a.nonce, usedRecord.Milliseconds()).Int()
 	if err != nil {
 		return noCode, err
 	}

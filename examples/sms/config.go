@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,12 @@ import (
 // Config is the service's policy; every field has a flag (see main.go).
 type Config struct {
 	Region           string        // default region for numbers without +<country>
+	Countries        []string      // regions whose numbers are texted; empty: Region only; {"*"}: all
+	PrefixDigits     int           // digits after the country code that make a destination prefix
+	PrefixHourly     int64         // sends per destination prefix per hour
+	PrefixDaily      int64         // sends per destination prefix per 24 h
+	DailyBudget      int64         // sends of the whole service per 24 h: the cost cap
+	IPVerifyHourly   int64         // verifications per client IP per hour
 	Cooldown         time.Duration // between two sends to one number
 	PhoneHourly      int64         // sends per number per hour
 	PhoneDaily       int64         // sends per number per 24 h
@@ -21,15 +28,19 @@ type Config struct {
 	Secret           []byte        // HMAC key for codes and stored numbers
 	Timeout          time.Duration // per Redis call
 	TrustProxy       bool          // take the client IP from X-Forwarded-For
+	DemoOutbox       bool          // serve the console provider's outbox to the page
 }
 
-// DefaultConfig returns the policy of the issue: cooldown 60 s, 5 per hour,
-// 10 per day per number; 10 per hour, 30 per day per IP; 6-digit codes valid
-// 5 minutes, 5 attempts, 10 failures per number per day.
+// DefaultConfig returns the default policy: mobile numbers of CN only;
+// cooldown 60 s, 5 per hour, 10 per day per number; 10 per hour, 30 per day
+// per IP; 30 per hour, 200 per day per destination prefix of 5 digits; 1,000
+// per day for the whole service; 6-digit codes valid 5 minutes, 5 attempts,
+// 10 failures per number per day, 30 verifications per IP per hour.
 func DefaultConfig() Config {
 	return Config{
 		Region: "CN", Cooldown: time.Minute, PhoneHourly: 5, PhoneDaily: 10,
-		IPHourly: 10, IPDaily: 30, CodeTTL: 5 * time.Minute, MaxAttempts: 5,
+		IPHourly: 10, IPDaily: 30, PrefixDigits: 5, PrefixHourly: 30, PrefixDaily: 200,
+		DailyBudget: 1000, IPVerifyHourly: 30, CodeTTL: 5 * time.Minute, MaxAttempts: 5,
 		MaxDailyFailures: 10, Timeout: 500 * time.Millisecond,
 	}
 }
@@ -49,20 +60,50 @@ func (c Config) ipRules() []funnel.Rule {
 	}
 }
 
+func (c Config) prefixRules() []funnel.Rule {
+	return []funnel.Rule{
+		{Name: "prefix-hourly", Capacity: c.PrefixHourly, Leak: 1, Per: time.Hour},
+		{Name: "prefix-daily", Capacity: c.PrefixDaily, Leak: 1, Per: 24 * time.Hour},
+	}
+}
+
+// budgetRule is the service's daily cost cap: at most DailyBudget sends in
+// any 24 hours. A funnel of capacity C leaking L units a day admits fewer
+// than C+L in any 24 hours (see funnel.AtMost); C is an hour's share of the
+// budget, so that the budget refills through the day instead of once a day.
+func (c Config) budgetRule() funnel.Rule {
+	burst := max(1, (c.DailyBudget+23)/24)
+	return funnel.Rule{Name: "budget", Capacity: burst, Leak: max(1, c.DailyBudget-burst+1), Per: 24 * time.Hour}
+}
+
+func (c Config) ipVerifyRules() []funnel.Rule {
+	return []funnel.Rule{{Name: "ip-verify", Capacity: c.IPVerifyHourly, Leak: c.IPVerifyHourly, Per: time.Hour}}
+}
+
 func (c Config) failureRule() funnel.Rule {
 	return funnel.Rule{Name: "verify-failures", Capacity: c.MaxDailyFailures, Leak: 1, Per: 24 * time.Hour}
 }
 
+// errConfig is the error, matched with errors.Is, of a Config that
+// NewService refuses.
+var errConfig = errors.New("invalid configuration")
+
 func (c Config) check() error {
 	if len(c.Secret) < 16 {
-		return fmt.Errorf("the secret must have at least 16 bytes")
+		return fmt.Errorf("%w: the secret must have at least 16 bytes", errConfig)
 	}
 	if c.CodeTTL < time.Second || c.MaxAttempts < 1 || c.Timeout <= 0 {
-		return fmt.Errorf("code TTL, attempts and timeout must be positive")
+		return fmt.Errorf("%w: code TTL, attempts and timeout must be positive", errConfig)
 	}
-	for _, rs := range [][]funnel.Rule{c.phoneRules(), c.ipRules(), {c.failureRule()}} {
+	if c.PrefixDigits < 1 || c.PrefixDigits > 14 {
+		return fmt.Errorf("%w: prefix digits must be 1 to 14", errConfig)
+	}
+	if c.DailyBudget < 1 {
+		return fmt.Errorf("%w: the daily budget must be positive", errConfig)
+	}
+	for _, rs := range [][]funnel.Rule{c.phoneRules(), c.ipRules(), c.prefixRules(), {c.budgetRule()}, c.ipVerifyRules(), {c.failureRule()}} {
 		if err := funnel.Validate(rs...); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", errConfig, err)
 		}
 	}
 	return nil

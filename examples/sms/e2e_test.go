@@ -92,8 +92,9 @@ func (h *attemptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 // 200 wrong codes at once for one number: at most MaxAttempts are compared,
-// each verification counts as a failure, and the right code is refused
-// afterwards.
+// all are answered 401 (the attempts past the limit find no code), only the
+// guesses made while the code was outstanding count as failures, and the
+// right code is refused afterwards.
 func TestBruteForce(t *testing.T) {
 	b := testutil.Mini(t)
 	b.Mini.SetTime(t0)
@@ -102,7 +103,7 @@ func TestBruteForce(t *testing.T) {
 	client := b.ClientOpts(t, &redis.Options{PoolSize: 256})
 	counter := &attemptCounter{}
 	client.AddHook(counter)
-	e := newEnvOn(t, client, func(c *Config) { c.Timeout = 10 * time.Second })
+	e := newEnvOn(t, client, noIPLimits, func(c *Config) { c.Timeout = 10 * time.Second })
 	e.b = b
 
 	e.want(e.send(number), http.StatusAccepted, "send")
@@ -111,29 +112,23 @@ func TestBruteForce(t *testing.T) {
 	const n = 200
 	count := e.verifyAtOnce(number, n, func(i int) string { return wrong(code, i) })
 	t.Logf("statuses of %d wrong codes: %v", n, count)
-	if count[http.StatusUnauthorized]+count[http.StatusTooManyRequests] != n {
-		t.Fatalf("statuses = %v; want only 401 and 429", count)
-	}
-	if count[http.StatusTooManyRequests] < 1 {
-		t.Fatalf("statuses = %v; want the attempt past the limit refused with 429", count)
+	if count[http.StatusUnauthorized] != n {
+		t.Fatalf("statuses = %v; want only 401", count)
 	}
 	if got, max := counter.checks.Load(), e.cfg.MaxAttempts; got > max || got < 1 {
 		t.Fatalf("%d codes compared; want 1 to %d", got, max)
 	} else if got != max {
 		t.Errorf("%d codes compared; want %d (200 attempts)", got, max)
 	}
-	// Every verification that got past the daily failure budget took a unit
-	// of it (reserved before the check, kept when the code is wrong): exactly
-	// the 401s, and the budget is spent.
+	// Failures count only while a code is outstanding: the attempts the
+	// attempt script let through to a comparison, and the one past the limit
+	// that invalidated the code; every later guess found no code.
 	res, err := e.svc.failures.Peek(context.Background(), e.svc.codes.key(number), e.cfg.failureRule())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := int64(count[http.StatusUnauthorized]); got != e.cfg.MaxDailyFailures {
-		t.Errorf("%d answered 401; want the daily failure budget, %d", got, e.cfg.MaxDailyFailures)
-	}
-	if res.Remaining != 0 {
-		t.Errorf("daily failures left = %d; want 0", res.Remaining)
+	if want := e.cfg.MaxDailyFailures - (e.cfg.MaxAttempts + 1); res.Remaining != want {
+		t.Errorf("daily failures left = %d; want %d (%d compared, 1 past the limit)", res.Remaining, want, e.cfg.MaxAttempts)
 	}
 	if r := e.verify(number, code); r.status == http.StatusOK {
 		t.Fatalf("the right code after the brute force = %v; want it refused", r)
@@ -164,12 +159,33 @@ func TestDailyFailures(t *testing.T) {
 			e.want(e.verify(number, wrong(code, j)), http.StatusUnauthorized, fmt.Sprintf("code %d, wrong guess %d", i+1, j+1))
 		}
 	}
+	// Locked out: no third code (a paid SMS that could not be used), with
+	// the time left, until a failure has leaked out of the day's budget.
 	e.at(122 * time.Second)
-	e.want(e.send(number), http.StatusAccepted, "send 3")
+	r := e.send(number)
+	e.want(r, http.StatusTooManyRequests, "send 3, locked out")
+	if r.body.Scope != "number" || r.body.Rule != "verify-failures" {
+		t.Fatalf("send while locked out = %v; want scope number, rule verify-failures", r)
+	}
+	if left := e.retryAfter(r, "send while locked out"); left < 23*3600 || left > 24*3600 {
+		t.Fatalf("send while locked out: retry after %d s; want the day's lockout, under 24 h", left)
+	}
+	if n := len(e.sms.messages()); n != 2 {
+		t.Fatalf("%d messages; want 2, none while locked out", n)
+	}
+	e.b.Mini.FastForward(e.cfg.CodeTTL) // the second code expires
+	e.want(e.verify(number, "123456"), http.StatusUnauthorized, "a guess while locked out, with no code")
+
+	e.at(122*time.Second + time.Duration(*r.body.RetryAfter)*time.Second)
+	e.want(e.send(number), http.StatusAccepted, "send after the lockout")
 	code := e.sms.code(t, number)
-	r := e.verify(number, wrong(code, 0))
-	e.want(r, http.StatusTooManyRequests, "11th wrong code in a day")
-	e.retryAfter(r, "11th wrong code")
+	e.want(e.verify(number, wrong(code, 0)), http.StatusUnauthorized, "a wrong code, the unit that leaked")
+	r = e.verify(number, wrong(code, 1))
+	e.want(r, http.StatusTooManyRequests, "a wrong code, the budget spent again")
+	if r.body.Scope != "number" || r.body.Rule != "verify-failures" {
+		t.Fatalf("wrong code past the budget = %v; want scope number, rule verify-failures", r)
+	}
+	e.retryAfter(r, "wrong code past the budget")
 	e.want(e.verify(number, code), http.StatusTooManyRequests, "the right code after 10 failures")
 
 	other := phoneN(1)
@@ -326,9 +342,16 @@ func TestPage(t *testing.T) {
 	e := newEnv(t)
 	r := e.do("GET", "/", nil)
 	e.want(r, http.StatusOK, "GET /")
-	for _, s := range []string{`id="phone"`, `id="send"`, `id="code"`, `id="verify"`, `id="status"`, "Retry-After"} {
+	for _, s := range []string{`id="country"`, `id="phone"`, `id="send"`, `id="code"`, `id="verify"`, `id="status"`, `src="/app.js"`} {
 		if !strings.Contains(r.raw, s) {
 			t.Errorf("page lacks %s", s)
+		}
+	}
+	js := e.do("GET", "/app.js", nil)
+	e.want(js, http.StatusOK, "GET /app.js")
+	for _, s := range []string{"retry_after", "Retry-After", "/api/sms/settings"} {
+		if !strings.Contains(js.raw, s) {
+			t.Errorf("the page's script lacks %s", s)
 		}
 	}
 }

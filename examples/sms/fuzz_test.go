@@ -41,7 +41,7 @@ func (fz *fuzzer) seed(f *testing.F, path string, extra ...string) {
 		}
 	}
 	for _, p := range payloads {
-		f.Add([]byte(`{"phone":"+442079460018","code":"123456"}`), "application/json", p)
+		f.Add([]byte(`{"phone":"+447400123456","code":"123456"}`), "application/json", p)
 	}
 	for _, b := range extra {
 		for _, ct := range []string{"application/json", "application/json; charset=utf-8", "text/plain", ""} {

@@ -268,12 +268,12 @@ func TestHungRedisMidRequest(t *testing.T) {
 		calls int
 	}{
 		// The code is stored (MULTI DEL HSET EXPIRE EXEC): the put fails,
-		// both guards are refunded, 503.
-		{name: "send: storing the code", match: hasCmd("hset"), status: http.StatusServiceUnavailable, calls: 3},
+		// the four guards are refunded, at once, 503.
+		{name: "send: storing the code", match: hasCmd("hset"), status: http.StatusServiceUnavailable, calls: 2},
 		// The provider refused the message: its code is forgotten (DEL
-		// alone; the put's DEL is in its MULTI), both guards are refunded,
-		// 502.
-		{name: "send: forgetting an unsent code", match: alone("del"), fail: true, status: http.StatusBadGateway, calls: 3},
+		// alone; the put's DEL is in its MULTI), the four guards are
+		// refunded at once, 502.
+		{name: "send: forgetting an unsent code", match: alone("del"), fail: true, status: http.StatusBadGateway, calls: 2},
 		// The right code was consumed; the server hangs before the unit of
 		// the failure budget taken for the check is given back: 200.
 		{name: "verify: refunding a right code", match: runs(consumeScript, consumeSrc), after: true, verify: true, status: http.StatusOK, calls: 1},

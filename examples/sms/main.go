@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -43,7 +44,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	redisURL := fl.String("redis", os.Getenv("REDIS_URL"), "Redis URL (default $REDIS_URL; empty: an embedded miniredis). "+
 		"redis://host:port/db; with ?master_name=NAME a Sentinel group (addr= more sentinels); with addr= more nodes a Cluster")
 	secret := fl.String("secret", os.Getenv("SMS_SECRET"), "HMAC secret, 16+ bytes (default $SMS_SECRET; empty: random per run)")
-	fl.StringVar(&cfg.Region, "region", cfg.Region, "default region of numbers without +<country>")
+	fl.StringVar(&cfg.Region, "region", cfg.Region, "default region of numbers without +<country> (ISO 3166-1 code)")
+	countries := fl.String("countries", "", "comma-separated regions whose mobile numbers get codes, or * for all (default: the -region only)")
+	fl.IntVar(&cfg.PrefixDigits, "prefix-digits", cfg.PrefixDigits, "digits after the country code that make a destination prefix (the pumping limit's key)")
+	fl.Int64Var(&cfg.PrefixHourly, "prefix-hourly", cfg.PrefixHourly, "codes per destination prefix per hour")
+	fl.Int64Var(&cfg.PrefixDaily, "prefix-daily", cfg.PrefixDaily, "codes per destination prefix per 24 h")
+	fl.Int64Var(&cfg.DailyBudget, "daily-budget", cfg.DailyBudget, "codes the whole service sends in any 24 h (the cost cap)")
+	fl.Int64Var(&cfg.IPVerifyHourly, "ip-verify-hourly", cfg.IPVerifyHourly, "verifications per client IP per hour")
 	fl.DurationVar(&cfg.Cooldown, "cooldown", cfg.Cooldown, "time between two codes to one number")
 	fl.Int64Var(&cfg.PhoneHourly, "phone-hourly", cfg.PhoneHourly, "codes per number per hour")
 	fl.Int64Var(&cfg.PhoneDaily, "phone-daily", cfg.PhoneDaily, "codes per number per 24 h")
@@ -54,6 +61,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl.Int64Var(&cfg.MaxDailyFailures, "max-daily-failures", cfg.MaxDailyFailures, "failed verifications per number per 24 h")
 	fl.DurationVar(&cfg.Timeout, "redis-timeout", cfg.Timeout, "timeout of each Redis call")
 	fl.BoolVar(&cfg.TrustProxy, "trust-proxy", false, "take the client IP from X-Forwarded-For")
+	metricsAddr := fl.String("metrics-addr", "", "serve /metrics on this address only (default: on -addr)")
+	providerName := fl.String("provider", envOr("SMS_PROVIDER", "console"), "who delivers the codes: console (stderr, and the page's outbox on loopback) "+
+		"or twilio (Messages API; $TWILIO_ACCOUNT_SID, $TWILIO_AUTH_TOKEN or an API key's secret with $TWILIO_API_KEY_SID, "+
+		"and $TWILIO_FROM or $TWILIO_MESSAGING_SERVICE_SID) (default $SMS_PROVIDER)")
+	twilioURL := fl.String("twilio-url", "", "base URL of Twilio's REST API (default $TWILIO_API_URL, else https://api.twilio.com)")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil // -h printed the usage: not a failure
@@ -62,6 +74,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
+	if *countries != "" {
+		cfg.Countries = strings.Split(*countries, ",")
+	}
 	cfg.Secret = []byte(*secret)
 	if *secret == "" {
 		cfg.Secret = []byte(rand.Text()) // codes and counters do not survive a restart
@@ -71,36 +86,87 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stopRedis()
-	svc, err := NewService(client, cfg, &ConsoleProvider{out: stderr}, log)
-	if err != nil {
-		return err
-	}
-
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	defer ln.Close()
+	var provider Provider
+	switch *providerName {
+	case "console":
+		provider = &ConsoleProvider{out: stderr}
+		// The demo outbox shows every code on the page: only on loopback.
+		cfg.DemoOutbox = loopback(ln.Addr())
+	case "twilio":
+		if provider, err = NewTwilio(twilioFromEnv(os.Getenv, *twilioURL)); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("-provider %q: want console or twilio", *providerName)
+	}
+	svc, err := NewService(client, cfg, provider, log)
+	if err != nil {
+		return err
+	}
+	servers := []*http.Server{{Handler: svc.Handler(), ReadHeaderTimeout: 5 * time.Second}}
+	listeners := []net.Listener{ln}
+	if *metricsAddr != "" {
+		mln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return err
+		}
+		defer mln.Close()
+		servers[0].Handler = svc.APIHandler()
+		servers = append(servers, &http.Server{Handler: svc.MetricsHandler(), ReadHeaderTimeout: 5 * time.Second})
+		listeners = append(listeners, mln)
+		fmt.Fprintf(stdout, "sms: metrics on http://%s/metrics\n", mln.Addr())
+	}
 	fmt.Fprintf(stdout, "sms: serving on http://%s/\n", ln.Addr())
+	if cfg.DemoOutbox {
+		log.Info("demo outbox on the page: every code sent is shown there (loopback only)")
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { errc <- srv.Serve(listeners[i]) }()
+	}
 	select {
 	case err := <-errc:
+		for _, srv := range servers {
+			srv.Close()
+		}
 		return err
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return err
+	var errs []error
+	for _, srv := range servers {
+		errs = append(errs, srv.Shutdown(sctx))
 	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
+	for range servers {
+		if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// envOr returns the environment variable name, or def if it is empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// loopback reports whether addr is a loopback address: a service only its
+// own machine can reach.
+func loopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
 
 // connect returns a client of the Redis at rawURL, or of an embedded

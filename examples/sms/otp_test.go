@@ -55,7 +55,7 @@ func (c *comparisons) fixedLength(t *testing.T) {
 // from Redis, and the right code is refused because the code is spent (not
 // by the failure budget, which has room).
 func TestConcurrentGuessesCheckedAtMostMaxAttempts(t *testing.T) {
-	opts := []func(*Config){func(c *Config) {
+	opts := []func(*Config){noIPLimits, func(c *Config) {
 		c.MaxDailyFailures = 1000
 		c.Timeout = 10 * time.Second // this test is about attempts, not a slow Redis
 	}}

@@ -20,14 +20,20 @@ var errInvalidPhone = errors.New("invalid phone number")
 // "a{b}c+44…", "[+44…]", "+44…*", "tel:+44…", "1-800-FLOWERS"), and such
 // input is refused, not repaired.
 func normalizePhone(number, region string) (string, error) {
+	e164, _, err := parsePhone(number, region)
+	return e164, err
+}
+
+// parsePhone is normalizePhone that also returns the parsed number.
+func parsePhone(number, region string) (string, *phonenumbers.PhoneNumber, error) {
 	if len(number) == 0 || len(number) > 64 || strings.IndexFunc(number, func(r rune) bool { return !phoneRune(r) }) >= 0 {
-		return "", errInvalidPhone
+		return "", nil, errInvalidPhone
 	}
 	n, err := phonenumbers.Parse(number, region)
 	if err != nil || !phonenumbers.IsValidNumber(n) {
-		return "", errInvalidPhone
+		return "", nil, errInvalidPhone
 	}
-	return phonenumbers.Format(n, phonenumbers.E164), nil
+	return phonenumbers.Format(n, phonenumbers.E164), n, nil
 }
 
 // phoneRune reports whether r may appear in a phone number as people write

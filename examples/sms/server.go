@@ -2,14 +2,11 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/hmac"
 	"embed"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -30,55 +27,111 @@ var webFS embed.FS
 type Service struct {
 	cfg      Config
 	client   redis.UniversalClient
+	numbers  *numberPolicy
 	phone    *guard.Guard    // per number: cooldown, hourly, daily
-	ip       *guard.Guard    // per client IP
+	ip       *guard.Guard    // sends per client IP
+	prefix   *guard.Guard    // sends per destination prefix (pumping)
+	budget   *guard.Guard    // sends of the whole service (the cost cap)
+	ipVerify *guard.Guard    // verifications per client IP
 	failures *funnel.Limiter // failed verifications per number
 	codes    *codeStore
 	provider Provider
+	outbox   func() []outboxMessage // the demo outbox; nil when not served
 	log      *slog.Logger
 	metrics  *metrics
 }
+
+// budgetKey is the one key of the budget guard.
+const budgetKey = "all"
+
+// errNoOutbox reports Config.DemoOutbox with a provider that keeps none.
+var errNoOutbox = errors.New("the demo outbox needs the console provider")
 
 // NewService builds the service on client.
 func NewService(client redis.UniversalClient, cfg Config, provider Provider, log *slog.Logger) (*Service, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, client: client, provider: provider, log: log, metrics: newMetrics(),
-		codes: &codeStore{client: client, secret: cfg.Secret, ttl: cfg.CodeTTL, maxAttempts: cfg.MaxAttempts, equal: hmac.Equal}}
-	var err error
-	// Numbers and addresses are stored as HMACs (guard.Policy.Secret).
-	s.phone, err = guard.New(client, guard.Policy{Prefix: "sms:phone:", Rules: cfg.phoneRules(),
-		Secret: cfg.Secret, Timeout: cfg.Timeout, Observe: s.metrics.observe("phone")})
+	numbers, err := newNumberPolicy(cfg.Region, cfg.Countries)
 	if err != nil {
 		return nil, err
 	}
-	s.ip, err = guard.New(client, guard.Policy{Prefix: "sms:ip:", Rules: cfg.ipRules(),
-		Secret: cfg.Secret, Timeout: cfg.Timeout, Observe: s.metrics.observe("ip")})
-	if err != nil {
-		return nil, err
+	s := &Service{cfg: cfg, client: client, numbers: numbers, provider: provider, log: log, metrics: newMetrics(),
+		codes: &codeStore{client: client, secret: cfg.Secret, ttl: cfg.CodeTTL, maxAttempts: cfg.MaxAttempts, equal: hmac.Equal}}
+	if cfg.DemoOutbox {
+		p, ok := provider.(interface{ Outbox() []outboxMessage })
+		if !ok {
+			return nil, errNoOutbox
+		}
+		s.outbox = p.Outbox
+	}
+	// Numbers, prefixes and addresses are stored as HMACs (guard.Policy.Secret).
+	for _, g := range []struct {
+		to     **guard.Guard
+		name   string
+		prefix string
+		rules  []funnel.Rule
+	}{
+		{&s.phone, "phone", "sms:phone:", cfg.phoneRules()},
+		{&s.ip, "ip", "sms:ip:", cfg.ipRules()},
+		{&s.prefix, "prefix", "sms:prefix:", cfg.prefixRules()},
+		{&s.budget, "budget", "sms:budget:", []funnel.Rule{cfg.budgetRule()}},
+		{&s.ipVerify, "ip-verify", "sms:vip:", cfg.ipVerifyRules()},
+	} {
+		*g.to, err = guard.New(client, guard.Policy{Prefix: g.prefix, Rules: g.rules,
+			Secret: cfg.Secret, Timeout: cfg.Timeout, Observe: s.metrics.observe(g.name)})
+		if err != nil {
+			return nil, err
+		}
 	}
 	s.failures = funnel.New(client, funnel.WithPrefix("sms:fail:"))
 	return s, nil
 }
 
-// Handler returns the service's routes.
-func (s *Service) Handler() http.Handler {
+// Handler returns the service's routes, /metrics included.
+func (s *Service) Handler() http.Handler { return s.handler(true) }
+
+// APIHandler returns the service's routes without /metrics, for a service
+// whose metrics are served on an address of their own (MetricsHandler).
+func (s *Service) APIHandler() http.Handler { return s.handler(false) }
+
+// MetricsHandler serves the service's Prometheus metrics.
+func (s *Service) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+}
+
+func (s *Service) handler(withMetrics bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/sms/send", s.send)
 	mux.HandleFunc("POST /api/sms/verify", s.verify)
+	mux.HandleFunc("GET /api/sms/settings", s.settings)
+	if s.outbox != nil {
+		mux.HandleFunc("GET /api/sms/outbox", s.showOutbox)
+	}
 	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	page, _ := fs.Sub(webFS, "web")
-	// The page alone, not "GET /": a pattern for every GET would make the
-	// mux answer GET /api/sms/send with the file server's 404 instead of
-	// 405, and list GET in the Allow header of the API's 405s.
-	mux.Handle("GET /{$}", http.FileServerFS(page))
-	return mux
+	if withMetrics {
+		mux.Handle("GET /metrics", s.MetricsHandler())
+	}
+	servePage(mux)
+	return secured(jsonErrors(mux))
 }
 
+// reply is the JSON body of every answer of the API but the page's
+// settings and the outbox.
 type reply struct {
-	Error      string `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Reason is, for a number the policy refused (422), why: landline,
+	// toll_free, premium_rate, satellite, country, provider_refused...
+	Reason string `json:"reason,omitempty"`
+	// Number and Country are the number as read, in E.164, and its region,
+	// for a code sent (202) or a number refused (422): 4155552673 read in
+	// the default region CN is +864155552673.
+	Number  string `json:"number,omitempty"`
+	Country string `json:"country,omitempty"`
+	// Scope and Rule name the limit of a 429: scope number, ip, prefix or
+	// budget, and the rule's name (cooldown, hourly, ip-daily, budget...).
+	Scope      string `json:"scope,omitempty"`
+	Rule       string `json:"rule,omitempty"`
 	RetryAfter *int64 `json:"retry_after,omitempty"`
 	Verified   bool   `json:"verified,omitempty"`
 }
@@ -150,185 +203,4 @@ func badRequest(w http.ResponseWriter, err error) {
 	default:
 		writeJSON(w, http.StatusBadRequest, reply{Error: "bad request"})
 	}
-}
-
-// denied answers a guard's refusal: 503 when Redis could not answer (the
-// guard fails closed), 429 with Retry-After otherwise.
-func (s *Service) denied(w http.ResponseWriter, d guard.Decision, err error) {
-	if d.Degraded || err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, reply{Error: "service unavailable, try again later", RetryAfter: seconds(max(d.RetryAfter, time.Second))})
-		return
-	}
-	writeJSON(w, http.StatusTooManyRequests, reply{Error: "too many requests", RetryAfter: seconds(d.RetryAfter)})
-}
-
-func (s *Service) send(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	var req struct {
-		Phone string `json:"phone"`
-	}
-	if err := decode(r, &req); err != nil {
-		s.metrics.sends.WithLabelValues("invalid").Inc()
-		badRequest(w, err)
-		return
-	}
-	phone, err := normalizePhone(req.Phone, s.cfg.Region)
-	if err != nil {
-		s.metrics.sends.WithLabelValues("invalid").Inc()
-		writeJSON(w, http.StatusBadRequest, reply{Error: "invalid phone number"})
-		return
-	}
-	ip := clientIP(r, s.cfg.TrustProxy)
-	d, err := s.ip.Allow(ctx, ip)
-	if !d.Allowed {
-		s.metrics.sends.WithLabelValues(result(d, err)).Inc()
-		s.denied(w, d, err)
-		return
-	}
-	d, err = s.phone.Allow(ctx, phone)
-	if !d.Allowed {
-		s.refund(ctx, s.ip, ip) // a denied number does not cost its sender's address
-		s.metrics.sends.WithLabelValues(result(d, err)).Inc()
-		s.denied(w, d, err)
-		return
-	}
-	code := newCode()
-	if err := s.bounded(ctx, func(ctx context.Context) error { return s.codes.put(ctx, phone, code) }); err != nil {
-		s.refund(ctx, s.phone, phone)
-		s.refund(ctx, s.ip, ip)
-		s.metrics.sends.WithLabelValues("unavailable").Inc()
-		s.metrics.redisErrors.Inc()
-		s.log.Error("storing a code failed", "to", maskPhone(phone), "err", err)
-		s.denied(w, guard.Decision{Degraded: true}, err)
-		return
-	}
-	text := fmt.Sprintf("Your verification code is %s. It expires in %d minutes.", code, int(s.cfg.CodeTTL.Minutes()))
-	if err := s.provider.Send(ctx, phone, text); err != nil {
-		_ = s.bounded(context.WithoutCancel(ctx), func(ctx context.Context) error { return s.codes.forget(ctx, phone) })
-		s.refund(ctx, s.phone, phone)
-		s.refund(ctx, s.ip, ip)
-		s.metrics.sends.WithLabelValues("provider_error").Inc()
-		s.log.Error("send failed", "to", maskPhone(phone), "err", err)
-		writeJSON(w, http.StatusBadGateway, reply{Error: "could not send the code, try again"})
-		return
-	}
-	s.metrics.sends.WithLabelValues("sent").Inc()
-	s.log.Info("code sent", "to", maskPhone(phone))
-	next, _ := s.phone.Peek(ctx, phone) // when the page may offer "resend"
-	writeJSON(w, http.StatusAccepted, reply{RetryAfter: seconds(next.RetryAfter)})
-}
-
-// bounded runs f, a Redis call, with ctx bounded by the Redis Timeout. Every
-// Redis call of the service is bounded so: a request's own context has no
-// deadline, and without one a hung Redis holds the call for go-redis's I/O
-// timeout and its retries (5 to 10 s), not the Timeout.
-func (s *Service) bounded(ctx context.Context, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	return f(ctx)
-}
-
-func result(d guard.Decision, err error) string {
-	if d.Degraded || err != nil {
-		return "unavailable"
-	}
-	return "denied"
-}
-
-func (s *Service) refund(ctx context.Context, g *guard.Guard, key string) {
-	if err := g.Refund(context.WithoutCancel(ctx), key); err != nil {
-		s.log.Warn("refund failed", "err", err)
-	}
-}
-
-func (s *Service) verify(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	var req struct {
-		Phone string `json:"phone"`
-		Code  string `json:"code"`
-	}
-	if err := decode(r, &req); err != nil {
-		s.metrics.verifies.WithLabelValues("invalid").Inc()
-		badRequest(w, err)
-		return
-	}
-	if !sixDigits(req.Code) {
-		s.metrics.verifies.WithLabelValues("invalid").Inc()
-		writeJSON(w, http.StatusBadRequest, reply{Error: "bad request"})
-		return
-	}
-	phone, err := normalizePhone(req.Phone, s.cfg.Region)
-	if err != nil {
-		s.metrics.verifies.WithLabelValues("invalid").Inc()
-		writeJSON(w, http.StatusBadRequest, reply{Error: "invalid phone number"})
-		return
-	}
-	// Every check costs a unit of the number's daily failure budget, taken
-	// before the check and given back only when the code is right: a wrong
-	// guess can never go uncounted, even when Redis is slow. The budget is
-	// the same for every number, known or not, so its 429 reveals nothing.
-	failKey := s.codes.key(phone) // the number, hidden
-	rule := s.cfg.failureRule()
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	res, err := s.failures.Allow(cctx, failKey, rule)
-	if err != nil || !res.Allowed {
-		s.verdict(w, tooMany, res.RetryAfter, err)
-		return
-	}
-	v, err := s.codes.check(cctx, phone, req.Code)
-	if err == nil && v == verified {
-		if rerr := s.bounded(context.WithoutCancel(ctx), func(ctx context.Context) error {
-			return s.failures.Refund(ctx, failKey, 1, rule)
-		}); rerr != nil {
-			s.log.Warn("refund of a verification failed", "err", rerr)
-		}
-	}
-	if v == tooMany {
-		// The code was just invalidated: answer as for any wrong or expired
-		// code, so that the attempt limit does not reveal a pending code.
-		v = noCode
-	}
-	s.verdict(w, v, 0, err)
-}
-
-func (s *Service) verdict(w http.ResponseWriter, v verdict, wait time.Duration, err error) {
-	switch {
-	case err != nil:
-		s.metrics.verifies.WithLabelValues("unavailable").Inc()
-		s.metrics.redisErrors.Inc()
-		writeJSON(w, http.StatusServiceUnavailable, reply{Error: "service unavailable, try again later", RetryAfter: seconds(time.Second)})
-	case v == verified:
-		s.metrics.verifies.WithLabelValues("ok").Inc()
-		writeJSON(w, http.StatusOK, reply{Verified: true})
-	case v == tooMany:
-		s.metrics.verifies.WithLabelValues("locked").Inc()
-		writeJSON(w, http.StatusTooManyRequests, reply{Error: "too many attempts", RetryAfter: seconds(max(wait, time.Second))})
-	default: // wrong, expired, used or never sent: one answer for all
-		s.metrics.verifies.WithLabelValues("wrong").Inc()
-		writeJSON(w, http.StatusUnauthorized, reply{Error: "wrong or expired code"})
-	}
-}
-
-func sixDigits(code string) bool {
-	if len(code) != 6 {
-		return false
-	}
-	for i := range len(code) {
-		if code[i] < '0' || code[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-func (s *Service) healthz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
-	defer cancel()
-	if err := s.client.Ping(ctx).Err(); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, reply{Error: "redis unavailable"})
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain")
-	_, _ = w.Write([]byte("ok\n"))
 }

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/funnelguard/funnelguard/guard"
+)
+
+// charge is one guard a send must pass, for one key, and the scope a 429
+// names when it denies.
+type charge struct {
+	scope string // number, ip, prefix, budget
+	g     *guard.Guard
+	key   string
+}
+
+// scopeWords is how a 429 names each scope for people.
+var scopeWords = map[string]string{
+	"number": "too many codes for this number",
+	"ip":     "too many requests from your address",
+	"prefix": "too many codes to numbers like this one",
+	"budget": "the service has sent all the codes it may today",
+}
+
+func (s *Service) send(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var req struct {
+		Phone   string `json:"phone"`
+		Country string `json:"country"` // the region of a number without +; the default region if empty
+	}
+	if err := decode(r, &req); err != nil {
+		s.metrics.sends.WithLabelValues("invalid").Inc()
+		badRequest(w, err)
+		return
+	}
+	dest, err := s.numbers.parse(req.Phone, req.Country, s.cfg.PrefixDigits)
+	if err != nil {
+		s.metrics.sends.WithLabelValues("invalid").Inc()
+		s.refused(w, err)
+		return
+	}
+	// A number locked out of verification gets no code it could not use.
+	failKey, rule := s.codes.key(dest.E164), s.cfg.failureRule()
+	var locked bool
+	var wait time.Duration
+	err = s.bounded(ctx, func(ctx context.Context) error {
+		res, err := s.failures.Peek(ctx, failKey, rule)
+		locked, wait = !res.Allowed, res.RetryAfter
+		return err
+	})
+	if err != nil {
+		s.metrics.sends.WithLabelValues("unavailable").Inc()
+		s.metrics.redisErrors.Inc()
+		s.denied(w, "", guard.Decision{Degraded: true}, err)
+		return
+	}
+	if locked {
+		s.metrics.sends.WithLabelValues("locked").Inc()
+		writeJSON(w, http.StatusTooManyRequests, reply{Error: "too many failed verifications for this number: try again in " + humanWait(*seconds(wait)),
+			Scope: "number", Rule: rule.Name, RetryAfter: seconds(max(wait, time.Second))})
+		return
+	}
+	// Every guard or none: a send denied by one takes nothing from those
+	// before it (they are refunded) and never reaches those after it. The
+	// one hot key, the budget, is charged last, only for sends every other
+	// guard admitted.
+	charges := []charge{
+		{"ip", s.ip, clientIP(r, s.cfg.TrustProxy)},
+		{"number", s.phone, dest.E164},
+		{"prefix", s.prefix, dest.Prefix},
+		{"budget", s.budget, budgetKey},
+	}
+	for i, c := range charges {
+		d, err := c.g.Allow(ctx, c.key)
+		if !d.Allowed {
+			s.refundAll(ctx, charges[:i])
+			s.metrics.sends.WithLabelValues(result(d, err)).Inc()
+			s.denied(w, c.scope, d, err)
+			return
+		}
+	}
+	code := newCode()
+	if err := s.bounded(ctx, func(ctx context.Context) error { return s.codes.put(ctx, dest.E164, code) }); err != nil {
+		s.refundAll(ctx, charges)
+		s.metrics.sends.WithLabelValues("unavailable").Inc()
+		s.metrics.redisErrors.Inc()
+		s.log.Error("storing a code failed", "to", maskPhone(dest.E164), "err", err)
+		s.denied(w, "", guard.Decision{Degraded: true}, err)
+		return
+	}
+	text := fmt.Sprintf("Your verification code is %s. It expires in %d minutes.", code, int(s.cfg.CodeTTL.Minutes()))
+	if err := s.provider.Send(ctx, dest.E164, text); err != nil {
+		_ = s.bounded(context.WithoutCancel(ctx), func(ctx context.Context) error { return s.codes.forget(ctx, dest.E164) })
+		s.refundAll(ctx, charges)
+		s.log.Error("send failed", "to", maskPhone(dest.E164), "err", err)
+		if errors.Is(err, ErrDestinationRefused) {
+			s.metrics.sends.WithLabelValues("refused").Inc()
+			writeJSON(w, http.StatusUnprocessableEntity, reply{Error: "the SMS provider refused this number: give another mobile number",
+				Reason: "provider_refused", Number: dest.E164, Country: dest.Region})
+			return
+		}
+		s.metrics.sends.WithLabelValues("provider_error").Inc()
+		writeJSON(w, http.StatusBadGateway, reply{Error: "could not send the code, try again"})
+		return
+	}
+	s.metrics.sends.WithLabelValues("sent").Inc()
+	s.log.Info("code sent", "to", maskPhone(dest.E164))
+	next, _ := s.phone.Peek(ctx, dest.E164) // when the page may offer "resend"
+	writeJSON(w, http.StatusAccepted, reply{RetryAfter: seconds(next.RetryAfter), Number: dest.E164, Country: dest.Region})
+}
+
+// refused answers a number that is not one (400) or that the number policy
+// refuses (422, with the reason).
+func (s *Service) refused(w http.ResponseWriter, err error) {
+	var ref *refusal
+	if errors.As(err, &ref) {
+		writeJSON(w, http.StatusUnprocessableEntity, reply{Error: ref.Detail, Reason: ref.Reason, Number: ref.Number, Country: ref.Region})
+		return
+	}
+	writeJSON(w, http.StatusBadRequest, reply{Error: "invalid phone number"})
+}
+
+// refundAll gives back the unit each charge took, for a send that did not
+// happen, whatever happened to the request's context. The refunds run at
+// once: with Redis hung, the request waits one Timeout for them, not one per
+// guard.
+func (s *Service) refundAll(ctx context.Context, charges []charge) {
+	ctx = context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
+	for _, c := range charges {
+		wg.Go(func() {
+			if err := c.g.Refund(ctx, c.key); err != nil {
+				s.log.Warn("refund failed", "scope", c.scope, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// denied answers a guard's refusal: 503 when Redis could not answer or
+// refused the call (the guards fail closed), 429 naming the scope and rule,
+// with Retry-After, otherwise.
+func (s *Service) denied(w http.ResponseWriter, scope string, d guard.Decision, err error) {
+	if d.Degraded || err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, reply{Error: "service unavailable, try again later", RetryAfter: seconds(max(d.RetryAfter, time.Second))})
+		return
+	}
+	wait := seconds(d.RetryAfter)
+	writeJSON(w, http.StatusTooManyRequests, reply{Error: scopeWords[scope] + ": try again in " + humanWait(max(*wait, 1)),
+		Scope: scope, Rule: d.Rule, RetryAfter: wait})
+}
+
+// bounded runs f, a Redis call, with ctx bounded by the Redis Timeout. Every
+// Redis call of the service is bounded so: a request's own context has no
+// deadline, and without one a hung Redis holds the call for go-redis's I/O
+// timeout and its retries (5 to 10 s), not the Timeout.
+func (s *Service) bounded(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	return f(ctx)
+}
+
+func result(d guard.Decision, err error) string {
+	if d.Degraded || err != nil {
+		return "unavailable"
+	}
+	return "denied"
+}

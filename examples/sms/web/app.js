@@ -1,0 +1,278 @@
+// The verification page. No framework, and nothing inline in index.html:
+// the page's Content-Security-Policy runs this file and no other script.
+//
+// The server is authoritative: the page sends the number as typed with the
+// country picked, and shows the number the server read. The preview under
+// the field is only a help for the eye.
+//
+// Timers: the send button's countdown is the page's only timer (no polling:
+// the demo outbox is refreshed after each send, when the page is shown
+// again, and by its Refresh button). It stops when it reaches zero, when the
+// number it was for is changed, and once a code is verified, after which
+// the send button is back to "Send code", for another number.
+"use strict";
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const countrySelect = $("country"), phone = $("phone"), e164 = $("e164");
+  const sendButton = $("send"), code = $("code"), verifyButton = $("verify");
+  const statusLine = $("status");
+  const SEND_TEXT = "Send code";
+
+  const countries = new Map(); // region -> {region, code, name}
+  let callingCodes = []; // the calling codes offered, for a number typed with +
+  let outboxShown = false;
+
+  // wait says a number of seconds as people read it: "45 s" under a minute,
+  // "47 min" (rounded up) under an hour, "2 h 5 min" beyond; as the server
+  // words it.
+  function wait(seconds) {
+    const s = Math.max(0, Math.ceil(seconds));
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.ceil(s / 60) + " min";
+    let h = Math.floor(s / 3600), m = Math.ceil((s % 3600) / 60);
+    if (m === 60) { h++; m = 0; }
+    return h + " h" + (m ? " " + m + " min" : "");
+  }
+
+  function say(text, kind) {
+    statusLine.textContent = text;
+    statusLine.className = kind || "";
+  }
+
+  // sentence makes an error of the server a sentence: capital, full stop.
+  function sentence(s) {
+    s = String(s).trim();
+    if (!s) return "Something went wrong: try again.";
+    s = s[0].toUpperCase() + s.slice(1);
+    return /[.!?]$/.test(s) ? s : s + ".";
+  }
+
+  // digits returns the decimal digits of s in ASCII, whatever their script
+  // (the server reads full-width and other digits too). Unicode encodes the
+  // digits of each script as runs of 0 to 9, so a digit's value is its
+  // distance from the start of its run, modulo 10.
+  const ND = /\p{Nd}/u;
+  function digits(s) {
+    let out = "";
+    for (const ch of s) {
+      if (!ND.test(ch)) continue;
+      const cp = ch.codePointAt(0);
+      let n = 0;
+      while (cp - n - 1 >= 0 && ND.test(String.fromCodePoint(cp - n - 1))) n++;
+      out += n % 10;
+    }
+    return out;
+  }
+
+  // The national prefix dialled before a number inside its country, where
+  // it is not 0 (none in Italy and San Marino, 1 in the NANP).
+  const trunks = { 1: "1", 39: "", 378: "" };
+
+  // preview returns the number as the server will read it, in E.164 with a
+  // space after the country code: a number typed with + as it is (the
+  // picker is ignored), otherwise the picked country's code and the
+  // national number without its trunk prefix.
+  function preview() {
+    const typed = phone.value.trim();
+    const d = digits(typed);
+    if (/^[+\uff0b]/.test(typed)) {
+      // Calling codes are prefix-free: at most one matches.
+      const cc = callingCodes.find((c) => d.startsWith(c));
+      return cc ? ("+" + cc + " " + d.slice(cc.length)).trim() : "+" + d;
+    }
+    const c = countries.get(countrySelect.value);
+    if (!c) return d;
+    const trunk = c.code in trunks ? trunks[c.code] : "0";
+    const national = trunk && d.startsWith(trunk) ? d.slice(trunk.length) : d;
+    return ("+" + c.code + " " + national).trim();
+  }
+
+  // The countdown of the send button.
+  let countdown = null; // {timer, number}: number, when the wait is that number's
+
+  function startCountdown(seconds, number) {
+    stopCountdown();
+    const until = Date.now() + Math.max(0, seconds) * 1000;
+    const tick = () => {
+      const left = (until - Date.now()) / 1000;
+      if (left <= 0) { stopCountdown(); return; }
+      sendButton.disabled = true;
+      sendButton.textContent = "Resend in " + wait(left);
+    };
+    countdown = { timer: setInterval(tick, 1000), number };
+    tick();
+  }
+
+  function stopCountdown() {
+    if (countdown) clearInterval(countdown.timer);
+    countdown = null;
+    sendButton.disabled = false;
+    sendButton.textContent = SEND_TEXT;
+  }
+
+  function numberChanged() {
+    const n = preview();
+    e164.textContent = n;
+    $("e164-line").hidden = phone.value.trim() === "";
+    // A wait for one number does not hold another one back (the server
+    // still has the last word); a wait for this address or the service does.
+    if (countdown && countdown.number && countdown.number !== n) stopCountdown();
+  }
+
+  async function post(path, body) {
+    let res;
+    try {
+      res = await fetch(path, {
+        method: "POST", cache: "no-store",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    } catch (e) {
+      return { status: 0, data: {}, retry: 0 };
+    }
+    let data = {};
+    try { data = await res.json(); } catch (e) { /* not JSON */ }
+    const retry = Number(data.retry_after ?? res.headers.get("Retry-After") ?? 0) || 0;
+    return { status: res.status, data, retry };
+  }
+
+  const UNREACHABLE = "Could not reach the service: check your connection and try again.";
+
+  // throttled words a 429 by its scope, with the wait.
+  const scopes = {
+    number: "Too many codes for this number",
+    ip: "Too many requests from your address",
+    prefix: "Too many codes to numbers like this one",
+    budget: "The service has sent all the codes it may for now",
+  };
+  function throttled(r) {
+    const why = r.data.rule === "verify-failures" ? "Too many failed verifications for this number"
+      : scopes[r.data.scope] || "Too many requests";
+    return why + ": try again in " + wait(Math.max(r.retry, 1)) + ".";
+  }
+
+  $("send-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    if (sendButton.disabled) return;
+    const number = preview();
+    sendButton.disabled = true;
+    sendButton.textContent = "Sending…";
+    const r = await post("/api/sms/send", { phone: phone.value, country: countrySelect.value });
+    switch (r.status) {
+      case 202:
+        say("Code sent to " + (r.data.number || number) + ".", "ok");
+        startCountdown(r.retry, number);
+        code.focus();
+        refreshOutbox();
+        return;
+      case 429:
+        say(throttled(r), "err");
+        startCountdown(Math.max(r.retry, 1), r.data.scope === "number" ? number : null);
+        return;
+      case 0:
+        say(UNREACHABLE, "err");
+        break;
+      case 400: {
+        const c = countries.get(countrySelect.value);
+        const where = c && !/^[+\uff0b]/.test(phone.value.trim()) ? " for " + c.name : "";
+        say("Not a valid phone number" + where + ": check the number and the country.", "err");
+        break;
+      }
+      default: // 422: the server's sentence says why; 502, 503
+        say(sentence(r.data.error), "err");
+    }
+    if (r.retry > 0) startCountdown(r.retry, null);
+    else stopCountdown();
+  });
+
+  $("verify-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const c = digits(code.value);
+    if (c.length !== 6) {
+      say("The code has 6 digits.", "err");
+      code.focus();
+      return;
+    }
+    verifyButton.disabled = true;
+    const r = await post("/api/sms/verify", { phone: phone.value, country: countrySelect.value, code: c });
+    verifyButton.disabled = false;
+    if (r.status === 200 && r.data.verified) {
+      stopCountdown(); // done: no resend to wait for
+      code.value = "";
+      say("Verified.", "ok");
+      return;
+    }
+    switch (r.status) {
+      case 401: say("Wrong or expired code.", "err"); break;
+      case 429: say(throttled(r), "err"); break;
+      case 0: say(UNREACHABLE, "err"); break;
+      default: say(sentence(r.data.error), "err");
+    }
+  });
+
+  phone.addEventListener("input", numberChanged);
+  countrySelect.addEventListener("change", numberChanged);
+
+  // The demo outbox, served only by a local demo (settings.outbox).
+  async function refreshOutbox() {
+    if (!outboxShown) return;
+    let data;
+    try {
+      const res = await fetch("/api/sms/outbox", { cache: "no-store" });
+      if (!res.ok) return;
+      data = await res.json();
+    } catch (e) {
+      return;
+    }
+    const items = (data.messages || []).map((m) => {
+      const li = document.createElement("li");
+      const to = document.createElement("span"), text = document.createElement("span");
+      to.className = "to";
+      to.textContent = m.to;
+      text.className = "text";
+      text.textContent = m.text;
+      li.append(to, text);
+      return li;
+    });
+    $("outbox-list").replaceChildren(...items);
+    $("outbox-empty").hidden = items.length > 0;
+  }
+
+  async function start() {
+    sendButton.disabled = true;
+    let s;
+    try {
+      const res = await fetch("/api/sms/settings", { cache: "no-store" });
+      if (!res.ok) throw new Error("settings: " + res.status);
+      s = await res.json();
+    } catch (e) {
+      // Without the list, the server reads numbers in its default country.
+      countrySelect.add(new Option("Default country", ""));
+      countrySelect.disabled = true;
+      say("Could not load the countries: give the number with + and its country code.", "err");
+      sendButton.disabled = false;
+      numberChanged();
+      return;
+    }
+    for (const c of s.countries || []) {
+      countries.set(c.region, c);
+      countrySelect.add(new Option(c.name + " (+" + c.code + ")", c.region));
+    }
+    callingCodes = [...new Set([...countries.values()].map((c) => String(c.code)))];
+    countrySelect.value = s.region;
+    sendButton.disabled = false;
+    numberChanged();
+    if (s.outbox) {
+      outboxShown = true;
+      $("outbox").hidden = false;
+      $("outbox-refresh").addEventListener("click", refreshOutbox);
+      document.addEventListener("visibilitychange", () => {
+        if (document.visibilityState === "visible") refreshOutbox();
+      });
+      refreshOutbox();
+    }
+  }
+
+  start();
+})();
