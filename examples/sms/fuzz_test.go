@@ -75,7 +75,7 @@ func (fz *fuzzer) serve(t *testing.T, path string, body []byte, contentType, xff
 	fz.handler.ServeHTTP(rec, req)
 
 	switch rec.Code {
-	case http.StatusOK, http.StatusAccepted, http.StatusBadRequest, http.StatusUnauthorized,
+	case http.StatusOK, http.StatusAccepted, http.StatusBadRequest, http.StatusUnauthorized, http.StatusUnprocessableEntity,
 		http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusTooManyRequests:
 	default:
 		t.Fatalf("POST %s %q (Content-Type %q, X-Forwarded-For %q) = %d %s", path, body, contentType, xff, rec.Code, rec.Body)
@@ -110,12 +110,17 @@ func FuzzSendRequest(f *testing.F) {
 		b, _ := json.Marshal(map[string]string{"phone": s})
 		spellings = append(spellings, string(b))
 	}
+	// With a country, and numbers the policy refuses.
+	spellings = append(spellings, `{"phone":"07400 123456","country":"GB"}`, `{"phone":"7400123456","country":"gb"}`,
+		`{"phone":"4155552673","country":"US"}`, `{"phone":"4155552673"}`, `{"phone":"+19005550123"}`,
+		`{"phone":"+881600000000"}`, `{"phone":"020 7946 0018","country":"GB"}`, `{"phone":"+447400123456","country":"XX"}`)
 	fz.seed(f, "/api/sms/send", spellings...)
 	f.Fuzz(func(t *testing.T, body []byte, contentType, xff string) {
 		status, sent := fz.serve(t, "/api/sms/send", body, contentType, xff)
-		var req struct{ Phone string }
+		var req struct{ Phone, Country string }
 		_ = json.Unmarshal(body, &req)
-		want, err := normalizePhone(req.Phone, fz.e.cfg.Region)
+		dest, err := fz.e.svc.numbers.parse(req.Phone, req.Country, fz.e.cfg.PrefixDigits)
+		want := dest.E164
 		switch {
 		case status != http.StatusAccepted && len(sent) > 0:
 			t.Fatalf("send %q = %d, and sent %v", body, status, sent)
@@ -147,9 +152,9 @@ func FuzzVerifyRequest(f *testing.F) {
 		if status != http.StatusOK {
 			return
 		}
-		var req struct{ Phone, Code string }
+		var req struct{ Phone, Country, Code string }
 		_ = json.Unmarshal(body, &req)
-		if phone, err := normalizePhone(req.Phone, fz.e.cfg.Region); req.Code != "123456" || err != nil || phone != uk {
+		if dest, err := fz.e.svc.numbers.parse(req.Phone, req.Country, fz.e.cfg.PrefixDigits); req.Code != "123456" || err != nil || dest.E164 != uk {
 			t.Fatalf("verify %q = 200; want 200 only for the code 123456 of %s", body, uk)
 		}
 	})
