@@ -251,6 +251,15 @@ func (b *browser) typeNumber(number string) {
 		chromedp.SendKeys(chromedp.ID("phone"), number))
 }
 
+// sendUsual sends a code to the tests' usual number, typed in national
+// form with the default country, and waits for the page to say so.
+func (b *browser) sendUsual() {
+	b.t.Helper()
+	b.typeNumber("138 0013 8000")
+	b.do("send", chromedp.Click(chromedp.ID("send")))
+	b.waitText("status", "Code sent to "+number+".")
+}
+
 // sendButton returns the send button's text and whether it is enabled.
 func (b *browser) sendButton() (string, bool) {
 	b.t.Helper()
@@ -514,9 +523,7 @@ func TestBrowserHumanWait(t *testing.T) {
 			srv, tp := tapped(t, e.svc.Handler())
 			b := newBrowser(t, e.logs)
 			b.open(srv.URL + "/")
-			b.typeNumber("138 0013 8000")
-			b.do("send", chromedp.Click(chromedp.ID("send")))
-			b.waitText("status", "Code sent to "+number+".")
+			b.sendUsual()
 
 			// The person reloads the page, which forgets the countdown,
 			// and asks again: the server refuses, within the cooldown.
@@ -560,9 +567,7 @@ func TestBrowserCountdownStopsOnceVerified(t *testing.T) {
 	e := newEnv(t)
 	b := newBrowser(t, e.logs)
 	b.open(e.srv.URL + "/")
-	b.typeNumber("138 0013 8000")
-	b.do("send", chromedp.Click(chromedp.ID("send")))
-	b.waitText("status", "Code sent to "+number+".")
+	b.sendUsual()
 	b.wait("the countdown", `document.getElementById("send").textContent.startsWith("Resend in ")`)
 	if n := eval[int](b, `window.liveTimersForTest`); n == 0 {
 		t.Fatalf("no live timer during the countdown: the timer probe does not see the page's timers")
@@ -597,9 +602,7 @@ func TestBrowserOutbox(t *testing.T) {
 	b := newBrowser(t, logs)
 	b.open(srv.URL + "/")
 	b.wait("the outbox", `!document.getElementById("outbox").hidden && document.getElementById("outbox").offsetParent !== null`)
-	b.typeNumber("138 0013 8000")
-	b.do("send", chromedp.Click(chromedp.ID("send")))
-	b.waitText("status", "Code sent to "+number+".")
+	b.sendUsual()
 	b.wait("the message in the outbox", `[...document.querySelectorAll("#outbox li")].some(li => li.textContent.includes("+8613800138000"))`)
 	msgs := eval[[]struct{ To, Text string }](b,
 		`[...document.querySelectorAll("#outbox li")].map(li => ({To: li.querySelector(".to").textContent, Text: li.querySelector(".text").textContent}))`)
@@ -627,9 +630,7 @@ func TestBrowserNoOutbox(t *testing.T) {
 	srv, tp := tapped(t, e.svc.Handler())
 	b := newBrowser(t, e.logs)
 	b.open(srv.URL + "/")
-	b.typeNumber("138 0013 8000")
-	b.do("send", chromedp.Click(chromedp.ID("send")))
-	b.waitText("status", "Code sent to "+number+".")
+	b.sendUsual()
 	if visible := eval[bool](b, `(() => { const o = document.getElementById("outbox"); return !!o && o.offsetParent !== null; })()`); visible {
 		t.Errorf("the outbox is visible without DemoOutbox")
 	}
