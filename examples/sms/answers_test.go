@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -152,6 +153,39 @@ func TestHumanWait(t *testing.T) {
 		7500: "2 h 5 min", 86278: "23 h 58 min", 86399: "24 h"} {
 		if got := humanWait(s); got != want {
 			t.Errorf("humanWait(%d) = %q; want %q", s, got, want)
+		}
+	}
+}
+
+// The outbox is answered to a client on this machine only: not to a request
+// a proxy forwarded, whatever address it came from.
+func TestOutboxNotThroughAProxy(t *testing.T) {
+	b := testutil.Mini(t)
+	cfg := testConfig()
+	cfg.DemoOutbox = true
+	svc, err := NewService(b.Client(t), cfg, &ConsoleProvider{out: io.Discard}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		remote, header, value string
+		status                int
+	}{
+		{"127.0.0.1:5000", "", "", http.StatusOK},
+		{"[::1]:5000", "", "", http.StatusOK},
+		{"127.0.0.1:5000", "X-Forwarded-For", "203.0.113.7", http.StatusNotFound},
+		{"127.0.0.1:5000", "Forwarded", "for=203.0.113.7", http.StatusNotFound},
+		{"192.0.2.1:5000", "", "", http.StatusNotFound},
+	} {
+		req := httptest.NewRequest("GET", "/api/sms/outbox", nil)
+		req.RemoteAddr = tc.remote
+		if tc.header != "" {
+			req.Header.Set(tc.header, tc.value)
+		}
+		w := httptest.NewRecorder()
+		svc.Handler().ServeHTTP(w, req)
+		if w.Code != tc.status || w.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("GET /api/sms/outbox from %s with %s %q = %d %s; want %d", tc.remote, tc.header, tc.value, w.Code, w.Body, tc.status)
 		}
 	}
 }

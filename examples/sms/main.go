@@ -95,8 +95,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch *providerName {
 	case "console":
 		provider = &ConsoleProvider{out: stderr}
-		// The demo outbox shows every code on the page: only on loopback.
-		cfg.DemoOutbox = loopback(ln.Addr())
+		// The demo outbox shows every code on the page: only on loopback,
+		// and not behind a proxy (-trust-proxy), which would serve it to
+		// whoever the proxy serves.
+		cfg.DemoOutbox = loopback(ln.Addr()) && !cfg.TrustProxy
 	case "twilio":
 		if provider, err = NewTwilio(twilioFromEnv(os.Getenv, *twilioURL)); err != nil {
 			return err

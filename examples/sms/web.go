@@ -111,8 +111,16 @@ func (s *Service) settings(w http.ResponseWriter, r *http.Request) {
 
 // showOutbox answers the demo outbox: the last messages the console
 // provider printed, newest first. It is routed only when the service
-// listens on loopback with the console provider (see main.go).
+// listens on loopback with the console provider and no proxy in front (see
+// main.go), and answered only to a loopback client with no forwarding
+// header.
 func (s *Service) showOutbox(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("X-Forwarded-For") != "" || r.Header.Get("Forwarded") != "" || !parseHost(r.RemoteAddr).IsLoopback() {
+		// A request a proxy forwarded, or from another machine: the codes
+		// are for the person at this one.
+		writeJSON(w, http.StatusNotFound, reply{Error: "not found"})
+		return
+	}
 	writeAny(w, http.StatusOK, struct {
 		Messages []outboxMessage `json:"messages"`
 	}{s.outbox()})
