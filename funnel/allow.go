@@ -28,6 +28,12 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 // newer state. A reply lost and retried by go-redis counts once (see package
 // mutex: every lock script answers a retry as its first run). On error the
 // call may or may not have been admitted; calling again is a new call.
+//
+// Concurrent calls for one key with the same rules share a lock hold (see
+// WithoutBatching): the calls that arrive while one takes the lock are
+// decided with it, in arrival order, and written with it. A call whose ctx
+// ends while it waits returns ctx's error at once; if its batch decided it
+// meanwhile, that outcome is returned instead.
 func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Rule) (Result, error) {
 	c, err := lim.prepare(key, rules)
 	if err != nil {
@@ -38,41 +44,16 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 			return Result{}, fmt.Errorf("%w: %d units for rule %q of capacity %d", ErrInvalidN, n, r.name, r.full/r.per)
 		}
 	}
-	for range maxCommits {
-		// One attempt first: a call that is already deniable is denied by
-		// the gate in this round trip, never queued behind local waiters.
-		lk, res, err := lim.locker.TryLockWith(ctx, c.name, c.read(readGate), lim.hold)
-		if errors.Is(err, mutex.ErrLocked) {
-			lk, res, err = lim.locker.LockWith(ctx, c.name, c.read(readGate), lim.hold)
-		}
-		declined := errors.Is(err, mutex.ErrDeclined)
-		if err != nil && !declined {
-			return Result{}, corrupt(err)
-		}
-		snap, perr := parseRead(c.rules, res)
-		if perr != nil {
-			_ = lk.Unlock(ctx)
-			return Result{}, perr
-		}
-		d := decide(c.rules, snap.levels, snap.now, n)
-		if declined || !d.allowed {
-			_ = lk.Unlock(ctx) // nil when declined
-			d.allowed = false
-			d.retry = max(d.retry, 1) // the gate and decide agree; never "retry now" on a denial
-			return d.result(c.rules), nil
-		}
-		if lim.beforeCommit != nil {
-			lim.beforeCommit()
-		}
-		write := mutex.Call{Fragment: writeBack, Keys: []string{c.key}, Args: writeArgs(c.rules, d.fills, d.ats, snap.now)}
-		if _, err := lk.UnlockWith(ctx, write); errors.Is(err, mutex.ErrNotHeld) {
-			continue // the lease lapsed: decide again on fresh state
-		} else if err != nil {
-			return Result{}, err
-		}
-		return d.result(c.rules), nil
+	if res, ok := lim.denials.lookup(c.key, c.set, n); ok {
+		return res, nil
 	}
-	return Result{}, ErrConflict
+	if !lim.alone {
+		return lim.allowBatched(ctx, c, n)
+	}
+	// Alone: a batch of one, led by this call.
+	w := &waiter{n: n}
+	lim.lead(ctx, c, batchKey{}, &batch{waiters: []*waiter{w}})
+	return w.res, w.err
 }
 
 // corrupt marks a Redis WRONGTYPE error: the state key holds something
@@ -142,7 +123,9 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 		}
 		fills, ats := refund(c.rules, snap.levels, snap.now, n)
 		write := mutex.Call{Fragment: writeBack, Keys: []string{c.key}, Args: writeArgs(c.rules, fills, ats, snap.now)}
-		if _, err := lk.UnlockWith(ctx, write); errors.Is(err, mutex.ErrNotHeld) {
+		_, err = lk.UnlockWith(ctx, write)
+		lim.denials.forget(c.key) // after the commit, and after an error: it may have committed
+		if errors.Is(err, mutex.ErrNotHeld) {
 			continue
 		} else if err != nil {
 			return err
@@ -163,7 +146,9 @@ func (lim *Limiter) Reset(ctx context.Context, key string) error {
 		if err != nil {
 			return err
 		}
-		if _, err := lk.UnlockWith(ctx, mutex.Call{Fragment: resetAll, Keys: []string{c.key}}); errors.Is(err, mutex.ErrNotHeld) {
+		_, err = lk.UnlockWith(ctx, mutex.Call{Fragment: resetAll, Keys: []string{c.key}})
+		lim.denials.forget(c.key) // after the commit, and after an error: it may have committed
+		if errors.Is(err, mutex.ErrNotHeld) {
 			continue
 		} else if err != nil {
 			return err

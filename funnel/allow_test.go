@@ -109,7 +109,7 @@ func TestResultFields(t *testing.T) {
 		if err := lim.Reset(ctx, "k"); err != nil {
 			t.Fatal(err)
 		}
-		if n := b.Client(t).Exists(ctx, b.Prefix+"{k}:funnel").Val(); n != 0 {
+		if n := b.Client(t).Exists(ctx, b.Prefix+"{k}:f").Val(); n != 0 {
 			t.Fatal("state key left after Reset")
 		}
 	})

@@ -41,4 +41,44 @@
 // over on fresh state.
 //
 // Every state key expires when all its funnels would be empty.
+//
+// # Deny cache
+//
+// WithDenyCache(maxKeys) (off by default) answers a flooded key in this
+// process. When Redis denies a call, it says when the same call would be
+// admitted: the gate time T, on the server's clock, as the wait RetryAfter.
+// The Limiter keeps that wait as a deadline on its own monotonic clock,
+// counted from before the call was sent (so before Redis read its clock),
+// and until then denies the key's calls with the same rules (the same
+// Rules in the same order) and at least as many units without asking
+// Redis. A hit returns the denial's Result as Redis gave it, with
+// RetryAfter and ResetAfter counting down: Allowed false, and Rule,
+// Remaining and Tightest as of the denial. (For a call of one unit, Redis
+// would give the same Rule and Remaining 0 until T; with several full
+// rules, Tightest may name one that has since drained; a call of more
+// units than the cached one is denied at least until T, but Redis would
+// give it a longer RetryAfter.)
+//
+// The cache never denies past T, given clocks that run at the same rate:
+// the deadline falls before T by the time the denied call took to reach
+// Redis's clock (part of a round trip; longer if it waited for the lock),
+// so a call may go to Redis a little early and be denied there once more.
+// Only durations cross from the server: the clocks of Redis and of this
+// process need not agree.
+//
+// A Refund or Reset through the same Limiter clears the key's entry as it
+// commits, and a denial read before it is not cached after it. A refund or
+// reset in another process (or through another Limiter in this one), or any
+// other change of the key in Redis, takes effect there at once and here at
+// T at the latest: until T this Limiter keeps denying the key, though Redis
+// would admit it; the first call at or after T asks Redis and sees the new
+// state. Peek always reads Redis.
+//
+// The cache holds the latest denial of the maxKeys keys most recently
+// denied by Redis (the oldest are evicted first) and runs no goroutine: an
+// expired entry is a miss, and its room is reused. A hit takes a read lock
+// and a map lookup, allocates nothing, and answers even while Redis is
+// down. Calls
+// of more than four rules, or of rule sets past the Limiter's first 256
+// distinct ones, are never answered from the cache.
 package funnel

@@ -57,3 +57,46 @@ func ExampleLocal() {
 	// 30s false 30s
 	// 1m0s true 0s
 }
+
+// With a deny cache, a denied key is denied in this process until the gate
+// time Redis gave, without a command to Redis; a Refund through the same
+// Limiter clears it at once.
+func ExampleWithDenyCache() {
+	m, err := miniredis.Run() // an in-process Redis for the example
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	ctx := context.Background()
+
+	lim := funnel.New(client, funnel.WithDenyCache(10000))
+	cooldown := funnel.AtMost(1, time.Minute)
+	allow := func() {
+		before := m.CommandCount()
+		res, err := lim.Allow(ctx, "sms:+8613800138000", cooldown)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		from := "Redis"
+		if m.CommandCount() == before {
+			from = "the cache"
+		}
+		fmt.Println(res.Allowed, res.RetryAfter.Round(time.Second), "from", from)
+	}
+	allow()
+	allow() // denied for a minute: cached
+	allow()
+	if err := lim.Refund(ctx, "sms:+8613800138000", 1, cooldown); err != nil {
+		fmt.Println(err)
+		return
+	}
+	allow()
+	// Output:
+	// true 0s from Redis
+	// false 1m0s from Redis
+	// false 1m0s from the cache
+	// true 0s from Redis
+}

@@ -1,5 +1,80 @@
 package funnel
 
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
 // SetBeforeCommit makes f run in every admission of l between the read and
 // the commit, so a test can stall a commit past its lock's lease.
 func SetBeforeCommit(l *Limiter, f func()) { l.beforeCommit = f }
+
+// SetDenyClock makes the deny cache of l (WithDenyCache) read its clock from
+// now, and take a denial's call to have started at now's reading when the
+// denial is stored: a test's clock stands still during a call.
+func SetDenyClock(l *Limiter, now func() time.Time) { l.denials.now = now }
+
+// DenyCacheLen returns the number of entries in l's deny cache.
+func DenyCacheLen(l *Limiter) int { return l.denials.len() }
+
+// DenyCache is the deny cache, for tests that drive it directly.
+type DenyCache = denyCache
+
+// RuleSet is a call's compiled rules; a DenyCache tells sets apart by
+// pointer only.
+type RuleSet = ruleSet
+
+// NewDenyCache returns a deny cache of max keys on the clock now.
+func NewDenyCache(max int, now func() time.Time) *DenyCache {
+	c := newDenyCache(max)
+	c.now = now
+	return c
+}
+
+func (c *denyCache) Lookup(key string, set *RuleSet, n int64) (Result, bool) {
+	return c.lookup(key, set, n)
+}
+func (c *denyCache) Epoch() uint64 { return c.epoch() }
+func (c *denyCache) Store(key string, set *RuleSet, n int64, sent time.Time, epoch uint64, r Result) {
+	c.store(key, set, n, sent, epoch, r)
+}
+func (c *denyCache) Forget(key string) { c.forget(key) }
+func (c *denyCache) Len() int          { return c.len() }
+
+// Check verifies the cache's structure: the list from oldest to newest
+// holds exactly the indexed keys, the free list the other nodes, and there
+// are at most max nodes.
+func (c *denyCache) Check() error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if len(c.nodes) > c.max {
+		return fmt.Errorf("%d nodes, max %d", len(c.nodes), c.max)
+	}
+	seen, prev := 0, int32(-1)
+	for i := c.oldest; i >= 0; i = c.nodes[i].next {
+		if seen++; seen > len(c.nodes) {
+			return errors.New("the list loops")
+		}
+		if c.nodes[i].prev != prev {
+			return fmt.Errorf("node %d: prev %d, want %d", i, c.nodes[i].prev, prev)
+		}
+		if j, ok := c.index[c.nodes[i].key]; !ok || j != i {
+			return fmt.Errorf("node %d (%q) is not indexed there", i, c.nodes[i].key)
+		}
+		prev = i
+	}
+	if prev != c.newest || seen != len(c.index) {
+		return fmt.Errorf("the list ends at %d with %d keys; newest %d, %d indexed", prev, seen, c.newest, len(c.index))
+	}
+	free := 0
+	for i := c.free; i >= 0; i = c.nodes[i].next {
+		if free++; free > len(c.nodes) {
+			return errors.New("the free list loops")
+		}
+	}
+	if seen+free != len(c.nodes) {
+		return fmt.Errorf("%d listed + %d free of %d nodes", seen, free, len(c.nodes))
+	}
+	return nil
+}

@@ -173,7 +173,7 @@ func TestBadInputRegressions(t *testing.T) {
 		t.Errorf("Peek with a typed nil client = %v, want ErrNilClient", err)
 	}
 	c := b.Client(t)
-	c.Set(ctx, b.Prefix+"{str}:funnel", "not a hash", 0)
+	c.Set(ctx, b.Prefix+"{str}:f", "not a hash", 0)
 	if _, err := lim.Allow(ctx, "str", rule); !errors.Is(err, funnel.ErrCorruptState) {
 		t.Errorf("Allow on a string key = %v, want ErrCorruptState", err)
 	}
@@ -181,7 +181,7 @@ func TestBadInputRegressions(t *testing.T) {
 		t.Errorf("Peek on a string key = %v, want ErrCorruptState", err)
 	}
 	for _, v := range []string{"garbage", "1:60000000:-5"} {
-		c.HSet(ctx, b.Prefix+"{bad}:funnel", "1/1m0s/1/1/60000000", v)
+		c.HSet(ctx, b.Prefix+"{bad}:f", funnel.StateField(rule), v)
 		if _, err := lim.Allow(ctx, "bad", rule); !errors.Is(err, funnel.ErrCorruptState) {
 			t.Errorf("Allow on the field value %q = %v, want ErrCorruptState", v, err)
 		}

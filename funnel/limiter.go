@@ -66,6 +66,14 @@ type Limiter struct {
 	// as script arguments, for calls of up to setMax rules.
 	sets map[setKey]*ruleSet
 
+	// batches groups concurrent admissions of a key (see batch.go);
+	// alone turns that off (WithoutBatching).
+	batches batches
+	alone   bool
+
+	// denials is the local deny cache (WithDenyCache); nil when off.
+	denials *denyCache
+
 	// beforeCommit, if set, runs between the read and the commit (tests).
 	beforeCommit func()
 }
@@ -116,7 +124,7 @@ func WithLocker(l *mutex.Locker) Option {
 }
 
 // WithPrefix sets the prefix of the state keys (DefaultPrefix if unset): the
-// state of key lives at <prefix>{<key>}:funnel, in the cluster slot of the
+// state of key lives at <prefix>{<key>}:f, in the cluster slot of the
 // key's lock.
 func WithPrefix(prefix string) Option {
 	return func(lim *Limiter) {
@@ -137,6 +145,50 @@ func WithLease(d time.Duration) Option {
 			return
 		}
 		lim.lease = d
+	}
+}
+
+// WithoutBatching makes every admission take the key's lock for itself.
+// By default, the concurrent admissions of one key (with the same rules) in
+// one Limiter share one lock hold: one read, their decisions made in arrival
+// order on it, one write. Their outcomes are the same either way; batching
+// takes two round trips per batch instead of two per call on a hot key.
+func WithoutBatching() Option {
+	return func(lim *Limiter) { lim.alone = true }
+}
+
+// WithDenyCache turns on the local deny cache, bounded to maxKeys keys (1
+// to MaxDenyCache; off by default). A call for a key that this Limiter saw
+// denied is then denied in this process, without Redis, until the gate
+// time of that denial: the time at which Redis said the same call would be
+// admitted, kept as the RetryAfter that Redis computed on its own clock,
+// counted from before the call was sent, on this process's monotonic
+// clock. It answers a call with the same rules (in the same order) and at
+// least as many units as the cached denial, with that denial's Result: Rule,
+// Remaining and Tightest as Redis gave them, RetryAfter and ResetAfter
+// counting down. So it never denies past the gate time (given clocks that
+// run at the same rate); it may send a call to Redis a little before it
+// (by the time the denied call took to reach Redis). A call of more units than the cached one gets
+// the cached wait, which is the shortest its own can be.
+//
+// A Refund or Reset through this Limiter clears the key's entry at once. A
+// refund or reset in another process (or another Limiter), or any other
+// change of the key in Redis, takes effect there at once and here at the
+// cached gate time at the latest: until then this Limiter keeps denying the
+// key. Peek always reads Redis.
+//
+// The cache keeps the latest denial of each key, for the maxKeys keys most
+// recently denied by Redis (the oldest are evicted first), and runs no
+// goroutine. A hit answers without looking at the call's ctx.
+// Calls of more than 4 rules, or of rules past the Limiter's first 256
+// distinct sets, are never answered from it.
+func WithDenyCache(maxKeys int) Option {
+	return func(lim *Limiter) {
+		if maxKeys < 1 || maxKeys > MaxDenyCache {
+			lim.fail(fmt.Errorf("%w: deny cache of %d keys (want 1 to %d)", ErrInvalidOption, maxKeys, MaxDenyCache))
+			return
+		}
+		lim.denials = newDenyCache(maxKeys)
 	}
 }
 
@@ -171,6 +223,7 @@ func New(client mutex.Client, opts ...Option) *Limiter {
 type call struct {
 	key   string // the state key
 	name  string // the lock name
+	set   *ruleSet
 	rules []rule
 	ids   []any
 }
@@ -188,7 +241,7 @@ func (lim *Limiter) check(key string) error {
 
 // stateKey is where the state of key lives: in the slot of key's lock.
 func (lim *Limiter) stateKey(key string) string {
-	return keyspace.Key(lim.prefix, key, "funnel")
+	return keyspace.Key(lim.prefix, key, "f")
 }
 
 func (lim *Limiter) prepare(key string, rules []Rule) (call, error) {
@@ -199,7 +252,7 @@ func (lim *Limiter) prepare(key string, rules []Rule) (call, error) {
 	if err != nil {
 		return call{}, err
 	}
-	return call{key: lim.stateKey(key), name: key, rules: s.rules, ids: s.ids}, nil
+	return call{key: lim.stateKey(key), name: key, set: s, rules: s.rules, ids: s.ids}, nil
 }
 
 // setMax is the most rules of a call whose compiled set is cached.
@@ -241,6 +294,12 @@ func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
 	}
 	if cacheable {
 		lim.mu.Lock()
+		if first := lim.sets[k]; first != nil {
+			// Compiled meanwhile by another call: one set per rules, so that
+			// calls with the same rules share batches and cached denials.
+			lim.mu.Unlock()
+			return first, nil
+		}
 		if len(lim.sets) < maxCompiled {
 			if lim.sets == nil {
 				lim.sets = make(map[setKey]*ruleSet)

@@ -155,7 +155,7 @@ func FuzzDecide(f *testing.F) {
 				t.Fatalf("%s: decode(encode(%d)) = %+v, %v from %q", where(), x, lv, err, v)
 			}
 			if now >= 0 && now < 1<<62 { // server time: no overflow of free
-				gate, err := strconv.ParseInt(v[:strings.IndexByte(v, ':')], 10, 64)
+				gate, err := strconv.ParseInt(v[:strings.IndexByte(v, ':')], 36, 64)
 				want := int64(0) // room for a unit now: no gate
 				if w := r.wait(x, 1); w > 0 {
 					want = now + w

@@ -5,8 +5,9 @@
 -- Returns {proceed, now µs, value...}: proceed is 0 when a rule has no room
 -- for one unit now (TIME is before its stored gate time), so the call is
 -- denied without the lock. A value is "<gate>:<fill>:<at>", or false for an
--- empty funnel. Only the gate is parsed here: a plain find and one number
--- (Redis runs this script for every call, denied ones included).
+-- empty funnel; its numbers are in base 36. Only the gate is parsed here: a
+-- plain find and one number (Redis runs this script for every call, denied
+-- ones included).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local values = redis.call('HMGET', KEYS[1], unpack(ARGV))
@@ -16,7 +17,7 @@ for i = 1, #values do
   if v then
     local c = string.find(v, ':', 1, true)
     -- A value that does not parse proceeds: the caller reports it corrupt.
-    if c and (tonumber(string.sub(v, 1, c - 1)) or 0) > now then
+    if c and (tonumber(string.sub(v, 1, c - 1), 36) or 0) > now then
       proceed = 0
       break -- one full rule denies: the others need no parsing here
     end

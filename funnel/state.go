@@ -9,9 +9,10 @@ import (
 )
 
 // The state of a key is a Redis hash with one field per rule (rule.id). A
-// value is "<gate>:<fill>:<at>": <fill> and <at> are the rule's level, and
-// <gate> is the server time (µs) before which the rule has no room for one
-// unit, or 0 when it has room now. The read script denies without the lock
+// value is "<gate>:<fill>:<at>", three integers in base 36 (short: every
+// active key stores them): <fill> and <at> are the rule's level, and <gate>
+// is the server time (µs) before which the rule has no room for one unit,
+// or 0 when it has room now. The read script denies without the lock
 // while TIME is before a rule's gate: one number to parse and compare. (A
 // gate is later than <at>, so a server clock behind <at> cannot make it
 // deny where the level would admit.)
@@ -23,12 +24,12 @@ func (r rule) encode(fill, at int64) string {
 	if w := r.wait(fill, 1); w > 0 {
 		gate = satAdd(at, w)
 	}
-	b := make([]byte, 0, 48)
-	b = strconv.AppendInt(b, gate, 10)
+	b := make([]byte, 0, 40)
+	b = strconv.AppendInt(b, gate, 36)
 	b = append(b, ':')
-	b = strconv.AppendInt(b, fill, 10)
+	b = strconv.AppendInt(b, fill, 36)
 	b = append(b, ':')
-	b = strconv.AppendInt(b, at, 10)
+	b = strconv.AppendInt(b, at, 36)
 	return string(b)
 }
 
@@ -46,8 +47,8 @@ func (r rule) decode(v any) (level, error) {
 	if !ok1 || !ok2 || strings.Contains(ats, ":") {
 		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
 	}
-	fill, err1 := strconv.ParseInt(fills, 10, 64)
-	at, err2 := strconv.ParseInt(ats, 10, 64)
+	fill, err1 := strconv.ParseInt(fills, 36, 64)
+	at, err2 := strconv.ParseInt(ats, 36, 64)
 	if err1 != nil || err2 != nil || fill < 0 || fill > r.full || at < 0 {
 		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
 	}

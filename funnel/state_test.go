@@ -29,7 +29,7 @@ func TestIdleKeyExpires(t *testing.T) {
 		// A unit of slow drains in 3600 s / 7: not a whole number of ms, so
 		// the TTL must round up.
 		slow := funnel.Rule{Name: "7/h", Capacity: 3, Leak: 7, Per: time.Hour}
-		key := b.Prefix + "{k}:funnel"
+		key := b.Prefix + "{k}:f"
 		pttl := func() time.Duration {
 			t.Helper()
 			d, err := c.PTTL(ctx, key).Result()
@@ -111,7 +111,7 @@ func TestIdleKeyExpires(t *testing.T) {
 
 		// A real server: a funnel that empties in 50 ms.
 		fast := funnel.Rule{Name: "fast", Capacity: 1, Leak: 1, Per: 50 * time.Millisecond}
-		fkey := b.Prefix + "{fast}:funnel"
+		fkey := b.Prefix + "{fast}:f"
 		if res, err := lim.Allow(ctx, "fast", fast); err != nil || !res.Allowed {
 			t.Fatalf("Allow = %+v, %v", res, err)
 		}
@@ -159,9 +159,9 @@ func TestMemoryUsage(t *testing.T) {
 		}
 		return n
 	}
-	three, single, peer := usage(b.Prefix+"{three}:funnel"), usage(b.Prefix+"{one}:funnel"), usage("rate:"+rkey)
+	three, single, peer := usage(b.Prefix+"{three}:f"), usage(b.Prefix+"{one}:f"), usage("rate:"+rkey)
 	t.Logf("MEMORY USAGE: funnel 3 rules %d B, funnel 1 rule %d B, redis_rate 1 limit %d B (keys of %d, %d, %d bytes)",
-		three, single, peer, len(b.Prefix+"{three}:funnel"), len(b.Prefix+"{one}:funnel"), len("rate:"+rkey))
+		three, single, peer, len(b.Prefix+"{three}:f"), len(b.Prefix+"{one}:f"), len("rate:"+rkey))
 	if keys := testutil.WithoutRecords(keysUnder(t, c, b.Prefix)); len(keys) != 2 {
 		t.Fatalf("keys %q, want the two state keys only", keys)
 	}

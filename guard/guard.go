@@ -77,7 +77,11 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	if err := locker.Err(); err != nil {
 		return nil, fmt.Errorf("%w: unusable Locker: %w", ErrInvalidPolicy, err)
 	}
-	g := &Guard{p: p, lim: funnel.New(client, funnel.WithPrefix(p.Prefix), funnel.WithLocker(locker))}
+	opts := []funnel.Option{funnel.WithPrefix(p.Prefix), funnel.WithLocker(locker)}
+	if p.DenyCache > 0 {
+		opts = append(opts, funnel.WithDenyCache(p.DenyCache))
+	}
+	g := &Guard{p: p, lim: funnel.New(client, opts...)}
 	switch {
 	case p.Fallback != nil:
 		g.fb = newFallback(*p.Fallback)

@@ -74,6 +74,16 @@ type Policy struct {
 	// guard's own (it must use the same Redis). Its names are the guard's
 	// stored keys.
 	Locker *mutex.Locker
+	// DenyCache is the number of keys of the local deny cache (0: off; at
+	// most funnel.MaxDenyCache): a key denied by Redis is then denied in
+	// this process, without a command to Redis, until the gate time of that
+	// denial (the RetryAfter Redis gave, counting down), with the same
+	// Decision Redis would give (not Degraded). A Refund through this Guard
+	// clears the key's entry at once. A refund by another process (or
+	// another Guard) takes effect there at once and here at that gate time
+	// at the latest. A cached denial is answered even while Redis cannot
+	// answer. See funnel.WithDenyCache.
+	DenyCache int
 	// RateLimitHeaders makes Middleware send the IETF RateLimit-Policy and
 	// RateLimit fields (draft-ietf-httpapi-ratelimit-headers). Off by
 	// default: they disclose the quota.
@@ -115,6 +125,9 @@ func (p Policy) check() (Policy, error) {
 	}
 	if p.Timeout < 0 || p.ErrorRetryAfter < 0 {
 		return bad("negative Timeout or ErrorRetryAfter")
+	}
+	if p.DenyCache < 0 || p.DenyCache > funnel.MaxDenyCache {
+		return bad("DenyCache %d (want 0 to %d)", p.DenyCache, funnel.MaxDenyCache)
 	}
 	if f := p.Fallback; f != nil {
 		if f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0 {

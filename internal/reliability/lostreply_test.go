@@ -469,7 +469,7 @@ func TestLostReplyReset(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.allow(t, lim, "reset", rule, true, "1st call")
-		state := e.key("reset", "funnel")
+		state := e.key("reset", "f")
 		if !e.exists(t, state) {
 			t.Fatalf("no funnel state at %s after an admission", state)
 		}

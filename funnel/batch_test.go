@@ -1,0 +1,299 @@
+package funnel_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+)
+
+// heldLimiter returns a Limiter whose client holds every command until
+// release, a counter of the commands it sends, and a channel that gets a
+// value whenever a call joins a batch.
+func heldLimiter(t *testing.T, b *testutil.Backend, opts ...funnel.Option) (*funnel.Limiter, *testutil.CommandCounter, func(), chan struct{}) {
+	t.Helper()
+	client := b.Client(t)
+	counter := &testutil.CommandCounter{}
+	client.AddHook(counter)
+	lim := funnel.New(client, append([]funnel.Option{funnel.WithPrefix(b.Prefix)}, opts...)...)
+	// Scripts loaded and the connection open before the hold: the counts
+	// are of the calls under test.
+	if _, err := lim.Allow(context.Background(), "warm-up", funnel.AtMost(1, time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	hold, release := testutil.HoldHook()
+	client.AddHook(hold)
+	t.Cleanup(release)
+	joined := make(chan struct{}, 1024)
+	funnel.SetOnJoin(lim, func() { joined <- struct{}{} })
+	counter.N.Store(0)
+	return lim, counter, release, joined
+}
+
+// awaitJoins waits for n calls to join a batch.
+func awaitJoins(t *testing.T, joined chan struct{}, n int) {
+	t.Helper()
+	for i := range n {
+		select {
+		case <-joined:
+		case <-time.After(time.Minute): // a hang, not a speed target
+			t.Fatalf("%d of %d calls joined a batch", i, n)
+		}
+	}
+}
+
+// The calls that arrive while one takes the lock share its hold: ten calls,
+// one read and one write, decided in arrival order (the first five of a
+// capacity of five admitted), each with its own Result.
+func TestBatchSharesOneHold(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		lim, counter, release, joined := heldLimiter(t, b)
+		rule := funnel.Rule{Name: "five", Capacity: 5, Leak: 1, Per: 24 * time.Hour}
+		ctx := context.Background()
+		results := make([]funnel.Result, 10)
+		errs := make([]error, 10)
+		var wg sync.WaitGroup
+		for i := range 10 { // one leads (its lock attempt is held), nine join it
+
+			wg.Go(func() { results[i], errs[i] = lim.Allow(ctx, "hot", rule) })
+		}
+		awaitJoins(t, joined, 9)
+		release()
+		wg.Wait()
+		admitted := 0
+		for i, r := range results {
+			if errs[i] != nil {
+				t.Fatalf("call %d: %v", i, errs[i])
+			}
+			if r.Allowed {
+				admitted++
+				if r.Remaining < 0 || r.Remaining > 4 {
+					t.Fatalf("call %d: %+v", i, r)
+				}
+			} else if r.Rule != "five" || r.RetryAfter <= 0 {
+				t.Fatalf("call %d denied without a rule or a wait: %+v", i, r)
+			}
+		}
+		if admitted != 5 {
+			t.Fatalf("%d of 10 admitted; want the capacity, 5", admitted)
+		}
+		// Each admitted call saw the units of those before it: remaining
+		// 4, 3, 2, 1, 0, each once.
+		seen := map[int64]bool{}
+		for _, r := range results {
+			if r.Allowed {
+				seen[r.Remaining] = true
+			}
+		}
+		if len(seen) != 5 {
+			t.Fatalf("remaining counts %v; want 4 down to 0, once each", seen)
+		}
+		if got := counter.N.Load(); got != 2 {
+			t.Fatalf("%d commands for 10 calls; want 2: one lock and read, one write and release", got)
+		}
+		peek, err := lim.Peek(ctx, "hot", rule)
+		if err != nil || peek.Remaining != 0 || peek.Allowed {
+			t.Fatalf("Peek = %+v, %v; want the funnel full, every admission stored", peek, err)
+		}
+	})
+}
+
+// Batched admissions are exact: concurrent calls of 1 to 3 units from 64
+// goroutines on two Limiters (two processes) admit exactly what the state
+// holds, never past the capacity, and deny only calls that did not fit.
+func TestBatchedExact(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		const capacity = 150
+		rule := funnel.Rule{Name: "exact", Capacity: capacity, Leak: 1, Per: 24 * time.Hour}
+		lims := []*funnel.Limiter{newLimiter(t, b), newLimiter(t, b)}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang, not a speed target
+		defer cancel()
+		var admitted, smallestDenied atomic.Int64
+		smallestDenied.Store(1 << 62)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := range 64 {
+			wg.Go(func() {
+				<-start
+				for i := range 5 {
+					n := int64(1 + (g+i)%3)
+					res, err := lims[g%2].AllowN(ctx, "exact", n, rule)
+					if err != nil {
+						t.Errorf("AllowN: %v", err)
+						return
+					}
+					if res.Allowed {
+						admitted.Add(n)
+					} else {
+						for old := smallestDenied.Load(); n < old && !smallestDenied.CompareAndSwap(old, n); old = smallestDenied.Load() {
+						}
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		sum := admitted.Load()
+		peek, err := lims[0].Peek(ctx, "exact", rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%d units admitted of 320 calls, the smallest call denied %d units, %d left", sum, smallestDenied.Load(), peek.Remaining)
+		if sum > capacity || peek.Remaining != capacity-sum {
+			t.Fatalf("%d units admitted, %d left in Redis; want at most %d, and what was admitted stored once", sum, peek.Remaining, capacity)
+		}
+		// Levels only grow here: a call denied at its turn did not fit in
+		// what was left at the end either.
+		if d := smallestDenied.Load(); d <= capacity-sum {
+			t.Fatalf("a call of %d units was denied, yet %d units were left", d, capacity-sum)
+		}
+	})
+}
+
+// A batch whose lock lease lapses before its write (a paused process, while
+// another Limiter admits) is decided again, every call of it, on the state
+// the other wrote: none admitted twice, none lost.
+func TestBatchLeaseLapse(t *testing.T) {
+	const lease = 500 * time.Millisecond
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		rule := funnel.Rule{Name: "day", Capacity: 4, Leak: 1, Per: 24 * time.Hour}
+		ctx := context.Background()
+		limA, _, release, joined := heldLimiter(t, b, funnel.WithLease(lease))
+		limB := newLimiter(t, b, funnel.WithLease(lease))
+		var commits atomic.Int64
+		var resB funnel.Result
+		var errB error
+		funnel.SetBeforeCommit(limA, func() {
+			if commits.Add(1) > 1 {
+				return
+			}
+			if b.Mini != nil {
+				b.Mini.FastForward(lease + time.Millisecond)
+			} else {
+				time.Sleep(lease + 30*time.Millisecond)
+			}
+			resB, errB = limB.AllowN(ctx, "lapse", 2, rule)
+		})
+		results := make([]funnel.Result, 4)
+		errs := make([]error, 4)
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() { results[i], errs[i] = limA.Allow(ctx, "lapse", rule) })
+		}
+		awaitJoins(t, joined, 3)
+		release()
+		wg.Wait()
+		if errB != nil || !resB.Allowed {
+			t.Fatalf("B, admitting 2 while A's lease had lapsed: %+v, %v", resB, errB)
+		}
+		units := int64(2)
+		for i, r := range results {
+			if errs[i] != nil {
+				t.Fatalf("A's call %d: %v", i, errs[i])
+			}
+			if r.Allowed {
+				units++
+			}
+		}
+		if c := commits.Load(); c != 2 {
+			t.Fatalf("%d commits of A's batch; want 2: the lapsed one, then one on B's state", c)
+		}
+		if units != 4 {
+			t.Fatalf("%d units admitted in all (B's 2 and A's); want the capacity, 4", units)
+		}
+		peek, err := limB.Peek(ctx, "lapse", rule)
+		if err != nil || peek.Remaining != 0 {
+			t.Fatalf("Peek = %+v, %v; want a full funnel, every admission stored once", peek, err)
+		}
+	})
+}
+
+// A call whose context ends while it waits in a batch returns its context's
+// error and takes nothing; the leader's context ending makes the others run
+// again under theirs, and they are admitted.
+func TestBatchContexts(t *testing.T) {
+	b := testutil.Mini(t)
+	rule := funnel.Rule{Name: "ten", Capacity: 10, Leak: 1, Per: 24 * time.Hour}
+
+	t.Run("a waiter leaves", func(t *testing.T) {
+		lim, _, release, joined := heldLimiter(t, b)
+		var wg sync.WaitGroup
+		var leaderErr error
+		wg.Go(func() { _, leaderErr = lim.Allow(context.Background(), "leave", rule) })
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { _, err := lim.Allow(ctx, "leave", rule); errc <- err }()
+		awaitJoins(t, joined, 1)
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the waiter whose context ended: %v; want context.Canceled", err)
+		}
+		release()
+		wg.Wait()
+		if leaderErr != nil {
+			t.Fatal(leaderErr)
+		}
+		peek, err := lim.Peek(context.Background(), "leave", rule)
+		if err != nil || peek.Remaining != 9 {
+			t.Fatalf("Peek = %+v, %v; want 9 left: the waiter that left took nothing", peek, err)
+		}
+	})
+
+	t.Run("the leader leaves", func(t *testing.T) {
+		lim, _, release, joined := heldLimiter(t, b)
+		ctx, cancel := context.WithCancel(context.Background())
+		leader := make(chan error, 1)
+		go func() { _, err := lim.Allow(ctx, "lead", rule); leader <- err }()
+		results := make([]funnel.Result, 3)
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for i := range 3 {
+			wg.Go(func() { results[i], errs[i] = lim.Allow(context.Background(), "lead", rule) })
+		}
+		awaitJoins(t, joined, 3)
+		cancel()
+		if err := <-leader; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the leader whose context ended: %v; want context.Canceled", err)
+		}
+		release()
+		wg.Wait()
+		for i := range 3 {
+			if errs[i] != nil || !results[i].Allowed {
+				t.Fatalf("waiter %d: %+v, %v; want admitted in a batch of its own", i, results[i], errs[i])
+			}
+		}
+		peek, err := lim.Peek(context.Background(), "lead", rule)
+		if err != nil || peek.Remaining != 7 {
+			t.Fatalf("Peek = %+v, %v; want 7 left: the three waiters' units", peek, err)
+		}
+	})
+}
+
+// WithoutBatching: every call takes the lock for itself.
+func TestWithoutBatching(t *testing.T) {
+	b := testutil.Mini(t)
+	lim, counter, release, joined := heldLimiter(t, b, funnel.WithoutBatching())
+	rule := funnel.Rule{Name: "ten", Capacity: 10, Leak: 1, Per: 24 * time.Hour}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if _, err := lim.Allow(context.Background(), "alone", rule); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // the calls are held: none can have finished
+	release()
+	wg.Wait()
+	if len(joined) != 0 {
+		t.Fatalf("%d calls joined a batch without batching", len(joined))
+	}
+	if got := counter.N.Load(); got < 8 {
+		t.Fatalf("%d commands for 4 calls; want at least 8, a lock and a write each", got)
+	}
+}

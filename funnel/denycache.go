@@ -1,0 +1,208 @@
+package funnel
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MaxDenyCache is the most keys WithDenyCache accepts.
+const MaxDenyCache = 1 << 24
+
+// denyCache remembers, per state key, a denial until its gate time, so that
+// calls that Redis would deny are denied in this process (WithDenyCache).
+// Every method is a no-op on a nil *denyCache (the cache is off).
+//
+// It holds at most max entries, in a slice of nodes linked from the oldest
+// stored to the newest, with a map from key to node: a store of a new key
+// takes a forgotten node, or a new one while there are fewer than max, or
+// else the oldest (evicting its key); a store of a cached key updates its
+// node and makes it the newest. So the entries are the latest max keys
+// stored, whatever the traffic (a hot key stored again and again by a
+// batch of denials evicts nothing); the nodes and the map are O(max), and
+// nothing runs in the background: an expired entry is a miss, and its node
+// goes when it is the oldest, or the key is stored or forgotten.
+//
+// Lookups share a read lock and allocate nothing; store and forget take the
+// write lock.
+type denyCache struct {
+	// now is the clock of a test (nil: time.Now). A test's clock stands
+	// still during a call, so with one, store takes a denial's call to have
+	// started at the clock's reading when it stores, instead of at sent
+	// (which AllowN reads from time.Now).
+	now func() time.Time
+	max int
+	// forgets counts the forgets: the epoch of store.
+	forgets atomic.Uint64
+
+	mu     sync.RWMutex
+	index  map[string]int32 // key -> its node
+	nodes  []denyNode       // at most max
+	oldest int32            // the list of cached keys, -1 when empty
+	newest int32
+	free   int32 // the forgotten nodes, linked through next; -1 when none
+}
+
+// A denyNode is one key's entry in the list from oldest to newest, or a free
+// node.
+type denyNode struct {
+	key        string
+	d          denial
+	prev, next int32 // -1: none
+}
+
+// A denial is the cached denial of one key.
+type denial struct {
+	set        *ruleSet
+	n          int64
+	until      time.Time // the gate time, on this process's clock
+	resetUntil time.Time // when every funnel is empty, on the same clock
+	res        Result
+}
+
+func newDenyCache(max int) *denyCache {
+	return &denyCache{max: max, index: make(map[string]int32), oldest: -1, newest: -1, free: -1}
+}
+
+// clock returns the cache's time.
+func (c *denyCache) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
+}
+
+// lookup returns the cached denial of a call of n units with the rule set
+// set for key, with its waits counted down to now, if there is one: the
+// entry must be for the same set (the same compiled rules, by pointer), for
+// at most n units (a call of more units is denied at least as long), and
+// before its gate time.
+func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
+	if c == nil {
+		return Result{}, false
+	}
+	c.mu.RLock()
+	i, ok := c.index[key]
+	var e denial
+	if ok {
+		e = c.nodes[i].d
+	}
+	c.mu.RUnlock()
+	if !ok || e.set != set || n < e.n {
+		return Result{}, false
+	}
+	now := c.clock()
+	left := e.until.Sub(now)
+	if left <= 0 {
+		return Result{}, false // at the gate time: Redis decides
+	}
+	res := e.res
+	res.RetryAfter = left
+	res.ResetAfter = max(e.resetUntil.Sub(now), 0)
+	return res, true
+}
+
+// epoch returns the count of forgets so far, taken before a call asks Redis.
+func (c *denyCache) epoch() uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.forgets.Load()
+}
+
+// store remembers r, the denial of a call of n units with set for key,
+// whose Redis call started at sent, unless a forget happened since epoch
+// (the denial may predate a refund). It replaces the key's entry.
+func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epoch uint64, r Result) {
+	if c == nil || r.Allowed || r.RetryAfter <= 0 {
+		return
+	}
+	if c.now != nil {
+		sent = c.now()
+	}
+	e := denial{set: set, n: n, until: sent.Add(r.RetryAfter), resetUntil: sent.Add(r.ResetAfter), res: r}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Under the lock, as forget counts: a forget either came before this
+	// check (the denial is dropped) or deletes the entry after it.
+	if c.forgets.Load() != epoch {
+		return
+	}
+	if i, ok := c.index[key]; ok {
+		c.nodes[i].d = e
+		c.unlink(i)
+		c.link(i)
+		return
+	}
+	var i int32
+	switch {
+	case c.free >= 0:
+		i = c.free
+		c.free = c.nodes[i].next
+	case len(c.nodes) < c.max:
+		c.nodes = append(c.nodes, denyNode{})
+		i = int32(len(c.nodes) - 1)
+	default: // full: evict the oldest
+		i = c.oldest
+		delete(c.index, c.nodes[i].key)
+		c.unlink(i)
+	}
+	c.nodes[i] = denyNode{key: key, d: e}
+	c.index[key] = i
+	c.link(i)
+}
+
+// unlink takes node i out of the list.
+func (c *denyCache) unlink(i int32) {
+	p, n := c.nodes[i].prev, c.nodes[i].next
+	if p >= 0 {
+		c.nodes[p].next = n
+	} else {
+		c.oldest = n
+	}
+	if n >= 0 {
+		c.nodes[n].prev = p
+	} else {
+		c.newest = p
+	}
+}
+
+// link makes node i the newest.
+func (c *denyCache) link(i int32) {
+	c.nodes[i].prev, c.nodes[i].next = c.newest, -1
+	if c.newest >= 0 {
+		c.nodes[c.newest].next = i
+	} else {
+		c.oldest = i
+	}
+	c.newest = i
+}
+
+// forget drops key's entry: a Refund or Reset through this Limiter
+// committed (or may have).
+func (c *denyCache) forget(key string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.forgets.Add(1)
+	i, ok := c.index[key]
+	if !ok {
+		return
+	}
+	delete(c.index, key)
+	c.unlink(i)
+	c.nodes[i] = denyNode{next: c.free} // drops the key and the rules
+	c.free = i
+}
+
+// len returns the number of entries, expired ones included.
+func (c *denyCache) len() int {
+	if c == nil {
+		return 0
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.index)
+}
