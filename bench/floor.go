@@ -45,7 +45,7 @@ func floorAdmitted(ctx context.Context, e *env) (workload, error) {
 	}
 	return workload{goroutines: 1, op: func(ctx context.Context, _, i int) error {
 		tag := "{floor" + strconv.Itoa(i) + "}"
-		keys := []string{e.prefix + tag + ":lock", e.prefix + tag + ":funnel"}
+		keys := []string{e.prefix + tag + ":lock", e.prefix + tag + ":f"}
 		token := newToken() + "-"
 		r, err := floorRead.Run(ctx, c, keys, token, 1000, "r").Slice()
 		if err != nil {

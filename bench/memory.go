@@ -40,7 +40,7 @@ func measureMemory(ctx context.Context, addr string) ([]memRow, error) {
 	defer e.close(context.WithoutCancel(ctx))
 	c := e.client()
 	lim := funnel.New(c, funnel.WithPrefix(e.prefix))
-	keyOf := mutex.New(c, mutex.WithPrefix(e.prefix)).Key // the funnel's state key: kind "funnel"
+	keyOf := mutex.New(c, mutex.WithPrefix(e.prefix)).Key // the funnel's state key: kind "f"
 	rl := redis_rate.NewLimiter(c)
 
 	var rows []memRow
@@ -52,7 +52,7 @@ func measureMemory(ctx context.Context, addr string) ([]memRow, error) {
 		if _, err := lim.Allow(ctx, key, rs.rules...); err != nil {
 			return nil, err
 		}
-		fg, err := c.MemoryUsage(ctx, keyOf(key, "funnel"), 0).Result()
+		fg, err := c.MemoryUsage(ctx, keyOf(key, "f"), 0).Result()
 		if err != nil {
 			return nil, fmt.Errorf("MEMORY USAGE of the funnel key: %w", err)
 		}
