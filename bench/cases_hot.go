@@ -14,40 +14,17 @@ import (
 var hotRule = funnel.Rule{Name: "hot", Capacity: 100_000_000, Leak: 1, Per: time.Hour}
 
 // hotCases: the two traffic patterns where a funnel key is hot. A flooded
-// key (an attacker's), denied from the local deny cache; and one key that
+// key (an attacker's), denied from the local deny cache (after the first
+// denial, calls are denied in this process until the gate time: an hour's
+// rule, the whole run); and one key that
 // every admission of a fleet goes through (a global budget, a destination
 // prefix, a tenant), admitted in batches that share a lock hold.
 func hotCases() []benchCase {
 	return []benchCase{
 		{name: "Allow denied parallel, flooded key, local cache", parallel: true, subjects: []subject{
-			{libFunnel, funnelDeniedCached(oneRule)}, {libRedisRate, rateDenied(oneRule)}}},
+			{libFunnel, funnelDenied(oneRule, funnel.WithDenyCache(10_000))}, {libRedisRate, rateDenied(oneRule)}}},
 		{name: "Allow admitted parallel, one hot key", parallel: true, subjects: []subject{
 			{libFunnel, funnelHot}, {libRedisRate, rateHot}}},
-	}
-}
-
-// funnelDeniedCached is funnelDenied with the deny cache on: after the
-// first denial, calls are denied in this process until the gate time (an
-// hour's rule: the whole run).
-func funnelDeniedCached(rules []funnel.Rule) func(context.Context, *env) (workload, error) {
-	return func(ctx context.Context, e *env) (workload, error) {
-		lim := funnel.New(e.client(), funnel.WithPrefix(e.prefix), funnel.WithDenyCache(10_000))
-		for {
-			res, err := lim.Allow(ctx, "flood", rules...)
-			if err != nil {
-				return workload{}, err
-			}
-			if !res.Allowed {
-				break
-			}
-		}
-		return workload{goroutines: e.goroutines, op: func(ctx context.Context, _, _ int) error {
-			res, err := lim.Allow(ctx, "flood", rules...)
-			if err == nil && res.Allowed {
-				err = fmt.Errorf("flooded key admitted: %+v", res)
-			}
-			return err
-		}}, nil
 	}
 }
 

@@ -61,7 +61,7 @@ func rateCases() []benchCase {
 		mk   func([]funnel.Rule) func(context.Context, *env) (workload, error)
 	}{
 		{"admitted parallel", func(r []funnel.Rule) func(context.Context, *env) (workload, error) { return funnelAdmitted(r, true) }},
-		{"denied parallel", funnelDenied},
+		{"denied parallel", func(r []funnel.Rule) func(context.Context, *env) (workload, error) { return funnelDenied(r) }},
 	} {
 		out = append(out, benchCase{name: "funnelguard " + m.mode + ", 1 rule vs 3", parallel: true, subjects: []subject{
 			{libOneRule, m.mk(oneRule)}, {libThreeRules, m.mk(threeRules)}}})
@@ -95,10 +95,11 @@ func funnelAdmitted(rules []funnel.Rule, parallel bool) func(context.Context, *e
 	}
 }
 
-// funnelDenied: every call on one key that is already full (1 round trip).
-func funnelDenied(rules []funnel.Rule) func(context.Context, *env) (workload, error) {
+// funnelDenied: every call on one key that is already full (1 round trip),
+// on a Limiter with opts.
+func funnelDenied(rules []funnel.Rule, opts ...funnel.Option) func(context.Context, *env) (workload, error) {
 	return func(ctx context.Context, e *env) (workload, error) {
-		lim := funnel.New(e.client(), funnel.WithPrefix(e.prefix))
+		lim := funnel.New(e.client(), append([]funnel.Option{funnel.WithPrefix(e.prefix)}, opts...)...)
 		for {
 			res, err := lim.Allow(ctx, "flood", rules...)
 			if err != nil {

@@ -102,28 +102,7 @@ func BenchmarkAllow(b *testing.B) {
 		// Denied: one flooded key; the gate denies in 1 round trip.
 		b.Run("denied-parallel-"+rs.name, func(b *testing.B) {
 			be, c := benchBackend(b)
-			lim := funnel.New(c, funnel.WithPrefix(be.Prefix))
-			for {
-				res, err := lim.Allow(ctx, "flood", rs.rules...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if !res.Allowed {
-					break
-				}
-			}
-			b.ReportAllocs()
-			b.SetParallelism(benchParallelism)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					res, err := lim.Allow(ctx, "flood", rs.rules...)
-					if err != nil || res.Allowed {
-						b.Errorf("Allow = %+v, %v", res, err)
-						return
-					}
-				}
-			})
+			floodAndDeny(b, funnel.New(c, funnel.WithPrefix(be.Prefix)), rs.rules, nil)
 		})
 	}
 }
@@ -243,5 +222,35 @@ func BenchmarkPing(b *testing.B) {
 				}
 			}
 		})
+	})
+}
+
+// floodAndDeny fills key "flood" of lim until it denies, then measures
+// parallel denials of it; before, if set, runs just before the timer starts.
+func floodAndDeny(b *testing.B, lim *funnel.Limiter, rules []funnel.Rule, before func()) {
+	ctx := context.Background()
+	for {
+		res, err := lim.Allow(ctx, "flood", rules...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !res.Allowed {
+			break
+		}
+	}
+	if before != nil {
+		before()
+	}
+	b.ReportAllocs()
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			res, err := lim.Allow(ctx, "flood", rules...)
+			if err != nil || res.Allowed {
+				b.Errorf("Allow = %+v, %v", res, err)
+				return
+			}
+		}
 	})
 }

@@ -759,7 +759,6 @@ func TestDenyCacheConcurrent(t *testing.T) {
 // cache: a flooded key is denied in-process; cmds/op is the Redis commands
 // per call (the first denial, and one per gate time).
 func BenchmarkDeniedCached(b *testing.B) {
-	ctx := context.Background()
 	for _, rs := range []struct {
 		name  string
 		rules []funnel.Rule
@@ -769,28 +768,7 @@ func BenchmarkDeniedCached(b *testing.B) {
 			cmds := &testutil.CommandCounter{}
 			c.AddHook(cmds)
 			lim := funnel.New(c, funnel.WithPrefix(be.Prefix), funnel.WithDenyCache(1024))
-			for {
-				res, err := lim.Allow(ctx, "flood", rs.rules...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if !res.Allowed {
-					break
-				}
-			}
-			cmds.N.Store(0)
-			b.ReportAllocs()
-			b.SetParallelism(benchParallelism)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					res, err := lim.Allow(ctx, "flood", rs.rules...)
-					if err != nil || res.Allowed {
-						b.Errorf("Allow = %+v, %v", res, err)
-						return
-					}
-				}
-			})
+			floodAndDeny(b, lim, rs.rules, func() { cmds.N.Store(0) })
 			b.ReportMetric(float64(cmds.N.Load())/float64(b.N), "cmds/op")
 		})
 	}
