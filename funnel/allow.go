@@ -52,7 +52,7 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	}
 	// Alone: a batch of one, led by this call.
 	w := &waiter{n: n}
-	lim.lead(ctx, c, batchKey{}, &batch{waiters: []*waiter{w}})
+	lim.lead(ctx, c, batchKey{}, &batch{waiters: []*waiter{w}}, n)
 	return w.res, w.err
 }
 

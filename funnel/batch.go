@@ -96,7 +96,7 @@ func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, 
 		w := &waiter{n: n}
 		b, lead := lim.batches.join(k, w)
 		if lead {
-			lim.lead(ctx, c, k, b)
+			lim.lead(ctx, c, k, b, n)
 		} else {
 			select {
 			case <-w.done:
@@ -120,9 +120,11 @@ func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, 
 	return Result{}, ErrConflict
 }
 
-// lead runs batch b: the lock and the read, the decisions of its calls, one
-// write, and each call's outcome.
-func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch) {
+// lead runs batch b, whose leader asks n units: the lock and the read, the
+// decisions of its calls, one write, and each call's outcome. A key with no
+// state and a free lock admits the leader's units in the read's round trip
+// (admit.lua); the others of the batch then run again.
+func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n int64) {
 	var ws []*waiter
 	defer func() {
 		for _, w := range ws[1:] {
@@ -134,14 +136,28 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch) {
 	sent, epoch := time.Now(), lim.denials.epoch()
 	levels := make([]level, len(c.rules))
 	for range maxCommits {
-		lk, res, err := lim.locker.TryLockWith(ctx, c.name, c.read(readGate), lim.hold)
+		gate := c.read(readGate)
+		if !lim.uniform {
+			gate = c.admit(n)
+		}
+		lk, res, err := lim.locker.TryLockWith(ctx, c.name, gate, lim.hold)
 		if errors.Is(err, mutex.ErrLocked) {
-			lk, res, err = lim.locker.LockWith(ctx, c.name, c.read(readGate), lim.hold)
+			lk, res, err = lim.locker.LockWith(ctx, c.name, gate, lim.hold)
 		}
 		if ws == nil {
 			ws = lim.batches.seal(k, b)
 		}
 		declined := errors.Is(err, mutex.ErrDeclined)
+		if now, ok := admitted(declined, res); ok {
+			// Admitted by the gate, on an empty state: the units of the
+			// leader's call alone.
+			d := decide(c.rules, make([]level, len(c.rules)), now, n)
+			ws[0].res = d.result(c.rules)
+			for _, w := range ws[1:] {
+				w.again = true
+			}
+			return
+		}
 		if err != nil && !declined {
 			// The leader's error, perhaps its context's: the others run
 			// again, each under its own context.
@@ -211,6 +227,20 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch) {
 	for _, w := range ws {
 		w.err = ErrConflict
 	}
+}
+
+// admitted reports whether a declined gate's result says that admit.lua
+// admitted the call, and the server time it did.
+func admitted(declined bool, res any) (int64, bool) {
+	if !declined {
+		return 0, false
+	}
+	arr, ok := res.([]any)
+	if !ok || len(arr) != 2 || arr[1] != "admitted" {
+		return 0, false
+	}
+	now, ok := arr[0].(int64)
+	return now, ok
 }
 
 // cacheDenials remembers the batch's denials in the deny cache.

@@ -15,16 +15,23 @@ import (
 // heldLimiter returns a Limiter whose client holds every command until
 // release, a counter of the commands it sends, and a channel that gets a
 // value whenever a call joins a batch.
-func heldLimiter(t *testing.T, b *testutil.Backend, opts ...funnel.Option) (*funnel.Limiter, *testutil.CommandCounter, func(), chan struct{}) {
+func heldLimiter(t *testing.T, b *testutil.Backend, rule funnel.Rule, key string, opts ...funnel.Option) (*funnel.Limiter, *testutil.CommandCounter, func(), chan struct{}) {
 	t.Helper()
 	client := b.Client(t)
 	counter := &testutil.CommandCounter{}
 	client.AddHook(counter)
 	lim := funnel.New(client, append([]funnel.Option{funnel.WithPrefix(b.Prefix)}, opts...)...)
 	// Scripts loaded and the connection open before the hold: the counts
-	// are of the calls under test.
-	if _, err := lim.Allow(context.Background(), "warm-up", funnel.AtMost(1, time.Hour)); err != nil {
-		t.Fatal(err)
+	// are of the calls under test. And the key under test has state (one
+	// unit), as it would after a first call (admitted in one round trip,
+	// with no lock hold), so that its calls go through the lock.
+	for range 2 { // the first on a key with no state, the second through the lock
+		if _, err := lim.Allow(context.Background(), "warm-up", funnel.AtMost(2, time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := lim.Allow(context.Background(), key, rule); err != nil || !res.Allowed {
+		t.Fatalf("the first unit of %s: %+v, %v", key, res, err)
 	}
 	hold, release := testutil.HoldHook()
 	client.AddHook(hold)
@@ -52,8 +59,10 @@ func awaitJoins(t *testing.T, joined chan struct{}, n int) {
 // capacity of five admitted), each with its own Result.
 func TestBatchSharesOneHold(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
-		lim, counter, release, joined := heldLimiter(t, b)
-		rule := funnel.Rule{Name: "five", Capacity: 5, Leak: 1, Per: 24 * time.Hour}
+		rule := funnel.Rule{Name: "five", Capacity: 6, Leak: 1, Per: 24 * time.Hour}
+		// A first unit: a key with no state is admitted in the read's round
+		// trip, without a lock hold to share.
+		lim, counter, release, joined := heldLimiter(t, b, rule, "hot")
 		ctx := context.Background()
 		results := make([]funnel.Result, 10)
 		errs := make([]error, 10)
@@ -161,9 +170,9 @@ func TestBatchedExact(t *testing.T) {
 func TestBatchLeaseLapse(t *testing.T) {
 	const lease = 500 * time.Millisecond
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
-		rule := funnel.Rule{Name: "day", Capacity: 4, Leak: 1, Per: 24 * time.Hour}
+		rule := funnel.Rule{Name: "day", Capacity: 5, Leak: 1, Per: 24 * time.Hour} // the first unit, then 4
 		ctx := context.Background()
-		limA, _, release, joined := heldLimiter(t, b, funnel.WithLease(lease))
+		limA, _, release, joined := heldLimiter(t, b, rule, "lapse", funnel.WithLease(lease))
 		limB := newLimiter(t, b, funnel.WithLease(lease))
 		var commits atomic.Int64
 		var resB funnel.Result
@@ -204,7 +213,7 @@ func TestBatchLeaseLapse(t *testing.T) {
 			t.Fatalf("%d commits of A's batch; want 2: the lapsed one, then one on B's state", c)
 		}
 		if units != 4 {
-			t.Fatalf("%d units admitted in all (B's 2 and A's); want the capacity, 4", units)
+			t.Fatalf("%d units admitted in all (B's 2 and A's); want the capacity left, 4", units)
 		}
 		peek, err := limB.Peek(ctx, "lapse", rule)
 		if err != nil || peek.Remaining != 0 {
@@ -221,7 +230,7 @@ func TestBatchContexts(t *testing.T) {
 	rule := funnel.Rule{Name: "ten", Capacity: 10, Leak: 1, Per: 24 * time.Hour}
 
 	t.Run("a waiter leaves", func(t *testing.T) {
-		lim, _, release, joined := heldLimiter(t, b)
+		lim, _, release, joined := heldLimiter(t, b, rule, "leave")
 		var wg sync.WaitGroup
 		var leaderErr error
 		wg.Go(func() { _, leaderErr = lim.Allow(context.Background(), "leave", rule) })
@@ -239,13 +248,13 @@ func TestBatchContexts(t *testing.T) {
 			t.Fatal(leaderErr)
 		}
 		peek, err := lim.Peek(context.Background(), "leave", rule)
-		if err != nil || peek.Remaining != 9 {
-			t.Fatalf("Peek = %+v, %v; want 9 left: the waiter that left took nothing", peek, err)
+		if err != nil || peek.Remaining != 8 {
+			t.Fatalf("Peek = %+v, %v; want 8 left (the first unit, the leader's): the waiter that left took nothing", peek, err)
 		}
 	})
 
 	t.Run("the leader leaves", func(t *testing.T) {
-		lim, _, release, joined := heldLimiter(t, b)
+		lim, _, release, joined := heldLimiter(t, b, rule, "lead")
 		ctx, cancel := context.WithCancel(context.Background())
 		leader := make(chan error, 1)
 		go func() { _, err := lim.Allow(ctx, "lead", rule); leader <- err }()
@@ -268,8 +277,8 @@ func TestBatchContexts(t *testing.T) {
 			}
 		}
 		peek, err := lim.Peek(context.Background(), "lead", rule)
-		if err != nil || peek.Remaining != 7 {
-			t.Fatalf("Peek = %+v, %v; want 7 left: the three waiters' units", peek, err)
+		if err != nil || peek.Remaining != 6 {
+			t.Fatalf("Peek = %+v, %v; want 6 left: the first unit and the three waiters'", peek, err)
 		}
 	})
 }
@@ -277,8 +286,8 @@ func TestBatchContexts(t *testing.T) {
 // WithoutBatching: every call takes the lock for itself.
 func TestWithoutBatching(t *testing.T) {
 	b := testutil.Mini(t)
-	lim, counter, release, joined := heldLimiter(t, b, funnel.WithoutBatching())
 	rule := funnel.Rule{Name: "ten", Capacity: 10, Leak: 1, Per: 24 * time.Hour}
+	lim, counter, release, joined := heldLimiter(t, b, rule, "alone", funnel.WithoutBatching())
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {

@@ -200,10 +200,16 @@ func TestLeaseLapseRejected(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				ctx := context.Background()
 				// Leak is one unit a day: nothing drains during the test.
-				rule := funnel.Rule{Name: "day", Capacity: tc.capacity, Leak: 1, Per: 24 * time.Hour}
+				// One unit more, taken first: a key with no state is admitted
+				// in one round trip, without the lock and the commit under
+				// test.
+				rule := funnel.Rule{Name: "day", Capacity: tc.capacity + 1, Leak: 1, Per: 24 * time.Hour}
 				key := "lapse-" + tc.name
 				limA := newLimiter(t, b, funnel.WithLease(lease))
 				limB := newLimiter(t, b, funnel.WithLease(lease))
+				if res, err := limB.Allow(ctx, key, rule); err != nil || !res.Allowed {
+					t.Fatalf("the first unit: %+v, %v", res, err)
+				}
 
 				var commits int // A's commit attempts; the hook runs in A's goroutine
 				var resB funnel.Result

@@ -32,7 +32,13 @@
 //
 // An admission costs two round trips when the key is not locked: the state is
 // read with the lock attempt, and written, only while the lock is still held,
-// in the script that releases it. A call that is deniable when it arrives
+// in the script that releases it. A key none of whose rules has state (its
+// first call, or one after every funnel emptied and expired) is admitted in
+// one: when its lock is free, the script that reads the state writes the new
+// one itself, exactly what the two round trips would write, with a nonce
+// that makes a retried script answer as its first run. (WithUniformCost
+// turns this off, where a key's first call must not be told apart by its
+// timing.) A call that is deniable when it arrives
 // costs one round trip and never waits for the lock, even while another
 // caller holds it: the read script itself sees that no unit fits. A call that
 // waits for the lock re-reads the state with every attempt and is denied as

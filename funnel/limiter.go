@@ -3,6 +3,8 @@ package funnel
 import (
 	_ "embed"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -33,8 +35,13 @@ var (
 	writeSrc string
 	//go:embed reset.lua
 	resetSrc string
+	//go:embed admit.lua
+	admitSrc string
 
-	readGate  = mutex.NewGate(readSrc)     // Allow: deny without the lock
+	readGate = mutex.NewGate(readSrc) // Allow: deny without the lock
+	// Allow: deny without the lock, or admit a key with no state in one
+	// round trip (admit.lua runs read.lua's body as read_state).
+	admitGate = mutex.NewGate("local function read_state()\n" + readSrc + "\nend\n" + admitSrc)
 	readAll   = mutex.NewFragment(readSrc) // Refund: always take the lock
 	readPeek  = redis.NewScript(readSrc)   // Peek: no lock at all
 	writeBack = mutex.NewFragment(writeSrc)
@@ -70,6 +77,9 @@ type Limiter struct {
 	// alone turns that off (WithoutBatching).
 	batches batches
 	alone   bool
+	// uniform: no one-round-trip admission of a key with no state
+	// (WithUniformCost).
+	uniform bool
 
 	// denials is the local deny cache (WithDenyCache); nil when off.
 	denials *denyCache
@@ -192,6 +202,17 @@ func WithDenyCache(maxKeys int) Option {
 	}
 }
 
+// WithUniformCost makes every admission take the key's lock, whether the
+// key has state or not. By default a call for a key none of whose rules has
+// state, while its lock is free (the first call on a key, or one after
+// every funnel emptied and expired), is admitted in one round trip, by the
+// script that reads the state; that makes a key seen before take one round
+// trip more than a key never seen, which a caller timing the answers could
+// tell apart (a phone number that was sent codes, for one).
+func WithUniformCost() Option {
+	return func(lim *Limiter) { lim.uniform = true }
+}
+
 func (lim *Limiter) fail(err error) {
 	if lim.err == nil {
 		lim.err = err
@@ -223,6 +244,7 @@ func New(client mutex.Client, opts ...Option) *Limiter {
 type call struct {
 	key   string // the state key
 	name  string // the lock name
+	lock  string // the lock's key (admit.lua checks that it is free)
 	set   *ruleSet
 	rules []rule
 	ids   []any
@@ -252,7 +274,7 @@ func (lim *Limiter) prepare(key string, rules []Rule) (call, error) {
 	if err != nil {
 		return call{}, err
 	}
-	return call{key: lim.stateKey(key), name: key, set: s, rules: s.rules, ids: s.ids}, nil
+	return call{key: lim.stateKey(key), name: key, lock: lim.locker.Key(key, "lock"), set: s, rules: s.rules, ids: s.ids}, nil
 }
 
 // setMax is the most rules of a call whose compiled set is cached.
@@ -269,6 +291,9 @@ type setKey struct {
 type ruleSet struct {
 	rules []rule
 	ids   []any
+	// admit1 is admit.lua's arguments for a call of one unit, but its
+	// nonce: the fields, each rule's new value without its time, the TTL.
+	admit1 []any
 }
 
 // ruleSet returns the compiled rules, from the cache when possible.
@@ -292,6 +317,7 @@ func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
 	for i, r := range rs {
 		s.ids[i] = r.arg
 	}
+	s.admit1 = admitArgs(rs, s.ids, 1)
 	if cacheable {
 		lim.mu.Lock()
 		if first := lim.sets[k]; first != nil {
@@ -313,4 +339,35 @@ func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
 
 func (c call) read(f *mutex.Fragment) mutex.Call {
 	return mutex.Call{Fragment: f, Keys: []string{c.key}, Args: c.ids}
+}
+
+// admit returns Allow's gate for a call of n units (admit.lua).
+func (c call) admit(n int64) mutex.Call {
+	var args []any
+	if n == 1 {
+		args = append(make([]any, 0, len(c.set.admit1)+1), c.set.admit1...)
+	} else {
+		args = admitArgs(c.rules, c.ids, n)
+	}
+	// 41 random bits: another call's value ending in this nonce would be
+	// taken for this call's own.
+	args = append(args, strconv.FormatUint(rand.Uint64()>>23, 36))
+	return mutex.Call{Fragment: admitGate, Keys: []string{c.key, c.lock}, Args: args}
+}
+
+// admitArgs returns admit.lua's arguments for n units, but the nonce: the
+// fields; each rule's value after n units on an empty funnel, without its
+// time; and the key's TTL in ms, until every funnel is empty again.
+func admitArgs(rules []rule, ids []any, n int64) []any {
+	args := append(make([]any, 0, 2*len(rules)+2), ids...)
+	var ttl int64
+	for _, r := range rules {
+		fill := n * r.per
+		b := strconv.AppendInt(nil, r.wait(fill, 1), 36)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, fill, 36)
+		args = append(args, string(append(b, ':')))
+		ttl = max(ttl, ceilDiv(ceilDiv(fill, r.leak), 1000))
+	}
+	return append(args, min(ttl, maxTTL))
 }

@@ -3,10 +3,10 @@
 -- KEYS[1] the state hash
 -- ARGV the rules' fields
 -- Returns {proceed, now µs, value...}: proceed is 0 when a rule has no room
--- for one unit now (TIME is before its stored gate time), so the call is
--- denied without the lock. A value is "<gate>:<fill>:<at>", or false for an
--- empty funnel; its numbers are in base 36. Only the gate is parsed here: a
--- plain find and one number (Redis runs this script for every call, denied
+-- for one unit now (TIME is before its gate, <at> + <wait>), so the call is
+-- denied without the lock. A value is "<wait>:<fill>:<at>[:<nonce>]" in
+-- base 36, or false for an empty funnel. Only the wait is parsed here, and
+-- <at> when the wait is not 0 (Redis runs this script for every call, denied
 -- ones included).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -17,9 +17,15 @@ for i = 1, #values do
   if v then
     local c = string.find(v, ':', 1, true)
     -- A value that does not parse proceeds: the caller reports it corrupt.
-    if c and (tonumber(string.sub(v, 1, c - 1), 36) or 0) > now then
-      proceed = 0
-      break -- one full rule denies: the others need no parsing here
+    local wait = c and tonumber(string.sub(v, 1, c - 1), 36) or 0
+    if wait > 0 then
+      local c2 = string.find(v, ':', c + 1, true)
+      local c3 = c2 and string.find(v, ':', c2 + 1, true)
+      local at = c2 and tonumber(string.sub(v, c2 + 1, (c3 or 0) - 1), 36)
+      if at and at + wait > now then
+        proceed = 0
+        break -- one full rule denies: the others need no parsing here
+      end
     end
   end
 end

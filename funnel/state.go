@@ -9,23 +9,19 @@ import (
 )
 
 // The state of a key is a Redis hash with one field per rule (rule.id). A
-// value is "<gate>:<fill>:<at>", three integers in base 36 (short: every
-// active key stores them): <fill> and <at> are the rule's level, and <gate>
-// is the server time (µs) before which the rule has no room for one unit,
-// or 0 when it has room now. The read script denies without the lock
-// while TIME is before a rule's gate: one number to parse and compare. (A
-// gate is later than <at>, so a server clock behind <at> cannot make it
-// deny where the level would admit.)
+// value is "<wait>:<fill>:<at>", three integers in base 36 (short: every
+// active key stores them), and, when the one-round-trip admission wrote it
+// (admit.lua), ":<nonce>" after them: <fill> and <at> are the rule's level,
+// and <wait> how long after <at> the rule has room for one unit again, or 0
+// when it has room now. The read script denies without the lock while TIME
+// is before <at> + <wait>: the rule's gate. (A gate is later than <at>, so a
+// server clock behind <at> cannot make it deny where the level would admit.)
 
 // encode returns the stored value of a rule whose funnel holds fill at
 // server time at.
 func (r rule) encode(fill, at int64) string {
-	var gate int64
-	if w := r.wait(fill, 1); w > 0 {
-		gate = satAdd(at, w)
-	}
-	b := make([]byte, 0, 40)
-	b = strconv.AppendInt(b, gate, 36)
+	b := make([]byte, 0, 32)
+	b = strconv.AppendInt(b, r.wait(fill, 1), 36)
 	b = append(b, ':')
 	b = strconv.AppendInt(b, fill, 36)
 	b = append(b, ':')
@@ -42,9 +38,10 @@ func (r rule) decode(v any) (level, error) {
 	if !ok {
 		return level{}, fmt.Errorf("%w: field %q holds %T", ErrCorruptState, r.id, v)
 	}
-	_, rest, ok1 := strings.Cut(s, ":") // the gate: the read script's business
+	_, rest, ok1 := strings.Cut(s, ":") // the wait: the read script's business
 	fills, ats, ok2 := strings.Cut(rest, ":")
-	if !ok1 || !ok2 || strings.Contains(ats, ":") {
+	ats, _, _ = strings.Cut(ats, ":") // a nonce, if admit.lua wrote the value
+	if !ok1 || !ok2 || strings.Count(s, ":") > 3 {
 		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
 	}
 	fill, err1 := strconv.ParseInt(fills, 36, 64)

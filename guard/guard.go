@@ -81,6 +81,9 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	if p.DenyCache > 0 {
 		opts = append(opts, funnel.WithDenyCache(p.DenyCache))
 	}
+	if p.UniformCost {
+		opts = append(opts, funnel.WithUniformCost())
+	}
 	g := &Guard{p: p, lim: funnel.New(client, opts...)}
 	switch {
 	case p.Fallback != nil:

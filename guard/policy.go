@@ -84,6 +84,11 @@ type Policy struct {
 	// at the latest. A cached denial is answered even while Redis cannot
 	// answer. See funnel.WithDenyCache.
 	DenyCache int
+	// UniformCost makes every admission take the key's lock, so that a key
+	// never seen costs the same round trips as one seen before (see
+	// funnel.WithUniformCost): set it when the keys are secrets whose use
+	// must not show in the answers' timing, such as phone numbers.
+	UniformCost bool
 	// RateLimitHeaders makes Middleware send the IETF RateLimit-Policy and
 	// RateLimit fields (draft-ietf-httpapi-ratelimit-headers). Off by
 	// default: they disclose the quota.

@@ -66,19 +66,25 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 		s.outbox = p.Outbox
 	}
 	// Numbers, prefixes and addresses are stored as HMACs (guard.Policy.Secret).
+	// The guards a send to a number goes through all cost the same for a
+	// number never seen as for one that was sent codes (UniformCost): the
+	// answers' timing must not tell them apart. (The budget's key is one for
+	// all numbers, but whether it has state depends on the traffic: uniform
+	// too, so that its cost does not vary with the moment either.)
 	for _, g := range []struct {
-		to     **guard.Guard
-		name   string
-		prefix string
-		rules  []funnel.Rule
+		to      **guard.Guard
+		name    string
+		prefix  string
+		rules   []funnel.Rule
+		uniform bool
 	}{
-		{&s.phone, "phone", "sms:phone:", cfg.phoneRules()},
-		{&s.ip, "ip", "sms:ip:", cfg.ipRules()},
-		{&s.prefix, "prefix", "sms:prefix:", cfg.prefixRules()},
-		{&s.budget, "budget", "sms:budget:", []funnel.Rule{cfg.budgetRule()}},
-		{&s.ipVerify, "ip-verify", "sms:vip:", cfg.ipVerifyRules()},
+		{&s.phone, "phone", "sms:phone:", cfg.phoneRules(), true},
+		{&s.ip, "ip", "sms:ip:", cfg.ipRules(), false},
+		{&s.prefix, "prefix", "sms:prefix:", cfg.prefixRules(), true},
+		{&s.budget, "budget", "sms:budget:", []funnel.Rule{cfg.budgetRule()}, true},
+		{&s.ipVerify, "ip-verify", "sms:vip:", cfg.ipVerifyRules(), false},
 	} {
-		*g.to, err = guard.New(client, guard.Policy{Prefix: g.prefix, Rules: g.rules,
+		*g.to, err = guard.New(client, guard.Policy{Prefix: g.prefix, Rules: g.rules, UniformCost: g.uniform,
 			Secret: cfg.Secret, Timeout: cfg.Timeout, Observe: s.metrics.observe(g.name)})
 		if err != nil {
 			return nil, err

@@ -366,8 +366,8 @@ func TestLostReplyOtherCallNotReplayed(t *testing.T) {
 
 // limiter returns a Limiter on the fault's client, under the test's
 // prefix, with a lease that outlasts the test.
-func (e *lostEnv) limiter() *funnel.Limiter {
-	return funnel.New(e.client, funnel.WithPrefix(e.b.Prefix), funnel.WithLease(lostLease))
+func (e *lostEnv) limiter(opts ...funnel.Option) *funnel.Limiter {
+	return funnel.New(e.client, append([]funnel.Option{funnel.WithPrefix(e.b.Prefix), funnel.WithLease(lostLease)}, opts...)...)
 }
 
 // allow runs Allow with nothing lost and fails t on an error or unexpected
@@ -390,7 +390,9 @@ func TestLostReplyAllow(t *testing.T) {
 	t.Run("cooldown", func(t *testing.T) {
 		testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 			e := newLostEnv(t, b)
-			lim, rule := e.limiter(), funnel.AtMost(1, time.Minute)
+			// Uniform cost: a key with no state goes through the lock
+			// and its commit, whose reply is lost.
+			lim, rule := e.limiter(funnel.WithUniformCost()), funnel.AtMost(1, time.Minute)
 			e.fault.Drop(lostRelease)
 			res, err := lim.Allow(e.ctx, "cooldown", rule)
 			e.fault.ExpectDropped(t, 1)
@@ -403,7 +405,7 @@ func TestLostReplyAllow(t *testing.T) {
 	t.Run("capacity 5", func(t *testing.T) {
 		testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 			e := newLostEnv(t, b)
-			lim, rule := e.limiter(), funnel.AtMost(5, time.Hour)
+			lim, rule := e.limiter(funnel.WithUniformCost()), funnel.AtMost(5, time.Hour)
 			e.fault.Drop(lostRelease)
 			res, err := lim.Allow(e.ctx, "five", rule)
 			e.fault.ExpectDropped(t, 1)
@@ -416,13 +418,35 @@ func TestLostReplyAllow(t *testing.T) {
 			}
 		})
 	})
+	// A key with no state is admitted by the gate in one round trip
+	// (admit.lua); its reply is lost and go-redis runs it again: the retry
+	// finds the value it wrote, with its nonce, and answers admitted again,
+	// taking nothing more; and no lock is left.
+	t.Run("one round trip", func(t *testing.T) {
+		testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+			e := newLostEnv(t, b)
+			lim, rule := e.limiter(), funnel.AtMost(5, time.Hour)
+			e.fault.Drop(testutil.Scripts(e.key("fresh", "lock")))
+			res, err := lim.Allow(e.ctx, "fresh", rule)
+			e.fault.ExpectDropped(t, 1)
+			if err != nil || !res.Allowed || res.Remaining != 4 {
+				t.Fatalf("Allow on a key with no state, its reply lost = %+v, %v; want admitted, Remaining 4", res, err)
+			}
+			peek, err := lim.Peek(e.ctx, "fresh", rule)
+			if err != nil || peek.Remaining != 4 {
+				t.Fatalf("Peek = %+v, %v; want Remaining 4: the retry took nothing", peek, err)
+			}
+			e.gone(t, "fresh", "Allow")
+			e.allow(t, lim, "fresh", rule, true, "the second call, through the lock")
+		})
+	})
 	// The acquire with the read (a gate) loses its reply: its retry finds
 	// the lock its own, and the call goes on, without waiting out the lease
 	// of a lock that nobody would hold.
 	t.Run("acquire", func(t *testing.T) {
 		testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 			e := newLostEnv(t, b)
-			lim, rule := e.limiter(), funnel.AtMost(5, time.Hour)
+			lim, rule := e.limiter(funnel.WithUniformCost()), funnel.AtMost(5, time.Hour)
 			lockKey := e.key("gate", "lock")
 			e.fault.Drop(func(args []string) bool { return testutil.Scripts(lockKey)(args) && !lostRelease(args) })
 			res, err := lim.Allow(e.ctx, "gate", rule)
@@ -497,8 +521,10 @@ func TestLostReplyGuardDo(t *testing.T) {
 	errSend := errors.New("provider refused the message")
 	newGuard := func(t *testing.T, e *lostEnv) *guard.Guard {
 		t.Helper()
+		// Uniform cost: the admission of a key with no state goes through
+		// the lock and its commit, whose reply the tests lose.
 		g, err := guard.New(e.client, guard.Policy{Prefix: e.b.Prefix, Rules: []funnel.Rule{funnel.AtMost(3, time.Hour)},
-			Timeout: faultHang})
+			Timeout: faultHang, UniformCost: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -183,7 +183,9 @@ func runFaultHelper(mode, addr, prefix string) error {
 			waitGo()
 		}}
 		c.AddHook(hook)
-		lim := funnel.New(c, funnel.WithPrefix(prefix), funnel.WithLease(faultHelperLease))
+		// Uniform cost: the key has no state, and the call must still take
+		// the lock and be paused between its read and its commit.
+		lim := funnel.New(c, funnel.WithPrefix(prefix), funnel.WithLease(faultHelperLease), funnel.WithUniformCost())
 		res, err := lim.Allow(ctx, "sms", faultRule)
 		if err != nil {
 			return err

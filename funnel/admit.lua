@@ -1,0 +1,57 @@
+-- admit: Allow's gate. It reads the state as read.lua does (read_state,
+-- that file's body as a function, runs first), and admits the call in this
+-- one round trip when none of the call's rules has state (a first call, or
+-- every funnel of them empty and expired) and the key's lock is free: nobody is between a read
+-- and a write of the key, and an empty state needs no arithmetic, so the new
+-- values, computed by the caller for this call's units, are written as they
+-- are, at the server's time. Otherwise it is read.lua's gate.
+-- KEYS[1] the state hash, KEYS[2] the key's lock
+-- ARGV the rules' fields (k of them); then each rule's new value without its
+-- time, "<wait>:<fill>:" in base 36 (k); the key's TTL in ms; this call's
+-- nonce.
+-- Returns read.lua's reply, or {0, now, 'admitted'} when this call was
+-- admitted here (proceed 0: the lock is not taken). The value written ends
+-- in ":<nonce>", so that this very call run again (its reply was lost, and
+-- go-redis retried it) answers 'admitted' again instead of counting twice.
+local n = #ARGV
+local k = (n - 2) / 2
+local ttl, nonce = ARGV[n - 1], ARGV[n]
+local fresh = {}
+for i = 1, k do
+  fresh[i] = ARGV[k + i]
+end
+for i = n, k + 1, -1 do
+  ARGV[i] = nil
+end
+local r = read_state()
+local mark = ':' .. nonce
+for i = 3, k + 2 do
+  local v = r[i]
+  if v then
+    if string.sub(v, -#mark) == mark then
+      return {0, r[2], 'admitted'}
+    end
+    return r
+  end
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return r
+end
+local digits = '0123456789abcdefghijklmnopqrstuvwxyz'
+local x, at = r[2], ''
+repeat
+  local d = x % 36
+  at = string.sub(digits, d + 1, d + 1) .. at
+  x = (x - d) / 36
+until x == 0
+local args = {}
+for i = 1, k do
+  args[2 * i - 1] = ARGV[i]
+  args[2 * i] = fresh[i] .. at .. mark
+end
+redis.call('HSET', KEYS[1], unpack(args))
+-- The key's TTL only grows: other rules' fields may need the longer one.
+if redis.call('PTTL', KEYS[1]) < tonumber(ttl) then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
+return {0, r[2], 'admitted'}
