@@ -135,10 +135,14 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 	// every call of the batch (see denyCache).
 	sent, epoch := time.Now(), lim.denials.epoch()
 	levels := make([]level, len(c.rules))
+	var lock string // the key's lock, for the one-round-trip admission
+	if !lim.uniform {
+		lock = lim.locker.Key(c.name, "lock")
+	}
 	for range maxCommits {
 		gate := c.read(readGate)
 		if !lim.uniform {
-			gate = c.admit(n)
+			gate = c.admit(n, lock)
 		}
 		lk, res, err := lim.locker.TryLockWith(ctx, c.name, gate, lim.hold)
 		if errors.Is(err, mutex.ErrLocked) {

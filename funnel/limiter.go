@@ -244,7 +244,6 @@ func New(client mutex.Client, opts ...Option) *Limiter {
 type call struct {
 	key   string // the state key
 	name  string // the lock name
-	lock  string // the lock's key (admit.lua checks that it is free)
 	set   *ruleSet
 	rules []rule
 	ids   []any
@@ -274,7 +273,7 @@ func (lim *Limiter) prepare(key string, rules []Rule) (call, error) {
 	if err != nil {
 		return call{}, err
 	}
-	return call{key: lim.stateKey(key), name: key, lock: lim.locker.Key(key, "lock"), set: s, rules: s.rules, ids: s.ids}, nil
+	return call{key: lim.stateKey(key), name: key, set: s, rules: s.rules, ids: s.ids}, nil
 }
 
 // setMax is the most rules of a call whose compiled set is cached.
@@ -341,8 +340,9 @@ func (c call) read(f *mutex.Fragment) mutex.Call {
 	return mutex.Call{Fragment: f, Keys: []string{c.key}, Args: c.ids}
 }
 
-// admit returns Allow's gate for a call of n units (admit.lua).
-func (c call) admit(n int64) mutex.Call {
+// admit returns Allow's gate for a call of n units (admit.lua), which
+// checks that lock, the key's lock, is free.
+func (c call) admit(n int64, lock string) mutex.Call {
 	var args []any
 	if n == 1 {
 		args = append(make([]any, 0, len(c.set.admit1)+1), c.set.admit1...)
@@ -352,7 +352,7 @@ func (c call) admit(n int64) mutex.Call {
 	// 41 random bits: another call's value ending in this nonce would be
 	// taken for this call's own.
 	args = append(args, strconv.FormatUint(rand.Uint64()>>23, 36))
-	return mutex.Call{Fragment: admitGate, Keys: []string{c.key, c.lock}, Args: args}
+	return mutex.Call{Fragment: admitGate, Keys: []string{c.key, lock}, Args: args}
 }
 
 // admitArgs returns admit.lua's arguments for n units, but the nonce: the

@@ -12,19 +12,13 @@ import (
 
 var errInvalidPhone = errors.New("invalid phone number")
 
-// normalizePhone returns number in E.164, so that every spelling of one
+// parsePhone returns number in E.164, and parsed, so that every spelling of one
 // number ("138 0013 8000", "+86 138-0013-8000", "008613800138000", full-width
 // digits) shares one bucket; region is used for numbers without a country.
 // Only the characters of a spelling are accepted (see phoneRune):
 // phonenumbers digs a number out of anything around it ("\r\n+44…",
 // "a{b}c+44…", "[+44…]", "+44…*", "tel:+44…", "1-800-FLOWERS"), and such
 // input is refused, not repaired.
-func normalizePhone(number, region string) (string, error) {
-	e164, _, err := parsePhone(number, region)
-	return e164, err
-}
-
-// parsePhone is normalizePhone that also returns the parsed number.
 func parsePhone(number, region string) (string, *phonenumbers.PhoneNumber, error) {
 	if len(number) == 0 || len(number) > 64 || strings.IndexFunc(number, func(r rune) bool { return !phoneRune(r) }) >= 0 {
 		return "", nil, errInvalidPhone

@@ -93,7 +93,7 @@ type destination struct {
 }
 
 // parse reads number as written in region (the default region if empty),
-// normalised to E.164 (see normalizePhone), and applies the policy. It
+// normalised to E.164 (see parsePhone), and applies the policy. It
 // returns errInvalidPhone for what is not a phone number, and a *refusal
 // (matching errNumberRefused) for a number the policy will not text.
 // prefixDigits is how many digits of the national number the destination's
