@@ -46,13 +46,19 @@
 // default), and so may a caller after an error. Every lock script answers a
 // second run as it answered the first: an acquire finds its own token and
 // reports the lock held, a re-entry lists its handle once, and a release
-// leaves a record for 10 s (<prefix>{<name>}:released:<token>) from which
-// the very same call, run again, gets the first run's reply, and UnlockWith
-// its fragment's result (numbers, strings and booleans are kept; for a
-// table it returns ErrResultUnknown). ErrNotHeld always means that the call
-// did not run. A Locker takes free locks with a native SET NX PX GET only
-// once one of its scripts has run, so a server that refuses scripts hands
-// out no lock that could not be released.
+// leaves a record for at least 10 s from which the very same call, run
+// again, gets the first run's reply, and UnlockWith its fragment's result
+// (numbers, strings and booleans are kept; for a table it returns
+// ErrResultUnknown). ErrNotHeld always means that the call did not run.
+// The record goes to the name's key <prefix>{<name>}:record, which the
+// Locker's next release of the name overwrites once it has had this
+// release's reply (so a busy name costs one key, not one per release), or
+// else to <prefix>{<name>}:record:<token>, which nothing overwrites. After an
+// Unlock whose outcome is unknown, the handle's next Unlock makes the same
+// call again, never a local hand-over: the lock may be gone from Redis.
+// A Locker takes free locks with a native SET NX PX only once one of its
+// scripts has run, so a server that refuses scripts hands out no lock that
+// could not be released.
 //
 // # Re-entry
 //

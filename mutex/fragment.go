@@ -185,8 +185,8 @@ func wrapRelease(src string, gate bool) string {
 if r[1] < 0 or r[4] then
   return r
 end
-` + runUser(gate, "table.remove(res, 1)\n  record(KEYS2, release_call, r[1], r[2], res)\n  return {r[1], r[2], res}") +
-		`record(KEYS2, release_call, r[1], r[2], res)
+` + runUser(gate, "table.remove(res, 1)\n  record(KEYS2, KEYS3, ARGV6, ARGV7, ARGV8, ARGV1, release_call, r[1], r[2], res)\n  return {r[1], r[2], res}") +
+		`record(KEYS2, KEYS3, ARGV6, ARGV7, ARGV8, ARGV1, release_call, r[1], r[2], res)
 r[3] = res
 return r
 `

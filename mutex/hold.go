@@ -15,10 +15,7 @@ import (
 type hold struct {
 	locker *Locker
 	name   string
-	key    string // the lock
-	fkey   string // the fencing counter
-	rkey   string // the record of this token's releases (record.lua)
-	token  string
+	names  // the keys of the lock and of its release records, the token
 	// tokenArg is token boxed once for the scripts' arguments.
 	tokenArg any
 	fence    int64 // set before the hold is shared
@@ -33,36 +30,21 @@ type hold struct {
 	renew    *renewal    // nil unless AutoRenew
 }
 
-func newHold(l *Locker, name, token string) *hold {
-	key, fkey := l.keys(name)
-	return &hold{locker: l, name: name, key: key, fkey: fkey, rkey: l.recordKey(name, token), token: token, tokenArg: token}
-}
-
-// recordKey is the key of the record of token's releases of name.
-func (l *Locker) recordKey(name, token string) string {
-	return l.Key(name, "released:"+token)
-}
-
-// keys returns the keys of the lock on name and of its fencing counter (""
-// without fencing: the scripts then take the lock's key alone).
-func (l *Locker) keys(name string) (key, fkey string) {
-	key = l.Key(name, "lock")
-	if l.fenceTTL > 0 {
-		fkey = l.Key(name, "fence")
-	}
-	return key, fkey
+// newHold returns the hold of n's token on name.
+func newHold(l *Locker, name string, n names) *hold {
+	return &hold{locker: l, name: name, names: n, tokenArg: n.token}
 }
 
 // lockKeys appends the keys of a lock script to keys: the lock's, the
-// release record's (release scripts only) and the fencing counter's (with
-// fencing only); "" stands for a key the script does not take.
-func lockKeys(keys []string, key, rkey, fkey string) []string {
-	keys = append(keys, key)
-	if rkey != "" {
-		keys = append(keys, rkey)
+// release records' (release scripts only) and the fencing counter's (with
+// fencing only).
+func lockKeys(keys []string, n *names, release bool) []string {
+	keys = append(keys, n.key)
+	if release {
+		keys = append(keys, n.nkey, n.tkey)
 	}
-	if fkey != "" {
-		keys = append(keys, fkey)
+	if n.fkey != "" {
+		keys = append(keys, n.fkey)
 	}
 	return keys
 }
@@ -111,7 +93,7 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 		h.mu.Unlock()
 		return nil
 	}
-	nh := &hold{locker: h.locker, name: h.name, key: h.key, fkey: h.fkey, rkey: h.rkey, token: h.token, tokenArg: h.tokenArg, deadline: h.deadline}
+	nh := &hold{locker: h.locker, name: h.name, names: h.names, tokenArg: h.tokenArg, deadline: h.deadline}
 	nh.nextID.Store(h.nextID.Load()) // re-entries must not reuse a live handle's field
 	nlk := &Lock{hold: nh, id: lk.id}
 	nh.one[0] = nlk

@@ -25,6 +25,17 @@ type Lock struct {
 	cause  error // why the handle ended; nil while it is open
 	life   context.Context
 	cancel context.CancelCauseFunc
+	unsure *unsure // a release of this handle may have run
+}
+
+// unsure is a release of a handle that failed with an unknown outcome: it
+// may have run in Redis. The handle's next release makes the very same call
+// (the same next owner, or none; never a local hand-over, since the lock may
+// be gone from Redis), so that the first one's record answers it.
+type unsure struct {
+	next  *hold         // the next owner that release named, nil for none
+	lease time.Duration // its lease
+	start time.Time     // when that release was sent: its lease began after
 }
 
 // Name returns the name the lock was taken on ("" for a nil Lock).
@@ -113,22 +124,34 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	// after Unlock returns), and offer the lock to the next local waiter.
 	var next *waiter
 	var nh *hold
-	if h.last(lk) {
+	var lease time.Duration
+	h.mu.Lock()
+	again := lk.unsure
+	h.mu.Unlock()
+	last := h.last(lk)
+	if last {
 		h.stopRenew()
-		if l.q == nil { // a quorum hands nothing over: its release is not one script
+		switch {
+		case l.q != nil: // a quorum hands nothing over: its release is not one script
+		case again == nil:
 			if next = l.nextWaiter(h.name); next != nil {
-				nh = newHold(l, h.name, newToken())
+				nh, lease = newHold(l, h.name, l.names(h.name)), next.cfg.ttl
 			}
+		case again.next != nil:
+			// The same hand-over as the release that may have run; to the
+			// waiter now first in line, if any.
+			nh, lease = again.next, again.lease
+			next = l.nextWaiter(h.name)
 		}
 	}
 	nextToken, nextLease := any(""), any(0)
 	if nh != nil {
-		nextToken, nextLease = nh.tokenArg, next.cfg.ttlMS
+		nextToken, nextLease = nh.tokenArg, lease.Milliseconds()
 	}
 	if l.q != nil {
 		return nil, lk.unlockQuorum(ctx)
 	}
-	if next != nil && call == nil && l.fenceTTL == 0 {
+	if next != nil && call == nil && l.fenceTTL == 0 && again == nil {
 		if nlk := h.passOn(lk, next.cfg); nlk != nil {
 			l.handedOver(h.name, next, nlk)
 			return nil, nil
@@ -138,8 +161,29 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	if call != nil {
 		script = call.Fragment.release
 	}
-	keys, args := scriptCall(call, h.key, h.rkey, h.fkey, h.tokenArg, argID(lk.id), nextToken, nextLease, l.fenceMS)
+	seq, st := l.releases.begin()
+	if call == nil && nh == nil && last && lk.id == 0 && l.fenceTTL == 0 {
+		// The common case, in its short script (unlock.lua); any other
+		// shape, or a lock not held, goes on to release.lua.
+		reply, err := l.run(ctx, unlockScript, []string{h.key, h.nkey, h.tkey}, []any{h.tokenArg, st.owner, st.seq, st.mark, argRecordMS}, nil)
+		switch {
+		case err != nil:
+			l.releases.end(seq, false)
+			lk.unsureOf(err, nil, 0, time.Time{})
+			return nil, fmt.Errorf("mutex: unlock %q: %w", h.name, err)
+		case reply == any(int64(0)):
+			l.releases.end(seq, true)
+			l.scripted.Store(true)
+			h.release(lk, true)
+			l.released(h.name)
+			return nil, nil
+		}
+	}
+	keys, args := scriptCall(call, &h.names, true, h.tokenArg, argID(lk.id), nextToken, nextLease, l.fenceMS, st.owner, st.seq, st.mark)
 	start := time.Now()
+	if again != nil && again.next != nil {
+		start = again.start // the hand-over may date from then
+	}
 	var late func(any, error)
 	if nh != nil {
 		// The release may have handed the lock to nh in Redis: when its
@@ -147,6 +191,7 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 		late = func(any, error) { l.releaseOrphan(nh) }
 	}
 	reply, err := l.run(ctx, script, keys, args, late)
+	l.releases.end(seq, err == nil)
 	var r [3]int64
 	var rest []any
 	if err == nil {
@@ -157,6 +202,7 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 		if next != nil {
 			l.handedOver(h.name, next, nil)
 		}
+		lk.unsureOf(err, nh, lease, start)
 		return nil, fmt.Errorf("mutex: unlock %q: %w", h.name, err)
 	}
 	left := r[0]
@@ -172,13 +218,18 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	case next != nil && left == 0:
 		nh.fence = r[1]
 		nlk := &Lock{hold: nh}
-		nh.add(nlk, start, next.cfg.ttl)
+		nh.add(nlk, start, lease)
 		if next.cfg.renew {
 			nh.startRenew(next.cfg.ttl)
 		}
 		l.handedOver(h.name, next, nlk)
 	case next != nil:
 		l.handedOver(h.name, next, nil) // Redis still counts open handles
+	case left == 0 && nh != nil:
+		// Handed to nh by a release that may have run before, for a
+		// waiter that has gone: nobody takes it.
+		l.releaseOrphan(nh)
+		l.released(h.name)
 	case left == 0:
 		l.released(h.name)
 	}
@@ -190,6 +241,20 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 		return nil, ErrResultUnknown // a replay: the fragment ran, its table result was not kept
 	}
 	return res, nil
+}
+
+// unsureOf records a release of lk that failed with err, if its outcome is
+// unknown (it may have run): the first such release, whose call the next
+// release repeats (see unsure).
+func (lk *Lock) unsureOf(err error, next *hold, lease time.Duration, start time.Time) {
+	if !unknownOutcome(err) {
+		return
+	}
+	lk.hold.mu.Lock()
+	defer lk.hold.mu.Unlock()
+	if lk.unsure == nil {
+		lk.unsure = &unsure{next: next, lease: lease, start: start}
+	}
 }
 
 // dropWait is how long a call waits for the release of a lock it obtained
@@ -250,7 +315,7 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	if err := lk.hold.locker.unsupported("a Fragment"); err != nil {
 		return nil, err
 	}
-	keys, args := scriptCall(&call, lk.hold.key, "", "", lk.hold.tokenArg, argID(lk.id))
+	keys, args := scriptCall(&call, &names{key: lk.hold.key}, false, lk.hold.tokenArg, argID(lk.id))
 	reply, err := lk.hold.locker.run(ctx, call.Fragment.held, keys, args, nil)
 	if err != nil {
 		return nil, fmt.Errorf("mutex: run %q: %w", lk.hold.name, err)

@@ -61,6 +61,8 @@ type Locker struct {
 	// server without SET NX GET (noSetGet).
 	setNX              nativeSetter
 	scripted, noSetGet atomic.Bool
+	// releases numbers this Locker's releases for their records (stamp.go).
+	releases *releases
 	// honours is set when the client bounds commands by their context's
 	// deadline (ContextTimeoutEnabled); otherwise calls run under ctxcall.
 	honours bool
@@ -148,7 +150,7 @@ func (l *Locker) fail(err error) {
 // a bad option does not panic: every call of the Locker then returns the
 // error (ErrNilClient, ErrInvalidTTL, ...).
 func New(client Client, opts ...Option) *Locker {
-	l := &Locker{client: client, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, notify: true}
+	l := &Locker{client: client, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, notify: true, releases: newReleases()}
 	if nilcheck.IsNil(client) {
 		l.err = ErrNilClient
 	}

@@ -47,8 +47,11 @@ func signal(ch chan struct{}) {
 // wait is Lock without re-entry: queue up, and poll Redis while at the head.
 // With call, each attempt runs call.Fragment; res is the result of the
 // attempt that got the lock, unless handed reports that a local holder handed
-// the lock over (the fragment did not run for it then).
-func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Call) (lk *Lock, res any, handed bool, err error) {
+// the lock over (the fragment did not run for it then). primed reports that
+// the caller's attempt has just found the lock held, with a lease of pttl
+// left (and marked it as the head's would): the head's first attempt is then
+// that one.
+func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Call, primed bool, pttl time.Duration) (lk *Lock, res any, handed bool, err error) {
 	w := &waiter{cfg: cfg, wake: make(chan struct{}, 1), got: make(chan *Lock, 1), gated: call != nil && call.Fragment.gate}
 	l.mu.Lock()
 	q := l.queues[name]
@@ -82,8 +85,15 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 		case head && delay:
 			// The waiter before w just got the lock: polling now would fail.
 			wait = l.nextWait(-1)
+		case head && primed:
+			primed = false
+			if notify && l.subscribe(ctx, name) {
+				continue
+			}
+			wait = l.nextWait(pttl)
 		case head || recheck:
-			lk, pttl, res, err := l.attempt(ctx, name, cfg, call, true, notify)
+			primed = false
+			lk, pttl, res, err := l.attempt(ctx, name, cfg, call, true, notify, false)
 			switch {
 			case err == nil:
 				return l.leave(ctx, name, w, lk, res, nil)

@@ -88,7 +88,7 @@ func NewQuorum(clients []Client, opts ...Option) (*Locker, error) {
 		}
 	}
 	q := &quorum{nodes: slices.Clone(clients), need: len(clients)/2 + 1}
-	l := &Locker{client: clients[0], prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, q: q, honours: true}
+	l := &Locker{client: clients[0], prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, q: q, honours: true, releases: newReleases()}
 	for _, o := range opts {
 		if o != nil {
 			o(l)
@@ -206,7 +206,7 @@ func noQuorum(what string, errs []error) error {
 // acquire runs the acquire script on every node. It returns the reply a
 // single Redis would have given, {1, lease ms, 0} or {0, pttl ms, 0}; or
 // ErrNoQuorum joined with the failed nodes' errors.
-func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease time.Duration, reenter bool, start time.Time, rkey string) ([3]int64, error) {
+func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease time.Duration, reenter bool, start time.Time, n *names) ([3]int64, error) {
 	script, sendKeys, sendArgs := acquireScript, keys, args
 	if q.up != nil {
 		// The gate's keys and arguments first (fragment.go).
@@ -248,7 +248,7 @@ func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease t
 	}
 	// No majority in time: undo this attempt everywhere (nodes that erred
 	// may have granted it too).
-	q.undo(ctx, keys[0], rkey, args[0], args[1])
+	q.undo(ctx, n, args[1])
 	switch {
 	case len(errs) > len(q.nodes)-q.need:
 		return [3]int64{}, noQuorum(fmt.Sprintf("%d of %d nodes failed", len(errs), len(q.nodes)), errs)
@@ -270,11 +270,11 @@ func rejoinWait(res any) (int64, bool) {
 	return w, ok
 }
 
-// undo releases one handle (args: token, handle id) on every node, for an
-// attempt that did not win a majority.
-func (q *quorum) undo(ctx context.Context, key, rkey string, token, id any) {
+// undo releases one handle (id) of n's token on every node, for an attempt
+// that did not win a majority.
+func (q *quorum) undo(ctx context.Context, n *names, id any) {
 	ctx = context.WithoutCancel(ctx)
-	q.fan(ctx, releaseScript, []string{key, rkey}, []any{token, id, "", 0, 0})
+	q.fan(ctx, releaseScript, []string{n.key, n.nkey, n.tkey}, []any{n.token, id, "", 0, 0, noStamp.owner, noStamp.seq, noStamp.mark})
 }
 
 // tally runs a holder's script on every node: held are the values of the
@@ -321,7 +321,7 @@ func (q *quorum) verdict(what string, held []int64, lost int, errs []error) erro
 // release closes one handle on every node and returns how many handles are
 // left open (the most any node reports).
 func (q *quorum) release(ctx context.Context, h *hold, id string) (int64, error) {
-	held, lost, errs := q.tally(ctx, releaseScript, []string{h.key, h.rkey}, []any{h.token, id, "", 0, 0}, -1)
+	held, lost, errs := q.tally(ctx, releaseScript, []string{h.key, h.nkey, h.tkey}, []any{h.token, id, "", 0, 0, noStamp.owner, noStamp.seq, noStamp.mark}, -1)
 	if err := q.verdict("unlock", held, lost, errs); err != nil {
 		return -1, err
 	}

@@ -2,10 +2,12 @@
 -- hand the lock to a next local owner (a fresh token, a fresh lease, in the
 -- same step, so nobody else can slip in; a waiter's mark stays) or delete it
 -- and, if a waiter marked the lock, publish the release.
--- KEYS[1] the lock key, KEYS[2] the release record key (record.lua),
--- KEYS[3] the fencing counter key (with fencing only)
+-- KEYS[1] the lock key, KEYS[2] the name's release record key and KEYS[3]
+-- the token's (record.lua), KEYS[4] the fencing counter key (with fencing
+-- only)
 -- ARGV[1] token, ARGV[2] handle id, ARGV[3] next owner's token ("" for none),
--- ARGV[4] next owner's lease in ms, ARGV[5] fencing counter TTL in ms (0: off).
+-- ARGV[4] next owner's lease in ms, ARGV[5] fencing counter TTL in ms (0: off),
+-- ARGV[6..8] the caller's stamp: owner, seq, mark (record.lua).
 -- The release channel is the lock key with "released" for "lock" (see
 -- Locker.channel).
 -- Returns {handles left, fence}: handles left is -1 when this handle does not
@@ -13,11 +15,11 @@
 -- closed (and the lock went to the next owner if one was given, with that
 -- fence), more while re-entrant handles stay open. A release run again after
 -- it succeeded returns the first run's reply from its record, with a result
--- and a replay flag (recall). The caller computes release_call (call_id)
--- before it, and writes the record (record).
+-- and a replay flag (recall). The caller computes release_call before it,
+-- and writes the record (record).
 local v = held(KEYS[1], ARGV[1], ARGV[2])
 if not v then
-  return recall(KEYS[2], release_call) or {-1, 0}
+  return recall(KEYS[2], KEYS[3], ARGV[1], release_call) or {-1, 0}
 end
 if #v > 33 then
   -- Re-entered: take this handle off the list.
@@ -33,7 +35,7 @@ end
 local mark = string.sub(v, 33, 33)
 if ARGV[3] ~= '' then
   redis.call('SET', KEYS[1], ARGV[3] .. mark, 'PX', ARGV[4])
-  return {0, bump_fence(KEYS[3], ARGV[5])}
+  return {0, bump_fence(KEYS[4], ARGV[5])}
 end
 redis.call('DEL', KEYS[1])
 if mark == 'w' then

@@ -18,14 +18,17 @@ func TestScriptsAnswerARetryAsTheFirstRun(t *testing.T) {
 		c := b.Client(t)
 		key, fkey := b.Prefix+"{r}:lock", b.Prefix+"{r}:fence"
 		token := strings.Repeat("b", tokenLen)
-		rkey := b.Prefix + "{r}:released:" + token
+		nkey, tkey := b.Prefix+"{r}:record", b.Prefix+"{r}:record:"+token
 		run := func(script *redis.Script, keys []string, args ...any) []any {
 			t.Helper()
-			reply, err := script.Run(ctx, c, keys, args...).Slice()
+			reply, err := script.Run(ctx, c, keys, args...).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
-			return reply
+			if n, ok := reply.(int64); ok { // a plain release's short reply
+				return []any{n, int64(0)}
+			}
+			return reply.([]any)
 		}
 
 		// A fresh acquire, twice: the second finds its own token.
@@ -47,9 +50,9 @@ func TestScriptsAnswerARetryAsTheFirstRun(t *testing.T) {
 		}
 
 		// A release, twice: the second replays the first from its record.
-		rel := []any{token, "7", "", 0, 60000}
-		r1 := run(releaseScript, []string{key, rkey, fkey}, rel...)
-		r2 := run(releaseScript, []string{key, rkey, fkey}, rel...)
+		rel := append([]any{token, "7", "", 0, 60000}, stampOf(0xab, 1, 1).args()...)
+		r1 := run(releaseScript, []string{key, nkey, tkey, fkey}, rel...)
+		r2 := run(releaseScript, []string{key, nkey, tkey, fkey}, rel...)
 		if r1[0] != int64(1) || r2[0] != int64(1) {
 			t.Fatalf("release of handle 7, twice = %v, %v; want 1 handle left both times", r1, r2)
 		}
@@ -57,19 +60,26 @@ func TestScriptsAnswerARetryAsTheFirstRun(t *testing.T) {
 			t.Fatalf("after a release run twice the lock holds %q", v)
 		}
 		// Another call (handle 0) is not answered from 7's record.
-		r3 := run(releaseScript, []string{key, rkey, fkey}, token, "0", "", 0, 60000)
+		r3 := run(releaseScript, []string{key, nkey, tkey, fkey}, append([]any{token, "0", "", 0, 60000}, stampOf(0xab, 2, 1).args()...)...)
 		if r3[0] != int64(0) || c.Exists(ctx, key).Val() != 0 {
 			t.Fatalf("release of the root = %v; want the last handle closed and the lock gone", r3)
 		}
 		// The root's release again: replayed; a different call is not.
-		if r := run(releaseScript, []string{key, rkey, fkey}, token, "0", "", 0, 60000); r[0] != int64(0) {
+		if r := run(releaseScript, []string{key, nkey, tkey, fkey}, append([]any{token, "0", "", 0, 60000}, stampOf(0xab, 2, 1).args()...)...); r[0] != int64(0) {
 			t.Fatalf("the root's release again = %v, want its first reply (0 left)", r)
 		}
-		if r := run(releaseScript, []string{key, rkey, fkey}, token, "0", strings.Repeat("d", tokenLen), 1000, 60000); r[0] != int64(-1) {
+		if r := run(releaseScript, []string{key, nkey, tkey, fkey}, append([]any{token, "0", strings.Repeat("d", tokenLen), 1000, 60000}, stampOf(0xab, 3, 1).args()...)...); r[0] != int64(-1) {
 			t.Fatalf("a different release (a hand-over) of the released root = %v, want -1 (not held)", r)
 		}
-		if ttl := c.PTTL(ctx, rkey).Val(); ttl <= 0 || ttl > recordTTL {
-			t.Fatalf("the release record's TTL is %v, want (0, %v]", ttl, recordTTL)
+		// Handle 7's release went to the name's record key (free), the
+		// root's to the token's (handle 7's release, number 1, had no reply
+		// as far as mark 1 says). The token's key lasts recordTTL; the
+		// name's, shared by releases, at least that and at most 3 times.
+		if ttl := c.PTTL(ctx, tkey).Val(); ttl <= 0 || ttl > recordTTL {
+			t.Fatalf("the token's release record has TTL %v, want (0, %v]", ttl, recordTTL)
+		}
+		if ttl := c.PTTL(ctx, nkey).Val(); ttl < recordTTL-time.Second || ttl > 3*recordTTL {
+			t.Fatalf("the name's release record has TTL %v, want [%v, %v]", ttl, recordTTL-time.Second, 3*recordTTL)
 		}
 	})
 }
@@ -89,11 +99,11 @@ return {n}`)
 		for _, kind := range []string{"n", "s", "t", "f", "x"} {
 			key, ctr := b.Prefix+"{"+kind+"}:lock", b.Prefix+"{"+kind+"}:ctr"
 			token := strings.Repeat(kind, tokenLen)
-			rkey := b.Prefix + "{" + kind + "}:released:" + token
+			n := names{key: key, nkey: b.Prefix + "{" + kind + "}:record", tkey: b.Prefix + "{" + kind + "}:record:" + token}
 			if err := c.Set(ctx, key, token+"-", time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
-			keys, args := scriptCall(&Call{Fragment: frag, Keys: []string{ctr}, Args: []any{kind}}, key, rkey, "", token, "0", "", 0, 0)
+			keys, args := scriptCall(&Call{Fragment: frag, Keys: []string{ctr}, Args: []any{kind}}, &n, true, append([]any{token, "0", "", 0, 0}, stampOf(0xab, 1, 1).args()...)...)
 			r1, err1 := frag.release.Run(ctx, c, keys, args...).Slice()
 			r2, err2 := frag.release.Run(ctx, c, keys, args...).Slice()
 			if err1 != nil || err2 != nil {

@@ -24,12 +24,17 @@ var (
 	pttlBody string
 	//go:embed record.lua
 	recordBody string
+	//go:embed unlock.lua
+	unlockBody string
 )
 
 // recordTTL is how long a release's record lasts (record.lua): a release run
 // again within it, because its reply was lost and the client retried it,
 // reports what the first run did.
 const recordTTL = 10 * time.Second
+
+// argRecordMS is recordTTL in ms as a script argument (unlock.lua), boxed once.
+var argRecordMS any = recordTTL.Milliseconds()
 
 // recordSrc is record.lua with its lifetime.
 var recordSrc = "local record_ms = " + strconv.FormatInt(recordTTL.Milliseconds(), 10) + "\n" + recordBody
@@ -48,22 +53,36 @@ var (
 // Scripts are immutable after init (redis.Script caches only its own SHA).
 var (
 	acquireScript = redis.NewScript(acquireSrc)
-	releaseScript = redis.NewScript(recordSrc + callID("release") + lockPart(releaseSrc) + releaseTail)
+	releaseScript = redis.NewScript(recordSrc + plainCall + lockPart(releaseSrc) + releaseTail)
+	unlockScript  = redis.NewScript(unlockBody)
 	extendScript  = redis.NewScript(extendSrc)
 	pttlScript    = redis.NewScript(pttlSrc)
 )
 
-// callID computes, at the start of a release script of the given kind
-// (before anything changes KEYS or ARGV), the digest that its record keeps.
+// callID computes, at the start of a fragment's release script of the given
+// kind (before anything changes KEYS or ARGV), the digest that its record
+// keeps (record.lua).
 func callID(kind string) string {
 	return "local release_call = call_id(" + strconv.Quote(kind) + ")\n"
 }
 
+// plainCall is the call of a plain release: "r", the handle id and the next
+// local owner's token (a hand-over to another waiter is another call). With
+// the record's token that names the release: it needs no digest.
+// unlock.lua writes the same call for the root handle without a hand-over,
+// "r0>", so that release.lua answers a retry of it from its record.
+const plainCall = "local release_call = 'r' .. ARGV[2] .. '>' .. ARGV[3]\n"
+
 // releaseTail ends the plain release script: it records a release that
-// took place (not a replay of one) and returns the lock part's reply.
+// took place (not a replay of one) and returns the lock part's reply, as
+// the number of handles left alone when it has no fence and is no replay
+// (a table costs Redis more to send, and go-redis more to read).
 const releaseTail = `local r = lock_part(KEYS, ARGV)
 if r[1] >= 0 and not r[4] then
-  record(KEYS[2], release_call, r[1], r[2], nil)
+  record(KEYS[2], KEYS[3], ARGV[6], ARGV[7], ARGV[8], ARGV[1], release_call, r[1], r[2], nil)
+end
+if r[2] == 0 and not r[4] then
+  return r[1]
 end
 return r
 `
@@ -79,16 +98,21 @@ const declinedReply = 2
 // only when their fencing argument (its TTL, at these positions) is not 0.
 const (
 	acquireKeys, acquireArgs = 2, 4
-	releaseKeys, releaseArgs = 3, 5
+	releaseKeys, releaseArgs = 4, 8
 	heldKeys, heldArgs       = 1, 2
 
 	acquireFenceArg, releaseFenceArg = 4, 5
 )
 
 // ints reads the first min (at most 3) integers of a script's array reply,
-// and returns them with the rest of the reply.
+// and returns them with the rest of the reply. A lone integer is the array
+// of it and zeros (the plain release's short reply).
 func ints(reply any, min int) ([3]int64, []any, error) {
 	var out [3]int64
+	if n, ok := reply.(int64); ok {
+		out[0] = n
+		return out, nil, nil
+	}
 	arr, ok := reply.([]any)
 	if !ok || len(arr) < min {
 		return out, nil, fmt.Errorf("%w: %T %v", ErrUnexpectedReply, reply, reply)

@@ -24,7 +24,7 @@ func TestScriptsMatchWholeHandleIDs(t *testing.T) {
 		}
 		release := func(id string) [3]int64 {
 			t.Helper()
-			reply, err := releaseScript.Run(ctx, c, []string{key, b.Prefix + "{h}:released:" + token}, token, id, "", 0, 0).Result()
+			reply, err := releaseScript.Run(ctx, c, []string{key, b.Prefix + "{h}:record", b.Prefix + "{h}:record:" + token}, token, id, "", 0, 0, noStamp.owner, noStamp.seq, noStamp.mark).Result()
 			if err != nil {
 				t.Fatalf("release %s: %v", id, err)
 			}

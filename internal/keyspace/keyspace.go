@@ -35,10 +35,7 @@ func CheckPrefix(prefix string) error {
 // Key returns <prefix>{<escaped name>}:<kind>. The prefix must have passed
 // CheckPrefix.
 func Key(prefix, name, kind string) string {
-	tag := escaper.Replace(name)
-	if tag == "" {
-		tag = "~" // an empty tag would hash the whole key; escaped names never are a lone '~'
-	}
+	tag := Tag(name)
 	var b strings.Builder
 	b.Grow(len(prefix) + len(tag) + len(kind) + 3)
 	b.WriteString(prefix)
@@ -47,4 +44,16 @@ func Key(prefix, name, kind string) string {
 	b.WriteString("}:")
 	b.WriteString(kind)
 	return b.String()
+}
+
+// Tag returns the hash tag of name, as Key writes it between the braces: the
+// name itself (no allocation) when it holds no '~', '{' or '}'. A caller
+// that builds several keys of one name in one buffer writes
+// <prefix>{<tag>}:<kind> for each.
+func Tag(name string) string {
+	tag := escaper.Replace(name)
+	if tag == "" {
+		tag = "~" // an empty tag would hash the whole key; escaped names never are a lone '~'
+	}
+	return tag
 }

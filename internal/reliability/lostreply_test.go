@@ -34,7 +34,7 @@ const lostLease = time.Minute
 // lostRelease matches the release scripts (Unlock, UnlockWith, and the
 // commit of a funnel's Allow, Refund and Reset): they alone carry the key of
 // the release record, <prefix>{name}:released:<token>.
-var lostRelease = testutil.Scripts("}:released:")
+var lostRelease = testutil.Scripts("}:record:")
 
 // lostIncr is a commit that counts its runs: it returns the new count.
 var lostIncr = mutex.NewFragment(`return redis.call('INCR', KEYS[1])`)
@@ -570,5 +570,75 @@ func TestLostReplyGuardDo(t *testing.T) {
 			}
 			remaining(t, e, g, 2, "after one Do")
 		})
+	})
+}
+
+// An Unlock whose outcome is unknown (its release ran, its reply was lost,
+// and a client without retries reports the error) leaves the handle open.
+// The caller's second Unlock must not pass the lock to a local waiter
+// without Redis: the lock may be gone from Redis, and taken by another
+// Locker. It makes the first release's call again, which that release's
+// record answers, and the waiter gets the lock from Redis, under a token of
+// its own, once the other Locker lets it go.
+func TestLostReplyUnlockAgainHandsNothingOver(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		c, f := b.LostReplyClient(t, &redis.Options{MaxRetries: -1})
+		ctx, cancel := context.WithTimeout(context.Background(), faultHang)
+		defer cancel()
+		admin := b.Client(t)
+		a := mutex.New(c, mutex.WithPrefix(b.Prefix))
+		other := mutex.New(admin, mutex.WithPrefix(b.Prefix))
+		key := a.Key("h", "lock")
+
+		lk, err := a.Lock(ctx, "h", mutex.Lease(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Drop(lostRelease)
+		if err := lk.Unlock(ctx); err == nil || errors.Is(err, mutex.ErrNotHeld) {
+			t.Fatalf("Unlock with its reply lost and no retry = %v; want an unknown outcome", err)
+		}
+		f.ExpectDropped(t, 1)
+		// The release ran: another Locker takes the lock.
+		held, err := other.TryLock(ctx, "h", mutex.Lease(time.Minute))
+		if err != nil {
+			t.Fatalf("another Locker's TryLock after the release ran = %v", err)
+		}
+		// A waiter of the first Locker queues for the name (it marks the
+		// lock for a notification once it waits).
+		got := make(chan *mutex.Lock, 1)
+		go func() {
+			w, err := a.Lock(ctx, "h", mutex.Lease(time.Minute))
+			if err != nil {
+				t.Errorf("the waiter's Lock = %v", err)
+			}
+			got <- w
+		}()
+		for {
+			if v := admin.Get(ctx, key).Val(); len(v) > 32 && v[32] == 'w' {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal("the waiter never queued")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatalf("the second Unlock = %v; want nil from the first release's record", err)
+		}
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatalf("the other Locker's Unlock = %v; it held the lock all along", err)
+		}
+		w := <-got
+		if w == nil {
+			t.Fatal("the waiter got no lock")
+		}
+		defer w.Unlock(ctx)
+		if w.Token() == lk.Token() {
+			t.Fatal("the second Unlock passed its token to the waiter while another Locker held the lock")
+		}
+		if v := admin.Get(ctx, key).Val(); !strings.HasPrefix(v, w.Token()) {
+			t.Fatalf("the lock holds %q, not the waiter's token", v)
+		}
 	})
 }

@@ -94,16 +94,23 @@ func NilClients() map[string]redis.Scripter {
 }
 
 // WithoutRecords returns keys less the short-lived records of lock releases
-// (<prefix>{name}:released:<token>, kept seconds so that a retried release
-// reports what the first did), for tests that count what a call left.
+// (<prefix>{name}:record and <prefix>{name}:record:<token>, kept seconds so
+// that a retried release reports what the first did), for tests that count
+// what a call left.
 func WithoutRecords(keys []string) []string {
 	out := keys[:0:0]
 	for _, k := range keys {
-		if !strings.Contains(k, "}:released:") {
+		if !IsRecord(k) {
 			out = append(out, k)
 		}
 	}
 	return out
+}
+
+// IsRecord reports whether key is a lock release's record (see
+// WithoutRecords).
+func IsRecord(key string) bool {
+	return strings.HasSuffix(key, "}:record") || strings.Contains(key, "}:record:")
 }
 
 // CountKeys returns how many keys c's database holds, release records left

@@ -1,0 +1,108 @@
+package mutex
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"slices"
+	"sync"
+	"time"
+)
+
+// releases numbers the releases of one Locker and knows which of them have
+// had their reply, so that a release may overwrite the record its name keeps
+// of an earlier release of this Locker only once nobody can ask for that
+// record again (record.lua). A release whose reply never came (a lost reply,
+// a time-out) may still be made again by its caller, for as long as its
+// record lasts: until then, no record of that release or of a later one is
+// overwritten.
+type releases struct {
+	owner    uint64 // the Locker's id in the records
+	ownerArg any    // owner as the scripts take it, boxed once
+
+	mu      sync.Mutex
+	next    uint64    // the number of the next release, from 1
+	pending []uint64  // releases in flight, in ascending order
+	failed  uint64    // the lowest release without a reply still protected; 0: none
+	until   time.Time // when failed's protection ends
+}
+
+func newReleases() *releases {
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+)
+	owner := binary.BigEndian.Uint64(id[:])
+	var b [16]byte
+	putHex(b[:], owner)
+	return &releases{owner: owner, ownerArg: string(b[:]), next: 1}
+}
+
+// A stamp is a release's place among the releases of its Locker, as the
+// release scripts take it (record.lua): owner, seq and mark, 16 hex digits
+// each.
+type stamp struct{ owner, seq, mark any }
+
+// noStamp is the stamp of a release that overwrites no other record (a
+// quorum's): its mark is 0, so its record goes to the name's record key only
+// when that is free.
+var noStamp = stamp{"0000000000000000", "0000000000000000", "0000000000000000"}
+
+// begin numbers a release about to be sent and returns its stamp: every
+// release of this Locker numbered below its mark has had its reply.
+func (r *releases) begin() (uint64, stamp) {
+	r.mu.Lock()
+	seq := r.next
+	r.next++
+	mark := seq
+	if len(r.pending) > 0 {
+		mark = r.pending[0]
+	}
+	r.pending = append(r.pending, seq)
+	if r.failed != 0 {
+		if time.Now().Before(r.until) {
+			mark = min(mark, r.failed)
+		} else {
+			r.failed = 0
+		}
+	}
+	r.mu.Unlock()
+	var b [32]byte
+	putHex(b[:16], seq)
+	putHex(b[16:], mark)
+	s := string(b[:]) // one allocation for both
+	return seq, stamp{owner: r.ownerArg, seq: s[:16], mark: s[16:]}
+}
+
+// stampOf is the stamp of release seq of owner, when every release numbered
+// below mark has had its reply.
+func stampOf(owner, seq, mark uint64) stamp {
+	var b [48]byte
+	putHex(b[0:16], owner)
+	putHex(b[16:32], seq)
+	putHex(b[32:48], mark)
+	s := string(b[:])
+	return stamp{s[:16], s[16:32], s[32:]}
+}
+
+// putHex writes v to b as 16 hex digits.
+func putHex(b []byte, v uint64) {
+	for i := 15; i >= 0; i-- {
+		b[i] = hexDigits[v&15]
+		v >>= 4
+	}
+}
+
+// end reports the reply of release seq: answered is false when it never
+// came, so the release may have run and its caller may run it again.
+func (r *releases) end(seq uint64, answered bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i := slices.Index(r.pending, seq); i >= 0 {
+		r.pending = slices.Delete(r.pending, i, i+1)
+	}
+	if answered {
+		return
+	}
+	if r.failed == 0 || seq < r.failed {
+		r.failed = seq
+	}
+	r.until = time.Now().Add(recordTTL)
+}
