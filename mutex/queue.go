@@ -115,6 +115,7 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 			}
 			wait = l.nextWait(pttl)
 		}
+		primed = false // the caller's attempt stands for the first one only
 		if wait >= 0 {
 			if timer == nil {
 				timer = time.NewTimer(wait)
