@@ -386,9 +386,15 @@ func unknownOutcome(err error) bool {
 func (l *Locker) releaseOrphan(h *hold) {
 	ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
 	defer cancel()
+	l.releaseRoot(ctx, h)
+}
+
+// releaseRoot releases the root handle of h, bounded by ctx (run, so even
+// on a client that ignores deadlines).
+func (l *Locker) releaseRoot(ctx context.Context, h *hold) {
 	seq, st := l.releases.begin()
 	keys, args := scriptCall(nil, &h.names, true, h.tokenArg, argZero, argFresh, 0, l.fenceMS, st.owner, st.seq, st.mark)
-	_, err := releaseScript.Run(ctx, l.client, keys, args...).Result()
+	_, err := l.run(ctx, releaseScript, keys, args, nil)
 	l.releases.end(seq, err == nil)
 }
 

@@ -227,8 +227,9 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 		l.handedOver(h.name, next, nil) // Redis still counts open handles
 	case left == 0 && nh != nil:
 		// Handed to nh by a release that may have run before, for a
-		// waiter that has gone: nobody takes it.
-		l.releaseOrphan(nh)
+		// waiter that has gone: nobody takes it. (Within this Unlock's
+		// deadline; if that passes, nh's lease ends it.)
+		l.releaseRoot(ctx, nh)
 		l.released(h.name)
 	case left == 0:
 		l.released(h.name)

@@ -642,3 +642,65 @@ func TestLostReplyUnlockAgainHandsNothingOver(t *testing.T) {
 		}
 	})
 }
+
+// The same, when the release whose outcome is unknown handed the lock to a
+// local waiter in Redis (its lease too short for a hand-over without a
+// round trip): the second Unlock makes that hand-over's call again, which
+// its record answers, and the waiter gets the lock Redis holds for it
+// rather than waiting out a lease nobody holds.
+func TestLostReplyUnlockAgainRepeatsTheHandOver(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		c, f := b.LostReplyClient(t, &redis.Options{MaxRetries: -1})
+		ctx, cancel := context.WithTimeout(context.Background(), faultHang)
+		defer cancel()
+		admin := b.Client(t)
+		a := mutex.New(c, mutex.WithPrefix(b.Prefix))
+		key := a.Key("g", "lock")
+
+		lk, err := a.Lock(ctx, "g", mutex.Lease(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *mutex.Lock, 1)
+		go func() {
+			w, err := a.Lock(ctx, "g", mutex.Lease(time.Minute))
+			if err != nil {
+				t.Errorf("the waiter's Lock = %v", err)
+			}
+			got <- w
+		}()
+		for {
+			if v := admin.Get(ctx, key).Val(); len(v) > 32 && v[32] == 'w' {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal("the waiter never queued")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		f.Drop(lostRelease)
+		if err := lk.Unlock(ctx); err == nil || errors.Is(err, mutex.ErrNotHeld) {
+			t.Fatalf("Unlock with its reply lost and no retry = %v; want an unknown outcome", err)
+		}
+		f.ExpectDropped(t, 1)
+		handed := admin.Get(ctx, key).Val()
+		if strings.HasPrefix(handed, lk.Token()) || len(handed) < 32 {
+			t.Fatalf("after the lost release the lock holds %q; want it handed to a new token", handed)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatalf("the second Unlock = %v; want nil from the first release's record", err)
+		}
+		var w *mutex.Lock
+		select {
+		case w = <-got:
+		case <-ctx.Done():
+			t.Fatal("the waiter did not get the lock handed to it")
+		}
+		if w == nil || w.Token() != handed[:32] {
+			t.Fatalf("the waiter holds %v; want the token Redis handed the lock to (%s)", w, handed[:32])
+		}
+		if err := w.Unlock(ctx); err != nil {
+			t.Fatalf("the waiter's Unlock = %v", err)
+		}
+	})
+}
