@@ -85,7 +85,10 @@ func (lk *Lock) args() []any {
 // UnlockWith will. After a Redis error the handle stays open and Unlock can
 // be called again: if the first call did release it (its reply was lost),
 // the second reports success from the release's record (see the package
-// documentation), within 10 s.
+// documentation), within 10 s. The second makes the first one's call again:
+// it never passes the lock to a local waiter without Redis (the lock may be
+// gone from Redis already), and a hand-over the first made in Redis goes to
+// the waiter now first in line, or is released.
 func (lk *Lock) Unlock(ctx context.Context) error {
 	_, err := lk.unlock(ctx, nil)
 	return err
