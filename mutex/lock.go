@@ -168,7 +168,7 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	if call == nil && nh == nil && last && lk.id == 0 && l.fenceTTL == 0 {
 		// The common case, in its short script (unlock.lua); any other
 		// shape, or a lock not held, goes on to release.lua.
-		reply, err := l.run(ctx, unlockScript, []string{h.key, h.nkey, h.tkey}, []any{h.tokenArg, st.owner, st.seq, st.mark, argRecordMS}, nil)
+		reply, err := l.run(ctx, unlockScript, []string{h.key, h.nkey, h.tkey}, []any{h.tokenArg, st.owner, st.seq, st.mark}, nil)
 		switch {
 		case err != nil:
 			l.releases.end(seq, false)

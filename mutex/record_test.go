@@ -38,7 +38,7 @@ func (r recordRig) release(token string, st stamp) int64 {
 	r.t.Helper()
 	ctx := context.Background()
 	n := r.names(token)
-	reply, err := unlockScript.Run(ctx, r.c, []string{n.key, n.nkey, n.tkey}, token, st.owner, st.seq, st.mark, argRecordMS).Result()
+	reply, err := unlockScript.Run(ctx, r.c, []string{n.key, n.nkey, n.tkey}, token, st.owner, st.seq, st.mark).Result()
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestRecordUnlockMatchesRelease(t *testing.T) {
 			st := stampOf(7, 3, 3)
 			short.take(tok('1'))
 			long.take(tok('1'))
-			if got, err := unlockScript.Run(ctx, c, []string{short.names(tok('1')).key, short.names("").nkey, short.names(tok('1')).tkey}, append([]any{tok('1')}, append(st.args(), argRecordMS)...)...).Result(); err != nil || got != int64(0) {
+			if got, err := unlockScript.Run(ctx, c, []string{short.names(tok('1')).key, short.names("").nkey, short.names(tok('1')).tkey}, append([]any{tok('1')}, st.args()...)...).Result(); err != nil || got != int64(0) {
 				t.Fatalf("unlock.lua = %v, %v", got, err)
 			}
 			keys, args := scriptCall(nil, long.names(tok('1')), true, append([]any{tok('1'), "0", "", 0, 0}, st.args()...)...)

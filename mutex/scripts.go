@@ -33,11 +33,11 @@ var (
 // reports what the first run did.
 const recordTTL = 10 * time.Second
 
-// argRecordMS is recordTTL in ms as a script argument (unlock.lua), boxed once.
-var argRecordMS any = recordTTL.Milliseconds()
+// recordMS declares a record's lifetime for the scripts that write one.
+var recordMS = "local record_ms = " + strconv.FormatInt(recordTTL.Milliseconds(), 10) + "\n"
 
 // recordSrc is record.lua with its lifetime.
-var recordSrc = "local record_ms = " + strconv.FormatInt(recordTTL.Milliseconds(), 10) + "\n" + recordBody
+var recordSrc = recordMS + recordBody
 
 // Scripts are assembled from their body and the Lua functions they call.
 var (
@@ -54,7 +54,7 @@ var (
 var (
 	acquireScript = redis.NewScript(acquireSrc)
 	releaseScript = redis.NewScript(recordSrc + plainCall + lockPart(releaseSrc) + releaseTail)
-	unlockScript  = redis.NewScript(unlockBody)
+	unlockScript  = redis.NewScript(recordMS + unlockBody)
 	extendScript  = redis.NewScript(extendSrc)
 	pttlScript    = redis.NewScript(pttlSrc)
 )

@@ -16,8 +16,7 @@ import (
 // record lasts: until then, no record of that release or of a later one is
 // overwritten.
 type releases struct {
-	owner    uint64 // the Locker's id in the records
-	ownerArg any    // owner as the scripts take it, boxed once
+	owner any // the Locker's random id in the records, 16 hex digits, boxed once
 
 	mu      sync.Mutex
 	next    uint64    // the number of the next release, from 1
@@ -29,10 +28,9 @@ type releases struct {
 func newReleases() *releases {
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+)
-	owner := binary.BigEndian.Uint64(id[:])
 	var b [16]byte
-	putHex(b[:], owner)
-	return &releases{owner: owner, ownerArg: string(b[:]), next: 1}
+	putHex(b[:], binary.BigEndian.Uint64(id[:]))
+	return &releases{owner: string(b[:]), next: 1}
 }
 
 // A stamp is a release's place among the releases of its Locker, as the
@@ -68,7 +66,7 @@ func (r *releases) begin() (uint64, stamp) {
 	putHex(b[:16], seq)
 	putHex(b[16:], mark)
 	s := string(b[:]) // one allocation for both
-	return seq, stamp{owner: r.ownerArg, seq: s[:16], mark: s[16:]}
+	return seq, stamp{owner: r.owner, seq: s[:16], mark: s[16:]}
 }
 
 // stampOf is the stamp of release seq of owner, when every release numbered

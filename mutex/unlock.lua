@@ -8,7 +8,7 @@
 -- and its arguments cost it a good part of its time.
 -- KEYS[1] the lock key, KEYS[2] the name's release record key, KEYS[3] the
 -- token's; ARGV[1] token, ARGV[2..4] the caller's stamp: owner, seq, mark
--- (record.lua); ARGV[5] the record's lifetime in ms.
+-- (record.lua). record_ms (the record's lifetime) is set before these lines.
 -- Returns 0 when it released the lock; 2 when the lock is not in that
 -- shape or not held by token (taken, expired, released already: a retry
 -- whose first run succeeded): the caller then runs release.lua, which
@@ -21,7 +21,7 @@ redis.call('DEL', KEYS[1])
 if string.byte(v, 33) == 119 then -- 'w': a waiter asked to hear of it
   redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'released', '1')
 end
-local owner, ms = ARGV[2], tonumber(ARGV[5])
+local owner, ms = ARGV[2], record_ms
 local rec = owner .. ARGV[3] .. ':' .. ARGV[1] .. ':r0>:0:0:f'
 local old = redis.call('SET', KEYS[2], rec, 'KEEPTTL', 'GET')
 if old and (string.find(old, owner, 1, true) ~= 1 or

@@ -604,25 +604,8 @@ func TestLostReplyUnlockAgainHandsNothingOver(t *testing.T) {
 		if err != nil {
 			t.Fatalf("another Locker's TryLock after the release ran = %v", err)
 		}
-		// A waiter of the first Locker queues for the name (it marks the
-		// lock for a notification once it waits).
-		got := make(chan *mutex.Lock, 1)
-		go func() {
-			w, err := a.Lock(ctx, "h", mutex.Lease(time.Minute))
-			if err != nil {
-				t.Errorf("the waiter's Lock = %v", err)
-			}
-			got <- w
-		}()
-		for {
-			if v := admin.Get(ctx, key).Val(); len(v) > 32 && v[32] == 'w' {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatal("the waiter never queued")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		// A waiter of the first Locker queues for the name.
+		got := queueWaiter(ctx, t, a, admin, "h")
 		if err := lk.Unlock(ctx); err != nil {
 			t.Fatalf("the second Unlock = %v; want nil from the first release's record", err)
 		}
@@ -661,23 +644,7 @@ func TestLostReplyUnlockAgainRepeatsTheHandOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *mutex.Lock, 1)
-		go func() {
-			w, err := a.Lock(ctx, "g", mutex.Lease(time.Minute))
-			if err != nil {
-				t.Errorf("the waiter's Lock = %v", err)
-			}
-			got <- w
-		}()
-		for {
-			if v := admin.Get(ctx, key).Val(); len(v) > 32 && v[32] == 'w' {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatal("the waiter never queued")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		got := queueWaiter(ctx, t, a, admin, "g")
 		f.Drop(lostRelease)
 		if err := lk.Unlock(ctx); err == nil || errors.Is(err, mutex.ErrNotHeld) {
 			t.Fatalf("Unlock with its reply lost and no retry = %v; want an unknown outcome", err)
@@ -703,4 +670,29 @@ func TestLostReplyUnlockAgainRepeatsTheHandOver(t *testing.T) {
 			t.Fatalf("the waiter's Unlock = %v", err)
 		}
 	})
+}
+
+// queueWaiter starts a Lock of name through l (a minute's lease) and returns
+// once it waits, that is, once it has marked the lock for a notification
+// (read through admin); the Lock's result comes on the channel.
+func queueWaiter(ctx context.Context, t *testing.T, l *mutex.Locker, admin *redis.Client, name string) <-chan *mutex.Lock {
+	t.Helper()
+	got := make(chan *mutex.Lock, 1)
+	go func() {
+		w, err := l.Lock(ctx, name, mutex.Lease(time.Minute))
+		if err != nil {
+			t.Errorf("the waiter's Lock = %v", err)
+		}
+		got <- w
+	}()
+	key := l.Key(name, "lock")
+	for {
+		if v := admin.Get(ctx, key).Val(); len(v) > 32 && v[32] == 'w' {
+			return got
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the waiter never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
