@@ -84,6 +84,11 @@ type Limiter struct {
 	// denials is the local deny cache (WithDenyCache); nil when off.
 	denials *denyCache
 
+	// acks and ackTimeout are WithReplicaAck's, for the Limiter's own
+	// Locker; acks is 0 without it.
+	acks       int
+	ackTimeout time.Duration
+
 	// beforeCommit, if set, runs between the read and the commit (tests).
 	beforeCommit func()
 }
@@ -213,6 +218,27 @@ func WithUniformCost() Option {
 	return func(lim *Limiter) { lim.uniform = true }
 }
 
+// WithReplicaAck makes every admission's commit (and every other write
+// that grants or keeps a key's lock) wait until n replicas acknowledged it,
+// for at most timeout: mutex.WithReplicaAck on the Limiter's Locker (with
+// WithLocker, set it on that Locker instead). An admission whose commit was
+// not acknowledged returns an error matching mutex.ErrNotReplicated: its
+// charge stands on the master (the Limiter errs toward denying), and the
+// caller should not act on it. Keys with no state are admitted through the
+// lock like any other (WithUniformCost), since that one-round-trip
+// admission writes in a script that waits for nobody. An admission then
+// takes three round trips (the read with the lock, WAIT once it is granted,
+// and the commit with its WAIT); a denial still takes one.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return func(lim *Limiter) {
+		if n < 1 || timeout < time.Millisecond {
+			lim.fail(fmt.Errorf("%w: %w: %d replicas within %v", ErrInvalidOption, mutex.ErrInvalidReplicaAck, n, timeout))
+			return
+		}
+		lim.acks, lim.ackTimeout = n, timeout
+	}
+}
+
 func (lim *Limiter) fail(err error) {
 	if lim.err == nil {
 		lim.err = err
@@ -228,8 +254,21 @@ func New(client mutex.Client, opts ...Option) *Limiter {
 			o(lim)
 		}
 	}
-	if lim.locker == nil {
+	switch {
+	case lim.locker == nil && lim.acks > 0:
+		lim.locker = mutex.New(client, mutex.WithPrefix(lim.prefix), mutex.WithReplicaAck(lim.acks, lim.ackTimeout))
+		if err := lim.locker.Err(); err != nil {
+			lim.fail(fmt.Errorf("%w: %w", ErrInvalidOption, err))
+		}
+	case lim.locker == nil:
 		lim.locker = mutex.New(client, mutex.WithPrefix(lim.prefix))
+	case lim.acks > 0:
+		if n, d := lim.locker.ReplicaAck(); n != lim.acks || d != lim.ackTimeout {
+			lim.fail(fmt.Errorf("%w: WithReplicaAck(%d, %v) with a Locker that waits for %d replicas: set it on the Locker", ErrInvalidOption, lim.acks, lim.ackTimeout, n))
+		}
+	}
+	if n, _ := lim.locker.ReplicaAck(); n > 0 {
+		lim.uniform = true // admit.lua's write would wait for no replica
 	}
 	lim.hold = mutex.Lease(lim.lease)
 	if nilcheck.IsNil(client) {

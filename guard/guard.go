@@ -69,8 +69,15 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 	}
 	locker := p.Locker
-	if locker == nil {
+	switch {
+	case locker == nil && p.ReplicaAck > 0:
+		locker = mutex.New(client, mutex.WithPrefix(p.Prefix), mutex.WithReplicaAck(p.ReplicaAck, p.ReplicaAckTimeout))
+	case locker == nil:
 		locker = mutex.New(client, mutex.WithPrefix(p.Prefix))
+	case p.ReplicaAck > 0:
+		if n, d := locker.ReplicaAck(); n != p.ReplicaAck || d != p.ReplicaAckTimeout {
+			return nil, fmt.Errorf("%w: ReplicaAck %d within %v with a Locker that waits for %d replicas within %v: set it on the Locker", ErrInvalidPolicy, p.ReplicaAck, p.ReplicaAckTimeout, n, d)
+		}
 	}
 	// A Locker that can never lock would make every call fail: under
 	// FailOpen, an admission for everyone. Refuse it here.

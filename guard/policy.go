@@ -32,6 +32,9 @@ const (
 	DefaultTimeout     = 500 * time.Millisecond
 	DefaultErrorRetry  = time.Second
 	DefaultFallbackMax = 10000
+	// DefaultReplicaAckTimeout bounds the wait for Policy.ReplicaAck's
+	// replicas when ReplicaAckTimeout is 0.
+	DefaultReplicaAckTimeout = 100 * time.Millisecond
 	// MaxKeyLen is the longest key a Guard accepts, in bytes.
 	MaxKeyLen = 4096
 	// maxPlainKey is the longest key stored as it is; longer ones are hashed.
@@ -93,6 +96,17 @@ type Policy struct {
 	// RateLimit fields (draft-ietf-httpapi-ratelimit-headers). Off by
 	// default: they disclose the quota.
 	RateLimitHeaders bool
+	// ReplicaAck, if above 0, makes an admission return only once that
+	// many replicas of the key's master acknowledged its write, within
+	// ReplicaAckTimeout (funnel.WithReplicaAck, mutex.WithReplicaAck): an
+	// admission they did not acknowledge is an error matching
+	// mutex.ErrNotReplicated, which OnError or Fallback then decides. It
+	// needs a *redis.Client or *redis.ClusterClient. With Locker set, set
+	// it on that Locker (mutex.WithReplicaAck) instead.
+	ReplicaAck int
+	// ReplicaAckTimeout bounds the wait for ReplicaAck's replicas
+	// (DefaultReplicaAckTimeout if 0); keep it well under Timeout.
+	ReplicaAckTimeout time.Duration
 }
 
 // Fallback is a strict in-process limit per key for while Redis is down.
@@ -130,6 +144,12 @@ func (p Policy) check() (Policy, error) {
 	}
 	if p.Timeout < 0 || p.ErrorRetryAfter < 0 {
 		return bad("negative Timeout or ErrorRetryAfter")
+	}
+	if p.ReplicaAck > 0 && p.ReplicaAckTimeout == 0 {
+		p.ReplicaAckTimeout = DefaultReplicaAckTimeout
+	}
+	if p.ReplicaAck < 0 || p.ReplicaAckTimeout < 0 || (p.ReplicaAck > 0 && p.ReplicaAckTimeout >= p.Timeout) {
+		return bad("ReplicaAck %d within %v (want replicas >= 0, within a positive bound under Timeout %v)", p.ReplicaAck, p.ReplicaAckTimeout, p.Timeout)
 	}
 	if p.DenyCache < 0 || p.DenyCache > funnel.MaxDenyCache {
 		return bad("DenyCache %d (want 0 to %d)", p.DenyCache, funnel.MaxDenyCache)

@@ -231,9 +231,19 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 				late = l.undoLate(newHold(l, name, n))
 			}
 			var reply any
-			if reply, err = l.run(ctx, script, keys, args, late); err == nil {
+			var short error
+			if reply, short, err = l.acquireRun(ctx, script, keys, args, call != nil, reenter, late); err == nil {
 				l.scripted.Store(true)
 				r, res, err = acquired(reply)
+			}
+			if err == nil && r[0] == 1 && short != nil {
+				// Granted on the master alone: nobody may count on it. The
+				// undo keeps to the caller's deadline; past it, the lease
+				// ends the lock.
+				if ctx.Err() == nil {
+					l.releaseRoot(ctx, newHold(l, name, n))
+				}
+				err = short
 			}
 		}
 	}
@@ -339,6 +349,29 @@ func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, a
 	return ctxcall.Do(ctx, false, func(ctx context.Context) (any, error) {
 		return script.Run(ctx, l.client, keys, args...).Result()
 	}, late)
+}
+
+// acquireRun runs an acquire script, followed by WAIT when the Locker waits
+// for replicas (WithReplicaAck): in the same round trip for a plain attempt;
+// only once the lock is granted for one with a fragment, whose gate may
+// decline (a denial costs no wait). A re-entry grants nobody a lock they did
+// not hold, so it waits for nothing. short reports a grant that not enough
+// replicas acknowledged.
+func (l *Locker) acquireRun(ctx context.Context, script *redis.Script, keys []string, args []any, fragment, reenter bool, late func(any, error)) (reply any, short, err error) {
+	switch {
+	case l.acks == 0 || reenter:
+		reply, err = l.run(ctx, script, keys, args, late)
+		return reply, nil, err
+	case fragment:
+		return l.runThenWait(ctx, script, keys, args, grants, late)
+	}
+	return l.runAcked(ctx, script, keys, args, late)
+}
+
+// grants reports whether an acquire script's reply granted the lock.
+func grants(reply any) bool {
+	r, _, err := acquired(reply)
+	return err == nil && r[0] == 1
 }
 
 // undoLate returns what to do with an acquire script's reply that came after

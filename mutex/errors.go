@@ -49,4 +49,12 @@ var (
 	// ErrUnexpectedReply means Redis answered a script with a reply of the
 	// wrong shape (for example a key prefix shared with other data).
 	ErrUnexpectedReply = errors.New("mutex: unexpected reply from Redis")
+	// ErrNotReplicated means a write that grants or keeps a lock (or a
+	// fragment's write on release) was not acknowledged by as many replicas
+	// as WithReplicaAck asks within its bound. An acquisition is undone
+	// first (the lock released); see WithReplicaAck for the others.
+	ErrNotReplicated = errors.New("mutex: not acknowledged by enough replicas")
+	// ErrInvalidReplicaAck means WithReplicaAck was given fewer than one
+	// replica or a bound shorter than one millisecond.
+	ErrInvalidReplicaAck = errors.New("mutex: invalid replica acknowledgement")
 )

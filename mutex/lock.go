@@ -193,7 +193,14 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 		// reply comes after the caller left, nobody will hold nh.
 		late = func(any, error) { l.releaseOrphan(nh) }
 	}
-	reply, err := l.run(ctx, script, keys, args, late)
+	// A hand-over or a fragment's write waits for the replicas (WithReplicaAck).
+	var reply any
+	var short, err error
+	if nh != nil || call != nil {
+		reply, short, err = l.runAcked(ctx, script, keys, args, late)
+	} else {
+		reply, err = l.run(ctx, script, keys, args, late)
+	}
 	l.releases.end(seq, err == nil)
 	var r [3]int64
 	var rest []any
@@ -217,6 +224,18 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 		return nil, ErrNotHeld
 	}
 	h.release(lk, left == 0)
+	if short != nil && nh != nil && left == 0 {
+		// Handed over on the master alone: undone, and the waiter (if it
+		// is still there) tries again, waiting for the replicas itself.
+		l.releaseRoot(ctx, nh)
+		if next != nil {
+			l.handedOver(h.name, next, nil)
+		}
+		next, nh = nil, nil // the switch below reports the release
+		if call == nil {
+			short = nil // the release itself stands, and needs no replica
+		}
+	}
 	switch {
 	case next != nil && left == 0:
 		nh.fence = r[1]
@@ -243,6 +262,9 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	}
 	if len(rest) > 1 && rest[1] == any(int64(2)) && call != nil {
 		return nil, ErrResultUnknown // a replay: the fragment ran, its table result was not kept
+	}
+	if short != nil {
+		return res, fmt.Errorf("mutex: unlock %q: %w", h.name, short)
 	}
 	return res, nil
 }
@@ -320,7 +342,7 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 		return nil, err
 	}
 	keys, args := scriptCall(&call, &names{key: lk.hold.key}, false, lk.hold.tokenArg, argID(lk.id))
-	reply, err := lk.hold.locker.run(ctx, call.Fragment.held, keys, args, nil)
+	reply, short, err := lk.hold.locker.runAcked(ctx, call.Fragment.held, keys, args, nil)
 	if err != nil {
 		return nil, fmt.Errorf("mutex: run %q: %w", lk.hold.name, err)
 	}
@@ -338,6 +360,9 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 		return nil, ErrNotHeld
 	case declinedReply:
 		return rest, ErrDeclined // the gate's table: its result is all of it
+	}
+	if short != nil {
+		return res, fmt.Errorf("mutex: run %q: %w", lk.hold.name, short)
 	}
 	return res, nil
 }

@@ -66,6 +66,10 @@ type Locker struct {
 	// honours is set when the client bounds commands by their context's
 	// deadline (ContextTimeoutEnabled); otherwise calls run under ctxcall.
 	honours bool
+	// acks replicas must acknowledge each write that grants or keeps a
+	// lock within ackTimeout (WithReplicaAck); 0: no WAIT.
+	acks       int
+	ackTimeout time.Duration
 
 	mu     sync.Mutex
 	queues map[string]*queue // waiters by name
@@ -160,7 +164,11 @@ func New(client Client, opts ...Option) *Locker {
 		}
 	}
 	l.box()
-	if s, ok := client.(nativeSetter); ok && l.fenceTTL == 0 && !nilcheck.IsNil(client) {
+	if !nilcheck.IsNil(client) {
+		l.checkAcks()
+	}
+	// With WithReplicaAck, WAIT follows the acquire script in its pipeline.
+	if s, ok := client.(nativeSetter); ok && l.fenceTTL == 0 && l.acks == 0 && !nilcheck.IsNil(client) {
 		l.setNX = s
 	}
 	l.honours = !nilcheck.IsNil(client) && ctxcall.Honours(client)

@@ -97,6 +97,7 @@ func NewQuorum(clients []Client, opts ...Option) (*Locker, error) {
 	if l.fenceTTL > 0 {
 		l.fail(fmt.Errorf("%w: fencing on a quorum (a fencing counter lives in one Redis)", ErrUnsupported))
 	}
+	l.checkAcks()
 	if l.err != nil {
 		return nil, l.err
 	}
@@ -362,11 +363,14 @@ func (h *hold) extend(ctx context.Context, id string, lease time.Duration, start
 		}
 		return err == nil, err
 	}
-	reply, err := h.locker.run(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, nil)
+	reply, short, err := h.locker.runAcked(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, nil)
 	if err != nil {
 		return false, err
 	}
 	n, err := integer(reply)
+	if err == nil && n == 1 && short != nil {
+		return true, short // extended on the master alone
+	}
 	return n == 1, err
 }
 

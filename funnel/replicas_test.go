@@ -1,0 +1,71 @@
+package funnel_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
+)
+
+// With WithReplicaAck an admission returns once the replica has its charge;
+// with the replica frozen, admissions fail with mutex.ErrNotReplicated while
+// denials still answer (they write nothing, and wait for nothing).
+func TestReplicaAckAdmissions(t *testing.T) {
+	r := testutil.StartReplicated(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := r.Master.Client(t)
+	rc := r.Replicas[0].Client(t)
+	lim := funnel.New(c, funnel.WithReplicaAck(1, time.Second), funnel.WithPrefix("ra:")) // a bound a loaded machine keeps
+	rule := funnel.Rule{Name: "r", Capacity: 3, Leak: 1, Per: time.Hour}
+	for i := range 3 {
+		res, err := lim.Allow(ctx, "k", rule)
+		if err != nil || !res.Allowed {
+			t.Fatalf("Allow #%d: %+v, %v", i, res, err)
+		}
+		// The charge is on the replica when Allow returns: a fresh reader
+		// of the replica's state sees this admission.
+		got, err := funnel.New(rc, funnel.WithPrefix("ra:")).Peek(ctx, "k", rule)
+		if err != nil || got.Remaining != int64(2-i) {
+			t.Fatalf("Peek on the replica after admission #%d = %+v, %v; want %d remaining", i, got, err, 2-i)
+		}
+	}
+	thaw := testutil.Freeze(t, r.Replicas[0].Pid())
+	defer thaw()
+	res, err := lim.Allow(ctx, "k", rule)
+	if err != nil || res.Allowed {
+		t.Fatalf("Allow of a full key with a frozen replica = %+v, %v; want a denial", res, err)
+	}
+	res, err = lim.Allow(ctx, "other", rule)
+	if !errors.Is(err, mutex.ErrNotReplicated) || res.Allowed {
+		t.Fatalf("Allow with a frozen replica = %+v, %v; want ErrNotReplicated", res, err)
+	}
+}
+
+// WithReplicaAck refuses what cannot work.
+func TestReplicaAckOptions(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer c.Close()
+	rule := funnel.Rule{Name: "r", Capacity: 3, Leak: 1, Per: time.Hour}
+	for _, tc := range []struct {
+		name string
+		lim  *funnel.Limiter
+	}{
+		{"no replica", funnel.New(c, funnel.WithReplicaAck(0, time.Second))},
+		{"no bound", funnel.New(c, funnel.WithReplicaAck(1, 0))},
+		{"a Locker without it", funnel.New(c, funnel.WithLocker(mutex.New(c)), funnel.WithReplicaAck(1, time.Second))},
+	} {
+		if _, err := tc.lim.Allow(context.Background(), "k", rule); !errors.Is(err, funnel.ErrInvalidOption) {
+			t.Errorf("%s: Allow = %v, want ErrInvalidOption", tc.name, err)
+		}
+	}
+	ok := funnel.New(c, funnel.WithLocker(mutex.New(c, mutex.WithReplicaAck(1, time.Second))), funnel.WithReplicaAck(1, time.Second))
+	if _, err := ok.Allow(context.Background(), "k", rule); errors.Is(err, funnel.ErrInvalidOption) {
+		t.Errorf("the same acknowledgement on the Locker and the Limiter: %v", err)
+	}
+}

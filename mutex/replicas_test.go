@@ -1,0 +1,301 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
+)
+
+// ackWrite is a fragment that writes its key under the lock.
+var ackWrite = mutex.NewFragment(`redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000) return 1`)
+
+// replicaHas reports whether key on the replica starts with want.
+func replicaHas(t *testing.T, c *redis.Client, key, want string) bool {
+	t.Helper()
+	v, err := c.Get(context.Background(), key).Result()
+	if err != nil && err != redis.Nil {
+		t.Fatalf("GET %s on the replica: %v", key, err)
+	}
+	return err == nil && strings.HasPrefix(v, want)
+}
+
+// ackBound is the WAIT bound of the tests that freeze a replica: every call
+// waits that long then.
+const ackBound = 200 * time.Millisecond
+
+// lockAcked locks name before a replica is frozen, trying again while a
+// loaded machine keeps the healthy replica's acknowledgement over the bound.
+func lockAcked(t *testing.T, ctx context.Context, l *mutex.Locker, name string) *mutex.Lock {
+	t.Helper()
+	for {
+		lk, err := l.Lock(ctx, name)
+		if err == nil {
+			return lk
+		}
+		if !errors.Is(err, mutex.ErrNotReplicated) {
+			t.Fatalf("Lock %q before the freeze: %v", name, err)
+		}
+	}
+}
+
+// With WithReplicaAck, a lock is on the replica by the time Lock returns,
+// and so are an extension and a fragment's write by the time they return.
+func TestReplicaAckWritesReachTheReplica(t *testing.T) {
+	r := testutil.StartReplicated(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rec := &testutil.CommandRecorder{}
+	c := r.Master.Client(t)
+	c.AddHook(rec)
+	rc := r.Replicas[0].Client(t)
+	l := mutex.New(c, mutex.WithReplicaAck(1, 5*time.Second))
+	if n, d := l.ReplicaAck(); n != 1 || d != 5*time.Second {
+		t.Fatalf("ReplicaAck() = %d, %v", n, d)
+	}
+	for i := range 21 { // each of them, not one lucky one
+		if i == 1 {
+			rec.Reset() // the first cycle loaded the scripts (NOSCRIPT, then EVAL)
+		}
+		name := "a" + string(rune('a'+i))
+		lk, err := l.Lock(ctx, name)
+		if err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+		if !replicaHas(t, rc, l.Key(name, "lock"), lk.Token()) {
+			t.Fatalf("Lock %q returned before the replica had it", name)
+		}
+		if err := lk.Extend(ctx, time.Minute); err != nil {
+			t.Fatalf("Extend: %v", err)
+		}
+		if ms, err := rc.PTTL(ctx, l.Key(name, "lock")).Result(); err != nil || ms < 30*time.Second {
+			t.Fatalf("PTTL on the replica after Extend(1m) = %v, %v", ms, err)
+		}
+		data := l.Key(name, "data")
+		if _, err := lk.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{data}, Args: []any{"v" + name}}); err != nil {
+			t.Fatalf("UnlockWith: %v", err)
+		}
+		if !replicaHas(t, rc, data, "v"+name) {
+			t.Fatalf("UnlockWith %q returned before the replica had its write", name)
+		}
+	}
+	// WAIT rides with the script: Lock, Extend and UnlockWith are one round
+	// trip each, one WAIT each.
+	waits, trips := 0, map[int]bool{}
+	for _, cmd := range rec.Commands() {
+		trips[cmd.Trip] = true
+		if cmd.Name == "wait" {
+			waits++
+		}
+	}
+	if waits != 60 || len(trips) != 60 {
+		t.Fatalf("%d WAITs in %d round trips for 20 x (Lock, Extend, UnlockWith), want 60 in 60", waits, len(trips))
+	}
+}
+
+// A replica that acknowledges nothing: grants fail with ErrNotReplicated and
+// are undone; a plain Unlock still works (it waits for no replica).
+func TestReplicaAckFrozenReplica(t *testing.T) {
+	r := testutil.StartReplicated(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := r.Master.Client(t)
+	l := mutex.New(c, mutex.WithReplicaAck(1, ackBound), mutex.WithRetryInterval(5*time.Millisecond))
+	held, held2 := lockAcked(t, ctx, l, "held"), lockAcked(t, ctx, l, "held2")
+	thaw := testutil.Freeze(t, r.Replicas[0].Pid())
+	defer thaw()
+
+	if _, err := l.TryLock(ctx, "a"); !errors.Is(err, mutex.ErrNotReplicated) {
+		t.Fatalf("TryLock with a frozen replica: %v, want ErrNotReplicated", err)
+	}
+	if n := c.Exists(ctx, l.Key("a", "lock")).Val(); n != 0 {
+		t.Fatal("the unacknowledged lock was left on the master")
+	}
+	lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err := l.Lock(lctx, "a")
+	lcancel()
+	if !errors.Is(err, mutex.ErrNotReplicated) || errors.Is(err, mutex.ErrNotObtained) {
+		t.Fatalf("Lock with a frozen replica: %v, want ErrNotReplicated at once", err)
+	}
+	if _, _, err := l.TryLockWith(ctx, "b", mutex.Call{Fragment: ackWrite, Keys: []string{l.Key("b", "data")}, Args: []any{"x"}}); !errors.Is(err, mutex.ErrNotReplicated) {
+		t.Fatalf("TryLockWith with a frozen replica: %v, want ErrNotReplicated", err)
+	}
+	if n := c.Exists(ctx, l.Key("b", "lock")).Val(); n != 0 {
+		t.Fatal("the unacknowledged lock of TryLockWith was left on the master")
+	}
+	if err := held.Extend(ctx, time.Minute); !errors.Is(err, mutex.ErrNotReplicated) {
+		t.Fatalf("Extend with a frozen replica: %v, want ErrNotReplicated", err)
+	}
+	if _, err := held2.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{l.Key("held2", "data")}, Args: []any{"y"}}); !errors.Is(err, mutex.ErrNotReplicated) {
+		t.Fatalf("UnlockWith with a frozen replica: %v, want ErrNotReplicated", err)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatalf("a plain Unlock with a frozen replica: %v", err)
+	}
+	thaw()
+	// Once the replica answers again, so does the Locker.
+	if err := lockAcked(t, ctx, l, "a").Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A hand-over in Redis that no replica acknowledged is undone: the waiter
+// tries again, itself waiting for the replica, and fails.
+func TestReplicaAckHandOverUndone(t *testing.T) {
+	r := testutil.StartReplicated(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := r.Master.Client(t)
+	l := mutex.New(c, mutex.WithReplicaAck(1, ackBound), mutex.WithRetryInterval(time.Hour))
+	lk := lockAcked(t, ctx, l, "h")
+	got := make(chan error, 1)
+	go func() {
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer wcancel()
+		w, err := l.Lock(wctx, "h")
+		if err == nil {
+			_ = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	for mutex.QueueLen(l, "h") == 0 {
+		select {
+		case err := <-got:
+			t.Fatalf("the waiter's Lock returned before the release: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	thaw := testutil.Freeze(t, r.Replicas[0].Pid())
+	defer thaw()
+	// UnlockWith hands over in Redis (never locally): the waiter's grant
+	// rides on this script.
+	if _, err := lk.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{l.Key("h", "data")}, Args: []any{"z"}}); !errors.Is(err, mutex.ErrNotReplicated) {
+		t.Fatalf("UnlockWith with a frozen replica: %v, want ErrNotReplicated", err)
+	}
+	if err := <-got; !errors.Is(err, mutex.ErrNotReplicated) {
+		t.Fatalf("the waiter's Lock: %v, want ErrNotReplicated", err)
+	}
+	if n := c.Exists(ctx, l.Key("h", "lock")).Val(); n != 0 {
+		t.Fatal("the unacknowledged hand-over left the lock held")
+	}
+}
+
+// Options that cannot work are refused up front.
+func TestReplicaAckBadOptions(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
+	defer c.Close()
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	c2 := redis.NewClient(&redis.Options{Addr: "127.0.0.1:2", ContextTimeoutEnabled: true})
+	defer c2.Close()
+	c3 := redis.NewClient(&redis.Options{Addr: "127.0.0.1:3", ContextTimeoutEnabled: true})
+	defer c3.Close()
+	for _, tc := range []struct {
+		name string
+		l    *mutex.Locker
+		want error
+	}{
+		{"no replica", mutex.New(c, mutex.WithReplicaAck(0, time.Second)), mutex.ErrInvalidReplicaAck},
+		{"negative", mutex.New(c, mutex.WithReplicaAck(-1, time.Second)), mutex.ErrInvalidReplicaAck},
+		{"no bound", mutex.New(c, mutex.WithReplicaAck(1, 0)), mutex.ErrInvalidReplicaAck},
+		{"sub-millisecond bound", mutex.New(c, mutex.WithReplicaAck(1, time.Microsecond)), mutex.ErrInvalidReplicaAck},
+		{"ring", mutex.New(ring, mutex.WithReplicaAck(1, time.Second)), mutex.ErrUnsupported},
+		{"scripter only", mutex.New(scripterOnly{c}, mutex.WithReplicaAck(1, time.Second)), mutex.ErrUnsupported},
+	} {
+		if err := tc.l.Err(); !errors.Is(err, tc.want) {
+			t.Errorf("%s: Err() = %v, want %v", tc.name, err, tc.want)
+		}
+		if _, err := tc.l.TryLock(context.Background(), "x"); !errors.Is(err, tc.want) {
+			t.Errorf("%s: TryLock = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if _, err := mutex.NewQuorum([]mutex.Client{c, c2, c3}, mutex.WithReplicaAck(1, time.Second)); !errors.Is(err, mutex.ErrUnsupported) {
+		t.Errorf("NewQuorum with WithReplicaAck: %v, want ErrUnsupported", err)
+	}
+}
+
+// scripterOnly is a client wrapper with scripts and nothing else.
+type scripterOnly struct{ redis.Scripter }
+
+// The planted failover of RELIABILITY.md, with and without WithReplicaAck:
+// a lock taken after the replica was cut off exists on the old master only.
+// A plain Locker grants it, and after the failover another owner gets the
+// same lock while the first still holds it: one double grant. With
+// WithReplicaAck the same Lock fails (ErrNotReplicated) and is undone, so
+// the lock the other owner gets after the failover was nobody's: none.
+func TestReplicaAckFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills a master and waits for the failover: seconds")
+	}
+	g := testutil.StartSentinel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prefix := g.Prefix(t)
+	newClient := func() *redis.Client {
+		return g.ClientOpts(t, &redis.FailoverOptions{DialTimeout: 300 * time.Millisecond, ReadTimeout: 3 * time.Second, WriteTimeout: time.Second})
+	}
+	lease := mutex.Lease(time.Minute) // outlasts the failover on a loaded machine
+	acked := mutex.New(newClient(), mutex.WithPrefix(prefix), mutex.WithReplicaAck(1, time.Second))
+	plain := mutex.New(newClient(), mutex.WithPrefix(prefix))
+	var kept *mutex.Lock
+	for kept == nil { // acknowledged before the cut
+		lk, err := acked.Lock(ctx, "kept", lease)
+		if err != nil && !errors.Is(err, mutex.ErrNotReplicated) {
+			t.Fatalf("Lock(kept): %v", err)
+		}
+		kept = lk
+	}
+	g.DetachReplicas(t)
+	holders := map[string]*mutex.Lock{} // what each Locker says it holds
+	if lk, err := plain.Lock(ctx, "plain", lease); err != nil {
+		t.Fatalf("plain Lock after the cut: %v", err)
+	} else {
+		holders["plain"] = lk
+	}
+	if lk, err := acked.Lock(ctx, "acked", lease); !errors.Is(err, mutex.ErrNotReplicated) {
+		t.Fatalf("Lock with WithReplicaAck after the cut: %v, want ErrNotReplicated", err)
+	} else if lk != nil {
+		holders["acked"] = lk
+	}
+	if n := g.Master(t).Client(t).Exists(ctx, acked.Key("acked", "lock")).Val(); n != 0 {
+		t.Fatal("the unacknowledged lock was left on the old master")
+	}
+	if _, took := g.KillMaster(t); took > 0 {
+		t.Logf("failover took %v", took)
+	}
+	other := mutex.New(newClient(), mutex.WithPrefix(prefix))
+	tryLock := func(name string) error {
+		for {
+			_, err := other.TryLock(ctx, name, lease)
+			if err == nil || errors.Is(err, mutex.ErrLocked) || ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(20 * time.Millisecond) // the client finds the new master
+		}
+	}
+	if err := tryLock("kept"); !errors.Is(err, mutex.ErrLocked) {
+		t.Errorf("TryLock(kept) on the new master: %v, want ErrLocked (the replica acknowledged it)", err)
+	}
+	doubles := map[string]int{}
+	for _, name := range []string{"plain", "acked"} {
+		err := tryLock(name)
+		if err != nil && !errors.Is(err, mutex.ErrLocked) {
+			t.Fatalf("TryLock(%s) on the new master: %v", name, err)
+		}
+		if err == nil && holders[name] != nil {
+			doubles[name]++ // granted while the first holder still holds it
+		}
+	}
+	t.Logf("double grants across the failover: plain Locker %d, WithReplicaAck %d", doubles["plain"], doubles["acked"])
+	if doubles["plain"] != 1 {
+		t.Errorf("plain Locker: %d double grants, want the planted 1 (the test's premise failed)", doubles["plain"])
+	}
+	if doubles["acked"] != 0 {
+		t.Errorf("WithReplicaAck: %d double grants, want 0", doubles["acked"])
+	}
+}
