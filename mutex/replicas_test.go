@@ -299,3 +299,49 @@ func TestReplicaAckFailover(t *testing.T) {
 		t.Errorf("WithReplicaAck: %d double grants, want 0", doubles["acked"])
 	}
 }
+
+// In a cluster the WAIT goes to the master of the key's slot: with the
+// replica of one master frozen, locks whose names hash to that master fail
+// with ErrNotReplicated, and every other lock is granted.
+func TestReplicaAckCluster(t *testing.T) {
+	rc := testutil.StartReplicatedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := rc.Client(t)
+	l := mutex.New(c, mutex.WithReplicaAck(1, ackBound))
+	names := make([]string, 24)
+	for i := range names {
+		names[i] = "c" + string(rune('a'+i))
+	}
+	for _, name := range names {
+		if err := lockAcked(t, ctx, l, name).Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frozen := rc.ReplicaOf(t, l.Key(names[0], "lock"))
+	replicaOf := map[string]*testutil.Server{}
+	for _, name := range names {
+		replicaOf[name] = rc.ReplicaOf(t, l.Key(name, "lock"))
+	}
+	thaw := testutil.Freeze(t, frozen.Pid())
+	defer thaw()
+	failed, granted := 0, 0
+	for _, name := range names {
+		lk, err := l.TryLock(ctx, name)
+		onFrozen := replicaOf[name] == frozen
+		switch {
+		case onFrozen && errors.Is(err, mutex.ErrNotReplicated):
+			failed++
+		case !onFrozen && err == nil:
+			granted++
+			if err := lk.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Errorf("TryLock(%q), its master's replica frozen %v: %v", name, onFrozen, err)
+		}
+	}
+	if failed == 0 || granted == 0 {
+		t.Fatalf("%d locks on the frozen replica's master failed, %d elsewhere granted: want some of each", failed, granted)
+	}
+}

@@ -1,0 +1,102 @@
+package testutil
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A ReplicatedCluster is a Redis Cluster of three masters with one replica
+// each, for tests of writes that wait for replicas (WAIT) in a cluster.
+type ReplicatedCluster struct {
+	Nodes []*Server
+	Addrs []string
+}
+
+// StartReplicatedCluster starts a cluster of three masters and three
+// replicas for t alone, waits until every replica is in sync, and stops the
+// nodes when t ends. It skips like NeedCluster.
+func StartReplicatedCluster(t testing.TB) *ReplicatedCluster {
+	t.Helper()
+	NeedCluster(t)
+	nodes, err := spawnAll(2*clusterSize, spawnSpec{prepare: clusterNode})
+	if err != nil {
+		t.Fatalf("start cluster nodes: %v", err)
+	}
+	c := &ReplicatedCluster{Nodes: nodes}
+	t.Cleanup(func() { stopParallel(nodes) })
+	for _, n := range nodes {
+		c.Addrs = append(c.Addrs, n.Addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
+	if out, err := exec.CommandContext(ctx, cliPath(), args...).CombinedOutput(); err != nil {
+		t.Fatalf("--cluster create with replicas: %v: %s", err, tail(out, 600))
+	}
+	err = waitFor(30*time.Second, "a cluster of 3 masters, each with a replica in sync", func(ctx context.Context) (bool, string) {
+		for _, addr := range c.Addrs {
+			info, err := nodeCmd(ctx, addr, "CLUSTER", "INFO")
+			if err != nil {
+				return false, fmt.Sprintf("%s: %v", addr, err)
+			}
+			if s := info.(string); !strings.Contains(s, "cluster_state:ok") || !strings.Contains(s, fmt.Sprintf("cluster_known_nodes:%d", 2*clusterSize)) {
+				return false, addr + ": " + s
+			}
+			repl, err := nodeCmd(ctx, addr, "INFO", "replication")
+			if err != nil {
+				return false, fmt.Sprintf("%s: %v", addr, err)
+			}
+			s := repl.(string)
+			if strings.Contains(s, "role:master") && !strings.Contains(s, "connected_slaves:1") ||
+				strings.Contains(s, "role:slave") && !strings.Contains(s, "master_link_status:up") {
+				return false, addr + ": " + s
+			}
+		}
+		return true, ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Client returns a cluster client that t closes when it ends.
+func (c *ReplicatedCluster) Client(t testing.TB) *redis.ClusterClient {
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// ReplicaOf returns the replica of the master that serves key.
+func (c *ReplicatedCluster) ReplicaOf(t testing.TB, key string) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl := c.Client(t)
+	m, err := cl.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatalf("master of %q: %v", key, err)
+	}
+	_, port, _ := net.SplitHostPort(m.Options().Addr)
+	for _, n := range c.Nodes {
+		repl, err := nodeCmd(ctx, n.Addr, "INFO", "replication")
+		if err == nil && strings.Contains(repl.(string), "role:slave") && strings.Contains(repl.(string), "master_port:"+port+"\r\n") {
+			return n
+		}
+	}
+	var seen []string
+	for _, n := range c.Nodes {
+		repl, err := nodeCmd(ctx, n.Addr, "INFO", "replication")
+		seen = append(seen, fmt.Sprintf("%s: %v %v", n.Addr, repl, err))
+	}
+	t.Fatalf("no replica of %s, the master of %q: %s", m.Options().Addr, key, strings.Join(seen, "; "))
+	return nil
+}
