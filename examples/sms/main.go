@@ -86,6 +86,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stopRedis()
+	if *redisURL != "" { // miniredis never evicts, and does not say so
+		cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+		logServerCheck(cctx, client, log)
+		cancel()
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err

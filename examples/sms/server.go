@@ -140,6 +140,10 @@ type reply struct {
 	Rule       string `json:"rule,omitempty"`
 	RetryAfter *int64 `json:"retry_after,omitempty"`
 	Verified   bool   `json:"verified,omitempty"`
+	// Status and Redis are the health check's (200): "ok" or "degraded",
+	// and what it found of each Redis server (see healthz).
+	Status string         `json:"status,omitempty"`
+	Redis  []serverReport `json:"redis,omitempty"`
 }
 
 func seconds(d time.Duration) *int64 {

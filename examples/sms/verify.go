@@ -103,14 +103,3 @@ func sixDigits(code string) bool {
 	}
 	return true
 }
-
-func (s *Service) healthz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
-	defer cancel()
-	if err := s.client.Ping(ctx).Err(); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, reply{Error: "redis unavailable"})
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain")
-	_, _ = w.Write([]byte("ok\n"))
-}

@@ -1,0 +1,328 @@
+package servercheck
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
+	"github.com/funnelguard/funnelguard/internal/nilcheck"
+	"github.com/redis/go-redis/v9"
+)
+
+// NoEviction is the one maxmemory-policy that never deletes funnelguard's
+// keys whatever maxmemory is.
+const NoEviction = "noeviction"
+
+// A Finding is what Check learnt about one server. The zero value is not a
+// meaningful finding.
+type Finding struct {
+	// Addr is the server's address as the client dials it (host:port). A
+	// failover client's is its current master's, as the server reports it
+	// (CLIENT INFO laddr), or "FailoverClient" when it does not say.
+	Addr string
+	// MaxMemory is the server's memory limit in bytes: 0 for none, -1 when
+	// unknown.
+	MaxMemory int64
+	// Policy is the server's maxmemory-policy (noeviction, allkeys-lru,
+	// volatile-ttl...), "" when unknown.
+	Policy string
+	// Note, when not "", says why a server found safe would not stay safe:
+	// its policy evicts, but it has no memory limit yet.
+	Note string
+	// Err is nil when the server cannot evict funnelguard's keys. Otherwise
+	// it wraps ErrEvictionPolicy, ErrUnknownPolicy or ErrNoAnswer, and its
+	// message names the server (and, for a policy that evicts, the fix).
+	Err error
+}
+
+// Check asks every server that c writes to whether it may evict
+// funnelguard's keys (see the package documentation), and returns one
+// Finding per server, ordered by address.
+//
+// The error is nil when every server is safe. Otherwise it joins the
+// findings' errors, so errors.Is(err, ErrEvictionPolicy) reports whether any
+// server evicts; for a cluster whose slots could not be loaded it wraps
+// ErrNoAnswer and the cause, with no findings. A nil client gets
+// ErrNilClient. Check changes nothing on the servers.
+//
+// Check returns by ctx's deadline. A server that has not answered by then
+// gets a Finding whose Err wraps ErrNoAnswer and ctx.Err().
+func Check(ctx context.Context, c redis.UniversalClient) ([]Finding, error) {
+	if nilcheck.IsNil(c) {
+		return nil, ErrNilClient
+	}
+	col := &collector{}
+	_, err := ctxcall.Do(ctx, ctxcall.Honours(c), func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, askAll(ctx, c, col)
+	}, nil)
+	findings := col.close(err)
+	errs := make([]error, 0, len(findings)+1)
+	if err != nil && len(findings) == 0 {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrNoAnswer, err))
+	}
+	for _, f := range findings {
+		errs = append(errs, f.Err)
+	}
+	return findings, errors.Join(errs...)
+}
+
+// askAll asks each server of c into col. Its error is one that kept it from
+// asking any server: a cluster's slots that could not be loaded.
+func askAll(ctx context.Context, c redis.UniversalClient, col *collector) error {
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		if err := forEachMaster(ctx, c, col); err != nil {
+			return fmt.Errorf("cluster %s: %w", strings.Join(c.Options().Addrs, ","), err)
+		}
+	case *redis.Ring:
+		_ = c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
+			col.ask(ctx, shard, shard.Options().Addr)
+			return nil
+		})
+		// ForEachShard skips the shards the ring takes to be down: they are
+		// servers not checked, so they get a finding too.
+		for name, addr := range c.Options().Addrs {
+			col.missing(addr, fmt.Errorf("%w: %s: the ring takes shard %q to be down", ErrNoAnswer, addr, name))
+		}
+	case *redis.Client:
+		addr := c.Options().Addr
+		if addr == failoverAddr {
+			addr = ""
+		}
+		col.ask(ctx, c, addr)
+	default:
+		col.ask(ctx, c, "")
+	}
+	return nil
+}
+
+// forEachMaster asks every master of c into col.
+//
+// ForEachMaster first reloads the slots, from a node picked at random: a
+// hung one would hold the reload, and so every ask, until ctx's deadline.
+// So the reload gets half the time left; when it fails, ForEachMaster goes
+// on with the slots the client had, and only a client that had none tries
+// again, with all the time left. (On a client that ignores deadlines, a
+// hung node holds the reload for its ReadTimeout all the same.)
+func forEachMaster(ctx context.Context, c *redis.ClusterClient, col *collector) error {
+	each := func(_ context.Context, node *redis.Client) error {
+		col.ask(ctx, node, node.Options().Addr)
+		return nil
+	}
+	d, ok := ctx.Deadline()
+	if !ok {
+		return c.ForEachMaster(ctx, each)
+	}
+	rctx, cancel := context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
+	defer cancel()
+	err := c.ForEachMaster(rctx, each)
+	if err != nil && ctx.Err() == nil {
+		err = c.ForEachMaster(ctx, each)
+	}
+	return err
+}
+
+// failoverAddr is the address go-redis gives a failover client's options.
+const failoverAddr = "FailoverClient"
+
+// ask asks the server of c at addr ("": the server knows it) into col.
+func (col *collector) ask(ctx context.Context, c redis.Cmdable, addr string) {
+	i := col.start(cmp.Or(addr, failoverAddr))
+	if i < 0 {
+		return
+	}
+	col.finish(i, askServer(ctx, c, addr))
+}
+
+// askServer asks the server of c, at addr ("": ask the server) for its
+// settings and judges them.
+func askServer(ctx context.Context, c redis.Cmdable, addr string) Finding {
+	f := Finding{Addr: addr, MaxMemory: -1}
+	if addr == "" {
+		// A failover client's master, or a client of unknown kind: the
+		// server's side of the connection (Redis 6.2 and later).
+		f.Addr = failoverAddr
+		if info, err := c.ClientInfo(ctx).Result(); err == nil && info.LAddr != "" {
+			f.Addr = info.LAddr
+		} else if err != nil && !answered(err) {
+			f.Err = noAnswer(ctx, f.Addr, err)
+			return f
+		}
+	}
+	info, infoErr := c.Info(ctx, "memory").Result()
+	if infoErr != nil && !answered(infoErr) {
+		f.Err = noAnswer(ctx, f.Addr, infoErr)
+		return f
+	}
+	if infoErr == nil {
+		f.MaxMemory, f.Policy = parseInfo(info)
+	}
+	var configErr error
+	if f.Policy == "" {
+		// INFO memory has had the fields since Redis 4.0; older servers,
+		// proxies and miniredis may still take CONFIG GET.
+		f.Policy, configErr = configGet(ctx, c, "maxmemory-policy")
+		if configErr != nil && !answered(configErr) {
+			f.Err = noAnswer(ctx, f.Addr, configErr)
+			return f
+		}
+	}
+	if f.MaxMemory < 0 && f.Policy != "" {
+		v, err := configGet(ctx, c, "maxmemory")
+		if err != nil && !answered(err) {
+			f.Err = noAnswer(ctx, f.Addr, err)
+			return f
+		}
+		if n, perr := strconv.ParseInt(v, 10, 64); err == nil && perr == nil && n >= 0 {
+			f.MaxMemory = n
+		}
+	}
+	judge(&f, infoErr, configErr)
+	return f
+}
+
+// judge sets f's Err and Note from its settings; infoErr and configErr say
+// why they are unknown.
+func judge(f *Finding, infoErr, configErr error) {
+	switch {
+	case f.Policy == "":
+		causes := errors.Join(infoErr, configErr)
+		if causes == nil {
+			causes = errors.New("INFO memory and CONFIG GET named no maxmemory-policy")
+		}
+		f.Err = fmt.Errorf("%w: %s: %w", ErrUnknownPolicy, f.Addr, causes)
+	case f.Policy == NoEviction:
+	case f.MaxMemory == 0:
+		f.Note = fmt.Sprintf("maxmemory-policy %s evicts funnelguard keys once a memory limit (maxmemory) is set: set maxmemory-policy %s", f.Policy, NoEviction)
+	case f.MaxMemory < 0:
+		f.Err = fmt.Errorf("%w: %s has maxmemory-policy %s and an unknown maxmemory: set maxmemory-policy %s", ErrEvictionPolicy, f.Addr, f.Policy, NoEviction)
+	default:
+		f.Err = fmt.Errorf("%w: %s has maxmemory-policy %s and maxmemory %d bytes: set maxmemory-policy %s", ErrEvictionPolicy, f.Addr, f.Policy, f.MaxMemory, NoEviction)
+	}
+}
+
+// parseInfo reads maxmemory (-1 if absent) and maxmemory_policy ("" if
+// absent) from an INFO reply.
+func parseInfo(info string) (maxMemory int64, policy string) {
+	maxMemory = -1
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "maxmemory":
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+				maxMemory = n
+			}
+		case "maxmemory_policy":
+			policy = v
+		}
+	}
+	return maxMemory, policy
+}
+
+// configGet returns the value of one CONFIG GET parameter, "" with a nil
+// error if the server has no such parameter.
+func configGet(ctx context.Context, c redis.Cmdable, param string) (string, error) {
+	m, err := c.ConfigGet(ctx, param).Result()
+	if err != nil {
+		return "", err
+	}
+	return m[param], nil
+}
+
+// answered reports whether err is the server's own answer (an error reply:
+// an unknown or refused command), not a failure to reach it.
+func answered(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
+
+// noAnswer is the error of a server at addr that did not answer.
+func noAnswer(ctx context.Context, addr string, err error) error {
+	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
+		// A client that honours deadlines sets the connection's to ctx's:
+		// its i/o timeout can come a moment before ctx's own timer.
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w: %s: %w: %w", ErrNoAnswer, addr, cerr, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrNoAnswer, addr, err)
+}
+
+// A collector gathers the findings of one Check. When Check returns before
+// asking ended (a client that ignores deadlines), it closes the collector:
+// the servers still being asked get a finding of no answer, and the askers'
+// late findings are dropped.
+type collector struct {
+	mu       sync.Mutex
+	findings []Finding
+	done     []bool
+	closed   bool
+}
+
+// start records that the server at addr is being asked and returns its
+// index, or -1 when the collector is closed.
+func (col *collector) start(addr string) int {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if col.closed {
+		return -1
+	}
+	col.findings = append(col.findings, Finding{Addr: addr, MaxMemory: -1})
+	col.done = append(col.done, false)
+	return len(col.findings) - 1
+}
+
+// finish records the finding of index i, unless the collector is closed.
+func (col *collector) finish(i int, f Finding) {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if !col.closed {
+		col.findings[i], col.done[i] = f, true
+	}
+}
+
+// missing records err as the finding of a server at addr that was not asked
+// at all, unless a finding names addr already.
+func (col *collector) missing(addr string, err error) {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if col.closed || slices.ContainsFunc(col.findings, func(f Finding) bool { return f.Addr == addr }) {
+		return
+	}
+	col.findings = append(col.findings, Finding{Addr: addr, MaxMemory: -1, Err: err})
+	col.done = append(col.done, true)
+}
+
+// close closes the collector and returns its findings ordered by address; a
+// server still being asked gets ErrNoAnswer with cause, why Check stopped
+// waiting.
+func (col *collector) close(cause error) []Finding {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.closed = true
+	if cause == nil {
+		cause = errors.New("asking ended without a reply")
+	}
+	out := slices.Clone(col.findings)
+	for i := range out {
+		if !col.done[i] {
+			out[i].Err = fmt.Errorf("%w: %s: %w", ErrNoAnswer, out[i].Addr, cause)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Finding) int { return strings.Compare(a.Addr, b.Addr) })
+	return out
+}
