@@ -19,7 +19,10 @@ type subject struct {
 type benchCase struct {
 	name     string
 	parallel bool // compared with PING parallel; otherwise with PING serial
-	subjects []subject
+	// replicated runs the case on a master of its own with one replica in
+	// sync (spawned for it), not on the shared server.
+	replicated bool
+	subjects   []subject
 }
 
 // Names of the PING cases, the reference of every ×PING column.

@@ -52,6 +52,27 @@ func uncontendedCases() []benchCase {
 	return out
 }
 
+// libUnacked is funnelguard without WithReplicaAck, in the replicated case.
+const libUnacked = "funnelguard, no WAIT"
+
+// replicaCases time Lock+Unlock on a master with one replica, with and
+// without waiting for the replica to acknowledge each acquisition (WAIT in
+// the acquisition's round trip): what WithReplicaAck costs.
+func replicaCases() []benchCase {
+	acked := func(c *redis.Client, name string) func(context.Context) error {
+		return funnelguardWith(c, name, mutex.WithReplicaAck(1, time.Second))
+	}
+	return []benchCase{{
+		name:       "Lock+Unlock uncontended serial, 1 replica acknowledged",
+		replicated: true,
+		subjects: []subject{
+			{libFunnelguard, uncontended(false, acked)},
+			{libUnacked, uncontended(false, funnelguardLock)},
+			{libRedislock, uncontended(false, redislockLock)},
+		},
+	}}
+}
+
 // A lockMaker builds one goroutine's Lock+Unlock cycle on name over client c.
 type lockMaker func(c *redis.Client, name string) func(ctx context.Context) error
 
@@ -72,7 +93,12 @@ func uncontended(parallel bool, mk lockMaker) func(context.Context, *env) (workl
 // (The Locker is per goroutine here only to share the lockMaker shape: a
 // Locker holds no connection of its own.)
 func funnelguardLock(c *redis.Client, name string) func(context.Context) error {
-	l := mutex.New(c)
+	return funnelguardWith(c, name)
+}
+
+// funnelguardWith is funnelguardLock with a Locker made with opts.
+func funnelguardWith(c *redis.Client, name string, opts ...mutex.Option) func(context.Context) error {
+	l := mutex.New(c, opts...)
 	return func(ctx context.Context) error {
 		lk, err := l.Lock(ctx, name)
 		if err != nil {

@@ -73,18 +73,36 @@ func run(cfg config) error {
 	}
 	start := time.Now()
 	cases := pingCases() // the reference of every ×PING column
-	for _, bc := range append(append(append(uncontendedCases(), contendedCases(cfg.goroutines)...), rateCases()...), hotCases()...) {
+	for _, bc := range append(append(append(append(uncontendedCases(), replicaCases()...), contendedCases(cfg.goroutines)...), rateCases()...), hotCases()...) {
 		if only.MatchString(bc.name) {
 			cases = append(cases, bc)
+		}
+	}
+	var replicated string // the master of the replicated cases
+	for _, bc := range cases {
+		if bc.replicated && replicated == "" {
+			r, err := testutil.SpawnReplicated(1)
+			if r != nil {
+				defer r.Stop()
+			}
+			if err != nil {
+				return fmt.Errorf("%s needs a master and a replica: %w", bc.name, err)
+			}
+			replicated = r.Master.Addr
+			fmt.Fprintf(os.Stderr, "bench: master pid %d on %s, replica pid %d, for %s\n", r.Master.Pid(), r.Master.Addr, r.Replicas[0].Pid(), bc.name)
 		}
 	}
 	var sums []summary
 	ping := map[bool]float64{}
 	for _, bc := range cases {
 		samples := make([][]sample, len(bc.subjects))
+		addr := cfg.addr
+		if bc.replicated {
+			addr = replicated
+		}
 		for round := range cfg.rounds { // A B A B ...
 			for i, sub := range bc.subjects {
-				s, err := measure(ctx, cfg.addr, cfg.goroutines, cfg.duration, sub.prepare)
+				s, err := measure(ctx, addr, cfg.goroutines, cfg.duration, sub.prepare)
 				if err != nil {
 					return fmt.Errorf("%s, %s, round %d: %w", bc.name, sub.lib, round+1, err)
 				}

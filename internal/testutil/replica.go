@@ -20,22 +20,33 @@ type Replicated struct {
 func StartReplicated(t testing.TB, n int) *Replicated {
 	t.Helper()
 	NeedServer(t)
+	r, err := SpawnReplicated(n)
+	if r != nil {
+		t.Cleanup(r.Stop)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// SpawnReplicated is StartReplicated outside any test (the bench program
+// uses it); the caller must Stop what it returns, also with an error.
+func SpawnReplicated(n int) (*Replicated, error) {
 	m, err := spawn(dataNode(""))
 	if err != nil {
-		t.Fatalf("start master: %v", err)
+		return nil, fmt.Errorf("start master: %w", err)
 	}
-	t.Cleanup(m.Stop)
 	r := &Replicated{Master: m}
 	for range n {
 		s, err := spawn(dataNode(m.Addr))
 		if err != nil {
-			t.Fatalf("start replica: %v", err)
+			return r, fmt.Errorf("start replica: %w", err)
 		}
-		t.Cleanup(s.Stop)
 		r.Replicas = append(r.Replicas, s)
 	}
 	want := fmt.Sprintf("connected_slaves:%d", n)
-	err = waitFor(20*time.Second, "replicas in sync", func(ctx context.Context) (bool, string) {
+	return r, waitFor(20*time.Second, "replicas in sync", func(ctx context.Context) (bool, string) {
 		info, err := nodeCmd(ctx, m.Addr, "INFO", "replication")
 		if err != nil {
 			return false, err.Error()
@@ -43,8 +54,9 @@ func StartReplicated(t testing.TB, n int) *Replicated {
 		s := info.(string)
 		return strings.Contains(s, want) && !strings.Contains(s, "state=wait_bgsave") && !strings.Contains(s, "state=send_bulk"), s
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+}
+
+// Stop stops the master and the replicas, by pid.
+func (r *Replicated) Stop() {
+	stopParallel(append([]*Server{r.Master}, r.Replicas...))
 }
