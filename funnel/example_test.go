@@ -2,11 +2,13 @@ package funnel_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -99,4 +101,20 @@ func ExampleWithDenyCache() {
 	// false 1m0s from Redis
 	// false 1m0s from the cache
 	// true 0s from Redis
+}
+
+func ExampleWithReplicaAck() {
+	m, err := miniredis.Run() // an in-process Redis, without replicas
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	// An admission counts only once one replica has its charge.
+	lim := funnel.New(client, funnel.WithReplicaAck(1, 100*time.Millisecond))
+	res, err := lim.Allow(context.Background(), "sms:+8613800138000", funnel.AtMost(3, time.Hour))
+	fmt.Println(res.Allowed, errors.Is(err, mutex.ErrNotReplicated))
+	// Output: false true
 }

@@ -93,6 +93,15 @@
 // a stale holder. The counter expires when idle; see WithFencing for the
 // exact guarantee.
 //
+// # Replicas
+//
+// Redis replicates asynchronously: a lock granted by a master that fails
+// before its replica saw the write is granted again after the failover.
+// WithReplicaAck closes most of that window: each write that grants or
+// keeps a lock waits (WAIT, on the write's connection, in the same round
+// trip where it can) until n replicas have it, and a grant they did not
+// acknowledge is undone and fails with ErrNotReplicated.
+//
 // # Quorum
 //
 // NewQuorum keeps each lock on a majority of N independent masters (the

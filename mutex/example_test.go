@@ -132,3 +132,24 @@ func ExampleNewQuorum() {
 	fmt.Println("held on a majority of", locker.Nodes(), "nodes")
 	// Output: held on a majority of 3 nodes
 }
+
+func ExampleWithReplicaAck() {
+	client, stop := exampleClient() // a master without replicas
+	defer stop()
+	ctx := context.Background()
+
+	// Each acquisition, extension, hand-over and UnlockWith returns only
+	// once one replica has it, within 100 ms.
+	locker := mutex.New(client, mutex.WithReplicaAck(1, 100*time.Millisecond))
+	_, err := locker.TryLock(ctx, "payout:7")
+	fmt.Println("not replicated:", errors.Is(err, mutex.ErrNotReplicated))
+	// The grant was undone: without the option, the name is free.
+	lk, err := mutex.New(client).TryLock(ctx, "payout:7")
+	fmt.Println("free again:", err == nil)
+	if err == nil {
+		lk.Unlock(ctx)
+	}
+	// Output:
+	// not replicated: true
+	// free again: true
+}
