@@ -52,6 +52,9 @@ type Observation struct {
 	Decision Decision
 	Err      error
 	Latency  time.Duration
+	// Shadow is set when the Policy is in shadow mode (Policy.Shadow): a
+	// denial here blocked nothing.
+	Shadow bool
 }
 
 // New returns a Guard for the Policy p on client, with a Locker and a
@@ -123,7 +126,7 @@ func (g *Guard) AllowN(ctx context.Context, key string, n int64) (Decision, erro
 	start := time.Now()
 	d, err := g.allow(ctx, key, n)
 	if g.p.Observe != nil {
-		g.p.Observe(Observation{Prefix: g.p.Prefix, N: n, Decision: d, Err: err, Latency: time.Since(start)})
+		g.p.Observe(Observation{Prefix: g.p.Prefix, N: n, Decision: d, Err: err, Latency: time.Since(start), Shadow: g.p.Shadow})
 	}
 	return d, err
 }

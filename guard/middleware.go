@@ -1,8 +1,10 @@
 package guard
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
 	"net/http"
@@ -14,52 +16,150 @@ import (
 )
 
 // Middleware returns net/http middleware that guards each request under the
-// key keyFunc derives from it (a client IP, a phone number from the body...).
+// key keyFunc derives from it (a client IP, a phone number from the body:
+// see ClientIP, JSONField and the other KeyFuncs).
 //
-//   - Admitted: the request goes on to the next handler.
+//   - Admitted: the request goes on to the next handler, with the Decision
+//     in its context (FromContext).
 //   - Denied: 429 Too Many Requests, Retry-After in whole seconds rounded up
-//     (never 0), and {"error": "...", "retry_after": seconds}.
+//     (never 0), and {"error": "...", "retry_after": seconds}; see
+//     WithDeniedHandler.
 //   - Redis unavailable and failing closed, or Redis refusing the call
 //     (ErrRejected): 503 Service Unavailable, with Retry-After and the same
 //     body. A denial of the fallback (FailOpen's rules in this process, or
 //     Policy.Fallback) is a 429.
-//   - keyFunc's error or an invalid key: 400 Bad Request.
+//   - keyFunc's error or an invalid key: 400 Bad Request. WithErrorHandler
+//     replaces these 503 and 400 answers.
 //
-// With Policy.RateLimitHeaders, responses also carry RateLimit-Policy and
+// WithSkip lets requests through unguarded, WithCost charges a request more
+// than one unit, and with Policy.Shadow nothing is blocked. With
+// Policy.RateLimitHeaders, responses also carry RateLimit-Policy and
 // RateLimit (draft-ietf-httpapi-ratelimit-headers).
-func (g *Guard) Middleware(keyFunc func(*http.Request) (string, error)) func(http.Handler) http.Handler {
+func (g *Guard) Middleware(keyFunc func(*http.Request) (string, error), opts ...MiddlewareOption) func(http.Handler) http.Handler {
+	mc := middlewareConfig{denied: deniedJSON, failed: errorJSON}
+	for _, o := range opts {
+		if o != nil {
+			o(&mc)
+		}
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if mc.skip != nil && mc.skip(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
 			if keyFunc == nil {
 				writeJSON(w, http.StatusInternalServerError, body{Error: "guard: Middleware without a key function"})
 				return
 			}
 			key, err := keyFunc(r)
 			if err != nil {
-				writeJSON(w, http.StatusBadRequest, body{Error: "bad request: " + err.Error()})
+				mc.failed(w, r, Decision{}, fmt.Errorf("%w: %w", ErrInvalidKey, err))
 				return
 			}
-			d, err := g.Allow(r.Context(), key)
+			n := int64(1)
+			if mc.cost != nil {
+				if n, err = mc.cost(r); err != nil || n < 1 {
+					mc.failed(w, r, Decision{}, fmt.Errorf("%w: cost %d: %v", ErrInvalidKey, n, err))
+					return
+				}
+			}
+			d, err := g.AllowN(r.Context(), key, n)
 			if g.p.RateLimitHeaders && err == nil {
 				g.rateLimitHeaders(w.Header(), d)
 			}
 			switch {
-			case errors.Is(err, ErrInvalidKey):
-				writeJSON(w, http.StatusBadRequest, body{Error: "bad request: invalid key"})
-			case d.Allowed:
-				next.ServeHTTP(w, r)
+			case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
+				mc.failed(w, r, d, err)
+			case d.Allowed || g.p.Shadow:
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
 			case errors.Is(err, ErrRejected) || (d.Degraded && g.fb == nil && g.local == nil): // failing closed
-				secs := RetryAfterSeconds(d.RetryAfter)
-				w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-				writeJSON(w, http.StatusServiceUnavailable, body{Error: "rate limiter unavailable", RetryAfter: secs})
+				mc.failed(w, r, d, err)
 			case err != nil && !d.Degraded: // the request's context ended
-				writeJSON(w, http.StatusServiceUnavailable, body{Error: "request cancelled"})
+				mc.failed(w, r, d, err)
 			default:
-				secs := RetryAfterSeconds(d.RetryAfter)
-				w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-				writeJSON(w, http.StatusTooManyRequests, body{Error: "too many requests", RetryAfter: secs})
+				mc.denied(w, r, d)
 			}
 		})
+	}
+}
+
+// A MiddlewareOption configures Middleware.
+type MiddlewareOption func(*middlewareConfig)
+
+type middlewareConfig struct {
+	skip   func(*http.Request) bool
+	cost   func(*http.Request) (int64, error)
+	denied func(http.ResponseWriter, *http.Request, Decision)
+	failed func(http.ResponseWriter, *http.Request, Decision, error)
+}
+
+// WithSkip lets the requests for which skip returns true through without a
+// decision (health checks, allow-listed clients): nothing is charged, and
+// FromContext reports no Decision.
+func WithSkip(skip func(*http.Request) bool) MiddlewareOption {
+	return func(c *middlewareConfig) { c.skip = skip }
+}
+
+// WithCost charges each request the units cost returns (AllowN) instead of
+// one; an error or a cost below 1 is answered as a bad key (400 by default).
+func WithCost(cost func(*http.Request) (int64, error)) MiddlewareOption {
+	return func(c *middlewareConfig) { c.cost = cost }
+}
+
+// WithDeniedHandler answers denied requests with h instead of the default
+// 429 JSON (which sets Retry-After: RetryAfterSeconds(d.RetryAfter)). The
+// RateLimit fields, if on, are already set.
+func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d Decision)) MiddlewareOption {
+	return func(c *middlewareConfig) {
+		if h != nil {
+			c.denied = h
+		}
+	}
+}
+
+// WithErrorHandler answers the requests the guard could not decide with h
+// instead of the default JSON: err matches ErrInvalidKey (the key function
+// failed, the key or cost is invalid: 400 by default), ErrUnavailable or
+// ErrRejected while failing closed (503 with Retry-After), or the request
+// context's error (503). d is the denial that stands for the decision.
+func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, d Decision, err error)) MiddlewareOption {
+	return func(c *middlewareConfig) {
+		if h != nil {
+			c.failed = h
+		}
+	}
+}
+
+// decisionKey is the request context's key of the Decision.
+type decisionKey struct{}
+
+// FromContext returns the Decision Middleware made for the request whose
+// context ctx is (the handler's r.Context()); false when it made none (a
+// skipped request, or no Middleware).
+func FromContext(ctx context.Context) (Decision, bool) {
+	d, ok := ctx.Value(decisionKey{}).(Decision)
+	return d, ok
+}
+
+// deniedJSON is the default answer to a denial: 429 with Retry-After.
+func deniedJSON(w http.ResponseWriter, _ *http.Request, d Decision) {
+	secs := RetryAfterSeconds(d.RetryAfter)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	writeJSON(w, http.StatusTooManyRequests, body{Error: "too many requests", RetryAfter: secs})
+}
+
+// errorJSON is the default answer to a request the guard could not decide.
+func errorJSON(w http.ResponseWriter, r *http.Request, d Decision, err error) {
+	switch {
+	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
+		writeJSON(w, http.StatusBadRequest, body{Error: "bad request: " + err.Error()})
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrRejected):
+		secs := RetryAfterSeconds(d.RetryAfter)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		writeJSON(w, http.StatusServiceUnavailable, body{Error: "rate limiter unavailable", RetryAfter: secs})
+	default:
+		writeJSON(w, http.StatusServiceUnavailable, body{Error: "request cancelled"})
 	}
 }
 

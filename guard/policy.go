@@ -96,6 +96,13 @@ type Policy struct {
 	// RateLimit fields (draft-ietf-httpapi-ratelimit-headers). Off by
 	// default: they disclose the quota.
 	RateLimitHeaders bool
+	// Shadow decides, counts and observes every call as usual but blocks
+	// none: Middleware lets denied requests through (with the RateLimit
+	// fields, if on, and the real Decision in FromContext), and each
+	// Observation has Shadow set. Allow and AllowN still return the real
+	// Decision. Use it to roll a new limit out dark and watch what it
+	// would deny first.
+	Shadow bool
 	// ReplicaAck, if above 0, makes an admission return only once that
 	// many replicas of the key's master acknowledged its write, within
 	// ReplicaAckTimeout (funnel.WithReplicaAck, mutex.WithReplicaAck): an

@@ -1,0 +1,129 @@
+package guard_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/guard"
+	"github.com/redis/go-redis/v9"
+)
+
+// exampleGuard returns a guard of p on an in-process miniredis.
+func exampleGuard(p guard.Policy) (*guard.Guard, func()) {
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	g, err := guard.New(client, p)
+	if err != nil {
+		panic(err)
+	}
+	return g, func() { client.Close(); m.Close() }
+}
+
+// hit sends one request with header X-User to h and prints the status.
+func hit(h http.Handler, user string, header ...string) {
+	r := httptest.NewRequest(http.MethodPost, "/api", nil)
+	r.Header.Set("X-User", user)
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Set(header[i], header[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	fmt.Println(strings.TrimSpace(fmt.Sprint(w.Code, " ", w.Body.String())))
+}
+
+func user(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }
+
+var accepted = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
+
+func ExampleWithDeniedHandler() {
+	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	defer stop()
+	h := g.Middleware(user, guard.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d guard.Decision) {
+		w.Header().Set("Retry-After", strconv.FormatInt(guard.RetryAfterSeconds(d.RetryAfter), 10))
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprintf(w, "slow down: try again in %v", d.RetryAfter.Round(time.Second))
+	}))(accepted)
+	hit(h, "ann")
+	hit(h, "ann")
+	// Output:
+	// 202
+	// 429 slow down: try again in 1m0s
+}
+
+func ExampleWithErrorHandler() {
+	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	defer stop()
+	h := g.Middleware(user, guard.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, d guard.Decision, err error) {
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, "who are you?")
+	}))(accepted)
+	hit(h, "") // an empty key is invalid
+	// Output: 401 who are you?
+}
+
+func ExampleWithSkip() {
+	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	defer stop()
+	internal := func(r *http.Request) bool { return r.Header.Get("X-Internal") == "yes" }
+	h := g.Middleware(user, guard.WithSkip(internal))(accepted)
+	hit(h, "bob", "X-Internal", "yes")
+	hit(h, "bob", "X-Internal", "yes")
+	hit(h, "bob")
+	// Output:
+	// 202
+	// 202
+	// 202
+}
+
+func ExampleWithCost() {
+	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(10, time.Minute)}})
+	defer stop()
+	items := func(r *http.Request) (int64, error) { return strconv.ParseInt(r.Header.Get("X-Items"), 10, 64) }
+	h := g.Middleware(user, guard.WithCost(items))(accepted)
+	hit(h, "cy", "X-Items", "8")
+	hit(h, "cy", "X-Items", "8") // 2 left: 6 more leak out in 6 minutes
+	hit(h, "cy", "X-Items", "2")
+	// Output:
+	// 202
+	// 429 {"error":"too many requests","retry_after":360}
+	// 202
+}
+
+func ExampleFromContext() {
+	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(3, time.Minute)}})
+	defer stop()
+	h := g.Middleware(user)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, _ := guard.FromContext(r.Context())
+		fmt.Fprintf(w, "%d left", d.Remaining)
+	}))
+	hit(h, "di")
+	hit(h, "di")
+	// Output:
+	// 200 2 left
+	// 200 1 left
+}
+
+// A new limit rolled out dark: every request goes through, and the handler
+// (or Policy.Observe) sees what the limit would have done.
+func ExamplePolicy_shadow() {
+	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}, Shadow: true})
+	defer stop()
+	h := g.Middleware(user)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, _ := guard.FromContext(r.Context())
+		fmt.Fprintf(w, "would be allowed: %v", d.Allowed)
+	}))
+	hit(h, "ed")
+	hit(h, "ed")
+	// Output:
+	// 200 would be allowed: true
+	// 200 would be allowed: false
+}

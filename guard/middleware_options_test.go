@@ -1,0 +1,157 @@
+package guard_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/guard"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+)
+
+// oneAnHour admits one call per key per hour.
+var oneAnHour = []funnel.Rule{funnel.AtMost(1, time.Hour)}
+
+// seen records what the guarded handler saw of each request.
+type seen struct {
+	mu        sync.Mutex
+	decisions []guard.Decision
+	without   int // requests that reached the handler with no Decision
+}
+
+func (s *seen) handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if d, ok := guard.FromContext(r.Context()); ok {
+			s.decisions = append(s.decisions, d)
+		} else {
+			s.without++
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+}
+
+func TestMiddlewareHandlers(t *testing.T) {
+	b := testutil.Mini(t)
+	g := newGuard(t, b, guard.Policy{Rules: oneAnHour})
+	var denied []guard.Decision
+	var failed []error
+	h := g.Middleware(keyFromHeader,
+		guard.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d guard.Decision) {
+			denied = append(denied, d)
+			w.WriteHeader(http.StatusTeapot)
+		}),
+		guard.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, d guard.Decision, err error) {
+			failed = append(failed, err)
+			w.WriteHeader(http.StatusBadGateway)
+		}),
+	)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) }))
+
+	if rec := serve(h, "a"); rec.Code != http.StatusAccepted {
+		t.Fatalf("first = %d", rec.Code)
+	}
+	if rec := serve(h, "a"); rec.Code != http.StatusTeapot || len(denied) != 1 || denied[0].Allowed || denied[0].RetryAfter <= 0 {
+		t.Fatalf("denied: %d, handler got %+v", rec.Code, denied)
+	}
+	if rec := serve(h, ""); rec.Code != http.StatusBadGateway || len(failed) != 1 || !errors.Is(failed[0], guard.ErrInvalidKey) {
+		t.Fatalf("no key: %d, handler got %v", rec.Code, failed)
+	}
+	b.Mini.SetError("MASTERDOWN Link with MASTER is down")
+	if rec := serve(h, "b"); rec.Code != http.StatusBadGateway || len(failed) != 2 || !errors.Is(failed[1], guard.ErrUnavailable) {
+		t.Fatalf("Redis down: %d, handler got %v", rec.Code, failed)
+	}
+}
+
+func TestMiddlewareSkipAndContext(t *testing.T) {
+	b := testutil.Mini(t)
+	g := newGuard(t, b, guard.Policy{Rules: oneAnHour})
+	var s seen
+	h := g.Middleware(keyFromHeader, guard.WithSkip(func(r *http.Request) bool {
+		return r.Header.Get("X-Health") != ""
+	}))(s.handler())
+	for range 5 { // skipped: nothing charged, no Decision
+		req := httptest.NewRequest(http.MethodGet, "/healthz", nil)
+		req.Header.Set("X-Key", "a")
+		req.Header.Set("X-Health", "1")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusAccepted {
+			t.Fatalf("skipped request = %d", rec.Code)
+		}
+	}
+	if rec := serve(h, "a"); rec.Code != http.StatusAccepted {
+		t.Fatalf("first guarded request after 5 skipped = %d: the skipped ones were charged", rec.Code)
+	}
+	if rec := serve(h, "a"); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("second guarded request = %d, want 429", rec.Code)
+	}
+	if s.without != 5 || len(s.decisions) != 1 || !s.decisions[0].Allowed || s.decisions[0].Remaining != 0 {
+		t.Fatalf("handler saw %d requests without a Decision and %+v", s.without, s.decisions)
+	}
+	if _, ok := guard.FromContext(httptest.NewRequest(http.MethodGet, "/", nil).Context()); ok {
+		t.Fatal("FromContext found a Decision in a request no Middleware saw")
+	}
+}
+
+func TestMiddlewareCost(t *testing.T) {
+	b := testutil.Mini(t)
+	g := newGuard(t, b, guard.Policy{Rules: []funnel.Rule{funnel.AtMost(5, time.Hour)}})
+	var s seen
+	h := g.Middleware(keyFromHeader, guard.WithCost(func(r *http.Request) (int64, error) {
+		return strconv.ParseInt(r.Header.Get("X-Cost"), 10, 64)
+	}))(s.handler())
+	req := func(cost string) int {
+		r := httptest.NewRequest(http.MethodPost, "/batch", nil)
+		r.Header.Set("X-Key", "a")
+		r.Header.Set("X-Cost", cost)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		return rec.Code
+	}
+	for _, tc := range []struct {
+		cost string
+		want int
+	}{{"3", 202}, {"3", 429}, {"2", 202}, {"1", 429}, {"0", 400}, {"-1", 400}, {"x", 400}} {
+		if got := req(tc.cost); got != tc.want {
+			t.Fatalf("cost %s = %d, want %d", tc.cost, got, tc.want)
+		}
+	}
+}
+
+func TestMiddlewareShadow(t *testing.T) {
+	b := testutil.Mini(t)
+	var mu sync.Mutex
+	var obs []guard.Observation
+	g := newGuard(t, b, guard.Policy{Rules: oneAnHour, Shadow: true, RateLimitHeaders: true, Observe: func(o guard.Observation) {
+		mu.Lock()
+		obs = append(obs, o)
+		mu.Unlock()
+	}})
+	var s seen
+	h := g.Middleware(keyFromHeader)(s.handler())
+	for i := range 3 {
+		rec := serve(h, "a")
+		if rec.Code != http.StatusAccepted {
+			t.Fatalf("request %d in shadow mode = %d, want it let through", i, rec.Code)
+		}
+		if rec.Header().Get("RateLimit") == "" {
+			t.Fatalf("request %d: no RateLimit field in shadow mode", i)
+		}
+	}
+	if len(s.decisions) != 3 || !s.decisions[0].Allowed || s.decisions[1].Allowed || s.decisions[2].Allowed {
+		t.Fatalf("the handler saw %+v, want the real decisions: admitted, denied, denied", s.decisions)
+	}
+	if len(obs) != 3 || !obs[0].Shadow || !obs[2].Shadow || obs[2].Decision.Allowed {
+		t.Fatalf("observations = %+v, want 3 with Shadow set", obs)
+	}
+	b.Mini.SetError("MASTERDOWN Link with MASTER is down")
+	if rec := serve(h, "b"); rec.Code != http.StatusAccepted {
+		t.Fatalf("Redis down in shadow mode = %d, want the request let through", rec.Code)
+	}
+}
