@@ -72,8 +72,12 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if err != nil {
 		return Result{}, err
 	}
+	script, args := readPeek, c.ids
+	if lim.penalty != nil {
+		script, args = penaltyPeek, c.penalized(lim.penalty, "0")
+	}
 	reply, err := ctxcall.Do(ctx, lim.honours, func(ctx context.Context) (any, error) {
-		return readPeek.Run(ctx, lim.client, []string{c.key}, c.ids...).Result()
+		return script.Run(ctx, lim.client, []string{c.key}, args...).Result()
 	}, nil)
 	if err != nil {
 		return Result{}, corrupt(fmt.Errorf("funnel: peek: %w", err))
@@ -82,11 +86,15 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if !ok || len(arr) < 1 {
 		return Result{}, fmt.Errorf("%w: peek returned %T", ErrCorruptState, reply)
 	}
-	snap, err := parseRead(c.rules, arr[1:]) // after proceed
+	res, till := lim.unbox(c, arr[1:]) // after proceed
+	snap, err := parseRead(c.rules, res)
 	if err != nil {
 		return Result{}, err
 	}
 	d := decide(c.rules, snap.levels, snap.now, 1)
+	if till > 0 {
+		return boxed(d, c.rules, snap.now, till), nil
+	}
 	if d.allowed { // nothing was taken: report the state as it is
 		for i, r := range c.rules {
 			d.fills[i] -= r.per

@@ -141,7 +141,10 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 	}
 	for range maxCommits {
 		gate := c.read(readGate)
-		if !lim.uniform {
+		switch {
+		case lim.penalty != nil:
+			gate = mutex.Call{Fragment: penaltyGate, Keys: []string{c.key}, Args: c.penalized(lim.penalty, "1")}
+		case !lim.uniform:
 			gate = c.admit(n, lock)
 		}
 		lk, res, err := lim.locker.TryLockWith(ctx, c.name, gate, lim.hold)
@@ -171,6 +174,7 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 			}
 			return
 		}
+		res, till := lim.unbox(c, res)
 		snap, perr := parseRead(c.rules, res)
 		if perr != nil {
 			_ = lk.Unlock(ctx)
@@ -186,6 +190,10 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 				continue // its caller left before its turn: nothing taken for it
 			}
 			d := decide(c.rules, levels, snap.now, w.n)
+			if till > 0 { // in the penalty box
+				w.res = boxed(d, c.rules, snap.now, till)
+				continue
+			}
 			if declined || !d.allowed {
 				d.allowed = false
 				d.retry = max(d.retry, 1) // never "retry now" on a denial

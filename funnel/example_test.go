@@ -118,3 +118,38 @@ func ExampleWithReplicaAck() {
 	fmt.Println(res.Allowed, errors.Is(err, mutex.ErrNotReplicated))
 	// Output: false true
 }
+
+func ExampleWithPenalty() {
+	m, err := miniredis.Run() // an in-process Redis for the example
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	m.SetTime(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)) // its clock moves only when told
+	client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	ctx := context.Background()
+
+	// Three code checks an hour; five denials within ten minutes, and the
+	// number is shut out for a day, whatever the rule says.
+	lim := funnel.New(client, funnel.WithPenalty(funnel.Penalty{Denials: 5, Within: 10 * time.Minute, For: 24 * time.Hour}))
+	checks := funnel.AtMost(3, time.Hour)
+	for i := 1; i <= 9; i++ {
+		res, err := lim.Allow(ctx, "verify:+8613800138000", checks)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(i, res.Allowed, res.Rule, res.RetryAfter.Round(time.Minute))
+	}
+	// Output:
+	// 1 true  0s
+	// 2 true  0s
+	// 3 true  0s
+	// 4 false 3/1h0m0s 1h0m0s
+	// 5 false 3/1h0m0s 1h0m0s
+	// 6 false 3/1h0m0s 1h0m0s
+	// 7 false 3/1h0m0s 1h0m0s
+	// 8 false penalty 24h0m0s
+	// 9 false penalty 24h0m0s
+}

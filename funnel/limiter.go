@@ -84,6 +84,10 @@ type Limiter struct {
 	// denials is the local deny cache (WithDenyCache); nil when off.
 	denials *denyCache
 
+	// penalty is WithPenalty's denials, window and box (µs), boxed as
+	// script arguments; nil without a penalty box.
+	penalty []any
+
 	// acks and ackTimeout are WithReplicaAck's, for the Limiter's own
 	// Locker; acks is 0 without it.
 	acks       int
@@ -239,6 +243,15 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 	}
 }
 
+// Err returns the error of a bad argument to New (a nil client, a bad
+// option), which every call of the Limiter returns; nil when it is usable.
+func (lim *Limiter) Err() error {
+	if lim == nil {
+		return ErrNilClient
+	}
+	return lim.err
+}
+
 func (lim *Limiter) fail(err error) {
 	if lim.err == nil {
 		lim.err = err
@@ -267,8 +280,10 @@ func New(client mutex.Client, opts ...Option) *Limiter {
 			lim.fail(fmt.Errorf("%w: WithReplicaAck(%d, %v) with a Locker that waits for %d replicas: set it on the Locker", ErrInvalidOption, lim.acks, lim.ackTimeout, n))
 		}
 	}
-	if n, _ := lim.locker.ReplicaAck(); n > 0 {
-		lim.uniform = true // admit.lua's write would wait for no replica
+	if n, _ := lim.locker.ReplicaAck(); n > 0 || lim.penalty != nil {
+		// admit.lua's write would wait for no replica, and would not look
+		// at the penalty box.
+		lim.uniform = true
 	}
 	lim.hold = mutex.Lease(lim.lease)
 	if nilcheck.IsNil(client) {

@@ -94,7 +94,13 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	if p.UniformCost {
 		opts = append(opts, funnel.WithUniformCost())
 	}
+	if p.Penalty != nil {
+		opts = append(opts, funnel.WithPenalty(*p.Penalty))
+	}
 	g := &Guard{p: p, lim: funnel.New(client, opts...)}
+	if err := g.lim.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+	}
 	switch {
 	case p.Fallback != nil:
 		g.fb = newFallback(*p.Fallback)

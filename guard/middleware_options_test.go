@@ -1,9 +1,11 @@
 package guard_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -153,5 +155,27 @@ func TestMiddlewareShadow(t *testing.T) {
 	b.Mini.SetError("MASTERDOWN Link with MASTER is down")
 	if rec := serve(h, "b"); rec.Code != http.StatusAccepted {
 		t.Fatalf("Redis down in shadow mode = %d, want the request let through", rec.Code)
+	}
+}
+
+func TestPenaltyBox(t *testing.T) {
+	b := testutil.Mini(t)
+	b.Mini.SetTime(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	g := newGuard(t, b, guard.Policy{Rules: oneAnHour, Penalty: &funnel.Penalty{Denials: 3, Within: time.Minute, For: 15 * time.Minute}})
+	var s seen
+	h := g.Middleware(keyFromHeader)(s.handler())
+	var codes []int
+	for range 6 {
+		codes = append(codes, serve(h, "guesser").Code)
+	}
+	d, err := g.Peek(context.Background(), "guesser")
+	if err != nil || d.Rule != funnel.PenaltyRule || d.RetryAfter != 15*time.Minute {
+		t.Fatalf("Peek after 6 calls = %+v, %v; want the penalty box, 15m", d, err)
+	}
+	if want := []int{202, 429, 429, 429, 429, 429}; !slices.Equal(codes, want) {
+		t.Fatalf("codes = %v, want %v", codes, want)
+	}
+	if _, err := guard.New(b.Client(t), guard.Policy{Rules: oneAnHour, Penalty: &funnel.Penalty{Denials: 0, Within: time.Minute, For: time.Minute}}); !errors.Is(err, guard.ErrInvalidPolicy) {
+		t.Fatalf("a Policy with a bad Penalty: %v, want ErrInvalidPolicy", err)
 	}
 }

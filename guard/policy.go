@@ -96,6 +96,13 @@ type Policy struct {
 	// RateLimit fields (draft-ietf-httpapi-ratelimit-headers). Off by
 	// default: they disclose the quota.
 	RateLimitHeaders bool
+	// Penalty, if set, puts a key its rules keep denying in a box: after
+	// Denials denials within Within, every call for it is denied for For
+	// without consulting the rules (Decision.Rule is funnel.PenaltyRule),
+	// counted and decided in Redis in the denial's one round trip, on the
+	// server's clock. The answer to brute force: guessing codes, hammering
+	// sends. See funnel.Penalty.
+	Penalty *funnel.Penalty
 	// Shadow decides, counts and observes every call as usual but blocks
 	// none: Middleware lets denied requests through (with the RateLimit
 	// fields, if on, and the real Decision in FromContext), and each
