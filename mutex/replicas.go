@@ -130,6 +130,7 @@ func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []stri
 
 // pipeWait sends script and WAIT in one pipeline on the master of keys[0].
 func (l *Locker) pipeWait(ctx context.Context, script *redis.Script, keys []string, args []any) (acked, error) {
+	start := time.Now()
 	for load := false; ; load = true {
 		n, err := l.nodeOf(ctx, keys[0])
 		if err != nil {
@@ -142,7 +143,9 @@ func (l *Locker) pipeWait(ctx context.Context, script *redis.Script, keys []stri
 		} else {
 			cmd = script.EvalSha(ctx, p, keys, args...)
 		}
-		wait := l.waitCmd(ctx)
+		// After a NOSCRIPT, the first WAIT may have used the bound up: the
+		// second gets what is left of it (at least a millisecond).
+		wait := l.waitCmd(ctx, l.ackTimeout-time.Since(start))
 		_ = p.Process(ctx, wait)
 		_, _ = p.Exec(ctx) // each command keeps its own error
 		reply, err := cmd.Result()
@@ -175,16 +178,17 @@ func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []s
 		if err != nil || !granted(reply) {
 			return acked{reply: reply}, err
 		}
-		wait := l.waitCmd(ctx)
+		wait := l.waitCmd(ctx, l.ackTimeout)
 		_ = c.Process(ctx, wait)
 		return acked{reply, l.short(wait)}, nil
 	}, lateAcked)
 	return a.reply, a.short, err
 }
 
-// waitCmd returns the WAIT command of the Locker's acknowledgement.
-func (l *Locker) waitCmd(ctx context.Context) *redis.IntCmd {
-	return redis.NewIntCmd(ctx, "wait", l.acks, l.ackTimeout.Milliseconds())
+// waitCmd returns the WAIT command of the Locker's acknowledgement, bounded
+// by d (at least a millisecond: WAIT's 0 would wait forever).
+func (l *Locker) waitCmd(ctx context.Context, d time.Duration) *redis.IntCmd {
+	return redis.NewIntCmd(ctx, "wait", l.acks, max(d.Milliseconds(), 1))
 }
 
 // short reads WAIT's reply: nil when enough replicas acknowledged.

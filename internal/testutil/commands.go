@@ -124,13 +124,19 @@ func Shapes(cmds []Command) []string {
 	return out
 }
 
-func (h *CommandRecorder) record(cmds []redis.Cmder) {
+// record records one round trip's commands. err is a lone command's error as
+// its hook returned it: go-redis sets the command's own error only after the
+// hooks return (a pipeline's commands have theirs already).
+func (h *CommandRecorder) record(cmds []redis.Cmder, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.trips++
 	for _, cmd := range cmds {
 		args := slices.Clone(cmd.Args())
 		c := Command{Name: strings.ToLower(cmd.Name()), Args: args, Trip: h.trips, Err: cmd.Err()}
+		if c.Err == nil && len(cmds) == 1 {
+			c.Err = err
+		}
 		if len(args) > 1 {
 			switch c.Name {
 			case "eval", "eval_ro":
@@ -151,7 +157,7 @@ func (h *CommandRecorder) DialHook(next redis.DialHook) redis.DialHook {
 func (h *CommandRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		h.record([]redis.Cmder{cmd})
+		h.record([]redis.Cmder{cmd}, err)
 		return err
 	}
 }
@@ -159,7 +165,7 @@ func (h *CommandRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 func (h *CommandRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		h.record(cmds)
+		h.record(cmds, nil)
 		return err
 	}
 }

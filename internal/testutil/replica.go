@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A Replicated is a master with replicas, for tests of writes that wait for
@@ -46,7 +48,7 @@ func SpawnReplicated(n int) (*Replicated, error) {
 		r.Replicas = append(r.Replicas, s)
 	}
 	want := fmt.Sprintf("connected_slaves:%d", n)
-	return r, waitFor(20*time.Second, "replicas in sync", func(ctx context.Context) (bool, string) {
+	err = waitFor(20*time.Second, "replicas in sync", func(ctx context.Context) (bool, string) {
 		info, err := nodeCmd(ctx, m.Addr, "INFO", "replication")
 		if err != nil {
 			return false, err.Error()
@@ -54,6 +56,22 @@ func SpawnReplicated(n int) (*Replicated, error) {
 		s := info.(string)
 		return strings.Contains(s, want) && !strings.Contains(s, "state=wait_bgsave") && !strings.Contains(s, "state=send_bulk"), s
 	})
+	if err != nil {
+		return r, err
+	}
+	// The first WAIT after a replica connects can take a second: have it
+	// here, not in the test's first timed call.
+	c := redis.NewClient(&redis.Options{Addr: m.Addr, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.Set(ctx, "testutil:replicated", "1", time.Second).Err(); err != nil {
+		return r, err
+	}
+	if got, err := c.Wait(ctx, n, 15*time.Second).Result(); err != nil || got < int64(n) {
+		return r, fmt.Errorf("WAIT %d after the replicas synced: %d, %v", n, got, err)
+	}
+	return r, nil
 }
 
 // Stop stops the master and the replicas, by pid.
