@@ -2,6 +2,8 @@ package guard
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,7 +68,7 @@ func (g *Guard) Middleware(keyFunc func(*http.Request) (string, error), opts ...
 			}
 			d, err := g.AllowN(r.Context(), key, n)
 			if g.p.RateLimitHeaders && err == nil {
-				g.rateLimitHeaders(w.Header(), d)
+				g.rateLimitHeaders(w.Header(), d, g.partitionKey(key))
 			}
 			switch {
 			case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
@@ -214,7 +216,12 @@ func writeJSON(w http.ResponseWriter, status int, b body) {
 // rule that decided (RateLimit: r units remaining; t seconds until the call
 // would be admitted when denied, or until every funnel is empty, an upper
 // bound for the named rule, when admitted).
-func (g *Guard) rateLimitHeaders(h http.Header, d Decision) {
+//
+// The RateLimit field names the partition (pk): a byte sequence that is the
+// same for every request of one key of this guard and tells nothing of the
+// key (the first 9 bytes of a SHA-256 of the guard's prefix and its stored
+// key, which is itself an HMAC with Policy.Secret).
+func (g *Guard) rateLimitHeaders(h http.Header, d Decision, pk string) {
 	var pol []string
 	for _, r := range g.p.Rules {
 		pol = append(pol, sfString(r.Name)+";q="+strconv.FormatInt(r.Capacity, 10)+";w="+strconv.FormatInt(max(drainSeconds(r), 1), 10))
@@ -225,7 +232,18 @@ func (g *Guard) rateLimitHeaders(h http.Header, d Decision) {
 		name, t = d.Rule, d.RetryAfter
 	}
 	secs := ceilSeconds(t)
-	h.Set("RateLimit", sfString(name)+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(secs, 10))
+	h.Set("RateLimit", sfString(name)+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(secs, 10)+pk)
+}
+
+// partitionKey is the pk parameter of key's RateLimit field (";pk=:...:"),
+// "" for a key the guard refuses.
+func (g *Guard) partitionKey(key string) string {
+	sk, err := g.storedKey(key)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(g.p.Prefix + sk))
+	return ";pk=:" + base64.StdEncoding.EncodeToString(sum[:9]) + ":"
 }
 
 // sfString encodes s as a structured-field string (RFC 8941 §3.3.3):

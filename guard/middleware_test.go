@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -99,13 +100,19 @@ func TestRateLimitHeaders(t *testing.T) {
 		t.Fatalf("RateLimit-Policy = %s, want %s", got, want)
 	}
 	// t is when every funnel is empty: an upper bound for the named rule.
-	if got, want := rec.Header().Get("RateLimit"), `"mi\"n";r=1;t=3600`; got != want {
-		t.Fatalf("RateLimit = %s, want %s", got, want)
+	// pk names the key's partition without telling the key: 9 bytes.
+	field := rec.Header().Get("RateLimit")
+	item, pk, _ := strings.Cut(field, ";pk=")
+	if want := `"mi\"n";r=1;t=3600`; item != want || !regexp.MustCompile(`^:[A-Za-z0-9+/]{12}:$`).MatchString(pk) {
+		t.Fatalf("RateLimit = %s, want %s;pk=:<12 base64 characters>:", field, want)
 	}
 	serve(h, "a")
 	rec = serve(h, "a")
-	if got, want := rec.Header().Get("RateLimit"), `"mi\"n";r=0;t=60`; rec.Code != 429 || got != want {
+	if got, want := rec.Header().Get("RateLimit"), `"mi\"n";r=0;t=60;pk=`+pk; rec.Code != 429 || got != want {
 		t.Fatalf("denied: %d, RateLimit = %s, want %s", rec.Code, got, want)
+	}
+	if other := serve(h, "b").Header().Get("RateLimit"); strings.HasSuffix(other, pk) || !strings.Contains(other, ";pk=:") {
+		t.Fatalf("RateLimit of another key = %s: want a pk of its own (a's is %s)", other, pk)
 	}
 }
 
