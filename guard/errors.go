@@ -24,4 +24,23 @@ var (
 	ErrInvalidKey = errors.New("guard: invalid key")
 	// ErrInvalidPolicy means a Policy that New cannot use.
 	ErrInvalidPolicy = errors.New("guard: invalid policy")
+
+	// Errors of the KeyFuncs of this package. None quotes what the client
+	// sent, so a handler may show them.
+
+	// ErrNoKey means a request that carries no usable key: no address, a
+	// missing or empty header, parameter or field, one given twice, a value
+	// of the wrong type, or a body that does not parse. Middleware answers
+	// 400 Bad Request.
+	ErrNoKey = errors.New("guard: no key in the request")
+	// ErrBodyTooLarge means a body longer than the KeyFunc reads.
+	// Middleware answers 413 Content Too Large.
+	ErrBodyTooLarge = errors.New("guard: request body too large")
+	// ErrContentType means a body not declared with a media type the
+	// KeyFunc reads. Middleware answers 415 Unsupported Media Type.
+	ErrContentType = errors.New("guard: unsupported content type")
+	// ErrInvalidKeyFunc means a KeyFunc built from bad arguments (Join
+	// without parts, a body limit below 1): a bug of the server, which
+	// Middleware answers with 500.
+	ErrInvalidKeyFunc = errors.New("guard: invalid key function")
 )

@@ -25,13 +25,13 @@ func Example_handler() {
 	sendCode := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
 
 	g, _ := guard.New(client, guard.Policy{Prefix: "sms:phone:", Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
-	phone := func(r *http.Request) (string, error) { return r.FormValue("phone"), nil }
-	http.Handle("/send", g.Middleware(phone)(sendCode))
+	mux := http.NewServeMux()
+	mux.Handle("POST /send", g.Middleware(guard.JSONField("phone", 4<<10))(sendCode))
 
-	srv := httptest.NewServer(http.DefaultServeMux)
+	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	for range 2 {
-		res, _ := http.Post(srv.URL+"/send?phone=%2B8613800138000", "text/plain", nil)
+		res, _ := http.Post(srv.URL+"/send", "application/json", strings.NewReader(`{"phone": "+8613800138000"}`))
 		body, _ := io.ReadAll(res.Body)
 		res.Body.Close()
 		fmt.Println(strings.TrimSpace(fmt.Sprint(res.StatusCode, " ", res.Header.Get("Retry-After"), " ", string(body))))

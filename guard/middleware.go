@@ -30,14 +30,15 @@ import (
 //     (ErrRejected): 503 Service Unavailable, with Retry-After and the same
 //     body. A denial of the fallback (FailOpen's rules in this process, or
 //     Policy.Fallback) is a 429.
-//   - keyFunc's error or an invalid key: 400 Bad Request. WithErrorHandler
-//     replaces these 503 and 400 answers.
+//   - keyFunc's error or an invalid key: 400 Bad Request; 413 for
+//     ErrBodyTooLarge, 415 for ErrContentType, 500 for ErrInvalidKeyFunc.
+//     WithErrorHandler replaces these answers and the 503s.
 //
 // WithSkip lets requests through unguarded, WithCost charges a request more
 // than one unit, and with Policy.Shadow nothing is blocked. With
 // Policy.RateLimitHeaders, responses also carry RateLimit-Policy and
 // RateLimit (draft-ietf-httpapi-ratelimit-headers).
-func (g *Guard) Middleware(keyFunc func(*http.Request) (string, error), opts ...MiddlewareOption) func(http.Handler) http.Handler {
+func (g *Guard) Middleware(keyFunc KeyFunc, opts ...MiddlewareOption) func(http.Handler) http.Handler {
 	mc := middlewareConfig{denied: deniedJSON, failed: errorJSON}
 	for _, o := range opts {
 		if o != nil {
@@ -154,6 +155,12 @@ func deniedJSON(w http.ResponseWriter, _ *http.Request, d Decision) {
 // errorJSON is the default answer to a request the guard could not decide.
 func errorJSON(w http.ResponseWriter, r *http.Request, d Decision, err error) {
 	switch {
+	case errors.Is(err, ErrInvalidKeyFunc):
+		writeJSON(w, http.StatusInternalServerError, body{Error: "guard: invalid key function"})
+	case errors.Is(err, ErrBodyTooLarge):
+		writeJSON(w, http.StatusRequestEntityTooLarge, body{Error: "request body too large"})
+	case errors.Is(err, ErrContentType):
+		writeJSON(w, http.StatusUnsupportedMediaType, body{Error: "unsupported content type"})
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
 		writeJSON(w, http.StatusBadRequest, body{Error: "bad request: " + err.Error()})
 	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrRejected):

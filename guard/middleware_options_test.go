@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -177,5 +178,33 @@ func TestPenaltyBox(t *testing.T) {
 	}
 	if _, err := guard.New(b.Client(t), guard.Policy{Rules: oneAnHour, Penalty: &funnel.Penalty{Denials: 0, Within: time.Minute, For: time.Minute}}); !errors.Is(err, guard.ErrInvalidPolicy) {
 		t.Fatalf("a Policy with a bad Penalty: %v, want ErrInvalidPolicy", err)
+	}
+}
+
+// The default answers to a KeyFunc's errors: 413, 415, 400, 500.
+func TestMiddlewareKeyErrors(t *testing.T) {
+	b := testutil.Mini(t)
+	g := newGuard(t, b, guard.Policy{Rules: oneAnHour})
+	var s seen
+	for _, tc := range []struct {
+		name   string
+		key    guard.KeyFunc
+		ctype  string
+		body   string
+		status int
+	}{
+		{"too large", guard.JSONField("phone", 8), "application/json", `{"phone":"+8613800138000"}`, http.StatusRequestEntityTooLarge},
+		{"wrong type", guard.JSONField("phone", 1024), "text/plain", `{"phone":"+8613800138000"}`, http.StatusUnsupportedMediaType},
+		{"no field", guard.JSONField("phone", 1024), "application/json", `{"tel":"1"}`, http.StatusBadRequest},
+		{"bad KeyFunc", guard.Join(), "application/json", `{}`, http.StatusInternalServerError},
+		{"ok", guard.JSONField("phone", 1024), "application/json", `{"phone":"+8613800138000"}`, http.StatusAccepted},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/send", strings.NewReader(tc.body))
+		r.Header.Set("Content-Type", tc.ctype)
+		w := httptest.NewRecorder()
+		g.Middleware(tc.key)(s.handler()).ServeHTTP(w, r)
+		if w.Code != tc.status {
+			t.Errorf("%s: %d, want %d (%s)", tc.name, w.Code, tc.status, w.Body)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/funnelguard/funnelguard/guard"
 	"github.com/nyaruka/phonenumbers"
 )
 
@@ -61,25 +62,18 @@ func parseHost(host string) net.IP {
 }
 
 // clientIP returns the client's address as a rate-limit key: an IPv4
-// address, or the /64 network of an IPv6 one (one subscriber's block).
+// address, or the /64 network of an IPv6 one (one subscriber's block). With
+// trustProxy the peer is a proxy, and the client is the address it saw: the
+// rightmost X-Forwarded-For entry, entries to its left being whatever the
+// client wrote (see guard.ClientIPConfig).
 func clientIP(r *http.Request, trustProxy bool) string {
-	ip := parseHost(r.RemoteAddr)
+	var ip guard.ClientIPConfig
 	if trustProxy {
-		// The rightmost entry is the one our proxy appended: the address it
-		// saw. Entries to its left are whatever the client wrote.
-		fwd := r.Header.Values("X-Forwarded-For")
-		if len(fwd) > 0 {
-			parts := strings.Split(fwd[len(fwd)-1], ",")
-			if p := parseHost(strings.TrimSpace(parts[len(parts)-1])); p != nil {
-				ip = p
-			}
-		}
+		ip.TrustedHops = 1
 	}
-	switch {
-	case ip == nil:
-		return "unknown"
-	case ip.To4() != nil:
-		return ip.To4().String()
+	key, err := ip.Key(r)
+	if err != nil {
+		return "unknown" // no address (a Unix socket): such requests share a key
 	}
-	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+	return key
 }

@@ -1,0 +1,144 @@
+package guard
+
+import (
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// A KeyFunc derives the key a request is limited under: the client's
+// address, a phone number in its body, its route... It is Middleware's
+// argument. The KeyFuncs of this package keep no state, so each is safe for
+// concurrent use; those that read the body give it back to the handler
+// intact. Their errors match ErrNoKey, ErrBodyTooLarge or ErrContentType,
+// and never quote what the client sent, so that a handler may show them.
+type KeyFunc func(*http.Request) (string, error)
+
+// Header returns a KeyFunc that keys on the value of the request header
+// name, such as an API key or the user an authenticating proxy names,
+// without its surrounding white space. A header that is missing, empty, or
+// given in more than one line (which one a handler would read is anyone's
+// guess) is an error matching ErrNoKey. Header("Host") reads r.Host.
+//
+// A client writes its own headers: key only on one that the client cannot
+// choose freely (an API key checked later) or that a trusted proxy sets,
+// replacing whatever the client sent.
+func Header(name string) KeyFunc {
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	return func(r *http.Request) (string, error) {
+		var vs []string
+		if name == "Host" {
+			vs = []string{r.Host}
+		} else {
+			vs = r.Header.Values(name)
+		}
+		switch {
+		case len(vs) == 0:
+			return "", fmt.Errorf("%w: no %s header", ErrNoKey, name)
+		case len(vs) > 1:
+			return "", fmt.Errorf("%w: %d %s header lines", ErrNoKey, len(vs), name)
+		}
+		v := strings.TrimSpace(vs[0])
+		if v == "" {
+			return "", fmt.Errorf("%w: empty %s header", ErrNoKey, name)
+		}
+		return v, nil
+	}
+}
+
+// Query returns a KeyFunc that keys on the URL query parameter name, as
+// r.URL.Query decodes it: in a query, as in a form, '+' stands for a space,
+// so a client must send a plus as %2B ("?phone=%2B8613800138000"). A
+// parameter that is missing, empty or given twice, or a query that does not
+// parse, is an error matching ErrNoKey. It never reads the body; see
+// FormField and JSONField.
+func Query(name string) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			return "", fmt.Errorf("%w: malformed query", ErrNoKey)
+		}
+		return single(q, name, "query parameter")
+	}
+}
+
+// single is the one non-empty value of name in vs.
+func single(vs url.Values, name, what string) (string, error) {
+	switch v := vs[name]; {
+	case len(v) == 0:
+		return "", fmt.Errorf("%w: no %s %q", ErrNoKey, what, name)
+	case len(v) > 1:
+		return "", fmt.Errorf("%w: %s %q given %d times", ErrNoKey, what, name, len(v))
+	case v[0] == "":
+		return "", fmt.Errorf("%w: empty %s %q", ErrNoKey, what, name)
+	default:
+		return v[0], nil
+	}
+}
+
+// Route is a KeyFunc that keys on the request's method and route: the
+// method, a space and the http.ServeMux pattern that matched the request
+// (r.Pattern, without the pattern's own method), such as
+// "POST /users/{id}/send", so that every user of that route shares one key.
+// A pattern that names a method keys on that method, so HEAD requests
+// routed to "GET /x" share the key "GET /x".
+//
+// r.Pattern is set only once a ServeMux has routed the request: wrap the
+// handler registered in the mux, not the mux. Without a pattern Route keys
+// on r.URL.Path instead ("POST /users/42/send"), a key per path: any client
+// can then make as many keys as it can spell paths, each kept in Redis until
+// it drains. Route is never an error.
+func Route(r *http.Request) (string, error) {
+	if p := r.Pattern; p != "" {
+		// ServeMux separates the method from the rest at the first space
+		// or tab.
+		if i := strings.IndexAny(p, " \t"); i >= 0 {
+			return p[:i] + " " + strings.TrimLeft(p[i:], " \t"), nil
+		}
+		return r.Method + " " + p, nil
+	}
+	return r.Method + " " + r.URL.Path, nil
+}
+
+// Join returns a KeyFunc that keys on the keys of all parts together, such
+// as Join(Route, ClientIP()) for a limit per route and client. Each key has
+// its '\' and '|' escaped with a '\', and they are joined with '|'
+// ("POST /send|203.0.113.7"), so that two different lists of keys never
+// make the same key. The first error of a part is Join's. Join without
+// parts or with a nil part returns a KeyFunc whose every call fails with
+// ErrInvalidKeyFunc.
+func Join(parts ...KeyFunc) KeyFunc {
+	if len(parts) == 0 || slices.ContainsFunc(parts, func(f KeyFunc) bool { return f == nil }) {
+		return badKeyFunc("Join without parts, or with a nil part")
+	}
+	parts = slices.Clone(parts)
+	return func(r *http.Request) (string, error) {
+		var b strings.Builder
+		for i, part := range parts {
+			k, err := part(r)
+			if err != nil {
+				return "", err
+			}
+			if i > 0 {
+				b.WriteByte('|')
+			}
+			for j := 0; j < len(k); j++ {
+				if k[j] == '\\' || k[j] == '|' {
+					b.WriteByte('\\')
+				}
+				b.WriteByte(k[j])
+			}
+		}
+		return b.String(), nil
+	}
+}
+
+// badKeyFunc is the KeyFunc of a constructor given bad arguments: every call
+// fails with ErrInvalidKeyFunc, which Middleware answers with 500.
+func badKeyFunc(why string) KeyFunc {
+	err := fmt.Errorf("%w: %s", ErrInvalidKeyFunc, why)
+	return func(*http.Request) (string, error) { return "", err }
+}

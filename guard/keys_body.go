@@ -1,0 +1,248 @@
+package guard
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// JSONField returns a KeyFunc that keys on the member field of the JSON
+// object in the request body ({"phone": "+8613800138000"}), for a JSON API;
+// members of nested objects are not read.
+// The member is a string, keyed on as it decodes, or an integer, keyed on
+// as written ("-0" as "0"); the key is not normalized further (see
+// Policy.Normalize).
+//
+// It reads at most maxBytes of the body, and always gives r a body that
+// reads the same bytes, whatever it found, so the handler decodes the
+// request itself. A body longer than maxBytes, by its Content-Length (then
+// left unread) or as read, is an error matching ErrBodyTooLarge.
+//
+// The body must be declared as application/json or a +json type
+// (application/problem+json), with any parameters; another Content-Type,
+// or none, is an error matching ErrContentType. Browsers send a cross-site
+// form or a text/plain fetch without asking the server first (no CORS
+// preflight): refusing them keeps any web page from making its visitors
+// spend the limit.
+//
+// A request without a body, a body that is not one JSON object (with
+// nothing after it but white space), and a member that is missing, null,
+// empty, of another type, or named twice are errors matching ErrNoKey. So
+// is a member whose name differs from field only in case, alone or beside
+// field: encoding/json decodes {"Phone": ...} into the struct field tagged
+// "phone", so the handler could read a number other than the key.
+// With maxBytes below 1, every call fails with ErrInvalidKeyFunc.
+func JSONField(field string, maxBytes int64) KeyFunc {
+	if maxBytes < 1 {
+		return badKeyFunc("JSONField with maxBytes < 1")
+	}
+	return func(r *http.Request) (string, error) {
+		if noBody(r) {
+			return "", fmt.Errorf("%w: no body", ErrNoKey)
+		}
+		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		if err != nil || (mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))) {
+			return "", fmt.Errorf("%w: body not declared as application/json", ErrContentType)
+		}
+		body, err := readBody(r, maxBytes)
+		if err != nil {
+			return "", err
+		}
+		return jsonMember(body, field)
+	}
+}
+
+// jsonMember is the key in the member field of the JSON object body.
+func jsonMember(body []byte, field string) (string, error) {
+	malformed := fmt.Errorf("%w: body not a JSON object", ErrNoKey)
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", malformed
+	}
+	var val json.RawMessage
+	n, exact := 0, false
+	for dec.More() {
+		t, err := dec.Token()
+		name, ok := t.(string)
+		if err != nil || !ok {
+			return "", malformed
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return "", malformed
+		}
+		if strings.EqualFold(name, field) { // encoding/json's own rule for struct fields
+			n++
+			if name == field {
+				val, exact = raw, true
+			}
+		}
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
+		return "", malformed
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", malformed
+	}
+	switch {
+	case n == 0:
+		return "", fmt.Errorf("%w: no member %q", ErrNoKey, field)
+	case n > 1:
+		return "", fmt.Errorf("%w: member %q named %d times", ErrNoKey, field, n)
+	case !exact:
+		return "", fmt.Errorf("%w: member %q spelled in another case", ErrNoKey, field)
+	}
+	switch val[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(val, &s); err != nil {
+			return "", malformed
+		}
+		if s == "" {
+			return "", fmt.Errorf("%w: empty member %q", ErrNoKey, field)
+		}
+		return s, nil
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		// A fraction or an exponent would give one number many spellings,
+		// each a key of its own.
+		if bytes.ContainsAny(val, ".eE") {
+			return "", fmt.Errorf("%w: member %q not an integer", ErrNoKey, field)
+		}
+		if string(val) == "-0" {
+			return "0", nil
+		}
+		return string(val), nil
+	}
+	return "", fmt.Errorf("%w: member %q neither a string nor an integer", ErrNoKey, field)
+}
+
+// FormField returns a KeyFunc that keys on the form field name in the body
+// of a POST, PUT or PATCH request, as r.PostFormValue decodes it: the body
+// is application/x-www-form-urlencoded or multipart/form-data (a file part
+// is not a value), and another Content-Type, or none, is an error matching
+// ErrContentType. Unlike r.FormValue, it never falls back to the URL
+// query, which any link can set: see Query for that.
+//
+// In an urlencoded body '+' stands for a space, as the HTML standard says:
+// "phone=+8613800138000" is " 8613800138000", and a client must send a plus
+// as %2B. curl -d sends its argument as it is, so curl -d phone=+86...
+// sends a space; curl --data-urlencode phone=+86... sends %2B. A JSON API
+// has no such trap: see JSONField.
+//
+// It reads at most maxBytes of the body and always gives r a body that
+// reads the same bytes, so r.ParseForm still works in the handler. A body
+// longer than maxBytes is an error matching ErrBodyTooLarge. Another method,
+// no body, a body that does not parse, and a field that is missing, empty or
+// given twice (handlers differ on which one they read) are errors matching
+// ErrNoKey. With maxBytes below 1, every call fails with ErrInvalidKeyFunc.
+func FormField(name string, maxBytes int64) KeyFunc {
+	if maxBytes < 1 {
+		return badKeyFunc("FormField with maxBytes < 1")
+	}
+	return func(r *http.Request) (string, error) {
+		switch r.Method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch:
+		default:
+			return "", fmt.Errorf("%w: no form body in a %s request", ErrNoKey, r.Method)
+		}
+		if noBody(r) {
+			return "", fmt.Errorf("%w: no body", ErrNoKey)
+		}
+		mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		switch {
+		case err != nil:
+		case mt == "application/x-www-form-urlencoded":
+			body, err := readBody(r, maxBytes)
+			if err != nil {
+				return "", err
+			}
+			vs, err := url.ParseQuery(string(body))
+			if err != nil {
+				return "", fmt.Errorf("%w: malformed form", ErrNoKey)
+			}
+			return single(vs, name, "form field")
+		case mt == "multipart/form-data" && params["boundary"] != "":
+			body, err := readBody(r, maxBytes)
+			if err != nil {
+				return "", err
+			}
+			vs, err := multipartValues(body, params["boundary"], name)
+			if err != nil {
+				return "", fmt.Errorf("%w: malformed form", ErrNoKey)
+			}
+			return single(url.Values{name: vs}, name, "form field")
+		}
+		return "", fmt.Errorf("%w: body not declared as a form", ErrContentType)
+	}
+}
+
+// multipartValues returns the values of the parts named name, leaving out
+// files as r.ParseMultipartForm does.
+func multipartValues(body []byte, boundary, name string) ([]string, error) {
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	var vs []string
+	for {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			return vs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if p.FormName() != name || p.FileName() != "" {
+			continue
+		}
+		v, err := io.ReadAll(p)
+		if err != nil {
+			return nil, err
+		}
+		vs = append(vs, string(v))
+	}
+}
+
+func noBody(r *http.Request) bool {
+	return r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0
+}
+
+// replay is a body read in part, then given back: the bytes read, then the
+// rest of the original, which it closes.
+type replay struct {
+	io.Reader
+	io.Closer
+}
+
+// readBody reads r's body, at most limit bytes, and gives r a body that
+// reads the same bytes from the start, whatever happens: the handler reads
+// the body the client sent. A body over limit is an error matching
+// ErrBodyTooLarge; a Content-Length over it leaves the body unread.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, fmt.Errorf("%w: Content-Length over %d bytes", ErrBodyTooLarge, limit)
+	}
+	orig, n := r.Body, limit
+	if n < math.MaxInt64 {
+		n++ // one byte more tells a body of exactly limit bytes from a longer one
+	}
+	body, err := io.ReadAll(io.LimitReader(orig, n))
+	if err == nil && int64(len(body)) <= limit { // the whole body
+		r.Body = replay{bytes.NewReader(body), orig}
+		return body, nil
+	}
+	r.Body = replay{io.MultiReader(bytes.NewReader(body), orig), orig}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case err == nil:
+		return nil, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
+	case errors.As(err, &tooLarge): // an http.MaxBytesReader around the body
+		return nil, fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
+	}
+	return nil, fmt.Errorf("guard: reading the body: %w", err)
+}

@@ -1,0 +1,354 @@
+package guard
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"slices"
+	"strings"
+)
+
+// ClientIPConfig says where a request's client address comes from: the
+// proxies in front of the service and the header they write. Its zero value
+// trusts no proxy and keys on the connection's peer, with IPv6 addresses
+// grouped by /64. A ClientIPConfig must not be changed while it is in use;
+// its methods are safe for concurrent use.
+//
+// The client is the rightmost untrusted hop. The walk starts at the peer
+// (r.RemoteAddr); while the current hop is a trusted proxy, it steps to the
+// hop that proxy reports, the next entry of the forwarding header from the
+// right. A proxy appends the address it saw to what the client sent, so
+// entries to the left of the rightmost untrusted one are whatever the client
+// wrote, and are never read. The walk stops:
+//
+//   - at an untrusted hop: the client;
+//   - when the header has no more entries: the last hop, which is trusted
+//     (a request from a proxy itself, or one its proxy did not report);
+//   - before an entry that is not an address ("unknown", an obfuscated
+//     identifier, a syntax error, a Forwarded element without for=): at the
+//     last valid hop, a trusted proxy. The chain cannot be trusted past it,
+//     so every client it reports that way shares the proxy's key: a
+//     misconfigured proxy over-limits, a client cannot pick its key.
+//
+// An address loses its port and IPv6 zone, and an IPv4-mapped IPv6 address
+// (::ffff:192.0.2.1) becomes IPv4.
+type ClientIPConfig struct {
+	// TrustedProxies are the networks of the proxies in front of the
+	// service (a load balancer's subnet, a CDN's published ranges). A hop
+	// in one of them is a proxy whose report is believed. Never list a
+	// network that clients can send from: with 0.0.0.0/0 every hop is
+	// trusted and the key is the leftmost, which the client writes.
+	TrustedProxies []netip.Prefix
+	// TrustedHops is a number of proxies in front of the service whatever
+	// their addresses, the peer being the first: with 1, the peer is a
+	// proxy and the rightmost entry of the header is the client (a load
+	// balancer whose addresses are not known in advance). A hop is trusted
+	// if it is among the first TrustedHops or in TrustedProxies.
+	TrustedHops int
+	// Header is the forwarding header the trusted proxies write:
+	// "X-Forwarded-For" when empty; "Forwarded" for RFC 7239 (for=
+	// parameters); any other name (X-Real-IP, CF-Connecting-IP) is read
+	// like X-Forwarded-For, a comma-separated list of addresses. Only this
+	// header is read: a proxy overwrites or appends to its own, and would
+	// pass another one, written by the client, through untouched.
+	Header string
+	// IPv6PrefixLen is the number of leading bits of an IPv6 address that
+	// make its key: 64 when zero (a subscriber is usually given a /64 or
+	// more, and can send from any of its addresses); 128 keys on the
+	// address. Outside 0 to 128, Key and Addr return an error.
+	IPv6PrefixLen int
+}
+
+// ClientIP returns a KeyFunc that keys on the client's address, trusting
+// the proxies in the networks trusted: it is shorthand for
+// ClientIPConfig{TrustedProxies: trusted}.Key, with trusted copied. Without
+// trusted networks it keys on the connection's peer and ignores the
+// forwarding headers, which the client writes.
+func ClientIP(trusted ...netip.Prefix) KeyFunc {
+	return ClientIPConfig{TrustedProxies: slices.Clone(trusted)}.Key
+}
+
+// Key returns the client's address as a key (see ClientIPConfig): an IPv4
+// address ("203.0.113.7"), or the IPv6 network of IPv6PrefixLen bits around
+// the address, in CIDR notation ("2001:db8:1:2::/64"). A request without a
+// usable address is an error matching ErrNoKey.
+func (c ClientIPConfig) Key(r *http.Request) (string, error) {
+	a, err := c.Addr(r)
+	if err != nil {
+		return "", err
+	}
+	if a.Is4() {
+		return a.String(), nil
+	}
+	p, err := a.Prefix(c.ipv6Bits())
+	if err != nil {
+		return "", err
+	}
+	return p.String(), nil
+}
+
+// Addr returns the client's address (see ClientIPConfig), without its port
+// or zone, an IPv4-mapped address as IPv4, and not grouped. A request
+// without a usable address is an error matching ErrNoKey.
+func (c ClientIPConfig) Addr(r *http.Request) (netip.Addr, error) {
+	if b := c.IPv6PrefixLen; b < 0 || b > 128 {
+		return netip.Addr{}, fmt.Errorf("guard: ClientIPConfig.IPv6PrefixLen %d not in 0 to 128", b)
+	}
+	cur := parseNode(r.RemoteAddr)
+	if !c.trusted(0, cur) {
+		return found(cur)
+	}
+	name := textproto.CanonicalMIMEHeaderKey(c.Header)
+	if name == "" {
+		name = "X-Forwarded-For"
+	}
+	lines := r.Header.Values(name)
+	elements := listElements
+	if name == "Forwarded" {
+		elements = forwardedElements
+	}
+	hop := 0
+	for i := len(lines) - 1; i >= 0; i-- {
+		hops := elements(lines[i])
+		for j := len(hops) - 1; j >= 0; j-- {
+			next := parseNode(hops[j])
+			if !next.IsValid() {
+				return found(cur)
+			}
+			cur, hop = next, hop+1
+			if !c.trusted(hop, cur) {
+				return cur, nil
+			}
+		}
+	}
+	return found(cur)
+}
+
+// found is the walk's result a: the client, or an error if a is not an
+// address.
+func found(a netip.Addr) (netip.Addr, error) {
+	if !a.IsValid() {
+		return netip.Addr{}, fmt.Errorf("%w: no client address", ErrNoKey)
+	}
+	return a, nil
+}
+
+// trusted reports whether the hop-th hop from the right (the peer being 0),
+// at address a (invalid if it has none), is a proxy whose report is
+// believed.
+func (c ClientIPConfig) trusted(hop int, a netip.Addr) bool {
+	if hop < c.TrustedHops {
+		return true
+	}
+	if !a.IsValid() {
+		return false
+	}
+	for _, p := range c.TrustedProxies {
+		if p.Addr().Is4In6() && p.Bits() >= 96 { // ::ffff:10.0.0.0/104 is 10.0.0.0/8
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c ClientIPConfig) ipv6Bits() int {
+	if c.IPv6PrefixLen == 0 {
+		return 64
+	}
+	return c.IPv6PrefixLen
+}
+
+// listElements splits an X-Forwarded-For line into its entries, left to
+// right, skipping empty ones (RFC 9110, section 5.6.1).
+func listElements(line string) []string {
+	var hops []string
+	for e := range strings.SplitSeq(line, ",") {
+		if e = strings.Trim(e, " \t"); e != "" {
+			hops = append(hops, e)
+		}
+	}
+	return hops
+}
+
+// forwardedElements returns the for= node of each element of a Forwarded
+// line (RFC 7239), left to right, unquoted; "" for an element without one,
+// with two, or with a syntax error. An unterminated quoted string ends the
+// line with "": where its elements end is unknown, and the walk stops there.
+func forwardedElements(line string) []string {
+	var nodes []string
+	for s := line; s != ""; {
+		node, empty, rest, ok := forwardedElement(s)
+		if !ok {
+			return append(nodes, "")
+		}
+		if !empty { // empty elements are no hops (RFC 9110, section 5.6.1)
+			nodes = append(nodes, node)
+		}
+		s = rest
+	}
+	return nodes
+}
+
+// forwardedElement parses the element at the start of s, up to the first
+// ',' outside a quoted string: its for= node, "" if it has none, two, or a
+// syntax error; whether it is empty; and what follows the ','. ok is false
+// if a quoted string in it never ends.
+func forwardedElement(s string) (node string, empty bool, rest string, ok bool) {
+	fors, bad := 0, false
+	empty = true
+	for {
+		s = strings.TrimLeft(s, " \t")
+		if s == "" {
+			break
+		}
+		if s[0] == ',' {
+			s = s[1:]
+			break
+		}
+		empty = false
+		switch {
+		case bad: // skip to the ',' that ends the element
+			if s[0] != '"' {
+				s = s[1:]
+				continue
+			}
+			if _, s, ok = forwardedValue(s); !ok {
+				return "", false, "", false
+			}
+			continue
+		case s[0] == ';':
+			s = s[1:]
+			continue
+		}
+		i := strings.IndexByte(s, '=')
+		if i <= 0 || !isToken(s[:i]) {
+			bad = true
+			continue
+		}
+		name := s[:i]
+		val, r, ok := forwardedValue(s[i+1:])
+		if !ok {
+			if strings.HasPrefix(s[i+1:], "\"") {
+				return "", false, "", false
+			}
+			bad, s = true, s[i+1:]
+			continue
+		}
+		if strings.EqualFold(name, "for") {
+			node, fors = val, fors+1
+		}
+		if s = strings.TrimLeft(r, " \t"); s != "" && s[0] != ';' && s[0] != ',' {
+			bad = true
+		}
+	}
+	if bad || fors != 1 {
+		node = ""
+	}
+	return node, empty, s, true
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110, section 5.6.2).
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// forwardedValue reads a token or a quoted string at the start of s.
+func forwardedValue(s string) (val, rest string, ok bool) {
+	if s == "" {
+		return "", "", false
+	}
+	if s[0] != '"' {
+		i := strings.IndexAny(s, ",; \t\"")
+		if i < 0 {
+			i = len(s)
+		}
+		return s[:i], s[i:], i > 0
+	}
+	var b strings.Builder
+	for i := 1; i < len(s); i++ {
+		switch s[i] {
+		case '"':
+			return b.String(), s[i+1:], true
+		case '\\':
+			if i++; i == len(s) {
+				return "", "", false
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return "", "", false // unterminated
+}
+
+// parseNode parses an address with an optional port: "192.0.2.1",
+// "192.0.2.1:4711", "2001:db8::1", "[2001:db8::1]", "[2001:db8::1]:4711",
+// the port possibly an RFC 7239 obfuscated one ("_a1"). The address comes
+// back without its zone, IPv4-mapped as IPv4; invalid if s is none of
+// these.
+func parseNode(s string) netip.Addr {
+	if s == "" {
+		return netip.Addr{}
+	}
+	host, port := s, ""
+	if strings.HasPrefix(s, "[") {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return netip.Addr{}
+		}
+		host, port = s[1:end], s[end+1:]
+		if port != "" {
+			if port[0] != ':' {
+				return netip.Addr{}
+			}
+			port = port[1:]
+			if port == "" {
+				return netip.Addr{}
+			}
+		}
+	} else if strings.Count(s, ":") == 1 {
+		host, port, _ = strings.Cut(s, ":")
+		if port == "" {
+			return netip.Addr{}
+		}
+	}
+	if port != "" && !validPort(port) {
+		return netip.Addr{}
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || (s[0] == '[' && !a.Is6()) {
+		return netip.Addr{}
+	}
+	return a.WithZone("").Unmap()
+}
+
+// validPort reports whether p is a port number or an RFC 7239 obfport.
+func validPort(p string) bool {
+	if p[0] == '_' {
+		for i := 1; i < len(p); i++ {
+			if c := p[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return false
+			}
+		}
+		return len(p) > 1
+	}
+	if len(p) > 5 {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(p); i++ {
+		if p[i] < '0' || p[i] > '9' {
+			return false
+		}
+		n = n*10 + int(p[i]-'0')
+	}
+	return n <= 65535
+}
