@@ -208,3 +208,42 @@ func TestMiddlewareKeyErrors(t *testing.T) {
 		}
 	}
 }
+
+// On a real server: a brute force of 200 calls on one key. The rule admits
+// 5, denies 9, and the 10th denial within the minute boxes the key for 2 s:
+// the other 186 are the box's, none admitted. When the box ends on the
+// server's clock (RetryAfter), the rule decides again.
+func TestPenaltyBoxBruteForceRealServer(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	rule := funnel.AtMost(5, time.Hour)
+	g := newGuard(t, b, guard.Policy{Rules: []funnel.Rule{rule}, Penalty: &funnel.Penalty{Denials: 10, Within: time.Minute, For: 2 * time.Second}})
+	count := map[string]int{}
+	for range 200 {
+		d, err := g.Allow(ctx, "+8613800138000")
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case d.Allowed:
+			count["admitted"]++
+		case d.Rule == funnel.PenaltyRule:
+			count["box"]++
+			if d.RetryAfter <= 0 || d.RetryAfter > 2*time.Second {
+				t.Fatalf("a boxed denial: RetryAfter %v, want (0, 2s]", d.RetryAfter)
+			}
+		case d.Rule == rule.Name:
+			count["rule"]++
+		}
+	}
+	if count["admitted"] != 5 || count["rule"] != 9 || count["box"] != 186 {
+		t.Fatalf("200 calls: %v; want 5 admitted, 9 denied by the rule, 186 by the box", count)
+	}
+	d, err := g.Peek(ctx, "+8613800138000")
+	if err != nil || d.Rule != funnel.PenaltyRule {
+		t.Fatalf("Peek = %+v, %v; want the box", d, err)
+	}
+	time.Sleep(d.RetryAfter + 10*time.Millisecond) // the box's end, as the server counts it
+	if d, err := g.Allow(ctx, "+8613800138000"); err != nil || d.Allowed || d.Rule != rule.Name {
+		t.Fatalf("after the box: %+v, %v; want a denial by the rule", d, err)
+	}
+}
