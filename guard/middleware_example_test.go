@@ -127,3 +127,45 @@ func ExamplePolicy_shadow() {
 	// 200 would be allowed: true
 	// 200 would be allowed: false
 }
+
+// Brute force of a verification code: three checks an hour, and five
+// denials within ten minutes shut the number out for a day.
+func ExamplePolicy_penalty() {
+	g, stop := exampleGuard(guard.Policy{
+		Rules:   []funnel.Rule{funnel.AtMost(3, time.Hour)},
+		Penalty: &funnel.Penalty{Denials: 5, Within: 10 * time.Minute, For: 24 * time.Hour},
+	})
+	defer stop()
+	h := g.Middleware(user, guard.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d guard.Decision) {
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprintf(w, "denied by %s", d.Rule)
+	}))(accepted)
+	for range 9 {
+		hit(h, "guesser")
+	}
+	// Output:
+	// 202
+	// 202
+	// 202
+	// 429 denied by 3/1h0m0s
+	// 429 denied by 3/1h0m0s
+	// 429 denied by 3/1h0m0s
+	// 429 denied by 3/1h0m0s
+	// 429 denied by penalty
+	// 429 denied by penalty
+}
+
+func ExamplePolicy_rateLimitHeaders() {
+	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(10, time.Minute)}, RateLimitHeaders: true})
+	defer stop()
+	r := httptest.NewRequest(http.MethodPost, "/api", nil)
+	r.Header.Set("X-User", "fay")
+	w := httptest.NewRecorder()
+	g.Middleware(user)(accepted).ServeHTTP(w, r)
+	fmt.Println(w.Header().Get("RateLimit-Policy"))
+	rl, _, _ := strings.Cut(w.Header().Get("RateLimit"), ";pk=")
+	fmt.Println(rl)
+	// Output:
+	// "10/1m0s";q=10;w=600
+	// "10/1m0s";r=9;t=60
+}
