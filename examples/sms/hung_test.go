@@ -115,7 +115,7 @@ func TestHungRedisBinary(t *testing.T) {
 	}
 
 	thaw := testutil.Freeze(t, srv.Pid())
-	fault := fmt.Sprintf("redis-server SIGSTOPped, the binary with -redis-timeout %v, bound +%v", hungTimeout, hungMargin)
+	fault := fmt.Sprintf("%s SIGSTOPped, the binary with -redis-timeout %v, bound +%v", testutil.ServerName(), hungTimeout, hungMargin)
 	for _, tc := range []struct {
 		name, method, path, body string
 		retryAfter               bool
@@ -160,7 +160,7 @@ func TestHungRedisBinary(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	hungFigure(t, "hung Redis: first send admitted after the server continues", "redis-server SIGSTOPped then SIGCONTed, the binary with -redis-timeout "+hungTimeout.String(),
+	hungFigure(t, "hung Redis: first send admitted after the server continues", testutil.ServerName()+" SIGSTOPped then SIGCONTed, the binary with -redis-timeout "+hungTimeout.String(),
 		"%v (answers before it, by status: %v)", time.Since(thawed).Round(time.Millisecond), refused)
 	p.stop(t)
 }
@@ -328,7 +328,7 @@ func TestHungRedisMidRequest(t *testing.T) {
 					a.took, tc.calls, hungTimeout, hungMargin, a.starved)
 			}
 			hungFigure(t, "hung Redis mid-request: "+tc.name+", answered "+strconv.Itoa(a.status)+" after",
-				fmt.Sprintf("redis-server SIGSTOPped at that command, Timeout %v, %d bounded call(s) left, bound %v", hungTimeout, tc.calls, bound),
+				fmt.Sprintf("%s SIGSTOPped at that command, Timeout %v, %d bounded call(s) left, bound %v", testutil.ServerName(), hungTimeout, tc.calls, bound),
 				"%v (a thread waited up to %v for a CPU)", a.took.Round(100*time.Microsecond), a.starved.Round(100*time.Microsecond))
 		})
 	}

@@ -121,7 +121,7 @@ func hungJudge(t *testing.T, kind, entry string, took, starved time.Duration) {
 func hungRound(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
 
 func hungFault(kind string) string {
-	return fmt.Sprintf("redis-server SIGSTOPped, %s, deadline %v, bound +%v", kind, hungDeadline, hungMargin)
+	return fmt.Sprintf("%s SIGSTOPped, %s, deadline %v, bound +%v", testutil.ServerName(), kind, hungDeadline, hungMargin)
 }
 
 // hungCall runs call as the subtest entry with a ctx whose deadline is

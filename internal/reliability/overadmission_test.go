@@ -141,7 +141,7 @@ func TestOverAdmission(t *testing.T) {
 
 	t.Run("kill-restart", func(t *testing.T) {
 		if testing.Short() {
-			t.Skip("restarts redis-server")
+			t.Skip("restarts " + testutil.ServerName())
 		}
 		// Its own server: the kill must not reach the other rounds' data.
 		srv, admin := faultServer(t)

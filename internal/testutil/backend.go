@@ -27,7 +27,7 @@ type Backend struct {
 	addr   string
 }
 
-// Real reports whether the backend is a real redis-server.
+// Real reports whether the backend is a real server (not miniredis).
 func (b *Backend) Real() bool { return b.Server != nil }
 
 // Client returns a new client of the backend that t closes when it ends.
@@ -44,7 +44,7 @@ func (b *Backend) ClientOpts(t testing.TB, o *redis.Options) *redis.Client {
 }
 
 // Backends runs f as two subtests of t: on miniredis (a fresh one) and on the
-// shared real server (skipped without redis-server, see NeedServer).
+// shared real server (skipped without the server binary, see NeedServer).
 func Backends(t *testing.T, f func(t *testing.T, b *Backend)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) { f(t, Mini(t)) })

@@ -20,7 +20,7 @@ import (
 const clusterSize = 3
 
 // ClusterServers is a Redis Cluster of three masters without replicas, each
-// a redis-server on a loopback port with its own directory (see Server).
+// a server on a loopback port with its own directory (see Server).
 type ClusterServers struct {
 	// Addrs are the masters' addresses (127.0.0.1:port), in the order of
 	// Nodes; any of them seeds a ClusterClient.
@@ -39,22 +39,14 @@ var sharedCluster struct {
 	err  error
 }
 
-// cliPath returns the redis-cli binary, or "" if there is none.
-func cliPath() string {
-	p, err := exec.LookPath("redis-cli")
-	if err != nil {
-		return ""
-	}
-	return p
-}
-
-// NeedCluster skips t when redis-server or redis-cli (which creates the
-// cluster) is not installed, or fails it when FUNNELGUARD_REQUIRE_REDIS=1.
+// NeedCluster skips t when the server binary (ServerEnv) or the CLI (CLIEnv,
+// which creates the cluster) is not installed, or fails it when
+// FUNNELGUARD_REQUIRE_REDIS=1.
 func NeedCluster(t testing.TB) {
 	t.Helper()
 	NeedServer(t)
 	if cliPath() == "" {
-		missing(t, "redis-cli is not on PATH: this test needs it to create a Redis Cluster (apt-get install redis-tools)")
+		missing(t, cliBin.missing())
 	}
 }
 
@@ -89,15 +81,15 @@ func StartCluster(t testing.TB) *ClusterServers {
 	return c
 }
 
-// startCluster spawns three nodes, joins them with `redis-cli --cluster
-// create` and waits until every node reports cluster_state:ok and knows the
+// startCluster spawns three nodes, joins them with `<cli> --cluster create`
+// (CLIEnv) and waits until every node reports cluster_state:ok and knows the
 // others.
 func startCluster() (*ClusterServers, error) {
 	if serverPath() == "" {
-		return nil, errNoServer
+		return nil, serverBin.err()
 	}
 	if cliPath() == "" {
-		return nil, errors.New("redis-cli is not on PATH")
+		return nil, cliBin.err()
 	}
 	start := time.Now()
 	nodes, err := spawnAll(clusterSize, spawnSpec{prepare: clusterNode})
@@ -161,7 +153,7 @@ func (c *ClusterServers) create() error {
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	out, err := exec.CommandContext(ctx, cliPath(), args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("redis-cli --cluster create: %w: %s", err, tail(out, 600))
+		return fmt.Errorf("%s --cluster create: %w: %s", cliBin.name(), err, tail(out, 600))
 	}
 	return waitFor(15*time.Second, "cluster_state:ok on every node", func(ctx context.Context) (bool, string) {
 		for _, addr := range c.Addrs {
@@ -288,9 +280,10 @@ func (d *Deployment) Client(t testing.TB) redis.UniversalClient {
 
 // ScaleOut runs f as two subtests of t, "cluster" and "sentinel": on the
 // shared cluster (Cluster) and through a failover client on the shared
-// sentinel group (Sentinel). The cluster subtest skips without redis-server
-// or redis-cli (NeedCluster), the sentinel one without redis-server
-// (NeedServer); FUNNELGUARD_REQUIRE_REDIS=1 turns the skips into failures.
+// sentinel group (Sentinel). The cluster subtest skips without the server
+// binary or the CLI (NeedCluster), the sentinel one without the server
+// binary (NeedServer); FUNNELGUARD_REQUIRE_REDIS=1 turns the skips into
+// failures.
 func ScaleOut(t *testing.T, f func(t *testing.T, d *Deployment)) {
 	t.Helper()
 	if serverPath() != "" {

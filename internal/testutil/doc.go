@@ -1,10 +1,18 @@
-// Package testutil gives every funnelguard test a Redis: a real redis-server
+// Package testutil gives every funnelguard test a Redis: a real server
 // spawned on a free loopback port, and miniredis.
 //
 // A package's TestMain calls Main, which runs the tests, stops the servers it
 // started (by pid) and fails the binary when goroutines leak. Backends runs a
 // test on both backends, each with a unique key prefix whose keys are deleted
-// when the test ends. Tests that need a real server skip without redis-server
-// on PATH and say so, unless FUNNELGUARD_REQUIRE_REDIS=1, which turns the skip
-// into a failure (CI sets it).
+// when the test ends. Tests that need a real server skip without its binary
+// and say so, unless FUNNELGUARD_REQUIRE_REDIS=1, which turns the skip into a
+// failure (CI sets it).
+//
+// The binaries come from the environment: FUNNELGUARD_REDIS_SERVER names the
+// server (redis-server by default; it also runs the sentinels, with
+// --sentinel) and FUNNELGUARD_REDIS_CLI the client that creates clusters
+// (redis-cli by default), each a name looked up on PATH or a path. To run the
+// real-server tests on Valkey:
+//
+//	FUNNELGUARD_REDIS_SERVER=valkey-server FUNNELGUARD_REDIS_CLI=valkey-cli go test ./...
 package testutil

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Freeze stops the process pid with SIGSTOP: a stalled redis-server (a
+// Freeze stops the process pid with SIGSTOP: a stalled server (a
 // swapping host, a frozen VM) or a paused client (a GC pause). It returns a
 // function that continues the process with SIGCONT; that also runs when t
 // ends, whatever happened, so no process stays stopped. Pass only the pid of

@@ -33,7 +33,8 @@ const (
 
 // A SentinelGroup is a Redis master, one replica of it and three sentinels
 // that monitor them and fail over to the replica when the master dies, each a
-// redis-server on a loopback port with its own directory (see Server).
+// server on a loopback port with its own directory (see Server); the
+// sentinels are the server binary run with --sentinel.
 type SentinelGroup struct {
 	// MasterName is the name the sentinels know the master by (MasterName).
 	MasterName string
@@ -139,7 +140,7 @@ func sentinelNode(master string) spawnSpec {
 // the replica and the two other sentinels.
 func startSentinel() (*SentinelGroup, error) {
 	if serverPath() == "" {
-		return nil, errNoServer
+		return nil, serverBin.err()
 	}
 	start := time.Now()
 	g := &SentinelGroup{MasterName: MasterName}

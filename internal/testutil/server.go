@@ -17,12 +17,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RequireEnv names the variable that makes a missing redis-server a failure.
+// RequireEnv names the variable that makes a missing server (or CLI, see
+// ServerEnv and CLIEnv) a failure.
 const RequireEnv = "FUNNELGUARD_REQUIRE_REDIS"
 
-// A Server is a redis-server process on a loopback port, with its own
-// temporary directory, no persistence, and nothing but this test binary
-// talking to it.
+// A Server is a server process (redis-server, or what ServerEnv names) on a
+// loopback port, with its own temporary directory, no persistence, and
+// nothing but this test binary talking to it.
 type Server struct {
 	Addr string // 127.0.0.1:port
 	dir  string
@@ -41,23 +42,14 @@ type spawnSpec struct {
 	prepare func(dir, port string) (conf string, args []string, err error)
 }
 
-// serverPath returns the redis-server binary, or "" if there is none.
-func serverPath() string {
-	p, err := exec.LookPath("redis-server")
-	if err != nil {
-		return ""
-	}
-	return p
-}
-
-// NeedServer skips t when redis-server is not installed, or fails it when
-// FUNNELGUARD_REQUIRE_REDIS=1.
+// NeedServer skips t when the server binary (ServerEnv, redis-server by
+// default) is not installed, or fails it when FUNNELGUARD_REQUIRE_REDIS=1.
 func NeedServer(t testing.TB) {
 	t.Helper()
 	if serverPath() != "" {
 		return
 	}
-	missing(t, "redis-server is not on PATH: this test needs a real Redis (apt-get install redis-server)")
+	missing(t, serverBin.missing())
 }
 
 // missing skips t for want of a program, or fails it when
@@ -70,7 +62,7 @@ func missing(t testing.TB, msg string) {
 	t.Skip(msg)
 }
 
-// StartServer starts a redis-server for t alone and stops it when t ends.
+// StartServer starts a server for t alone and stops it when t ends.
 // Use it for tests that stop, kill or pause the server; other tests share one
 // server through Backends or Real.
 func StartServer(t testing.TB) *Server {
@@ -78,15 +70,15 @@ func StartServer(t testing.TB) *Server {
 	NeedServer(t)
 	s, err := Spawn()
 	if err != nil {
-		t.Fatalf("start redis-server: %v", err)
+		t.Fatalf("start %s: %v", ServerName(), err)
 	}
 	t.Cleanup(s.Stop)
 	return s
 }
 
-// StartServers starts n redis-servers for t alone, in parallel, and stops
-// them when t ends. It skips (or fails) t from t's own goroutine when
-// redis-server is missing: a t.Skip from a spawning goroutine would not skip.
+// StartServers starts n servers for t alone, in parallel, and stops them
+// when t ends. It skips (or fails) t from t's own goroutine when the server
+// binary is missing: a t.Skip from a spawning goroutine would not skip.
 func StartServers(t testing.TB, n int) []*Server {
 	t.Helper()
 	NeedServer(t)
@@ -103,20 +95,20 @@ func StartServers(t testing.TB, n int) []*Server {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		t.Fatalf("start redis-servers: %v", err)
+		t.Fatalf("start %d of %s: %v", n, ServerName(), err)
 	}
 	return srvs
 }
 
-// Spawn starts a redis-server on a free loopback port outside any test (the
-// bench program uses it); the caller must Stop it. It fails when
-// redis-server is not on PATH.
+// Spawn starts a server (ServerEnv, redis-server by default) on a free
+// loopback port outside any test (the bench program uses it); the caller must
+// Stop it. It fails when the binary is not found.
 func Spawn() (*Server, error) { return spawn(spawnSpec{}) }
 
 // spawn is Spawn for any kind of server.
 func spawn(spec spawnSpec) (*Server, error) {
 	if serverPath() == "" {
-		return nil, errNoServer
+		return nil, serverBin.err()
 	}
 	dir, err := os.MkdirTemp("", "funnelguard-redis-")
 	if err != nil {
@@ -146,7 +138,7 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// start runs redis-server on s.Addr and waits until it answers PING.
+// start runs the server binary on s.Addr and waits until it answers PING.
 func (s *Server) start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
 	var conf string
@@ -159,7 +151,7 @@ func (s *Server) start() error {
 	}
 	var args []string
 	if conf != "" {
-		args = append(args, conf) // redis-server takes the config file first
+		args = append(args, conf) // the server takes the config file first
 	}
 	args = append(args,
 		"--bind", "127.0.0.1", "--port", port,
@@ -188,12 +180,12 @@ func (s *Server) start() error {
 		select {
 		case <-s.exit:
 			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			return fmt.Errorf("redis-server on %s exited: %s", s.Addr, tail(log, 400))
+			return fmt.Errorf("%s on %s exited: %s", ServerName(), s.Addr, tail(log, 400))
 		default:
 		}
 		if time.Now().After(deadline) {
 			s.Kill()
-			return fmt.Errorf("redis-server on %s did not answer PING: %w", s.Addr, err)
+			return fmt.Errorf("%s on %s did not answer PING: %w", ServerName(), s.Addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -243,6 +235,3 @@ func (s *Server) Stop() {
 	}
 	os.RemoveAll(s.dir)
 }
-
-// errNoServer is returned by the shared server when redis-server is missing.
-var errNoServer = errors.New("redis-server is not on PATH")

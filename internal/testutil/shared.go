@@ -49,19 +49,19 @@ func stopAll() {
 }
 
 // Real returns the test binary's shared real server, starting it on first
-// use; it skips t without redis-server (or fails it, see NeedServer).
+// use; it skips t without the server binary (or fails it, see NeedServer).
 func Real(t testing.TB) *Server {
 	t.Helper()
 	NeedServer(t)
 	shared.once.Do(func() {
 		if serverPath() == "" {
-			shared.err = errNoServer
+			shared.err = serverBin.err()
 			return
 		}
 		shared.srv, shared.err = Spawn()
 	})
 	if shared.err != nil {
-		t.Fatalf("shared redis-server: %v", shared.err)
+		t.Fatalf("shared %s: %v", ServerName(), shared.err)
 	}
 	return shared.srv
 }

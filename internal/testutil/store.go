@@ -11,7 +11,7 @@ import (
 )
 
 // A Store is a Redis whose every key belongs to one test: a fresh miniredis,
-// or a redis-server of the test's own. Bad-input tests use it to check, after
+// or a real server of the test's own. Bad-input tests use it to check, after
 // each case, that nothing was written outside the test's prefix or without a
 // TTL, and how many commands a call sent.
 type Store struct {
@@ -21,7 +21,7 @@ type Store struct {
 	Cmds   *CommandCounter // every command Client sent
 }
 
-// Stores returns a miniredis Store and, when redis-server is installed (see
+// Stores returns a miniredis Store and, when the server binary is installed (see
 // NeedServer), a real-server one; both end with t.
 func Stores(t *testing.T) []Store {
 	t.Helper()
