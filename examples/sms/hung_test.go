@@ -295,9 +295,17 @@ func TestHungRedisMidRequest(t *testing.T) {
 			defer httpc.CloseIdleConnections()
 
 			// While the server answers: a code to another number (the
-			// scripts cached, the connections open).
-			if r := e.send(phoneN(1)); r.status != http.StatusAccepted {
-				t.Fatalf("send before the stop: %v\nlogs:\n%s", r, e.logs)
+			// scripts cached, the connections open). A loaded machine can
+			// take the first send past the 300 ms Timeout: another number
+			// then, until one is sent warm.
+			for i := 1; ; i++ {
+				r := e.send(phoneN(i))
+				if r.status == http.StatusAccepted {
+					break
+				}
+				if i == 5 {
+					t.Fatalf("send before the stop, 5 numbers: %v\nlogs:\n%s", r, e.logs)
+				}
 			}
 			url, body := e.srv.URL+"/api/sms/send", `{"phone":"`+number+`"}`
 			if tc.verify {

@@ -50,8 +50,11 @@ func TestEnumerationTiming(t *testing.T) {
 		t.Cleanup(func() { client.Close() })
 		client.AddHook(rec)
 		e := newEnvOn(t, client, enumerationConfig, func(c *Config) {
-			// The server's clock runs: a short cooldown, waited out below.
-			c.Cooldown = 50 * time.Millisecond
+			// The server's clock runs: a short cooldown, waited out below;
+			// long enough that no send reaches its Peek of the next send's
+			// wait after it ended, however loaded the machine (at 50 ms, a
+			// known number's 202 once said retry_after 0, a fresh one's 1).
+			c.Cooldown = 2 * time.Second
 		})
 		enumeration(t, e, rec, func() {})
 	})

@@ -612,9 +612,10 @@ func TestLostReplyUnlockAgainHandsNothingOver(t *testing.T) {
 		if err := held.Unlock(ctx); err != nil {
 			t.Fatalf("the other Locker's Unlock = %v; it held the lock all along", err)
 		}
-		w := <-got
-		if w == nil {
-			t.Fatal("the waiter got no lock")
+		res := <-got
+		w := res.lk
+		if res.err != nil || w == nil {
+			t.Fatalf("the waiter got no lock: %v", res.err)
 		}
 		defer w.Unlock(ctx)
 		if w.Token() == lk.Token() {
@@ -659,7 +660,11 @@ func TestLostReplyUnlockAgainRepeatsTheHandOver(t *testing.T) {
 		}
 		var w *mutex.Lock
 		select {
-		case w = <-got:
+		case res := <-got:
+			if res.err != nil {
+				t.Fatalf("the waiter's Lock = %v", res.err)
+			}
+			w = res.lk
 		case <-ctx.Done():
 			t.Fatal("the waiter did not get the lock handed to it")
 		}
@@ -675,15 +680,14 @@ func TestLostReplyUnlockAgainRepeatsTheHandOver(t *testing.T) {
 // queueWaiter starts a Lock of name through l (a minute's lease) and returns
 // once it waits, that is, once it has marked the lock for a notification
 // (read through admin); the Lock's result comes on the channel.
-func queueWaiter(ctx context.Context, t *testing.T, l *mutex.Locker, admin *redis.Client, name string) <-chan *mutex.Lock {
+func queueWaiter(ctx context.Context, t *testing.T, l *mutex.Locker, admin *redis.Client, name string) <-chan waited {
 	t.Helper()
-	got := make(chan *mutex.Lock, 1)
+	got := make(chan waited, 1)
+	// The goroutine reports through got, never through t: it may end after
+	// the test has (a test that failed before reading got).
 	go func() {
 		w, err := l.Lock(ctx, name, mutex.Lease(time.Minute))
-		if err != nil {
-			t.Errorf("the waiter's Lock = %v", err)
-		}
-		got <- w
+		got <- waited{w, err}
 	}()
 	key := l.Key(name, "lock")
 	for {
@@ -695,4 +699,10 @@ func queueWaiter(ctx context.Context, t *testing.T, l *mutex.Locker, admin *redi
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// waited is what queueWaiter's Lock returned.
+type waited struct {
+	lk  *mutex.Lock
+	err error
 }
