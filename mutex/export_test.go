@@ -1,14 +1,7 @@
 package mutex
 
 // QueueLen returns how many goroutines of l wait for name (a test seam).
-func QueueLen(l *Locker, name string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if q := l.queues[name]; q != nil {
-		return len(q.waiters)
-	}
-	return 0
-}
+func QueueLen(l *Locker, name string) int { return l.Waiters(name) }
 
 // Marked reports whether a lock's stored value carries a waiter's mark (a
 // test seam: the format is held.lua's).

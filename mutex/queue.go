@@ -44,6 +44,22 @@ func signal(ch chan struct{}) {
 	}
 }
 
+// Waiters returns how many Lock and LockWith calls of this Locker are
+// waiting for name now: a gauge for metrics, or for a test that must know a
+// waiter has queued. A waiter marks the lock in Redis just before it queues
+// here, so the mark alone does not tell.
+func (l *Locker) Waiters(name string) int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q := l.queues[name]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
+}
+
 // wait is Lock without re-entry: queue up, and poll Redis while at the head.
 // With call, each attempt runs call.Fragment; res is the result of the
 // attempt that got the lock, unless handed reports that a local holder handed

@@ -679,7 +679,8 @@ func TestLostReplyUnlockAgainRepeatsTheHandOver(t *testing.T) {
 
 // queueWaiter starts a Lock of name through l (a minute's lease) and returns
 // once it waits, that is, once it has marked the lock for a notification
-// (read through admin); the Lock's result comes on the channel.
+// (read through admin) and joined l's queue; the Lock's result comes on the
+// channel.
 func queueWaiter(ctx context.Context, t *testing.T, l *mutex.Locker, admin *redis.Client, name string) <-chan waited {
 	t.Helper()
 	got := make(chan waited, 1)
@@ -691,7 +692,8 @@ func queueWaiter(ctx context.Context, t *testing.T, l *mutex.Locker, admin *redi
 	}()
 	key := l.Key(name, "lock")
 	for {
-		if v := admin.Get(ctx, key).Val(); len(v) > 32 && v[32] == 'w' {
+		// Marked in Redis, and queued in l (it marks first).
+		if v := admin.Get(ctx, key).Val(); len(v) > 32 && v[32] == 'w' && l.Waiters(name) > 0 {
 			return got
 		}
 		if ctx.Err() != nil {
