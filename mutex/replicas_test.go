@@ -345,3 +345,39 @@ func TestReplicaAckCluster(t *testing.T) {
 		t.Fatalf("%d locks on the frozen replica's master failed, %d elsewhere granted: want some of each", failed, granted)
 	}
 }
+
+// A hung master: every call of a Locker with WithReplicaAck returns by its
+// context's deadline, on a client that honours deadlines and on one that
+// does not (the call then returns from its own goroutine).
+func TestReplicaAckHungServer(t *testing.T) {
+	r := testutil.StartReplicated(t, 1)
+	for _, honours := range []bool{true, false} {
+		c := redis.NewClient(&redis.Options{Addr: r.Master.Addr, ContextTimeoutEnabled: honours})
+		defer c.Close()
+		l := mutex.New(c, mutex.WithReplicaAck(1, time.Second))
+		held := lockAcked(t, context.Background(), l, "held")
+		thaw := testutil.Freeze(t, r.Master.Pid())
+		for name, call := range map[string]func(ctx context.Context) error{
+			"TryLock": func(ctx context.Context) error { _, err := l.TryLock(ctx, "x"); return err },
+			"Lock":    func(ctx context.Context) error { _, err := l.Lock(ctx, "y"); return err },
+			"Extend":  func(ctx context.Context) error { return held.Extend(ctx, time.Minute) },
+			"UnlockWith": func(ctx context.Context) error {
+				_, err := held.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{l.Key("held", "data")}, Args: []any{"v"}})
+				return err
+			},
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			start := time.Now()
+			err := call(ctx)
+			took := time.Since(start)
+			cancel()
+			// A bound against a hang, with room for a loaded machine; not
+			// a measure of speed.
+			if err == nil || took > 300*time.Millisecond+time.Second {
+				t.Errorf("%s on a hung master (ContextTimeoutEnabled %v): %v after %v; want an error by the deadline", name, honours, err, took)
+			}
+			t.Logf("%s on a hung master (ContextTimeoutEnabled %v): returned after %v", name, honours, took.Round(100*time.Microsecond))
+		}
+		thaw()
+	}
+}
