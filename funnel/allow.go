@@ -115,7 +115,7 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 		return fmt.Errorf("%w: refund of %d units", ErrInvalidN, n)
 	}
 	for range maxCommits {
-		lk, res, err := lim.locker.LockWith(ctx, c.name, c.read(readAll), lim.hold)
+		lk, res, err := lim.locker.LockWith(ctx, c.name, c.read(readAll), lim.hold...)
 		if err != nil {
 			return corrupt(err)
 		}
@@ -150,7 +150,7 @@ func (lim *Limiter) Reset(ctx context.Context, key string) error {
 	}
 	c := call{key: lim.stateKey(key), name: key}
 	for range maxCommits {
-		lk, err := lim.locker.Lock(ctx, c.name, lim.hold)
+		lk, err := lim.locker.Lock(ctx, c.name, lim.hold...)
 		if err != nil {
 			return err
 		}

@@ -147,9 +147,9 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 		case !lim.uniform:
 			gate = c.admit(n, lock)
 		}
-		lk, res, err := lim.locker.TryLockWith(ctx, c.name, gate, lim.hold)
+		lk, res, err := lim.locker.TryLockWith(ctx, c.name, gate, lim.hold...)
 		if errors.Is(err, mutex.ErrLocked) {
-			lk, res, err = lim.locker.LockWith(ctx, c.name, gate, lim.hold)
+			lk, res, err = lim.locker.LockWith(ctx, c.name, gate, lim.hold...)
 		}
 		if ws == nil {
 			ws = lim.batches.seal(k, b)

@@ -59,7 +59,7 @@ type Limiter struct {
 	locker *mutex.Locker
 	prefix string
 	lease  time.Duration
-	hold   mutex.LockOption // mutex.Lease(lease), made once
+	hold   []mutex.LockOption // mutex.Lease(lease) (and AckAtRelease), made once
 	err    error
 	// honours is set when the client bounds commands by their context's
 	// deadline; Peek runs under ctxcall otherwise (the Locker does the same).
@@ -230,9 +230,10 @@ func WithUniformCost() Option {
 // charge stands on the master (the Limiter errs toward denying), and the
 // caller should not act on it. Keys with no state are admitted through the
 // lock like any other (WithUniformCost), since that one-round-trip
-// admission writes in a script that waits for nobody. An admission then
-// takes three round trips (the read with the lock, WAIT once it is granted,
-// and the commit with its WAIT); a denial still takes one.
+// admission writes in a script that waits for nobody. An admission still
+// takes two round trips: the read with the lock, and the commit with its
+// WAIT, which covers the lock's acquisition too (mutex.AckAtRelease); a
+// denial takes one.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(lim *Limiter) {
 		if n < 1 || timeout < time.Millisecond {
@@ -285,7 +286,12 @@ func New(client mutex.Client, opts ...Option) *Limiter {
 		// at the penalty box.
 		lim.uniform = true
 	}
-	lim.hold = mutex.Lease(lim.lease)
+	lim.hold = []mutex.LockOption{mutex.Lease(lim.lease)}
+	if n, _ := lim.locker.ReplicaAck(); n > 0 {
+		// The commit's WAIT covers the acquisition: the Limiter acts on
+		// nothing before it.
+		lim.hold = append(lim.hold, mutex.AckAtRelease())
+	}
 	if nilcheck.IsNil(client) {
 		lim.err = ErrNilClient // before any option's error: nothing works without a client
 	} else {

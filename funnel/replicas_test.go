@@ -20,11 +20,27 @@ func TestReplicaAckAdmissions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := r.Master.Client(t)
+	rec := &testutil.CommandRecorder{}
+	c.AddHook(rec)
 	rc := r.Replicas[0].Client(t)
 	lim := funnel.New(c, funnel.WithReplicaAck(1, time.Second), funnel.WithPrefix("ra:")) // a bound a loaded machine keeps
 	rule := funnel.Rule{Name: "r", Capacity: 3, Leak: 1, Per: time.Hour}
+	if _, err := lim.Allow(ctx, "warm", rule); err != nil { // the scripts loaded
+		t.Fatal(err)
+	}
 	for i := range 3 {
+		rec.Reset()
 		res, err := lim.Allow(ctx, "k", rule)
+		waits, trips := 0, map[int]bool{}
+		for _, cmd := range rec.Commands() {
+			trips[cmd.Trip] = true
+			if cmd.Name == "wait" {
+				waits++
+			}
+		}
+		if waits != 1 || len(trips) != 2 {
+			t.Fatalf("admission #%d: %d WAITs in %d round trips, want 1 in 2 (the commit's covers the lock)", i, waits, len(trips))
+		}
 		if err != nil || !res.Allowed {
 			t.Fatalf("Allow #%d: %+v, %v", i, res, err)
 		}

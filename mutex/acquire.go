@@ -232,7 +232,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 			}
 			var reply any
 			var short error
-			if reply, short, err = l.acquireRun(ctx, script, keys, args, call != nil, reenter, late); err == nil {
+			if reply, short, err = l.acquireRun(ctx, script, keys, args, call != nil, reenter || cfg.ackLater, late); err == nil {
 				l.scripted.Store(true)
 				r, res, err = acquired(reply)
 			}
@@ -354,12 +354,12 @@ func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, a
 // acquireRun runs an acquire script, followed by WAIT when the Locker waits
 // for replicas (WithReplicaAck): in the same round trip for a plain attempt;
 // only once the lock is granted for one with a fragment, whose gate may
-// decline (a denial costs no wait). A re-entry grants nobody a lock they did
-// not hold, so it waits for nothing. short reports a grant that not enough
-// replicas acknowledged.
-func (l *Locker) acquireRun(ctx context.Context, script *redis.Script, keys []string, args []any, fragment, reenter bool, late func(any, error)) (reply any, short, err error) {
+// decline (a denial costs no wait). nowait skips the wait: a re-entry grants
+// nobody a lock they did not hold, and AckAtRelease leaves it to the
+// release. short reports a grant that not enough replicas acknowledged.
+func (l *Locker) acquireRun(ctx context.Context, script *redis.Script, keys []string, args []any, fragment, nowait bool, late func(any, error)) (reply any, short, err error) {
 	switch {
-	case l.acks == 0 || reenter:
+	case l.acks == 0 || nowait:
 		reply, err = l.run(ctx, script, keys, args, late)
 		return reply, nil, err
 	case fragment:

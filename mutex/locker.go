@@ -195,17 +195,19 @@ func (l *Locker) Err() error {
 type LockOption *lockOption
 
 type lockOption struct {
-	ttl   time.Duration // 0: unchanged
-	ttlMS any           // ttl in ms, boxed once for the scripts' arguments
-	renew bool
-	err   error
+	ttl      time.Duration // 0: unchanged
+	ttlMS    any           // ttl in ms, boxed once for the scripts' arguments
+	renew    bool
+	ackLater bool // AckAtRelease
+	err      error
 }
 
 type lockConfig struct {
-	ttl   time.Duration
-	ttlMS any
-	renew bool
-	err   error
+	ttl      time.Duration
+	ttlMS    any
+	renew    bool
+	ackLater bool
+	err      error
 }
 
 // Lease sets the lease of this acquisition instead of the Locker's TTL.
@@ -225,6 +227,19 @@ func Lease(d time.Duration) LockOption {
 func AutoRenew() LockOption { return autoRenew }
 
 var autoRenew = &lockOption{renew: true}
+
+// AckAtRelease makes an acquisition of a Locker made WithReplicaAck wait for
+// no replica: the UnlockWith that ends the hold waits for them instead, and
+// its acknowledgement covers the acquisition too (a replica acknowledges a
+// master's writes in their order). It suits holds whose only effect is the
+// fragment written at release, such as the funnel's read-modify-write,
+// which acts on nothing before its commit; a hold that acts outside Redis
+// needs its acquisition acknowledged. A lock granted this way can be lost in
+// a failover before the release, which then finds it gone (ErrNotHeld).
+// Without WithReplicaAck it changes nothing.
+func AckAtRelease() LockOption { return ackAtRelease }
+
+var ackAtRelease = &lockOption{ackLater: true}
 
 // Key returns <prefix>{<name>}:<kind>, a key in the same Redis Cluster slot
 // as the lock on name, for data that a Fragment reads or writes under that
@@ -254,6 +269,9 @@ func (l *Locker) config(name string, opts []LockOption) (lockConfig, error) {
 		}
 		if o != nil && o.renew {
 			cfg.renew = true
+		}
+		if o != nil && o.ackLater {
+			cfg.ackLater = true
 		}
 	}
 	return cfg, cfg.err

@@ -381,3 +381,26 @@ func TestReplicaAckHungServer(t *testing.T) {
 		thaw()
 	}
 }
+
+// AckAtRelease: the acquisition waits for no replica, the UnlockWith that
+// ends the hold does, and reports what the replica did not acknowledge.
+func TestReplicaAckAtRelease(t *testing.T) {
+	r := testutil.StartReplicated(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := r.Master.Client(t)
+	l := mutex.New(c, mutex.WithReplicaAck(1, ackBound))
+	lockAcked(t, ctx, l, "warm").Unlock(ctx) // the scripts loaded while the replica answers
+	thaw := testutil.Freeze(t, r.Replicas[0].Pid())
+	defer thaw()
+	lk, _, err := l.TryLockWith(ctx, "a", mutex.Call{Fragment: ackWrite, Keys: []string{l.Key("a", "data")}, Args: []any{"x"}}, mutex.AckAtRelease())
+	if err != nil {
+		t.Fatalf("TryLockWith(AckAtRelease) with a frozen replica: %v; want the lock, unacknowledged", err)
+	}
+	if _, err := lk.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{l.Key("a", "data")}, Args: []any{"y"}}); !errors.Is(err, mutex.ErrNotReplicated) {
+		t.Fatalf("its UnlockWith: %v, want ErrNotReplicated", err)
+	}
+	if _, err := l.TryLock(ctx, "b"); !errors.Is(err, mutex.ErrNotReplicated) {
+		t.Fatalf("a TryLock without AckAtRelease: %v, want ErrNotReplicated", err)
+	}
+}
