@@ -41,7 +41,11 @@ var (
 	readGate = mutex.NewGate(readSrc) // Allow: deny without the lock
 	// Allow: deny without the lock, or admit a key with no state in one
 	// round trip (admit.lua runs read.lua's body as read_state).
-	admitGate = mutex.NewGate("local function read_state()\n" + readSrc + "\nend\n" + admitSrc)
+	admitGate = mutex.NewGate(readStateFunc + admitSrc)
+	// readStateFunc is read.lua as the function read_state, for the scripts
+	// that read the state first (admit.lua, penalty.lua).
+	readStateFunc = "local function read_state()\n" + readSrc + "\nend\n"
+
 	readAll   = mutex.NewFragment(readSrc) // Refund: always take the lock
 	readPeek  = redis.NewScript(readSrc)   // Peek: no lock at all
 	writeBack = mutex.NewFragment(writeSrc)

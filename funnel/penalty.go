@@ -47,10 +47,6 @@ var (
 	penaltyPeek = redis.NewScript(readStateFunc + penaltySrc)
 )
 
-// readStateFunc is read.lua as the function read_state, for the scripts
-// that read the state first.
-var readStateFunc = "local function read_state()\n" + readSrc + "\nend\n"
-
 // WithPenalty puts keys that keep being denied in a box (see Penalty). Keys
 // with no state are then admitted through the lock like any other
 // (WithUniformCost): the box is checked by the gate that reads the state.

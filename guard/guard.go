@@ -129,19 +129,27 @@ func (g *Guard) Allow(ctx context.Context, key string) (Decision, error) {
 // ErrRejected. A bad key gives ErrInvalidKey and a denial; a ctx that ends
 // gives ctx's error and a denial.
 func (g *Guard) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	start := time.Now()
-	d, err := g.allow(ctx, key, n)
-	if g.p.Observe != nil {
-		g.p.Observe(Observation{Prefix: g.p.Prefix, N: n, Decision: d, Err: err, Latency: time.Since(start), Shadow: g.p.Shadow})
-	}
+	d, _, err := g.allowObserved(ctx, key, n)
 	return d, err
 }
 
-func (g *Guard) allow(ctx context.Context, key string, n int64) (Decision, error) {
+// allowObserved is AllowN that also returns the stored key ("" when the
+// key is invalid), for Middleware's RateLimit field.
+func (g *Guard) allowObserved(ctx context.Context, key string, n int64) (Decision, string, error) {
+	start := time.Now()
 	sk, err := g.storedKey(key)
-	if err != nil {
-		return Decision{}, err
+	var d Decision
+	if err == nil {
+		d, err = g.allow(ctx, sk, n)
 	}
+	if g.p.Observe != nil {
+		g.p.Observe(Observation{Prefix: g.p.Prefix, N: n, Decision: d, Err: err, Latency: time.Since(start), Shadow: g.p.Shadow})
+	}
+	return d, sk, err
+}
+
+// allow decides for the stored key sk.
+func (g *Guard) allow(ctx context.Context, sk string, n int64) (Decision, error) {
 	cctx, cancel := context.WithTimeout(ctx, g.p.Timeout)
 	defer cancel()
 	res, err := g.lim.AllowN(cctx, sk, n, g.p.Rules...)

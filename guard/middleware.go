@@ -67,9 +67,9 @@ func (g *Guard) Middleware(keyFunc KeyFunc, opts ...MiddlewareOption) func(http.
 					return
 				}
 			}
-			d, err := g.AllowN(r.Context(), key, n)
+			d, sk, err := g.allowObserved(r.Context(), key, n)
 			if g.p.RateLimitHeaders && err == nil {
-				g.rateLimitHeaders(w.Header(), d, g.partitionKey(key))
+				g.rateLimitHeaders(w.Header(), d, g.partitionKey(sk))
 			}
 			switch {
 			case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
@@ -242,13 +242,9 @@ func (g *Guard) rateLimitHeaders(h http.Header, d Decision, pk string) {
 	h.Set("RateLimit", sfString(name)+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(secs, 10)+pk)
 }
 
-// partitionKey is the pk parameter of key's RateLimit field (";pk=:...:"),
-// "" for a key the guard refuses.
-func (g *Guard) partitionKey(key string) string {
-	sk, err := g.storedKey(key)
-	if err != nil {
-		return ""
-	}
+// partitionKey is the pk parameter of the RateLimit field of the stored key
+// sk (";pk=:...:").
+func (g *Guard) partitionKey(sk string) string {
 	sum := sha256.Sum256([]byte(g.p.Prefix + sk))
 	return ";pk=:" + base64.StdEncoding.EncodeToString(sum[:9]) + ":"
 }

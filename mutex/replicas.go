@@ -118,13 +118,9 @@ func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []stri
 		reply, err = l.run(ctx, script, keys, args, late)
 		return reply, nil, err
 	}
-	var lateAcked func(acked, error)
-	if late != nil {
-		lateAcked = func(a acked, err error) { late(a.reply, err) }
-	}
 	a, err := ctxcall.Do(ctx, l.honours, func(ctx context.Context) (acked, error) {
 		return l.pipeWait(ctx, script, keys, args)
-	}, lateAcked)
+	}, lateReply(late))
 	return a.reply, a.short, err
 }
 
@@ -163,10 +159,6 @@ func (l *Locker) pipeWait(ctx context.Context, script *redis.Script, keys []stri
 // when granted reports that its reply grants something, sends WAIT on that
 // connection: a reply that grants nothing costs no wait.
 func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []string, args []any, granted func(any) bool, late func(any, error)) (reply any, short, err error) {
-	var lateAcked func(acked, error)
-	if late != nil {
-		lateAcked = func(a acked, err error) { late(a.reply, err) }
-	}
 	a, err := ctxcall.Do(ctx, l.honours, func(ctx context.Context) (acked, error) {
 		n, err := l.nodeOf(ctx, keys[0])
 		if err != nil {
@@ -181,8 +173,17 @@ func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []s
 		wait := l.waitCmd(ctx, l.ackTimeout)
 		_ = c.Process(ctx, wait)
 		return acked{reply, l.short(wait)}, nil
-	}, lateAcked)
+	}, lateReply(late))
 	return a.reply, a.short, err
+}
+
+// lateReply hands the script's reply of a late acked outcome to late (nil:
+// nothing to do with it).
+func lateReply(late func(any, error)) func(acked, error) {
+	if late == nil {
+		return nil
+	}
+	return func(a acked, err error) { late(a.reply, err) }
 }
 
 // waitCmd returns the WAIT command of the Locker's acknowledgement, bounded
