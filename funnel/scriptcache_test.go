@@ -19,11 +19,7 @@ import (
 
 // The load of the script cache tests: 64 goroutines, the script cache
 // flushed every flushEvery calls completed in all.
-const (
-	flushWorkers = 64
-	flushEvery   = 16
-	minFlushes   = 20
-)
+const flushEvery = 16
 
 // flushCalls is each worker's number of calls: 64 x 16 calls and a flush
 // every 16 make 64 flushes; -short keeps the 20 the test needs.
@@ -107,7 +103,7 @@ func TestScriptCacheLossUnderLoad(t *testing.T) {
 		return nil
 	}
 
-	load := testutil.FlushLoad(t, ctx, []string{srv.Addr}, flushWorkers, flushCalls(), flushEvery, func(ctx context.Context, w, i int) error {
+	load := testutil.FlushLoad(t, ctx, []string{srv.Addr}, testutil.FlushWorkers, flushCalls(), flushEvery, func(ctx context.Context, w, i int) error {
 		switch w % 4 {
 		case 0:
 			return allowHot(ctx, batched[w/4%2], 1)
@@ -128,8 +124,8 @@ func TestScriptCacheLossUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d calls, %d SCRIPT FLUSH during them; %d units admitted on the hot key of capacity %d (%d calls of one unit denied); %v",
 		load.Calls, load.Flushes, units.Load(), hot.Capacity, denied1.Load(), stats)
-	load.Check(t, minFlushes)
-	stats.Check(t, "the Limiters' clients", minFlushes)
+	load.Check(t, testutil.MinFlushes)
+	stats.Check(t, "the Limiters' clients", testutil.MinFlushes)
 	if got := units.Load(); got > hot.Capacity {
 		t.Errorf("%d units admitted on the hot key, capacity %d: over-admission of %d", got, hot.Capacity, got-hot.Capacity)
 	} else if denied1.Load() > 0 && got != hot.Capacity {

@@ -20,11 +20,7 @@ import (
 
 // The load of the script cache tests: 64 goroutines, the script cache
 // flushed every flushEvery calls completed in all.
-const (
-	flushWorkers = 64
-	flushEvery   = 16
-	minFlushes   = 20
-)
+const flushEvery = 16
 
 // flushCalls is each worker's number of calls: 64 x 16 calls and a flush
 // every 16 make 64 flushes; -short keeps the 20 the test needs.
@@ -71,7 +67,7 @@ func TestScriptCacheLossUnderLoad(t *testing.T) {
 		}
 		return nil
 	}
-	load := testutil.FlushLoad(t, ctx, []string{srv.Addr}, flushWorkers, flushCalls(), flushEvery, func(ctx context.Context, w, i int) error {
+	load := testutil.FlushLoad(t, ctx, []string{srv.Addr}, testutil.FlushWorkers, flushCalls(), flushEvery, func(ctx context.Context, w, i int) error {
 		g := guards[w%len(guards)]
 		if w%4 != 3 {
 			d, err := g.Allow(ctx, "hot")
@@ -109,8 +105,8 @@ func TestScriptCacheLossUnderLoad(t *testing.T) {
 	})
 	t.Logf("%d calls, %d SCRIPT FLUSH during them; %d admitted on the hot key of capacity %d, %d denied; %v",
 		load.Calls, load.Flushes, admitted.Load(), capacity, denied.Load(), stats)
-	load.Check(t, minFlushes)
-	stats.Check(t, "the Guards' clients", minFlushes)
+	load.Check(t, testutil.MinFlushes)
+	stats.Check(t, "the Guards' clients", testutil.MinFlushes)
 	if got := admitted.Load(); got != capacity {
 		t.Errorf("%d calls admitted on the hot key, want exactly its capacity, %d (%d denied)", got, capacity, denied.Load())
 	}

@@ -21,11 +21,7 @@ import (
 
 // The load of the script cache tests: 64 goroutines, the script cache
 // flushed every flushEvery calls completed in all.
-const (
-	flushWorkers = 64
-	flushEvery   = 8
-	minFlushes   = 20
-)
+const flushEvery = 8
 
 // flushCalls is each worker's number of calls: 64 x 8 calls and a flush
 // every 8 make 64 flushes (a few seconds under -race on two cores); -short
@@ -207,7 +203,7 @@ func TestScriptCacheLossUnderLoad(t *testing.T) {
 				return section(ctx, lk)
 			}
 
-			load := testutil.FlushLoad(t, ctx, []string{addr}, flushWorkers, flushCalls(), flushEvery, func(ctx context.Context, w, i int) error {
+			load := testutil.FlushLoad(t, ctx, []string{addr}, testutil.FlushWorkers, flushCalls(), flushEvery, func(ctx context.Context, w, i int) error {
 				l := ls[w%lockers]
 				if w%2 == 0 {
 					return contended(ctx, l, i)
@@ -217,8 +213,8 @@ func TestScriptCacheLossUnderLoad(t *testing.T) {
 			got := getCounter(t, ctx, data, hot)
 			t.Logf("%d calls, %d SCRIPT FLUSH during them; %d critical sections on the hot name (%d by TryLock); %v",
 				load.Calls, load.Flushes, sections.Load(), tryWins.Load(), stats)
-			load.Check(t, minFlushes)
-			stats.Check(t, "the Lockers' clients", minFlushes)
+			load.Check(t, testutil.MinFlushes)
+			stats.Check(t, "the Lockers' clients", testutil.MinFlushes)
 			if got != sections.Load() {
 				t.Errorf("hot counter = %d after %d critical sections: %d increments lost (two holders at once)", got, sections.Load(), sections.Load()-got)
 			}
@@ -247,7 +243,7 @@ func TestScriptCacheLossQuorum(t *testing.T) {
 	l := newQuorum(t, clients, mutex.WithRetryInterval(5*time.Millisecond))
 	var inside atomic.Int32
 	var sections atomic.Int64
-	load := testutil.FlushLoad(t, ctx, []string{srvs[0].Addr}, flushWorkers, flushCalls(), flushEvery, func(ctx context.Context, w, i int) error {
+	load := testutil.FlushLoad(t, ctx, []string{srvs[0].Addr}, testutil.FlushWorkers, flushCalls(), flushEvery, func(ctx context.Context, w, i int) error {
 		if w%2 == 0 {
 			lk, err := l.Lock(ctx, "hot")
 			if err != nil {
@@ -280,8 +276,8 @@ func TestScriptCacheLossQuorum(t *testing.T) {
 	})
 	t.Logf("%d calls, %d SCRIPT FLUSH of node 0 during them, %d critical sections; node 0: %v; node 1: %v; node 2: %v",
 		load.Calls, load.Flushes, sections.Load(), stats[0], stats[1], stats[2])
-	load.Check(t, minFlushes)
-	stats[0].Check(t, "node 0 (flushed)", minFlushes)
+	load.Check(t, testutil.MinFlushes)
+	stats[0].Check(t, "node 0 (flushed)", testutil.MinFlushes)
 	stats[1].Check(t, "node 1", 0)
 	stats[2].Check(t, "node 2", 0)
 }

@@ -122,38 +122,11 @@ func (s *ScriptStats) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-// ReplyErrors returns a go-redis hook that sets a command's error as soon
-// as the command returns, for the hooks added before it. go-redis (v9.23)
-// sets the error of a single command only once every hook has returned: a
-// hook that reads cmd.Err() after next sees nil for an error reply, NOSCRIPT
-// among them. Add it after a CommandRecorder whose Command.Err a test reads.
-// (Commands of a pipeline have their errors already.)
-func ReplyErrors() redis.Hook { return replyErrors{} }
-
-type replyErrors struct{}
-
-func (replyErrors) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (replyErrors) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if err != nil && cmd.Err() == nil {
-			cmd.SetErr(err)
-		}
-		return err
-	}
-}
-
-func (replyErrors) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-// Record returns a CommandRecorder of c's commands that sees their errors:
-// it adds the recorder, then ReplyErrors.
+// Record returns a CommandRecorder added to c's hooks (it sees each
+// command's error reply, NOSCRIPT among them).
 func Record(c interface{ AddHook(redis.Hook) }) *CommandRecorder {
 	rec := &CommandRecorder{}
 	c.AddHook(rec)
-	c.AddHook(ReplyErrors())
 	return rec
 }
 
@@ -168,6 +141,13 @@ func ScriptFlush(ctx context.Context, addrs ...string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// The load of the script cache tests: FlushWorkers goroutines, and at least
+// MinFlushes SCRIPT FLUSH during their calls for a run to prove anything.
+const (
+	FlushWorkers = 64
+	MinFlushes   = 20
+)
 
 // A Load is what FlushLoad did.
 type Load struct {
