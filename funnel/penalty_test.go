@@ -9,6 +9,7 @@ import (
 
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/redis/go-redis/v9"
 )
 
 // A brute force of 200 calls at one server time: the rule admits 3 and
@@ -186,5 +187,37 @@ func TestPenaltyBadOptions(t *testing.T) {
 		if _, err := lim.Allow(context.Background(), "k", funnel.AtMost(1, time.Minute)); !errors.Is(err, funnel.ErrInvalidOption) {
 			t.Errorf("WithPenalty(%+v): %v, want ErrInvalidOption", p, err)
 		}
+	}
+}
+
+// With a penalty box, Allow and Peek return by their deadline on a hung
+// server, on clients that honour deadlines and on ones that do not.
+func TestPenaltyHungServer(t *testing.T) {
+	srv := testutil.StartServer(t)
+	rule := funnel.AtMost(1, time.Hour)
+	for _, honours := range []bool{true, false} {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: honours})
+		defer c.Close()
+		lim := funnel.New(c, funnel.WithPenalty(funnel.Penalty{Denials: 3, Within: time.Minute, For: time.Minute}))
+		if _, err := lim.Allow(context.Background(), "warm", rule); err != nil { // scripts loaded, a connection open
+			t.Fatal(err)
+		}
+		thaw := testutil.Freeze(t, srv.Pid())
+		for name, call := range map[string]func(context.Context) error{
+			"Allow": func(ctx context.Context) error { _, err := lim.Allow(ctx, "k", rule); return err },
+			"Peek":  func(ctx context.Context) error { _, err := lim.Peek(ctx, "k", rule); return err },
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			start := time.Now()
+			err := call(ctx)
+			took := time.Since(start)
+			cancel()
+			// A bound against a hang, with room for a loaded machine.
+			if err == nil || took > 300*time.Millisecond+time.Second {
+				t.Errorf("%s on a hung server (ContextTimeoutEnabled %v): %v after %v; want an error by the deadline", name, honours, err, took)
+			}
+			t.Logf("%s on a hung server (ContextTimeoutEnabled %v): %v", name, honours, took.Round(100*time.Microsecond))
+		}
+		thaw()
 	}
 }
