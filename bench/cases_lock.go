@@ -59,8 +59,8 @@ const libUnacked = "funnelguard, no WAIT"
 // without waiting for the replica to acknowledge each acquisition (WAIT in
 // the acquisition's round trip): what WithReplicaAck costs.
 func replicaCases() []benchCase {
-	acked := func(c *redis.Client, name string) func(context.Context) error {
-		return funnelguardWith(c, name, mutex.WithReplicaAck(1, time.Second))
+	acked := func(c *redis.Client) func(string) func(context.Context) error {
+		return funnelguardWith(c, mutex.WithReplicaAck(1, time.Second))
 	}
 	return []benchCase{{
 		name:       "Lock+Unlock uncontended serial, 1 replica acknowledged",
@@ -73,80 +73,92 @@ func replicaCases() []benchCase {
 	}}
 }
 
-// A lockMaker builds one goroutine's Lock+Unlock cycle on name over client c.
-type lockMaker func(c *redis.Client, name string) func(ctx context.Context) error
+// A lockMaker builds a library's object on client c (a Locker, a redislock
+// Client, a Redsync: one per client, shared by its goroutines, as each
+// library's documentation has it), and from it one goroutine's Lock+Unlock
+// cycle on a name.
+type lockMaker func(c *redis.Client) func(name string) func(ctx context.Context) error
 
 // uncontended runs one client, one name per goroutine.
 func uncontended(parallel bool, mk lockMaker) func(context.Context, *env) (workload, error) {
 	return func(_ context.Context, e *env) (workload, error) {
-		c := e.client()
+		lib := mk(e.client())
 		n := width(e, parallel)
 		cycles := make([]func(context.Context) error, n)
 		for g := range cycles {
-			cycles[g] = mk(c, e.prefix+"u"+strconv.Itoa(g))
+			cycles[g] = lib(e.prefix + "u" + strconv.Itoa(g))
 		}
 		return workload{goroutines: n, op: func(ctx context.Context, g, _ int) error { return cycles[g](ctx) }}, nil
 	}
 }
 
 // funnelguardLock is mutex.Locker.Lock + Lock.Unlock with default settings.
-// (The Locker is per goroutine here only to share the lockMaker shape: a
-// Locker holds no connection of its own.)
-func funnelguardLock(c *redis.Client, name string) func(context.Context) error {
-	return funnelguardWith(c, name)
+// The goroutines share the Locker, so the commands of overlapping calls go
+// together in pipelines (mutex/batch.go).
+func funnelguardLock(c *redis.Client) func(string) func(context.Context) error {
+	return funnelguardWith(c)
 }
 
 // funnelguardWith is funnelguardLock with a Locker made with opts.
-func funnelguardWith(c *redis.Client, name string, opts ...mutex.Option) func(context.Context) error {
+func funnelguardWith(c *redis.Client, opts ...mutex.Option) func(string) func(context.Context) error {
 	l := mutex.New(c, opts...)
-	return func(ctx context.Context) error {
-		lk, err := l.Lock(ctx, name)
-		if err != nil {
-			return err
+	return func(name string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			lk, err := l.Lock(ctx, name)
+			if err != nil {
+				return err
+			}
+			return lk.Unlock(context.WithoutCancel(ctx)) // as redislock and redsync: no deadline on a release
 		}
-		return lk.Unlock(context.WithoutCancel(ctx)) // as redislock and redsync: no deadline on a release
 	}
 }
 
 // redislockLock is redislock Obtain (no retry: its default) + Release.
-func redislockLock(c *redis.Client, name string) func(context.Context) error {
+func redislockLock(c *redis.Client) func(string) func(context.Context) error {
 	rl := redislock.New(c)
-	return func(ctx context.Context) error {
-		lk, err := rl.Obtain(ctx, name, lockTTL, nil)
-		if err != nil {
-			return err
+	return func(name string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			lk, err := rl.Obtain(ctx, name, lockTTL, nil)
+			if err != nil {
+				return err
+			}
+			return lk.Release(context.WithoutCancel(ctx))
 		}
-		return lk.Release(context.WithoutCancel(ctx))
 	}
 }
 
-// redsyncLock is redsync with one go-redis v9 pool, NewMutex(name) once,
-// then LockContext + UnlockContext.
-func redsyncLock(c *redis.Client, name string) func(context.Context) error {
-	m := redsync.New(goredis.NewPool(c)).NewMutex(name)
-	return func(ctx context.Context) error {
-		if err := m.LockContext(ctx); err != nil {
+// redsyncLock is redsync with one go-redis v9 pool, NewMutex(name) once per
+// goroutine, then LockContext + UnlockContext.
+func redsyncLock(c *redis.Client) func(string) func(context.Context) error {
+	rs := redsync.New(goredis.NewPool(c))
+	return func(name string) func(context.Context) error {
+		m := rs.NewMutex(name)
+		return func(ctx context.Context) error {
+			if err := m.LockContext(ctx); err != nil {
+				return err
+			}
+			_, err := m.UnlockContext(context.WithoutCancel(ctx))
 			return err
 		}
-		_, err := m.UnlockContext(context.WithoutCancel(ctx))
-		return err
 	}
 }
 
 // minimalLock is SET name token NX PX ttl, then the compare-and-delete
 // script: the least a correct single-server lock can do.
-func minimalLock(c *redis.Client, name string) func(context.Context) error {
+func minimalLock(c *redis.Client) func(string) func(context.Context) error {
 	ttl := lockTTL
-	return func(ctx context.Context) error {
-		tok := newToken()
-		ok, err := c.SetNX(ctx, name, tok, ttl).Result()
-		if err != nil {
-			return err
+	return func(name string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			tok := newToken()
+			ok, err := c.SetNX(ctx, name, tok, ttl).Result()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("%s is held", name)
+			}
+			return minimalRelease.Run(context.WithoutCancel(ctx), c, []string{name}, tok).Err()
 		}
-		if !ok {
-			return fmt.Errorf("%s is held", name)
-		}
-		return minimalRelease.Run(context.WithoutCancel(ctx), c, []string{name}, tok).Err()
 	}
 }
 

@@ -300,15 +300,7 @@ func (l *Locker) takeFree(ctx context.Context, name string, n *names, cfg lockCo
 		return [3]int64{}, false, nil
 	}
 	if followed {
-		var ok bool
-		var err error
-		if l.honours || ctx.Done() == nil {
-			ok, err = l.setNX.SetNX(ctx, n.key, n.value, cfg.ttl).Result()
-		} else {
-			ok, err = ctxcall.Do(ctx, false, func(ctx context.Context) (bool, error) {
-				return l.setNX.SetNX(ctx, n.key, n.value, cfg.ttl).Result()
-			}, l.undoLateSetNX(newHold(l, name, *n)))
-		}
+		ok, err := l.setFree(ctx, name, n, cfg)
 		switch {
 		case err != nil:
 			return [3]int64{0, -1, 0}, true, err
@@ -317,16 +309,8 @@ func (l *Locker) takeFree(ctx context.Context, name string, n *names, cfg lockCo
 		}
 		return [3]int64{0, -1, 0}, true, nil
 	}
-	var old string
-	var err error
 	token := n.token
-	if l.honours || ctx.Done() == nil { // no closures on the common path
-		old, err = l.setNX.SetArgs(ctx, n.key, n.value, redis.SetArgs{Mode: "NX", TTL: cfg.ttl, Get: true}).Result()
-	} else {
-		old, err = ctxcall.Do(ctx, false, func(ctx context.Context) (string, error) {
-			return l.setNX.SetArgs(ctx, n.key, n.value, redis.SetArgs{Mode: "NX", TTL: cfg.ttl, Get: true}).Result()
-		}, l.undoLateSet(newHold(l, name, *n)))
-	}
+	old, err := l.setFreeGet(ctx, name, n, cfg)
 	switch {
 	case err == redis.Nil, err == nil && len(old) >= tokenLen && old[:tokenLen] == token:
 		return [3]int64{1, cfg.ttl.Milliseconds(), 0}, true, nil
@@ -339,10 +323,112 @@ func (l *Locker) takeFree(ctx context.Context, name string, n *names, cfg lockCo
 	return [3]int64{0, -1, 0}, true, nil
 }
 
+// setFree is takeFree's SET NX PX, batched (batch.go) and bounded by ctx.
+func (l *Locker) setFree(ctx context.Context, name string, n *names, cfg lockConfig) (bool, error) {
+	if l.batch.alone() {
+		defer l.batch.free()
+		return l.setFreeAlone(ctx, name, n, cfg)
+	}
+	undo := l.undoLateSetNX(newHold(l, name, *n))
+	var ok bool
+	var rerr error
+	cmd, err := l.batch.do(&queued{
+		ctx:  ctx,
+		add:  func(p redis.Pipeliner) redis.Cmder { return p.SetNX(ctx, n.key, n.value, cfg.ttl) },
+		late: func(c redis.Cmder) { undo(c.(*redis.BoolCmd).Result()) },
+	}, func() redis.Cmder { ok, rerr = l.setFreeAlone(ctx, name, n, cfg); return nil })
+	switch {
+	case err != nil:
+		return false, err
+	case cmd != nil:
+		return cmd.(*redis.BoolCmd).Result()
+	}
+	return ok, rerr
+}
+
+// setFreeAlone is setFree without batching.
+func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, cfg lockConfig) (bool, error) {
+	if l.honours || ctx.Done() == nil {
+		return l.setNX.SetNX(ctx, n.key, n.value, cfg.ttl).Result()
+	}
+	return ctxcall.Do(ctx, false, func(ctx context.Context) (bool, error) {
+		return l.setNX.SetNX(ctx, n.key, n.value, cfg.ttl).Result()
+	}, l.undoLateSetNX(newHold(l, name, *n)))
+}
+
+// setFreeGet is takeFree's SET NX PX GET, batched (batch.go) and bounded
+// by ctx.
+func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, cfg lockConfig) (string, error) {
+	if l.batch.alone() {
+		defer l.batch.free()
+		return l.setFreeGetAlone(ctx, name, n, cfg)
+	}
+	args := setGetArgs(cfg)
+	undo := l.undoLateSet(newHold(l, name, *n))
+	var old string
+	var rerr error
+	cmd, err := l.batch.do(&queued{
+		ctx:  ctx,
+		add:  func(p redis.Pipeliner) redis.Cmder { return p.SetArgs(ctx, n.key, n.value, args) },
+		late: func(c redis.Cmder) { undo(c.(*redis.StatusCmd).Result()) },
+	}, func() redis.Cmder { old, rerr = l.setFreeGetAlone(ctx, name, n, cfg); return nil })
+	switch {
+	case err != nil:
+		return "", err
+	case cmd != nil:
+		return cmd.(*redis.StatusCmd).Result()
+	}
+	return old, rerr
+}
+
+// setFreeGetAlone is setFreeGet without batching.
+func (l *Locker) setFreeGetAlone(ctx context.Context, name string, n *names, cfg lockConfig) (string, error) {
+	if l.honours || ctx.Done() == nil { // no closures on the common path
+		return l.setNX.SetArgs(ctx, n.key, n.value, setGetArgs(cfg)).Result()
+	}
+	return ctxcall.Do(ctx, false, func(ctx context.Context) (string, error) {
+		return l.setNX.SetArgs(ctx, n.key, n.value, setGetArgs(cfg)).Result()
+	}, l.undoLateSet(newHold(l, name, *n)))
+}
+
+// setGetArgs are the arguments of a SET NX PX GET with cfg's lease.
+func setGetArgs(cfg lockConfig) redis.SetArgs {
+	return redis.SetArgs{Mode: "NX", TTL: cfg.ttl, Get: true}
+}
+
 // run runs script on the Locker's client, returning by ctx's deadline even
 // when the client ignores it (ctxcall); late, if not nil, receives a reply
 // that came after the caller left.
 func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (any, error) {
+	if l.batch.alone() {
+		defer l.batch.free()
+		return l.runAlone(ctx, script, keys, args, late)
+	}
+	q := &queued{
+		ctx:   ctx,
+		add:   func(p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) },
+		again: func(p redis.Pipeliner) redis.Cmder { return script.Eval(ctx, p, keys, args...) },
+	}
+	if late != nil {
+		q.late = func(c redis.Cmder) { late(c.(*redis.Cmd).Result()) }
+	}
+	var reply any
+	var rerr error
+	cmd, err := l.batch.do(q, func() redis.Cmder {
+		reply, rerr = l.runAlone(ctx, script, keys, args, late)
+		return nil
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case cmd != nil:
+		return cmd.(*redis.Cmd).Result()
+	}
+	return reply, rerr
+}
+
+// runAlone is run without batching.
+func (l *Locker) runAlone(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (any, error) {
 	if l.honours || ctx.Done() == nil {
 		return script.Run(ctx, l.client, keys, args...).Result()
 	}

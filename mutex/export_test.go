@@ -8,3 +8,20 @@ func QueueLen(l *Locker, name string) int { return l.Waiters(name) }
 func Marked(value string) bool {
 	return len(value) > tokenLen && value[tokenLen] == 'w'
 }
+
+// BatchSlots is how many commands or pipelines of a Locker may be in flight.
+const BatchSlots = batchSlots
+
+// BatchQueued returns how many commands of l wait for a pipeline.
+func BatchQueued(l *Locker) int {
+	l.batch.mu.Lock()
+	defer l.batch.mu.Unlock()
+	return len(l.batch.queue)
+}
+
+// BatchBusy returns how many slots of l are in use.
+func BatchBusy(l *Locker) int {
+	l.batch.mu.Lock()
+	defer l.batch.mu.Unlock()
+	return l.batch.busy
+}

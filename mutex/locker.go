@@ -25,8 +25,17 @@ const (
 // A Locker hands out locks on names, kept in one Redis deployment (a single
 // server, a failover group or a cluster). The zero value is not usable; call
 // New. A Locker is safe for concurrent use and has no Close: it starts a
-// goroutine only while one of its Lock calls waits (to hear of releases), and
-// one per lock taken with AutoRenew.
+// goroutine only while one of its Lock calls waits (to hear of releases),
+// while commands of overlapping calls queue (see below), and one per lock
+// taken with AutoRenew. Share one Locker among the goroutines of a process.
+//
+// Calls of one Locker that overlap share round trips: a call that finds
+// four commands of the Locker in flight queues its command, and the queue
+// goes to Redis as one pipeline when one of them returns, so 64 goroutines
+// locking their own names pay one write and one read for dozens of
+// commands. A lone call is sent at once, as it would be without batching;
+// each call gets its own reply and returns by its own context's deadline (a
+// call that leaves while queued is never sent). WithoutBatching turns it off.
 //
 // Goroutines of one Locker that wait for the same name queue in FIFO order,
 // and only the head of the queue polls Redis. When a holder unlocks while a
@@ -71,6 +80,11 @@ type Locker struct {
 	acks       int
 	ackTimeout time.Duration
 
+	// batch sends the commands of overlapping calls together (batch.go),
+	// unless noBatch (WithoutBatching).
+	batch   batcher
+	noBatch bool
+
 	mu     sync.Mutex
 	queues map[string]*queue // waiters by name
 	sub    *subscription     // release notifications; nil while nobody waits
@@ -104,6 +118,13 @@ func WithRetryInterval(d time.Duration) Option {
 		}
 		l.retry = d
 	}
+}
+
+// WithoutBatching sends each call's commands on their own, never in a
+// pipeline with those of overlapping calls (see Locker): one connection of
+// the client's pool per call in flight, as with other Redis lock libraries.
+func WithoutBatching() Option {
+	return func(l *Locker) { l.noBatch = true }
 }
 
 // WithPrefix sets the prefix of the Redis keys (DefaultPrefix if unset). A
@@ -172,6 +193,9 @@ func New(client Client, opts ...Option) *Locker {
 		l.setNX = s
 	}
 	l.honours = !nilcheck.IsNil(client) && ctxcall.Honours(client)
+	if !nilcheck.IsNil(client) && !l.noBatch {
+		l.batch.pipe = pipelines(client)
+	}
 	return l
 }
 

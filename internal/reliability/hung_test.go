@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -198,6 +200,20 @@ func TestHungMutex(t *testing.T) {
 			hungCall(t, kind.name, "mutex Lock (free name)", func(ctx context.Context) error {
 				_, err := l.Lock(ctx, "free")
 				return err
+			}, notObtained)
+			hungCall(t, kind.name, "mutex Lock, 24 overlapping calls (queued and pipelined)", func(ctx context.Context) error {
+				errs := make([]error, 24)
+				var wg sync.WaitGroup
+				for i := range errs {
+					wg.Go(func() { _, errs[i] = l.Lock(ctx, "overlap"+strconv.Itoa(i)) })
+				}
+				wg.Wait()
+				for _, err := range errs {
+					if why := notObtained(err); why != "" {
+						return fmt.Errorf("one of the calls: %w (%s)", err, why)
+					}
+				}
+				return errs[0]
 			}, notObtained)
 			hungCall(t, kind.name, "mutex Lock (held by another client)", func(ctx context.Context) error {
 				_, err := l.Lock(ctx, "held")

@@ -32,6 +32,9 @@ func (h delayHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if err := h.wait(ctx); err != nil {
+			for _, cmd := range cmds { // as go-redis does for a pipeline that failed
+				cmd.SetErr(err)
+			}
 			return err
 		}
 		return next(ctx, cmds)
@@ -77,6 +80,9 @@ func (h holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if err := h.wait(ctx); err != nil {
+			for _, cmd := range cmds { // as go-redis does for a pipeline that failed
+				cmd.SetErr(err)
+			}
 			return err
 		}
 		return next(ctx, cmds)

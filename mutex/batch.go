@@ -1,0 +1,231 @@
+package mutex
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
+	"github.com/redis/go-redis/v9"
+)
+
+// A Locker's calls that overlap share round trips. A call whose command
+// finds nothing of its Locker in flight sends it at once, alone, as it
+// would without batching. One that finds batchSlots commands or pipelines
+// of the Locker in flight queues; when a slot frees, the queued commands go
+// as one pipeline, from a goroutine that lives while the queue is not
+// empty. So a lone caller pays nothing, and 64 goroutines locking and
+// unlocking their own names pay a write and a read for dozens of commands
+// instead of one each: most of what a round trip costs both the client and
+// Redis is the system calls, not the command.
+//
+// Each call still gets its own reply, and returns by its own context's
+// deadline: a call that leaves before its command was sent takes it out of
+// the queue (it never runs); one that leaves after is answered, as an
+// abandoned call is (ctxcall), with an error of unknown outcome, and its
+// reply goes to its late function. A pipeline is bounded by the latest
+// deadline of its calls (none if one of them has none).
+
+// batchSlots is how many commands or pipelines of one Locker may be in
+// flight at once; batchMax is the most commands one pipeline carries.
+const (
+	batchSlots = 4
+	batchMax   = 256
+)
+
+// A batcher queues the commands of a Locker's overlapping calls.
+type batcher struct {
+	pipe  func() redis.Pipeliner // nil: the client has no pipelines
+	mu    sync.Mutex
+	busy  int // slots in use
+	queue []*queued
+}
+
+// A queued command, and what its caller is waiting for.
+type queued struct {
+	ctx context.Context
+	// add queues the command on p and returns it; again, when not nil,
+	// queues the command to send after a NOSCRIPT reply (a script's EVAL).
+	add, again func(p redis.Pipeliner) redis.Cmder
+	late       func(redis.Cmder) // the reply of a call that left; may be nil
+	cmd        redis.Cmder
+	state      uint8 // under batcher.mu
+	done       chan struct{}
+}
+
+// States of a queued command.
+const (
+	waiting uint8 = iota
+	sent
+	left // the caller left after the command was sent
+)
+
+// pipelines returns client's Pipeline, or nil when it has none.
+func pipelines(client Client) func() redis.Pipeliner {
+	if p, ok := client.(interface{ Pipeline() redis.Pipeliner }); ok {
+		return p.Pipeline
+	}
+	return nil
+}
+
+// alone takes a slot for a call that runs by itself, when one is free and
+// nobody queues; the caller then runs its command and calls free. It
+// reports false when the call should queue (do).
+func (b *batcher) alone() bool {
+	if b.pipe == nil {
+		return true
+	}
+	b.mu.Lock()
+	ok := b.busy < batchSlots && len(b.queue) == 0
+	if ok {
+		b.busy++
+	}
+	b.mu.Unlock()
+	return ok
+}
+
+// free gives back a slot taken by alone, or hands it to a goroutine that
+// sends what queued meanwhile.
+func (b *batcher) free() {
+	if b.pipe == nil {
+		return
+	}
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.busy--
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	go b.drain()
+}
+
+// do queues q and waits for its reply, or for its caller's context to end.
+// It runs q alone, as run would, when the slots freed in the meantime:
+// alone is then called for it.
+func (b *batcher) do(q *queued, run func() redis.Cmder) (redis.Cmder, error) {
+	b.mu.Lock()
+	if b.busy < batchSlots && len(b.queue) == 0 {
+		b.busy++
+		b.mu.Unlock()
+		defer b.free()
+		return run(), nil
+	}
+	q.done = make(chan struct{})
+	b.queue = append(b.queue, q)
+	start := b.busy < batchSlots
+	if start {
+		b.busy++
+	}
+	b.mu.Unlock()
+	if start {
+		go b.drain()
+	}
+	select {
+	case <-q.done:
+		if d, ok := q.ctx.Deadline(); !ok || q.cmd.Err() == nil || time.Now().Before(d) {
+			return q.cmd, nil
+		}
+		// The pipeline ended at this call's deadline (its own, or one of
+		// the same instant): report it as the deadline, once ctx says so.
+		<-q.ctx.Done()
+		return nil, fmt.Errorf("%w: %w", ctxcall.ErrAbandoned, q.ctx.Err())
+	case <-q.ctx.Done():
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-q.done: // answered as the context ended: the outcome is known
+		return q.cmd, nil
+	default:
+	}
+	if q.state == waiting {
+		for i, o := range b.queue {
+			if o == q {
+				b.queue = append(b.queue[:i], b.queue[i+1:]...)
+				break
+			}
+		}
+		return nil, q.ctx.Err() // never sent
+	}
+	q.state = left
+	return nil, fmt.Errorf("%w: %w", ctxcall.ErrAbandoned, q.ctx.Err())
+}
+
+// drain sends the queue as pipelines, while it is not empty, on a slot its
+// starter took.
+func (b *batcher) drain() {
+	for {
+		b.mu.Lock()
+		n := min(len(b.queue), batchMax)
+		if n == 0 {
+			b.busy--
+			b.mu.Unlock()
+			return
+		}
+		batch := make([]*queued, n)
+		copy(batch, b.queue)
+		b.queue = append(b.queue[:0], b.queue[n:]...)
+		for _, q := range batch {
+			q.state = sent
+		}
+		b.mu.Unlock()
+		b.send(batch)
+	}
+}
+
+// send runs batch as one pipeline, then the EVAL of each script that Redis
+// did not have, and answers each caller.
+func (b *batcher) send(batch []*queued) {
+	ctx, cancel := batchContext(batch)
+	defer cancel()
+	p := b.pipe()
+	for _, q := range batch {
+		q.cmd = q.add(p)
+	}
+	_, _ = p.Exec(ctx) // each command keeps its own reply or error
+	var p2 redis.Pipeliner
+	for _, q := range batch {
+		if q.again != nil && redis.HasErrorPrefix(q.cmd.Err(), "NOSCRIPT") {
+			if p2 == nil {
+				p2 = b.pipe()
+			}
+			q.cmd = q.again(p2)
+		}
+	}
+	if p2 != nil {
+		_, _ = p2.Exec(ctx)
+	}
+	b.mu.Lock()
+	var late []*queued
+	for _, q := range batch {
+		if q.state == left {
+			late = append(late, q)
+		} else {
+			close(q.done)
+		}
+	}
+	b.mu.Unlock()
+	for _, q := range late {
+		if q.late != nil {
+			q.late(q.cmd)
+		}
+	}
+}
+
+// batchContext bounds a pipeline by the latest deadline of its calls, and
+// keeps the values of the first call's context (hooks may read them).
+func batchContext(batch []*queued) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, q := range batch {
+		d, ok := q.ctx.Deadline()
+		if !ok {
+			return context.WithCancel(context.WithoutCancel(batch[0].ctx))
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
+}
