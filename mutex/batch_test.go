@@ -99,6 +99,26 @@ func TestBatchedCallsShareARoundTrip(t *testing.T) {
 	})
 }
 
+// takeEverySlot warms l up (a script has run, so Lock's first try is a SET
+// NX), then holds every command of c at a gate and fills l's slots with
+// lone TryLock calls held there; shut opens the gate, and wg ends with
+// those calls.
+func takeEverySlot(t *testing.T, c *redis.Client, l *mutex.Locker) (shut func(), wg *sync.WaitGroup) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := l.TryLock(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	hold, shut := testutil.HoldHook()
+	c.AddHook(hold)
+	wg = &sync.WaitGroup{}
+	for i := range mutex.BatchSlots {
+		wg.Go(func() { _, _ = l.TryLock(ctx, "alone"+strconv.Itoa(i)) })
+	}
+	waitFor(t, "every slot taken", func() bool { return mutex.BatchBusy(l) == mutex.BatchSlots })
+	return shut, wg
+}
+
 // A call whose context ends while its command queues returns at once, and
 // its command is never sent: no lock is taken for it.
 func TestBatchedCallLeavesTheQueue(t *testing.T) {
@@ -106,17 +126,8 @@ func TestBatchedCallLeavesTheQueue(t *testing.T) {
 		c, rec := recordedClient(t, b, &redis.Options{})
 		l := mutex.New(c, mutex.WithPrefix(b.Prefix))
 		ctx := context.Background()
-		if _, err := l.TryLock(ctx, "warm"); err != nil {
-			t.Fatal(err)
-		}
-		hold, shut := testutil.HoldHook()
-		c.AddHook(hold)
+		shut, wg := takeEverySlot(t, c, l)
 		defer shut()
-		var wg sync.WaitGroup
-		for i := range mutex.BatchSlots {
-			wg.Go(func() { _, _ = l.TryLock(ctx, "alone"+strconv.Itoa(i)) })
-		}
-		waitFor(t, "every slot taken", func() bool { return mutex.BatchBusy(l) == mutex.BatchSlots })
 		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
 		_, err := l.Lock(short, "leaver")
@@ -150,19 +161,10 @@ func TestBatchedCallLeftAfterSending(t *testing.T) {
 		c := b.Client(t)
 		l := mutex.New(c, mutex.WithPrefix(b.Prefix))
 		ctx := context.Background()
-		if _, err := l.TryLock(ctx, "warm"); err != nil {
-			t.Fatal(err)
-		}
 		// Every slot taken by a lone call held before Redis; then a pipeline
 		// held after Redis ran it.
-		hold, shut := testutil.HoldHook()
-		c.AddHook(hold)
+		shut, wg := takeEverySlot(t, c, l)
 		defer shut()
-		var wg sync.WaitGroup
-		for i := range mutex.BatchSlots {
-			wg.Go(func() { _, _ = l.TryLock(ctx, "alone"+strconv.Itoa(i)) })
-		}
-		waitFor(t, "every slot taken", func() bool { return mutex.BatchBusy(l) == mutex.BatchSlots })
 		after, reply := testutil.HoldHook()
 		defer reply()
 		c.AddHook(afterRedis{after})
