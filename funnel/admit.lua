@@ -34,7 +34,10 @@ for i = 3, k + 2 do
     return r
   end
 end
-if redis.call('EXISTS', KEYS[2]) == 1 then
+-- One EXISTS of both keys: 0 when the lock is free and the state is new (a
+-- first call, most admissions here), which then needs no PTTL below.
+local new = redis.call('EXISTS', KEYS[1], KEYS[2]) == 0
+if not new and redis.call('EXISTS', KEYS[2]) == 1 then
   return r
 end
 local digits = '0123456789abcdefghijklmnopqrstuvwxyz'
@@ -51,7 +54,7 @@ for i = 1, k do
 end
 redis.call('HSET', KEYS[1], unpack(args))
 -- The key's TTL only grows: other rules' fields may need the longer one.
-if redis.call('PTTL', KEYS[1]) < tonumber(ttl) then
+if new or redis.call('PTTL', KEYS[1]) < tonumber(ttl) then
   redis.call('PEXPIRE', KEYS[1], ttl)
 end
 return {0, r[2], 'admitted'}
