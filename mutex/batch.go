@@ -207,10 +207,16 @@ func (b *batcher) send(batch []*queued) {
 		}
 	}
 	b.mu.Unlock()
-	for _, q := range late {
-		if q.late != nil {
-			q.late(q.cmd)
-		}
+	if len(late) > 0 {
+		// Not on this slot: a late function may call the Locker again
+		// (releasing what the call took), and would queue behind itself.
+		go func() {
+			for _, q := range late {
+				if q.late != nil {
+					q.late(q.cmd)
+				}
+			}
+		}()
 	}
 }
 
