@@ -176,6 +176,9 @@ func WithLease(d time.Duration) Option {
 // one Limiter share one lock hold: one read, their decisions made in arrival
 // order on it, one write. Their outcomes are the same either way; batching
 // takes two round trips per batch instead of two per call on a hot key.
+// (Apart from this, the Limiter's Locker sends the commands of overlapping
+// calls in shared pipelines; WithLocker(mutex.New(client,
+// mutex.WithoutPipelining())) turns that off.)
 func WithoutBatching() Option {
 	return func(lim *Limiter) { lim.alone = true }
 }

@@ -103,7 +103,7 @@ func TestBatchedCallsShareARoundTrip(t *testing.T) {
 // NX), then holds every command of c at a gate and fills l's slots with
 // lone TryLock calls held there; shut opens the gate, and wg ends with
 // those calls.
-func takeEverySlot(t *testing.T, c *redis.Client, l *mutex.Locker) (shut func(), wg *sync.WaitGroup) {
+func takeEverySlot(t *testing.T, c interface{ AddHook(redis.Hook) }, l *mutex.Locker) (shut func(), wg *sync.WaitGroup) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := l.TryLock(ctx, "warm"); err != nil {
@@ -218,12 +218,12 @@ func (a afterRedis) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// With WithoutBatching, overlapping calls never queue: each sends its own
+// With WithoutPipelining, overlapping calls never queue: each sends its own
 // command at once, on a connection of its own.
-func TestWithoutBatching(t *testing.T) {
+func TestWithoutPipelining(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		c, rec := recordedClient(t, b, &redis.Options{})
-		l := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithoutBatching())
+		l := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithoutPipelining())
 		ctx := context.Background()
 		if _, err := l.TryLock(ctx, "warm"); err != nil {
 			t.Fatal(err)

@@ -10,6 +10,7 @@ package mutex_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -339,4 +340,45 @@ func TestClusterCrossSlotFails(t *testing.T) {
 		t.Fatalf("TryLock after the failed call = %v: the failed call left a lock", err)
 	}
 	lk.Unlock(ctx)
+}
+
+// Overlapping calls on a cluster (or through a failover client) queue and
+// go as one pipeline, which go-redis splits by node: names in different
+// slots are each locked and unlocked, and none is left.
+func TestClusterBatchedLocks(t *testing.T) {
+	testutil.ScaleOut(t, func(t *testing.T, d *testutil.Deployment) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang, not a speed target
+		defer cancel()
+		c := d.Client(t)
+		l := mutex.New(c, mutex.WithPrefix(d.Prefix))
+		shut, slots := takeEverySlot(t, c, l)
+		defer shut()
+		const queued = 24
+		errs := make(chan error, queued)
+		var wg sync.WaitGroup
+		for i := range queued {
+			wg.Go(func() {
+				lk, err := l.Lock(ctx, "spread"+strconv.Itoa(i))
+				if err == nil {
+					err = lk.Unlock(ctx)
+				}
+				errs <- err
+			})
+		}
+		waitQueued(t, l, queued)
+		shut()
+		wg.Wait()
+		slots.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("Lock+Unlock: %v", err)
+			}
+		}
+		for i := range queued {
+			if n := c.Exists(ctx, l.Key("spread"+strconv.Itoa(i), "lock")).Val(); n != 0 {
+				t.Fatalf("lock spread%d left after its Unlock", i)
+			}
+		}
+	})
 }

@@ -35,7 +35,7 @@ const (
 // locking their own names pay one write and one read for dozens of
 // commands. A lone call is sent at once, as it would be without batching;
 // each call gets its own reply and returns by its own context's deadline (a
-// call that leaves while queued is never sent). WithoutBatching turns it off.
+// call that leaves while queued is never sent). WithoutPipelining turns it off.
 //
 // Goroutines of one Locker that wait for the same name queue in FIFO order,
 // and only the head of the queue polls Redis. When a holder unlocks while a
@@ -81,7 +81,7 @@ type Locker struct {
 	ackTimeout time.Duration
 
 	// batch sends the commands of overlapping calls together (batch.go),
-	// unless noBatch (WithoutBatching).
+	// unless noBatch (WithoutPipelining).
 	batch   batcher
 	noBatch bool
 
@@ -120,10 +120,10 @@ func WithRetryInterval(d time.Duration) Option {
 	}
 }
 
-// WithoutBatching sends each call's commands on their own, never in a
+// WithoutPipelining sends each call's commands on their own, never in a
 // pipeline with those of overlapping calls (see Locker): one connection of
 // the client's pool per call in flight, as with other Redis lock libraries.
-func WithoutBatching() Option {
+func WithoutPipelining() Option {
 	return func(l *Locker) { l.noBatch = true }
 }
 
