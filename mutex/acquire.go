@@ -330,20 +330,15 @@ func (l *Locker) setFree(ctx context.Context, name string, n *names, cfg lockCon
 		return l.setFreeAlone(ctx, name, n, cfg)
 	}
 	undo := l.undoLateSetNX(newHold(l, name, *n))
-	var ok bool
-	var rerr error
 	cmd, err := l.batch.do(&queued{
 		ctx:  ctx,
 		add:  func(p redis.Pipeliner) redis.Cmder { return p.SetNX(ctx, n.key, n.value, cfg.ttl) },
 		late: func(c redis.Cmder) { undo(c.(*redis.BoolCmd).Result()) },
-	}, func() redis.Cmder { ok, rerr = l.setFreeAlone(ctx, name, n, cfg); return nil })
-	switch {
-	case err != nil:
+	})
+	if err != nil {
 		return false, err
-	case cmd != nil:
-		return cmd.(*redis.BoolCmd).Result()
 	}
-	return ok, rerr
+	return cmd.(*redis.BoolCmd).Result()
 }
 
 // setFreeAlone is setFree without batching.
@@ -363,22 +358,16 @@ func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, cfg lock
 		defer l.batch.free()
 		return l.setFreeGetAlone(ctx, name, n, cfg)
 	}
-	args := setGetArgs(cfg)
 	undo := l.undoLateSet(newHold(l, name, *n))
-	var old string
-	var rerr error
 	cmd, err := l.batch.do(&queued{
 		ctx:  ctx,
-		add:  func(p redis.Pipeliner) redis.Cmder { return p.SetArgs(ctx, n.key, n.value, args) },
+		add:  func(p redis.Pipeliner) redis.Cmder { return p.SetArgs(ctx, n.key, n.value, setGetArgs(cfg)) },
 		late: func(c redis.Cmder) { undo(c.(*redis.StatusCmd).Result()) },
-	}, func() redis.Cmder { old, rerr = l.setFreeGetAlone(ctx, name, n, cfg); return nil })
-	switch {
-	case err != nil:
+	})
+	if err != nil {
 		return "", err
-	case cmd != nil:
-		return cmd.(*redis.StatusCmd).Result()
 	}
-	return old, rerr
+	return cmd.(*redis.StatusCmd).Result()
 }
 
 // setFreeGetAlone is setFreeGet without batching.
@@ -412,19 +401,11 @@ func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, a
 	if late != nil {
 		q.late = func(c redis.Cmder) { late(c.(*redis.Cmd).Result()) }
 	}
-	var reply any
-	var rerr error
-	cmd, err := l.batch.do(q, func() redis.Cmder {
-		reply, rerr = l.runAlone(ctx, script, keys, args, late)
-		return nil
-	})
-	switch {
-	case err != nil:
+	cmd, err := l.batch.do(q)
+	if err != nil {
 		return nil, err
-	case cmd != nil:
-		return cmd.(*redis.Cmd).Result()
 	}
-	return reply, rerr
+	return cmd.(*redis.Cmd).Result()
 }
 
 // runAlone is run without batching.

@@ -101,17 +101,11 @@ func (b *batcher) free() {
 	go b.drain()
 }
 
-// do queues q and waits for its reply, or for its caller's context to end.
-// It runs q alone, as run would, when the slots freed in the meantime:
-// alone is then called for it.
-func (b *batcher) do(q *queued, run func() redis.Cmder) (redis.Cmder, error) {
+// do queues q, for a call that alone turned away, and waits for its reply
+// or for its caller's context to end. (If a slot freed in the meantime, q
+// goes at once, in a pipeline of its own.)
+func (b *batcher) do(q *queued) (redis.Cmder, error) {
 	b.mu.Lock()
-	if b.busy < batchSlots && len(b.queue) == 0 {
-		b.busy++
-		b.mu.Unlock()
-		defer b.free()
-		return run(), nil
-	}
 	q.done = make(chan struct{})
 	b.queue = append(b.queue, q)
 	start := b.busy < batchSlots
