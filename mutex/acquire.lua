@@ -12,10 +12,12 @@
 -- Safe to run twice (go-redis retries a script whose reply was lost): a
 -- token that finds the lock its own already took it, and a re-entered
 -- handle is listed once.
+-- The lease goes to redis.call as the text it came as (a Lua number would
+-- be formatted, at a cost); lease is its number, for comparisons.
 local lease = tonumber(ARGV[3])
 local mode = ARGV[2]
 if mode == '' or mode == 'm' then
-  if redis.call('SET', KEYS[1], ARGV[1] .. '-', 'NX', 'PX', lease) then
+  if redis.call('SET', KEYS[1], ARGV[1] .. '-', 'NX', 'PX', ARGV[3]) then
     return {1, lease, bump_fence(KEYS[2], ARGV[4])}
   end
   local v = redis.call('GET', KEYS[1])
@@ -44,7 +46,7 @@ if not string.find(list, ',' .. mode .. ',', 1, true) then
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < lease then
-  redis.call('PEXPIRE', KEYS[1], lease)
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
   pttl = lease
 end
 return {1, pttl, 0}

@@ -7,8 +7,7 @@
 -- last_fence(key, keep) returns the number bump_fence gave last (0 when
 -- fencing is off), for an acquire run again by a retry.
 local function bump_fence(key, keep)
-  keep = tonumber(keep)
-  if keep == 0 then
+  if tonumber(keep) == 0 then
     return 0
   end
   local fence = redis.call('INCR', key)
@@ -19,7 +18,7 @@ local function bump_fence(key, keep)
     redis.call('SET', key, now)
     fence = tonumber(now)
   end
-  redis.call('PEXPIRE', key, keep)
+  redis.call('PEXPIRE', key, keep) -- as text: see acquire.lua
   return fence
 end
 

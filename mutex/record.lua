@@ -1,5 +1,6 @@
 -- record: Lua functions prepended to the release scripts. A release leaves
--- a record for record_ms (set before these lines), so that the same release
+-- a record for record_px ms (set before these lines, as text: a Lua number
+-- passed to redis.call is formatted at a cost), so that the same release
 -- run again (its reply was lost and go-redis, or the caller, retried)
 -- answers what the first run did, not "not held".
 --
@@ -52,19 +53,15 @@ local function record(nkey, tkey, owner, seq, mark, token, call, left, fence, re
     fence = string.format('%d', fence) -- a Lua number prints 14 digits at most
   end
   local rec = owner .. seq .. ':' .. token .. ':' .. call .. ':' .. left .. ':' .. fence .. ':' .. enc
-  local old = redis.call('SET', nkey, rec, 'KEEPTTL', 'GET')
-  if old and (string.find(old, owner, 1, true) ~= 1 or
-      (tonumber(string.sub(old, 17, 32), 16) or math.huge) >= (tonumber(mark, 16) or 0)) then
+  -- The name's key lives record_keep ms (3 * record_px) after each write;
+  -- a record put back keeps that too, longer than it had left.
+  local old = redis.call('SET', nkey, rec, 'PX', record_keep, 'GET')
+  if old and (string.sub(old, 1, 16) ~= owner or string.sub(old, 17, 32) >= mark) then
     -- The record there may still be asked for: put it back, and keep this
-    -- one at the token's key.
+    -- one at the token's key. (Seq and mark are 16 lower-case hex digits
+    -- each, so text order is number order.)
     redis.call('SET', nkey, old, 'KEEPTTL')
-    redis.call('SET', tkey, rec, 'PX', record_ms)
-  end
-  -- The name's key lives on at least record_ms after each write: setting a
-  -- TTL costs Redis more than checking it, so it gets 3 * record_ms at
-  -- once, renewed when less than record_ms is left.
-  if redis.call('PTTL', nkey) < record_ms then
-    redis.call('PEXPIRE', nkey, 3 * record_ms)
+    redis.call('SET', tkey, rec, 'PX', record_px)
   end
 end
 

@@ -8,7 +8,8 @@
 -- and its arguments cost it a good part of its time.
 -- KEYS[1] the lock key, KEYS[2] the name's release record key, KEYS[3] the
 -- token's; ARGV[1] token, ARGV[2..4] the caller's stamp: owner, seq, mark
--- (record.lua). record_ms (the record's lifetime) is set before these lines.
+-- (record.lua). record_px and record_keep (record.lua) are set before these
+-- lines.
 -- Returns 0 when it released the lock; 2 when the lock is not in that
 -- shape or not held by token (taken, expired, released already: a retry
 -- whose first run succeeded): the caller then runs release.lua, which
@@ -21,15 +22,11 @@ redis.call('DEL', KEYS[1])
 if string.byte(v, 33) == 119 then -- 'w': a waiter asked to hear of it
   redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'released', '1')
 end
-local owner, ms = ARGV[2], record_ms
+local owner = ARGV[2]
 local rec = owner .. ARGV[3] .. ':' .. ARGV[1] .. ':r0>:0:0:f'
-local old = redis.call('SET', KEYS[2], rec, 'KEEPTTL', 'GET')
-if old and (string.find(old, owner, 1, true) ~= 1 or
-    (tonumber(string.sub(old, 17, 32), 16) or math.huge) >= (tonumber(ARGV[4], 16) or 0)) then
+local old = redis.call('SET', KEYS[2], rec, 'PX', record_keep, 'GET')
+if old and (string.sub(old, 1, 16) ~= owner or string.sub(old, 17, 32) >= ARGV[4]) then
   redis.call('SET', KEYS[2], old, 'KEEPTTL')
-  redis.call('SET', KEYS[3], rec, 'PX', ms)
-end
-if redis.call('PTTL', KEYS[2]) < ms then
-  redis.call('PEXPIRE', KEYS[2], 3 * ms)
+  redis.call('SET', KEYS[3], rec, 'PX', record_px)
 end
 return 0
