@@ -2,6 +2,7 @@ package mutex
 
 import (
 	"crypto/rand"
+	"encoding/hex"
 	"strings"
 
 	"github.com/funnelguard/funnelguard/internal/keyspace"
@@ -45,12 +46,10 @@ func (l *Locker) names(name string) names {
 	writeBase(&b, l.prefix, tag)
 	b.WriteString("record")
 	recordEnd := b.Len()
-	b.WriteByte(':')
-	for _, c := range raw {
-		b.WriteByte(hexDigits[c>>4])
-		b.WriteByte(hexDigits[c&15])
-	}
-	b.WriteByte('-')
+	var tail [1 + tokenLen + 1]byte // ":<token>-"
+	tail[0], tail[len(tail)-1] = ':', '-'
+	hex.Encode(tail[1:1+tokenLen], raw[:])
+	b.Write(tail[:])
 	s := b.String()
 	n := names{
 		key:   s[:keyEnd],
