@@ -52,6 +52,28 @@ func uncontendedCases() []benchCase {
 	return out
 }
 
+// defaultClientCases time the serial cycle on a client made with go-redis's
+// defaults, without ContextTimeoutEnabled: funnelguard then runs each call
+// whose context can end in a goroutine of its own, so that it returns by the
+// deadline all the same (mutex's doc, "Deadlines and retries"); redislock
+// leaves such a call to go-redis's ReadTimeout. The case shows what that
+// hand-off costs.
+func defaultClientCases() []benchCase {
+	on := func(mk lockMaker) func(context.Context, *env) (workload, error) {
+		return func(_ context.Context, e *env) (workload, error) {
+			cycle := mk(e.defaultClient())(e.prefix + "u0")
+			return workload{goroutines: 1, op: func(ctx context.Context, _, _ int) error { return cycle(ctx) }}, nil
+		}
+	}
+	return []benchCase{{
+		name: "Lock+Unlock uncontended serial, go-redis default client",
+		subjects: []subject{
+			{libFunnelguard, on(funnelguardLock)},
+			{libRedislock, on(redislockLock)},
+		},
+	}}
+}
+
 // libUnacked is funnelguard without WithReplicaAck, in the replicated case.
 const libUnacked = "funnelguard, no WAIT"
 

@@ -73,7 +73,7 @@ func run(cfg config) error {
 	}
 	start := time.Now()
 	cases := pingCases() // the reference of every ×PING column
-	for _, bc := range append(append(append(append(uncontendedCases(), replicaCases()...), contendedCases(cfg.goroutines)...), rateCases()...), hotCases()...) {
+	for _, bc := range append(append(append(append(append(uncontendedCases(), defaultClientCases()...), replicaCases()...), contendedCases(cfg.goroutines)...), rateCases()...), hotCases()...) {
 		if only.MatchString(bc.name) {
 			cases = append(cases, bc)
 		}

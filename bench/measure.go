@@ -35,7 +35,16 @@ type env struct {
 // enough for every goroutine of a parallel case.
 func (e *env) client() *redis.Client {
 	// Deadlines honoured by go-redis: the client a user should build.
-	c := redis.NewClient(&redis.Options{Addr: e.addr, PoolSize: e.goroutines + 16, ContextTimeoutEnabled: true})
+	return e.add(redis.NewClient(&redis.Options{Addr: e.addr, PoolSize: e.goroutines + 16, ContextTimeoutEnabled: true}))
+}
+
+// defaultClient is client with go-redis's defaults: deadlines not honoured.
+func (e *env) defaultClient() *redis.Client {
+	return e.add(redis.NewClient(&redis.Options{Addr: e.addr, PoolSize: e.goroutines + 16}))
+}
+
+// add counts c's commands and has the runner close it.
+func (e *env) add(c *redis.Client) *redis.Client {
 	h := &counter{}
 	c.AddHook(h)
 	e.mu.Lock()
