@@ -20,9 +20,6 @@ type names struct {
 	value string // token + "-": the lock's value while nobody waits for it
 }
 
-// hexDigits encode tokens.
-const hexDigits = "0123456789abcdef"
-
 // names returns the names of a new token's lock on name.
 func (l *Locker) names(name string) names {
 	var raw [tokenLen / 2]byte

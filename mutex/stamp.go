@@ -80,6 +80,10 @@ func stampOf(owner, seq, mark uint64) stamp {
 	return stamp{s[:16], s[16:32], s[32:]}
 }
 
+// hexDigits are a stamp's digits: lower-case, so that the release scripts
+// may compare two stamps as text (record.lua).
+const hexDigits = "0123456789abcdef"
+
 // putHex writes v to b as 16 hex digits.
 func putHex(b []byte, v uint64) {
 	for i := 15; i >= 0; i-- {
