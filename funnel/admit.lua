@@ -1,10 +1,10 @@
--- admit: Allow's gate. It reads the state as read.lua does (read_state,
--- that file's body as a function), and admits the call in this
--- one round trip when none of the call's rules has state (a first call, or
--- every funnel of them empty and expired) and the key's lock is free: nobody is between a read
--- and a write of the key, and an empty state needs no arithmetic, so the new
+-- admit: Allow's gate. It admits the call in this one round trip when none
+-- of the call's rules has state (a first call, or every funnel of them empty
+-- and expired) and the key's lock is free: nobody is between a read and a
+-- write of the key, and an empty state needs no arithmetic, so the new
 -- values, computed by the caller for this call's units, are written as they
--- are, at the server's time. Otherwise it is read.lua's gate.
+-- are, at the server's time. Otherwise it is read.lua's gate (read_state,
+-- that file's body as a function).
 -- KEYS[1] the state hash, KEYS[2] the key's lock
 -- ARGV the rules' fields (k of them); then each rule's new value without its
 -- time, "<wait>:<fill>:" in base 36 (k); the key's TTL in ms; this call's
@@ -50,24 +50,27 @@ else
     return r
   end
 end
--- The time in base 36, its digits collected and joined once (a string
--- concatenated per digit would make a Lua string per digit).
-local digits = '0123456789abcdefghijklmnopqrstuvwxyz'
+-- The time in base 36: its digits' bytes collected, then one string.char
+-- (a string.sub and a concatenation per digit cost ~2 µs here).
 local ds, j, x = {}, 13, r[2] -- 36^11 > 2^53: 13 slots hold any time
 repeat
   local d = x % 36
-  ds[j] = string.sub(digits, d + 1, d + 1)
+  ds[j] = d < 10 and d + 48 or d + 87 -- '0'..'9', 'a'..'z'
   j = j - 1
   x = (x - d) / 36
 until x == 0
-local at = table.concat(ds, '', j + 1, 13)
+local at = string.char(unpack(ds, j + 1, 13))
 local mark = ':' .. nonce
-local args = {}
-for i = 1, k do
-  args[2 * i - 1] = ARGV[i]
-  args[2 * i] = fresh[off + i] .. at .. mark
+if k == 1 then -- most calls: no table to build and unpack
+  redis.call('HSET', KEYS[1], ARGV[1], fresh[off + 1] .. at .. mark)
+else
+  local args = {}
+  for i = 1, k do
+    args[2 * i - 1] = ARGV[i]
+    args[2 * i] = fresh[off + i] .. at .. mark
+  end
+  redis.call('HSET', KEYS[1], unpack(args))
 end
-redis.call('HSET', KEYS[1], unpack(args))
 -- The key's TTL only grows: other rules' fields may need the longer one.
 if new or redis.call('PTTL', KEYS[1]) < tonumber(ttl) then
   redis.call('PEXPIRE', KEYS[1], ttl)
