@@ -31,6 +31,40 @@ end
 return 1`)
 )
 
+// floorFresh is the least a one-round-trip admission of a fresh key can
+// ask of Redis in this design (admit.lua's new-key path with no library and
+// no parsing): check that neither the state nor the key's lock exists, read
+// TIME, write the state and its TTL. Its server µs/op is the reference for
+// the "Redis time per admission" target on whatever machine runs the bench.
+var floorFresh = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1], KEYS[2]) ~= 0 then
+  return 0
+end
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. t[1] .. t[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1`)
+
+// libFreshFloor names floorFresh in the "Allow admitted parallel, 1 rule"
+// case, where it alternates with the libraries like one of them.
+const libFreshFloor = "one script"
+
+// floorFreshAdmitted runs floorFresh on fresh keys, parallel.
+func floorFreshAdmitted(ctx context.Context, e *env) (workload, error) {
+	c := e.client()
+	if err := floorFresh.Load(ctx, c).Err(); err != nil {
+		return workload{}, err
+	}
+	return workload{goroutines: width(e, true), op: func(ctx context.Context, g, i int) error {
+		tag := "{" + admittedKey(g, i) + "}"
+		n, err := floorFresh.Run(ctx, c, []string{e.prefix + tag + ":f", e.prefix + tag + ":lock"}, "r", "0:1000000:", 3600000).Int()
+		if err == nil && n != 1 {
+			err = fmt.Errorf("one script: fresh key %s not new", tag)
+		}
+		return err
+	}}, nil
+}
+
 // libFloor names the floor in the "Allow admitted serial, 1 rule" case,
 // where it alternates with the libraries like one of them.
 const libFloor = "bare scripts"
