@@ -51,8 +51,9 @@ else
   end
 end
 -- The time in base 36: its digits' bytes collected, then one string.char
--- (a string.sub and a concatenation per digit cost ~2 µs here).
-local ds, j, x = {}, 13, r[2] -- 36^11 > 2^53: 13 slots hold any time
+-- (a string.sub and a concatenation per digit cost ~2 µs here). The table
+-- is made whole at once (36^11 > 2^53: 13 slots hold any time), not grown.
+local ds, j, x = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 13, r[2]
 repeat
   local d = x % 36
   ds[j] = d < 10 and d + 48 or d + 87 -- '0'..'9', 'a'..'z'
