@@ -38,16 +38,16 @@ func uncontendedCases() []benchCase {
 		if parallel {
 			mode = "parallel"
 		}
-		out = append(out, benchCase{
-			name:     "Lock+Unlock uncontended " + mode,
-			parallel: parallel,
-			subjects: []subject{
-				{libFunnelguard, uncontended(parallel, funnelguardLock)},
-				{libRedislock, uncontended(parallel, redislockLock)},
-				{libRedsync, uncontended(parallel, redsyncLock)},
-				{libMinimal, uncontended(parallel, minimalLock)},
-			},
-		})
+		subjects := []subject{
+			{libFunnelguard, uncontended(parallel, funnelguardLock)},
+			{libRedislock, uncontended(parallel, redislockLock)},
+			{libRedsync, uncontended(parallel, redsyncLock)},
+			{libMinimal, uncontended(parallel, minimalLock)},
+		}
+		if !parallel {
+			subjects = append(subjects, subject{libRawCommands, uncontended(false, rawFunnelguardLock)})
+		}
+		out = append(out, benchCase{name: "Lock+Unlock uncontended " + mode, parallel: parallel, subjects: subjects})
 	}
 	return out
 }
