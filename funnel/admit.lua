@@ -15,7 +15,7 @@
 -- go-redis retried it) answers 'admitted' again instead of counting twice.
 local n = #ARGV
 local k = (n - 2) / 2
-local ttl, nonce = ARGV[n - 1], ARGV[n]
+local ttl, mark = ARGV[n - 1], ':' .. ARGV[n] -- mark: this call's nonce
 -- One EXISTS of both keys first: 0 when the lock is free and the state is
 -- new (a first call, most admissions), which then needs no HMGET and no
 -- PTTL: every redis.call costs ~1.5 µs of Lua around the command's own time.
@@ -36,7 +36,6 @@ else
     ARGV[i] = nil
   end
   r = read_state()
-  local mark = ':' .. nonce
   for i = 3, k + 2 do
     local v = r[i]
     if v then
@@ -61,7 +60,6 @@ repeat
   x = (x - d) / 36
 until x == 0
 local at = string.char(unpack(ds, j + 1, 13))
-local mark = ':' .. nonce
 if k == 1 then -- most calls: no table to build and unpack
   redis.call('HSET', KEYS[1], ARGV[1], fresh[off + 1] .. at .. mark)
 else
