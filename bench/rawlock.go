@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
@@ -37,8 +37,12 @@ func rawFunnelguardLock(c *redis.Client) func(string) func(context.Context) erro
 		}
 		return func(ctx context.Context) error {
 			tok := newToken()
-			if ok, err := c.SetNX(ctx, keys[0], tok+"-", lockTTL).Result(); err != nil || !ok {
-				return fmt.Errorf("raw lock of %s: %v, %w", keys[0], ok, err)
+			ok, err := c.SetNX(ctx, keys[0], tok+"-", lockTTL).Result()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("raw lock of %s: held", keys[0])
 			}
 			seq++
 			stamp := fmt.Sprintf("%016x", seq) // seq and mark: every earlier reply came
@@ -56,13 +60,15 @@ func rawFunnelguardLock(c *redis.Client) func(string) func(context.Context) erro
 // and returns the release's EVALSHA: the script's SHA, its keys (the lock,
 // the name's record, the token's record) and arguments (token, owner, seq,
 // mark). A different shape means the release changed: an error, so that
-// the column is not silently measuring something else.
+// the column is not silently measuring something else. It gives up after
+// captureTimeout (a hung server).
 func captureRelease(addr, name string) (string, []string, []any, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer c.Close()
 	h := &releaseHook{}
 	c.AddHook(h)
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), captureTimeout)
+	defer cancel()
 	lk, err := mutex.New(c).Lock(ctx, name)
 	if err != nil {
 		return "", nil, nil, err
@@ -82,6 +88,9 @@ func captureRelease(addr, name string) (string, []string, []any, error) {
 	return fmt.Sprint(a[1]), keys, args, nil
 }
 
+// captureTimeout bounds captureRelease.
+const captureTimeout = 10 * time.Second
+
 // releaseHook keeps the arguments of the last EVALSHA with 3 keys.
 type releaseHook struct {
 	args atomic.Value // []any
@@ -89,16 +98,14 @@ type releaseHook struct {
 
 // DialHook passes dials through.
 func (h *releaseHook) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return next(ctx, network, addr)
-	}
+	return next
 }
 
 // ProcessHook keeps an EVALSHA's arguments.
 func (h *releaseHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		a := cmd.Args()
-		if s, _ := a[0].(string); strings.EqualFold(s, "evalsha") && len(a) > 2 && fmt.Sprint(a[2]) == strconv.Itoa(3) {
+		if s, _ := a[0].(string); strings.EqualFold(s, "evalsha") && len(a) > 2 && fmt.Sprint(a[2]) == "3" {
 			h.args.Store(append([]any(nil), a...))
 		}
 		return next(ctx, cmd)
