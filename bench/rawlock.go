@@ -31,7 +31,8 @@ func rawFunnelguardLock(c *redis.Client) func(string) func(context.Context) erro
 		}
 		// Go on from the captured release's number, so that its record
 		// (seq below mark) is one this "Locker" has had the reply of.
-		seq, err := strconv.ParseUint(fmt.Sprint(args[2]), 16, 64)
+		owner, rec := fmt.Sprint(args[1]), fmt.Sprint(args[2])
+		seq, err := strconv.ParseUint(rec[16:32], 16, 64)
 		if err != nil {
 			return func(context.Context) error { return fmt.Errorf("captured seq: %w", err) }
 		}
@@ -45,9 +46,9 @@ func rawFunnelguardLock(c *redis.Client) func(string) func(context.Context) erro
 				return fmt.Errorf("raw lock of %s: held", keys[0])
 			}
 			seq++
-			stamp := fmt.Sprintf("%016x", seq) // seq and mark: every earlier reply came
+			num := fmt.Sprintf("%016x", seq) // seq and mark: every earlier reply came
 			k := []string{keys[0], keys[1], keys[1] + ":" + tok}
-			r, err := c.EvalSha(context.WithoutCancel(ctx), sha, k, tok, args[1], stamp, stamp).Result()
+			r, err := c.EvalSha(context.WithoutCancel(ctx), sha, k, tok+"-", owner, owner+num+":"+tok+recordTail, owner+num).Result()
 			if err == nil && r != int64(0) {
 				err = fmt.Errorf("raw release of %s: reply %v, want 0", keys[0], r)
 			}
@@ -58,10 +59,10 @@ func rawFunnelguardLock(c *redis.Client) func(string) func(context.Context) erro
 
 // captureRelease runs one Lock+Unlock of name on a client of its own at addr
 // and returns the release's EVALSHA: the script's SHA, its keys (the lock,
-// the name's record, the token's record) and arguments (token, owner, seq,
-// mark). A different shape means the release changed: an error, so that
-// the column is not silently measuring something else. It gives up after
-// captureTimeout (a hung server).
+// the name's record, the token's record) and arguments (the lock's value,
+// owner, the release's record, owner and mark). A different shape means the
+// release changed: an error, so that the column is not silently measuring
+// something else. It gives up after captureTimeout (a hung server).
 func captureRelease(addr, name string) (string, []string, []any, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer c.Close()
@@ -82,11 +83,20 @@ func captureRelease(addr, name string) (string, []string, []any, error) {
 	}
 	keys := []string{fmt.Sprint(a[3]), fmt.Sprint(a[4]), fmt.Sprint(a[5])}
 	args := a[6:]
-	if keys[2] != keys[1]+":"+fmt.Sprint(args[0]) {
-		return "", nil, nil, fmt.Errorf("funnelguard's release keys changed: %v", keys)
+	value, owner, rec, bound := fmt.Sprint(args[0]), fmt.Sprint(args[1]), fmt.Sprint(args[2]), fmt.Sprint(args[3])
+	token, _ := strings.CutSuffix(value, "-")
+	if len(token) != 32 || keys[2] != keys[1]+":"+token {
+		return "", nil, nil, fmt.Errorf("funnelguard's release keys changed: %v, %v", keys, args)
+	}
+	if len(owner) != 16 || len(rec) != 32+1+32+len(recordTail) || rec[:16] != owner || rec[32:] != ":"+token+recordTail || bound != rec[:32] {
+		return "", nil, nil, fmt.Errorf("funnelguard's release arguments changed: %v", args)
 	}
 	return fmt.Sprint(a[1]), keys, args, nil
 }
+
+// recordTail ends the record of a plain release (mutex/record.lua's format:
+// handle 0, no next owner, no handle left, no fence, no result).
+const recordTail = ":r0>:0:0:f"
 
 // captureTimeout bounds captureRelease.
 const captureTimeout = 10 * time.Second

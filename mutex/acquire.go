@@ -189,18 +189,18 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	reenter := h != nil
 	var id uint64
 	var n names
-	var tokenArg any
+	var valueArg any
 	if reenter {
 		if h.isEnded() {
 			return nil, -1, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock has ended", ErrNotHeld, name)
 		}
 		id = h.nextID.Add(1)
-		n, tokenArg = h.names, h.tokenArg
+		n = h.names
 	} else {
 		// The hold is made only once the lock is obtained: a denial or a
 		// failed attempt needs none.
 		n = l.names(name)
-		tokenArg = n.token
+		valueArg = n.value
 	}
 
 	start := time.Now()
@@ -209,7 +209,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	var err error
 	native := false
 	if call == nil && !reenter && !poll && !mark {
-		r, native, err = l.takeFree(ctx, name, &n, cfg, followed)
+		r, native, err = l.takeFree(ctx, name, &n, valueArg, cfg, followed)
 		if followed && err == nil && r[0] != 1 {
 			native = false // held: the script, with the same token (see takeFree)
 		}
@@ -218,7 +218,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		poll, mark = true, l.canNotify()
 	}
 	if !native {
-		keys, args := scriptCall(call, &n, false, tokenArg, acquireMode(reenter, id, mark), cfg.ttlMS, l.fenceMS)
+		keys, args := scriptCall(call, &n, false, n.token, acquireMode(reenter, id, mark), cfg.ttlMS, l.fenceMS)
 		if l.q != nil { // no fragment: NewQuorum refuses them
 			r, err = l.q.acquire(ctx, keys, args, cfg.ttl, reenter, start, &n)
 		} else {
@@ -260,10 +260,13 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 		}
 		return nil, time.Duration(r[1]) * time.Millisecond, res, ErrLocked
 	}
-	if !reenter {
-		h = &hold{locker: l, name: name, names: n, tokenArg: tokenArg, fence: r[2]}
+	var lk *Lock
+	if reenter {
+		lk = &Lock{hold: h, id: id}
+	} else {
+		lk = newRoot(l, name, n, valueArg, r[2])
+		h = lk.hold
 	}
-	lk := &Lock{hold: h, id: id}
 	h.add(lk, start, time.Duration(r[1])*time.Millisecond)
 	if cfg.renew {
 		h.startRenew(cfg.ttl)
@@ -295,12 +298,12 @@ type nativeSetter interface {
 // run (so a server that refuses scripts, whose locks could never be released,
 // hands out no lock) or when the server has no SET NX GET (Redis before 7.0):
 // the caller then runs the script.
-func (l *Locker) takeFree(ctx context.Context, name string, n *names, cfg lockConfig, followed bool) ([3]int64, bool, error) {
+func (l *Locker) takeFree(ctx context.Context, name string, n *names, value any, cfg lockConfig, followed bool) ([3]int64, bool, error) {
 	if l.setNX == nil || !l.scripted.Load() || l.noSetGet.Load() {
 		return [3]int64{}, false, nil
 	}
 	if followed {
-		ok, err := l.setFree(ctx, name, n, cfg)
+		ok, err := l.setFree(ctx, name, n, value, cfg)
 		switch {
 		case err != nil:
 			return [3]int64{0, -1, 0}, true, err
@@ -310,7 +313,7 @@ func (l *Locker) takeFree(ctx context.Context, name string, n *names, cfg lockCo
 		return [3]int64{0, -1, 0}, true, nil
 	}
 	token := n.token
-	old, err := l.setFreeGet(ctx, name, n, cfg)
+	old, err := l.setFreeGet(ctx, name, n, value, cfg)
 	switch {
 	case err == redis.Nil, err == nil && len(old) >= tokenLen && old[:tokenLen] == token:
 		return [3]int64{1, cfg.ttl.Milliseconds(), 0}, true, nil
@@ -323,16 +326,18 @@ func (l *Locker) takeFree(ctx context.Context, name string, n *names, cfg lockCo
 	return [3]int64{0, -1, 0}, true, nil
 }
 
-// setFree is takeFree's SET NX PX, batched (batch.go) and bounded by ctx.
-func (l *Locker) setFree(ctx context.Context, name string, n *names, cfg lockConfig) (bool, error) {
+// setFree is takeFree's SET NX PX, batched (batch.go) and bounded by ctx;
+// value is n.value, boxed.
+func (l *Locker) setFree(ctx context.Context, name string, n *names, value any, cfg lockConfig) (bool, error) {
 	if l.batch.alone() {
 		defer l.batch.free()
-		return l.setFreeAlone(ctx, name, n, cfg)
+		return l.setFreeAlone(ctx, name, n, value, cfg)
 	}
-	undo := l.undoLateSetNX(newHold(l, name, *n))
+	key, h := n.key, newHold(l, name, *n)
+	undo := l.undoLateSetNX(h)
 	cmd, err := l.batch.do(&queued{
 		ctx:  ctx,
-		add:  func(p redis.Pipeliner) redis.Cmder { return p.SetNX(ctx, n.key, n.value, cfg.ttl) },
+		add:  func(p redis.Pipeliner) redis.Cmder { return p.SetNX(ctx, key, value, cfg.ttl) },
 		late: func(c redis.Cmder) { undo(c.(*redis.BoolCmd).Result()) },
 	})
 	if err != nil {
@@ -342,26 +347,28 @@ func (l *Locker) setFree(ctx context.Context, name string, n *names, cfg lockCon
 }
 
 // setFreeAlone is setFree without batching.
-func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, cfg lockConfig) (bool, error) {
+func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, value any, cfg lockConfig) (bool, error) {
 	if l.honours || ctx.Done() == nil {
-		return l.setNX.SetNX(ctx, n.key, n.value, cfg.ttl).Result()
+		return l.setNX.SetNX(ctx, n.key, value, cfg.ttl).Result()
 	}
+	key := n.key
 	return ctxcall.Do(ctx, false, func(ctx context.Context) (bool, error) {
-		return l.setNX.SetNX(ctx, n.key, n.value, cfg.ttl).Result()
+		return l.setNX.SetNX(ctx, key, value, cfg.ttl).Result()
 	}, l.undoLateSetNX(newHold(l, name, *n)))
 }
 
 // setFreeGet is takeFree's SET NX PX GET, batched (batch.go) and bounded
-// by ctx.
-func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, cfg lockConfig) (string, error) {
+// by ctx; value is n.value, boxed.
+func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, value any, cfg lockConfig) (string, error) {
 	if l.batch.alone() {
 		defer l.batch.free()
-		return l.setFreeGetAlone(ctx, name, n, cfg)
+		return l.setFreeGetAlone(ctx, name, n, value, cfg)
 	}
-	undo := l.undoLateSet(newHold(l, name, *n))
+	key, h := n.key, newHold(l, name, *n)
+	undo := l.undoLateSet(h)
 	cmd, err := l.batch.do(&queued{
 		ctx:  ctx,
-		add:  func(p redis.Pipeliner) redis.Cmder { return p.SetArgs(ctx, n.key, n.value, setGetArgs(cfg)) },
+		add:  func(p redis.Pipeliner) redis.Cmder { return p.SetArgs(ctx, key, value, setGetArgs(cfg)) },
 		late: func(c redis.Cmder) { undo(c.(*redis.StatusCmd).Result()) },
 	})
 	if err != nil {
@@ -371,12 +378,13 @@ func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, cfg lock
 }
 
 // setFreeGetAlone is setFreeGet without batching.
-func (l *Locker) setFreeGetAlone(ctx context.Context, name string, n *names, cfg lockConfig) (string, error) {
+func (l *Locker) setFreeGetAlone(ctx context.Context, name string, n *names, value any, cfg lockConfig) (string, error) {
 	if l.honours || ctx.Done() == nil { // no closures on the common path
-		return l.setNX.SetArgs(ctx, n.key, n.value, setGetArgs(cfg)).Result()
+		return l.setNX.SetArgs(ctx, n.key, value, setGetArgs(cfg)).Result()
 	}
+	key := n.key
 	return ctxcall.Do(ctx, false, func(ctx context.Context) (string, error) {
-		return l.setNX.SetArgs(ctx, n.key, n.value, setGetArgs(cfg)).Result()
+		return l.setNX.SetArgs(ctx, key, value, setGetArgs(cfg)).Result()
 	}, l.undoLateSet(newHold(l, name, *n)))
 }
 
@@ -489,11 +497,18 @@ func (l *Locker) releaseOrphan(h *hold) {
 	l.releaseRoot(ctx, h)
 }
 
+// orphanOf returns what to do with the late reply of a release that may
+// have handed the lock to h: release it, since nobody will hold it.
+func (l *Locker) orphanOf(h *hold) func(any, error) {
+	return func(any, error) { l.releaseOrphan(h) }
+}
+
 // releaseRoot releases the root handle of h, bounded by ctx (run, so even
 // on a client that ignores deadlines).
 func (l *Locker) releaseRoot(ctx context.Context, h *hold) {
 	seq, st := l.releases.begin()
-	keys, args := scriptCall(nil, &h.names, true, h.tokenArg, argZero, argFresh, 0, l.fenceMS, st.owner, st.seq, st.mark)
+	owner, sseq, smark := st.releaseArgs()
+	keys, args := scriptCall(nil, &h.names, true, h.token, argZero, argFresh, 0, l.fenceMS, owner, sseq, smark)
 	_, err := l.run(ctx, releaseScript, keys, args, nil)
 	l.releases.end(seq, err == nil)
 }

@@ -16,8 +16,9 @@ type hold struct {
 	locker *Locker
 	name   string
 	names  // the keys of the lock and of its release records, the token
-	// tokenArg is token boxed once for the scripts' arguments.
-	tokenArg any
+	// valueArg is value boxed once: the native SET NX's and unlock.lua's
+	// argument.
+	valueArg any
 	fence    int64 // set before the hold is shared
 	nextID   atomic.Uint64
 
@@ -32,7 +33,26 @@ type hold struct {
 
 // newHold returns the hold of n's token on name.
 func newHold(l *Locker, name string, n names) *hold {
-	return &hold{locker: l, name: name, names: n, tokenArg: n.token}
+	return &hold{locker: l, name: name, names: n, valueArg: n.value}
+}
+
+// A root is a hold and its root handle, made together: one allocation for
+// the common acquisition.
+type root struct {
+	h  hold
+	lk Lock
+}
+
+// newRoot returns the root handle of a new hold of n's token on name, whose
+// lock an attempt just obtained with fencing number fence; value is
+// n.value, boxed (or nil).
+func newRoot(l *Locker, name string, n names, value any, fence int64) *Lock {
+	if value == nil {
+		value = n.value
+	}
+	r := &root{h: hold{locker: l, name: name, names: n, valueArg: value, fence: fence}}
+	r.lk.hold = &r.h
+	return &r.lk
 }
 
 // lockKeys appends the keys of a lock script to keys: the lock's, the
@@ -93,7 +113,7 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 		h.mu.Unlock()
 		return nil
 	}
-	nh := &hold{locker: h.locker, name: h.name, names: h.names, tokenArg: h.tokenArg, deadline: h.deadline}
+	nh := &hold{locker: h.locker, name: h.name, names: h.names, valueArg: h.valueArg, deadline: h.deadline}
 	nh.nextID.Store(h.nextID.Load()) // re-entries must not reuse a live handle's field
 	nlk := &Lock{hold: nh, id: lk.id}
 	nh.one[0] = nlk

@@ -71,7 +71,7 @@ func (lk *Lock) open() bool {
 }
 
 func (lk *Lock) args() []any {
-	return []any{lk.hold.tokenArg, argID(lk.id)}
+	return []any{lk.hold.token, argID(lk.id)}
 }
 
 // Unlock releases this handle; releasing the last handle of a lock deletes it,
@@ -116,10 +116,17 @@ func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 }
 
 func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
-	if lk == nil || !lk.open() {
+	if lk == nil {
 		return nil, ErrNotHeld
 	}
 	h, l := lk.hold, lk.hold.locker
+	h.mu.Lock()
+	open, again, renews := lk.cause == nil, lk.unsure, h.renew != nil
+	last := len(h.handles) == 1 && h.handles[0] == lk
+	h.mu.Unlock()
+	if !open {
+		return nil, ErrNotHeld
+	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
 
@@ -128,12 +135,10 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	var next *waiter
 	var nh *hold
 	var lease time.Duration
-	h.mu.Lock()
-	again := lk.unsure
-	h.mu.Unlock()
-	last := h.last(lk)
 	if last {
-		h.stopRenew()
+		if renews {
+			h.stopRenew()
+		}
 		switch {
 		case l.q != nil: // a quorum hands nothing over: its release is not one script
 		case again == nil:
@@ -149,7 +154,7 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	}
 	nextToken, nextLease := any(""), any(0)
 	if nh != nil {
-		nextToken, nextLease = nh.tokenArg, lease.Milliseconds()
+		nextToken, nextLease = nh.token, lease.Milliseconds()
 	}
 	if l.q != nil {
 		return nil, lk.unlockQuorum(ctx)
@@ -168,7 +173,7 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	if call == nil && nh == nil && last && lk.id == 0 && l.fenceTTL == 0 {
 		// The common case, in its short script (unlock.lua); any other
 		// shape, or a lock not held, goes on to release.lua.
-		reply, err := l.run(ctx, unlockScript, []string{h.key, h.nkey, h.tkey}, []any{h.tokenArg, st.owner, st.seq, st.mark}, nil)
+		reply, err := l.run(ctx, unlockScript, []string{h.key, h.nkey, h.tkey}, st.unlockArgs(h.valueArg, h.token), nil)
 		switch {
 		case err != nil:
 			l.releases.end(seq, false)
@@ -182,7 +187,8 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 			return nil, nil
 		}
 	}
-	keys, args := scriptCall(call, &h.names, true, h.tokenArg, argID(lk.id), nextToken, nextLease, l.fenceMS, st.owner, st.seq, st.mark)
+	owner, sseq, smark := st.releaseArgs()
+	keys, args := scriptCall(call, &h.names, true, h.token, argID(lk.id), nextToken, nextLease, l.fenceMS, owner, sseq, smark)
 	start := time.Now()
 	if again != nil && again.next != nil {
 		start = again.start // the hand-over may date from then
@@ -191,7 +197,7 @@ func (lk *Lock) unlock(ctx context.Context, call *Call) (any, error) {
 	if nh != nil {
 		// The release may have handed the lock to nh in Redis: when its
 		// reply comes after the caller left, nobody will hold nh.
-		late = func(any, error) { l.releaseOrphan(nh) }
+		late = l.orphanOf(nh)
 	}
 	// A hand-over or a fragment's write waits for the replicas (WithReplicaAck).
 	var reply any
@@ -341,7 +347,7 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	if err := lk.hold.locker.unsupported("a Fragment"); err != nil {
 		return nil, err
 	}
-	keys, args := scriptCall(&call, &names{key: lk.hold.key}, false, lk.hold.tokenArg, argID(lk.id))
+	keys, args := scriptCall(&call, &names{key: lk.hold.key}, false, lk.hold.token, argID(lk.id))
 	reply, short, err := lk.hold.locker.runAcked(ctx, call.Fragment.held, keys, args, nil)
 	if err != nil {
 		return nil, fmt.Errorf("mutex: run %q: %w", lk.hold.name, err)

@@ -87,7 +87,11 @@ type Locker struct {
 
 	mu     sync.Mutex
 	queues map[string]*queue // waiters by name
-	sub    *subscription     // release notifications; nil while nobody waits
+	// nqueues is len(queues), written under mu: a Locker nobody waits on
+	// skips mu and the map on the uncontended path (queued, nextWaiter,
+	// released).
+	nqueues atomic.Int64
+	sub     *subscription // release notifications; nil while nobody waits
 }
 
 // An Option configures a Locker in New.

@@ -77,6 +77,7 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 		}
 		q = &queue{}
 		l.queues[name] = q
+		l.nqueues.Store(int64(len(l.queues)))
 	}
 	q.waiters = append(q.waiters, w)
 	l.mu.Unlock()
@@ -153,6 +154,9 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 
 // queued reports whether goroutines of l wait for name.
 func (l *Locker) queued(name string) bool {
+	if l.nqueues.Load() == 0 {
+		return false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.queues[name] != nil
@@ -250,6 +254,7 @@ func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
 		return func() {}
 	}
 	delete(l.queues, name)
+	l.nqueues.Store(int64(len(l.queues)))
 	if q.subscribed {
 		return l.unsubscribeLocked(name)
 	}
@@ -259,6 +264,9 @@ func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
 // nextWaiter picks the waiter a releasing holder of name should hand the lock
 // to, or nil to release it to all comers.
 func (l *Locker) nextWaiter(name string) *waiter {
+	if l.nqueues.Load() == 0 {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.queues[name]
@@ -294,6 +302,9 @@ func (l *Locker) handedOver(name string, w *waiter, lk *Lock) {
 // released tells the head of name's queue, if any, to try at once: the lock
 // was just released to all comers.
 func (l *Locker) released(name string) {
+	if l.nqueues.Load() == 0 {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if q := l.queues[name]; q != nil && len(q.waiters) > 0 {

@@ -275,7 +275,8 @@ func rejoinWait(res any) (int64, bool) {
 // that did not win a majority.
 func (q *quorum) undo(ctx context.Context, n *names, id any) {
 	ctx = context.WithoutCancel(ctx)
-	q.fan(ctx, releaseScript, []string{n.key, n.nkey, n.tkey}, []any{n.token, id, "", 0, 0, noStamp.owner, noStamp.seq, noStamp.mark})
+	o, s, m := noStamp.releaseArgs()
+	q.fan(ctx, releaseScript, []string{n.key, n.nkey, n.tkey}, []any{n.token, id, "", 0, 0, o, s, m})
 }
 
 // tally runs a holder's script on every node: held are the values of the
@@ -322,7 +323,8 @@ func (q *quorum) verdict(what string, held []int64, lost int, errs []error) erro
 // release closes one handle on every node and returns how many handles are
 // left open (the most any node reports).
 func (q *quorum) release(ctx context.Context, h *hold, id string) (int64, error) {
-	held, lost, errs := q.tally(ctx, releaseScript, []string{h.key, h.nkey, h.tkey}, []any{h.token, id, "", 0, 0, noStamp.owner, noStamp.seq, noStamp.mark}, -1)
+	o, s, m := noStamp.releaseArgs()
+	held, lost, errs := q.tally(ctx, releaseScript, []string{h.key, h.nkey, h.tkey}, []any{h.token, id, "", 0, 0, o, s, m}, -1)
 	if err := q.verdict("unlock", held, lost, errs); err != nil {
 		return -1, err
 	}

@@ -3,6 +3,7 @@ package mutex_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -461,5 +462,29 @@ func TestQuorumCounter(t *testing.T) {
 	}
 	if n, _ := data.Client(t).Get(ctx, "n").Int64(); n != total {
 		t.Fatalf("counter = %d after %d increments under the quorum lock", n, total)
+	}
+}
+
+// A quorum's release leaves on each node the record release.lua writes for
+// a stamp of zeros (no Locker order across nodes): owner and number 16 zero
+// digits each, then the token, so that a retry finds it.
+func TestQuorumReleaseRecord(t *testing.T) {
+	srvs, clients := quorumNodes(t, 3)
+	l := newQuorum(t, clients)
+	ctx := context.Background()
+	lk, err := l.Lock(ctx, "rec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := lk.Token()
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Repeat("0", 32) + ":" + token + ":"
+	for i, s := range srvs {
+		rec, err := s.Client(t).Get(ctx, l.Key("rec", "record")).Result()
+		if err != nil || !strings.HasPrefix(rec, want) {
+			t.Errorf("node %d: record %q, %v; want it to start %q", i, rec, err, want)
+		}
 	}
 }

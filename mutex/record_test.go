@@ -38,14 +38,14 @@ func (r recordRig) release(token string, st stamp) int64 {
 	r.t.Helper()
 	ctx := context.Background()
 	n := r.names(token)
-	reply, err := unlockScript.Run(ctx, r.c, []string{n.key, n.nkey, n.tkey}, token, st.owner, st.seq, st.mark).Result()
+	reply, err := unlockScript.Run(ctx, r.c, []string{n.key, n.nkey, n.tkey}, st.unlockArgs(n.value, token)...).Result()
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	if reply == any(int64(0)) {
 		return 0
 	}
-	keys, args := scriptCall(nil, n, true, token, "0", "", 0, 0, st.owner, st.seq, st.mark)
+	keys, args := scriptCall(nil, n, true, append([]any{token, "0", "", 0, 0}, st.args()...)...)
 	if reply, err = releaseScript.Run(ctx, r.c, keys, args...).Result(); err != nil {
 		r.t.Fatal(err)
 	}
@@ -187,51 +187,78 @@ func TestReleasesMark(t *testing.T) {
 	s1, st1 := r.begin()
 	s2, st2 := r.begin()
 	if s1 != 1 || s2 != 2 || mark(st1) != mark(stampOf(0, 0, 1)) || mark(st2) != mark(stampOf(0, 0, 1)) {
-		t.Fatalf("two releases in flight: %d %s, %d %s; want both marked 1", s1, st1, s2, st2)
+		t.Fatalf("two releases in flight: %d %v, %d %v; want both marked 1", s1, st1, s2, st2)
 	}
 	if st1.owner != st2.owner || st1.seq != stampOf(0, 1, 0).seq {
-		t.Fatalf("stamps %s, %s: want one owner, seq 1", st1, st2)
+		t.Fatalf("stamps %v, %v: want one owner, seq 1", st1, st2)
 	}
 	r.end(s1, true)
 	if _, st := r.begin(); mark(st) != mark(stampOf(0, 0, 2)) {
-		t.Fatalf("with release 2 in flight the mark is %s, want 2", mark(st))
+		t.Fatalf("with release 2 in flight the mark is %v, want 2", mark(st))
 	}
 	r.end(s2, false) // no reply: protected
 	r.end(3, true)
 	if _, st := r.begin(); mark(st) != mark(stampOf(0, 0, 2)) {
-		t.Fatalf("after release 2 failed the mark is %s, want 2", mark(st))
+		t.Fatalf("after release 2 failed the mark is %v, want 2", mark(st))
 	}
 	r.end(4, true)
 	r.until = time.Now().Add(-time.Millisecond) // its record has expired
 	if _, st := r.begin(); mark(st) != mark(stampOf(0, 0, 5)) {
-		t.Fatalf("once release 2's record expired the mark is %s, want 5", mark(st))
+		t.Fatalf("once release 2's record expired the mark is %v, want 5", mark(st))
 	}
 	if len(r.pending) != 1 {
 		t.Fatalf("pending %v, want the one release in flight", r.pending)
 	}
 }
 
-// args lists the stamp as the release scripts take it.
-func (s stamp) args() []any { return []any{s.owner, s.seq, s.mark} }
+// args lists the stamp as release.lua takes it.
+func (s stamp) args() []any {
+	owner, seq, mark := s.releaseArgs()
+	return []any{owner, seq, mark}
+}
 
-// unlock.lua writes record.lua's steps inline: for the same release both
-// leave the same record at the same place.
+// unlock.lua writes record.lua's steps inline, and decides whether the
+// name's record may be overwritten with a comparison of its own (old within
+// [owner, owner..mark)): for the same release and whatever the name's key
+// held before, both leave the same records at the same places.
 func TestRecordUnlockMatchesRelease(t *testing.T) {
+	own := func(o uint64) string { return stampOf(o, 0, 0).owner.(string) }
+	num := func(v uint64) string { return stampOf(v, 0, 0).owner.(string) }
+	const tail = ":x:r0>:0:0:f"
+	// The release is owner 7's number 3, every earlier one answered (mark 3).
+	cases := []struct {
+		old       string // "" for none
+		overwrite bool
+	}{
+		{"", true},
+		{own(5) + num(1) + tail, false},                     // another Locker's, below
+		{own(9) + num(1) + tail, false},                     // another Locker's, above
+		{own(7) + num(2) + tail, true},                      // ours, answered
+		{own(7) + num(3) + tail, false},                     // ours, numbered at the mark
+		{own(7) + num(4) + tail, false},                     // ours, above the mark
+		{own(7) + num(2), true},                             // ours, cut after its number
+		{own(7) + num(3), false},                            // ours at the mark, cut after its number
+		{own(7) + num(3)[:10], true},                        // ours, its number cut short (below the mark as text)
+		{own(7)[:10], false},                                // a prefix of the owner
+		{own(7), true},                                      // the owner alone
+		{strings.ToUpper(own(0xab)) + num(1) + tail, false}, // not lower-case hex
+		{"x", false},
+	}
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
 		c := b.Client(t)
-		for _, busy := range []bool{false, true} {
+		st := stampOf(7, 3, 3)
+		for _, tc := range cases {
 			short, long := recordRig{t: t, c: c, b: b, name: "s"}, recordRig{t: t, c: c, b: b, name: "l"}
-			c.Del(ctx, short.names("").nkey, long.names("").nkey)
-			if busy { // another Locker's record in the name's key: the token's key it is
+			c.Del(ctx, short.names("").nkey, long.names("").nkey, short.names(tok('1')).tkey, long.names(tok('1')).tkey)
+			if tc.old != "" {
 				for _, r := range []recordRig{short, long} {
-					c.Set(ctx, r.names("").nkey, stampOf(9, 1, 1).owner.(string)+"0000000000000001:x:r0>:0:0:f", time.Minute)
+					c.Set(ctx, r.names("").nkey, tc.old, time.Minute)
 				}
 			}
-			st := stampOf(7, 3, 3)
 			short.take(tok('1'))
 			long.take(tok('1'))
-			if got, err := unlockScript.Run(ctx, c, []string{short.names(tok('1')).key, short.names("").nkey, short.names(tok('1')).tkey}, append([]any{tok('1')}, st.args()...)...).Result(); err != nil || got != int64(0) {
+			if got, err := unlockScript.Run(ctx, c, []string{short.names(tok('1')).key, short.names("").nkey, short.names(tok('1')).tkey}, st.unlockArgs(tok('1')+"-", tok('1'))...).Result(); err != nil || got != int64(0) {
 				t.Fatalf("unlock.lua = %v, %v", got, err)
 			}
 			keys, args := scriptCall(nil, long.names(tok('1')), true, append([]any{tok('1'), "0", "", 0, 0}, st.args()...)...)
@@ -241,8 +268,12 @@ func TestRecordUnlockMatchesRelease(t *testing.T) {
 			for _, k := range []func(n *names) string{func(n *names) string { return n.nkey }, func(n *names) string { return n.tkey }} {
 				a, b := c.Get(ctx, k(short.names(tok('1')))).Val(), c.Get(ctx, k(long.names(tok('1')))).Val()
 				if a != b {
-					t.Fatalf("busy %v: unlock.lua left %q, release.lua %q", busy, a, b)
+					t.Fatalf("old %q: unlock.lua left %q, release.lua %q", tc.old, a, b)
 				}
+			}
+			rec := own(7) + num(3) + ":" + tok('1') + recordTail
+			if got := c.Get(ctx, short.names("").nkey).Val(); (got == rec) != tc.overwrite {
+				t.Fatalf("old %q: the name's record is %q; overwritten: want %v", tc.old, got, tc.overwrite)
 			}
 		}
 	})

@@ -34,7 +34,7 @@ func BenchmarkReleaseScript(b *testing.B) {
 		{"unlock.lua", func() (any, error) {
 			seq++
 			st := stampOf(1, seq, seq) // every earlier release has its reply
-			return unlockScript.Run(ctx, c, []string{n.key, n.nkey, n.tkey}, token, st.owner, st.seq, st.mark).Result()
+			return unlockScript.Run(ctx, c, []string{n.key, n.nkey, n.tkey}, st.unlockArgs(n.value, token)...).Result()
 		}},
 		{"compare-and-delete", func() (any, error) {
 			return bareRelease.Run(ctx, c, []string{n.key}, n.value).Result()

@@ -35,13 +35,17 @@ func newReleases() *releases {
 
 // A stamp is a release's place among the releases of its Locker, as the
 // release scripts take it (record.lua): owner, seq and mark, 16 hex digits
-// each.
-type stamp struct{ owner, seq, mark any }
+// each, turned to text only as the script at hand needs them (texts,
+// unlockArgs).
+type stamp struct {
+	owner     any // the Locker's id, boxed once
+	seq, mark uint64
+}
 
 // noStamp is the stamp of a release that overwrites no other record (a
 // quorum's): its mark is 0, so its record goes to the name's record key only
 // when that is free.
-var noStamp = stamp{"0000000000000000", "0000000000000000", "0000000000000000"}
+var noStamp = stamp{owner: "0000000000000000"}
 
 // begin numbers a release about to be sent and returns its stamp: every
 // release of this Locker numbered below its mark has had its reply.
@@ -62,22 +66,56 @@ func (r *releases) begin() (uint64, stamp) {
 		}
 	}
 	r.mu.Unlock()
-	var b [32]byte
-	putHex(b[:16], seq)
-	putHex(b[16:], mark)
-	s := string(b[:]) // one allocation for both
-	return seq, stamp{owner: r.owner, seq: s[:16], mark: s[16:]}
+	return seq, stamp{owner: r.owner, seq: seq, mark: mark}
 }
 
 // stampOf is the stamp of release seq of owner, when every release numbered
 // below mark has had its reply.
 func stampOf(owner, seq, mark uint64) stamp {
-	var b [48]byte
-	putHex(b[0:16], owner)
-	putHex(b[16:32], seq)
-	putHex(b[32:48], mark)
-	s := string(b[:])
-	return stamp{s[:16], s[16:32], s[32:]}
+	var b [16]byte
+	putHex(b[:], owner)
+	return stamp{owner: string(b[:]), seq: seq, mark: mark}
+}
+
+// releaseArgs returns the stamp as release.lua takes it: owner, seq and
+// mark, 16 hex digits each.
+func (s stamp) releaseArgs() (owner, seq, mark any) {
+	seq, mark = s.texts()
+	return s.owner, seq, mark
+}
+
+// texts returns seq and mark as release.lua takes them, 16 hex digits each
+// (one allocation for both).
+func (s stamp) texts() (seq, mark any) {
+	var b [32]byte
+	putHex(b[:16], s.seq)
+	putHex(b[16:], s.mark)
+	t := string(b[:])
+	return t[:16], t[16:]
+}
+
+// recordTail is what follows the token in the record of a release made by
+// unlock.lua (record.lua's format): handle 0, no next owner, no handle
+// left, no fence, no result.
+const recordTail = ":r0>:0:0:f"
+
+// unlockArgs returns unlock.lua's arguments for the release of token,
+// whose lock holds value: value, the owner, the release's record, and the
+// owner followed by the mark (the records of this owner below it may be
+// overwritten). The record and the bound are cut from one string.
+func (s stamp) unlockArgs(value any, token string) []any {
+	const recLen = 16 + 16 + 1 + tokenLen + len(recordTail)
+	var b [recLen + 32]byte
+	owner := s.owner.(string)
+	copy(b[:16], owner)
+	putHex(b[16:32], s.seq)
+	b[32] = ':'
+	copy(b[33:33+tokenLen], token)
+	copy(b[33+tokenLen:recLen], recordTail)
+	copy(b[recLen:recLen+16], owner)
+	putHex(b[recLen+16:], s.mark)
+	t := string(b[:])
+	return []any{value, s.owner, t[:recLen], t[recLen:]}
 }
 
 // hexDigits are a stamp's digits: lower-case, so that the release scripts
