@@ -35,8 +35,8 @@ func newReleases() *releases {
 
 // A stamp is a release's place among the releases of its Locker, as the
 // release scripts take it (record.lua): owner, seq and mark, 16 hex digits
-// each, turned to text only as the script at hand needs them (texts,
-// unlockArgs).
+// each, turned to text only as the script at hand needs them
+// (releaseArgs, unlockArgs).
 type stamp struct {
 	owner     any // the Locker's id, boxed once
 	seq, mark uint64
@@ -78,20 +78,13 @@ func stampOf(owner, seq, mark uint64) stamp {
 }
 
 // releaseArgs returns the stamp as release.lua takes it: owner, seq and
-// mark, 16 hex digits each.
+// mark, 16 hex digits each (one allocation for seq and mark).
 func (s stamp) releaseArgs() (owner, seq, mark any) {
-	seq, mark = s.texts()
-	return s.owner, seq, mark
-}
-
-// texts returns seq and mark as release.lua takes them, 16 hex digits each
-// (one allocation for both).
-func (s stamp) texts() (seq, mark any) {
 	var b [32]byte
 	putHex(b[:16], s.seq)
 	putHex(b[16:], s.mark)
 	t := string(b[:])
-	return t[:16], t[16:]
+	return s.owner, t[:16], t[16:]
 }
 
 // recordTail is what follows the token in the record of a release made by
