@@ -24,6 +24,22 @@ func benchLockNames(g int64) []string {
 	return ns
 }
 
+// serialCycles is b's loop of Lock and Unlock through l, one goroutine,
+// on names in turn.
+func serialCycles(b *testing.B, l *mutex.Locker, names []string) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		lk, err := l.Lock(ctx, names[i%len(names)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkLockUnlock measures an uncontended Lock and Unlock (two round
 // trips); compare with BenchmarkPing, one round trip on the same server.
 func BenchmarkLockUnlock(b *testing.B) {
@@ -31,19 +47,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 	l := mutex.New(be.Client(b), mutex.WithPrefix(be.Prefix))
 	ctx := context.Background()
 
-	b.Run("serial", func(b *testing.B) {
-		ns := benchLockNames(0)
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			lk, err := l.Lock(ctx, ns[i%benchNames])
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := lk.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	b.Run("serial", func(b *testing.B) { serialCycles(b, l, benchLockNames(0)) })
 
 	b.Run("parallel", func(b *testing.B) {
 		var next atomic.Int64 // goroutine ids; names of distinct goroutines never collide

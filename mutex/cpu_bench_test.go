@@ -50,24 +50,12 @@ func BenchmarkClientCPU(b *testing.B) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
 	c.AddHook(answerer{})
-	ctx := context.Background()
 	ns := benchLockNames(0)
 
-	b.Run("library", func(b *testing.B) {
-		l := mutex.New(c)
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			lk, err := l.Lock(ctx, ns[i%benchNames])
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := lk.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	b.Run("library", func(b *testing.B) { serialCycles(b, mutex.New(c), ns) })
 
 	b.Run("go-redis", func(b *testing.B) {
+		ctx := context.Background()
 		release := redis.NewScript("return 0")
 		const token = "0123456789abcdef0123456789abcdef"
 		b.ReportAllocs()
