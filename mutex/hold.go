@@ -45,11 +45,8 @@ type root struct {
 
 // newRoot returns the root handle of a new hold of n's token on name, whose
 // lock an attempt just obtained with fencing number fence; value is
-// n.value, boxed (or nil).
+// n.value, boxed.
 func newRoot(l *Locker, name string, n names, value any, fence int64) *Lock {
-	if value == nil {
-		value = n.value
-	}
 	r := &root{h: hold{locker: l, name: name, names: n, valueArg: value, fence: fence}}
 	r.lk.hold = &r.h
 	return &r.lk
@@ -67,13 +64,6 @@ func lockKeys(keys []string, n *names, release bool) []string {
 		keys = append(keys, n.fkey)
 	}
 	return keys
-}
-
-// last reports whether lk is the only open handle of its hold.
-func (h *hold) last(lk *Lock) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.handles) == 1 && h.handles[0] == lk
 }
 
 // drift is the margin by which the lease may end early on the client's clock:

@@ -61,27 +61,22 @@ func BenchmarkCycleShapes(b *testing.B) {
 	}
 	obtain := func() { must(obtainShape.Run(ctx, c, keys[:1], n.value, DefaultTTL.Milliseconds()).Err()) }
 	del := func() { must(c.Del(ctx, n.key).Err()) }
-	padded := []any{n.value, strings.Repeat("x", 300)}
-	release := func(s *redis.Script, wide bool) func() {
+	// release runs s on keys with the arguments args returns, each call.
+	release := func(s *redis.Script, keys []string, args func() []any) func() {
 		return func() {
-			args := []any{n.value}
-			if s == nil { // the padded compare-and-delete
-				s, args = wideRelease, padded
-			}
-			if wide {
-				seq++
-				args = stampOf(7, seq, seq).unlockArgs(n.value, n.token)
-			}
-			k := keys
-			if !wide {
-				k = keys[:1]
-			}
-			r, err := s.Run(ctx, c, k, args...).Result()
+			r, err := s.Run(ctx, c, keys, args()...).Result()
 			must(err)
 			if r != any(int64(0)) {
 				b.Fatalf("release: %v", r)
 			}
 		}
+	}
+	narrow := func() []any { return []any{n.value} }
+	pad := strings.Repeat("x", 300)
+	padded := func() []any { return []any{n.value, pad} }
+	wide := func() []any { // unlock.lua's, renewed each call as an Unlock does
+		seq++
+		return stampOf(7, seq, seq).unlockArgs(n.value, n.token)
 	}
 	shapes := []struct {
 		name             string
@@ -89,11 +84,11 @@ func BenchmarkCycleShapes(b *testing.B) {
 	}{
 		{"setnx+del", setnx, del},
 		{"obtain+del", obtain, del},
-		{"setnx+cad", setnx, release(wideRelease, false)},
-		{"setnx+cad-300B", setnx, release(nil, false)},
-		{"setnx+cad-wide", setnx, release(wideRelease, true)},
-		{"setnx+unlock-norecord", setnx, release(noRecord, true)},
-		{"setnx+unlock", setnx, release(unlockScript, true)},
+		{"setnx+cad", setnx, release(wideRelease, keys[:1], narrow)},
+		{"setnx+cad-300B", setnx, release(wideRelease, keys[:1], padded)},
+		{"setnx+cad-wide", setnx, release(wideRelease, keys, wide)},
+		{"setnx+unlock-norecord", setnx, release(noRecord, keys, wide)},
+		{"setnx+unlock", setnx, release(unlockScript, keys, wide)},
 	}
 	wall := make([]time.Duration, len(shapes))
 	srv := make([]float64, len(shapes))
