@@ -191,9 +191,10 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	var n names
 	var valueArg any
 	if reenter {
-		if h.isEnded() {
+		if h.enter() != nil {
 			return nil, -1, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock has ended", ErrNotHeld, name)
 		}
+		defer h.exit()
 		id = h.nextID.Add(1)
 		n = h.names
 	} else {
@@ -255,7 +256,7 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	}
 	if r[0] != 1 {
 		if reenter {
-			h.end(ErrLockLost)
+			h.lose()
 			return nil, -1, res, fmt.Errorf("%w: re-entry of %q, whose owning lock is gone from Redis", ErrNotHeld, name)
 		}
 		return nil, time.Duration(r[1]) * time.Millisecond, res, ErrLocked

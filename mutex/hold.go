@@ -1,7 +1,6 @@
 package mutex
 
 import (
-	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,7 +23,8 @@ type hold struct {
 
 	mu       sync.Mutex
 	deadline time.Time   // the lease surely lasts until then (if not deleted)
-	ended    bool        // fully released or lost
+	ended    bool        // fully released, handed over or lost
+	busy     int         // calls acting for the hold in Redis, releases aside (Lock.use)
 	handles  []*Lock     // open handles: the root and its re-entries
 	one      [1]*Lock    // handles' first backing array: no allocation for the root
 	timer    *time.Timer // runs only while someone watches Done or Context, or renewal runs
@@ -80,7 +80,7 @@ func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 	if h.ended {
 		// The lease was declared lost while this re-entry was in flight: the
 		// handle is born lost rather than silently reviving the hold.
-		lk.endLocked(ErrLockLost)
+		lk.endLocked(lost)
 		return
 	}
 	if h.handles == nil {
@@ -96,10 +96,12 @@ func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 // round trip: the waiter gets a new handle on the same token, handle field and
 // lease in Redis. It does so only while the lease surely lasts at least 90% of
 // the waiter's own lease (so the waiter gets nearly what it asked for), and
-// returns nil otherwise, or when lk is not the last open handle.
+// returns nil otherwise, when lk is not the last open handle, or when a call
+// acts for the hold in Redis (busy): that call could act for the waiter's
+// lock, which has the same token.
 func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 	h.mu.Lock()
-	if h.ended || len(h.handles) != 1 || h.handles[0] != lk || time.Until(h.deadline) < cfg.ttl-cfg.ttl/10 {
+	if h.ended || h.busy > 0 || len(h.handles) != 1 || h.handles[0] != lk || time.Until(h.deadline) < cfg.ttl-cfg.ttl/10 {
 		h.mu.Unlock()
 		return nil
 	}
@@ -109,8 +111,8 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 	nh.one[0] = nlk
 	nh.handles = nh.one[:1]
 	h.handles = slices.DeleteFunc(h.handles, func(x *Lock) bool { return x == lk })
-	lk.endLocked(ErrNotHeld)
-	h.endLocked(ErrNotHeld)
+	lk.endLocked(handedOver)
+	h.endLocked(handedOver)
 	h.mu.Unlock()
 	if cfg.renew {
 		nh.startRenew(cfg.ttl)
@@ -126,10 +128,23 @@ func (h *hold) setLease(start time.Time, lease time.Duration) {
 	h.armLocked()
 }
 
-func (h *hold) isEnded() bool {
+// enter marks the start of a re-entry of the hold (see Lock.use):
+// ErrNotHeld when it has ended.
+func (h *hold) enter() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.ended
+	if h.ended {
+		return ErrNotHeld
+	}
+	h.busy++
+	return nil
+}
+
+// exit ends an enter.
+func (h *hold) exit() {
+	h.mu.Lock()
+	h.busy--
+	h.mu.Unlock()
 }
 
 // release closes one handle after Redis released it; last is true when the
@@ -138,26 +153,42 @@ func (h *hold) release(lk *Lock, last bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.handles = slices.DeleteFunc(h.handles, func(x *Lock) bool { return x == lk })
-	lk.endLocked(ErrNotHeld)
+	lk.endLocked(released)
 	if last {
-		h.endLocked(ErrNotHeld)
+		h.endLocked(released)
 	}
 }
 
-// end closes every handle with cause.
-func (h *hold) end(cause error) {
+// end ends the hold and every open handle in phase p.
+func (h *hold) end(p phase) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.endLocked(cause)
+	h.endLocked(p)
 }
 
-func (h *hold) endLocked(cause error) {
+// lose ends every handle as lost: Redis reported the lock gone. While one of
+// them is being released it does nothing: that release's reply from Redis
+// tells how the hold ended (a release that ran before this call's script
+// makes the lock "released", not "lost").
+func (h *hold) lose() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, lk := range h.handles {
+		if lk.phase == releasing {
+			return
+		}
+	}
+	h.endLocked(lost)
+}
+
+// endLocked ends the hold and every open handle in phase p.
+func (h *hold) endLocked(p phase) {
 	if h.ended {
 		return
 	}
 	h.ended = true
 	for _, lk := range h.handles {
-		lk.endLocked(cause)
+		lk.endLocked(p)
 	}
 	h.handles = nil
 	if h.timer != nil {
@@ -195,29 +226,5 @@ func (h *hold) checkDeadline() {
 		h.timer.Reset(left) // extended meanwhile
 		return
 	}
-	h.endLocked(ErrLockLost)
-}
-
-// life returns the context that ends with the handle; h.mu must be held.
-func (lk *Lock) lifeLocked() context.Context {
-	if lk.life == nil {
-		lk.life, lk.cancel = context.WithCancelCause(context.Background())
-		if lk.cause != nil {
-			lk.cancel(lk.cause)
-		} else {
-			lk.hold.watchLocked()
-		}
-	}
-	return lk.life
-}
-
-// endLocked ends one handle with cause; h.mu must be held.
-func (lk *Lock) endLocked(cause error) {
-	if lk.cause != nil {
-		return
-	}
-	lk.cause = cause
-	if lk.cancel != nil {
-		lk.cancel(cause)
-	}
+	h.endLocked(lost)
 }

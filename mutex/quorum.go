@@ -381,7 +381,7 @@ func (lk *Lock) unlockQuorum(ctx context.Context) error {
 	h, l := lk.hold, lk.hold.locker
 	left, err := l.q.release(ctx, h, handleID(lk.id))
 	if errors.Is(err, ErrNotHeld) {
-		h.end(ErrLockLost)
+		h.end(lost)
 		return ErrNotHeld
 	}
 	if err != nil {

@@ -50,7 +50,7 @@ func (h *hold) renewLoop(r *renewal, lease time.Duration) {
 		held, err := h.extend(ctx, "", lease, start)
 		cancel()
 		if err == nil && !held {
-			h.end(ErrLockLost) // taken or gone: never re-acquire
+			h.lose() // taken or gone: never re-acquire
 			return
 		}
 		if err == nil {

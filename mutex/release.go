@@ -1,0 +1,363 @@
+package mutex
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// unlockTimeout bounds an Unlock, which runs detached from its ctx's
+// cancellation so that a lock is released even when the caller gave up.
+const unlockTimeout = 2 * time.Second
+
+// Unlock releases this handle; releasing the last handle of a lock deletes it,
+// or passes the lock to a goroutine of this Locker waiting for it (see
+// Locker). A cancellation of ctx does not stop it, but its deadline bounds
+// it; with a ctx that has ended already, or one that can be cancelled but has
+// no deadline, it still runs, bounded by 2 s of its own. It returns ErrNotHeld
+// when the handle was unlocked already, is being unlocked by another call, or
+// the lock is gone (its lease ended, another owner has it): it never touches
+// another owner's lock. A hand-over without a round trip cannot see a lock
+// deleted in Redis before its lease ended; the waiter's own Unlock or
+// UnlockWith will. After a Redis error the handle stays open and Unlock can
+// be called again: if the first call did release it (its reply was lost),
+// the second reports success from the release's record (see the package
+// documentation), within 10 s. The second makes the first one's call again:
+// it never passes the lock to a local waiter without Redis (the lock may be
+// gone from Redis already), and a hand-over the first made in Redis goes to
+// the waiter now first in line, or is released.
+func (lk *Lock) Unlock(ctx context.Context) error {
+	_, err := lk.release(ctx, nil)
+	return err
+}
+
+// UnlockWith runs call.Fragment only if this handle still holds the lock,
+// and releases the handle in the same script: a commit that cannot land after
+// the lease lapsed. It returns the fragment's result, or ErrNotHeld when the
+// handle no longer holds the lock (or another call is releasing it): this
+// call did not run the fragment. After a Redis error (a timeout, a lost
+// reply) the outcome is unknown; the same call made again within 10 s
+// reports what happened: the fragment's result if the first run committed
+// (or ErrResultUnknown when that result was a table), or a fresh run if it
+// did not. go-redis makes that second call by itself when a reply is lost.
+// See Fragment.
+func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
+	if err := call.check(); err != nil {
+		return nil, err
+	}
+	if lk != nil {
+		if err := lk.hold.locker.unsupported("a Fragment"); err != nil {
+			return nil, err
+		}
+	}
+	return lk.release(ctx, &call)
+}
+
+// unsure is a release of a handle that failed with an unknown outcome: it
+// may have run in Redis. The handle's next release makes the very same call
+// (the same next owner, or none; never a local hand-over, since the lock may
+// be gone from Redis), so that the first one's record answers it.
+type unsure struct {
+	next  *hold         // the next owner that release named, nil for none
+	lease time.Duration // its lease
+	start time.Time     // when that release was sent: its lease began after
+}
+
+// A release is one Unlock or UnlockWith of a handle that won the move to
+// releasing: what it releases, and to whom it hands the lock.
+type release struct {
+	lk    *Lock
+	h     *hold
+	l     *Locker
+	call  *Call   // the fragment to run; nil for Unlock
+	again *unsure // the release this one repeats, if any
+	last  bool    // lk was the hold's last open handle when the release began
+	next  *waiter // the local waiter the lock goes to, if any
+	nh    *hold   // that waiter's hold, when it goes through Redis
+	lease time.Duration
+}
+
+// release is Unlock and UnlockWith: decide, then run the path that applies.
+// A release that fails leaves the handle held, to be released again.
+func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
+	if lk == nil {
+		return nil, ErrNotHeld
+	}
+	again, last, renews, err := lk.beginRelease()
+	if err != nil {
+		return nil, err
+	}
+	r := release{lk: lk, h: lk.hold, l: lk.hold.locker, call: call, again: again, last: last}
+	if last {
+		if renews {
+			r.h.stopRenew() // no renewal runs after Unlock returns
+		}
+		r.pickWaiter()
+	}
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	res, err := r.run(ctx)
+	if err != nil {
+		lk.abortRelease() // a no-op once the handle has ended
+	}
+	return res, err
+}
+
+// pickWaiter chooses the local waiter that the last handle's release hands
+// the lock to, if any.
+func (r *release) pickWaiter() {
+	switch {
+	case r.l.q != nil: // a quorum hands nothing over: its release is not one script
+	case r.again == nil:
+		if r.next = r.l.nextWaiter(r.h.name); r.next != nil {
+			r.nh, r.lease = newHold(r.l, r.h.name, r.l.names(r.h.name)), r.next.cfg.ttl
+		}
+	case r.again.next != nil:
+		// The same hand-over as the release that may have run; to the
+		// waiter now first in line, if any.
+		r.nh, r.lease = r.again.next, r.again.lease
+		r.next = r.l.nextWaiter(r.h.name)
+	}
+}
+
+// run releases through the first path that applies: a quorum's, a local
+// hand-over, unlock.lua for the plain case, release.lua for the rest.
+func (r *release) run(ctx context.Context) (any, error) {
+	if r.l.q != nil {
+		return nil, r.lk.unlockQuorum(ctx)
+	}
+	if r.handOverLocally() {
+		return nil, nil
+	}
+	seq, st := r.l.releases.begin()
+	if r.plain() {
+		if done, err := r.unlockPlain(ctx, seq, st); done {
+			return nil, err
+		}
+	}
+	return r.script(ctx, seq, st)
+}
+
+// handOverLocally passes the lock to the next local waiter without a round
+// trip, when hold.passOn allows it: never for a fragment (it must run in
+// Redis), with fencing (each holder needs its own number) or when repeating
+// a release that may have run (the lock may be gone from Redis).
+func (r *release) handOverLocally() bool {
+	if r.next == nil || r.call != nil || r.l.fenceTTL != 0 || r.again != nil {
+		return false
+	}
+	nlk := r.h.passOn(r.lk, r.next.cfg)
+	if nlk == nil {
+		return false
+	}
+	r.l.handedOver(r.h.name, r.next, nlk)
+	return true
+}
+
+// plain reports the common release, for unlock.lua: the last handle, the
+// root, no fragment, no hand-over, no fencing.
+func (r *release) plain() bool {
+	return r.call == nil && r.nh == nil && r.last && r.lk.id == 0 && r.l.fenceTTL == 0
+}
+
+// unlockPlain runs unlock.lua. It reports done false when the script found
+// the lock in another shape than a plain one, or not held: release.lua then
+// decides, under the same stamp.
+func (r *release) unlockPlain(ctx context.Context, seq uint64, st stamp) (done bool, err error) {
+	h, l := r.h, r.l
+	reply, err := l.run(ctx, unlockScript, []string{h.key, h.nkey, h.tkey}, st.unlockArgs(h.valueArg, h.token), nil)
+	switch {
+	case err != nil:
+		l.releases.end(seq, false)
+		r.lk.unsureOf(err, nil, 0, time.Time{})
+		return true, fmt.Errorf("mutex: unlock %q: %w", h.name, err)
+	case reply == any(int64(0)):
+		l.releases.end(seq, true)
+		l.scripted.Store(true)
+		h.release(r.lk, true)
+		l.released(h.name)
+		return true, nil
+	}
+	return false, nil
+}
+
+// script runs release.lua (or the fragment's release script) and settles
+// its reply.
+func (r *release) script(ctx context.Context, seq uint64, st stamp) (any, error) {
+	start := time.Now()
+	if r.again != nil && r.again.next != nil {
+		start = r.again.start // the hand-over may date from then
+	}
+	reply, short, err := r.send(ctx, st)
+	r.l.releases.end(seq, err == nil)
+	var n [3]int64
+	var rest []any
+	if err == nil {
+		r.l.scripted.Store(true)
+		n, rest, err = ints(reply, 2)
+	}
+	switch {
+	case err != nil:
+		r.cancelHandOver()
+		r.lk.unsureOf(err, r.nh, r.lease, start)
+		return nil, fmt.Errorf("mutex: unlock %q: %w", r.h.name, err)
+	case n[0] < 0:
+		r.cancelHandOver()
+		r.h.end(lost)
+		return nil, ErrNotHeld
+	}
+	short = r.settle(ctx, n[0], n[1], start, short)
+	return r.result(rest, short)
+}
+
+// send sends the release script, with the next owner's token and lease when
+// it hands the lock over. A hand-over or a fragment's write waits for the
+// replicas (WithReplicaAck); short reports that too few acknowledged it.
+func (r *release) send(ctx context.Context, st stamp) (reply any, short, err error) {
+	h, l := r.h, r.l
+	script := releaseScript
+	if r.call != nil {
+		script = r.call.Fragment.release
+	}
+	nextToken, nextLease := any(""), any(0)
+	var late func(any, error)
+	if r.nh != nil {
+		nextToken, nextLease = r.nh.token, r.lease.Milliseconds()
+		// The release may hand the lock to nh in Redis: when its reply
+		// comes after the caller left, nobody will hold nh.
+		late = l.orphanOf(r.nh)
+	}
+	owner, sseq, smark := st.releaseArgs()
+	keys, args := scriptCall(r.call, &h.names, true, h.token, argID(r.lk.id), nextToken, nextLease, l.fenceMS, owner, sseq, smark)
+	if r.nh != nil || r.call != nil {
+		return l.runAcked(ctx, script, keys, args, late)
+	}
+	reply, err = l.run(ctx, script, keys, args, late)
+	return reply, nil, err
+}
+
+// settle ends the handle after Redis released it, leaving left handles of
+// its hold open, and completes or cancels the hand-over. It returns the
+// replicas' shortfall the caller still reports.
+func (r *release) settle(ctx context.Context, left, fence int64, start time.Time, short error) error {
+	r.h.release(r.lk, left == 0)
+	if short != nil && r.nh != nil && left == 0 {
+		// Handed over on the master alone: undone, and the waiter (if it
+		// is still there) tries again, waiting for the replicas itself.
+		r.l.releaseRoot(ctx, r.nh)
+		r.cancelHandOver()
+		r.nh = nil
+		if r.call == nil {
+			short = nil // the release itself stands, and needs no replica
+		}
+	}
+	switch {
+	case r.next != nil && left == 0:
+		r.giveNext(fence, start)
+	case r.next != nil:
+		r.cancelHandOver() // Redis still counts open handles
+	case left == 0 && r.nh != nil:
+		// Handed to nh by a release that may have run before, for a
+		// waiter that has gone: nobody takes it. (Within this Unlock's
+		// deadline; if that passes, nh's lease ends it.)
+		r.l.releaseRoot(ctx, r.nh)
+		r.l.released(r.h.name)
+	case left == 0:
+		r.l.released(r.h.name)
+	}
+	return short
+}
+
+// giveNext completes a hand-over through Redis: the waiter gets the root
+// handle of nh, whose lease began when the release was sent.
+func (r *release) giveNext(fence int64, start time.Time) {
+	nh := r.nh
+	nh.fence = fence
+	nlk := &Lock{hold: nh}
+	nh.add(nlk, start, r.lease)
+	if r.next.cfg.renew {
+		nh.startRenew(r.next.cfg.ttl)
+	}
+	r.l.handedOver(r.h.name, r.next, nlk)
+}
+
+// cancelHandOver tells the waiter picked for a hand-over that it gets
+// nothing: it goes back to waiting.
+func (r *release) cancelHandOver() {
+	if r.next != nil {
+		r.l.handedOver(r.h.name, r.next, nil)
+		r.next = nil
+	}
+}
+
+// result is what the release returns: the fragment's result, or
+// ErrResultUnknown when a replay found it ran but its table result was not
+// kept, and the replicas' shortfall.
+func (r *release) result(rest []any, short error) (any, error) {
+	var res any
+	if len(rest) > 0 {
+		res = rest[0]
+	}
+	if len(rest) > 1 && rest[1] == any(int64(2)) && r.call != nil {
+		return nil, ErrResultUnknown
+	}
+	if short != nil {
+		return res, fmt.Errorf("mutex: unlock %q: %w", r.h.name, short)
+	}
+	return res, nil
+}
+
+// unsureOf records a release of lk that failed with err, if its outcome is
+// unknown (it may have run): the first such release, whose call the next
+// release repeats (see unsure).
+func (lk *Lock) unsureOf(err error, next *hold, lease time.Duration, start time.Time) {
+	if !unknownOutcome(err) {
+		return
+	}
+	lk.hold.mu.Lock()
+	defer lk.hold.mu.Unlock()
+	if lk.unsure == nil {
+		lk.unsure = &unsure{next: next, lease: lease, start: start}
+	}
+}
+
+// dropWait is how long a call waits for the release of a lock it obtained
+// for a caller that has left (drop) before it returns all the same.
+const dropWait = 100 * time.Millisecond
+
+// drop releases a handle that a call obtained for its caller but does not
+// return (its ctx ended meanwhile), so that the lock is not left held by a
+// handle nobody has: bounded by unlockTimeout, and waited for dropWait at
+// most, so that the caller returns by its deadline plus that margin even on
+// a hung server. In the common case the lock is free again when the caller
+// returns.
+func (lk *Lock) drop() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+		defer cancel()
+		_ = lk.Unlock(ctx)
+	}()
+	t := time.NewTimer(dropWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// detach returns the context of a release: one that a cancellation of ctx
+// does not stop, so that a lock is released even when the caller gave up,
+// but that keeps ctx's deadline, so that the call returns by it; bounded by
+// unlockTimeout when ctx has no deadline or has ended already.
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	d, ok := ctx.Deadline()
+	if !ok || ctx.Err() != nil {
+		d = time.Now().Add(unlockTimeout)
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), d)
+}
