@@ -28,7 +28,7 @@ func (l *Locker) TryLock(ctx context.Context, name string, opts ...LockOption) (
 	if err != nil {
 		return nil, err
 	}
-	lk, _, _, err := l.attempt(ctx, name, cfg, nil, false, false, false)
+	lk, _, _, err := l.attempt(ctx, name, cfg, nil, tryOnce)
 	return lk, err
 }
 
@@ -46,7 +46,7 @@ func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts .
 	if err != nil {
 		return nil, nil, err
 	}
-	lk, _, res, err := l.attempt(ctx, name, cfg, &call, false, false, false)
+	lk, _, res, err := l.attempt(ctx, name, cfg, &call, tryOnce)
 	if errors.Is(err, ErrDeclined) {
 		l.declined(name) // waiters of this Locker for name likely hear "no" too
 	}
@@ -70,7 +70,7 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...LockOption) (*Lo
 		return nil, err
 	}
 	if ownerOf(ctx, l, name) != nil {
-		lk, _, _, err := l.attempt(ctx, name, cfg, nil, false, false, false)
+		lk, _, _, err := l.attempt(ctx, name, cfg, nil, tryOnce)
 		return lk, err
 	}
 	if ctx.Err() != nil {
@@ -82,7 +82,7 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...LockOption) (*Lo
 		// which the uncontended case needs no queue for (a native SET NX PX
 		// when it can be). If it finds the lock held, it is the queue's
 		// head's first attempt (followed).
-		lk, p, _, err := l.attempt(ctx, name, cfg, nil, false, false, true)
+		lk, p, _, err := l.attempt(ctx, name, cfg, nil, first)
 		switch {
 		case err == nil:
 			return lk, nil
@@ -93,8 +93,8 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...LockOption) (*Lo
 		}
 		primed, pttl = true, p
 	}
-	lk, _, _, err := l.wait(ctx, name, cfg, nil, primed, pttl)
-	return lk, err
+	o := l.wait(ctx, name, cfg, nil, primed, pttl)
+	return o.lk, o.err
 }
 
 // LockWith is Lock that runs call.Fragment with every acquire attempt, and
@@ -114,18 +114,19 @@ func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...L
 		return nil, nil, err
 	}
 	if ownerOf(ctx, l, name) != nil {
-		lk, _, res, err := l.attempt(ctx, name, cfg, &call, false, false, false)
+		lk, _, res, err := l.attempt(ctx, name, cfg, &call, tryOnce)
 		return lk, res, err
 	}
 	if ctx.Err() != nil {
 		return nil, nil, errors.Join(ErrNotObtained, ctx.Err())
 	}
-	lk, res, handed, err := l.wait(ctx, name, cfg, &call, false, -1)
-	if !handed {
-		return lk, res, err
+	o := l.wait(ctx, name, cfg, &call, false, -1)
+	if !o.handed {
+		return o.lk, o.res, o.err
 	}
 	// Handed over by a local holder: the fragment has not run yet.
-	res, err = lk.Run(ctx, call)
+	lk := o.lk
+	res, err := lk.Run(ctx, call)
 	if errors.Is(err, ErrDeclined) {
 		l.declined(name)
 	}
@@ -176,103 +177,140 @@ func ownerOf(ctx context.Context, l *Locker, name string) *hold {
 	return nil
 }
 
-// attempt runs one acquire script. On contention it returns ErrLocked and the
-// holder's remaining lease (negative when unknown); poll asks for that lease
-// (a waiting attempt), mark asks a release to publish a notification. A
-// fresh attempt without either or a fragment is a native SET NX PX when the
-// client has one. followed is set for Lock's first attempt: when it finds
-// the lock held it is also the first attempt of the queue's head (which
-// reads the lease and marks the lock), so it goes on with the script, under
-// the same token.
-func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call *Call, poll, mark, followed bool) (*Lock, time.Duration, any, error) {
-	h := ownerOf(ctx, l, name)
-	reenter := h != nil
-	var id uint64
-	var n names
-	var valueArg any
-	if reenter {
-		if h.enter() != nil {
-			return nil, -1, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock has ended", ErrNotHeld, name)
-		}
-		defer h.exit()
-		id = h.nextID.Add(1)
-		n = h.names
-	} else {
-		// The hold is made only once the lock is obtained: a denial or a
-		// failed attempt needs none.
-		n = l.names(name)
-		valueArg = n.value
-	}
+// An attemptMode says what one acquire attempt of a fresh token is for.
+type attemptMode uint8
 
+const (
+	// tryOnce is TryLock's attempt: a native SET NX PX GET when it can be.
+	tryOnce attemptMode = iota
+	// first is Lock's first attempt: a native SET NX PX when it can be;
+	// when that finds the lock held, it goes on as the queue's head's first
+	// attempt (the script, under the same token, marking the lock).
+	first
+	// poll is a waiting head's attempt: the script, which reads the
+	// holder's lease.
+	poll
+	// pollMarked is poll that also marks the held lock, so that its
+	// release publishes a notification.
+	pollMarked
+)
+
+// attempt makes one acquire attempt on name: a re-entry when ctx carries
+// ownership of name, a fresh token's attempt otherwise. On contention it
+// returns ErrLocked and the holder's remaining lease (negative when
+// unknown).
+func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
+	if h := ownerOf(ctx, l, name); h != nil {
+		return l.reenter(ctx, h, cfg, call)
+	}
+	return l.take(ctx, name, cfg, call, mode)
+}
+
+// reenter adds a handle to h, which ctx carries: the hold count in Redis
+// goes up by one. The hold is busy meanwhile (Lock.use), so that its last
+// handle is not handed over locally while the re-entry is on its way.
+func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Call) (*Lock, time.Duration, any, error) {
+	if h.enter() != nil {
+		return nil, -1, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock has ended", ErrNotHeld, h.name)
+	}
+	defer h.exit()
+	id := h.nextID.Add(1)
 	start := time.Now()
-	var r [3]int64
-	var res any
-	var err error
-	native := false
-	if call == nil && !reenter && !poll && !mark {
-		r, native, err = l.takeFree(ctx, name, &n, valueArg, cfg, followed)
-		if followed && err == nil && r[0] != 1 {
-			native = false // held: the script, with the same token (see takeFree)
-		}
-	}
-	if followed {
-		poll, mark = true, l.canNotify()
-	}
-	if !native {
-		keys, args := scriptCall(call, &n, false, n.token, acquireMode(reenter, id, mark), cfg.ttlMS, l.fenceMS)
-		if l.q != nil { // no fragment: NewQuorum refuses them
-			r, err = l.q.acquire(ctx, keys, args, cfg.ttl, reenter, start, &n)
-		} else {
-			script := acquireScript
-			if call != nil {
-				script = call.Fragment.acquire
-			}
-			var late func(any, error)
-			if !reenter && !l.honours {
-				late = l.undoLate(newHold(l, name, n))
-			}
-			var reply any
-			var short error
-			if reply, short, err = l.acquireRun(ctx, script, keys, args, call != nil, reenter || cfg.ackLater, late); err == nil {
-				l.scripted.Store(true)
-				r, res, err = acquired(reply)
-			}
-			if err == nil && r[0] == 1 && short != nil {
-				// Granted on the master alone: nobody may count on it. The
-				// undo keeps to the caller's deadline; past it, the lease
-				// ends the lock.
-				if ctx.Err() == nil {
-					l.releaseRoot(ctx, newHold(l, name, n))
-				}
-				err = short
-			}
-		}
-	}
-	if err != nil {
-		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", name, err)
-	}
-	if r[0] == declinedReply {
+	r, res, err := l.acquireScript(ctx, h.name, &h.names, cfg, call, argID(id), start)
+	switch {
+	case err != nil:
+		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", h.name, err)
+	case r[0] == declinedReply:
 		return nil, -1, res, ErrDeclined
+	case r[0] != 1:
+		h.lose()
+		return nil, -1, res, fmt.Errorf("%w: re-entry of %q, whose owning lock is gone from Redis", ErrNotHeld, h.name)
 	}
-	if r[0] != 1 {
-		if reenter {
-			h.lose()
-			return nil, -1, res, fmt.Errorf("%w: re-entry of %q, whose owning lock is gone from Redis", ErrNotHeld, name)
-		}
-		return nil, time.Duration(r[1]) * time.Millisecond, res, ErrLocked
-	}
-	var lk *Lock
-	if reenter {
-		lk = &Lock{hold: h, id: id}
-	} else {
-		lk = newRoot(l, name, n, valueArg, r[2])
-		h = lk.hold
-	}
+	lk := &Lock{hold: h, id: id}
 	h.add(lk, start, time.Duration(r[1])*time.Millisecond)
 	if cfg.renew {
 		h.startRenew(cfg.ttl)
 	}
 	return lk, -1, res, nil
+}
+
+// take makes one attempt to acquire name under a new token. The hold is
+// made only once the lock is obtained: a denial or a failed attempt needs
+// none.
+func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
+	n := l.names(name)
+	value := any(n.value) // boxed once: the SET's argument and the hold's
+	start := time.Now()
+	r, res, err := l.takeOnce(ctx, name, &n, value, cfg, call, mode, start)
+	switch {
+	case err != nil:
+		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", name, err)
+	case r[0] == declinedReply:
+		return nil, -1, res, ErrDeclined
+	case r[0] != 1:
+		return nil, time.Duration(r[1]) * time.Millisecond, res, ErrLocked
+	}
+	lk := newRoot(l, name, n, value, r[2])
+	lk.hold.add(lk, start, time.Duration(r[1])*time.Millisecond)
+	if cfg.renew {
+		lk.hold.startRenew(cfg.ttl)
+	}
+	return lk, -1, res, nil
+}
+
+// takeOnce is take's round trip: a native SET when the mode and the client
+// allow one, else (or when Lock's first SET found the lock held) the
+// acquire script.
+func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any, cfg lockConfig, call *Call, mode attemptMode, start time.Time) ([3]int64, any, error) {
+	if call == nil && mode <= first {
+		r, native, err := l.takeFree(ctx, name, n, value, cfg, mode == first)
+		held := mode == first && err == nil && r[0] != 1
+		if native && !held {
+			return r, nil, err
+		}
+	}
+	mark := argFresh
+	if mode == pollMarked || (mode == first && l.canNotify()) {
+		mark = argMark
+	}
+	return l.acquireScript(ctx, name, n, cfg, call, mark, start)
+}
+
+// acquireScript runs the acquire script (a fragment's, a quorum's) for n's
+// token; arg is acquire.lua's ARGV[2]: argFresh or argMark for a fresh
+// token (argMark: mark a held lock), a handle id for a re-entry. It returns the
+// script's reply, {1, lease, fence} or {0, pttl, 0}, and the fragment's
+// result.
+func (l *Locker) acquireScript(ctx context.Context, name string, n *names, cfg lockConfig, call *Call, arg any, start time.Time) ([3]int64, any, error) {
+	keys, args := scriptCall(call, n, false, n.token, arg, cfg.ttlMS, l.fenceMS)
+	reenter := arg != argFresh && arg != argMark // a handle id
+	if l.q != nil {                              // no fragment: NewQuorum refuses them
+		r, err := l.q.acquire(ctx, keys, args, cfg.ttl, reenter, start, n)
+		return r, nil, err
+	}
+	script := acquireScript
+	if call != nil {
+		script = call.Fragment.acquire
+	}
+	var late func(any, error)
+	if !reenter && !l.honours {
+		late = l.undoLate(newHold(l, name, *n))
+	}
+	reply, short, err := l.acquireRun(ctx, script, keys, args, call != nil, reenter || cfg.ackLater, late)
+	if err != nil {
+		return [3]int64{}, nil, err
+	}
+	l.scripted.Store(true)
+	r, res, err := acquired(reply)
+	if err == nil && r[0] == 1 && short != nil {
+		// Granted on the master alone: nobody may count on it. The undo
+		// keeps to the caller's deadline; past it, the lease ends the lock.
+		if ctx.Err() == nil {
+			l.releaseRoot(ctx, newHold(l, name, *n))
+		}
+		return [3]int64{}, nil, short
+	}
+	return r, res, err
 }
 
 // nativeSetter is the part of a go-redis client that takes a free lock with
@@ -555,18 +593,6 @@ func argID(id uint64) any {
 		return argZero
 	}
 	return handleID(id)
-}
-
-// acquireMode is acquire.lua's ARGV[2]: the handle id of a re-entry, or
-// whether a fresh attempt marks a held lock.
-func acquireMode(reenter bool, id uint64, mark bool) any {
-	switch {
-	case reenter:
-		return argID(id)
-	case mark:
-		return argMark
-	}
-	return argFresh
 }
 
 // tokenLen is the length of a token: the scripts find the waiter's mark of

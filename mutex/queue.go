@@ -61,15 +61,74 @@ func (l *Locker) Waiters(name string) int {
 }
 
 // wait is Lock without re-entry: queue up, and poll Redis while at the head.
-// With call, each attempt runs call.Fragment; res is the result of the
-// attempt that got the lock, unless handed reports that a local holder handed
-// the lock over (the fragment did not run for it then). primed reports that
-// the caller's attempt has just found the lock held, with a lease of pttl
-// left (and marked it as the head's would): the head's first attempt is then
-// that one.
-func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Call, primed bool, pttl time.Duration) (lk *Lock, res any, handed bool, err error) {
+// With call, each attempt runs call.Fragment; the outcome's res is the
+// result of the attempt that got the lock, unless handed reports that a
+// local holder handed the lock over (the fragment did not run for it then).
+// primed reports that the caller's attempt has just found the lock held,
+// with a lease of pttl left (and marked it as the head's would): the head's
+// first attempt is then that one.
+func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Call, primed bool, pttl time.Duration) outcome {
+	s := waitState{l: l, name: name, cfg: cfg, call: call, primed: primed, pttl: pttl, mode: poll}
+	s.w = l.enqueue(name, cfg, call)
+	if s.notify = l.canNotify(); s.notify {
+		s.mode = pollMarked
+	}
+	defer s.stopTimer()
+	for {
+		t := l.headOf(name, s.w)
+		if !t.queued {
+			// A releaser took w out of the queue to hand it the lock, and
+			// a stale wake-up was picked before the lock's arrival.
+			return outcome{lk: <-s.w.got, handed: true}
+		}
+		pause, o, end := s.step(ctx, t)
+		if end {
+			return o
+		}
+		if pause == atOnce {
+			continue
+		}
+		if o, end := s.sleep(ctx, pause); end {
+			return o
+		}
+	}
+}
+
+// An outcome is how a wait ended: the lock (handed: by a local holder),
+// the fragment's result, or an error.
+type outcome struct {
+	lk     *Lock
+	res    any
+	handed bool
+	err    error
+}
+
+// waitState is the state of one wait.
+type waitState struct {
+	l      *Locker
+	name   string
+	cfg    lockConfig
+	call   *Call
+	w      *waiter
+	mode   attemptMode // poll, or pollMarked with notifications
+	notify bool
+	primed bool          // the caller's attempt stands for the head's first one
+	pttl   time.Duration // the lease that attempt found left
+	timer  *time.Timer
+}
+
+// atOnce is the pause of a step that must be followed by another at once;
+// noTick is that of a step that waits for events only (never a tick).
+const (
+	atOnce = time.Duration(0)
+	noTick = time.Duration(-1)
+)
+
+// enqueue adds a waiter for name to the end of its queue.
+func (l *Locker) enqueue(name string, cfg lockConfig, call *Call) *waiter {
 	w := &waiter{cfg: cfg, wake: make(chan struct{}, 1), got: make(chan *Lock, 1), gated: call != nil && call.Fragment.gate}
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	q := l.queues[name]
 	if q == nil {
 		if l.queues == nil {
@@ -80,76 +139,89 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 		l.nqueues.Store(int64(len(l.queues)))
 	}
 	q.waiters = append(q.waiters, w)
-	l.mu.Unlock()
+	return w
+}
 
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	notify := l.canNotify()
-	for {
-		var tick <-chan time.Time
-		queued, head, delay, recheck := l.headOf(name, w)
-		if !queued {
-			// A releaser took w out of the queue to hand it the lock, and
-			// a stale wake-up was picked before the lock's arrival.
-			return <-w.got, nil, true, nil
-		}
-		wait := time.Duration(-1)
-		switch {
-		case head && delay:
-			// The waiter before w just got the lock: polling now would fail.
-			wait = l.nextWait(-1)
-		case head && primed:
-			primed = false
-			if notify && l.subscribe(ctx, name) {
-				continue
-			}
-			wait = l.nextWait(pttl)
-		case head || recheck:
-			primed = false
-			lk, pttl, res, err := l.attempt(ctx, name, cfg, call, true, notify, false)
-			switch {
-			case err == nil:
-				return l.leave(ctx, name, w, lk, res, nil)
-			case errors.Is(err, ErrDeclined):
-				l.declined(name)
-				return l.leave(ctx, name, w, nil, res, err)
-			case ctx.Err() != nil:
-				return l.leave(ctx, name, w, nil, nil, errors.Join(ErrNotObtained, ctx.Err()))
-			case !errors.Is(err, ErrLocked):
-				return l.leave(ctx, name, w, nil, nil, err)
-			}
-			if !head {
-				break // a recheck: back to waiting for the head's events
-			}
-			if notify && l.subscribe(ctx, name) {
-				// A release between the attempt and the subscription would
-				// go unheard: try once more, now that it will be announced.
-				continue
-			}
-			wait = l.nextWait(pttl)
-		}
-		primed = false // the caller's attempt stands for the first one only
-		if wait >= 0 {
-			if timer == nil {
-				timer = time.NewTimer(wait)
-			} else {
-				timer.Reset(wait)
-			}
-			tick = timer.C
-		}
-		select {
-		case <-ctx.Done():
-			return l.leave(ctx, name, w, nil, nil, errors.Join(ErrNotObtained, ctx.Err()))
-		case lk := <-w.got:
-			return lk, nil, true, nil
-		case <-w.wake:
-		case <-tick:
-		}
+// step decides what the waiter does on its turn t: hold off, listen, or
+// make an attempt. It returns the pause before the next turn, or end and
+// the wait's outcome.
+func (s *waitState) step(ctx context.Context, t turn) (pause time.Duration, o outcome, end bool) {
+	primed := s.primed
+	s.primed = false // the caller's attempt stands for the first turn only
+	switch {
+	case t.head && t.delay:
+		// The waiter before w just got the lock: polling now would fail.
+		return s.l.nextWait(-1), o, false
+	case t.head && primed:
+		return s.listen(ctx, s.pttl), o, false
+	case t.head || t.recheck:
+		return s.try(ctx, t.head)
 	}
+	return noTick, o, false
+}
+
+// listen subscribes to the name's releases, if it can: a subscription made
+// just now calls for one more attempt at once, since a release between the
+// last attempt and the subscription would go unheard. Otherwise it is the
+// pause before the next attempt, for a holder with pttl left.
+func (s *waitState) listen(ctx context.Context, pttl time.Duration) time.Duration {
+	if s.notify && s.l.subscribe(ctx, s.name) {
+		return atOnce
+	}
+	return s.l.nextWait(pttl)
+}
+
+// try makes an attempt: a head's, or a recheck's (a gate of the name just
+// declined; after it the waiter goes back to waiting for the head's events).
+func (s *waitState) try(ctx context.Context, head bool) (time.Duration, outcome, bool) {
+	lk, pttl, res, err := s.l.attempt(ctx, s.name, s.cfg, s.call, s.mode)
+	switch {
+	case err == nil:
+		return 0, s.leave(ctx, lk, res, nil), true
+	case errors.Is(err, ErrDeclined):
+		s.l.declined(s.name)
+		return 0, s.leave(ctx, nil, res, err), true
+	case ctx.Err() != nil:
+		return 0, s.leave(ctx, nil, nil, errors.Join(ErrNotObtained, ctx.Err())), true
+	case !errors.Is(err, ErrLocked):
+		return 0, s.leave(ctx, nil, nil, err), true
+	case !head:
+		return noTick, outcome{}, false
+	}
+	return s.listen(ctx, pttl), outcome{}, false
+}
+
+// sleep waits for the pause (noTick: none), a wake-up, a hand-over or the
+// end of ctx.
+func (s *waitState) sleep(ctx context.Context, pause time.Duration) (outcome, bool) {
+	var tick <-chan time.Time
+	if pause >= 0 {
+		if s.timer == nil {
+			s.timer = time.NewTimer(pause)
+		} else {
+			s.timer.Reset(pause)
+		}
+		tick = s.timer.C
+	}
+	select {
+	case <-ctx.Done():
+		return s.leave(ctx, nil, nil, errors.Join(ErrNotObtained, ctx.Err())), true
+	case lk := <-s.w.got:
+		return outcome{lk: lk, handed: true}, true
+	case <-s.w.wake:
+	case <-tick:
+	}
+	return outcome{}, false
+}
+
+func (s *waitState) stopTimer() {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+}
+
+func (s *waitState) leave(ctx context.Context, lk *Lock, res any, err error) outcome {
+	return s.l.leave(ctx, s.name, s.w, outcome{lk: lk, res: res, err: err})
 }
 
 // queued reports whether goroutines of l wait for name.
@@ -162,27 +234,34 @@ func (l *Locker) queued(name string) bool {
 	return l.queues[name] != nil
 }
 
-// headOf reports whether w is still queued (if not, a lock was handed to
-// it), whether it heads its queue, whether it should let a retry interval
-// pass before polling (it became head because its predecessor got the lock),
-// and whether it should make one attempt although it is not the head (a gate
-// declined: see declined).
-func (l *Locker) headOf(name string, w *waiter) (queued, head, delay, recheck bool) {
+// A turn is what a waiter learns when it wakes (headOf).
+type turn struct {
+	queued  bool // still queued; if not, a lock was handed to it
+	head    bool // it heads its queue
+	delay   bool // let a retry interval pass before polling: it became head because its predecessor got the lock
+	recheck bool // make one attempt although not the head: a gate declined (see declined)
+}
+
+// headOf returns w's turn.
+func (l *Locker) headOf(name string, w *waiter) turn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.queues[name]
 	if q == nil || !slices.Contains(q.waiters, w) {
-		return false, false, false, false
+		return turn{}
 	}
 	if w.handing {
-		return true, false, false, false
+		return turn{queued: true}
 	}
-	recheck, w.recheck = w.recheck, false
+	var t turn
+	t.queued = true
+	t.recheck, w.recheck = w.recheck, false
 	if q.waiters[0] != w {
-		return true, false, false, recheck
+		return t
 	}
-	delay, w.delay = w.delay, false
-	return true, true, delay, false
+	t.head, t.recheck = true, false
+	t.delay, w.delay = w.delay, false
+	return t
 }
 
 // declined wakes every gated waiter of name for one attempt of its own (once
@@ -205,13 +284,13 @@ func (l *Locker) declined(name string) {
 	}
 }
 
-// leave takes w out of its queue and returns lk, res, err. A releaser may
-// have handed w a lock meanwhile (w is then out of the queue, or about to
-// be): leave collects it, so that no handed lock is ever left behind. It
-// returns the handed lock instead when w had none of its own and was not
-// leaving on an error; otherwise it passes the handed lock on (Unlock hands
-// it to the next waiter) and returns its own outcome.
-func (l *Locker) leave(ctx context.Context, name string, w *waiter, lk *Lock, res any, err error) (*Lock, any, bool, error) {
+// leave takes w out of its queue and returns o. A releaser may have handed
+// w a lock meanwhile (w is then out of the queue, or about to be): leave
+// collects it, so that no handed lock is ever left behind. It returns the
+// handed lock instead when w had none of its own and was not leaving on an
+// error; otherwise it passes the handed lock on (Unlock hands it to the next
+// waiter) and returns its own outcome.
+func (l *Locker) leave(ctx context.Context, name string, w *waiter, o outcome) outcome {
 	l.mu.Lock()
 	for w.handing {
 		l.mu.Unlock()
@@ -221,19 +300,19 @@ func (l *Locker) leave(ctx context.Context, name string, w *waiter, lk *Lock, re
 	var unsub func()
 	handed := true
 	if q := l.queues[name]; q != nil && slices.Contains(q.waiters, w) {
-		unsub, handed = l.removeLocked(name, w, lk != nil), false
+		unsub, handed = l.removeLocked(name, w, o.lk != nil), false
 	}
 	l.mu.Unlock()
 	if !handed {
 		unsub()
-		return lk, res, false, err
+		return o
 	}
 	got := <-w.got // sent right after w left the queue
-	if lk == nil && err == nil {
-		return got, nil, true, nil
+	if o.lk == nil && o.err == nil {
+		return outcome{lk: got, handed: true}
 	}
 	got.drop()
-	return lk, res, false, err
+	return o
 }
 
 // removeLocked takes w out of its queue, wakes the new head (telling it to
