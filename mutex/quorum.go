@@ -215,50 +215,68 @@ func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease t
 		sendArgs = append(append(make([]any, 0, len(q.up.Args)+len(args)), q.up.Args...), args...)
 		script = q.up.Fragment.acquire
 	}
-	var leases []int64
-	var errs []error
-	wait := int64(-1)
+	v := votes{wait: -1}
 	for _, nr := range q.fan(ctx, script, sendKeys, sendArgs) {
-		var r [3]int64
-		var res any
-		err := nr.err
-		if err == nil {
-			r, res, err = acquired(nr.reply)
-		}
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case r[0] == 1:
-			leases = append(leases, r[1])
-		case r[0] == 0 && r[1] == -2:
-			// Re-entry found no lock on this node.
-		case r[0] == 0 && r[1] >= 0 && (wait < 0 || r[1] < wait):
-			wait = r[1] // held by another: free again after its lease at most
-		case r[0] == declinedReply:
-			// Rejoining: a refusal, for the wait the gate reported.
-			if w, ok := rejoinWait(res); ok && (wait < 0 || w < wait) {
-				wait = w
-			}
-		}
+		v.count(nr)
 	}
 	elapsed := time.Since(start)
-	if len(leases) >= q.need && elapsed < lease-drift(lease) {
-		slices.Sort(leases)
+	if len(v.leases) >= q.need && elapsed < lease-drift(lease) {
+		slices.Sort(v.leases)
 		// The lease a majority still has: the need-th longest.
-		return [3]int64{1, leases[len(leases)-q.need], 0}, nil
+		return [3]int64{1, v.leases[len(v.leases)-q.need], 0}, nil
 	}
 	// No majority in time: undo this attempt everywhere (nodes that erred
 	// may have granted it too).
 	q.undo(ctx, n, args[1])
 	switch {
-	case len(errs) > len(q.nodes)-q.need:
-		return [3]int64{}, noQuorum(fmt.Sprintf("%d of %d nodes failed", len(errs), len(q.nodes)), errs)
-	case len(leases) >= q.need:
-		return [3]int64{}, noQuorum(fmt.Sprintf("acquiring took %v of a %v lease", elapsed, lease), errs)
+	case len(v.errs) > len(q.nodes)-q.need:
+		return [3]int64{}, noQuorum(fmt.Sprintf("%d of %d nodes failed", len(v.errs), len(q.nodes)), v.errs)
+	case len(v.leases) >= q.need:
+		return [3]int64{}, noQuorum(fmt.Sprintf("acquiring took %v of a %v lease", elapsed, lease), v.errs)
 	case reenter:
 		return [3]int64{0, -2, 0}, nil
 	}
-	return [3]int64{0, wait, 0}, nil
+	return [3]int64{0, v.wait, 0}, nil
+}
+
+// votes are the nodes' answers to one acquire attempt: the leases of the
+// nodes that granted it, the errors, and the shortest wait a refusing node
+// reported (-1: none).
+type votes struct {
+	leases []int64
+	errs   []error
+	wait   int64
+}
+
+// count adds one node's reply.
+func (v *votes) count(nr nodeReply) {
+	var r [3]int64
+	var res any
+	err := nr.err
+	if err == nil {
+		r, res, err = acquired(nr.reply)
+	}
+	switch {
+	case err != nil:
+		v.errs = append(v.errs, err)
+	case r[0] == 1:
+		v.leases = append(v.leases, r[1])
+	case r[0] == 0 && r[1] >= 0:
+		v.refused(r[1]) // held by another: free again after its lease at most
+	case r[0] == declinedReply:
+		// Rejoining: a refusal, for the wait the gate reported.
+		if w, ok := rejoinWait(res); ok {
+			v.refused(w)
+		}
+	}
+	// A re-entry that found no lock on the node ({0, -2}) counts for nothing.
+}
+
+// refused records a node's refusal for wait ms.
+func (v *votes) refused(wait int64) {
+	if v.wait < 0 || wait < v.wait {
+		v.wait = wait
+	}
 }
 
 // rejoinWait reads the rejoin gate's result: the ms until the node grants.
