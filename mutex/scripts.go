@@ -36,7 +36,7 @@ const recordTTL = 10 * time.Second
 // recordMS declares, for the scripts that write a record, its lifetime
 // (record_px) and that of the name's record key after each write
 // (record_keep, three times as long), in ms as text: redis.call formats a
-// Lua number argument at a cost (~1 µs a call), a string it passes as is.
+// Lua number argument at a cost, a string it passes as is.
 var recordMS = "local record_px, record_keep = '" + strconv.FormatInt(recordTTL.Milliseconds(), 10) + "', '" +
 	strconv.FormatInt(3*recordTTL.Milliseconds(), 10) + "'\n"
 
