@@ -302,30 +302,6 @@ func TestBadInputEndedContexts(t *testing.T) {
 	}
 }
 
-// TestBadInputUnusableLocker: a Policy.Locker that can never lock (a nil
-// client, a bad option) is refused by New with ErrInvalidPolicy and the
-// mutex package's error, for every OnError: under FailOpen such a guard would
-// admit every call.
-func TestBadInputUnusableLocker(t *testing.T) {
-	s := testutil.Stores(t)[0]
-	for desc, tc := range map[string]struct {
-		locker *mutex.Locker
-		want   error
-	}{
-		"nil client": {mutex.New(nil), mutex.ErrNilClient},
-		"WithTTL(0)": {mutex.New(s.Client, mutex.WithTTL(0)), mutex.ErrInvalidTTL},
-	} {
-		for _, onErr := range []guard.FailureMode{guard.FailClosed, guard.FailOpen} {
-			p := guard.Policy{Prefix: s.Prefix + "l:", Locker: tc.locker, OnError: onErr, Rules: []funnel.Rule{funnel.AtMost(1, time.Hour)}}
-			g, err := guard.New(s.Client, p)
-			if g != nil || !errors.Is(err, guard.ErrInvalidPolicy) || !errors.Is(err, tc.want) {
-				t.Errorf("Locker with %s, OnError %v: New = %v, %v; want nil, ErrInvalidPolicy and %v", desc, onErr, g, err, tc.want)
-			}
-		}
-	}
-	s.CheckKeys(t, "unusable Lockers")
-}
-
 // TestBadInputMiddlewareNilKeyFunc: Middleware(nil) answers 500 and never
 // calls the next handler, instead of panicking on the first request.
 func TestBadInputMiddlewareNilKeyFunc(t *testing.T) {

@@ -74,9 +74,9 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	locker := p.Locker
 	switch {
 	case locker == nil && p.ReplicaAck > 0:
-		locker = mutex.New(client, mutex.WithPrefix(p.Prefix), mutex.WithReplicaAck(p.ReplicaAck, p.ReplicaAckTimeout))
+		locker, err = mutex.New(client, mutex.WithPrefix(p.Prefix), mutex.WithReplicaAck(p.ReplicaAck, p.ReplicaAckTimeout))
 	case locker == nil:
-		locker = mutex.New(client, mutex.WithPrefix(p.Prefix))
+		locker, err = mutex.New(client, mutex.WithPrefix(p.Prefix))
 	case p.ReplicaAck > 0:
 		if n, d := locker.ReplicaAck(); n != p.ReplicaAck || d != p.ReplicaAckTimeout {
 			return nil, fmt.Errorf("%w: ReplicaAck %d within %v with a Locker that waits for %d replicas within %v: set it on the Locker", ErrInvalidPolicy, p.ReplicaAck, p.ReplicaAckTimeout, n, d)
@@ -84,7 +84,7 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	}
 	// A Locker that can never lock would make every call fail: under
 	// FailOpen, an admission for everyone. Refuse it here.
-	if err := locker.Err(); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("%w: unusable Locker: %w", ErrInvalidPolicy, err)
 	}
 	opts := []funnel.Option{funnel.WithPrefix(p.Prefix), funnel.WithLocker(locker)}
@@ -97,10 +97,11 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	if p.Penalty != nil {
 		opts = append(opts, funnel.WithPenalty(*p.Penalty))
 	}
-	g := &Guard{p: p, lim: funnel.New(client, opts...)}
-	if err := g.lim.Err(); err != nil {
+	lim, err := funnel.New(client, opts...)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 	}
+	g := &Guard{p: p, lim: lim}
 	switch {
 	case p.Fallback != nil:
 		g.fb = newFallback(*p.Fallback)

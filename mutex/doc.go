@@ -3,7 +3,10 @@
 // A Locker hands out locks on names; a Lock is one held lock:
 //
 //	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
-//	locker := mutex.New(client, mutex.WithTTL(10*time.Second))
+//	locker, err := mutex.New(client, mutex.WithTTL(10*time.Second)) // ErrInvalid for a bad option
+//	if err != nil {
+//		return err
+//	}
 //	lk, err := locker.Lock(ctx, "order:42") // waits while ctx allows
 //	if err != nil {
 //		return err
@@ -112,7 +115,8 @@
 // timeout, and a lock counts as held only while a majority has it within the
 // lease minus the time acquiring took and a drift margin. It survives the
 // loss of a minority of masters. Fencing and Fragments need the lock and its
-// data in one Redis and are not offered there (ErrUnsupported). A master
+// data in one Redis and are not offered there: WithFencing is not a
+// QuorumOption, and a Fragment gets ErrUnsupported. A master
 // restarted without persistence forgets its locks: use AOF with fsync always,
 // or WithRejoinDelay to keep a restarted master out for longer than a lease.
 //

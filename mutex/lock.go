@@ -380,7 +380,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return ErrNotHeld
 	}
 	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: %v", ErrInvalidTTL, ttl)
+		return fmt.Errorf("%w: lease %v: want at least 1ms", ErrInvalid, ttl)
 	}
 	start := time.Now()
 	held, err := lk.hold.extend(ctx, handleID(lk.id), ttl, start)

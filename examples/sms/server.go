@@ -90,7 +90,9 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 			return nil, err
 		}
 	}
-	s.failures = funnel.New(client, funnel.WithPrefix("sms:fail:"))
+	if s.failures, err = funnel.New(client, funnel.WithPrefix("sms:fail:")); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
