@@ -304,6 +304,15 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 	return lim, nil
 }
 
+// Locker returns the Locker that the Limiter locks keys with: its own, or
+// WithLocker's.
+func (lim *Limiter) Locker() *mutex.Locker {
+	if lim == nil {
+		return nil
+	}
+	return lim.locker
+}
+
 // call is one validated request.
 type call struct {
 	key   string // the state key

@@ -39,7 +39,7 @@ func scaleGuard(t *testing.T, client redis.UniversalClient, prefix string) *guar
 		Prefix:  prefix,
 		Rules:   []funnel.Rule{funnel.AtMost(2, time.Hour)},
 		Timeout: 5 * time.Second, // a bound, not a speed requirement
-		Locker:  locker,
+		Funnel:  []funnel.Option{funnel.WithLocker(locker)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -526,7 +526,7 @@ func TestLostReplyGuardDo(t *testing.T) {
 		// Uniform cost: the admission of a key with no state goes through
 		// the lock and its commit, whose reply the tests lose.
 		g, err := guard.New(e.client, guard.Policy{Prefix: e.b.Prefix, Rules: []funnel.Rule{funnel.AtMost(3, time.Hour)},
-			Timeout: faultHang, UniformCost: true})
+			Timeout: faultHang, Funnel: []funnel.Option{funnel.WithUniformCost()}})
 		if err != nil {
 			t.Fatal(err)
 		}
