@@ -30,7 +30,10 @@ func hotCases() []benchCase {
 
 // funnelHot: every goroutine admits on one key with room for the run.
 func funnelHot(_ context.Context, e *env) (workload, error) {
-	lim := funnel.New(e.client(), funnel.WithPrefix(e.prefix))
+	lim, err := funnel.New(e.client(), funnel.WithPrefix(e.prefix))
+	if err != nil {
+		return workload{}, err
+	}
 	return workload{goroutines: e.goroutines, op: func(ctx context.Context, _, _ int) error {
 		res, err := lim.Allow(ctx, "hot", hotRule)
 		if err == nil && !res.Allowed {

@@ -123,9 +123,12 @@ func funnelguardLock(c *redis.Client) func(string) func(context.Context) error {
 
 // funnelguardWith is funnelguardLock with a Locker made with opts.
 func funnelguardWith(c *redis.Client, opts ...mutex.Option) func(string) func(context.Context) error {
-	l := mutex.New(c, opts...)
+	l, err := mutex.New(c, opts...)
 	return func(name string) func(context.Context) error {
 		return func(ctx context.Context) error {
+			if err != nil { // a bad option: every call says so
+				return err
+			}
 			lk, err := l.Lock(ctx, name)
 			if err != nil {
 				return err
@@ -238,9 +241,12 @@ func funnelguardContender(c *redis.Client, fast bool) func(string) func(context.
 	if fast {
 		opts = append(opts, mutex.WithRetryInterval(time.Millisecond))
 	}
-	l := mutex.New(c, opts...)
+	l, err := mutex.New(c, opts...)
 	return func(name string) func(context.Context) error {
 		return func(ctx context.Context) error {
+			if err != nil { // a bad option: every call says so
+				return err
+			}
 			lk, err := l.Lock(ctx, name)
 			if errors.Is(err, mutex.ErrNotObtained) {
 				return errGaveUp

@@ -85,7 +85,10 @@ func admittedKey(g, i int) string {
 // gate in one round trip (admit.lua).
 func funnelAdmitted(rules []funnel.Rule, parallel bool) func(context.Context, *env) (workload, error) {
 	return func(_ context.Context, e *env) (workload, error) {
-		lim := funnel.New(e.client(), funnel.WithPrefix(e.prefix))
+		lim, err := funnel.New(e.client(), funnel.WithPrefix(e.prefix))
+		if err != nil {
+			return workload{}, err
+		}
 		return workload{goroutines: width(e, parallel), op: func(ctx context.Context, g, i int) error {
 			res, err := lim.Allow(ctx, admittedKey(g, i), rules...)
 			if err == nil && !res.Allowed {
@@ -100,7 +103,10 @@ func funnelAdmitted(rules []funnel.Rule, parallel bool) func(context.Context, *e
 // on a Limiter with opts.
 func funnelDenied(rules []funnel.Rule, opts ...funnel.Option) func(context.Context, *env) (workload, error) {
 	return func(ctx context.Context, e *env) (workload, error) {
-		lim := funnel.New(e.client(), append([]funnel.Option{funnel.WithPrefix(e.prefix)}, opts...)...)
+		lim, err := funnel.New(e.client(), append([]funnel.Option{funnel.WithPrefix(e.prefix)}, opts...)...)
+		if err != nil {
+			return workload{}, err
+		}
 		for {
 			res, err := lim.Allow(ctx, "flood", rules...)
 			if err != nil {

@@ -39,8 +39,15 @@ func measureMemory(ctx context.Context, addr string) ([]memRow, error) {
 	e := &env{addr: addr, prefix: fmt.Sprintf("fgbench:mem-%d:", time.Now().UnixNano()), goroutines: 1}
 	defer e.close(context.WithoutCancel(ctx))
 	c := e.client()
-	lim := funnel.New(c, funnel.WithPrefix(e.prefix))
-	keyOf := mutex.New(c, mutex.WithPrefix(e.prefix)).Key // the funnel's state key: kind "f"
+	lim, err := funnel.New(c, funnel.WithPrefix(e.prefix))
+	if err != nil {
+		return nil, err
+	}
+	locker, err := mutex.New(c, mutex.WithPrefix(e.prefix))
+	if err != nil {
+		return nil, err
+	}
+	keyOf := locker.Key // the funnel's state key: kind "f"
 	rl := redis_rate.NewLimiter(c)
 
 	var rows []memRow

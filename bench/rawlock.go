@@ -70,7 +70,11 @@ func captureRelease(addr, name string) (string, []string, []any, error) {
 	c.AddHook(h)
 	ctx, cancel := context.WithTimeout(context.Background(), captureTimeout)
 	defer cancel()
-	lk, err := mutex.New(c).Lock(ctx, name)
+	l, err := mutex.New(c)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	lk, err := l.Lock(ctx, name)
 	if err != nil {
 		return "", nil, nil, err
 	}

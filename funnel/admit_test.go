@@ -18,7 +18,7 @@ func countingLimiter(t *testing.T, b *testutil.Backend, opts ...funnel.Option) (
 	c := b.Client(t)
 	counter := &testutil.CommandCounter{}
 	c.AddHook(counter)
-	lim := funnel.New(c, append([]funnel.Option{funnel.WithPrefix(b.Prefix)}, opts...)...)
+	lim := mustLimiter(t, c, append([]funnel.Option{funnel.WithPrefix(b.Prefix)}, opts...)...)
 	for range 2 { // a key with no state, then one with state: every script
 		if _, err := lim.Allow(context.Background(), "warm-up", funnel.AtMost(2, time.Hour)); err != nil {
 			t.Fatal(err)
@@ -90,7 +90,7 @@ func TestAdmitNotWhileLocked(t *testing.T) {
 		ctx := context.Background()
 		rule := funnel.AtMost(5, time.Hour)
 		lim, _ := countingLimiter(t, b)
-		other := mutex.New(b.Client(t), mutex.WithPrefix(b.Prefix))
+		other := mustLocker(t, b.Client(t), mutex.WithPrefix(b.Prefix))
 		lk, err := other.TryLock(ctx, "held")
 		if err != nil {
 			t.Fatal(err)

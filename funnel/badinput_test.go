@@ -12,6 +12,7 @@ import (
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
 )
 
 // Bad input beyond input_test.go: key-length boundaries up to 10 MiB with a
@@ -59,6 +60,16 @@ func safeCall(e badEntry, ctx context.Context, lim *funnel.Limiter, key string, 
 	return e.call(ctx, lim, key, n, rules...)
 }
 
+// noPanic runs f and turns a panic into an error.
+func noPanic(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return f()
+}
+
 var badRule = funnel.Rule{Name: "r", Capacity: 2, Leak: 1, Per: time.Second}
 
 // TestBadInputKeyLength: keys of 0, MaxKeyLen+1, 1 MiB and 10 MiB bytes are
@@ -67,7 +78,7 @@ var badRule = funnel.Rule{Name: "r", Capacity: 2, Leak: 1, Per: time.Second}
 func TestBadInputKeyLength(t *testing.T) {
 	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix))
+		lim := mustLimiter(t, s.Client, funnel.WithPrefix(s.Prefix))
 		for _, n := range []int{0, funnel.MaxKeyLen + 1, 1 << 20, 10 << 20} {
 			key := strings.Repeat("k", n)
 			before := s.Cmds.N.Load()
@@ -99,7 +110,7 @@ func TestBadInputExtremeRules(t *testing.T) {
 	maxPerMicros := time.Duration(math.MaxInt64).Truncate(time.Microsecond)
 	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix))
+		lim := mustLimiter(t, s.Client, funnel.WithPrefix(s.Prefix))
 		refused := map[string]funnel.Rule{
 			"Per 1ns":                        {Name: "r", Capacity: 1, Leak: 1, Per: time.Nanosecond},
 			"Per 999ns":                      {Name: "r", Capacity: 1, Leak: 1, Per: 999 * time.Nanosecond},
@@ -192,7 +203,7 @@ func drainsPast292Years(r funnel.Rule) bool {
 func TestBadInputBugStateTTLPast292Years(t *testing.T) {
 	s := testutil.Stores(t)[0]
 	ctx := context.Background()
-	lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix))
+	lim := mustLimiter(t, s.Client, funnel.WithPrefix(s.Prefix))
 	rule := funnel.AtMost(3, 100*365*24*time.Hour)
 	for i := range 4 {
 		res, err := lim.Allow(ctx, "lifetime", rule)
@@ -208,7 +219,7 @@ func TestBadInputBugStateTTLPast292Years(t *testing.T) {
 func TestBadInputUnits(t *testing.T) {
 	s := testutil.Stores(t)[0]
 	ctx := context.Background()
-	lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix))
+	lim := mustLimiter(t, s.Client, funnel.WithPrefix(s.Prefix))
 	for _, n := range []int64{0, -1, math.MinInt64, math.MaxInt64} {
 		if _, err := lim.AllowN(ctx, "k", n, badRule); !errors.Is(err, funnel.ErrInvalidN) {
 			t.Errorf("AllowN(%d) = %v, want ErrInvalidN", n, err)
@@ -231,7 +242,7 @@ func TestBadInputUnits(t *testing.T) {
 func TestBadInputColons(t *testing.T) {
 	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix))
+		lim := mustLimiter(t, s.Client, funnel.WithPrefix(s.Prefix))
 		one := funnel.AtMost(1, time.Hour)
 		keys := []string{"a", "a:funnel", "a:lock", "{a}:funnel", "a}:funnel", "a:", ":", "funnel", "lock", "{a}", "k*", "k?", "k[1]",
 			"') redis.call('FLUSHALL') --", "\x00", "a\r\nb"}
@@ -270,49 +281,49 @@ func TestBadInputColons(t *testing.T) {
 	}
 }
 
-// TestBadInputNilAndLockers: nil clients of every kind give ErrNilClient
-// from every entry point; nil options are ignored; a Locker that cannot
-// work (a nil client, a bad option) is refused by WithLocker: every entry
-// point returns ErrInvalidOption joined with the mutex package's sentinel.
+// TestBadInputNilAndLockers: New refuses nil clients of every kind and bad
+// options (a nil Locker, a quorum Locker, bad leases and prefixes) with
+// ErrInvalidOption, without a panic; every entry point of the nil Limiter
+// it returns gives ErrInvalidOption too; nil options are ignored.
 func TestBadInputNilAndLockers(t *testing.T) {
 	ctx := context.Background()
 	for desc, c := range testutil.NilClients() {
-		lim := funnel.New(c, nil, funnel.WithLease(time.Second))
+		var lim *funnel.Limiter
+		err := noPanic(func() (err error) { lim, err = funnel.New(c, nil, funnel.WithLease(time.Second)); return err })
+		if !errors.Is(err, funnel.ErrInvalidOption) || lim != nil {
+			t.Errorf("%s: New = %v, %v; want nil, ErrInvalidOption", desc, lim, err)
+		}
 		for _, e := range badEntries {
-			if err := safeCall(e, ctx, lim, "k", 1, badRule); !errors.Is(err, funnel.ErrNilClient) {
-				t.Errorf("%s: %s = %v, want ErrNilClient", desc, e.name, err)
+			if err := safeCall(e, ctx, lim, "k", 1, badRule); !errors.Is(err, funnel.ErrInvalidOption) {
+				t.Errorf("%s: %s of the nil Limiter = %v, want ErrInvalidOption", desc, e.name, err)
 			}
 		}
 	}
+	var quorum []mutex.Client
+	for range mutex.MinQuorumNodes {
+		quorum = append(quorum, testutil.Mini(t).ClientOpts(t, &redis.Options{ContextTimeoutEnabled: true}))
+	}
+	q, err := mutex.NewQuorum(quorum)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range testutil.Stores(t) {
-		for desc, tc := range map[string]struct {
-			locker *mutex.Locker
-			want   error
-		}{
-			"nil client":   {mutex.New(nil, mutex.WithPrefix(s.Prefix)), mutex.ErrNilClient},
-			"WithTTL(0)":   {mutex.New(s.Client, mutex.WithPrefix(s.Prefix), mutex.WithTTL(0)), mutex.ErrInvalidTTL},
-			"prefix a{":    {mutex.New(s.Client, mutex.WithPrefix("a{")), mutex.ErrInvalidPrefix},
-			"retry of 0ns": {mutex.New(s.Client, mutex.WithPrefix(s.Prefix), mutex.WithRetryInterval(0)), mutex.ErrInvalidRetry},
+		for desc, o := range map[string]funnel.Option{
+			"a nil Locker":        funnel.WithLocker(nil),
+			"a quorum Locker":     funnel.WithLocker(q),
+			"WithLease(-1)":       funnel.WithLease(-1),
+			"WithLease(MinInt64)": funnel.WithLease(math.MinInt64),
+			"a 257-byte prefix":   funnel.WithPrefix(strings.Repeat("p", 257)),
 		} {
-			// WithLocker refuses it: every call, Peek included, says why.
-			lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix), funnel.WithLocker(tc.locker))
-			for _, e := range badEntries {
-				if err := safeCall(e, ctx, lim, "k", 1, badRule); !errors.Is(err, tc.want) || !errors.Is(err, funnel.ErrInvalidOption) {
-					t.Errorf("%s: %s with a Locker with %s = %v, want ErrInvalidOption and %v", s.Name, e.name, desc, err, tc.want)
-				}
+			var lim *funnel.Limiter
+			err := noPanic(func() (err error) { lim, err = funnel.New(s.Client, funnel.WithPrefix(s.Prefix), o); return err })
+			if !errors.Is(err, funnel.ErrInvalidOption) || lim != nil {
+				t.Errorf("%s: New with %s = %v, %v; want nil, ErrInvalidOption", s.Name, desc, lim, err)
 			}
 		}
-		lim := funnel.New(s.Client, nil, funnel.WithPrefix(s.Prefix), nil, funnel.WithLease(math.MaxInt64))
+		lim := mustLimiter(t, s.Client, nil, funnel.WithPrefix(s.Prefix), nil, funnel.WithLease(math.MaxInt64))
 		if res, err := lim.Allow(ctx, "long lease", badRule); err != nil || !res.Allowed {
 			t.Errorf("%s: Allow with WithLease(MaxInt64) = %+v, %v", s.Name, res, err)
-		}
-		for _, d := range []time.Duration{-1, math.MinInt64} {
-			if _, err := funnel.New(s.Client, funnel.WithLease(d)).Allow(ctx, "k", badRule); !errors.Is(err, funnel.ErrInvalidOption) {
-				t.Errorf("%s: WithLease(%v): Allow = %v, want ErrInvalidOption", s.Name, d, err)
-			}
-		}
-		if _, err := funnel.New(s.Client, funnel.WithPrefix(strings.Repeat("p", 257))).Allow(ctx, "k", badRule); !errors.Is(err, funnel.ErrInvalidOption) {
-			t.Errorf("%s: WithPrefix of 257 bytes: Allow = %v, want ErrInvalidOption", s.Name, err)
 		}
 		s.CheckKeys(t, "Lockers and options")
 	}
@@ -327,7 +338,7 @@ func TestBadInputEndedContexts(t *testing.T) {
 	defer cancel2()
 	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		lim := funnel.New(s.Client, funnel.WithPrefix(s.Prefix))
+		lim := mustLimiter(t, s.Client, funnel.WithPrefix(s.Prefix))
 		if _, err := lim.Allow(ctx, "k", badRule); err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ func heldLimiter(t *testing.T, b *testutil.Backend, rule funnel.Rule, key string
 	client := b.Client(t)
 	counter := &testutil.CommandCounter{}
 	client.AddHook(counter)
-	lim := funnel.New(client, append([]funnel.Option{funnel.WithPrefix(b.Prefix)}, opts...)...)
+	lim := mustLimiter(t, client, append([]funnel.Option{funnel.WithPrefix(b.Prefix)}, opts...)...)
 	// Scripts loaded and the connection open before the hold: the counts
 	// are of the calls under test. And the key under test has state (one
 	// unit), as it would after a first call (admitted in one round trip,

@@ -70,7 +70,7 @@ func BenchmarkAllow(b *testing.B) {
 		// the lock (2 round trips).
 		b.Run("admitted-serial-"+rs.name, func(b *testing.B) {
 			be, c := benchBackend(b)
-			lim := funnel.New(c, funnel.WithPrefix(be.Prefix))
+			lim := mustLimiter(b, c, funnel.WithPrefix(be.Prefix))
 			keys := benchKeys("", b.N)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -83,7 +83,7 @@ func BenchmarkAllow(b *testing.B) {
 		})
 		b.Run("admitted-parallel-"+rs.name, func(b *testing.B) {
 			be, c := benchBackend(b)
-			lim := funnel.New(c, funnel.WithPrefix(be.Prefix))
+			lim := mustLimiter(b, c, funnel.WithPrefix(be.Prefix))
 			keys := benchKeys("", b.N)
 			var next atomic.Int64
 			b.ReportAllocs()
@@ -102,7 +102,7 @@ func BenchmarkAllow(b *testing.B) {
 		// Denied: one flooded key; the gate denies in 1 round trip.
 		b.Run("denied-parallel-"+rs.name, func(b *testing.B) {
 			be, c := benchBackend(b)
-			floodAndDeny(b, funnel.New(c, funnel.WithPrefix(be.Prefix)), rs.rules, nil)
+			floodAndDeny(b, mustLimiter(b, c, funnel.WithPrefix(be.Prefix)), rs.rules, nil)
 		})
 	}
 }

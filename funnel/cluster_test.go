@@ -30,7 +30,7 @@ var braceKeys = []string{"{", "}", "a{b}c", "}{", "{}", "sms:{+8613800138000}"}
 
 // scaleLimiter returns a Limiter on a fresh client of d, under d's prefix.
 func scaleLimiter(t *testing.T, d *testutil.Deployment) *funnel.Limiter {
-	return funnel.New(d.Client(t), funnel.WithPrefix(d.Prefix))
+	return mustLimiter(t, d.Client(t), funnel.WithPrefix(d.Prefix))
 }
 
 // hourly admits a burst of 3, then one unit an hour: within a test the leak
@@ -302,8 +302,8 @@ func TestFailoverLocksAndAllow(t *testing.T) {
 	}
 	c1, c2 := newClient(), newClient() // two application servers
 	lockers := []*mutex.Locker{
-		mutex.New(c1, mutex.WithPrefix(prefix), mutex.WithRetryInterval(10*time.Millisecond)),
-		mutex.New(c2, mutex.WithPrefix(prefix), mutex.WithRetryInterval(10*time.Millisecond)),
+		mustLocker(t, c1, mutex.WithPrefix(prefix), mutex.WithRetryInterval(10*time.Millisecond)),
+		mustLocker(t, c2, mutex.WithPrefix(prefix), mutex.WithRetryInterval(10*time.Millisecond)),
 	}
 	run := &failoverRun{errs: map[string]int{}}
 	stop := make(chan struct{})
@@ -336,7 +336,7 @@ func TestFailoverLocksAndAllow(t *testing.T) {
 	}
 	rule := funnel.Rule{Name: "loose", Capacity: 1 << 30, Leak: 1 << 30, Per: time.Second}
 	for i, c := range []*redis.Client{c1, c2} {
-		lim := funnel.New(c, funnel.WithPrefix(prefix))
+		lim := mustLimiter(t, c, funnel.WithPrefix(prefix))
 		wg.Go(func() {
 			for {
 				select {
@@ -397,7 +397,7 @@ func TestFailoverLocksAndAllow(t *testing.T) {
 
 	// After the failover, another application server tries each stale lock:
 	// it gets it exactly when the lock did not reach the new master.
-	other := mutex.New(newClient(), mutex.WithPrefix(prefix))
+	other := mustLocker(t, newClient(), mutex.WithPrefix(prefix))
 	for _, h := range []*staleHolder{kept, lost} {
 		var taken *mutex.Lock
 		var err error

@@ -42,7 +42,7 @@ func cachedLimiter(t *testing.T, b *testutil.Backend, maxKeys int, opts ...funne
 	counter := &testutil.CommandCounter{}
 	client.AddHook(counter)
 	opts = append([]funnel.Option{funnel.WithPrefix(b.Prefix), funnel.WithDenyCache(maxKeys)}, opts...)
-	return funnel.New(client, opts...), counter
+	return mustLimiter(t, client, opts...), counter
 }
 
 // counted calls lim.AllowN and returns its Result and how many commands it
@@ -401,7 +401,7 @@ func TestDenyCacheEpoch(t *testing.T) {
 			after := &afterHook{}
 			client.AddHook(cmds)
 			client.AddHook(after)
-			lim := funnel.New(client, funnel.WithPrefix(b.Prefix), funnel.WithDenyCache(100))
+			lim := mustLimiter(t, client, funnel.WithPrefix(b.Prefix), funnel.WithDenyCache(100))
 			rule := funnel.AtMost(1, time.Hour)
 			if res, _ := counted(t, lim, cmds, "k", 1, rule); !res.Allowed {
 				t.Fatalf("first call: %+v", res)
@@ -597,7 +597,7 @@ func TestDenyCacheOffByDefault(t *testing.T) {
 		client := b.Client(t)
 		cmds := &testutil.CommandCounter{}
 		client.AddHook(cmds)
-		lim := funnel.New(client, funnel.WithPrefix(b.Prefix))
+		lim := mustLimiter(t, client, funnel.WithPrefix(b.Prefix))
 		rule := funnel.AtMost(1, time.Hour)
 		counted(t, lim, cmds, "k", 1, rule)
 		for i := range 5 {
@@ -614,12 +614,11 @@ func TestDenyCacheOffByDefault(t *testing.T) {
 func TestWithDenyCacheInvalid(t *testing.T) {
 	b := testutil.Mini(t)
 	for _, n := range []int{0, -1, funnel.MaxDenyCache + 1} {
-		lim := funnel.New(b.Client(t), funnel.WithDenyCache(n))
-		if _, err := lim.Allow(context.Background(), "k", funnel.AtMost(1, time.Hour)); !errors.Is(err, funnel.ErrInvalidOption) {
-			t.Errorf("WithDenyCache(%d): %v; want ErrInvalidOption", n, err)
+		if lim, err := funnel.New(b.Client(t), funnel.WithDenyCache(n)); !errors.Is(err, funnel.ErrInvalidOption) || lim != nil {
+			t.Errorf("WithDenyCache(%d): New = %v, %v; want nil, ErrInvalidOption", n, lim, err)
 		}
 	}
-	lim := funnel.New(b.Client(t), funnel.WithDenyCache(funnel.MaxDenyCache))
+	lim := mustLimiter(t, b.Client(t), funnel.WithDenyCache(funnel.MaxDenyCache))
 	if _, err := lim.Allow(context.Background(), "k", funnel.AtMost(1, time.Hour)); err != nil {
 		t.Errorf("WithDenyCache(MaxDenyCache): %v", err)
 	}
@@ -767,7 +766,7 @@ func BenchmarkDeniedCached(b *testing.B) {
 			be, c := benchBackend(b)
 			cmds := &testutil.CommandCounter{}
 			c.AddHook(cmds)
-			lim := funnel.New(c, funnel.WithPrefix(be.Prefix), funnel.WithDenyCache(1024))
+			lim := mustLimiter(b, c, funnel.WithPrefix(be.Prefix), funnel.WithDenyCache(1024))
 			floodAndDeny(b, lim, rs.rules, func() { cmds.N.Store(0) })
 			b.ReportMetric(float64(cmds.N.Load())/float64(b.N), "cmds/op")
 		})

@@ -1,7 +1,10 @@
 // Package funnel is a leaky-bucket ("funnel") rate limiter whose state lives
 // in Redis and whose read-modify-write runs under a mutex.Locker.
 //
-//	lim := funnel.New(client)
+//	lim, err := funnel.New(client) // ErrInvalidOption for a nil client or a bad option
+//	if err != nil {
+//		return err
+//	}
 //	hour := funnel.Rule{Name: "hour", Capacity: 3, Leak: 2, Per: time.Hour}
 //	res, err := lim.Allow(ctx, "sms:+8613800138000", hour, funnel.AtMost(10, 24*time.Hour))
 //	if err == nil && !res.Allowed {

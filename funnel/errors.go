@@ -1,6 +1,9 @@
 package funnel
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors returned by this package; match them with errors.Is.
 var (
@@ -8,10 +11,9 @@ var (
 	ErrInvalidKey = errors.New("funnel: invalid key")
 	// ErrInvalidRule means a rule with no name, a Capacity, Leak or Per that
 	// is not positive, a Per that is not a whole number of microseconds, or
-	// numbers so large that exact arithmetic would overflow; or no rules.
+	// numbers so large that exact arithmetic would overflow; or no rules, or
+	// two rules of one call with one name.
 	ErrInvalidRule = errors.New("funnel: invalid rule")
-	// ErrDuplicateRule means two rules of one call share a name.
-	ErrDuplicateRule = errors.New("funnel: duplicate rule name")
 	// ErrInvalidN means n < 1, or (AllowN) n larger than a rule's Capacity:
 	// such a call could never be admitted.
 	ErrInvalidN = errors.New("funnel: invalid n")
@@ -21,8 +23,11 @@ var (
 	// ErrConflict means the commit kept failing because the lock's lease
 	// lapsed before each commit (the lease is too short for the round trips).
 	ErrConflict = errors.New("funnel: commit kept losing the lock")
-	// ErrNilClient means New was given no client.
-	ErrNilClient = errors.New("funnel: nil client")
-	// ErrInvalidOption means a bad option to New.
+	// ErrInvalidOption means a nil client or a bad option to New; it is
+	// wrapped with what was wrong.
 	ErrInvalidOption = errors.New("funnel: invalid option")
 )
+
+// errNilLimiter is the error of a call on a nil *Limiter (New failed, and
+// its error was not checked).
+var errNilLimiter = fmt.Errorf("%w: nil Limiter", ErrInvalidOption)

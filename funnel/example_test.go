@@ -23,7 +23,11 @@ func Example() {
 	ctx := context.Background()
 	m.SetTime(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 
-	lim := funnel.New(client)
+	lim, err := funnel.New(client)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	cooldown := funnel.AtMost(1, time.Minute)
 	daily := funnel.AtMost(10, 24*time.Hour)
 	for range 2 {
@@ -73,7 +77,11 @@ func ExampleWithDenyCache() {
 	defer client.Close()
 	ctx := context.Background()
 
-	lim := funnel.New(client, funnel.WithDenyCache(10000))
+	lim, err := funnel.New(client, funnel.WithDenyCache(10000))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	cooldown := funnel.AtMost(1, time.Minute)
 	allow := func() {
 		before := m.CommandCount()
@@ -113,7 +121,11 @@ func ExampleWithReplicaAck() {
 	defer client.Close()
 
 	// An admission counts only once one replica has its charge.
-	lim := funnel.New(client, funnel.WithReplicaAck(1, 100*time.Millisecond))
+	lim, err := funnel.New(client, funnel.WithReplicaAck(1, 100*time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	res, err := lim.Allow(context.Background(), "sms:+8613800138000", funnel.AtMost(3, time.Hour))
 	fmt.Println(res.Allowed, errors.Is(err, mutex.ErrNotReplicated))
 	// Output: false true
@@ -132,7 +144,11 @@ func ExampleWithPenalty() {
 
 	// Three code checks an hour; five denials within ten minutes, and the
 	// number is shut out for a day, whatever the rule says.
-	lim := funnel.New(client, funnel.WithPenalty(funnel.Penalty{Denials: 5, Within: 10 * time.Minute, For: 24 * time.Hour}))
+	lim, err := funnel.New(client, funnel.WithPenalty(funnel.Penalty{Denials: 5, Within: 10 * time.Minute, For: 24 * time.Hour}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	checks := funnel.AtMost(3, time.Hour)
 	for i := 1; i <= 9; i++ {
 		res, err := lim.Allow(ctx, "verify:+8613800138000", checks)

@@ -64,7 +64,6 @@ type Limiter struct {
 	prefix string
 	lease  time.Duration
 	hold   []mutex.LockOption // mutex.Lease(lease) (and AckAtRelease), made once
-	err    error
 	// honours is set when the client bounds commands by their context's
 	// deadline; Peek runs under ctxcall otherwise (the Locker does the same).
 	honours bool
@@ -128,21 +127,23 @@ func (lim *Limiter) compile(r Rule) (rule, error) {
 }
 
 // An Option configures a Limiter in New.
-type Option func(*Limiter)
+type Option func(*Limiter) error
 
 // WithLocker makes the Limiter lock keys with l (which must use the same
 // Redis) instead of a Locker of its own. The Limiter locks the name key for
-// a call on key: names are shared with everything else that uses l.
+// a call on key: names are shared with everything else that uses l. A
+// quorum Locker (mutex.NewQuorum) cannot run the funnel's scripts with its
+// locks.
 func WithLocker(l *mutex.Locker) Option {
-	return func(lim *Limiter) {
-		if l == nil {
-			lim.fail(fmt.Errorf("%w: nil Locker", ErrInvalidOption))
-			return
-		}
-		if err := l.Err(); err != nil {
-			lim.fail(fmt.Errorf("%w: unusable Locker: %w", ErrInvalidOption, err))
+	return func(lim *Limiter) error {
+		switch {
+		case l == nil:
+			return fmt.Errorf("%w: nil Locker", ErrInvalidOption)
+		case l.Nodes() > 1:
+			return fmt.Errorf("%w: a quorum Locker (the funnel's state must live in the lock's one Redis)", ErrInvalidOption)
 		}
 		lim.locker = l
+		return nil
 	}
 }
 
@@ -150,24 +151,24 @@ func WithLocker(l *mutex.Locker) Option {
 // state of key lives at <prefix>{<key>}:f, in the cluster slot of the
 // key's lock.
 func WithPrefix(prefix string) Option {
-	return func(lim *Limiter) {
+	return func(lim *Limiter) error {
 		if err := keyspace.CheckPrefix(prefix); err != nil {
-			lim.fail(fmt.Errorf("%w: %w", ErrInvalidOption, err))
-			return
+			return fmt.Errorf("%w: prefix: %w", ErrInvalidOption, err)
 		}
 		lim.prefix = prefix
+		return nil
 	}
 }
 
 // WithLease sets the lease of the lock around one read-modify-write
 // (DefaultLease if unset).
 func WithLease(d time.Duration) Option {
-	return func(lim *Limiter) {
+	return func(lim *Limiter) error {
 		if d < time.Millisecond {
-			lim.fail(fmt.Errorf("%w: lease %v", ErrInvalidOption, d))
-			return
+			return fmt.Errorf("%w: lease %v: want at least 1ms", ErrInvalidOption, d)
 		}
 		lim.lease = d
+		return nil
 	}
 }
 
@@ -177,10 +178,13 @@ func WithLease(d time.Duration) Option {
 // order on it, one write. Their outcomes are the same either way; batching
 // takes two round trips per batch instead of two per call on a hot key.
 // (Apart from this, the Limiter's Locker sends the commands of overlapping
-// calls in shared pipelines; WithLocker(mutex.New(client,
-// mutex.WithoutPipelining())) turns that off.)
+// calls in shared pipelines; WithLocker with a Locker made with
+// mutex.WithoutPipelining turns that off.)
 func WithoutBatching() Option {
-	return func(lim *Limiter) { lim.alone = true }
+	return func(lim *Limiter) error {
+		lim.alone = true
+		return nil
+	}
 }
 
 // WithDenyCache turns on the local deny cache, bounded to maxKeys keys (1
@@ -209,12 +213,12 @@ func WithoutBatching() Option {
 // Calls of more than 4 rules, or of rules past the Limiter's first 256
 // distinct sets, are never answered from it.
 func WithDenyCache(maxKeys int) Option {
-	return func(lim *Limiter) {
+	return func(lim *Limiter) error {
 		if maxKeys < 1 || maxKeys > MaxDenyCache {
-			lim.fail(fmt.Errorf("%w: deny cache of %d keys (want 1 to %d)", ErrInvalidOption, maxKeys, MaxDenyCache))
-			return
+			return fmt.Errorf("%w: deny cache of %d keys: want 1 to %d", ErrInvalidOption, maxKeys, MaxDenyCache)
 		}
 		lim.denials = newDenyCache(maxKeys)
+		return nil
 	}
 }
 
@@ -226,7 +230,10 @@ func WithDenyCache(maxKeys int) Option {
 // trip more than a key never seen, which a caller timing the answers could
 // tell apart (a phone number that was sent codes, for one).
 func WithUniformCost() Option {
-	return func(lim *Limiter) { lim.uniform = true }
+	return func(lim *Limiter) error {
+		lim.uniform = true
+		return nil
+	}
 }
 
 // WithReplicaAck makes every admission's commit (and every other write
@@ -242,50 +249,45 @@ func WithUniformCost() Option {
 // WAIT, which covers the lock's acquisition too (mutex.AckAtRelease); a
 // denial takes one.
 func WithReplicaAck(n int, timeout time.Duration) Option {
-	return func(lim *Limiter) {
+	return func(lim *Limiter) error {
 		if n < 1 || timeout < time.Millisecond {
-			lim.fail(fmt.Errorf("%w: %w: %d replicas within %v", ErrInvalidOption, mutex.ErrInvalidReplicaAck, n, timeout))
-			return
+			return fmt.Errorf("%w: replica acknowledgement by %d replicas within %v: want at least 1 within at least 1ms", ErrInvalidOption, n, timeout)
 		}
 		lim.acks, lim.ackTimeout = n, timeout
+		return nil
 	}
 }
 
-// Err returns the error of a bad argument to New (a nil client, a bad
-// option), which every call of the Limiter returns; nil when it is usable.
-func (lim *Limiter) Err() error {
-	if lim == nil {
-		return ErrNilClient
+// New returns a Limiter on client. A nil client or a bad option is an error
+// matching ErrInvalidOption (with the mutex package's error when the
+// Limiter's own Locker refuses the client).
+func New(client mutex.Client, opts ...Option) (*Limiter, error) {
+	if nilcheck.IsNil(client) {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
 	}
-	return lim.err
-}
-
-func (lim *Limiter) fail(err error) {
-	if lim.err == nil {
-		lim.err = err
-	}
-}
-
-// New returns a Limiter on client. A nil client or a bad option does not
-// panic: every call then returns the error.
-func New(client mutex.Client, opts ...Option) *Limiter {
-	lim := &Limiter{client: client, prefix: DefaultPrefix, lease: DefaultLease}
+	lim := &Limiter{client: client, prefix: DefaultPrefix, lease: DefaultLease, honours: ctxcall.Honours(client)}
 	for _, o := range opts {
-		if o != nil {
-			o(lim)
+		if o == nil {
+			continue
+		}
+		if err := o(lim); err != nil {
+			return nil, err
 		}
 	}
 	switch {
-	case lim.locker == nil && lim.acks > 0:
-		lim.locker = mutex.New(client, mutex.WithPrefix(lim.prefix), mutex.WithReplicaAck(lim.acks, lim.ackTimeout))
-		if err := lim.locker.Err(); err != nil {
-			lim.fail(fmt.Errorf("%w: %w", ErrInvalidOption, err))
-		}
 	case lim.locker == nil:
-		lim.locker = mutex.New(client, mutex.WithPrefix(lim.prefix))
+		lopts := []mutex.Option{mutex.WithPrefix(lim.prefix)}
+		if lim.acks > 0 {
+			lopts = append(lopts, mutex.WithReplicaAck(lim.acks, lim.ackTimeout))
+		}
+		l, err := mutex.New(client, lopts...)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
+		lim.locker = l
 	case lim.acks > 0:
 		if n, d := lim.locker.ReplicaAck(); n != lim.acks || d != lim.ackTimeout {
-			lim.fail(fmt.Errorf("%w: WithReplicaAck(%d, %v) with a Locker that waits for %d replicas: set it on the Locker", ErrInvalidOption, lim.acks, lim.ackTimeout, n))
+			return nil, fmt.Errorf("%w: WithReplicaAck(%d, %v) with a Locker that waits for %d replicas within %v: set it on the Locker", ErrInvalidOption, lim.acks, lim.ackTimeout, n, d)
 		}
 	}
 	if n, _ := lim.locker.ReplicaAck(); n > 0 || lim.penalty != nil {
@@ -299,12 +301,16 @@ func New(client mutex.Client, opts ...Option) *Limiter {
 		// nothing before it.
 		lim.hold = append(lim.hold, mutex.AckAtRelease())
 	}
-	if nilcheck.IsNil(client) {
-		lim.err = ErrNilClient // before any option's error: nothing works without a client
-	} else {
-		lim.honours = ctxcall.Honours(client)
+	return lim, nil
+}
+
+// Locker returns the Locker that the Limiter locks keys with: its own, or
+// WithLocker's.
+func (lim *Limiter) Locker() *mutex.Locker {
+	if lim == nil {
+		return nil
 	}
-	return lim
+	return lim.locker
 }
 
 // call is one validated request.
@@ -318,8 +324,8 @@ type call struct {
 
 // check validates the Limiter and a key.
 func (lim *Limiter) check(key string) error {
-	if lim.err != nil {
-		return lim.err
+	if lim == nil {
+		return errNilLimiter
 	}
 	if key == "" || len(key) > MaxKeyLen {
 		return fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)

@@ -48,8 +48,7 @@ func (l *Local) Allow(key string, rules ...Rule) (Result, error) {
 // AllowN admits n units for key at now if they fit in every rule, all or
 // nothing, as Limiter.AllowN does. now must not be earlier than the Local's
 // creation (times before it count as its creation); pass time.Now() outside
-// tests. Errors match ErrInvalidKey, ErrInvalidRule, ErrDuplicateRule and
-// ErrInvalidN; a failed call changes nothing.
+// tests. Errors match ErrInvalidKey, ErrInvalidRule and ErrInvalidN; a failed call changes nothing.
 func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Result, error) {
 	if key == "" || len(key) > MaxKeyLen {
 		return Result{}, fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)

@@ -111,7 +111,7 @@ func TestLocalBadInput(t *testing.T) {
 		{"k", 3, []funnel.Rule{good}, funnel.ErrInvalidN},
 		{"k", 1, nil, funnel.ErrInvalidRule},
 		{"k", 1, []funnel.Rule{{Name: "x", Capacity: 1, Leak: 0, Per: time.Second}}, funnel.ErrInvalidRule},
-		{"k", 1, []funnel.Rule{good, good}, funnel.ErrDuplicateRule},
+		{"k", 1, []funnel.Rule{good, good}, funnel.ErrInvalidRule},
 	}
 	for _, c := range cases {
 		if _, err := l.AllowN(time.Now(), c.key, c.n, c.rules...); !errors.Is(err, c.want) {

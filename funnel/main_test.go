@@ -5,11 +5,35 @@ import (
 
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/funnelguard/funnelguard/mutex"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }
 
 // newLimiter returns a Limiter on a fresh client of b, under b's prefix.
 func newLimiter(t testing.TB, b *testutil.Backend, opts ...funnel.Option) *funnel.Limiter {
-	return funnel.New(b.Client(t), append([]funnel.Option{funnel.WithPrefix(b.Prefix)}, opts...)...)
+	t.Helper()
+	return mustLimiter(t, b.Client(t), append([]funnel.Option{funnel.WithPrefix(b.Prefix)}, opts...)...)
+}
+
+// mustLimiter is funnel.New for options that must be good: it fails t
+// otherwise.
+func mustLimiter(t testing.TB, c mutex.Client, opts ...funnel.Option) *funnel.Limiter {
+	t.Helper()
+	lim, err := funnel.New(c, opts...)
+	if err != nil {
+		t.Fatalf("funnel.New: %v", err)
+	}
+	return lim
+}
+
+// mustLocker is mutex.New for options that must be good: it fails t
+// otherwise.
+func mustLocker(t testing.TB, c mutex.Client, opts ...mutex.Option) *mutex.Locker {
+	t.Helper()
+	l, err := mutex.New(c, opts...)
+	if err != nil {
+		t.Fatalf("mutex.New: %v", err)
+	}
+	return l
 }

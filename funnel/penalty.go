@@ -52,12 +52,12 @@ var (
 // (WithUniformCost): the box is checked by the gate that reads the state.
 // A bad Penalty is an error matching ErrInvalidOption.
 func WithPenalty(p Penalty) Option {
-	return func(lim *Limiter) {
+	return func(lim *Limiter) error {
 		if p.Denials < 1 || p.Within < time.Millisecond || p.For < time.Millisecond || p.Within > maxPenalty || p.For > maxPenalty {
-			lim.fail(fmt.Errorf("%w: penalty of %d denials within %v, for %v (want at least 1, within and for 1 ms to a year)", ErrInvalidOption, p.Denials, p.Within, p.For))
-			return
+			return fmt.Errorf("%w: penalty of %d denials within %v, for %v: want at least 1, within and for 1 ms to a year", ErrInvalidOption, p.Denials, p.Within, p.For)
 		}
 		lim.penalty = []any{p.Denials, p.Within.Microseconds(), p.For.Microseconds()}
+		return nil
 	}
 }
 

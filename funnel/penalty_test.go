@@ -22,7 +22,7 @@ func TestPenaltyBoxBruteForce(t *testing.T) {
 	b.Mini.SetTime(start)
 	ctx := context.Background()
 	rule := funnel.AtMost(3, time.Hour)
-	lim := funnel.New(b.Client(t), funnel.WithPrefix(b.Prefix), funnel.WithPenalty(funnel.Penalty{Denials: 5, Within: time.Minute, For: 10 * time.Minute}))
+	lim := mustLimiter(t, b.Client(t), funnel.WithPrefix(b.Prefix), funnel.WithPenalty(funnel.Penalty{Denials: 5, Within: time.Minute, For: 10 * time.Minute}))
 	count := map[string]int{}
 	for range 200 {
 		res, err := lim.Allow(ctx, "+8613800138000", rule)
@@ -81,7 +81,7 @@ func TestPenaltyWindowRestarts(t *testing.T) {
 	b.Mini.SetTime(start)
 	ctx := context.Background()
 	rule := funnel.AtMost(1, 24*time.Hour)
-	lim := funnel.New(b.Client(t), funnel.WithPrefix(b.Prefix), funnel.WithPenalty(funnel.Penalty{Denials: 3, Within: time.Minute, For: time.Hour}))
+	lim := mustLimiter(t, b.Client(t), funnel.WithPrefix(b.Prefix), funnel.WithPenalty(funnel.Penalty{Denials: 3, Within: time.Minute, For: time.Hour}))
 	if res, _ := lim.Allow(ctx, "k", rule); !res.Allowed {
 		t.Fatal("first call denied")
 	}
@@ -105,7 +105,7 @@ func TestPenaltyBoxRealServer(t *testing.T) {
 	ctx := context.Background()
 	rule := funnel.Rule{Name: "fast", Capacity: 2, Leak: 1, Per: 20 * time.Millisecond}
 	const box = 400 * time.Millisecond
-	lim := funnel.New(b.Client(t), funnel.WithPrefix(b.Prefix), funnel.WithoutBatching(), funnel.WithPenalty(funnel.Penalty{Denials: 3, Within: time.Second, For: box}))
+	lim := mustLimiter(t, b.Client(t), funnel.WithPrefix(b.Prefix), funnel.WithoutBatching(), funnel.WithPenalty(funnel.Penalty{Denials: 3, Within: time.Second, For: box}))
 	type call struct {
 		start, end time.Time
 		res        funnel.Result
@@ -183,9 +183,8 @@ func TestPenaltyBadOptions(t *testing.T) {
 		{Denials: 3, Within: time.Minute, For: 400 * 24 * time.Hour},
 		{Denials: -1, Within: -time.Minute, For: -time.Minute},
 	} {
-		lim := funnel.New(b.Client(t), funnel.WithPenalty(p))
-		if _, err := lim.Allow(context.Background(), "k", funnel.AtMost(1, time.Minute)); !errors.Is(err, funnel.ErrInvalidOption) {
-			t.Errorf("WithPenalty(%+v): %v, want ErrInvalidOption", p, err)
+		if lim, err := funnel.New(b.Client(t), funnel.WithPenalty(p)); !errors.Is(err, funnel.ErrInvalidOption) || lim != nil {
+			t.Errorf("WithPenalty(%+v): New = %v, %v; want nil, ErrInvalidOption", p, lim, err)
 		}
 	}
 }
@@ -198,7 +197,7 @@ func TestPenaltyHungServer(t *testing.T) {
 	for _, honours := range []bool{true, false} {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: honours})
 		defer c.Close()
-		lim := funnel.New(c, funnel.WithPenalty(funnel.Penalty{Denials: 3, Within: time.Minute, For: time.Minute}))
+		lim := mustLimiter(t, c, funnel.WithPenalty(funnel.Penalty{Denials: 3, Within: time.Minute, For: time.Minute}))
 		if _, err := lim.Allow(context.Background(), "warm", rule); err != nil { // scripts loaded, a connection open
 			t.Fatal(err)
 		}

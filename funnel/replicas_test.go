@@ -23,7 +23,7 @@ func TestReplicaAckAdmissions(t *testing.T) {
 	rec := &testutil.CommandRecorder{}
 	c.AddHook(rec)
 	rc := r.Replicas[0].Client(t)
-	lim := funnel.New(c, funnel.WithReplicaAck(1, time.Second), funnel.WithPrefix("ra:")) // a bound a loaded machine keeps
+	lim := mustLimiter(t, c, funnel.WithReplicaAck(1, time.Second), funnel.WithPrefix("ra:")) // a bound a loaded machine keeps
 	rule := funnel.Rule{Name: "r", Capacity: 3, Leak: 1, Per: time.Hour}
 	if _, err := lim.Allow(ctx, "warm", rule); err != nil { // the scripts loaded
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestReplicaAckAdmissions(t *testing.T) {
 		}
 		// The charge is on the replica when Allow returns: a fresh reader
 		// of the replica's state sees this admission.
-		got, err := funnel.New(rc, funnel.WithPrefix("ra:")).Peek(ctx, "k", rule)
+		got, err := mustLimiter(t, rc, funnel.WithPrefix("ra:")).Peek(ctx, "k", rule)
 		if err != nil || got.Remaining != int64(2-i) {
 			t.Fatalf("Peek on the replica after admission #%d = %+v, %v; want %d remaining", i, got, err, 2-i)
 		}
@@ -70,17 +70,17 @@ func TestReplicaAckOptions(t *testing.T) {
 	rule := funnel.Rule{Name: "r", Capacity: 3, Leak: 1, Per: time.Hour}
 	for _, tc := range []struct {
 		name string
-		lim  *funnel.Limiter
+		opts []funnel.Option
 	}{
-		{"no replica", funnel.New(c, funnel.WithReplicaAck(0, time.Second))},
-		{"no bound", funnel.New(c, funnel.WithReplicaAck(1, 0))},
-		{"a Locker without it", funnel.New(c, funnel.WithLocker(mutex.New(c)), funnel.WithReplicaAck(1, time.Second))},
+		{"no replica", []funnel.Option{funnel.WithReplicaAck(0, time.Second)}},
+		{"no bound", []funnel.Option{funnel.WithReplicaAck(1, 0)}},
+		{"a Locker without it", []funnel.Option{funnel.WithLocker(mustLocker(t, c)), funnel.WithReplicaAck(1, time.Second)}},
 	} {
-		if _, err := tc.lim.Allow(context.Background(), "k", rule); !errors.Is(err, funnel.ErrInvalidOption) {
-			t.Errorf("%s: Allow = %v, want ErrInvalidOption", tc.name, err)
+		if lim, err := funnel.New(c, tc.opts...); !errors.Is(err, funnel.ErrInvalidOption) || lim != nil {
+			t.Errorf("%s: New = %v, %v; want nil, ErrInvalidOption", tc.name, lim, err)
 		}
 	}
-	ok := funnel.New(c, funnel.WithLocker(mutex.New(c, mutex.WithReplicaAck(1, time.Second))), funnel.WithReplicaAck(1, time.Second))
+	ok := mustLimiter(t, c, funnel.WithLocker(mustLocker(t, c, mutex.WithReplicaAck(1, time.Second))), funnel.WithReplicaAck(1, time.Second))
 	if _, err := ok.Allow(context.Background(), "k", rule); errors.Is(err, funnel.ErrInvalidOption) {
 		t.Errorf("the same acknowledgement on the Locker and the Limiter: %v", err)
 	}

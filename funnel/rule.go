@@ -103,8 +103,7 @@ func fieldOf(definition string) string {
 }
 
 // Validate reports whether rules can be used together in one call: at least
-// one, each valid, no two with one name. Errors match ErrInvalidRule or
-// ErrDuplicateRule.
+// one, each valid, no two with one name. Errors match ErrInvalidRule.
 func Validate(rules ...Rule) error {
 	_, err := compileRules(rules, Rule.compile)
 	return err
@@ -123,7 +122,7 @@ func compileRules(rules []Rule, compile func(Rule) (rule, error)) ([]rule, error
 		}
 		for _, prev := range out[:i] {
 			if prev.name == c.name {
-				return nil, fmt.Errorf("%w: %q", ErrDuplicateRule, c.name)
+				return nil, fmt.Errorf("%w: two rules named %q", ErrInvalidRule, c.name)
 			}
 		}
 		out[i] = c

@@ -46,7 +46,7 @@ func TestScriptCacheLossUnderLoad(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
 		t.Cleanup(func() { c.Close() })
 		c.AddHook(stats)
-		return funnel.New(c, append([]funnel.Option{funnel.WithPrefix(prefix)}, opts...)...)
+		return mustLimiter(t, c, append([]funnel.Option{funnel.WithPrefix(prefix)}, opts...)...)
 	}
 	batched := []*funnel.Limiter{limiter(), limiter()}
 	alone := []*funnel.Limiter{limiter(funnel.WithoutBatching()), limiter(funnel.WithoutBatching())}
@@ -146,9 +146,9 @@ func TestScriptCacheLossCost(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { c.Close() })
 	rec := testutil.Record(c)
-	lim := funnel.New(c, funnel.WithPrefix(prefix))
-	alone := funnel.New(c, funnel.WithPrefix(prefix), funnel.WithoutBatching())
-	uniform := funnel.New(c, funnel.WithPrefix(prefix), funnel.WithUniformCost())
+	lim := mustLimiter(t, c, funnel.WithPrefix(prefix))
+	alone := mustLimiter(t, c, funnel.WithPrefix(prefix), funnel.WithoutBatching())
+	uniform := mustLimiter(t, c, funnel.WithPrefix(prefix), funnel.WithUniformCost())
 	flush := func(ctx context.Context) error { return testutil.ScriptFlush(ctx, srv.Addr) }
 	rule := funnel.Rule{Name: "two", Capacity: 2, Leak: 1, Per: 24 * time.Hour}
 	// allow3 makes three calls of one unit on a key with no state: admitted

@@ -163,7 +163,8 @@ func TestBadInputStoredFormsDoNotCollide(t *testing.T) {
 }
 
 // TestBadInputPolicies: policies New must refuse, with ErrInvalidPolicy
-// (and the funnel's ErrInvalidRule for a bad rule), and extreme ones it
+// (and the funnel's ErrInvalidRule for a bad rule, ErrInvalidOption for a
+// bad Funnel option), and extreme ones it
 // accepts and then uses without overflow.
 func TestBadInputPolicies(t *testing.T) {
 	const century = 100 * 365 * 24 * time.Hour
@@ -171,6 +172,9 @@ func TestBadInputPolicies(t *testing.T) {
 	ctx := context.Background()
 	ok := []funnel.Rule{funnel.AtMost(1, time.Hour)}
 	var cluster *redis.ClusterClient
+	// WithReplicaAck needs a client that can hold a connection; never dialled.
+	replicated := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer replicated.Close()
 	for desc, tc := range map[string]struct {
 		client mutex.Client
 		p      guard.Policy
@@ -190,6 +194,11 @@ func TestBadInputPolicies(t *testing.T) {
 		"prefix of 257 bytes":            {s.Client, guard.Policy{Rules: ok, Prefix: strings.Repeat("p", 257)}, nil},
 		"prefix with }":                  {s.Client, guard.Policy{Rules: ok, Prefix: "a}"}, nil},
 		"an empty Rule":                  {s.Client, guard.Policy{Rules: []funnel.Rule{{}}}, funnel.ErrInvalidRule},
+		"WithDenyCache(0)":               {s.Client, guard.Policy{Rules: ok, Funnel: []funnel.Option{funnel.WithDenyCache(0)}}, funnel.ErrInvalidOption},
+		"WithLocker(nil)":                {s.Client, guard.Policy{Rules: ok, Funnel: []funnel.Option{nil, funnel.WithLocker(nil)}}, funnel.ErrInvalidOption},
+		"WithLease(0)":                   {s.Client, guard.Policy{Rules: ok, Funnel: []funnel.Option{funnel.WithLease(0)}}, funnel.ErrInvalidOption},
+		"a Penalty of no denials":        {s.Client, guard.Policy{Rules: ok, Funnel: []funnel.Option{funnel.WithPenalty(funnel.Penalty{Within: time.Minute, For: time.Minute})}}, funnel.ErrInvalidOption},
+		"replica ack as long as Timeout": {replicated, guard.Policy{Rules: ok, Timeout: time.Second, Funnel: []funnel.Option{funnel.WithReplicaAck(1, time.Second)}}, nil},
 	} {
 		var g *guard.Guard
 		err := func() (err error) {
@@ -300,30 +309,6 @@ func TestBadInputEndedContexts(t *testing.T) {
 		}
 		s.CheckKeys(t, "ended contexts")
 	}
-}
-
-// TestBadInputUnusableLocker: a Policy.Locker that can never lock (a nil
-// client, a bad option) is refused by New with ErrInvalidPolicy and the
-// mutex package's error, for every OnError: under FailOpen such a guard would
-// admit every call.
-func TestBadInputUnusableLocker(t *testing.T) {
-	s := testutil.Stores(t)[0]
-	for desc, tc := range map[string]struct {
-		locker *mutex.Locker
-		want   error
-	}{
-		"nil client": {mutex.New(nil), mutex.ErrNilClient},
-		"WithTTL(0)": {mutex.New(s.Client, mutex.WithTTL(0)), mutex.ErrInvalidTTL},
-	} {
-		for _, onErr := range []guard.FailureMode{guard.FailClosed, guard.FailOpen} {
-			p := guard.Policy{Prefix: s.Prefix + "l:", Locker: tc.locker, OnError: onErr, Rules: []funnel.Rule{funnel.AtMost(1, time.Hour)}}
-			g, err := guard.New(s.Client, p)
-			if g != nil || !errors.Is(err, guard.ErrInvalidPolicy) || !errors.Is(err, tc.want) {
-				t.Errorf("Locker with %s, OnError %v: New = %v, %v; want nil, ErrInvalidPolicy and %v", desc, onErr, g, err, tc.want)
-			}
-		}
-	}
-	s.CheckKeys(t, "unusable Lockers")
 }
 
 // TestBadInputMiddlewareNilKeyFunc: Middleware(nil) answers 500 and never

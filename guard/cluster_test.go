@@ -31,11 +31,15 @@ var braceKeys = []string{"{", "}", "a{b}c", "}{", "{}", "b}x", "b"}
 // Redis after a call: its funnel state and its fence counter.
 func scaleGuard(t *testing.T, client redis.UniversalClient, prefix string) *guard.Guard {
 	t.Helper()
+	locker, err := mutex.New(client, mutex.WithPrefix(prefix), mutex.WithFencing())
+	if err != nil {
+		t.Fatal(err)
+	}
 	g, err := guard.New(client, guard.Policy{
 		Prefix:  prefix,
 		Rules:   []funnel.Rule{funnel.AtMost(2, time.Hour)},
 		Timeout: 5 * time.Second, // a bound, not a speed requirement
-		Locker:  mutex.New(client, mutex.WithPrefix(prefix), mutex.WithFencing()),
+		Funnel:  []funnel.Option{funnel.WithLocker(locker)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -49,9 +49,9 @@ func TestDenyCache(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		var observed []guard.Decision
 		g, cmds := countedGuard(t, b, guard.Policy{
-			DenyCache: 100,
-			Secret:    []byte("k"), // the cache keys on the stored key
-			Observe:   func(o guard.Observation) { observed = append(observed, o.Decision) },
+			Funnel:  []funnel.Option{funnel.WithDenyCache(100)},
+			Secret:  []byte("k"), // the cache keys on the stored key
+			Observe: func(o guard.Observation) { observed = append(observed, o.Decision) },
 		})
 		const phone = "+8613800138000"
 		if d, n := allowCounted(t, g, cmds, phone); !d.Allowed || n == 0 {
@@ -101,7 +101,7 @@ func TestDenyCacheOff(t *testing.T) {
 // OnError says; a key that is not cached gets the failure mode.
 func TestDenyCacheRedisDown(t *testing.T) {
 	b := testutil.Mini(t)
-	g, cmds := countedGuard(t, b, guard.Policy{DenyCache: 10, OnError: guard.FailOpen})
+	g, cmds := countedGuard(t, b, guard.Policy{Funnel: []funnel.Option{funnel.WithDenyCache(10)}, OnError: guard.FailOpen})
 	allowCounted(t, g, cmds, "k")
 	if d, n := allowCounted(t, g, cmds, "k"); d.Allowed || n == 0 {
 		t.Fatalf("second: %+v, %d commands", d, n)
@@ -119,15 +119,18 @@ func TestDenyCacheRedisDown(t *testing.T) {
 
 func TestDenyCacheInvalid(t *testing.T) {
 	b := testutil.Mini(t)
-	for _, n := range []int{-1, funnel.MaxDenyCache + 1} {
-		_, err := guard.New(b.Client(t), guard.Policy{Rules: smsRules, DenyCache: n})
+	for _, n := range []int{-1, 0, funnel.MaxDenyCache + 1} {
+		_, err := guard.New(b.Client(t), guard.Policy{Rules: smsRules, Funnel: []funnel.Option{funnel.WithDenyCache(n)}})
 		if !errors.Is(err, guard.ErrInvalidPolicy) {
-			t.Errorf("DenyCache %d: %v; want ErrInvalidPolicy", n, err)
+			t.Errorf("WithDenyCache(%d): %v; want ErrInvalidPolicy", n, err)
+		}
+		if !errors.Is(err, funnel.ErrInvalidOption) {
+			t.Errorf("WithDenyCache(%d): %v; want funnel.ErrInvalidOption", n, err)
 		}
 	}
-	for _, n := range []int{0, 1, funnel.MaxDenyCache} {
-		if _, err := guard.New(b.Client(t), guard.Policy{Rules: smsRules, DenyCache: n}); err != nil {
-			t.Errorf("DenyCache %d: %v", n, err)
+	for _, n := range []int{1, funnel.MaxDenyCache} {
+		if _, err := guard.New(b.Client(t), guard.Policy{Rules: smsRules, Funnel: []funnel.Option{funnel.WithDenyCache(n)}}); err != nil {
+			t.Errorf("WithDenyCache(%d): %v", n, err)
 		}
 	}
 }

@@ -22,7 +22,9 @@ var (
 	// ErrInvalidKey means an empty key, one over MaxKeyLen, or one the
 	// Policy's Normalize rejected.
 	ErrInvalidKey = errors.New("guard: invalid key")
-	// ErrInvalidPolicy means a Policy that New cannot use.
+	// ErrInvalidPolicy means a nil client or a Policy that New cannot use;
+	// it is wrapped with the cause, such as funnel.ErrInvalidRule for a bad
+	// rule or funnel.ErrInvalidOption for a bad Policy.Funnel option.
 	ErrInvalidPolicy = errors.New("guard: invalid policy")
 
 	// Errors of the KeyFuncs of this package. None quotes what the client

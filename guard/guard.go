@@ -57,9 +57,10 @@ type Observation struct {
 	Shadow bool
 }
 
-// New returns a Guard for the Policy p on client, with a Locker and a
-// funnel.Limiter of its own (or p.Locker). The rules are checked here: a bad
-// Policy is an error matching ErrInvalidPolicy, and the funnel's error.
+// New returns a Guard for the Policy p on client, with a funnel.Limiter of
+// its own made with p.Funnel. The rules and options are checked here: a bad
+// Policy (a nil client among them) is an error matching ErrInvalidPolicy,
+// and the funnel's error.
 func New(client mutex.Client, p Policy) (*Guard, error) {
 	if nilcheck.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidPolicy)
@@ -71,36 +72,18 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	if err := funnel.Validate(p.Rules...); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 	}
-	locker := p.Locker
-	switch {
-	case locker == nil && p.ReplicaAck > 0:
-		locker = mutex.New(client, mutex.WithPrefix(p.Prefix), mutex.WithReplicaAck(p.ReplicaAck, p.ReplicaAckTimeout))
-	case locker == nil:
-		locker = mutex.New(client, mutex.WithPrefix(p.Prefix))
-	case p.ReplicaAck > 0:
-		if n, d := locker.ReplicaAck(); n != p.ReplicaAck || d != p.ReplicaAckTimeout {
-			return nil, fmt.Errorf("%w: ReplicaAck %d within %v with a Locker that waits for %d replicas within %v: set it on the Locker", ErrInvalidPolicy, p.ReplicaAck, p.ReplicaAckTimeout, n, d)
-		}
-	}
-	// A Locker that can never lock would make every call fail: under
-	// FailOpen, an admission for everyone. Refuse it here.
-	if err := locker.Err(); err != nil {
-		return nil, fmt.Errorf("%w: unusable Locker: %w", ErrInvalidPolicy, err)
-	}
-	opts := []funnel.Option{funnel.WithPrefix(p.Prefix), funnel.WithLocker(locker)}
-	if p.DenyCache > 0 {
-		opts = append(opts, funnel.WithDenyCache(p.DenyCache))
-	}
-	if p.UniformCost {
-		opts = append(opts, funnel.WithUniformCost())
-	}
-	if p.Penalty != nil {
-		opts = append(opts, funnel.WithPenalty(*p.Penalty))
-	}
-	g := &Guard{p: p, lim: funnel.New(client, opts...)}
-	if err := g.lim.Err(); err != nil {
+	// A Limiter that can never decide would make every call fail: under
+	// FailOpen, an admission for everyone. funnel.New refuses it here.
+	lim, err := funnel.New(client, append([]funnel.Option{funnel.WithPrefix(p.Prefix)}, p.Funnel...)...)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 	}
+	// A WAIT as long as the call's bound would turn every admission a
+	// lagging replica holds up into ErrUnavailable.
+	if n, d := lim.Locker().ReplicaAck(); n > 0 && d >= p.Timeout {
+		return nil, fmt.Errorf("%w: replica acknowledgement within %v: want it under Timeout %v", ErrInvalidPolicy, d, p.Timeout)
+	}
+	g := &Guard{p: p, lim: lim}
 	switch {
 	case p.Fallback != nil:
 		g.fb = newFallback(*p.Fallback)

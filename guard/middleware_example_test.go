@@ -132,8 +132,8 @@ func ExamplePolicy_shadow() {
 // denials within ten minutes shut the number out for a day.
 func ExamplePolicy_penalty() {
 	g, stop := exampleGuard(guard.Policy{
-		Rules:   []funnel.Rule{funnel.AtMost(3, time.Hour)},
-		Penalty: &funnel.Penalty{Denials: 5, Within: 10 * time.Minute, For: 24 * time.Hour},
+		Rules:  []funnel.Rule{funnel.AtMost(3, time.Hour)},
+		Funnel: []funnel.Option{funnel.WithPenalty(funnel.Penalty{Denials: 5, Within: 10 * time.Minute, For: 24 * time.Hour})},
 	})
 	defer stop()
 	h := g.Middleware(user, guard.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d guard.Decision) {

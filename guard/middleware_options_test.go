@@ -162,7 +162,7 @@ func TestMiddlewareShadow(t *testing.T) {
 func TestPenaltyBox(t *testing.T) {
 	b := testutil.Mini(t)
 	b.Mini.SetTime(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
-	g := newGuard(t, b, guard.Policy{Rules: oneAnHour, Penalty: &funnel.Penalty{Denials: 3, Within: time.Minute, For: 15 * time.Minute}})
+	g := newGuard(t, b, guard.Policy{Rules: oneAnHour, Funnel: []funnel.Option{funnel.WithPenalty(funnel.Penalty{Denials: 3, Within: time.Minute, For: 15 * time.Minute})}})
 	var s seen
 	h := g.Middleware(keyFromHeader)(s.handler())
 	var codes []int
@@ -176,7 +176,7 @@ func TestPenaltyBox(t *testing.T) {
 	if want := []int{202, 429, 429, 429, 429, 429}; !slices.Equal(codes, want) {
 		t.Fatalf("codes = %v, want %v", codes, want)
 	}
-	if _, err := guard.New(b.Client(t), guard.Policy{Rules: oneAnHour, Penalty: &funnel.Penalty{Denials: 0, Within: time.Minute, For: time.Minute}}); !errors.Is(err, guard.ErrInvalidPolicy) {
+	if _, err := guard.New(b.Client(t), guard.Policy{Rules: oneAnHour, Funnel: []funnel.Option{funnel.WithPenalty(funnel.Penalty{Denials: 0, Within: time.Minute, For: time.Minute})}}); !errors.Is(err, guard.ErrInvalidPolicy) {
 		t.Fatalf("a Policy with a bad Penalty: %v, want ErrInvalidPolicy", err)
 	}
 }
@@ -217,7 +217,7 @@ func TestPenaltyBoxBruteForceRealServer(t *testing.T) {
 	b := testutil.RealBackend(t)
 	ctx := context.Background()
 	rule := funnel.AtMost(5, time.Hour)
-	g := newGuard(t, b, guard.Policy{Rules: []funnel.Rule{rule}, Penalty: &funnel.Penalty{Denials: 10, Within: time.Minute, For: 2 * time.Second}})
+	g := newGuard(t, b, guard.Policy{Rules: []funnel.Rule{rule}, Funnel: []funnel.Option{funnel.WithPenalty(funnel.Penalty{Denials: 10, Within: time.Minute, For: 2 * time.Second})}})
 	count := map[string]int{}
 	for range 200 {
 		d, err := g.Allow(ctx, "+8613800138000")

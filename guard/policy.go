@@ -6,7 +6,6 @@ import (
 
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/keyspace"
-	"github.com/funnelguard/funnelguard/mutex"
 	"golang.org/x/time/rate"
 )
 
@@ -32,9 +31,6 @@ const (
 	DefaultTimeout     = 500 * time.Millisecond
 	DefaultErrorRetry  = time.Second
 	DefaultFallbackMax = 10000
-	// DefaultReplicaAckTimeout bounds the wait for Policy.ReplicaAck's
-	// replicas when ReplicaAckTimeout is 0.
-	DefaultReplicaAckTimeout = 100 * time.Millisecond
 	// MaxKeyLen is the longest key a Guard accepts, in bytes.
 	MaxKeyLen = 4096
 	// maxPlainKey is the longest key stored as it is; longer ones are hashed.
@@ -73,36 +69,34 @@ type Policy struct {
 	// Observe, if set, is called after every decision (see Observation). It
 	// must be fast and safe for concurrent use.
 	Observe func(Observation)
-	// Locker, if set, is used for the keys' locks instead of a Locker of the
-	// guard's own (it must use the same Redis). Its names are the guard's
-	// stored keys.
-	Locker *mutex.Locker
-	// DenyCache is the number of keys of the local deny cache (0: off; at
-	// most funnel.MaxDenyCache): a key denied by Redis is then denied in
-	// this process, without a command to Redis, until the gate time of that
-	// denial (the RetryAfter Redis gave, counting down), with the same
-	// Decision Redis would give (not Degraded). A Refund through this Guard
-	// clears the key's entry at once. A refund by another process (or
-	// another Guard) takes effect there at once and here at that gate time
-	// at the latest. A cached denial is answered even while Redis cannot
-	// answer. See funnel.WithDenyCache.
-	DenyCache int
-	// UniformCost makes every admission take the key's lock, so that a key
-	// never seen costs the same round trips as one seen before (see
-	// funnel.WithUniformCost): set it when the keys are secrets whose use
-	// must not show in the answers' timing, such as phone numbers.
-	UniformCost bool
+	// Funnel configures the guard's funnel.Limiter: New passes
+	// funnel.WithPrefix(Prefix) and then these options to funnel.New, and a
+	// bad one is New's error (ErrInvalidPolicy and funnel.ErrInvalidOption).
+	// The ones a guard is made with:
+	//   - funnel.WithDenyCache(n): a key denied by Redis is denied in this
+	//     process, without a command, until the gate time of that denial,
+	//     with the Decision Redis gave (not Degraded), even while Redis
+	//     cannot answer. A Refund through this Guard clears the key's entry
+	//     at once; one by another process takes effect here at that gate
+	//     time at the latest.
+	//   - funnel.WithUniformCost(): a key never seen costs the same round
+	//     trips as one seen before; set it when the keys are secrets whose
+	//     use must not show in the answers' timing, such as phone numbers.
+	//   - funnel.WithPenalty(p): a key its rules keep denying is boxed
+	//     (Decision.Rule is funnel.PenaltyRule): the answer to brute force,
+	//     guessing codes, hammering sends.
+	//   - funnel.WithReplicaAck(n, d): an admission returns only once n
+	//     replicas acknowledged its write within d, which must be under
+	//     Timeout; one they did not acknowledge is an error matching
+	//     mutex.ErrNotReplicated, which OnError or Fallback then decides.
+	//   - funnel.WithLocker(l): the keys' locks are taken with l (on the same
+	//     Redis), whose names are the guard's stored keys.
+	// A funnel.WithPrefix among them overrides Prefix for the keys in Redis.
+	Funnel []funnel.Option
 	// RateLimitHeaders makes Middleware send the IETF RateLimit-Policy and
 	// RateLimit fields (draft-ietf-httpapi-ratelimit-headers). Off by
 	// default: they disclose the quota.
 	RateLimitHeaders bool
-	// Penalty, if set, puts a key its rules keep denying in a box: after
-	// Denials denials within Within, every call for it is denied for For
-	// without consulting the rules (Decision.Rule is funnel.PenaltyRule),
-	// counted and decided in Redis in the denial's one round trip, on the
-	// server's clock. The answer to brute force: guessing codes, hammering
-	// sends. See funnel.Penalty.
-	Penalty *funnel.Penalty
 	// Shadow decides, counts and observes every call as usual but blocks
 	// none: Middleware lets denied requests through (with the RateLimit
 	// fields, if on, and the real Decision in FromContext), and each
@@ -110,17 +104,6 @@ type Policy struct {
 	// Decision. Use it to roll a new limit out dark and watch what it
 	// would deny first.
 	Shadow bool
-	// ReplicaAck, if above 0, makes an admission return only once that
-	// many replicas of the key's master acknowledged its write, within
-	// ReplicaAckTimeout (funnel.WithReplicaAck, mutex.WithReplicaAck): an
-	// admission they did not acknowledge is an error matching
-	// mutex.ErrNotReplicated, which OnError or Fallback then decides. It
-	// needs a *redis.Client or *redis.ClusterClient. With Locker set, set
-	// it on that Locker (mutex.WithReplicaAck) instead.
-	ReplicaAck int
-	// ReplicaAckTimeout bounds the wait for ReplicaAck's replicas
-	// (DefaultReplicaAckTimeout if 0); keep it well under Timeout.
-	ReplicaAckTimeout time.Duration
 }
 
 // Fallback is a strict in-process limit per key for while Redis is down.
@@ -159,15 +142,6 @@ func (p Policy) check() (Policy, error) {
 	if p.Timeout < 0 || p.ErrorRetryAfter < 0 {
 		return bad("negative Timeout or ErrorRetryAfter")
 	}
-	if p.ReplicaAck > 0 && p.ReplicaAckTimeout == 0 {
-		p.ReplicaAckTimeout = DefaultReplicaAckTimeout
-	}
-	if p.ReplicaAck < 0 || p.ReplicaAckTimeout < 0 || (p.ReplicaAck > 0 && p.ReplicaAckTimeout >= p.Timeout) {
-		return bad("ReplicaAck %d within %v (want replicas >= 0, within a positive bound under Timeout %v)", p.ReplicaAck, p.ReplicaAckTimeout, p.Timeout)
-	}
-	if p.DenyCache < 0 || p.DenyCache > funnel.MaxDenyCache {
-		return bad("DenyCache %d (want 0 to %d)", p.DenyCache, funnel.MaxDenyCache)
-	}
 	if f := p.Fallback; f != nil {
 		if f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0 {
 			return bad("Fallback needs a positive Limit and Burst")
@@ -178,6 +152,8 @@ func (p Policy) check() (Policy, error) {
 		}
 		p.Fallback = &fc
 	}
-	p.Rules = append([]funnel.Rule(nil), p.Rules...) // the caller may reuse its slice
+	// The caller may reuse its slices.
+	p.Rules = append([]funnel.Rule(nil), p.Rules...)
+	p.Funnel = append([]funnel.Option(nil), p.Funnel...)
 	return p, nil
 }

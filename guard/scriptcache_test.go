@@ -57,7 +57,7 @@ func TestScriptCacheLossUnderLoad(t *testing.T) {
 		}
 		return g
 	}
-	guards := []*guard.Guard{newGuard(guard.Policy{}), newGuard(guard.Policy{UniformCost: true}), newGuard(guard.Policy{DenyCache: 100})}
+	guards := []*guard.Guard{newGuard(guard.Policy{}), newGuard(guard.Policy{Funnel: []funnel.Option{funnel.WithUniformCost()}}), newGuard(guard.Policy{Funnel: []funnel.Option{funnel.WithDenyCache(100)}})}
 	capacity := scriptCacheRules[0].Capacity
 
 	var admitted, denied atomic.Int64
@@ -123,15 +123,18 @@ func TestScriptCacheLossCost(t *testing.T) {
 	rec := testutil.Record(c)
 	flush := func(ctx context.Context) error { return testutil.ScriptFlush(ctx, srv.Addr) }
 	prefix := testutil.NewPrefix()
-	for _, p := range []guard.Policy{{}, {UniformCost: true}} {
-		p.Prefix, p.Rules, p.Timeout = prefix, []funnel.Rule{funnel.AtMost(1, time.Hour)}, 10*time.Second
+	for _, uniform := range []bool{false, true} {
+		p := guard.Policy{Prefix: prefix, Rules: []funnel.Rule{funnel.AtMost(1, time.Hour)}, Timeout: 10 * time.Second}
+		if uniform {
+			p.Funnel = []funnel.Option{funnel.WithUniformCost()}
+		}
 		g, err := guard.New(c, p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Run(fmt.Sprintf("UniformCost=%t", p.UniformCost), func(t *testing.T) {
+		t.Run(fmt.Sprintf("UniformCost=%t", uniform), func(t *testing.T) {
 			cost := testutil.FlushCostOf(t, flush, func(ctx context.Context, run int) error {
-				key := fmt.Sprintf("k%t/%d", p.UniformCost, run)
+				key := fmt.Sprintf("k%t/%d", uniform, run)
 				// Admitted, denied, refunded, peeked: every script a guard runs.
 				for i, want := range []bool{true, false} {
 					d, err := g.Allow(ctx, key)

@@ -57,19 +57,19 @@ var acquirers = []struct {
 }
 
 // TestBadInputNameLength: names of 0, MaxNameLen+1, 1 MiB and 10 MiB bytes
-// are refused by every acquirer with ErrInvalidName before any command is
+// are refused by every acquirer with ErrInvalid before any command is
 // sent; a name of exactly MaxNameLen (1 KiB) bytes is a name like any other.
 func TestBadInputNameLength(t *testing.T) {
 	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		l := mutex.New(s.Client, mutex.WithPrefix(s.Prefix))
+		l := mustNew(t, s.Client, mutex.WithPrefix(s.Prefix))
 		for _, n := range []int{0, mutex.MaxNameLen + 1, 1 << 20, 10 << 20} {
 			name := strings.Repeat("n", n)
 			before := s.Cmds.N.Load()
 			for _, a := range acquirers {
 				lk, err := a.call(ctx, l, name)
-				if !errors.Is(err, mutex.ErrInvalidName) || lk != nil {
-					t.Errorf("%s: %s of a %d-byte name = %v, %v; want ErrInvalidName", s.Name, a.name, n, lk, err)
+				if !errors.Is(err, mutex.ErrInvalid) || lk != nil {
+					t.Errorf("%s: %s of a %d-byte name = %v, %v; want ErrInvalid", s.Name, a.name, n, lk, err)
 				}
 			}
 			if sent := s.Cmds.N.Load() - before; sent != 0 {
@@ -113,8 +113,8 @@ var oddNames = []string{
 func TestBadInputOddNamesEveryEntryPoint(t *testing.T) {
 	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		l := mutex.New(s.Client, mutex.WithPrefix(s.Prefix), mutex.WithTTL(time.Minute), mutex.WithFencing())
-		other := mutex.New(s.Client, mutex.WithPrefix(s.Prefix))
+		l := mustNew(t, s.Client, mutex.WithPrefix(s.Prefix), mutex.WithTTL(time.Minute), mutex.WithFencing())
+		other := mustNew(t, s.Client, mutex.WithPrefix(s.Prefix))
 		held := make([]*mutex.Lock, len(oddNames))
 		for i, name := range oddNames {
 			state := mutex.Call{Fragment: badRead, Keys: []string{l.Key(name, "state")}}
@@ -183,7 +183,7 @@ func TestBadInputOddNamesEveryEntryPoint(t *testing.T) {
 // another (name, kind), whatever ':' and braces they hold; the lock of a
 // name is Key(name, "lock") and nothing else.
 func TestBadInputKeyKindsDoNotCollide(t *testing.T) {
-	l := mutex.New(testutil.Mini(t).Client(t), mutex.WithPrefix("p:"))
+	l := mustNew(t, testutil.Mini(t).Client(t), mutex.WithPrefix("p:"))
 	kinds := []string{"lock", "fence", "released", "state", "", ":", "lock:", "}", "{", "{x}", "a:lock"}
 	seen := map[string]string{}
 	for _, name := range append([]string{"", "x"}, oddNames...) {
@@ -209,27 +209,32 @@ func TestBadInputDurations(t *testing.T) {
 	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
 		opt := mutex.WithPrefix(s.Prefix)
+		for desc, o := range map[string]mutex.Option{
+			"WithTTL(999µs)":              mutex.WithTTL(999 * time.Microsecond),
+			"WithTTL(MinInt64)":           mutex.WithTTL(math.MinInt64),
+			"WithRetryInterval(999µs)":    mutex.WithRetryInterval(999 * time.Microsecond),
+			"WithRetryInterval(MinInt64)": mutex.WithRetryInterval(math.MinInt64),
+		} {
+			if l, err := mutex.New(s.Client, opt, o); !errors.Is(err, mutex.ErrInvalid) || l != nil {
+				t.Errorf("%s: New with %s = %v, %v; want nil, ErrInvalid", s.Name, desc, l, err)
+			}
+		}
+		plain := mustNew(t, s.Client, opt)
 		refused := []struct {
-			desc   string
-			locker *mutex.Locker
-			opts   []mutex.LockOption
-			want   error
+			desc string
+			opts []mutex.LockOption
 		}{
-			{"WithTTL(999µs)", mutex.New(s.Client, opt, mutex.WithTTL(999*time.Microsecond)), nil, mutex.ErrInvalidTTL},
-			{"WithTTL(MinInt64)", mutex.New(s.Client, opt, mutex.WithTTL(math.MinInt64)), nil, mutex.ErrInvalidTTL},
-			{"WithRetryInterval(999µs)", mutex.New(s.Client, opt, mutex.WithRetryInterval(999*time.Microsecond)), nil, mutex.ErrInvalidRetry},
-			{"WithRetryInterval(MinInt64)", mutex.New(s.Client, opt, mutex.WithRetryInterval(math.MinInt64)), nil, mutex.ErrInvalidRetry},
-			{"Lease(-1ns)", mutex.New(s.Client, opt), []mutex.LockOption{mutex.Lease(-1)}, mutex.ErrInvalidTTL},
-			{"Lease(999µs)", mutex.New(s.Client, opt), []mutex.LockOption{mutex.Lease(999 * time.Microsecond)}, mutex.ErrInvalidTTL},
-			{"Lease(MinInt64)", mutex.New(s.Client, opt), []mutex.LockOption{mutex.Lease(math.MinInt64), mutex.AutoRenew()}, mutex.ErrInvalidTTL},
-			{"a valid Lease after a bad one", mutex.New(s.Client, opt), []mutex.LockOption{mutex.Lease(0), mutex.Lease(time.Second)}, mutex.ErrInvalidTTL},
+			{"Lease(-1ns)", []mutex.LockOption{mutex.Lease(-1)}},
+			{"Lease(999µs)", []mutex.LockOption{mutex.Lease(999 * time.Microsecond)}},
+			{"Lease(MinInt64)", []mutex.LockOption{mutex.Lease(math.MinInt64), mutex.AutoRenew()}},
+			{"a valid Lease after a bad one", []mutex.LockOption{mutex.Lease(0), mutex.Lease(time.Second)}},
 		}
 		for _, tc := range refused {
 			for _, a := range acquirers {
 				var lk *mutex.Lock
-				err := noPanic(func() (err error) { lk, err = a.call(ctx, tc.locker, "d", tc.opts...); return err })
-				if !errors.Is(err, tc.want) || lk != nil {
-					t.Errorf("%s: %s with %s = %v, %v; want %v", s.Name, a.name, tc.desc, lk, err, tc.want)
+				err := noPanic(func() (err error) { lk, err = a.call(ctx, plain, "d", tc.opts...); return err })
+				if !errors.Is(err, mutex.ErrInvalid) || lk != nil {
+					t.Errorf("%s: %s with %s = %v, %v; want ErrInvalid", s.Name, a.name, tc.desc, lk, err)
 				}
 			}
 		}
@@ -242,13 +247,13 @@ func TestBadInputDurations(t *testing.T) {
 			opts   []mutex.LockOption
 			lease  time.Duration
 		}{
-			{"WithTTL(1ms)", mutex.New(s.Client, opt, mutex.WithTTL(time.Millisecond)), nil, time.Millisecond},
-			{"WithTTL(100 years)", mutex.New(s.Client, opt, mutex.WithTTL(century)), nil, century},
-			{"WithTTL(MaxInt64)", mutex.New(s.Client, opt, mutex.WithTTL(math.MaxInt64)), nil, math.MaxInt64},
-			{"Lease(MaxInt64)", mutex.New(s.Client, opt), []mutex.LockOption{mutex.Lease(math.MaxInt64)}, math.MaxInt64},
-			{"Lease(MaxInt64), AutoRenew", mutex.New(s.Client, opt), []mutex.LockOption{mutex.Lease(math.MaxInt64), mutex.AutoRenew()}, math.MaxInt64},
-			{"WithRetryInterval(100 years)", mutex.New(s.Client, opt, mutex.WithRetryInterval(century)), nil, mutex.DefaultTTL},
-			{"WithRetryInterval(MaxInt64)", mutex.New(s.Client, opt, mutex.WithRetryInterval(math.MaxInt64)), nil, mutex.DefaultTTL},
+			{"WithTTL(1ms)", mustNew(t, s.Client, opt, mutex.WithTTL(time.Millisecond)), nil, time.Millisecond},
+			{"WithTTL(100 years)", mustNew(t, s.Client, opt, mutex.WithTTL(century)), nil, century},
+			{"WithTTL(MaxInt64)", mustNew(t, s.Client, opt, mutex.WithTTL(math.MaxInt64)), nil, math.MaxInt64},
+			{"Lease(MaxInt64)", mustNew(t, s.Client, opt), []mutex.LockOption{mutex.Lease(math.MaxInt64)}, math.MaxInt64},
+			{"Lease(MaxInt64), AutoRenew", mustNew(t, s.Client, opt), []mutex.LockOption{mutex.Lease(math.MaxInt64), mutex.AutoRenew()}, math.MaxInt64},
+			{"WithRetryInterval(100 years)", mustNew(t, s.Client, opt, mutex.WithRetryInterval(century)), nil, mutex.DefaultTTL},
+			{"WithRetryInterval(MaxInt64)", mustNew(t, s.Client, opt, mutex.WithRetryInterval(math.MaxInt64)), nil, mutex.DefaultTTL},
 		}
 		for _, tc := range accepted {
 			for _, a := range acquirers {
@@ -275,14 +280,14 @@ func TestBadInputDurations(t *testing.T) {
 		}
 
 		// Extend: refused leases leave the lock and its lease untouched.
-		l := mutex.New(s.Client, opt, mutex.WithTTL(time.Minute))
+		l := mustNew(t, s.Client, opt, mutex.WithTTL(time.Minute))
 		lk, err := l.TryLock(ctx, "extend")
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, d := range []time.Duration{0, -1, -time.Hour, 999 * time.Microsecond, math.MinInt64} {
-			if err := lk.Extend(ctx, d); !errors.Is(err, mutex.ErrInvalidTTL) {
-				t.Errorf("%s: Extend(%v) = %v, want ErrInvalidTTL", s.Name, d, err)
+			if err := lk.Extend(ctx, d); !errors.Is(err, mutex.ErrInvalid) {
+				t.Errorf("%s: Extend(%v) = %v, want ErrInvalid", s.Name, d, err)
 			}
 		}
 		if ttl, err := lk.TTL(ctx); err != nil || ttl <= 50*time.Second || ttl > time.Minute {
@@ -325,8 +330,8 @@ func TestBadInputBugRetryIntervalOverflow(t *testing.T) {
 // lease ended (ctx allows 5 s, a hundred leases).
 func waitForLeaseEnd(t *testing.T, s testutil.Store, retry time.Duration) {
 	ctx := context.Background()
-	holder := mutex.New(s.Client, mutex.WithPrefix(s.Prefix), mutex.WithTTL(50*time.Millisecond))
-	waiter := mutex.New(s.Client, mutex.WithPrefix(s.Prefix), mutex.WithRetryInterval(retry), mutex.WithNotifications(false))
+	holder := mustNew(t, s.Client, mutex.WithPrefix(s.Prefix), mutex.WithTTL(50*time.Millisecond))
+	waiter := mustNew(t, s.Client, mutex.WithPrefix(s.Prefix), mutex.WithRetryInterval(retry), mutex.WithoutNotifications())
 	const names = 8
 	var wg sync.WaitGroup
 	errs := make([]error, names)
@@ -354,40 +359,46 @@ func waitForLeaseEnd(t *testing.T, s testutil.Store, retry time.Duration) {
 	s.CheckKeys(t, "waiting out leases")
 }
 
-// TestBadInputNilAndEmpty: every kind of nil client gives ErrNilClient from
-// every acquirer, without a panic; nil options are ignored; a Call without a
+// TestBadInputNilAndEmpty: every kind of nil client is refused by New with
+// ErrInvalid, and every acquirer of the nil Locker it returns gives
+// ErrInvalid, without a panic; nil options are ignored; a Call without a
 // Fragment is refused by every entry point that takes one, and leaves the
 // lock as it was.
 func TestBadInputNilAndEmpty(t *testing.T) {
 	ctx := context.Background()
 	for desc, c := range testutil.NilClients() {
-		l := mutex.New(c, mutex.WithTTL(time.Second), nil)
-		for _, a := range acquirers {
-			var lk *mutex.Lock
-			err := noPanic(func() (err error) { lk, err = a.call(ctx, l, "x"); return err })
-			if !errors.Is(err, mutex.ErrNilClient) || lk != nil {
-				t.Errorf("%s: %s = %v, %v; want ErrNilClient", desc, a.name, lk, err)
-			}
+		var l *mutex.Locker
+		err := noPanic(func() (err error) { l, err = mutex.New(c, mutex.WithTTL(time.Second), nil); return err })
+		if !errors.Is(err, mutex.ErrInvalid) || l != nil {
+			t.Errorf("%s: New = %v, %v; want nil, ErrInvalid", desc, l, err)
 		}
-		if got := l.Key("x", "lock"); got != mutex.DefaultPrefix+"{x}:lock" {
-			t.Errorf("%s: Key = %q", desc, got)
+		call := mutex.Call{Fragment: badRead, Keys: []string{"k"}}
+		for name, f := range map[string]func() error{
+			"TryLock":     func() error { _, err := l.TryLock(ctx, "x"); return err },
+			"Lock":        func() error { _, err := l.Lock(ctx, "x"); return err },
+			"TryLockWith": func() error { _, _, err := l.TryLockWith(ctx, "x", call); return err },
+			"LockWith":    func() error { _, _, err := l.LockWith(ctx, "x", call); return err },
+		} {
+			if err := noPanic(f); !errors.Is(err, mutex.ErrInvalid) {
+				t.Errorf("%s: %s of the nil Locker = %v; want ErrInvalid", desc, name, err)
+			}
 		}
 	}
 
 	for _, s := range testutil.Stores(t) {
-		l := mutex.New(s.Client, nil, mutex.WithPrefix(s.Prefix), nil)
+		l := mustNew(t, s.Client, nil, mutex.WithPrefix(s.Prefix), nil)
 		lk, err := l.TryLock(ctx, "x", nil, mutex.Lease(time.Minute), nil)
 		if err != nil {
 			t.Fatalf("%s: TryLock with nil options = %v", s.Name, err)
 		}
-		if _, _, err := l.LockWith(ctx, "y", mutex.Call{}); !errors.Is(err, mutex.ErrInvalidCall) {
-			t.Errorf("%s: LockWith without a Fragment = %v, want ErrInvalidCall", s.Name, err)
+		if _, _, err := l.LockWith(ctx, "y", mutex.Call{}); !errors.Is(err, mutex.ErrInvalid) {
+			t.Errorf("%s: LockWith without a Fragment = %v, want ErrInvalid", s.Name, err)
 		}
-		if _, err := lk.Run(ctx, mutex.Call{Keys: []string{l.Key("x", "state")}}); !errors.Is(err, mutex.ErrInvalidCall) {
-			t.Errorf("%s: Run without a Fragment = %v, want ErrInvalidCall", s.Name, err)
+		if _, err := lk.Run(ctx, mutex.Call{Keys: []string{l.Key("x", "state")}}); !errors.Is(err, mutex.ErrInvalid) {
+			t.Errorf("%s: Run without a Fragment = %v, want ErrInvalid", s.Name, err)
 		}
-		if _, err := lk.UnlockWith(ctx, mutex.Call{}); !errors.Is(err, mutex.ErrInvalidCall) {
-			t.Errorf("%s: UnlockWith without a Fragment = %v, want ErrInvalidCall", s.Name, err)
+		if _, err := lk.UnlockWith(ctx, mutex.Call{}); !errors.Is(err, mutex.ErrInvalid) {
+			t.Errorf("%s: UnlockWith without a Fragment = %v, want ErrInvalid", s.Name, err)
 		}
 		if _, err := l.TryLock(ctx, "x"); !errors.Is(err, mutex.ErrLocked) {
 			t.Errorf("%s: after a refused UnlockWith the lock is free (%v); want it still held", s.Name, err)
@@ -418,7 +429,7 @@ func TestBadInputEndedContexts(t *testing.T) {
 	defer cancel2()
 	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		l := mutex.New(s.Client, mutex.WithPrefix(s.Prefix), mutex.WithTTL(time.Minute))
+		l := mustNew(t, s.Client, mutex.WithPrefix(s.Prefix), mutex.WithTTL(time.Minute))
 		for _, ended := range []context.Context{cancelled, expired} {
 			for _, a := range acquirers {
 				lk, err := a.call(ended, l, "free")

@@ -37,7 +37,7 @@ func TestBatchedCallsShareARoundTrip(t *testing.T) {
 		for _, honours := range []bool{false, true} {
 			t.Run("ContextTimeoutEnabled="+strconv.FormatBool(honours), func(t *testing.T) {
 				c, rec := recordedClient(t, b, &redis.Options{ContextTimeoutEnabled: honours})
-				l := mutex.New(c, mutex.WithPrefix(b.Prefix))
+				l := mustNew(t, c, mutex.WithPrefix(b.Prefix))
 				ctx := context.Background()
 				warm, err := l.Lock(ctx, "warm") // a script has run: Lock's first try is SET NX
 				if err != nil {
@@ -124,7 +124,7 @@ func takeEverySlot(t *testing.T, c interface{ AddHook(redis.Hook) }, l *mutex.Lo
 func TestBatchedCallLeavesTheQueue(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		c, rec := recordedClient(t, b, &redis.Options{})
-		l := mutex.New(c, mutex.WithPrefix(b.Prefix))
+		l := mustNew(t, c, mutex.WithPrefix(b.Prefix))
 		ctx := context.Background()
 		shut, wg := takeEverySlot(t, c, l)
 		defer shut()
@@ -159,7 +159,7 @@ func TestBatchedCallLeavesTheQueue(t *testing.T) {
 func TestBatchedCallLeftAfterSending(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		c := b.Client(t)
-		l := mutex.New(c, mutex.WithPrefix(b.Prefix))
+		l := mustNew(t, c, mutex.WithPrefix(b.Prefix))
 		ctx := context.Background()
 		// Every slot taken by a lone call held before Redis; then a pipeline
 		// held after Redis ran it.
@@ -223,7 +223,7 @@ func (a afterRedis) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func TestWithoutPipelining(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		c, rec := recordedClient(t, b, &redis.Options{})
-		l := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithoutPipelining())
+		l := mustNew(t, c, mutex.WithPrefix(b.Prefix), mutex.WithoutPipelining())
 		ctx := context.Background()
 		if _, err := l.TryLock(ctx, "warm"); err != nil {
 			t.Fatal(err)

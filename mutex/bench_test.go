@@ -44,7 +44,7 @@ func serialCycles(b *testing.B, l *mutex.Locker, names []string) {
 // trips); compare with BenchmarkPing, one round trip on the same server.
 func BenchmarkLockUnlock(b *testing.B) {
 	be := testutil.RealBackend(b)
-	l := mutex.New(be.Client(b), mutex.WithPrefix(be.Prefix))
+	l := mustNew(b, be.Client(b), mutex.WithPrefix(be.Prefix))
 	ctx := context.Background()
 
 	b.Run("serial", func(b *testing.B) { serialCycles(b, l, benchLockNames(0)) })

@@ -28,7 +28,7 @@ var braceNames = []string{"{", "}", "a{b}c", "}{", "{}", "order:{42}"}
 
 // scaleLocker returns a Locker on a fresh client of d, under d's prefix.
 func scaleLocker(t *testing.T, d *testutil.Deployment, opts ...mutex.Option) *mutex.Locker {
-	return mutex.New(d.Client(t), append([]mutex.Option{mutex.WithPrefix(d.Prefix)}, opts...)...)
+	return mustNew(t, d.Client(t), append([]mutex.Option{mutex.WithPrefix(d.Prefix)}, opts...)...)
 }
 
 func TestClusterTryLockAndLockContention(t *testing.T) {
@@ -152,7 +152,7 @@ func TestClusterHandOverToLocalWaiter(t *testing.T) {
 		defer cancel()
 		// A long retry interval: the waiter gets the lock by hand-over, not by
 		// polling, well before its next attempt.
-		l := scaleLocker(t, d, mutex.WithRetryInterval(time.Hour), mutex.WithNotifications(false))
+		l := scaleLocker(t, d, mutex.WithRetryInterval(time.Hour), mutex.WithoutNotifications())
 		other := scaleLocker(t, d)
 		for _, name := range []string{"}{", "job"} {
 			holder, err := l.Lock(ctx, name)
@@ -296,7 +296,7 @@ func TestClusterKeysOfANameShareASlot(t *testing.T) {
 	c := testutil.Cluster(t)
 	cl := c.Client(t)
 	ctx := context.Background()
-	l := mutex.New(cl, mutex.WithPrefix(c.Prefix(t)))
+	l := mustNew(t, cl, mutex.WithPrefix(c.Prefix(t)))
 	slots := map[int64]string{}
 	for _, name := range append(braceNames, "b", "b}x", "plain") {
 		var slot int64 = -1
@@ -324,7 +324,7 @@ func TestClusterCrossSlotFails(t *testing.T) {
 	c := testutil.Cluster(t)
 	cl := c.Client(t)
 	ctx := context.Background()
-	l := mutex.New(cl, mutex.WithPrefix(c.Prefix(t)))
+	l := mustNew(t, cl, mutex.WithPrefix(c.Prefix(t)))
 	name, elsewhere := "acct", l.Key("other", "state")
 	s1, _ := cl.ClusterKeySlot(ctx, l.Key(name, "lock")).Result()
 	s2, _ := cl.ClusterKeySlot(ctx, elsewhere).Result()
@@ -350,7 +350,7 @@ func TestClusterBatchedLocks(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang, not a speed target
 		defer cancel()
 		c := d.Client(t)
-		l := mutex.New(c, mutex.WithPrefix(d.Prefix))
+		l := mustNew(t, c, mutex.WithPrefix(d.Prefix))
 		shut, slots := takeEverySlot(t, c, l)
 		defer shut()
 		const queued = 24

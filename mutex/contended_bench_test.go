@@ -28,7 +28,7 @@ func BenchmarkContended(b *testing.B) {
 		c := be.ClientOpts(b, newOpts())
 		hook := &counter{}
 		c.AddHook(hook)
-		l := mutex.New(c, mutex.WithPrefix(be.Prefix))
+		l := mustNew(b, c, mutex.WithPrefix(be.Prefix))
 		b.ReportAllocs()
 		b.ResetTimer()
 		start := time.Now()
@@ -59,7 +59,7 @@ func BenchmarkContended(b *testing.B) {
 				c := be.ClientOpts(b, newOpts())
 				hooks[i] = &counter{}
 				c.AddHook(hooks[i])
-				lockers[i] = mutex.New(c, mutex.WithPrefix(be.Prefix))
+				lockers[i] = mustNew(b, c, mutex.WithPrefix(be.Prefix))
 			}
 			work := make(chan struct{}, b.N)
 			for range b.N {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
@@ -22,7 +23,7 @@ var setFragment = mutex.NewFragment("redis.call('SET', KEYS[1], ARGV[1]) return 
 // counterKey is the key of the counter guarded by the lock on name. It shares
 // the lock key's {hash tag}, as a Fragment's keys must on a cluster.
 func counterKey(b *testutil.Backend, name string) string {
-	return mutex.New(nil, mutex.WithPrefix(b.Prefix)).Key(name, "n")
+	return keyspace.Key(b.Prefix, name, "n") // what Locker.Key returns
 }
 
 // getCounter reads a counter; a missing key is 0.

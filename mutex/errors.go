@@ -1,10 +1,20 @@
 package mutex
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors returned by this package. Match them with errors.Is: a call may wrap
 // or join them with the cause (a Redis error, ctx.Err()).
 var (
+	// ErrInvalid means a bad argument: a nil client, a bad option to New or
+	// NewQuorum (a lease or retry interval under 1 ms, a prefix with a brace
+	// or over 256 bytes, too few or repeated quorum clients, a bad replica
+	// acknowledgement), an empty name or one over MaxNameLen, a Call without a
+	// Fragment. It is wrapped with what was wrong: the error says which
+	// argument, the sentinel is for errors.Is.
+	ErrInvalid = errors.New("mutex: invalid argument")
 	// ErrLocked means another owner holds the lock (TryLock).
 	ErrLocked = errors.New("mutex: locked by another owner")
 	// ErrNotObtained means Lock gave up waiting; it is joined with ctx.Err().
@@ -16,28 +26,14 @@ var (
 	// lease ended or the lock was found taken while the holder still held the
 	// handle.
 	ErrLockLost = errors.New("mutex: lock lost")
-	// ErrInvalidName means an empty lock name or one longer than MaxNameLen.
-	ErrInvalidName = errors.New("mutex: invalid name")
-	// ErrInvalidTTL means a lease shorter than one millisecond.
-	ErrInvalidTTL = errors.New("mutex: invalid TTL")
-	// ErrInvalidRetry means a retry interval shorter than one millisecond.
-	ErrInvalidRetry = errors.New("mutex: invalid retry interval")
-	// ErrInvalidPrefix means a key prefix with a brace or over 256 bytes.
-	ErrInvalidPrefix = errors.New("mutex: invalid key prefix")
-	// ErrNilClient means New was given no client.
-	ErrNilClient = errors.New("mutex: nil client")
-	// ErrInvalidCall means a Call without a Fragment.
-	ErrInvalidCall = errors.New("mutex: invalid call")
 	// ErrDeclined means a gate (NewGate) declined the acquire attempt: no
 	// lock was taken, and the gate's result comes with the error.
 	ErrDeclined = errors.New("mutex: declined by the gate")
-	// ErrUnsupported means a feature that this kind of Locker cannot offer:
-	// fencing or a Fragment on a quorum Locker (their data must live in the
-	// lock's one Redis), or a quorum option given to New.
+	// ErrUnsupported means a feature that this Locker cannot offer: a
+	// Fragment on a quorum Locker (its data must live in the lock's one
+	// Redis), or WithReplicaAck with a client that cannot hold a connection
+	// for WAIT (New's error).
 	ErrUnsupported = errors.New("mutex: not supported by this Locker")
-	// ErrInvalidQuorum means NewQuorum was given fewer than MinQuorumNodes
-	// clients, or one client twice.
-	ErrInvalidQuorum = errors.New("mutex: invalid quorum")
 	// ErrNoQuorum means a quorum call could not reach a majority of nodes in
 	// time; it is joined with the failed nodes' errors.
 	ErrNoQuorum = errors.New("mutex: no quorum")
@@ -54,7 +50,8 @@ var (
 	// as WithReplicaAck asks within its bound. An acquisition is undone
 	// first (the lock released); see WithReplicaAck for the others.
 	ErrNotReplicated = errors.New("mutex: not acknowledged by enough replicas")
-	// ErrInvalidReplicaAck means WithReplicaAck was given fewer than one
-	// replica or a bound shorter than one millisecond.
-	ErrInvalidReplicaAck = errors.New("mutex: invalid replica acknowledgement")
 )
+
+// errNilLocker is the error of a call on a nil *Locker (New failed, and its
+// error was not checked).
+var errNilLocker = fmt.Errorf("%w: nil Locker", ErrInvalid)

@@ -26,7 +26,11 @@ func Example() {
 	defer stop()
 	ctx := context.Background()
 
-	locker := mutex.New(client, mutex.WithTTL(10*time.Second))
+	locker, err := mutex.New(client, mutex.WithTTL(10*time.Second))
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	lk, err := locker.Lock(ctx, "order:42")
 	if err != nil {
 		fmt.Println("lock:", err)
@@ -39,11 +43,24 @@ func Example() {
 	// Output: a second TryLock: true
 }
 
+// A bad option is New's error, matching ErrInvalid; New returns no Locker.
+func ExampleNew() {
+	client, stop := exampleClient()
+	defer stop()
+
+	_, err := mutex.New(client, mutex.WithTTL(time.Microsecond))
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, mutex.ErrInvalid))
+	// Output:
+	// mutex: invalid argument: lease 1µs: want at least 1ms
+	// true
+}
+
 func ExampleLocker_Lock_timeout() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	locker := mutex.New(client)
+	locker, _ := mutex.New(client) // a client and no options: no error
 
 	holder, _ := locker.Lock(ctx, "report")
 	defer holder.Unlock(ctx)
@@ -59,7 +76,7 @@ func ExampleLock_Context() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	locker := mutex.New(client)
+	locker, _ := mutex.New(client) // a client and no options: no error
 
 	outer, _ := locker.Lock(ctx, "account:7")
 	owned := outer.Context(ctx) // cancelled if the lock is lost; carries ownership
@@ -83,7 +100,7 @@ func ExampleFragment() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	locker := mutex.New(client)
+	locker, _ := mutex.New(client) // a client and no options: no error
 
 	read := mutex.NewFragment(`return redis.call('GET', KEYS[1]) or '0'`)
 	write := mutex.NewFragment(`redis.call('SET', KEYS[1], ARGV[1]) return 1`)
@@ -140,11 +157,16 @@ func ExampleWithReplicaAck() {
 
 	// Each acquisition, extension, hand-over and UnlockWith returns only
 	// once one replica has it, within 100 ms.
-	locker := mutex.New(client, mutex.WithReplicaAck(1, 100*time.Millisecond))
-	_, err := locker.TryLock(ctx, "payout:7")
+	locker, err := mutex.New(client, mutex.WithReplicaAck(1, 100*time.Millisecond))
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
+	_, err = locker.TryLock(ctx, "payout:7")
 	fmt.Println("not replicated:", errors.Is(err, mutex.ErrNotReplicated))
 	// The grant was undone: without the option, the name is free.
-	lk, err := mutex.New(client).TryLock(ctx, "payout:7")
+	plain, _ := mutex.New(client)
+	lk, err := plain.TryLock(ctx, "payout:7")
 	fmt.Println("free again:", err == nil)
 	if err == nil {
 		lk.Unlock(ctx)

@@ -213,7 +213,7 @@ type Call struct {
 
 func (c Call) check() error {
 	if c.Fragment == nil {
-		return fmt.Errorf("%w: nil Fragment", ErrInvalidCall)
+		return fmt.Errorf("%w: Call without a Fragment", ErrInvalid)
 	}
 	return nil
 }

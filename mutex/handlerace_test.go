@@ -239,7 +239,7 @@ func TestRunInFlightDuringHandOver(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		c := b.Client(t)
-		l := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(time.Millisecond))
+		l := mustNew(t, c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(time.Millisecond))
 		data := l.Key("inflight", "data")
 		hook := &holdBack{key: data, held: make(chan struct{}), release: make(chan struct{})}
 		c.AddHook(hook)

@@ -76,7 +76,7 @@ func TestHandOverCommandsPerAcquisition(t *testing.T) {
 		c := b.Client(t)
 		hook := &counter{}
 		c.AddHook(hook)
-		l := mutex.New(c, mutex.WithPrefix(b.Prefix))
+		l := mustNew(t, c, mutex.WithPrefix(b.Prefix))
 		const goroutines, each = 16, 50
 		var wg sync.WaitGroup
 		var inside atomic.Int32
@@ -121,7 +121,7 @@ func TestHandOverOfALostLock(t *testing.T) {
 		lc := b.Client(t)
 		hook := &counter{}
 		lc.AddHook(hook)
-		l := mutex.New(lc, mutex.WithPrefix(b.Prefix), mutex.WithTTL(time.Hour), mutex.WithRetryInterval(time.Hour))
+		l := mustNew(t, lc, mutex.WithPrefix(b.Prefix), mutex.WithTTL(time.Hour), mutex.WithRetryInterval(time.Hour))
 		stale, err := l.Lock(ctx, "x")
 		if err != nil {
 			t.Fatal(err)

@@ -12,48 +12,78 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func TestBadInput(t *testing.T) {
+// TestNewRefusesBadArguments: New refuses a nil client and each bad option
+// with an error matching ErrInvalid (ErrUnsupported for a client that an
+// option cannot use), returns no Locker, and does not panic.
+func TestNewRefusesBadArguments(t *testing.T) {
 	b := testutil.Mini(t)
 	c := b.Client(t)
-	ctx := context.Background()
 	var nilClient *redis.Client
 	cases := []struct {
 		name   string
-		locker *mutex.Locker
-		lock   string
-		opts   []mutex.LockOption
+		client mutex.Client
+		opts   []mutex.Option
 		want   error
 	}{
-		{"nil client", mutex.New(nil), "x", nil, mutex.ErrNilClient},
-		{"typed nil client", mutex.New(nilClient), "x", nil, mutex.ErrNilClient},
-		{"zero TTL", mutex.New(c, mutex.WithTTL(0)), "x", nil, mutex.ErrInvalidTTL},
-		{"negative TTL", mutex.New(c, mutex.WithTTL(-time.Second)), "x", nil, mutex.ErrInvalidTTL},
-		{"sub-millisecond TTL", mutex.New(c, mutex.WithTTL(time.Microsecond)), "x", nil, mutex.ErrInvalidTTL},
-		{"zero retry", mutex.New(c, mutex.WithRetryInterval(0)), "x", nil, mutex.ErrInvalidRetry},
-		{"negative retry", mutex.New(c, mutex.WithRetryInterval(-1)), "x", nil, mutex.ErrInvalidRetry},
-		{"brace in prefix", mutex.New(c, mutex.WithPrefix("a{")), "x", nil, mutex.ErrInvalidPrefix},
-		{"long prefix", mutex.New(c, mutex.WithPrefix(strings.Repeat("p", 257))), "x", nil, mutex.ErrInvalidPrefix},
-		{"empty name", mutex.New(c), "", nil, mutex.ErrInvalidName},
-		{"name over 1 KiB", mutex.New(c), strings.Repeat("n", mutex.MaxNameLen+1), nil, mutex.ErrInvalidName},
-		{"name of 10 MiB", mutex.New(c), strings.Repeat("n", 10<<20), nil, mutex.ErrInvalidName},
-		{"zero lease", mutex.New(c), "x", []mutex.LockOption{mutex.Lease(0)}, mutex.ErrInvalidTTL},
+		{"nil client", nil, nil, mutex.ErrInvalid},
+		{"typed nil client", nilClient, nil, mutex.ErrInvalid},
+		{"nil client, good options", nil, []mutex.Option{mutex.WithTTL(time.Second)}, mutex.ErrInvalid},
+		{"zero TTL", c, []mutex.Option{mutex.WithTTL(0)}, mutex.ErrInvalid},
+		{"negative TTL", c, []mutex.Option{mutex.WithTTL(-time.Second)}, mutex.ErrInvalid},
+		{"sub-millisecond TTL", c, []mutex.Option{mutex.WithTTL(time.Microsecond)}, mutex.ErrInvalid},
+		{"zero retry", c, []mutex.Option{mutex.WithRetryInterval(0)}, mutex.ErrInvalid},
+		{"negative retry", c, []mutex.Option{mutex.WithRetryInterval(-1)}, mutex.ErrInvalid},
+		{"brace in prefix", c, []mutex.Option{mutex.WithPrefix("a{")}, mutex.ErrInvalid},
+		{"long prefix", c, []mutex.Option{mutex.WithPrefix(strings.Repeat("p", 257))}, mutex.ErrInvalid},
+		{"no replica", c, []mutex.Option{mutex.WithReplicaAck(0, time.Second)}, mutex.ErrInvalid},
+		{"no replica bound", c, []mutex.Option{mutex.WithReplicaAck(1, 0)}, mutex.ErrInvalid},
+		{"a bad option after good ones", c, []mutex.Option{mutex.WithTTL(time.Second), nil, mutex.WithPrefix("}")}, mutex.ErrInvalid},
+		{"replica ack with a client that cannot WAIT", scripterOnly{c}, []mutex.Option{mutex.WithReplicaAck(1, time.Second)}, mutex.ErrUnsupported},
+	}
+	for _, tc := range cases {
+		var l *mutex.Locker
+		err := noPanic(func() (err error) { l, err = mutex.New(tc.client, tc.opts...); return err })
+		if !errors.Is(err, tc.want) || l != nil {
+			t.Errorf("%s: New = %v, %v; want nil, %v", tc.name, l, err, tc.want)
+		}
+	}
+	if len(b.Mini.Keys()) != 0 {
+		t.Errorf("refused options wrote keys: %v", b.Mini.Keys())
+	}
+}
+
+// TestBadInput: a bad name, lease or Call is refused with ErrInvalid by
+// every acquirer, before any command.
+func TestBadInput(t *testing.T) {
+	b := testutil.Mini(t)
+	l := mustNew(t, b.Client(t))
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		lock string
+		opts []mutex.LockOption
+	}{
+		{"empty name", "", nil},
+		{"name over 1 KiB", strings.Repeat("n", mutex.MaxNameLen+1), nil},
+		{"name of 10 MiB", strings.Repeat("n", 10<<20), nil},
+		{"zero lease", "x", []mutex.LockOption{mutex.Lease(0)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := tc.locker.TryLock(ctx, tc.lock, tc.opts...); !errors.Is(err, tc.want) {
-				t.Errorf("TryLock = %v, want %v", err, tc.want)
+			if _, err := l.TryLock(ctx, tc.lock, tc.opts...); !errors.Is(err, mutex.ErrInvalid) {
+				t.Errorf("TryLock = %v, want ErrInvalid", err)
 			}
-			if _, err := tc.locker.Lock(ctx, tc.lock, tc.opts...); !errors.Is(err, tc.want) {
-				t.Errorf("Lock = %v, want %v", err, tc.want)
+			if _, err := l.Lock(ctx, tc.lock, tc.opts...); !errors.Is(err, mutex.ErrInvalid) {
+				t.Errorf("Lock = %v, want ErrInvalid", err)
 			}
 			call := mutex.Call{Fragment: mutex.NewFragment("return 1")}
-			if _, _, err := tc.locker.TryLockWith(ctx, tc.lock, call, tc.opts...); !errors.Is(err, tc.want) {
-				t.Errorf("TryLockWith = %v, want %v", err, tc.want)
+			if _, _, err := l.TryLockWith(ctx, tc.lock, call, tc.opts...); !errors.Is(err, mutex.ErrInvalid) {
+				t.Errorf("TryLockWith = %v, want ErrInvalid", err)
 			}
 		})
 	}
-	if _, _, err := mutex.New(c).TryLockWith(ctx, "x", mutex.Call{}); !errors.Is(err, mutex.ErrInvalidCall) {
-		t.Errorf("TryLockWith without a Fragment = %v, want ErrInvalidCall", err)
+	if _, _, err := l.TryLockWith(ctx, "x", mutex.Call{}); !errors.Is(err, mutex.ErrInvalid) {
+		t.Errorf("TryLockWith without a Fragment = %v, want ErrInvalid", err)
 	}
 	if len(b.Mini.Keys()) != 0 {
 		t.Errorf("bad input wrote keys: %v", b.Mini.Keys())
@@ -126,7 +156,7 @@ func TestNilLockIsSafe(t *testing.T) {
 }
 
 func TestKeySharesTheLockSlot(t *testing.T) {
-	l := mutex.New(testutil.Mini(t).Client(t), mutex.WithPrefix("p:"))
+	l := mustNew(t, testutil.Mini(t).Client(t), mutex.WithPrefix("p:"))
 	if got, want := l.Key("a{b}c", "state"), "p:{a~1b~2c}:state"; got != want {
 		t.Fatalf("Key = %q, want %q", got, want)
 	}

@@ -20,7 +20,7 @@ func TestLocalHandOverSendsNothing(t *testing.T) {
 		c := b.Client(t)
 		hook := &counter{}
 		c.AddHook(hook)
-		l := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(time.Hour), mutex.WithNotifications(false))
+		l := mustNew(t, c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(time.Hour), mutex.WithoutNotifications())
 		other := newLocker(t, b)
 
 		// A local hand-over needs 90% of the waiter's lease (the Locker's
@@ -92,7 +92,7 @@ func TestLocalHandOverSendsNothing(t *testing.T) {
 func TestLocalHandOverNeedsTheLease(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		l := newLocker(t, b, mutex.WithRetryInterval(time.Hour), mutex.WithNotifications(false))
+		l := newLocker(t, b, mutex.WithRetryInterval(time.Hour), mutex.WithoutNotifications())
 		holder, err := l.Lock(ctx, "job", mutex.Lease(time.Minute))
 		if err != nil {
 			t.Fatal(err)
@@ -131,7 +131,7 @@ func TestLocalHandOverChainIsBounded(t *testing.T) {
 		c := b.Client(t)
 		hook := &counter{}
 		c.AddHook(hook)
-		l := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(time.Millisecond), mutex.WithNotifications(false))
+		l := mustNew(t, c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(time.Millisecond), mutex.WithoutNotifications())
 		holder, err := l.Lock(ctx, "chain")
 		if err != nil {
 			t.Fatal(err)

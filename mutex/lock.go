@@ -60,7 +60,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	defer lk.unuse()
 	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: %v", ErrInvalidTTL, ttl)
+		return fmt.Errorf("%w: lease %v: want at least 1ms", ErrInvalid, ttl)
 	}
 	start := time.Now()
 	ok, err := lk.hold.extend(ctx, handleID(lk.id), ttl, start)

@@ -191,8 +191,8 @@ func TestExtendAndTTL(t *testing.T) {
 		if ttl, err := lk.TTL(ctx); err != nil || ttl < 59*time.Minute {
 			t.Fatalf("TTL after Extend(1h) = %v, %v", ttl, err)
 		}
-		if err := lk.Extend(ctx, 0); !errors.Is(err, mutex.ErrInvalidTTL) {
-			t.Fatalf("Extend(0) = %v, want ErrInvalidTTL", err)
+		if err := lk.Extend(ctx, 0); !errors.Is(err, mutex.ErrInvalid) {
+			t.Fatalf("Extend(0) = %v, want ErrInvalid", err)
 		}
 		if err := lk.Unlock(ctx); err != nil {
 			t.Fatal(err)

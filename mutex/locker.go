@@ -60,7 +60,6 @@ type Locker struct {
 	retry    time.Duration
 	fenceTTL time.Duration // 0: no fencing
 	notify   bool
-	err      error   // a bad argument to New, returned by every call
 	q        *quorum // nil unless NewQuorum
 	ttlMS    any     // ttl in ms and fenceTTL in ms, boxed once for the scripts
 	fenceMS  any
@@ -94,19 +93,48 @@ type Locker struct {
 	sub     *subscription // release notifications; nil while nobody waits
 }
 
-// An Option configures a Locker in New.
-type Option func(*Locker)
+// An Option configures a Locker made by New: a CommonOption, WithFencing
+// or WithReplicaAck.
+type Option interface {
+	applyLocker(*Locker) error
+}
+
+// A QuorumOption configures a Locker made by NewQuorum: a CommonOption,
+// WithNodeTimeout or WithRejoinDelay. The options a quorum cannot honour
+// (WithFencing, WithReplicaAck) are not QuorumOptions, and the quorum's own
+// are not Options, so the compiler refuses either where it does not fit.
+type QuorumOption interface {
+	applyQuorum(*Locker) error
+}
+
+// A CommonOption configures a Locker made by New or by NewQuorum.
+type CommonOption func(*Locker) error
+
+func (o CommonOption) applyLocker(l *Locker) error { return o.apply(l) }
+func (o CommonOption) applyQuorum(l *Locker) error { return o.apply(l) }
+
+func (o CommonOption) apply(l *Locker) error {
+	if o == nil {
+		return nil
+	}
+	return o(l)
+}
+
+// lockerOption is an Option that only New accepts.
+type lockerOption func(*Locker) error
+
+func (o lockerOption) applyLocker(l *Locker) error { return o(l) }
 
 // WithTTL sets the default lease of a lock (DefaultTTL if unset). A holder
 // that neither unlocks nor extends loses the lock when the lease ends. The
 // lease is kept in whole milliseconds; it must be at least one.
-func WithTTL(d time.Duration) Option {
-	return func(l *Locker) {
+func WithTTL(d time.Duration) CommonOption {
+	return func(l *Locker) error {
 		if d < time.Millisecond {
-			l.fail(fmt.Errorf("%w: %v", ErrInvalidTTL, d))
-			return
+			return fmt.Errorf("%w: lease %v: want at least 1ms", ErrInvalid, d)
 		}
 		l.ttl = d
+		return nil
 	}
 }
 
@@ -114,45 +142,51 @@ func WithTTL(d time.Duration) Option {
 // (DefaultRetryInterval if unset). Each wait is drawn uniformly from
 // [d/2, 3d/2) so that waiters spread out, and is cut short when the holder's
 // lease ends sooner or its release is announced.
-func WithRetryInterval(d time.Duration) Option {
-	return func(l *Locker) {
+func WithRetryInterval(d time.Duration) CommonOption {
+	return func(l *Locker) error {
 		if d < time.Millisecond {
-			l.fail(fmt.Errorf("%w: %v", ErrInvalidRetry, d))
-			return
+			return fmt.Errorf("%w: retry interval %v: want at least 1ms", ErrInvalid, d)
 		}
 		l.retry = d
+		return nil
 	}
 }
 
 // WithoutPipelining sends each call's commands on their own, never in a
 // pipeline with those of overlapping calls (see Locker): one connection of
 // the client's pool per call in flight, as with other Redis lock libraries.
-func WithoutPipelining() Option {
-	return func(l *Locker) { l.noBatch = true }
+func WithoutPipelining() CommonOption {
+	return func(l *Locker) error {
+		l.noBatch = true
+		return nil
+	}
 }
 
 // WithPrefix sets the prefix of the Redis keys (DefaultPrefix if unset). A
 // lock on name is stored at <prefix>{<name>}:lock, with braces and '~' in the
 // name escaped, so every key of one name shares a cluster slot.
-func WithPrefix(prefix string) Option {
-	return func(l *Locker) {
+func WithPrefix(prefix string) CommonOption {
+	return func(l *Locker) error {
 		if err := keyspace.CheckPrefix(prefix); err != nil {
-			l.fail(fmt.Errorf("%w: %w", ErrInvalidPrefix, err))
-			return
+			return fmt.Errorf("%w: prefix: %w", ErrInvalid, err)
 		}
 		l.prefix = prefix
+		return nil
 	}
 }
 
-// WithNotifications turns release notifications on (the default) or off.
-// While a Lock waits, the Locker subscribes to the name's release channel
-// (one Redis Pub/Sub connection per Locker, only while someone waits), and a
+// WithoutNotifications turns release notifications off. By default, while
+// a Lock waits, the Locker subscribes to the name's release channel (one
+// Redis Pub/Sub connection per Locker, only while someone waits), and a
 // release that a waiter asked for publishes one message, so the waiter tries
 // at once instead of at its next tick. Notifications only speed things up:
 // without them, or when one is lost, the next tick acquires the lock. A
-// client without Subscribe gets no notifications.
-func WithNotifications(on bool) Option {
-	return func(l *Locker) { l.notify = on }
+// client without Subscribe gets no notifications, and neither does a quorum.
+func WithoutNotifications() CommonOption {
+	return func(l *Locker) error {
+		l.notify = false
+		return nil
+	}
 }
 
 // WithFencing gives every acquisition a fencing number (Lock.Fence), strictly
@@ -165,57 +199,49 @@ func WithNotifications(on bool) Option {
 // expired continues above every number it gave before, unless the server's
 // clock was set back by more than DefaultFenceTTL meanwhile. Fencing costs no
 // extra round trip: it is part of the acquire script.
+//
+// It is an Option of New only: a quorum has no one Redis to keep the counter.
 func WithFencing() Option {
-	return func(l *Locker) { l.fenceTTL = DefaultFenceTTL }
-}
-
-func (l *Locker) fail(err error) {
-	if l.err == nil {
-		l.err = err
-	}
+	return lockerOption(func(l *Locker) error {
+		l.fenceTTL = DefaultFenceTTL
+		return nil
+	})
 }
 
 // New returns a Locker that keeps its locks through client. A nil client or
-// a bad option does not panic: every call of the Locker then returns the
-// error (ErrNilClient, ErrInvalidTTL, ...).
-func New(client Client, opts ...Option) *Locker {
-	l := &Locker{client: client, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, notify: true, releases: newReleases()}
+// a bad option is an error matching ErrInvalid (and the client an error
+// matching ErrUnsupported when it cannot do what an option asks).
+func New(client Client, opts ...Option) (*Locker, error) {
 	if nilcheck.IsNil(client) {
-		l.err = ErrNilClient
+		return nil, fmt.Errorf("%w: nil client", ErrInvalid)
 	}
+	l := &Locker{client: client, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, notify: true, releases: newReleases()}
 	for _, o := range opts {
-		if o != nil {
-			o(l)
+		if nilcheck.IsNil(o) {
+			continue
+		}
+		if err := o.applyLocker(l); err != nil {
+			return nil, err
 		}
 	}
-	l.box()
-	if !nilcheck.IsNil(client) {
-		l.checkAcks()
+	if err := l.checkAcks(); err != nil {
+		return nil, err
 	}
+	l.box()
 	// With WithReplicaAck, WAIT follows the acquire script in its pipeline.
-	if s, ok := client.(nativeSetter); ok && l.fenceTTL == 0 && l.acks == 0 && !nilcheck.IsNil(client) {
+	if s, ok := client.(nativeSetter); ok && l.fenceTTL == 0 && l.acks == 0 {
 		l.setNX = s
 	}
-	l.honours = !nilcheck.IsNil(client) && ctxcall.Honours(client)
-	if !nilcheck.IsNil(client) && !l.noBatch {
+	l.honours = ctxcall.Honours(client)
+	if !l.noBatch {
 		l.batch.pipe = pipelines(client)
 	}
-	return l
+	return l, nil
 }
 
 // box keeps the script arguments that every call sends, boxed once.
 func (l *Locker) box() {
 	l.ttlMS, l.fenceMS = l.ttl.Milliseconds(), l.fenceTTL.Milliseconds()
-}
-
-// Err returns the error of a bad argument to New or NewQuorum (a nil client,
-// a bad option), which every call of the Locker returns; nil when the Locker
-// is usable. Code that is handed a Locker can check it once, up front.
-func (l *Locker) Err() error {
-	if l == nil {
-		return ErrNilClient
-	}
-	return l.err
 }
 
 // A LockOption configures one acquisition. Options are values: make one
@@ -241,7 +267,7 @@ type lockConfig struct {
 // Lease sets the lease of this acquisition instead of the Locker's TTL.
 func Lease(d time.Duration) LockOption {
 	if d < time.Millisecond {
-		return &lockOption{err: fmt.Errorf("%w: %v", ErrInvalidTTL, d)}
+		return &lockOption{err: fmt.Errorf("%w: lease %v: want at least 1ms", ErrInvalid, d)}
 	}
 	return &lockOption{ttl: d, ttlMS: d.Milliseconds()}
 }
@@ -280,11 +306,11 @@ func (l *Locker) Key(name, kind string) string {
 
 // config validates a call and its options.
 func (l *Locker) config(name string, opts []LockOption) (lockConfig, error) {
-	if l.err != nil {
-		return lockConfig{}, l.err
+	if l == nil {
+		return lockConfig{}, errNilLocker
 	}
 	if name == "" || len(name) > MaxNameLen {
-		return lockConfig{}, fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidName, len(name), MaxNameLen)
+		return lockConfig{}, fmt.Errorf("%w: name of %d bytes: want 1 to %d", ErrInvalid, len(name), MaxNameLen)
 	}
 	cfg := lockConfig{ttl: l.ttl, ttlMS: l.ttlMS}
 	for _, o := range opts {

@@ -11,5 +11,16 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 
 // newLocker returns a Locker on a fresh client of b, under b's key prefix.
 func newLocker(t testing.TB, b *testutil.Backend, opts ...mutex.Option) *mutex.Locker {
-	return mutex.New(b.Client(t), append([]mutex.Option{mutex.WithPrefix(b.Prefix)}, opts...)...)
+	t.Helper()
+	return mustNew(t, b.Client(t), append([]mutex.Option{mutex.WithPrefix(b.Prefix)}, opts...)...)
+}
+
+// mustNew is mutex.New for options that must be good: it fails t otherwise.
+func mustNew(t testing.TB, c mutex.Client, opts ...mutex.Option) *mutex.Locker {
+	t.Helper()
+	l, err := mutex.New(c, opts...)
+	if err != nil {
+		t.Fatalf("mutex.New: %v", err)
+	}
+	return l
 }

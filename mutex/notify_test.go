@@ -72,7 +72,7 @@ func TestTickerWithoutNotifications(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waiter := newLocker(t, b, mutex.WithNotifications(false), mutex.WithRetryInterval(5*time.Millisecond))
+		waiter := newLocker(t, b, mutex.WithoutNotifications(), mutex.WithRetryInterval(5*time.Millisecond))
 		got := lockIn(t, waiter, "n")
 		waitFor(t, "waiter", func() bool { return mutex.QueueLen(waiter, "n") == 1 })
 		if err := holder.Unlock(ctx); err != nil {
@@ -101,11 +101,11 @@ func TestClientWithoutSubscribe(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
 		c := scriptsOnly{b.Client(t)}
-		holder, err := mutex.New(c, mutex.WithPrefix(b.Prefix)).Lock(ctx, "n")
+		holder, err := mustNew(t, c, mutex.WithPrefix(b.Prefix)).Lock(ctx, "n")
 		if err != nil {
 			t.Fatal(err)
 		}
-		waiter := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(5*time.Millisecond))
+		waiter := mustNew(t, c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(5*time.Millisecond))
 		got := lockIn(t, waiter, "n")
 		waitFor(t, "waiter", func() bool { return mutex.QueueLen(waiter, "n") == 1 })
 		holder.Unlock(ctx)

@@ -55,10 +55,11 @@ var rejoinGate = NewGate(rejoinSrc)
 // error (too many nodes failed: Lock gives up at once). Extend, renewal and
 // TTL need a majority too; when a majority no longer has the lock, it is lost.
 //
-// Fencing and Fragments need the lock and the data in one Redis, so WithFencing
-// fails NewQuorum, and TryLockWith, LockWith, Run and UnlockWith return
-// ErrUnsupported. Waiters hear of releases by polling and from local Unlocks
-// (no Pub/Sub, no hand-over in the release script).
+// Fencing and Fragments need the lock and the data in one Redis: WithFencing
+// is not a QuorumOption, and TryLockWith, LockWith, Run and UnlockWith
+// return ErrUnsupported. WithReplicaAck is not a QuorumOption either (each
+// node is its own master). Waiters hear of releases by polling and from
+// local Unlocks (no Pub/Sub, no hand-over in the release script).
 //
 // A node restarted without persistence has forgotten the locks it granted; if
 // it rejoins at once, another client can win a majority that includes it
@@ -69,37 +70,33 @@ var rejoinGate = NewGate(rejoinSrc)
 // The nodes must be distinct masters: not replicas of each other and not
 // members of one cluster. Their clients must honour context deadlines
 // (redis.Options.ContextTimeoutEnabled), or the node timeout could not cut a
-// hung node short. NewQuorum returns ErrInvalidQuorum for fewer than
-// MinQuorumNodes clients, a client listed twice or one that ignores context
-// deadlines, ErrNilClient for a nil one, and the error of a bad option.
-func NewQuorum(clients []Client, opts ...Option) (*Locker, error) {
+// hung node short. NewQuorum returns an error matching ErrInvalid for fewer
+// than MinQuorumNodes clients, a nil client, a client listed twice or one
+// that ignores context deadlines, and for a bad option.
+func NewQuorum(clients []Client, opts ...QuorumOption) (*Locker, error) {
 	if len(clients) < MinQuorumNodes {
-		return nil, fmt.Errorf("%w: %d clients (want at least %d)", ErrInvalidQuorum, len(clients), MinQuorumNodes)
+		return nil, fmt.Errorf("%w: quorum of %d clients: want at least %d", ErrInvalid, len(clients), MinQuorumNodes)
 	}
 	for i, c := range clients {
 		if nilcheck.IsNil(c) {
-			return nil, fmt.Errorf("%w: client %d", ErrNilClient, i)
+			return nil, fmt.Errorf("%w: nil client %d", ErrInvalid, i)
 		}
 		if slices.Index(clients, c) != i {
-			return nil, fmt.Errorf("%w: client %d is also client %d", ErrInvalidQuorum, i, slices.Index(clients, c))
+			return nil, fmt.Errorf("%w: quorum client %d is also client %d", ErrInvalid, i, slices.Index(clients, c))
 		}
 		if o, ok := c.(interface{ Options() *redis.Options }); ok && !o.Options().ContextTimeoutEnabled {
-			return nil, fmt.Errorf("%w: client %d does not set ContextTimeoutEnabled, so a hung node would hold every call for its ReadTimeout instead of the node timeout", ErrInvalidQuorum, i)
+			return nil, fmt.Errorf("%w: quorum client %d does not set ContextTimeoutEnabled, so a hung node would hold every call for its ReadTimeout instead of the node timeout", ErrInvalid, i)
 		}
 	}
 	q := &quorum{nodes: slices.Clone(clients), need: len(clients)/2 + 1}
 	l := &Locker{client: clients[0], prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, q: q, honours: true, releases: newReleases()}
 	for _, o := range opts {
-		if o != nil {
-			o(l)
+		if nilcheck.IsNil(o) {
+			continue
 		}
-	}
-	if l.fenceTTL > 0 {
-		l.fail(fmt.Errorf("%w: fencing on a quorum (a fencing counter lives in one Redis)", ErrUnsupported))
-	}
-	l.checkAcks()
-	if l.err != nil {
-		return nil, l.err
+		if err := o.applyQuorum(l); err != nil {
+			return nil, err
+		}
 	}
 	l.box()
 	if q.timeout == 0 {
@@ -111,41 +108,40 @@ func NewQuorum(clients []Client, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
-// WithNodeTimeout bounds each node's part of a quorum call (NewQuorum only;
-// New fails with ErrUnsupported). Keep it far below the lease: the time an
-// acquisition takes comes off the lease's validity.
-func WithNodeTimeout(d time.Duration) Option {
-	return func(l *Locker) {
-		switch {
-		case l.q == nil:
-			l.fail(fmt.Errorf("%w: WithNodeTimeout without NewQuorum", ErrUnsupported))
-		case d < time.Millisecond:
-			l.fail(fmt.Errorf("%w: node timeout %v", ErrInvalidTTL, d))
-		default:
-			l.q.timeout = d
+// quorumOption is a QuorumOption that only NewQuorum accepts.
+type quorumOption func(*quorum) error
+
+func (o quorumOption) applyQuorum(l *Locker) error { return o(l.q) }
+
+// WithNodeTimeout bounds each node's part of a quorum call (DefaultNodeTimeout
+// if unset, or the TTL/10 when that is less). Keep it far below the lease:
+// the time an acquisition takes comes off the lease's validity.
+func WithNodeTimeout(d time.Duration) QuorumOption {
+	return quorumOption(func(q *quorum) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: node timeout %v: want at least 1ms", ErrInvalid, d)
 		}
-	}
+		q.timeout = d
+		return nil
+	})
 }
 
 // WithRejoinDelay keeps a node out of every majority for d after it started
-// empty (NewQuorum only). Each node keeps a marker, <prefix>quorum:up, with
-// the server time it was first seen; a node without one (restarted without
-// persistence, or idle for DefaultFenceTTL) refuses to grant locks until d has
-// passed on its clock. Make d longer than the longest lease, so that every
-// lock the node forgot has expired on the others. The marker costs a few
-// commands per acquisition and no extra round trip; a brand-new deployment
-// waits d before its first lock.
-func WithRejoinDelay(d time.Duration) Option {
-	return func(l *Locker) {
-		switch {
-		case l.q == nil:
-			l.fail(fmt.Errorf("%w: WithRejoinDelay without NewQuorum", ErrUnsupported))
-		case d < time.Millisecond:
-			l.fail(fmt.Errorf("%w: rejoin delay %v", ErrInvalidTTL, d))
-		default:
-			l.q.rejoin = d
+// empty. Each node keeps a marker, <prefix>quorum:up, with the server time
+// it was first seen; a node without one (restarted without persistence, or
+// idle for DefaultFenceTTL) refuses to grant locks until d has passed on its
+// clock. Make d longer than the longest lease, so that every lock the node
+// forgot has expired on the others. The marker costs a few commands per
+// acquisition and no extra round trip; a brand-new deployment waits d before
+// its first lock.
+func WithRejoinDelay(d time.Duration) QuorumOption {
+	return quorumOption(func(q *quorum) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: rejoin delay %v: want at least 1ms", ErrInvalid, d)
 		}
-	}
+		q.rejoin = d
+		return nil
+	})
 }
 
 // Nodes reports how many Redis deployments the Locker keeps its locks on: 1
@@ -159,7 +155,7 @@ func (l *Locker) Nodes() int {
 
 // unsupported rejects the calls a quorum Locker cannot make.
 func (l *Locker) unsupported(what string) error {
-	if l.q != nil {
+	if l != nil && l.q != nil {
 		return fmt.Errorf("%w: %s on a quorum (the data must live in the lock's Redis)", ErrUnsupported, what)
 	}
 	return nil

@@ -41,9 +41,9 @@ func newClients(t *testing.T, srvs []*testutil.Server) []mutex.Client {
 // timeout set one of their own.
 const quorumNodeTimeout = time.Second
 
-func newQuorum(t *testing.T, clients []mutex.Client, opts ...mutex.Option) *mutex.Locker {
+func newQuorum(t *testing.T, clients []mutex.Client, opts ...mutex.QuorumOption) *mutex.Locker {
 	t.Helper()
-	l, err := mutex.NewQuorum(clients, append([]mutex.Option{mutex.WithPrefix(testutil.NewPrefix()), mutex.WithNodeTimeout(quorumNodeTimeout)}, opts...)...)
+	l, err := mutex.NewQuorum(clients, append([]mutex.QuorumOption{mutex.WithPrefix(testutil.NewPrefix()), mutex.WithNodeTimeout(quorumNodeTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatalf("NewQuorum: %v", err)
 	}
@@ -73,30 +73,60 @@ func TestQuorumInvalid(t *testing.T) {
 	cases := []struct {
 		name    string
 		clients []mutex.Client
-		opts    []mutex.Option
+		opts    []mutex.QuorumOption
 		want    error
 	}{
-		{"none", nil, nil, mutex.ErrInvalidQuorum},
-		{"two", []mutex.Client{c, d}, nil, mutex.ErrInvalidQuorum},
-		{"twice", []mutex.Client{c, d, c}, nil, mutex.ErrInvalidQuorum},
-		{"nil", []mutex.Client{c, d, nil}, nil, mutex.ErrNilClient},
-		{"no context deadlines", []mutex.Client{c, d, deaf}, nil, mutex.ErrInvalidQuorum},
-		{"typed nil", []mutex.Client{c, typedNil, d}, nil, mutex.ErrNilClient},
-		{"fencing", []mutex.Client{c, d, e}, []mutex.Option{mutex.WithFencing()}, mutex.ErrUnsupported},
-		{"node timeout", []mutex.Client{c, d, e}, []mutex.Option{mutex.WithNodeTimeout(0)}, mutex.ErrInvalidTTL},
-		{"rejoin", []mutex.Client{c, d, e}, []mutex.Option{mutex.WithRejoinDelay(-time.Second)}, mutex.ErrInvalidTTL},
-		{"ttl", []mutex.Client{c, d, e}, []mutex.Option{mutex.WithTTL(0)}, mutex.ErrInvalidTTL},
+		{"none", nil, nil, mutex.ErrInvalid},
+		{"two", []mutex.Client{c, d}, nil, mutex.ErrInvalid},
+		{"twice", []mutex.Client{c, d, c}, nil, mutex.ErrInvalid},
+		{"nil", []mutex.Client{c, d, nil}, nil, mutex.ErrInvalid},
+		{"no context deadlines", []mutex.Client{c, d, deaf}, nil, mutex.ErrInvalid},
+		{"typed nil", []mutex.Client{c, typedNil, d}, nil, mutex.ErrInvalid},
+		{"node timeout", []mutex.Client{c, d, e}, []mutex.QuorumOption{mutex.WithNodeTimeout(0)}, mutex.ErrInvalid},
+		{"rejoin", []mutex.Client{c, d, e}, []mutex.QuorumOption{mutex.WithRejoinDelay(-time.Second)}, mutex.ErrInvalid},
+		{"ttl", []mutex.Client{c, d, e}, []mutex.QuorumOption{mutex.WithTTL(0)}, mutex.ErrInvalid},
+		{"prefix", []mutex.Client{c, d, e}, []mutex.QuorumOption{nil, mutex.WithPrefix("{")}, mutex.ErrInvalid},
 	}
 	for _, tc := range cases {
-		l, err := mutex.NewQuorum(tc.clients, tc.opts...)
+		var l *mutex.Locker
+		err := noPanic(func() (err error) { l, err = mutex.NewQuorum(tc.clients, tc.opts...); return err })
 		if !errors.Is(err, tc.want) || l != nil {
 			t.Errorf("%s: NewQuorum = %v, %v; want nil, %v", tc.name, l, err, tc.want)
 		}
 	}
-	// Quorum options on a single-Redis Locker.
-	for _, o := range []mutex.Option{mutex.WithNodeTimeout(time.Second), mutex.WithRejoinDelay(time.Second)} {
-		if _, err := mutex.New(c, o).TryLock(context.Background(), "x"); !errors.Is(err, mutex.ErrUnsupported) {
-			t.Errorf("New with a quorum option: TryLock = %v, want ErrUnsupported", err)
+}
+
+// TestOptionKinds: the options only one constructor can honour are of a
+// type the other does not take, so the compiler refuses them (these
+// assertions are the run-time shadow of that).
+func TestOptionKinds(t *testing.T) {
+	for name, o := range map[string]any{
+		"WithFencing":    mutex.WithFencing(),
+		"WithReplicaAck": mutex.WithReplicaAck(1, time.Second),
+	} {
+		if _, ok := o.(mutex.QuorumOption); ok {
+			t.Errorf("%s is a QuorumOption; a quorum cannot honour it", name)
+		}
+	}
+	for name, o := range map[string]any{
+		"WithNodeTimeout": mutex.WithNodeTimeout(time.Second),
+		"WithRejoinDelay": mutex.WithRejoinDelay(time.Second),
+	} {
+		if _, ok := o.(mutex.Option); ok {
+			t.Errorf("%s is an Option of New; only a quorum has nodes", name)
+		}
+	}
+	for name, o := range map[string]any{
+		"WithTTL":              mutex.WithTTL(time.Second),
+		"WithRetryInterval":    mutex.WithRetryInterval(time.Second),
+		"WithPrefix":           mutex.WithPrefix("p:"),
+		"WithoutPipelining":    mutex.WithoutPipelining(),
+		"WithoutNotifications": mutex.WithoutNotifications(),
+	} {
+		_, single := o.(mutex.Option)
+		_, quorum := o.(mutex.QuorumOption)
+		if !single || !quorum {
+			t.Errorf("%s: an Option %v, a QuorumOption %v; want both", name, single, quorum)
 		}
 	}
 }
@@ -351,7 +381,7 @@ func TestQuorumRestartedNode(t *testing.T) {
 		ctx := context.Background()
 		// A killed node costs each acquisition the node timeout, which comes
 		// off the 1 s lease: a fifth of it, four times DefaultNodeTimeout.
-		opts := []mutex.Option{mutex.WithTTL(lease), mutex.WithRetryInterval(20 * time.Millisecond), mutex.WithNodeTimeout(lease / 5)}
+		opts := []mutex.QuorumOption{mutex.WithTTL(lease), mutex.WithRetryInterval(20 * time.Millisecond), mutex.WithNodeTimeout(lease / 5)}
 		if delay > 0 {
 			opts = append(opts, mutex.WithRejoinDelay(delay))
 		}

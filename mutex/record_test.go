@@ -111,7 +111,7 @@ func TestRecordSurvivesReleasesBetweenLostReplyAndRetry(t *testing.T) {
 func TestRecordAnsweredReleasesShareOneKey(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		c := b.Client(t)
-		l := New(c, WithPrefix(b.Prefix))
+		l := mustNew(t, c, WithPrefix(b.Prefix))
 		ctx := context.Background()
 		var last string
 		for range 50 {

@@ -48,7 +48,7 @@ func TestNoRenewalAfterUnlock(t *testing.T) {
 		// Each hold lasts half a lease: long enough for a renewal (every
 		// lease/3), short enough that the lease itself outlasts a stall.
 		const lease = 400 * time.Millisecond
-		l := mutex.New(c, mutex.WithPrefix(b.Prefix), mutex.WithTTL(lease))
+		l := mustNew(t, c, mutex.WithPrefix(b.Prefix), mutex.WithTTL(lease))
 		for range 8 {
 			lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
 			if err != nil {
@@ -103,7 +103,7 @@ func TestAutoRenewServerStopped(t *testing.T) {
 	srv := testutil.StartServer(t)
 	ctx := context.Background()
 	const lease = renewLease
-	l := mutex.New(srv.Client(t), mutex.WithTTL(lease))
+	l := mustNew(t, srv.Client(t), mutex.WithTTL(lease))
 	lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
 	if err != nil {
 		t.Fatal(err)

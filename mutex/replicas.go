@@ -40,20 +40,22 @@ import (
 //
 // It needs a client whose connections can be held: *redis.Client (also from
 // NewFailoverClient) or *redis.ClusterClient (the WAIT goes to the master of
-// the key's slot); any other client, a Ring among them, and NewQuorum get
+// the key's slot); New refuses any other client, a Ring among them, with
 // ErrUnsupported. Keep timeout below the client's ReadTimeout. n must be at
-// least 1 and timeout at least a millisecond (ErrInvalidReplicaAck).
+// least 1 and timeout at least a millisecond (ErrInvalid).
+//
+// It is an Option of New only: each node of a quorum is its own master.
 func WithReplicaAck(n int, timeout time.Duration) Option {
-	return func(l *Locker) {
+	return lockerOption(func(l *Locker) error {
 		switch {
 		case n < 1 || n > math.MaxInt32:
-			l.fail(fmt.Errorf("%w: %d replicas", ErrInvalidReplicaAck, n))
+			return fmt.Errorf("%w: replica acknowledgement by %d replicas: want at least 1", ErrInvalid, n)
 		case timeout < time.Millisecond:
-			l.fail(fmt.Errorf("%w: bound %v", ErrInvalidReplicaAck, timeout))
-		default:
-			l.acks, l.ackTimeout = n, timeout
+			return fmt.Errorf("%w: replica acknowledgement within %v: want at least 1ms", ErrInvalid, timeout)
 		}
-	}
+		l.acks, l.ackTimeout = n, timeout
+		return nil
+	})
 }
 
 // ReplicaAck returns the replica acknowledgement the Locker waits for
@@ -78,20 +80,17 @@ type masters interface {
 }
 
 // checkAcks refuses WithReplicaAck on a client that cannot tie WAIT to a
-// write's connection, and on a quorum.
-func (l *Locker) checkAcks() {
+// write's connection. The client's type is only known at run time, so this
+// is New's error, not the compiler's.
+func (l *Locker) checkAcks() error {
 	if l.acks == 0 {
-		return
-	}
-	if l.q != nil {
-		l.fail(fmt.Errorf("%w: WithReplicaAck on a quorum (each node is its own master)", ErrUnsupported))
-		return
+		return nil
 	}
 	switch l.client.(type) {
 	case masters, node:
-	default:
-		l.fail(fmt.Errorf("%w: WithReplicaAck with a %T (it needs a *redis.Client or *redis.ClusterClient)", ErrUnsupported, l.client))
+		return nil
 	}
+	return fmt.Errorf("%w: WithReplicaAck with a %T (it needs a *redis.Client or *redis.ClusterClient)", ErrUnsupported, l.client)
 }
 
 // nodeOf returns the client of the master that holds key.

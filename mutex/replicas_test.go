@@ -54,7 +54,7 @@ func TestReplicaAckWritesReachTheReplica(t *testing.T) {
 	c := r.Master.Client(t)
 	c.AddHook(rec)
 	rc := r.Replicas[0].Client(t)
-	l := mutex.New(c, mutex.WithReplicaAck(1, 5*time.Second))
+	l := mustNew(t, c, mutex.WithReplicaAck(1, 5*time.Second))
 	if n, d := l.ReplicaAck(); n != 1 || d != 5*time.Second {
 		t.Fatalf("ReplicaAck() = %d, %v", n, d)
 	}
@@ -105,7 +105,7 @@ func TestReplicaAckFrozenReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := r.Master.Client(t)
-	l := mutex.New(c, mutex.WithReplicaAck(1, ackBound), mutex.WithRetryInterval(5*time.Millisecond))
+	l := mustNew(t, c, mutex.WithReplicaAck(1, ackBound), mutex.WithRetryInterval(5*time.Millisecond))
 	held, held2 := lockAcked(t, ctx, l, "held"), lockAcked(t, ctx, l, "held2")
 	thaw := testutil.Freeze(t, r.Replicas[0].Pid())
 	defer thaw()
@@ -151,7 +151,7 @@ func TestReplicaAckHandOverUndone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := r.Master.Client(t)
-	l := mutex.New(c, mutex.WithReplicaAck(1, ackBound), mutex.WithRetryInterval(time.Hour))
+	l := mustNew(t, c, mutex.WithReplicaAck(1, ackBound), mutex.WithRetryInterval(time.Hour))
 	lk := lockAcked(t, ctx, l, "h")
 	got := make(chan error, 1)
 	go func() {
@@ -196,26 +196,25 @@ func TestReplicaAckBadOptions(t *testing.T) {
 	c3 := redis.NewClient(&redis.Options{Addr: "127.0.0.1:3", ContextTimeoutEnabled: true})
 	defer c3.Close()
 	for _, tc := range []struct {
-		name string
-		l    *mutex.Locker
-		want error
+		name   string
+		client mutex.Client
+		opt    mutex.Option
+		want   error
 	}{
-		{"no replica", mutex.New(c, mutex.WithReplicaAck(0, time.Second)), mutex.ErrInvalidReplicaAck},
-		{"negative", mutex.New(c, mutex.WithReplicaAck(-1, time.Second)), mutex.ErrInvalidReplicaAck},
-		{"no bound", mutex.New(c, mutex.WithReplicaAck(1, 0)), mutex.ErrInvalidReplicaAck},
-		{"sub-millisecond bound", mutex.New(c, mutex.WithReplicaAck(1, time.Microsecond)), mutex.ErrInvalidReplicaAck},
-		{"ring", mutex.New(ring, mutex.WithReplicaAck(1, time.Second)), mutex.ErrUnsupported},
-		{"scripter only", mutex.New(scripterOnly{c}, mutex.WithReplicaAck(1, time.Second)), mutex.ErrUnsupported},
+		{"no replica", c, mutex.WithReplicaAck(0, time.Second), mutex.ErrInvalid},
+		{"negative", c, mutex.WithReplicaAck(-1, time.Second), mutex.ErrInvalid},
+		{"no bound", c, mutex.WithReplicaAck(1, 0), mutex.ErrInvalid},
+		{"sub-millisecond bound", c, mutex.WithReplicaAck(1, time.Microsecond), mutex.ErrInvalid},
+		{"ring", ring, mutex.WithReplicaAck(1, time.Second), mutex.ErrUnsupported},
+		{"scripter only", scripterOnly{c}, mutex.WithReplicaAck(1, time.Second), mutex.ErrUnsupported},
 	} {
-		if err := tc.l.Err(); !errors.Is(err, tc.want) {
-			t.Errorf("%s: Err() = %v, want %v", tc.name, err, tc.want)
-		}
-		if _, err := tc.l.TryLock(context.Background(), "x"); !errors.Is(err, tc.want) {
-			t.Errorf("%s: TryLock = %v, want %v", tc.name, err, tc.want)
+		if l, err := mutex.New(tc.client, tc.opt); !errors.Is(err, tc.want) || l != nil {
+			t.Errorf("%s: New = %v, %v; want nil, %v", tc.name, l, err, tc.want)
 		}
 	}
-	if _, err := mutex.NewQuorum([]mutex.Client{c, c2, c3}, mutex.WithReplicaAck(1, time.Second)); !errors.Is(err, mutex.ErrUnsupported) {
-		t.Errorf("NewQuorum with WithReplicaAck: %v, want ErrUnsupported", err)
+	// NewQuorum does not take it: each node is its own master.
+	if _, ok := any(mutex.WithReplicaAck(1, time.Second)).(mutex.QuorumOption); ok {
+		t.Error("WithReplicaAck is a QuorumOption")
 	}
 }
 
@@ -240,8 +239,8 @@ func TestReplicaAckFailover(t *testing.T) {
 		return g.ClientOpts(t, &redis.FailoverOptions{DialTimeout: 300 * time.Millisecond, ReadTimeout: 3 * time.Second, WriteTimeout: time.Second})
 	}
 	lease := mutex.Lease(time.Minute) // outlasts the failover on a loaded machine
-	acked := mutex.New(newClient(), mutex.WithPrefix(prefix), mutex.WithReplicaAck(1, time.Second))
-	plain := mutex.New(newClient(), mutex.WithPrefix(prefix))
+	acked := mustNew(t, newClient(), mutex.WithPrefix(prefix), mutex.WithReplicaAck(1, time.Second))
+	plain := mustNew(t, newClient(), mutex.WithPrefix(prefix))
 	var kept *mutex.Lock
 	for kept == nil { // acknowledged before the cut
 		lk, err := acked.Lock(ctx, "kept", lease)
@@ -268,7 +267,7 @@ func TestReplicaAckFailover(t *testing.T) {
 	if _, took := g.KillMaster(t); took > 0 {
 		t.Logf("failover took %v", took)
 	}
-	other := mutex.New(newClient(), mutex.WithPrefix(prefix))
+	other := mustNew(t, newClient(), mutex.WithPrefix(prefix))
 	tryLock := func(name string) error {
 		for {
 			_, err := other.TryLock(ctx, name, lease)
@@ -308,7 +307,7 @@ func TestReplicaAckCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := rc.Client(t)
-	l := mutex.New(c, mutex.WithReplicaAck(1, ackBound))
+	l := mustNew(t, c, mutex.WithReplicaAck(1, ackBound))
 	names := make([]string, 24)
 	for i := range names {
 		names[i] = "c" + string(rune('a'+i))
@@ -354,7 +353,7 @@ func TestReplicaAckHungServer(t *testing.T) {
 	for _, honours := range []bool{true, false} {
 		c := redis.NewClient(&redis.Options{Addr: r.Master.Addr, ContextTimeoutEnabled: honours})
 		defer c.Close()
-		l := mutex.New(c, mutex.WithReplicaAck(1, time.Second))
+		l := mustNew(t, c, mutex.WithReplicaAck(1, time.Second))
 		held := lockAcked(t, context.Background(), l, "held")
 		thaw := testutil.Freeze(t, r.Master.Pid())
 		for name, call := range map[string]func(ctx context.Context) error{
@@ -389,7 +388,7 @@ func TestReplicaAckAtRelease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := r.Master.Client(t)
-	l := mutex.New(c, mutex.WithReplicaAck(1, ackBound))
+	l := mustNew(t, c, mutex.WithReplicaAck(1, ackBound))
 	lockAcked(t, ctx, l, "warm").Unlock(ctx) // the scripts loaded while the replica answers
 	thaw := testutil.Freeze(t, r.Replicas[0].Pid())
 	defer thaw()

@@ -140,7 +140,7 @@ func TestNoLockWithoutScripts(t *testing.T) {
 	}
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noscripts", Password: "pw"})
 	t.Cleanup(func() { c.Close() })
-	l := New(c, WithPrefix(testutil.NewPrefix()))
+	l := mustNew(t, c, WithPrefix(testutil.NewPrefix()))
 	lk, err := l.TryLock(ctx, "x")
 	if err == nil || lk != nil {
 		t.Fatalf("TryLock on a server that refuses scripts = %v, %v; want an error", lk, err)

@@ -87,7 +87,7 @@ func TestScriptCacheLossUnderLoad(t *testing.T) {
 				c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32, ContextTimeoutEnabled: i%2 == 0})
 				t.Cleanup(func() { c.Close() })
 				c.AddHook(stats)
-				ls[i] = mutex.New(c, append([]mutex.Option{mutex.WithPrefix(prefix), mutex.WithRetryInterval(10 * time.Millisecond)}, opts...)...)
+				ls[i] = mustNew(t, c, append([]mutex.Option{mutex.WithPrefix(prefix), mutex.WithRetryInterval(10 * time.Millisecond)}, opts...)...)
 			}
 			data := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32})
 			t.Cleanup(func() { data.Close() })
@@ -294,7 +294,7 @@ func TestScriptCacheLossCost(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: addr})
 			t.Cleanup(func() { c.Close() })
 			rec := testutil.Record(c)
-			l := mutex.New(c, append([]mutex.Option{mutex.WithPrefix(prefix)}, opts...)...)
+			l := mustNew(t, c, append([]mutex.Option{mutex.WithPrefix(prefix)}, opts...)...)
 			flush := func(ctx context.Context) error { return testutil.ScriptFlush(ctx, addr) }
 			read := func(name string) mutex.Call {
 				return mutex.Call{Fragment: readFragment, Keys: []string{l.Key(name, "n")}, Args: []any{"x"}}

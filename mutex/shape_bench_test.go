@@ -41,7 +41,7 @@ var wideRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then
 func BenchmarkCycleShapes(b *testing.B) {
 	be := testutil.RealBackend(b)
 	c := be.ClientOpts(b, &redis.Options{ContextTimeoutEnabled: true})
-	l := New(c, WithPrefix(be.Prefix))
+	l := mustNew(b, c, WithPrefix(be.Prefix))
 	ctx := context.Background()
 	n := l.names("shapes")
 	keys := []string{n.key, n.nkey, n.tkey}

@@ -64,7 +64,10 @@ func TestEvictionDropsLimit(t *testing.T) {
 	c := srv.Client(t)
 	ctx := context.Background()
 	prefix := testutil.NewPrefix()
-	lim := funnel.New(c, funnel.WithPrefix(prefix))
+	lim, err := funnel.New(c, funnel.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
 	exhaust(t, lim)
 	key := prefix + "{" + phone + "}:f"
 
@@ -106,9 +109,15 @@ func TestNoEvictionKeepsLimit(t *testing.T) {
 	c := srv.Client(t)
 	ctx := context.Background()
 	prefix := testutil.NewPrefix()
-	lim := funnel.New(c, funnel.WithPrefix(prefix))
+	lim, err := funnel.New(c, funnel.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
 	exhaust(t, lim)
-	locker := mutex.New(c, mutex.WithPrefix(prefix+"lock:"))
+	locker, err := mutex.New(c, mutex.WithPrefix(prefix+"lock:"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if lk, err := locker.TryLock(ctx, "warm"); err != nil { // the scripts are loaded before the server is full
 		t.Fatal(err)
 	} else if err := lk.Unlock(ctx); err != nil {

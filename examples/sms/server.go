@@ -67,7 +67,7 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 	}
 	// Numbers, prefixes and addresses are stored as HMACs (guard.Policy.Secret).
 	// The guards a send to a number goes through all cost the same for a
-	// number never seen as for one that was sent codes (UniformCost): the
+	// number never seen as for one that was sent codes (WithUniformCost): the
 	// answers' timing must not tell them apart. (The budget's key is one for
 	// all numbers, but whether it has state depends on the traffic: uniform
 	// too, so that its cost does not vary with the moment either.)
@@ -84,13 +84,19 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 		{&s.budget, "budget", "sms:budget:", []funnel.Rule{cfg.budgetRule()}, true},
 		{&s.ipVerify, "ip-verify", "sms:vip:", cfg.ipVerifyRules(), false},
 	} {
-		*g.to, err = guard.New(client, guard.Policy{Prefix: g.prefix, Rules: g.rules, UniformCost: g.uniform,
+		var opts []funnel.Option
+		if g.uniform {
+			opts = append(opts, funnel.WithUniformCost())
+		}
+		*g.to, err = guard.New(client, guard.Policy{Prefix: g.prefix, Rules: g.rules, Funnel: opts,
 			Secret: cfg.Secret, Timeout: cfg.Timeout, Observe: s.metrics.observe(g.name)})
 		if err != nil {
 			return nil, err
 		}
 	}
-	s.failures = funnel.New(client, funnel.WithPrefix("sms:fail:"))
+	if s.failures, err = funnel.New(client, funnel.WithPrefix("sms:fail:")); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
@@ -43,8 +44,8 @@ return 1`)
 // its cluster slot, and the lock's own key (to check for orphans on the
 // server directly).
 func faultKeys(prefix, name string) (counter, log, lock string) {
-	l := mutex.New(nil, mutex.WithPrefix(prefix))
-	return l.Key(name, "n"), l.Key(name, "log"), l.Key(name, "lock")
+	// What Locker.Key returns.
+	return keyspace.Key(prefix, name, "n"), keyspace.Key(prefix, name, "log"), keyspace.Key(prefix, name, "lock")
 }
 
 // faultWarm takes, extends, commits through and unlocks a lock of l (whose

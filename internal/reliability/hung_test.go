@@ -169,12 +169,12 @@ func TestHungMutex(t *testing.T) {
 			srv, c := hungServer(t, kind.opts)
 			ctx := hungSetup(t)
 			prefix := testutil.NewPrefix()
-			l := mutex.New(c, mutex.WithPrefix(prefix))
+			l := mustLocker(t, c, mutex.WithPrefix(prefix))
 			faultWarm(t, l, prefix)
 			// The contended name is held by another client (another
 			// process): a Locker would queue its own goroutines behind
 			// a local holder without asking Redis.
-			other := mutex.New(srv.Client(t), mutex.WithPrefix(prefix))
+			other := mustLocker(t, srv.Client(t), mutex.WithPrefix(prefix))
 			if _, err := other.Lock(ctx, "held"); err != nil {
 				t.Fatal(err)
 			}
@@ -257,7 +257,7 @@ func TestHungFunnel(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			srv, c := hungServer(t, kind.opts)
 			ctx := hungSetup(t)
-			lim := funnel.New(c, funnel.WithPrefix(testutil.NewPrefix()))
+			lim := mustLimiter(t, c, funnel.WithPrefix(testutil.NewPrefix()))
 			// Two admissions and a refund: the scripts are cached, the
 			// key has state, and every call works while the server answers.
 			for range 2 {

@@ -438,10 +438,10 @@ func TestLinearizeLockAndCounter(t *testing.T) {
 	// wider, most of all when it must prove a violation: the client whose
 	// outcomes can be unbounded runs one goroutine, for fewer iterations.
 	clients := []linClient{
-		{locker: mutex.New(mk(base, &linFaultHook{}), opts...), goroutines: 3, iterations: 70},
-		{locker: mutex.New(mk(base, loss), opts...), goroutines: 3, iterations: 70},
-		{locker: mutex.New(mk(base, testutil.DelayHook(2*time.Millisecond), &linFaultHook{}), opts...), goroutines: 3, iterations: 70, shortCtx: 25},
-		{locker: mutex.New(linScriptsOnly{mk(tight, &linFaultHook{late: true})}, opts...), goroutines: 1, iterations: 20, unbounded: true},
+		{locker: mustLocker(t, mk(base, &linFaultHook{}), opts...), goroutines: 3, iterations: 70},
+		{locker: mustLocker(t, mk(base, loss), opts...), goroutines: 3, iterations: 70},
+		{locker: mustLocker(t, mk(base, testutil.DelayHook(2*time.Millisecond), &linFaultHook{}), opts...), goroutines: 3, iterations: 70, shortCtx: 25},
+		{locker: mustLocker(t, linScriptsOnly{mk(tight, &linFaultHook{late: true})}, opts...), goroutines: 1, iterations: 20, unbounded: true},
 	}
 	plain := mk(base)
 	counterKey := clients[0].locker.Key("ctr", "counter")

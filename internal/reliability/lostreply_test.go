@@ -22,6 +22,7 @@ import (
 
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/guard"
+	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
@@ -47,6 +48,7 @@ var lostIncrTable = mutex.NewFragment(`return {redis.call('INCR', KEYS[1]), 'x'}
 // through fault, with go-redis's default options; admin reaches the server
 // directly, to see what really happened.
 type lostEnv struct {
+	t      *testing.T
 	b      *testutil.Backend
 	client *redis.Client
 	fault  *testutil.LostReply
@@ -59,17 +61,17 @@ func newLostEnv(t *testing.T, b *testutil.Backend) *lostEnv {
 	c, f := b.LostReplyClient(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), faultHang)
 	t.Cleanup(cancel)
-	return &lostEnv{b: b, client: c, fault: f, admin: b.Client(t), ctx: ctx}
+	return &lostEnv{t: t, b: b, client: c, fault: f, admin: b.Client(t), ctx: ctx}
 }
 
 // locker returns a Locker on the fault's client, under the test's prefix.
 func (e *lostEnv) locker() *mutex.Locker {
-	return mutex.New(e.client, mutex.WithPrefix(e.b.Prefix))
+	return mustLocker(e.t, e.client, mutex.WithPrefix(e.b.Prefix))
 }
 
 // key returns the key of kind for the lock name, under the test's prefix.
 func (e *lostEnv) key(name, kind string) string {
-	return mutex.New(nil, mutex.WithPrefix(e.b.Prefix)).Key(name, kind)
+	return keyspace.Key(e.b.Prefix, name, kind) // what Locker.Key returns
 }
 
 // lock takes the lock on name through l, with nothing lost.
@@ -367,7 +369,7 @@ func TestLostReplyOtherCallNotReplayed(t *testing.T) {
 // limiter returns a Limiter on the fault's client, under the test's
 // prefix, with a lease that outlasts the test.
 func (e *lostEnv) limiter(opts ...funnel.Option) *funnel.Limiter {
-	return funnel.New(e.client, append([]funnel.Option{funnel.WithPrefix(e.b.Prefix), funnel.WithLease(lostLease)}, opts...)...)
+	return mustLimiter(e.t, e.client, append([]funnel.Option{funnel.WithPrefix(e.b.Prefix), funnel.WithLease(lostLease)}, opts...)...)
 }
 
 // allow runs Allow with nothing lost and fails t on an error or unexpected
@@ -524,7 +526,7 @@ func TestLostReplyGuardDo(t *testing.T) {
 		// Uniform cost: the admission of a key with no state goes through
 		// the lock and its commit, whose reply the tests lose.
 		g, err := guard.New(e.client, guard.Policy{Prefix: e.b.Prefix, Rules: []funnel.Rule{funnel.AtMost(3, time.Hour)},
-			Timeout: faultHang, UniformCost: true})
+			Timeout: faultHang, Funnel: []funnel.Option{funnel.WithUniformCost()}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -586,8 +588,8 @@ func TestLostReplyUnlockAgainHandsNothingOver(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), faultHang)
 		defer cancel()
 		admin := b.Client(t)
-		a := mutex.New(c, mutex.WithPrefix(b.Prefix))
-		other := mutex.New(admin, mutex.WithPrefix(b.Prefix))
+		a := mustLocker(t, c, mutex.WithPrefix(b.Prefix))
+		other := mustLocker(t, admin, mutex.WithPrefix(b.Prefix))
 		key := a.Key("h", "lock")
 
 		lk, err := a.Lock(ctx, "h", mutex.Lease(time.Minute))
@@ -638,7 +640,7 @@ func TestLostReplyUnlockAgainRepeatsTheHandOver(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), faultHang)
 		defer cancel()
 		admin := b.Client(t)
-		a := mutex.New(c, mutex.WithPrefix(b.Prefix))
+		a := mustLocker(t, c, mutex.WithPrefix(b.Prefix))
 		key := a.Key("g", "lock")
 
 		lk, err := a.Lock(ctx, "g", mutex.Lease(5*time.Second))

@@ -76,8 +76,8 @@ func TestNetLatencyDuringAutoRenew(t *testing.T) {
 			x := testutil.StartToxi(t, srv.Addr)
 			prefix := testutil.NewPrefix()
 			_, _, lockKey := faultKeys(prefix, "job")
-			holder := mutex.New(x.Client(t, tc.opts()), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
-			checker := mutex.New(admin, mutex.WithPrefix(prefix))
+			holder := mustLocker(t, x.Client(t, tc.opts()), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
+			checker := mustLocker(t, admin, mutex.WithPrefix(prefix))
 			if !tc.cold {
 				faultWarm(t, holder, prefix)
 			}
@@ -152,7 +152,7 @@ func TestNetUnknownOutcome(t *testing.T) {
 		x := testutil.StartToxi(t, srv.Addr)
 		prefix := testutil.NewPrefix()
 		_, _, lockKey := faultKeys(prefix, "job")
-		holder := mutex.New(x.Client(t, ctxClient()), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
+		holder := mustLocker(t, x.Client(t, ctxClient()), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
 		faultWarm(t, holder, prefix)
 		acquired := time.Now()
 		lk, err := holder.Lock(ctx, "job")
@@ -206,8 +206,8 @@ func TestNetUnknownOutcome(t *testing.T) {
 		x := testutil.StartToxi(t, srv.Addr)
 		prefix := testutil.NewPrefix()
 		counter, log, lockKey := faultKeys(prefix, "job")
-		holder := mutex.New(x.Client(t, ctxClient()), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
-		other := mutex.New(admin, mutex.WithPrefix(prefix))
+		holder := mustLocker(t, x.Client(t, ctxClient()), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
+		other := mustLocker(t, admin, mutex.WithPrefix(prefix))
 		var lk *mutex.Lock
 		// As for the acquire below: an Unlock that never left is retried.
 		for try := 1; ; try++ {
@@ -265,7 +265,7 @@ func TestNetUnknownOutcome(t *testing.T) {
 		x := testutil.StartToxi(t, srv.Addr)
 		prefix := testutil.NewPrefix()
 		_, _, lockKey := faultKeys(prefix, "job")
-		holder := mutex.New(x.Client(t, ctxClient()), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
+		holder := mustLocker(t, x.Client(t, ctxClient()), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
 		// Now and then the connection dies before the request is out (EOF
 		// without the script having run): then it is not the scenario, and
 		// is tried again on fresh connections.
@@ -319,7 +319,7 @@ func TestNetUnknownOutcome(t *testing.T) {
 			{"ctx-deadlines", ctxClient(), deadline + time.Second},
 			{"default-client, ReadTimeout 300ms, MaxRetries 1", &redis.Options{ReadTimeout: 300 * time.Millisecond, MaxRetries: 1}, 2*300*time.Millisecond + deadline + time.Second},
 		} {
-			holder := mutex.New(x.Client(t, cfg.o), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
+			holder := mustLocker(t, x.Client(t, cfg.o), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
 			faultWarm(t, holder, prefix)
 			toxic := x.Blackhole(t, "downstream")
 			took, lk, err := faultLockWithin(holder, "job", deadline)
@@ -355,7 +355,7 @@ func newNetRig(t *testing.T, lease time.Duration, o *redis.Options) *netRig {
 	r := &netRig{admin: admin, x: testutil.StartToxi(t, srv.Addr), prefix: testutil.NewPrefix()}
 	_, _, r.lockKey = faultKeys(r.prefix, "job")
 	pc := r.x.Client(t, o)
-	r.holder = mutex.New(pc, mutex.WithPrefix(r.prefix), mutex.WithTTL(lease))
+	r.holder = mustLocker(t, pc, mutex.WithPrefix(r.prefix), mutex.WithTTL(lease))
 	faultWarm(t, r.holder, r.prefix)
 	var err error
 	r.g, err = guard.New(pc, guard.Policy{Prefix: r.prefix + "g:", Timeout: 200 * time.Millisecond,
@@ -384,7 +384,7 @@ func TestNetResetPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	owned := lk.Context(ctx)
-	c := startFaultContender(t, mutex.New(admin, mutex.WithPrefix(prefix)), "job", lease, faultGrace, lk)
+	c := startFaultContender(t, mustLocker(t, admin, mutex.WithPrefix(prefix)), "job", lease, faultGrace, lk)
 	defer c.halt()
 
 	injected := time.Now()
@@ -452,7 +452,7 @@ func TestNetProxyDownUp(t *testing.T) {
 	ctx := context.Background()
 	r := newNetRig(t, lease, &redis.Options{DialTimeout: 200 * time.Millisecond})
 	admin, x, prefix, lockKey, holder, g := r.admin, r.x, r.prefix, r.lockKey, r.holder, r.g
-	checker := mutex.New(admin, mutex.WithPrefix(prefix))
+	checker := mustLocker(t, admin, mutex.WithPrefix(prefix))
 	lk, err := holder.Lock(ctx, "job", mutex.AutoRenew())
 	if err != nil {
 		t.Fatal(err)

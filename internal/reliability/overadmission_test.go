@@ -97,7 +97,7 @@ func TestOverAdmission(t *testing.T) {
 	limiters := func(newClient func() *redis.Client) []*funnel.Limiter {
 		lims := make([]*funnel.Limiter, 4)
 		for i := range lims {
-			lims[i] = funnel.New(newClient(), funnel.WithPrefix(prefix))
+			lims[i] = mustLimiter(t, newClient(), funnel.WithPrefix(prefix))
 		}
 		return lims
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
@@ -148,7 +149,10 @@ func runFaultHelper(mode, addr, prefix string) error {
 	case "commit", "renew":
 		hook := &faultGateHook{gate: func() {}}
 		c.AddHook(hook)
-		l := mutex.New(c, mutex.WithPrefix(prefix), mutex.WithTTL(faultHelperLease))
+		l, err := mutex.New(c, mutex.WithPrefix(prefix), mutex.WithTTL(faultHelperLease))
+		if err != nil {
+			return err
+		}
 		var opts []mutex.LockOption
 		if mode == "renew" {
 			opts = append(opts, mutex.AutoRenew())
@@ -185,7 +189,10 @@ func runFaultHelper(mode, addr, prefix string) error {
 		c.AddHook(hook)
 		// Uniform cost: the key has no state, and the call must still take
 		// the lock and be paused between its read and its commit.
-		lim := funnel.New(c, funnel.WithPrefix(prefix), funnel.WithLease(faultHelperLease), funnel.WithUniformCost())
+		lim, err := funnel.New(c, funnel.WithPrefix(prefix), funnel.WithLease(faultHelperLease), funnel.WithUniformCost())
+		if err != nil {
+			return err
+		}
 		res, err := lim.Allow(ctx, "sms", faultRule)
 		if err != nil {
 			return err
@@ -334,7 +341,7 @@ func TestPausedHolder(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			l := mutex.New(admin, mutex.WithPrefix(prefix), mutex.WithTTL(10*time.Second))
+			l := mustLocker(t, admin, mutex.WithPrefix(prefix), mutex.WithTTL(10*time.Second))
 			lk, err := l.Lock(ctx, "job")
 			if err != nil {
 				t.Fatal(err)
@@ -387,7 +394,7 @@ func TestPausedHolder(t *testing.T) {
 		defer cancel()
 		srv, admin := faultServer(t)
 		prefix := testutil.NewPrefix()
-		lockKey := mutex.New(nil, mutex.WithPrefix(prefix)).Key("sms", "lock")
+		lockKey := keyspace.Key(prefix, "sms", "lock") // what Locker.Key returns
 		h := startFaultHelper(t, "funnel", srv.Addr, prefix)
 		h.expect(t, "ready")
 		thaw := testutil.Freeze(t, h.cmd.Process.Pid)
@@ -400,7 +407,7 @@ func TestPausedHolder(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		lim := funnel.New(admin, funnel.WithPrefix(prefix))
+		lim := mustLimiter(t, admin, funnel.WithPrefix(prefix))
 		mine, err := lim.Allow(ctx, "sms", faultRule)
 		if err != nil {
 			t.Fatal(err)

@@ -48,7 +48,7 @@ func TestKillRestartUnderLoad(t *testing.T) {
 	guards := make([]*guard.Guard, clients)
 	for i := range clients {
 		c := srv.Client(t)
-		lockers[i] = mutex.New(c, mutex.WithPrefix(prefix), mutex.WithTTL(time.Second), mutex.WithRetryInterval(10*time.Millisecond))
+		lockers[i] = mustLocker(t, c, mutex.WithPrefix(prefix), mutex.WithTTL(time.Second), mutex.WithRetryInterval(10*time.Millisecond))
 		g, err := guard.New(srv.Client(t), guard.Policy{Prefix: prefix + "g:", Rules: []funnel.Rule{rule}, Timeout: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

@@ -54,7 +54,7 @@ func TestServerStall(t *testing.T) {
 			data := make([]*redis.Client, clients)
 			for i := range clients {
 				data[i] = srv.Client(t)
-				lockers[i] = mutex.New(data[i], mutex.WithPrefix(prefix), mutex.WithTTL(lease), mutex.WithRetryInterval(10*time.Millisecond))
+				lockers[i] = mustLocker(t, data[i], mutex.WithPrefix(prefix), mutex.WithTTL(lease), mutex.WithRetryInterval(10*time.Millisecond))
 			}
 			faultWarm(t, lockers[0], prefix)
 			faultWarm(t, lockers[1], prefix)
