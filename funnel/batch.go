@@ -137,7 +137,7 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 	levels := make([]level, len(c.rules))
 	var lock string // the key's lock, for the one-round-trip admission
 	if !lim.uniform {
-		lock = lim.locker.Key(c.name, "lock")
+		lock = lim.locker.LockKey(c.name)
 	}
 	for range maxCommits {
 		gate := c.read(readGate)

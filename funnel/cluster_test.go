@@ -250,7 +250,11 @@ return 1`)
 // or until ctx ends.
 func commit(ctx context.Context, r *failoverRun, l *mutex.Locker, lk *mutex.Lock, g *grant) {
 	g.relStart = time.Now()
-	c := mutex.Call{Fragment: commitFragment, Keys: []string{l.Key(g.name, "log")}, Args: []any{g.token}}
+	log, err := l.Key(g.name, "log")
+	if err != nil {
+		panic(err) // "log" is no kind of the Locker's
+	}
+	c := mutex.Call{Fragment: commitFragment, Keys: []string{log}, Args: []any{g.token}}
 	for i := 0; ; i++ {
 		_, err := lk.UnlockWith(ctx, c)
 		switch {
@@ -471,7 +475,7 @@ func TestFailoverLocksAndAllow(t *testing.T) {
 	}
 	entries, lostCommits := 0, 0
 	for _, name := range append(names, "kept", "lost") {
-		log, err := c1.LRange(ctx, lockers[0].Key(name, "log"), 0, -1).Result()
+		log, err := c1.LRange(ctx, mustKey(t, lockers[0], name, "log"), 0, -1).Result()
 		if err != nil {
 			t.Fatalf("LRANGE log of %q: %v", name, err)
 		}

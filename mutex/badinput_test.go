@@ -47,11 +47,11 @@ var acquirers = []struct {
 		return l.Lock(ctx, name, opts...)
 	}},
 	{"TryLockWith", func(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.LockOption) (*mutex.Lock, error) {
-		lk, _, err := l.TryLockWith(ctx, name, mutex.Call{Fragment: badRead, Keys: []string{l.Key("x", "data")}}, opts...)
+		lk, _, err := l.TryLockWith(ctx, name, mutex.Call{Fragment: badRead, Keys: []string{mutex.InternalKey(l, "x", "data")}}, opts...)
 		return lk, err
 	}},
 	{"LockWith", func(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.LockOption) (*mutex.Lock, error) {
-		lk, _, err := l.LockWith(ctx, name, mutex.Call{Fragment: badRead, Keys: []string{l.Key("x", "data")}}, opts...)
+		lk, _, err := l.LockWith(ctx, name, mutex.Call{Fragment: badRead, Keys: []string{mutex.InternalKey(l, "x", "data")}}, opts...)
 		return lk, err
 	}},
 }
@@ -82,7 +82,7 @@ func TestBadInputNameLength(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %s of a name of MaxNameLen bytes = %v", s.Name, a.name, err)
 			}
-			if n, _ := s.Client.Exists(ctx, l.Key(name, "lock")).Result(); n != 1 {
+			if n, _ := s.Client.Exists(ctx, l.LockKey(name)).Result(); n != 1 {
 				t.Errorf("%s: %s: the lock is not at Key(name, \"lock\")", s.Name, a.name)
 			}
 			s.CheckKeys(t, a.name+" of a 1 KiB name")
@@ -117,7 +117,7 @@ func TestBadInputOddNamesEveryEntryPoint(t *testing.T) {
 		other := mustNew(t, s.Client, mutex.WithPrefix(s.Prefix))
 		held := make([]*mutex.Lock, len(oddNames))
 		for i, name := range oddNames {
-			state := mutex.Call{Fragment: badRead, Keys: []string{l.Key(name, "state")}}
+			state := mutex.Call{Fragment: badRead, Keys: []string{mustKey(t, l, name, "state")}}
 			var lk *mutex.Lock
 			var res any
 			var err error
@@ -134,13 +134,13 @@ func TestBadInputOddNamesEveryEntryPoint(t *testing.T) {
 		s.CheckKeys(t, "taking the odd names")
 		for i, name := range oddNames {
 			lk := held[i]
-			if _, _, err := other.TryLockWith(ctx, name, mutex.Call{Fragment: badRead, Keys: []string{l.Key(name, "state")}}); !errors.Is(err, mutex.ErrLocked) {
+			if _, _, err := other.TryLockWith(ctx, name, mutex.Call{Fragment: badRead, Keys: []string{mustKey(t, l, name, "state")}}); !errors.Is(err, mutex.ErrLocked) {
 				t.Errorf("%s: a second TryLockWith(%.40q) = %v, want ErrLocked", s.Name, name, err)
 			}
-			if n, _ := s.Client.Exists(ctx, l.Key(name, "lock")).Result(); n != 1 {
+			if n, _ := s.Client.Exists(ctx, l.LockKey(name)).Result(); n != 1 {
 				t.Errorf("%s: no lock at Key(%.40q, \"lock\")", s.Name, name)
 			}
-			if res, err := lk.Run(ctx, mutex.Call{Fragment: badWrite, Keys: []string{l.Key(name, "state")}, Args: []any{"run:" + name}}); err != nil || res != "run:"+name {
+			if res, err := lk.Run(ctx, mutex.Call{Fragment: badWrite, Keys: []string{mustKey(t, l, name, "state")}, Args: []any{"run:" + name}}); err != nil || res != "run:"+name {
 				t.Errorf("%s: Run(%.40q) = %.60v, %v", s.Name, name, res, err)
 			}
 			if err := lk.Extend(ctx, 2*time.Minute); err != nil {
@@ -154,20 +154,20 @@ func TestBadInputOddNamesEveryEntryPoint(t *testing.T) {
 			}
 		}
 		for i, name := range oddNames {
-			if res, err := held[i].UnlockWith(ctx, mutex.Call{Fragment: badWrite, Keys: []string{l.Key(name, "state")}, Args: []any{name}}); err != nil || res != name {
+			if res, err := held[i].UnlockWith(ctx, mutex.Call{Fragment: badWrite, Keys: []string{mustKey(t, l, name, "state")}, Args: []any{name}}); err != nil || res != name {
 				t.Errorf("%s: UnlockWith(%.40q) = %.60v, %v", s.Name, name, res, err)
 			}
 		}
 		for _, name := range oddNames {
-			if got, err := s.Client.Get(ctx, l.Key(name, "state")).Result(); err != nil || got != name {
+			if got, err := s.Client.Get(ctx, mustKey(t, l, name, "state")).Result(); err != nil || got != name {
 				t.Errorf("%s: the state of %.40q holds %.60q, %v; want the name itself", s.Name, name, got, err)
 			}
-			if n, _ := s.Client.Exists(ctx, l.Key(name, "lock")).Result(); n != 0 {
+			if n, _ := s.Client.Exists(ctx, l.LockKey(name)).Result(); n != 0 {
 				t.Errorf("%s: the lock of %.40q survived UnlockWith", s.Name, name)
 			}
 		}
 		for i, name := range oddNames {
-			rec, _ := s.Client.Get(ctx, l.Key(name, "record")).Result()
+			rec, _ := s.Client.Get(ctx, mutex.InternalKey(l, name, "record")).Result()
 			if !strings.Contains(rec, ":"+held[i].Token()+":") {
 				t.Errorf("%s: no release record for %.40q (the name's record holds %q)", s.Name, name, rec)
 			}
@@ -188,7 +188,7 @@ func TestBadInputKeyKindsDoNotCollide(t *testing.T) {
 	seen := map[string]string{}
 	for _, name := range append([]string{"", "x"}, oddNames...) {
 		for _, kind := range kinds {
-			k := l.Key(name, kind)
+			k := mustKey(t, l, name, kind)
 			if !strings.HasPrefix(k, "p:{") {
 				t.Fatalf("Key(%.40q, %q) = %.80q leaves the prefix", name, kind, k)
 			}
@@ -267,7 +267,7 @@ func TestBadInputDurations(t *testing.T) {
 				if tc.lease > time.Second {
 					// Redis keeps the lease in whole milliseconds: the key's
 					// TTL is the lease, not a wrapped or negative number.
-					ttl, err := s.Client.PTTL(ctx, tc.locker.Key(name, "lock")).Result()
+					ttl, err := s.Client.PTTL(ctx, tc.locker.LockKey(name)).Result()
 					if err != nil || ttl <= 0 || ttl > tc.lease || tc.lease-ttl > time.Minute {
 						t.Errorf("%s: %s with %s: the lock key's PTTL = %v, %v; want about %v", s.Name, a.name, tc.desc, ttl, err, tc.lease)
 					}
@@ -394,7 +394,7 @@ func TestBadInputNilAndEmpty(t *testing.T) {
 		if _, _, err := l.LockWith(ctx, "y", mutex.Call{}); !errors.Is(err, mutex.ErrInvalid) {
 			t.Errorf("%s: LockWith without a Fragment = %v, want ErrInvalid", s.Name, err)
 		}
-		if _, err := lk.Run(ctx, mutex.Call{Keys: []string{l.Key("x", "state")}}); !errors.Is(err, mutex.ErrInvalid) {
+		if _, err := lk.Run(ctx, mutex.Call{Keys: []string{mustKey(t, l, "x", "state")}}); !errors.Is(err, mutex.ErrInvalid) {
 			t.Errorf("%s: Run without a Fragment = %v, want ErrInvalid", s.Name, err)
 		}
 		if _, err := lk.UnlockWith(ctx, mutex.Call{}); !errors.Is(err, mutex.ErrInvalid) {
@@ -449,7 +449,7 @@ func TestBadInputEndedContexts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		state := l.Key("held", "state")
+		state := mustKey(t, l, "held", "state")
 		for _, ended := range []context.Context{cancelled, expired} {
 			if err := lk.Extend(ended, time.Hour); !errors.Is(err, ended.Err()) {
 				t.Errorf("%s: Extend with an ended ctx = %v, want %v", s.Name, err, ended.Err())
@@ -481,5 +481,31 @@ func TestBadInputEndedContexts(t *testing.T) {
 			t.Errorf("%s: Unlock with an expired ctx = %v", s.Name, err)
 		}
 		s.CheckKeys(t, "ended contexts")
+	}
+}
+
+// TestKeyRefusesLockerKinds: Key gives no key the Locker writes itself (a
+// Fragment writing it would corrupt a lock or a release record), nor one for
+// a name no lock may have.
+func TestKeyRefusesLockerKinds(t *testing.T) {
+	l := mustNew(t, testutil.Mini(t).Client(t), mutex.WithPrefix("k:"))
+	for _, kind := range []string{"lock", "fence", "record", "record:0123456789abcdef0123456789abcdef", "record:", "released", ""} {
+		if k, err := l.Key("n", kind); !errors.Is(err, mutex.ErrInvalid) || k != "" {
+			t.Errorf("Key(n, %q) = %q, %v; want ErrInvalid", kind, k, err)
+		}
+	}
+	for _, name := range []string{"", strings.Repeat("x", mutex.MaxNameLen+1)} {
+		if _, err := l.Key(name, "data"); !errors.Is(err, mutex.ErrInvalid) {
+			t.Errorf("Key(%d bytes, data) = %v; want ErrInvalid", len(name), err)
+		}
+	}
+	for _, kind := range []string{"data", "locks", "records", "n", "lock:x"} {
+		k, err := l.Key("n", kind)
+		if err != nil || k != "k:{n}:"+kind {
+			t.Errorf("Key(n, %q) = %q, %v; want k:{n}:%s", kind, k, err, kind)
+		}
+	}
+	if got, want := l.LockKey("n"), "k:{n}:lock"; got != want {
+		t.Errorf("LockKey(n) = %q, want %q", got, want)
 	}
 }

@@ -90,7 +90,7 @@ func TestBatchedCallsShareARoundTrip(t *testing.T) {
 					t.Fatalf("%d SETs in %d round trips, want %d in fewer:\n%v", sets, len(setTrips), slots+queued, rec.Shapes())
 				}
 				for i := range queued {
-					if n := c.Exists(ctx, l.Key("queued"+strconv.Itoa(i), "lock")).Val(); n != 0 {
+					if n := c.Exists(ctx, l.LockKey("queued"+strconv.Itoa(i))).Val(); n != 0 {
 						t.Fatalf("lock queued%d left after its Unlock", i)
 					}
 				}
@@ -141,12 +141,12 @@ func TestBatchedCallLeavesTheQueue(t *testing.T) {
 		wg.Wait()
 		for _, cmd := range rec.Commands() {
 			for _, a := range cmd.Args {
-				if a == l.Key("leaver", "lock") {
+				if a == l.LockKey("leaver") {
 					t.Fatalf("the command of a call that left the queue was sent: %v", cmd)
 				}
 			}
 		}
-		if n := c.Exists(ctx, l.Key("leaver", "lock")).Val(); n != 0 {
+		if n := c.Exists(ctx, l.LockKey("leaver")).Val(); n != 0 {
 			t.Fatal("a lock was taken for a call that left before its command was sent")
 		}
 	})
@@ -185,7 +185,7 @@ func TestBatchedCallLeftAfterSending(t *testing.T) {
 		if waited := time.Since(start); waited > 5*time.Second {
 			t.Fatalf("Lock returned %v after the gate opened, with a 200 ms deadline", waited)
 		}
-		key := l.Key("late", "lock")
+		key := l.LockKey("late")
 		if c.Exists(ctx, key).Val() != 1 {
 			t.Fatalf("the pipeline did not run in Redis before its reply was held (Lock: %v)", err)
 		}

@@ -201,7 +201,7 @@ func TestClusterFragmentComposition(t *testing.T) {
 		l := scaleLocker(t, d, mutex.WithTTL(lease))
 		other := scaleLocker(t, d)
 		for _, name := range braceNames {
-			state := l.Key(name, "state")
+			state := mustKey(t, l, name, "state")
 			if err := c.Set(ctx, state, "v1", time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -281,7 +281,7 @@ func TestClusterFencing(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if ttl := c.PTTL(ctx, a.Key(name, "fence")).Val(); ttl <= 0 || ttl > mutex.DefaultFenceTTL {
+			if ttl := c.PTTL(ctx, mutex.InternalKey(a, name, "fence")).Val(); ttl <= 0 || ttl > mutex.DefaultFenceTTL {
 				t.Fatalf("fence counter of %q has PTTL %v, want in (0, %v]", name, ttl, mutex.DefaultFenceTTL)
 			}
 		}
@@ -301,7 +301,7 @@ func TestClusterKeysOfANameShareASlot(t *testing.T) {
 	for _, name := range append(braceNames, "b", "b}x", "plain") {
 		var slot int64 = -1
 		for _, kind := range []string{"lock", "fence", "released", "state", "x{y}"} {
-			s, err := cl.ClusterKeySlot(ctx, l.Key(name, kind)).Result()
+			s, err := cl.ClusterKeySlot(ctx, mustKey(t, l, name, kind)).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -325,8 +325,8 @@ func TestClusterCrossSlotFails(t *testing.T) {
 	cl := c.Client(t)
 	ctx := context.Background()
 	l := mustNew(t, cl, mutex.WithPrefix(c.Prefix(t)))
-	name, elsewhere := "acct", l.Key("other", "state")
-	s1, _ := cl.ClusterKeySlot(ctx, l.Key(name, "lock")).Result()
+	name, elsewhere := "acct", mustKey(t, l, "other", "state")
+	s1, _ := cl.ClusterKeySlot(ctx, l.LockKey(name)).Result()
 	s2, _ := cl.ClusterKeySlot(ctx, elsewhere).Result()
 	if s1 == s2 {
 		t.Fatalf("pick another key: both in slot %d", s1)
@@ -376,7 +376,7 @@ func TestClusterBatchedLocks(t *testing.T) {
 			}
 		}
 		for i := range queued {
-			if n := c.Exists(ctx, l.Key("spread"+strconv.Itoa(i), "lock")).Val(); n != 0 {
+			if n := c.Exists(ctx, l.LockKey("spread"+strconv.Itoa(i))).Val(); n != 0 {
 				t.Fatalf("lock spread%d left after its Unlock", i)
 			}
 		}

@@ -1,5 +1,7 @@
 package mutex
 
+import "github.com/funnelguard/funnelguard/internal/keyspace"
+
 // QueueLen returns how many goroutines of l wait for name (a test seam).
 func QueueLen(l *Locker, name string) int { return l.Waiters(name) }
 
@@ -24,4 +26,10 @@ func BatchBusy(l *Locker) int {
 	l.batch.mu.Lock()
 	defer l.batch.mu.Unlock()
 	return l.batch.busy
+}
+
+// InternalKey is Key without its refusal of the Locker's own kinds, for
+// tests that look at the Locker's keys ("record", "fence").
+func InternalKey(l *Locker, name, kind string) string {
+	return keyspace.Key(l.prefix, name, kind)
 }

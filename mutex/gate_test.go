@@ -27,7 +27,7 @@ func TestGateDeclinesWithoutLocking(t *testing.T) {
 		ctx := context.Background()
 		c := b.Client(t)
 		l := newLocker(t, b)
-		door := l.Key("g", "door")
+		door := mustKey(t, l, "g", "door")
 		call := mutex.Call{Fragment: openGate, Keys: []string{door}}
 
 		c.Set(ctx, door, "shut", 0)
@@ -40,7 +40,7 @@ func TestGateDeclinesWithoutLocking(t *testing.T) {
 				t.Fatalf("declining gate = %v, %v, %v; want ErrDeclined and the result", lk, res, err)
 			}
 		}
-		if n := c.Exists(ctx, l.Key("g", "lock")).Val(); n != 0 {
+		if n := c.Exists(ctx, l.LockKey("g")).Val(); n != 0 {
 			t.Fatal("a declining gate took the lock")
 		}
 
@@ -63,7 +63,7 @@ func TestLockWithStopsWaitingWhenDeclined(t *testing.T) {
 		ctx := context.Background()
 		c := b.Client(t)
 		l := newLocker(t, b, mutex.WithRetryInterval(2*time.Millisecond))
-		door := l.Key("g", "door")
+		door := mustKey(t, l, "g", "door")
 		c.Set(ctx, door, "open", 0)
 		holder, err := newLocker(t, b).Lock(ctx, "g", mutex.Lease(time.Hour))
 		if err != nil {
@@ -98,7 +98,7 @@ func TestLockWithAfterHandOver(t *testing.T) {
 		ctx := context.Background()
 		c := b.Client(t)
 		l := newLocker(t, b, mutex.WithRetryInterval(time.Hour))
-		door := l.Key("g", "door")
+		door := mustKey(t, l, "g", "door")
 		c.Set(ctx, door, "open", 0)
 		first, err := l.Lock(ctx, "g", mutex.Lease(time.Hour))
 		if err != nil {
@@ -131,7 +131,7 @@ func TestRunOnlyWhileHeld(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
 		l := newLocker(t, b)
-		state := l.Key("r", "state")
+		state := mustKey(t, l, "r", "state")
 		lk, err := l.Lock(ctx, "r")
 		if err != nil {
 			t.Fatal(err)
@@ -165,7 +165,7 @@ func TestNoLockStrandedWhenLeaving(t *testing.T) {
 		ctx := context.Background()
 		c := b.Client(t)
 		l := newLocker(t, b, mutex.WithTTL(time.Minute), mutex.WithRetryInterval(time.Millisecond))
-		door := l.Key("g", "door")
+		door := mustKey(t, l, "g", "door")
 		c.Set(ctx, door, "open", 0)
 		stop := make(chan struct{})
 		flipped := make(chan struct{})
@@ -225,7 +225,7 @@ func TestNoLockStrandedWhenLeaving(t *testing.T) {
 		// own) and take the lock after its caller left; it is released as
 		// soon as its reply arrives. A stranded lock would stay a minute.
 		waitFor(t, "no lock left after the storm", func() bool {
-			if c.Exists(ctx, l.Key("g", "lock")).Val() == 0 {
+			if c.Exists(ctx, l.LockKey("g")).Val() == 0 {
 				return true
 			}
 			return false

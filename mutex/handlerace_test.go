@@ -103,7 +103,10 @@ func TestHandleRaces(t *testing.T) {
 func raceRound(c *redis.Client, l, other *mutex.Locker, racers []racer, callers int, waiter bool, name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	data := l.Key(name, "data")
+	data, err := l.Key(name, "data")
+	if err != nil {
+		return err
+	}
 	defer c.Del(context.Background(), data)
 	lk, err := l.Lock(ctx, name)
 	if err != nil {
@@ -240,7 +243,7 @@ func TestRunInFlightDuringHandOver(t *testing.T) {
 		defer cancel()
 		c := b.Client(t)
 		l := mustNew(t, c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(time.Millisecond))
-		data := l.Key("inflight", "data")
+		data := mustKey(t, l, "inflight", "data")
 		hook := &holdBack{key: data, held: make(chan struct{}), release: make(chan struct{})}
 		c.AddHook(hook)
 		lk, err := l.Lock(ctx, "inflight")

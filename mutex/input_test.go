@@ -157,7 +157,7 @@ func TestNilLockIsSafe(t *testing.T) {
 
 func TestKeySharesTheLockSlot(t *testing.T) {
 	l := mustNew(t, testutil.Mini(t).Client(t), mutex.WithPrefix("p:"))
-	if got, want := l.Key("a{b}c", "state"), "p:{a~1b~2c}:state"; got != want {
+	if got, want := mustKey(t, l, "a{b}c", "state"), "p:{a~1b~2c}:state"; got != want {
 		t.Fatalf("Key = %q, want %q", got, want)
 	}
 }

@@ -80,7 +80,7 @@ func TestLocalHandOverSendsNothing(t *testing.T) {
 		if err := lk.Unlock(ctx); err != nil {
 			t.Fatalf("Unlock of the handed lock: %v", err)
 		}
-		if n := c.Exists(ctx, l.Key("job", "lock")).Val(); n != 0 {
+		if n := c.Exists(ctx, l.LockKey("job")).Val(); n != 0 {
 			t.Fatal("the lock key outlived the last Unlock (a handle left open in Redis)")
 		}
 	})

@@ -2,6 +2,7 @@ package mutex
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -298,10 +299,50 @@ var ackAtRelease = &lockOption{ackLater: true}
 // Key returns <prefix>{<name>}:<kind>, a key in the same Redis Cluster slot
 // as the lock on name, for data that a Fragment reads or writes under that
 // lock. Braces and '~' in name are escaped, as in the lock's own key, so the
-// slot is the same whatever name holds. The kinds "lock", "fence" and
-// "released" are the Locker's own.
-func (l *Locker) Key(name, kind string) string {
-	return keyspace.Key(l.prefix, name, kind)
+// slot is the same whatever name holds. The kinds the Locker writes itself
+// are refused with ErrInvalid: "lock", "fence", "record", "record:" followed
+// by anything (release records), and "released" (the release channel); so
+// is an empty kind or a name Lock would refuse.
+func (l *Locker) Key(name, kind string) (string, error) {
+	if err := checkName(name); err != nil {
+		return "", err
+	}
+	if reservedKind(kind) {
+		return "", fmt.Errorf("%w: key kind %q is the Locker's own", ErrInvalid, kind)
+	}
+	return keyspace.Key(l.prefix, name, kind), nil
+}
+
+// checkName refuses a name no lock may have.
+func checkName(name string) error {
+	if name == "" || len(name) > MaxNameLen {
+		return fmt.Errorf("%w: name of %d bytes: want 1 to %d", ErrInvalid, len(name), MaxNameLen)
+	}
+	return nil
+}
+
+// LockKey returns the key of the lock on name, for a Fragment that only
+// reads it (EXISTS or PTTL: is the lock free, how long is left) and for
+// monitoring. Never write it: its value's format is the Locker's.
+func (l *Locker) LockKey(name string) string {
+	return keyspace.Key(l.prefix, name, kindLock)
+}
+
+// The kinds of key the Locker writes itself.
+const (
+	kindLock     = "lock"
+	kindFence    = "fence"
+	kindRecord   = "record"
+	kindReleased = "released"
+)
+
+// reservedKind reports whether Key must refuse kind.
+func reservedKind(kind string) bool {
+	switch kind {
+	case "", kindLock, kindFence, kindRecord, kindReleased:
+		return true
+	}
+	return strings.HasPrefix(kind, kindRecord+":")
 }
 
 // config validates a call and its options.
@@ -309,8 +350,8 @@ func (l *Locker) config(name string, opts []LockOption) (lockConfig, error) {
 	if l == nil {
 		return lockConfig{}, errNilLocker
 	}
-	if name == "" || len(name) > MaxNameLen {
-		return lockConfig{}, fmt.Errorf("%w: name of %d bytes: want 1 to %d", ErrInvalid, len(name), MaxNameLen)
+	if err := checkName(name); err != nil {
+		return lockConfig{}, err
 	}
 	cfg := lockConfig{ttl: l.ttl, ttlMS: l.ttlMS}
 	for _, o := range opts {

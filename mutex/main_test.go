@@ -24,3 +24,13 @@ func mustNew(t testing.TB, c mutex.Client, opts ...mutex.Option) *mutex.Locker {
 	}
 	return l
 }
+
+// mustKey is l.Key for a kind that must be good: it fails t otherwise.
+func mustKey(t testing.TB, l *mutex.Locker, name, kind string) string {
+	t.Helper()
+	k, err := l.Key(name, kind)
+	if err != nil {
+		t.Fatalf("Key(%q, %q): %v", name, kind, err)
+	}
+	return k
+}

@@ -2,6 +2,7 @@ package mutex
 
 import (
 	"context"
+	"github.com/funnelguard/funnelguard/internal/keyspace"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/redis/go-redis/v9"
@@ -23,7 +24,7 @@ type subscription struct {
 // channel is the Pub/Sub channel on which releases of name are announced:
 // the lock's key with "released" for "lock" (release.lua derives it so).
 func (l *Locker) channel(name string) string {
-	return l.Key(name, "released")
+	return keyspace.Key(l.prefix, name, kindReleased)
 }
 
 // canNotify reports whether waiters can hear of releases.

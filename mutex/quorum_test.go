@@ -55,7 +55,7 @@ func lockKeys(t *testing.T, srvs []*testutil.Server, l *mutex.Locker, name strin
 	t.Helper()
 	out := make([]int64, len(srvs))
 	for i, s := range srvs {
-		out[i] = s.Client(t).Exists(context.Background(), l.Key(name, "lock")).Val()
+		out[i] = s.Client(t).Exists(context.Background(), l.LockKey(name)).Val()
 	}
 	return out
 }
@@ -204,7 +204,7 @@ func TestQuorumLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lk.Unlock(ctx)
-	call := mutex.Call{Fragment: setFragment, Keys: []string{a.Key("q", "n")}, Args: []any{1}}
+	call := mutex.Call{Fragment: setFragment, Keys: []string{mustKey(t, a, "q", "n")}, Args: []any{1}}
 	if _, _, err := a.TryLockWith(ctx, "r", call); !errors.Is(err, mutex.ErrUnsupported) {
 		t.Errorf("TryLockWith = %v, want ErrUnsupported", err)
 	}
@@ -233,7 +233,7 @@ func waitUp(t *testing.T, c *redis.Client) {
 
 // prefixOf recovers a Locker's key prefix from one of its keys.
 func prefixOf(t *testing.T, l *mutex.Locker) string {
-	k := l.Key("x", "lock")
+	k := l.LockKey("x")
 	return k[:len(k)-len("{x}:lock")]
 }
 
@@ -251,14 +251,14 @@ func TestQuorumLossByMajority(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One node losing it is survivable.
-	srvs[0].Client(t).Del(ctx, l.Key("gone", "lock"))
+	srvs[0].Client(t).Del(ctx, l.LockKey("gone"))
 	time.Sleep(lease / 2) // renewals run every lease/3
 	select {
 	case <-lk.Done():
 		t.Fatalf("lock reported lost with a majority still holding it: %v", context.Cause(lk.Context(ctx)))
 	default:
 	}
-	srvs[1].Client(t).Del(ctx, l.Key("gone", "lock"))
+	srvs[1].Client(t).Del(ctx, l.LockKey("gone"))
 	select {
 	case <-lk.Done():
 	case <-time.After(hang):
@@ -361,7 +361,7 @@ func TestQuorumTwoNodesDown(t *testing.T) {
 	if _, err := l.Lock(lctx, "two-down"); !errors.Is(err, mutex.ErrNoQuorum) || lctx.Err() != nil {
 		t.Fatalf("Lock = %v (ctx %v), want ErrNoQuorum before the deadline", err, lctx.Err())
 	}
-	if n := srvs[2].Client(t).Exists(ctx, l.Key("two-down", "lock")).Val(); n != 0 {
+	if n := srvs[2].Client(t).Exists(ctx, l.LockKey("two-down")).Val(); n != 0 {
 		t.Errorf("the live node keeps the failed attempt's lock key")
 	}
 	t.Logf("FIGURE quorum acquisition | 2 of 3 nodes down (1 killed, 1 paused) | failed in %v: %v", took, err)
@@ -512,7 +512,7 @@ func TestQuorumReleaseRecord(t *testing.T) {
 	}
 	want := strings.Repeat("0", 32) + ":" + token + ":"
 	for i, s := range srvs {
-		rec, err := s.Client(t).Get(ctx, l.Key("rec", "record")).Result()
+		rec, err := s.Client(t).Get(ctx, mutex.InternalKey(l, "rec", "record")).Result()
 		if err != nil || !strings.HasPrefix(rec, want) {
 			t.Errorf("node %d: record %q, %v; want it to start %q", i, rec, err, want)
 		}

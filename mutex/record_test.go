@@ -125,13 +125,13 @@ func TestRecordAnsweredReleasesShareOneKey(t *testing.T) {
 			}
 		}
 		r := recordRig{t: t, c: c, b: b, name: "busy"}
-		if ks := r.keys(); len(ks) != 1 || ks[0] != l.Key("busy", "record") {
+		if ks := r.keys(); len(ks) != 1 || ks[0] != InternalKey(l, "busy", "record") {
 			t.Fatalf("after 50 releases of one name the keys are %v; want the name's record alone", ks)
 		}
-		if v := c.Get(ctx, l.Key("busy", "record")).Val(); !strings.Contains(v, ":"+last+":") {
+		if v := c.Get(ctx, InternalKey(l, "busy", "record")).Val(); !strings.Contains(v, ":"+last+":") {
 			t.Fatalf("the name's record %q is not the last release's", v)
 		}
-		if ttl := c.PTTL(ctx, l.Key("busy", "record")).Val(); ttl < recordTTL-time.Second || ttl > 3*recordTTL {
+		if ttl := c.PTTL(ctx, InternalKey(l, "busy", "record")).Val(); ttl < recordTTL-time.Second || ttl > 3*recordTTL {
 			t.Fatalf("the name's record has TTL %v, want [%v, %v]", ttl, recordTTL-time.Second, 3*recordTTL)
 		}
 	})

@@ -67,16 +67,16 @@ func TestReplicaAckWritesReachTheReplica(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Lock: %v", err)
 		}
-		if !replicaHas(t, rc, l.Key(name, "lock"), lk.Token()) {
+		if !replicaHas(t, rc, l.LockKey(name), lk.Token()) {
 			t.Fatalf("Lock %q returned before the replica had it", name)
 		}
 		if err := lk.Extend(ctx, time.Minute); err != nil {
 			t.Fatalf("Extend: %v", err)
 		}
-		if ms, err := rc.PTTL(ctx, l.Key(name, "lock")).Result(); err != nil || ms < 30*time.Second {
+		if ms, err := rc.PTTL(ctx, l.LockKey(name)).Result(); err != nil || ms < 30*time.Second {
 			t.Fatalf("PTTL on the replica after Extend(1m) = %v, %v", ms, err)
 		}
-		data := l.Key(name, "data")
+		data := mustKey(t, l, name, "data")
 		if _, err := lk.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{data}, Args: []any{"v" + name}}); err != nil {
 			t.Fatalf("UnlockWith: %v", err)
 		}
@@ -113,7 +113,7 @@ func TestReplicaAckFrozenReplica(t *testing.T) {
 	if _, err := l.TryLock(ctx, "a"); !errors.Is(err, mutex.ErrNotReplicated) {
 		t.Fatalf("TryLock with a frozen replica: %v, want ErrNotReplicated", err)
 	}
-	if n := c.Exists(ctx, l.Key("a", "lock")).Val(); n != 0 {
+	if n := c.Exists(ctx, l.LockKey("a")).Val(); n != 0 {
 		t.Fatal("the unacknowledged lock was left on the master")
 	}
 	lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -122,16 +122,16 @@ func TestReplicaAckFrozenReplica(t *testing.T) {
 	if !errors.Is(err, mutex.ErrNotReplicated) || errors.Is(err, mutex.ErrNotObtained) {
 		t.Fatalf("Lock with a frozen replica: %v, want ErrNotReplicated at once", err)
 	}
-	if _, _, err := l.TryLockWith(ctx, "b", mutex.Call{Fragment: ackWrite, Keys: []string{l.Key("b", "data")}, Args: []any{"x"}}); !errors.Is(err, mutex.ErrNotReplicated) {
+	if _, _, err := l.TryLockWith(ctx, "b", mutex.Call{Fragment: ackWrite, Keys: []string{mustKey(t, l, "b", "data")}, Args: []any{"x"}}); !errors.Is(err, mutex.ErrNotReplicated) {
 		t.Fatalf("TryLockWith with a frozen replica: %v, want ErrNotReplicated", err)
 	}
-	if n := c.Exists(ctx, l.Key("b", "lock")).Val(); n != 0 {
+	if n := c.Exists(ctx, l.LockKey("b")).Val(); n != 0 {
 		t.Fatal("the unacknowledged lock of TryLockWith was left on the master")
 	}
 	if err := held.Extend(ctx, time.Minute); !errors.Is(err, mutex.ErrNotReplicated) {
 		t.Fatalf("Extend with a frozen replica: %v, want ErrNotReplicated", err)
 	}
-	if _, err := held2.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{l.Key("held2", "data")}, Args: []any{"y"}}); !errors.Is(err, mutex.ErrNotReplicated) {
+	if _, err := held2.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{mustKey(t, l, "held2", "data")}, Args: []any{"y"}}); !errors.Is(err, mutex.ErrNotReplicated) {
 		t.Fatalf("UnlockWith with a frozen replica: %v, want ErrNotReplicated", err)
 	}
 	if err := held.Unlock(ctx); err != nil {
@@ -174,13 +174,13 @@ func TestReplicaAckHandOverUndone(t *testing.T) {
 	defer thaw()
 	// UnlockWith hands over in Redis (never locally): the waiter's grant
 	// rides on this script.
-	if _, err := lk.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{l.Key("h", "data")}, Args: []any{"z"}}); !errors.Is(err, mutex.ErrNotReplicated) {
+	if _, err := lk.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{mustKey(t, l, "h", "data")}, Args: []any{"z"}}); !errors.Is(err, mutex.ErrNotReplicated) {
 		t.Fatalf("UnlockWith with a frozen replica: %v, want ErrNotReplicated", err)
 	}
 	if err := <-got; !errors.Is(err, mutex.ErrNotReplicated) {
 		t.Fatalf("the waiter's Lock: %v, want ErrNotReplicated", err)
 	}
-	if n := c.Exists(ctx, l.Key("h", "lock")).Val(); n != 0 {
+	if n := c.Exists(ctx, l.LockKey("h")).Val(); n != 0 {
 		t.Fatal("the unacknowledged hand-over left the lock held")
 	}
 }
@@ -261,7 +261,7 @@ func TestReplicaAckFailover(t *testing.T) {
 	} else if lk != nil {
 		holders["acked"] = lk
 	}
-	if n := g.Master(t).Client(t).Exists(ctx, acked.Key("acked", "lock")).Val(); n != 0 {
+	if n := g.Master(t).Client(t).Exists(ctx, acked.LockKey("acked")).Val(); n != 0 {
 		t.Fatal("the unacknowledged lock was left on the old master")
 	}
 	if _, took := g.KillMaster(t); took > 0 {
@@ -317,10 +317,10 @@ func TestReplicaAckCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	frozen := rc.ReplicaOf(t, l.Key(names[0], "lock"))
+	frozen := rc.ReplicaOf(t, l.LockKey(names[0]))
 	replicaOf := map[string]*testutil.Server{}
 	for _, name := range names {
-		replicaOf[name] = rc.ReplicaOf(t, l.Key(name, "lock"))
+		replicaOf[name] = rc.ReplicaOf(t, l.LockKey(name))
 	}
 	thaw := testutil.Freeze(t, frozen.Pid())
 	defer thaw()
@@ -361,7 +361,7 @@ func TestReplicaAckHungServer(t *testing.T) {
 			"Lock":    func(ctx context.Context) error { _, err := l.Lock(ctx, "y"); return err },
 			"Extend":  func(ctx context.Context) error { return held.Extend(ctx, time.Minute) },
 			"UnlockWith": func(ctx context.Context) error {
-				_, err := held.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{l.Key("held", "data")}, Args: []any{"v"}})
+				_, err := held.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{mustKey(t, l, "held", "data")}, Args: []any{"v"}})
 				return err
 			},
 		} {
@@ -392,11 +392,11 @@ func TestReplicaAckAtRelease(t *testing.T) {
 	lockAcked(t, ctx, l, "warm").Unlock(ctx) // the scripts loaded while the replica answers
 	thaw := testutil.Freeze(t, r.Replicas[0].Pid())
 	defer thaw()
-	lk, _, err := l.TryLockWith(ctx, "a", mutex.Call{Fragment: ackWrite, Keys: []string{l.Key("a", "data")}, Args: []any{"x"}}, mutex.AckAtRelease())
+	lk, _, err := l.TryLockWith(ctx, "a", mutex.Call{Fragment: ackWrite, Keys: []string{mustKey(t, l, "a", "data")}, Args: []any{"x"}}, mutex.AckAtRelease())
 	if err != nil {
 		t.Fatalf("TryLockWith(AckAtRelease) with a frozen replica: %v; want the lock, unacknowledged", err)
 	}
-	if _, err := lk.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{l.Key("a", "data")}, Args: []any{"y"}}); !errors.Is(err, mutex.ErrNotReplicated) {
+	if _, err := lk.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{mustKey(t, l, "a", "data")}, Args: []any{"y"}}); !errors.Is(err, mutex.ErrNotReplicated) {
 		t.Fatalf("its UnlockWith: %v, want ErrNotReplicated", err)
 	}
 	if _, err := l.TryLock(ctx, "b"); !errors.Is(err, mutex.ErrNotReplicated) {

@@ -148,7 +148,7 @@ func TestNoLockWithoutScripts(t *testing.T) {
 	if !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("TryLock's error %v does not name the refusal", err)
 	}
-	if n := admin.Exists(ctx, l.Key("x", "lock")).Val(); n != 0 {
+	if n := admin.Exists(ctx, l.LockKey("x")).Val(); n != 0 {
 		t.Fatal("a lock was taken that could not be released")
 	}
 }

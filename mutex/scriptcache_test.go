@@ -91,7 +91,7 @@ func TestScriptCacheLossUnderLoad(t *testing.T) {
 			}
 			data := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32})
 			t.Cleanup(func() { data.Close() })
-			hot := ls[0].Key("hot", "n")
+			hot := mustKey(t, ls[0], "hot", "n")
 
 			var inside atomic.Int32
 			var sections, tryWins atomic.Int64
@@ -150,7 +150,7 @@ func TestScriptCacheLossUnderLoad(t *testing.T) {
 
 			own := func(ctx context.Context, l *mutex.Locker, w, i int) error {
 				name := "own" + strconv.Itoa(w)
-				key := l.Key(name, "n")
+				key := mustKey(t, l, name, "n")
 				// Lock, Unlock: a native SET NX once a script has run (no
 				// script with WithReplicaAck), then the unlock script.
 				lk, err := l.Lock(ctx, name)
@@ -297,10 +297,10 @@ func TestScriptCacheLossCost(t *testing.T) {
 			l := mustNew(t, c, append([]mutex.Option{mutex.WithPrefix(prefix)}, opts...)...)
 			flush := func(ctx context.Context) error { return testutil.ScriptFlush(ctx, addr) }
 			read := func(name string) mutex.Call {
-				return mutex.Call{Fragment: readFragment, Keys: []string{l.Key(name, "n")}, Args: []any{"x"}}
+				return mutex.Call{Fragment: readFragment, Keys: []string{mustKey(t, l, name, "n")}, Args: []any{"x"}}
 			}
 			write := func(name string) mutex.Call {
-				return mutex.Call{Fragment: setFragment, Keys: []string{l.Key(name, "n")}, Args: []any{"v"}}
+				return mutex.Call{Fragment: setFragment, Keys: []string{mustKey(t, l, name, "n")}, Args: []any{"v"}}
 			}
 			for _, tc := range []struct {
 				name string

@@ -239,7 +239,7 @@ func TestHungMutex(t *testing.T) {
 				return err
 			}, stillHeld)
 			hungCall(t, kind.name, "mutex Lock.Run", func(ctx context.Context) error {
-				_, err := mine["run"].Run(ctx, mutex.Call{Fragment: read, Keys: []string{l.Key("run", "n")}})
+				_, err := mine["run"].Run(ctx, mutex.Call{Fragment: read, Keys: []string{mustKey(t, l, "run", "n")}})
 				return err
 			}, stillHeld)
 			hungCall(t, kind.name, "mutex UnlockWith", func(ctx context.Context) error {

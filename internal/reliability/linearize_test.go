@@ -444,7 +444,7 @@ func TestLinearizeLockAndCounter(t *testing.T) {
 		{locker: mustLocker(t, linScriptsOnly{mk(tight, &linFaultHook{late: true})}, opts...), goroutines: 1, iterations: 20, unbounded: true},
 	}
 	plain := mk(base)
-	counterKey := clients[0].locker.Key("ctr", "counter")
+	counterKey := mustKey(t, clients[0].locker, "ctr", "counter")
 
 	rec := &linRecorder{start: time.Now()}
 	// Bounds the recording under any load; the iteration counts end it on

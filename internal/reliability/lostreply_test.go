@@ -590,7 +590,7 @@ func TestLostReplyUnlockAgainHandsNothingOver(t *testing.T) {
 		admin := b.Client(t)
 		a := mustLocker(t, c, mutex.WithPrefix(b.Prefix))
 		other := mustLocker(t, admin, mutex.WithPrefix(b.Prefix))
-		key := a.Key("h", "lock")
+		key := a.LockKey("h")
 
 		lk, err := a.Lock(ctx, "h", mutex.Lease(time.Minute))
 		if err != nil {
@@ -641,7 +641,7 @@ func TestLostReplyUnlockAgainRepeatsTheHandOver(t *testing.T) {
 		defer cancel()
 		admin := b.Client(t)
 		a := mustLocker(t, c, mutex.WithPrefix(b.Prefix))
-		key := a.Key("g", "lock")
+		key := a.LockKey("g")
 
 		lk, err := a.Lock(ctx, "g", mutex.Lease(5*time.Second))
 		if err != nil {
@@ -692,7 +692,7 @@ func queueWaiter(ctx context.Context, t *testing.T, l *mutex.Locker, admin *redi
 		w, err := l.Lock(ctx, name, mutex.Lease(time.Minute))
 		got <- waited{w, err}
 	}()
-	key := l.Key(name, "lock")
+	key := l.LockKey(name)
 	for {
 		// Marked in Redis, and queued in l (it marks first).
 		if v := admin.Get(ctx, key).Val(); len(v) > 32 && v[32] == 'w' && l.Waiters(name) > 0 {
