@@ -1,12 +1,10 @@
 package servercheck
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -138,124 +136,4 @@ func (col *collector) ask(ctx context.Context, c redis.Cmdable, addr string) {
 		return
 	}
 	col.finish(i, askServer(ctx, c, addr))
-}
-
-// askServer asks the server of c, at addr ("": ask the server) for its
-// settings and judges them.
-func askServer(ctx context.Context, c redis.Cmdable, addr string) Finding {
-	f := Finding{Addr: addr, MaxMemory: -1}
-	if addr == "" {
-		// A failover client's master, or a client of unknown kind: the
-		// server's side of the connection (Redis 6.2 and later).
-		f.Addr = failoverAddr
-		if info, err := c.ClientInfo(ctx).Result(); err == nil && info.LAddr != "" {
-			f.Addr = info.LAddr
-		} else if err != nil && !answered(err) {
-			f.Err = noAnswer(ctx, f.Addr, err)
-			return f
-		}
-	}
-	info, infoErr := c.Info(ctx, "memory").Result()
-	if infoErr != nil && !answered(infoErr) {
-		f.Err = noAnswer(ctx, f.Addr, infoErr)
-		return f
-	}
-	if infoErr == nil {
-		f.MaxMemory, f.Policy = parseInfo(info)
-	}
-	var configErr error
-	if f.Policy == "" {
-		// INFO memory has had the fields since Redis 4.0; older servers,
-		// proxies and miniredis may still take CONFIG GET.
-		f.Policy, configErr = configGet(ctx, c, "maxmemory-policy")
-		if configErr != nil && !answered(configErr) {
-			f.Err = noAnswer(ctx, f.Addr, configErr)
-			return f
-		}
-	}
-	if f.MaxMemory < 0 && f.Policy != "" {
-		v, err := configGet(ctx, c, "maxmemory")
-		if err != nil && !answered(err) {
-			f.Err = noAnswer(ctx, f.Addr, err)
-			return f
-		}
-		if n, perr := strconv.ParseInt(v, 10, 64); err == nil && perr == nil && n >= 0 {
-			f.MaxMemory = n
-		}
-	}
-	judge(&f, infoErr, configErr)
-	return f
-}
-
-// judge sets f's Err and Note from its settings; infoErr and configErr say
-// why they are unknown.
-func judge(f *Finding, infoErr, configErr error) {
-	switch {
-	case f.Policy == "":
-		causes := errors.Join(infoErr, configErr)
-		if causes == nil {
-			causes = errors.New("INFO memory and CONFIG GET named no maxmemory-policy")
-		}
-		f.Err = fmt.Errorf("%w: %s: %w", ErrUnknownPolicy, f.Addr, causes)
-	case f.Policy == NoEviction:
-	case f.MaxMemory == 0:
-		f.Note = fmt.Sprintf("maxmemory-policy %s evicts funnelguard keys once a memory limit (maxmemory) is set: set maxmemory-policy %s", f.Policy, NoEviction)
-	case f.MaxMemory < 0:
-		f.Err = fmt.Errorf("%w: %s has maxmemory-policy %s and an unknown maxmemory: set maxmemory-policy %s", ErrEvictionPolicy, f.Addr, f.Policy, NoEviction)
-	default:
-		f.Err = fmt.Errorf("%w: %s has maxmemory-policy %s and maxmemory %d bytes: set maxmemory-policy %s", ErrEvictionPolicy, f.Addr, f.Policy, f.MaxMemory, NoEviction)
-	}
-}
-
-// parseInfo reads maxmemory (-1 if absent) and maxmemory_policy ("" if
-// absent) from an INFO reply.
-func parseInfo(info string) (maxMemory int64, policy string) {
-	maxMemory = -1
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "maxmemory":
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
-				maxMemory = n
-			}
-		case "maxmemory_policy":
-			policy = v
-		}
-	}
-	return maxMemory, policy
-}
-
-// configGet returns the value of one CONFIG GET parameter, "" with a nil
-// error if the server has no such parameter.
-func configGet(ctx context.Context, c redis.Cmdable, param string) (string, error) {
-	m, err := c.ConfigGet(ctx, param).Result()
-	if err != nil {
-		return "", err
-	}
-	return m[param], nil
-}
-
-// answered reports whether err is the server's own answer (an error reply:
-// an unknown or refused command), not a failure to reach it.
-func answered(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr)
-}
-
-// noAnswer is the error of a server at addr that did not answer.
-func noAnswer(ctx context.Context, addr string, err error) error {
-	cerr := ctx.Err()
-	if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
-		// A client that honours deadlines sets the connection's to ctx's:
-		// its i/o timeout can come a moment before ctx's own timer.
-		cerr = context.DeadlineExceeded
-	}
-	if cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%w: %s: %w: %w", ErrNoAnswer, addr, cerr, err)
-	}
-	return fmt.Errorf("%w: %s: %w", ErrNoAnswer, addr, err)
 }
