@@ -60,6 +60,12 @@ func Check(ctx context.Context, c redis.UniversalClient) ([]Finding, error) {
 		return struct{}{}, askAll(ctx, c, col)
 	}, nil)
 	findings := col.close(err)
+	return findings, joinErrors(findings, err)
+}
+
+// joinErrors returns Check's error: the findings' errors, and err, why
+// Check stopped asking, when no server could be asked.
+func joinErrors(findings []Finding, err error) error {
 	errs := make([]error, 0, len(findings)+1)
 	if err != nil && len(findings) == 0 {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrNoAnswer, err))
@@ -67,7 +73,7 @@ func Check(ctx context.Context, c redis.UniversalClient) ([]Finding, error) {
 	for _, f := range findings {
 		errs = append(errs, f.Err)
 	}
-	return findings, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // askAll asks each server of c into col. Its error is one that kept it from
@@ -75,29 +81,46 @@ func Check(ctx context.Context, c redis.UniversalClient) ([]Finding, error) {
 func askAll(ctx context.Context, c redis.UniversalClient, col *collector) error {
 	switch c := c.(type) {
 	case *redis.ClusterClient:
-		if err := forEachMaster(ctx, c, col); err != nil {
-			return fmt.Errorf("cluster %s: %w", strings.Join(c.Options().Addrs, ","), err)
-		}
+		return askCluster(ctx, c, col)
 	case *redis.Ring:
-		_ = c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
-			col.ask(ctx, shard, shard.Options().Addr)
-			return nil
-		})
-		// ForEachShard skips the shards the ring takes to be down: they are
-		// servers not checked, so they get a finding too.
-		for name, addr := range c.Options().Addrs {
-			col.missing(addr, fmt.Errorf("%w: %s: the ring takes shard %q to be down", ErrNoAnswer, addr, name))
-		}
+		askRing(ctx, c, col)
 	case *redis.Client:
-		addr := c.Options().Addr
-		if addr == failoverAddr {
-			addr = ""
-		}
-		col.ask(ctx, c, addr)
+		col.ask(ctx, c, clientAddr(c))
 	default:
 		col.ask(ctx, c, "")
 	}
 	return nil
+}
+
+// askCluster asks every master of c into col. Its error is that of slots
+// that could not be loaded, naming the cluster by its seed addresses.
+func askCluster(ctx context.Context, c *redis.ClusterClient, col *collector) error {
+	if err := forEachMaster(ctx, c, col); err != nil {
+		return fmt.Errorf("cluster %s: %w", strings.Join(c.Options().Addrs, ","), err)
+	}
+	return nil
+}
+
+// askRing asks every shard of c into col.
+func askRing(ctx context.Context, c *redis.Ring, col *collector) {
+	_ = c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
+		col.ask(ctx, shard, shard.Options().Addr)
+		return nil
+	})
+	// ForEachShard skips the shards the ring takes to be down: they are
+	// servers not checked, so they get a finding too.
+	for name, addr := range c.Options().Addrs {
+		col.missing(addr, fmt.Errorf("%w: %s: the ring takes shard %q to be down", ErrNoAnswer, addr, name))
+	}
+}
+
+// clientAddr returns the address of c's server, or "" for a failover
+// client: only its server knows which one it is.
+func clientAddr(c *redis.Client) string {
+	if addr := c.Options().Addr; addr != failoverAddr {
+		return addr
+	}
+	return ""
 }
 
 // forEachMaster asks every master of c into col.
