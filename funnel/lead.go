@@ -80,12 +80,13 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 		ws.rerunOthers()
 		return false
 	}
-	r, err := l.read(res, declined)
+	r, err := l.lim.read(l.c, res)
 	if err != nil {
 		_ = lk.Unlock(ctx)
 		ws.failAll(err)
 		return false
 	}
+	r.declined = declined
 	if l.decide(ws, r) == 0 {
 		_ = lk.Unlock(ctx) // nil when declined
 		l.cacheDenials(ws)
@@ -140,11 +141,11 @@ func (l *leader) admitAlone(now int64) Result {
 	return d.result(rules)
 }
 
-// read parses the reply of a gate that took the lock or declined it.
-func (l *leader) read(res any, declined bool) (reading, error) {
-	res, till := l.lim.unbox(l.c, res)
-	snap, err := parseRead(l.c.rules, res)
-	return reading{snapshot: snap, till: till, declined: declined}, err
+// read parses the result of c's gate, or of Peek's script, after proceed.
+func (lim *Limiter) read(c call, res any) (reading, error) {
+	res, till := lim.unbox(c, res)
+	snap, err := parseRead(c.rules, res)
+	return reading{snapshot: snap, till: till}, err
 }
 
 // decide decides the calls ws in arrival order on r, each seeing the units
