@@ -54,6 +54,15 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	return w.res, w.err
 }
 
+// checkKey reports an error matching ErrInvalidKey unless key has 1 to
+// MaxKeyLen bytes.
+func checkKey(key string) error {
+	if key == "" || len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
 // checkN reports an error matching ErrInvalidN unless n units fit in every
 // rule.
 func checkN(rules []rule, n int64) error {

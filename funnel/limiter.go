@@ -321,10 +321,7 @@ func (lim *Limiter) check(key string) error {
 	if lim.err != nil {
 		return lim.err
 	}
-	if key == "" || len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	return nil
+	return checkKey(key)
 }
 
 // stateKey is where the state of key lives: in the slot of key's lock.
