@@ -28,9 +28,10 @@ type leader struct {
 }
 
 // A reading is a gate's reply: the state, the end of the key's penalty box
-// (0: not in it), and whether the gate declined the lock because the state
-// denies the leader; then every call of the batch is denied. Deciding the
-// calls updates its levels: they become the state to write.
+// (0: not in it), and whether the gate declined the lock (a rule has no
+// room now, or the key is in the box): then nothing can be written, and
+// every call of the batch is denied. Deciding the calls updates its levels:
+// they become the state to write.
 type reading struct {
 	snapshot
 	till     int64
