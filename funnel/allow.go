@@ -39,10 +39,8 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	if err != nil {
 		return Result{}, err
 	}
-	for _, r := range c.rules {
-		if n < 1 || n > r.full/r.per { // not n*per > full: that can overflow
-			return Result{}, fmt.Errorf("%w: %d units for rule %q of capacity %d", ErrInvalidN, n, r.name, r.full/r.per)
-		}
+	if err := checkN(c.rules, n); err != nil {
+		return Result{}, err
 	}
 	if res, ok := lim.denials.lookup(c.key, c.set, n); ok {
 		return res, nil
@@ -54,6 +52,26 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	w := &waiter{n: n}
 	lim.lead(ctx, c, batchKey{}, &batch{waiters: []*waiter{w}}, n)
 	return w.res, w.err
+}
+
+// checkKey reports an error matching ErrInvalidKey unless key has 1 to
+// MaxKeyLen bytes.
+func checkKey(key string) error {
+	if key == "" || len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+// checkN reports an error matching ErrInvalidN unless n units fit in every
+// rule.
+func checkN(rules []rule, n int64) error {
+	for _, r := range rules {
+		if n < 1 || n > r.full/r.per { // not n*per > full: that can overflow
+			return fmt.Errorf("%w: %d units for rule %q of capacity %d", ErrInvalidN, n, r.name, r.full/r.per)
+		}
+	}
+	return nil
 }
 
 // corrupt marks a Redis WRONGTYPE error: the state key holds something
@@ -72,6 +90,20 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if err != nil {
 		return Result{}, err
 	}
+	reply, err := lim.peek(ctx, c)
+	if err != nil {
+		return Result{}, err
+	}
+	r, err := lim.read(c, reply)
+	if err != nil {
+		return Result{}, err
+	}
+	return peeked(c.rules, r), nil
+}
+
+// peek runs Peek's script for c, read.lua or, with the penalty box,
+// penalty.lua counting nothing, and returns its result after proceed.
+func (lim *Limiter) peek(ctx context.Context, c call) (any, error) {
 	script, args := readPeek, c.ids
 	if lim.penalty != nil {
 		script, args = penaltyPeek, c.penalized(lim.penalty, "0")
@@ -80,27 +112,34 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 		return script.Run(ctx, lim.client, []string{c.key}, args...).Result()
 	}, nil)
 	if err != nil {
-		return Result{}, corrupt(fmt.Errorf("funnel: peek: %w", err))
+		return nil, corrupt(fmt.Errorf("funnel: peek: %w", err))
 	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) < 1 {
-		return Result{}, fmt.Errorf("%w: peek returned %T", ErrCorruptState, reply)
-	}
-	res, till := lim.unbox(c, arr[1:]) // after proceed
-	snap, err := parseRead(c.rules, res)
-	if err != nil {
-		return Result{}, err
-	}
-	d := decide(c.rules, snap.levels, snap.now, 1)
-	if till > 0 {
-		return boxed(d, c.rules, snap.now, till), nil
+	return afterProceed(reply, "peek")
+}
+
+// peeked is what a call of one unit would get on r, with nothing taken.
+func peeked(rules []rule, r reading) Result {
+	d := decide(rules, r.levels, r.now, 1)
+	if r.till > 0 {
+		return boxed(d, rules, r.now, r.till)
 	}
 	if d.allowed { // nothing was taken: report the state as it is
-		for i, r := range c.rules {
+		for i, r := range rules {
 			d.fills[i] -= r.per
 		}
 	}
-	return d.result(c.rules), nil
+	return d.result(rules)
+}
+
+// afterProceed returns the result of read.lua, or of a script that runs it,
+// after its first value, proceed; script names it in the error of a reply
+// of another shape.
+func afterProceed(reply any, script string) (any, error) {
+	arr, ok := reply.([]any)
+	if !ok || len(arr) < 1 {
+		return nil, fmt.Errorf("%w: %s returned %T", ErrCorruptState, script, reply)
+	}
+	return arr[1:], nil
 }
 
 // Refund gives n units back to every rule of key, never below empty: for a
@@ -115,32 +154,42 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 		return fmt.Errorf("%w: refund of %d units", ErrInvalidN, n)
 	}
 	for range maxCommits {
-		lk, res, err := lim.locker.LockWith(ctx, c.name, c.read(readAll), lim.hold...)
-		if err != nil {
-			return corrupt(err)
-		}
-		arr, ok := res.([]any)
-		if !ok || len(arr) < 1 {
-			_ = lk.Unlock(ctx)
-			return fmt.Errorf("%w: read returned %T", ErrCorruptState, res)
-		}
-		snap, err := parseRead(c.rules, arr[1:]) // after proceed
-		if err != nil {
-			_ = lk.Unlock(ctx)
+		if done, err := lim.refundOnce(ctx, c, n); done {
 			return err
 		}
-		fills, ats := refund(c.rules, snap.levels, snap.now, n)
-		write := mutex.Call{Fragment: writeBack, Keys: []string{c.key}, Args: writeArgs(c.rules, fills, ats, snap.now)}
-		_, err = lk.UnlockWith(ctx, write)
-		lim.denials.forget(c.key) // after the commit, and after an error: it may have committed
-		if errors.Is(err, mutex.ErrNotHeld) {
-			continue
-		} else if err != nil {
-			return err
-		}
-		return nil
 	}
 	return ErrConflict
+}
+
+// refundOnce takes the lock of c's key, reading its state, and commits the
+// refund of n units. done is false when the lease lapsed before the commit:
+// nothing was written.
+func (lim *Limiter) refundOnce(ctx context.Context, c call, n int64) (done bool, err error) {
+	lk, res, err := lim.locker.LockWith(ctx, c.name, c.read(readAll), lim.hold...)
+	if err != nil {
+		return true, corrupt(err)
+	}
+	args, err := refundArgs(c.rules, res, n)
+	if err != nil {
+		_ = lk.Unlock(ctx)
+		return true, err
+	}
+	return lim.release(ctx, c, lk, writeBack, args)
+}
+
+// refundArgs returns the write script's arguments for the refund of n
+// units on the state read.lua returned.
+func refundArgs(rules []rule, res any, n int64) ([]any, error) {
+	res, err := afterProceed(res, "read")
+	if err != nil {
+		return nil, err
+	}
+	snap, err := parseRead(rules, res)
+	if err != nil {
+		return nil, err
+	}
+	fills, ats := refund(rules, snap.levels, snap.now, n)
+	return writeArgs(rules, fills, ats, snap.now), nil
 }
 
 // Reset forgets every rule's state for key, under its lock.
@@ -154,14 +203,22 @@ func (lim *Limiter) Reset(ctx context.Context, key string) error {
 		if err != nil {
 			return err
 		}
-		_, err = lk.UnlockWith(ctx, mutex.Call{Fragment: resetAll, Keys: []string{c.key}})
-		lim.denials.forget(c.key) // after the commit, and after an error: it may have committed
-		if errors.Is(err, mutex.ErrNotHeld) {
-			continue
-		} else if err != nil {
+		if done, err := lim.release(ctx, c, lk, resetAll, nil); done {
 			return err
 		}
-		return nil
 	}
 	return ErrConflict
+}
+
+// release runs script f with args on c's key if lk is still held, and
+// releases it: the commit of a Refund or Reset, after which the deny cache
+// forgets the key. done is false when the lease lapsed first: nothing was
+// written.
+func (lim *Limiter) release(ctx context.Context, c call, lk *mutex.Lock, f *mutex.Fragment, args []any) (done bool, err error) {
+	_, err = lk.UnlockWith(ctx, mutex.Call{Fragment: f, Keys: []string{c.key}, Args: args})
+	lim.denials.forget(c.key) // after the commit, and after an error: it may have committed
+	if errors.Is(err, mutex.ErrNotHeld) {
+		return false, nil
+	}
+	return true, err
 }

@@ -81,6 +81,15 @@ func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
 	if c == nil {
 		return Result{}, false
 	}
+	e, ok := c.entry(key)
+	if !ok || e.set != set || n < e.n {
+		return Result{}, false
+	}
+	return e.at(c.clock())
+}
+
+// entry returns key's entry, if there is one.
+func (c *denyCache) entry(key string) (denial, bool) {
 	c.mu.RLock()
 	i, ok := c.index[key]
 	var e denial
@@ -88,13 +97,15 @@ func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
 		e = c.nodes[i].d
 	}
 	c.mu.RUnlock()
-	if !ok || e.set != set || n < e.n {
-		return Result{}, false
-	}
-	now := c.clock()
+	return e, ok
+}
+
+// at returns e's Result with its waits counted down to now, if now is before
+// its gate time: at the gate time, Redis decides.
+func (e *denial) at(now time.Time) (Result, bool) {
 	left := e.until.Sub(now)
 	if left <= 0 {
-		return Result{}, false // at the gate time: Redis decides
+		return Result{}, false
 	}
 	res := e.res
 	res.RetryAfter = left
@@ -125,31 +136,42 @@ func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epo
 	defer c.mu.Unlock()
 	// Under the lock, as forget counts: a forget either came before this
 	// check (the denial is dropped) or deletes the entry after it.
-	if c.forgets.Load() != epoch {
-		return
+	if c.forgets.Load() == epoch {
+		c.put(key, e)
 	}
+}
+
+// put makes e the entry of key, the newest; c.mu is held.
+func (c *denyCache) put(key string, e denial) {
 	if i, ok := c.index[key]; ok {
 		c.nodes[i].d = e
 		c.unlink(i)
 		c.link(i)
 		return
 	}
-	var i int32
-	switch {
-	case c.free >= 0:
-		i = c.free
-		c.free = c.nodes[i].next
-	case len(c.nodes) < c.max:
-		c.nodes = append(c.nodes, denyNode{})
-		i = int32(len(c.nodes) - 1)
-	default: // full: evict the oldest
-		i = c.oldest
-		delete(c.index, c.nodes[i].key)
-		c.unlink(i)
-	}
+	i := c.node()
 	c.nodes[i] = denyNode{key: key, d: e}
 	c.index[key] = i
 	c.link(i)
+}
+
+// node returns a node for a new key, out of the list: a forgotten one, else
+// a new one while there are fewer than max, else the oldest, whose key it
+// evicts. c.mu is held.
+func (c *denyCache) node() int32 {
+	switch {
+	case c.free >= 0:
+		i := c.free
+		c.free = c.nodes[i].next
+		return i
+	case len(c.nodes) < c.max:
+		c.nodes = append(c.nodes, denyNode{})
+		return int32(len(c.nodes) - 1)
+	}
+	i := c.oldest
+	delete(c.index, c.nodes[i].key)
+	c.unlink(i)
+	return i
 }
 
 // unlink takes node i out of the list.

@@ -327,10 +327,7 @@ func (lim *Limiter) check(key string) error {
 	if lim == nil {
 		return errNilLimiter
 	}
-	if key == "" || len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	return nil
+	return checkKey(key)
 }
 
 // stateKey is where the state of key lives: in the slot of key's lock.
@@ -370,18 +367,27 @@ type ruleSet struct {
 
 // ruleSet returns the compiled rules, from the cache when possible.
 func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
-	var k setKey
-	cacheable := len(rules) <= setMax
-	if cacheable {
-		k.n = copy(k.rules[:], rules)
-		lim.mu.RLock()
-		s := lim.sets[k]
-		lim.mu.RUnlock()
-		if s != nil {
-			return s, nil
-		}
+	if len(rules) > setMax {
+		return newRuleSet(rules, lim.compile)
 	}
-	rs, err := compileRules(rules, lim.compile)
+	var k setKey
+	k.n = copy(k.rules[:], rules)
+	lim.mu.RLock()
+	s := lim.sets[k]
+	lim.mu.RUnlock()
+	if s != nil {
+		return s, nil
+	}
+	s, err := newRuleSet(rules, lim.compile)
+	if err != nil {
+		return nil, err
+	}
+	return lim.keepSet(k, s), nil
+}
+
+// newRuleSet compiles rules with compile.
+func newRuleSet(rules []Rule, compile func(Rule) (rule, error)) (*ruleSet, error) {
+	rs, err := compileRules(rules, compile)
 	if err != nil {
 		return nil, err
 	}
@@ -390,23 +396,26 @@ func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
 		s.ids[i] = r.arg
 	}
 	s.admit1 = admitArgs(rs, s.ids, 1)
-	if cacheable {
-		lim.mu.Lock()
-		if first := lim.sets[k]; first != nil {
-			// Compiled meanwhile by another call: one set per rules, so that
-			// calls with the same rules share batches and cached denials.
-			lim.mu.Unlock()
-			return first, nil
-		}
-		if len(lim.sets) < maxCompiled {
-			if lim.sets == nil {
-				lim.sets = make(map[setKey]*ruleSet)
-			}
-			lim.sets[k] = s
-		}
-		lim.mu.Unlock()
-	}
 	return s, nil
+}
+
+// keepSet caches s as the set of the rules k while there is room, and
+// returns the set of k: s, or the one another call cached meanwhile.
+func (lim *Limiter) keepSet(k setKey, s *ruleSet) *ruleSet {
+	lim.mu.Lock()
+	defer lim.mu.Unlock()
+	if first := lim.sets[k]; first != nil {
+		// One set per rules, so that calls with the same rules share
+		// batches and cached denials.
+		return first
+	}
+	if len(lim.sets) < maxCompiled {
+		if lim.sets == nil {
+			lim.sets = make(map[setKey]*ruleSet)
+		}
+		lim.sets[k] = s
+	}
+	return s
 }
 
 func (c call) read(f *mutex.Fragment) mutex.Call {

@@ -1,7 +1,6 @@
 package funnel
 
 import (
-	"fmt"
 	"sync"
 	"time"
 )
@@ -37,7 +36,7 @@ func NewLocal(maxKeys int) *Local {
 	if maxKeys < 1 {
 		maxKeys = DefaultLocalKeys
 	}
-	return &Local{max: maxKeys, base: time.Now(), keys: make(map[string]map[string]level)}
+	return &Local{max: maxKeys, base: time.Now(), keys: make(map[string]map[string]level), compiled: make(map[Rule]rule)}
 }
 
 // Allow is shorthand for AllowN(time.Now(), key, 1, rules...).
@@ -50,8 +49,8 @@ func (l *Local) Allow(key string, rules ...Rule) (Result, error) {
 // creation (times before it count as its creation); pass time.Now() outside
 // tests. Errors match ErrInvalidKey, ErrInvalidRule and ErrInvalidN; a failed call changes nothing.
 func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Result, error) {
-	if key == "" || len(key) > MaxKeyLen {
-		return Result{}, fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
+	if err := checkKey(key); err != nil {
+		return Result{}, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -59,29 +58,38 @@ func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Resul
 	if err != nil {
 		return Result{}, err
 	}
-	for _, r := range rs {
-		if n < 1 || n > r.full/r.per {
-			return Result{}, fmt.Errorf("%w: %d units for rule %q of capacity %d", ErrInvalidN, n, r.name, r.full/r.per)
-		}
+	if err := checkN(rs, n); err != nil {
+		return Result{}, err
 	}
 	us := int64(max(now.Sub(l.base), 0) / time.Microsecond)
 	st := l.keys[key]
-	levels := make([]level, len(rs))
-	for i, r := range rs {
+	d := decide(rs, levelsOf(st, rs), us, n)
+	if !d.allowed {
+		d.retry = max(d.retry, 1) // never "retry now" on a denial
+		return d.result(rs), nil
+	}
+	l.take(key, st, rs, d)
+	return d.result(rs), nil
+}
+
+// levelsOf returns the levels of rules in st, a key's state (nil: none).
+func levelsOf(st map[string]level, rules []rule) []level {
+	levels := make([]level, len(rules))
+	for i, r := range rules {
 		levels[i] = st[r.id]
 	}
-	d := decide(rs, levels, us, n)
-	if d.allowed {
-		if st == nil {
-			st = l.add(key)
-		}
-		for i, r := range rs {
-			st[r.id] = level{fill: d.fills[i], at: d.ats[i]}
-		}
-	} else {
-		d.retry = max(d.retry, 1)
+	return levels
+}
+
+// take stores the levels after d, an admission, as the state st of key
+// (nil: key has none yet); l.mu is held.
+func (l *Local) take(key string, st map[string]level, rules []rule, d decision) {
+	if st == nil {
+		st = l.add(key)
 	}
-	return d.result(rs), nil
+	for i, r := range rules {
+		st[r.id] = level{fill: d.fills[i], at: d.ats[i]}
+	}
 }
 
 // compile validates r, from the cache when possible; l.mu is held.
@@ -92,9 +100,6 @@ func (l *Local) compile(r Rule) (rule, error) {
 	c, err := r.compile()
 	if err != nil {
 		return rule{}, err
-	}
-	if l.compiled == nil {
-		l.compiled = make(map[Rule]rule)
 	}
 	if len(l.compiled) < maxCompiled {
 		l.compiled[r] = c

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -64,23 +65,13 @@ type rule struct {
 	leak int64  // per µs
 }
 
+// compile returns r in exact units, or an error matching ErrInvalidRule.
 func (r Rule) compile() (rule, error) {
 	bad := func(why string) (rule, error) {
 		return rule{}, fmt.Errorf("%w: %q: %s", ErrInvalidRule, r.Name, why)
 	}
-	switch {
-	case r.Name == "" || len(r.Name) > MaxRuleName:
-		return bad(fmt.Sprintf("the name must have 1 to %d bytes", MaxRuleName))
-	case r.Capacity <= 0:
-		return bad("Capacity must be positive")
-	case r.Leak <= 0:
-		return bad("Leak must be positive")
-	case r.Per < time.Microsecond:
-		return bad("Per must be at least 1µs")
-	case r.Per%time.Microsecond != 0:
-		return bad("Per must be a whole number of microseconds")
-	case r.Leak > maxScaled:
-		return bad("Leak is too large")
+	if why := r.invalid(); why != "" {
+		return bad(why)
 	}
 	per := int64(r.Per / time.Microsecond)
 	hi, full := bits.Mul64(uint64(r.Capacity), uint64(per))
@@ -89,6 +80,26 @@ func (r Rule) compile() (rule, error) {
 	}
 	id := fieldOf(r.Name + "/" + strconv.FormatInt(r.Capacity, 10) + "/" + strconv.FormatInt(r.Leak, 10) + "/" + strconv.FormatInt(per, 10))
 	return rule{name: r.Name, id: id, arg: id, per: per, full: int64(full), leak: r.Leak}, nil
+}
+
+// invalid returns why a field of r is out of range, "" if none is. (Their
+// product, Capacity * Per, is compile's to check.)
+func (r Rule) invalid() string {
+	switch {
+	case r.Name == "" || len(r.Name) > MaxRuleName:
+		return fmt.Sprintf("the name must have 1 to %d bytes", MaxRuleName)
+	case r.Capacity <= 0:
+		return "Capacity must be positive"
+	case r.Leak <= 0:
+		return "Leak must be positive"
+	case r.Per < time.Microsecond:
+		return "Per must be at least 1µs"
+	case r.Per%time.Microsecond != 0:
+		return "Per must be a whole number of microseconds"
+	case r.Leak > maxScaled:
+		return "Leak is too large"
+	}
+	return ""
 }
 
 // fieldOf is the state hash's field of a rule, from its definition (name,
@@ -120,10 +131,8 @@ func compileRules(rules []Rule, compile func(Rule) (rule, error)) ([]rule, error
 		if err != nil {
 			return nil, err
 		}
-		for _, prev := range out[:i] {
-			if prev.name == c.name {
-				return nil, fmt.Errorf("%w: two rules named %q", ErrInvalidRule, c.name)
-			}
+		if slices.ContainsFunc(out[:i], func(prev rule) bool { return prev.name == c.name }) {
+			return nil, fmt.Errorf("%w: two rules named %q", ErrInvalidRule, c.name)
 		}
 		out[i] = c
 	}

@@ -38,18 +38,31 @@ func (r rule) decode(v any) (level, error) {
 	if !ok {
 		return level{}, fmt.Errorf("%w: field %q holds %T", ErrCorruptState, r.id, v)
 	}
+	lv, ok := parseLevel(s)
+	if !ok || lv.fill > r.full {
+		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
+	}
+	return lv, nil
+}
+
+// parseLevel reads the level in a stored value, and reports whether it has
+// the stored values' shape.
+func parseLevel(s string) (level, bool) {
+	if strings.Count(s, ":") > 3 {
+		return level{}, false
+	}
 	_, rest, ok1 := strings.Cut(s, ":") // the wait: the read script's business
 	fills, ats, ok2 := strings.Cut(rest, ":")
 	ats, _, _ = strings.Cut(ats, ":") // a nonce, if admit.lua wrote the value
-	if !ok1 || !ok2 || strings.Count(s, ":") > 3 {
-		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
-	}
-	fill, err1 := strconv.ParseInt(fills, 36, 64)
-	at, err2 := strconv.ParseInt(ats, 36, 64)
-	if err1 != nil || err2 != nil || fill < 0 || fill > r.full || at < 0 {
-		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
-	}
-	return level{fill: fill, at: at}, nil
+	fill, ok3 := parseBase36(fills)
+	at, ok4 := parseBase36(ats)
+	return level{fill: fill, at: at}, ok1 && ok2 && ok3 && ok4
+}
+
+// parseBase36 reads a stored integer, which is never negative.
+func parseBase36(s string) (int64, bool) {
+	n, err := strconv.ParseInt(s, 36, 64)
+	return n, err == nil && n >= 0
 }
 
 // snapshot is what the read script returned: the server time and the stored

@@ -1,15 +1,11 @@
 package servercheck
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
@@ -64,6 +60,12 @@ func Check(ctx context.Context, c redis.UniversalClient) ([]Finding, error) {
 		return struct{}{}, askAll(ctx, c, col)
 	}, nil)
 	findings := col.close(err)
+	return findings, joinErrors(findings, err)
+}
+
+// joinErrors returns Check's error: the findings' errors, and err, why
+// Check stopped asking, when no server could be asked.
+func joinErrors(findings []Finding, err error) error {
 	errs := make([]error, 0, len(findings)+1)
 	if err != nil && len(findings) == 0 {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrNoAnswer, err))
@@ -71,7 +73,7 @@ func Check(ctx context.Context, c redis.UniversalClient) ([]Finding, error) {
 	for _, f := range findings {
 		errs = append(errs, f.Err)
 	}
-	return findings, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // askAll asks each server of c into col. Its error is one that kept it from
@@ -79,29 +81,46 @@ func Check(ctx context.Context, c redis.UniversalClient) ([]Finding, error) {
 func askAll(ctx context.Context, c redis.UniversalClient, col *collector) error {
 	switch c := c.(type) {
 	case *redis.ClusterClient:
-		if err := forEachMaster(ctx, c, col); err != nil {
-			return fmt.Errorf("cluster %s: %w", strings.Join(c.Options().Addrs, ","), err)
-		}
+		return askCluster(ctx, c, col)
 	case *redis.Ring:
-		_ = c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
-			col.ask(ctx, shard, shard.Options().Addr)
-			return nil
-		})
-		// ForEachShard skips the shards the ring takes to be down: they are
-		// servers not checked, so they get a finding too.
-		for name, addr := range c.Options().Addrs {
-			col.missing(addr, fmt.Errorf("%w: %s: the ring takes shard %q to be down", ErrNoAnswer, addr, name))
-		}
+		askRing(ctx, c, col)
 	case *redis.Client:
-		addr := c.Options().Addr
-		if addr == failoverAddr {
-			addr = ""
-		}
-		col.ask(ctx, c, addr)
+		col.ask(ctx, c, clientAddr(c))
 	default:
 		col.ask(ctx, c, "")
 	}
 	return nil
+}
+
+// askCluster asks every master of c into col. Its error is that of slots
+// that could not be loaded, naming the cluster by its seed addresses.
+func askCluster(ctx context.Context, c *redis.ClusterClient, col *collector) error {
+	if err := forEachMaster(ctx, c, col); err != nil {
+		return fmt.Errorf("cluster %s: %w", strings.Join(c.Options().Addrs, ","), err)
+	}
+	return nil
+}
+
+// askRing asks every shard of c into col.
+func askRing(ctx context.Context, c *redis.Ring, col *collector) {
+	_ = c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
+		col.ask(ctx, shard, shard.Options().Addr)
+		return nil
+	})
+	// ForEachShard skips the shards the ring takes to be down: they are
+	// servers not checked, so they get a finding too.
+	for name, addr := range c.Options().Addrs {
+		col.missing(addr, fmt.Errorf("%w: %s: the ring takes shard %q to be down", ErrNoAnswer, addr, name))
+	}
+}
+
+// clientAddr returns the address of c's server, or "" for a failover
+// client: only its server knows which one it is.
+func clientAddr(c *redis.Client) string {
+	if addr := c.Options().Addr; addr != failoverAddr {
+		return addr
+	}
+	return ""
 }
 
 // forEachMaster asks every master of c into col.
@@ -140,189 +159,4 @@ func (col *collector) ask(ctx context.Context, c redis.Cmdable, addr string) {
 		return
 	}
 	col.finish(i, askServer(ctx, c, addr))
-}
-
-// askServer asks the server of c, at addr ("": ask the server) for its
-// settings and judges them.
-func askServer(ctx context.Context, c redis.Cmdable, addr string) Finding {
-	f := Finding{Addr: addr, MaxMemory: -1}
-	if addr == "" {
-		// A failover client's master, or a client of unknown kind: the
-		// server's side of the connection (Redis 6.2 and later).
-		f.Addr = failoverAddr
-		if info, err := c.ClientInfo(ctx).Result(); err == nil && info.LAddr != "" {
-			f.Addr = info.LAddr
-		} else if err != nil && !answered(err) {
-			f.Err = noAnswer(ctx, f.Addr, err)
-			return f
-		}
-	}
-	info, infoErr := c.Info(ctx, "memory").Result()
-	if infoErr != nil && !answered(infoErr) {
-		f.Err = noAnswer(ctx, f.Addr, infoErr)
-		return f
-	}
-	if infoErr == nil {
-		f.MaxMemory, f.Policy = parseInfo(info)
-	}
-	var configErr error
-	if f.Policy == "" {
-		// INFO memory has had the fields since Redis 4.0; older servers,
-		// proxies and miniredis may still take CONFIG GET.
-		f.Policy, configErr = configGet(ctx, c, "maxmemory-policy")
-		if configErr != nil && !answered(configErr) {
-			f.Err = noAnswer(ctx, f.Addr, configErr)
-			return f
-		}
-	}
-	if f.MaxMemory < 0 && f.Policy != "" {
-		v, err := configGet(ctx, c, "maxmemory")
-		if err != nil && !answered(err) {
-			f.Err = noAnswer(ctx, f.Addr, err)
-			return f
-		}
-		if n, perr := strconv.ParseInt(v, 10, 64); err == nil && perr == nil && n >= 0 {
-			f.MaxMemory = n
-		}
-	}
-	judge(&f, infoErr, configErr)
-	return f
-}
-
-// judge sets f's Err and Note from its settings; infoErr and configErr say
-// why they are unknown.
-func judge(f *Finding, infoErr, configErr error) {
-	switch {
-	case f.Policy == "":
-		causes := errors.Join(infoErr, configErr)
-		if causes == nil {
-			causes = errors.New("INFO memory and CONFIG GET named no maxmemory-policy")
-		}
-		f.Err = fmt.Errorf("%w: %s: %w", ErrUnknownPolicy, f.Addr, causes)
-	case f.Policy == NoEviction:
-	case f.MaxMemory == 0:
-		f.Note = fmt.Sprintf("maxmemory-policy %s evicts funnelguard keys once a memory limit (maxmemory) is set: set maxmemory-policy %s", f.Policy, NoEviction)
-	case f.MaxMemory < 0:
-		f.Err = fmt.Errorf("%w: %s has maxmemory-policy %s and an unknown maxmemory: set maxmemory-policy %s", ErrEvictionPolicy, f.Addr, f.Policy, NoEviction)
-	default:
-		f.Err = fmt.Errorf("%w: %s has maxmemory-policy %s and maxmemory %d bytes: set maxmemory-policy %s", ErrEvictionPolicy, f.Addr, f.Policy, f.MaxMemory, NoEviction)
-	}
-}
-
-// parseInfo reads maxmemory (-1 if absent) and maxmemory_policy ("" if
-// absent) from an INFO reply.
-func parseInfo(info string) (maxMemory int64, policy string) {
-	maxMemory = -1
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "maxmemory":
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
-				maxMemory = n
-			}
-		case "maxmemory_policy":
-			policy = v
-		}
-	}
-	return maxMemory, policy
-}
-
-// configGet returns the value of one CONFIG GET parameter, "" with a nil
-// error if the server has no such parameter.
-func configGet(ctx context.Context, c redis.Cmdable, param string) (string, error) {
-	m, err := c.ConfigGet(ctx, param).Result()
-	if err != nil {
-		return "", err
-	}
-	return m[param], nil
-}
-
-// answered reports whether err is the server's own answer (an error reply:
-// an unknown or refused command), not a failure to reach it.
-func answered(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr)
-}
-
-// noAnswer is the error of a server at addr that did not answer.
-func noAnswer(ctx context.Context, addr string, err error) error {
-	cerr := ctx.Err()
-	if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
-		// A client that honours deadlines sets the connection's to ctx's:
-		// its i/o timeout can come a moment before ctx's own timer.
-		cerr = context.DeadlineExceeded
-	}
-	if cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%w: %s: %w: %w", ErrNoAnswer, addr, cerr, err)
-	}
-	return fmt.Errorf("%w: %s: %w", ErrNoAnswer, addr, err)
-}
-
-// A collector gathers the findings of one Check. When Check returns before
-// asking ended (a client that ignores deadlines), it closes the collector:
-// the servers still being asked get a finding of no answer, and the askers'
-// late findings are dropped.
-type collector struct {
-	mu       sync.Mutex
-	findings []Finding
-	done     []bool
-	closed   bool
-}
-
-// start records that the server at addr is being asked and returns its
-// index, or -1 when the collector is closed.
-func (col *collector) start(addr string) int {
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	if col.closed {
-		return -1
-	}
-	col.findings = append(col.findings, Finding{Addr: addr, MaxMemory: -1})
-	col.done = append(col.done, false)
-	return len(col.findings) - 1
-}
-
-// finish records the finding of index i, unless the collector is closed.
-func (col *collector) finish(i int, f Finding) {
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	if !col.closed {
-		col.findings[i], col.done[i] = f, true
-	}
-}
-
-// missing records err as the finding of a server at addr that was not asked
-// at all, unless a finding names addr already.
-func (col *collector) missing(addr string, err error) {
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	if col.closed || slices.ContainsFunc(col.findings, func(f Finding) bool { return f.Addr == addr }) {
-		return
-	}
-	col.findings = append(col.findings, Finding{Addr: addr, MaxMemory: -1, Err: err})
-	col.done = append(col.done, true)
-}
-
-// close closes the collector and returns its findings ordered by address; a
-// server still being asked gets ErrNoAnswer with cause, why Check stopped
-// waiting.
-func (col *collector) close(cause error) []Finding {
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	col.closed = true
-	if cause == nil {
-		cause = errors.New("asking ended without a reply")
-	}
-	out := slices.Clone(col.findings)
-	for i := range out {
-		if !col.done[i] {
-			out[i].Err = fmt.Errorf("%w: %s: %w", ErrNoAnswer, out[i].Addr, cause)
-		}
-	}
-	slices.SortStableFunc(out, func(a, b Finding) int { return strings.Compare(a.Addr, b.Addr) })
-	return out
 }

@@ -1,0 +1,224 @@
+package funnel
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/funnelguard/funnelguard/mutex"
+)
+
+// A leader runs one batch (see batch.go): it takes the key's lock with a
+// gate that reads the state, decides the batch's calls on that state, writes
+// what the admitted ones took and releases the lock in one script, and gives
+// each call its outcome. It holds what the Redis commands take; the calls
+// are passed apart (sealed), so that escape analysis keeps them on the
+// stack of a call that leads alone.
+type leader struct {
+	lim *Limiter
+	c   call
+	n   int64 // the leader's own units
+	// sent is taken before Redis reads its clock: a denial's wait counts
+	// from it, for every call of the batch (see denyCache); epoch is the
+	// deny cache's at that time.
+	sent  time.Time
+	epoch uint64
+	// lock is the key's lock, for the one-round-trip admission (admit.lua).
+	lock string
+}
+
+// A reading is a gate's reply: the state, the end of the key's penalty box
+// (0: not in it), and whether the gate declined the lock (a rule has no
+// room now, or the key is in the box): then nothing can be written, and
+// every call of the batch is denied. Deciding the calls updates its levels:
+// they become the state to write.
+type reading struct {
+	snapshot
+	till     int64
+	declined bool
+}
+
+// lead runs batch b, whose leader asks n units: the lock and the read, the
+// decisions of its calls, one write, and each call's outcome. A key with no
+// state and a free lock admits the leader's units in the read's round trip
+// (admit.lua); the others of the batch then run again.
+func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n int64) {
+	var ws sealed
+	defer func() { ws.wake() }()
+	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
+	if !lim.uniform {
+		l.lock = lim.locker.LockKey(c.name)
+	}
+	for range maxCommits {
+		lk, res, err := l.acquire(ctx)
+		if ws == nil {
+			// The first reply seals the batch: the calls that arrive later
+			// form the next one.
+			ws = lim.batches.seal(k, b)
+		}
+		if !l.settle(ctx, ws, lk, res, err) {
+			return
+		}
+	}
+	ws.failAll(ErrConflict)
+}
+
+// settle decides the calls ws on the reply of a lock attempt (lk, res, err)
+// and commits what they took. It reports whether the lease lapsed before the
+// commit: nothing was written, and every call is decided again on fresh
+// state.
+func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any, err error) (again bool) {
+	declined := errors.Is(err, mutex.ErrDeclined)
+	if now, ok := admitted(declined, res); ok {
+		ws[0].res = l.admitAlone(now)
+		ws.rerunOthers()
+		return false
+	}
+	if err != nil && !declined {
+		// The leader's error, perhaps its context's: the others run again,
+		// each under its own context.
+		ws[0].err = corrupt(err)
+		ws.rerunOthers()
+		return false
+	}
+	r, err := l.lim.read(l.c, res)
+	if err != nil {
+		_ = lk.Unlock(ctx)
+		ws.failAll(err)
+		return false
+	}
+	r.declined = declined
+	if l.decide(ws, r) == 0 {
+		_ = lk.Unlock(ctx) // nil when declined
+		l.cacheDenials(ws)
+		return false
+	}
+	return l.commit(ctx, ws, lk, r)
+}
+
+// acquire tries the key's lock with a gate that reads the state, and waits
+// for it if another holds it and the state does not deny. The gate is the
+// penalty box's (penalty.lua) when there is one, else the one-round-trip
+// admission's (admit.lua) unless WithUniformCost, else read.lua; each
+// attempt gets its own (admit.lua's nonce is new).
+func (l *leader) acquire(ctx context.Context) (*mutex.Lock, any, error) {
+	lim := l.lim
+	// Built here, not returned by a function: its slices stay on the stack.
+	var gate mutex.Call
+	switch {
+	case lim.penalty != nil:
+		gate = mutex.Call{Fragment: penaltyGate, Keys: []string{l.c.key}, Args: l.c.penalized(lim.penalty, "1")}
+	case !lim.uniform:
+		gate = l.c.admit(l.n, l.lock)
+	default:
+		gate = l.c.read(readGate)
+	}
+	lk, res, err := lim.locker.TryLockWith(ctx, l.c.name, gate, lim.hold...)
+	if errors.Is(err, mutex.ErrLocked) {
+		lk, res, err = lim.locker.LockWith(ctx, l.c.name, gate, lim.hold...)
+	}
+	return lk, res, err
+}
+
+// admitted reports whether a declined gate's result says that admit.lua
+// admitted the call, and the server time it did.
+func admitted(declined bool, res any) (int64, bool) {
+	if !declined {
+		return 0, false
+	}
+	arr, ok := res.([]any)
+	if !ok || len(arr) != 2 || arr[1] != "admitted" {
+		return 0, false
+	}
+	now, ok := arr[0].(int64)
+	return now, ok
+}
+
+// admitAlone returns the leader's admission by admit.lua at server time now,
+// on an empty state: the units of the leader's call alone.
+func (l *leader) admitAlone(now int64) Result {
+	rules := l.c.rules
+	d := decide(rules, make([]level, len(rules)), now, l.n)
+	return d.result(rules)
+}
+
+// read parses the result of c's gate, or of Peek's script, after proceed.
+func (lim *Limiter) read(c call, res any) (reading, error) {
+	res, till := lim.unbox(c, res)
+	snap, err := parseRead(c.rules, res)
+	return reading{snapshot: snap, till: till}, err
+}
+
+// decide decides the calls ws in arrival order on r, each seeing the units
+// the calls before it took, and returns how many it admitted.
+func (l *leader) decide(ws sealed, r reading) int {
+	taken := 0
+	for i, w := range ws {
+		if i > 0 && w.gone.Load() {
+			continue // its caller left before its turn: nothing taken for it
+		}
+		if l.take(w, r) {
+			taken++
+		}
+	}
+	return taken
+}
+
+// take decides w on r's levels and, if it is admitted, takes its units.
+func (l *leader) take(w *waiter, r reading) bool {
+	rules := l.c.rules
+	d := decide(rules, r.levels, r.now, w.n)
+	switch {
+	case r.till > 0: // in the penalty box
+		w.res = boxed(d, rules, r.now, r.till)
+		return false
+	case r.declined || !d.allowed:
+		d.allowed = false
+		d.retry = max(d.retry, 1) // never "retry now" on a denial
+		w.res = d.result(rules)
+		return false
+	}
+	for j := range r.levels {
+		r.levels[j] = level{fill: d.fills[j], at: d.ats[j]}
+	}
+	w.res = d.result(rules)
+	return true
+}
+
+// commit writes r's levels as the decisions left them and releases the
+// lock. It reports whether the lease lapsed first: then nothing was written.
+func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r reading) (again bool) {
+	if l.lim.beforeCommit != nil {
+		l.lim.beforeCommit()
+	}
+	fills, ats := make([]int64, len(r.levels)), make([]int64, len(r.levels))
+	for j, lv := range r.levels {
+		fills[j], ats[j] = lv.fill, lv.at
+	}
+	write := mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: writeArgs(l.c.rules, fills, ats, r.now)}
+	_, err := lk.UnlockWith(ctx, write)
+	switch {
+	case errors.Is(err, mutex.ErrNotHeld):
+		return true
+	case err != nil:
+		// The write may or may not have happened: the admitted calls cannot
+		// know; a denial stands (it took nothing).
+		ws.failAdmitted(err)
+	default:
+		l.cacheDenials(ws)
+	}
+	return false
+}
+
+// cacheDenials remembers the denials of ws in the deny cache (store keeps
+// only denials with a wait).
+func (l *leader) cacheDenials(ws sealed) {
+	if l.lim.denials == nil {
+		return
+	}
+	for _, w := range ws {
+		if w.err == nil {
+			l.lim.denials.store(l.c.key, l.c.set, w.n, l.sent, l.epoch, w.res)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package servercheck
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// A collector gathers the findings of one Check. When Check returns before
+// asking ended (a client that ignores deadlines), it closes the collector:
+// the servers still being asked get a finding of no answer, and the askers'
+// late findings are dropped.
+type collector struct {
+	mu       sync.Mutex
+	findings []Finding
+	done     []bool
+	closed   bool
+}
+
+// start records that the server at addr is being asked and returns its
+// index, or -1 when the collector is closed.
+func (col *collector) start(addr string) int {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if col.closed {
+		return -1
+	}
+	col.findings = append(col.findings, Finding{Addr: addr, MaxMemory: -1})
+	col.done = append(col.done, false)
+	return len(col.findings) - 1
+}
+
+// finish records the finding of index i, unless the collector is closed.
+func (col *collector) finish(i int, f Finding) {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if !col.closed {
+		col.findings[i], col.done[i] = f, true
+	}
+}
+
+// missing records err as the finding of a server at addr that was not asked
+// at all, unless a finding names addr already.
+func (col *collector) missing(addr string, err error) {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if col.closed || slices.ContainsFunc(col.findings, func(f Finding) bool { return f.Addr == addr }) {
+		return
+	}
+	col.findings = append(col.findings, Finding{Addr: addr, MaxMemory: -1, Err: err})
+	col.done = append(col.done, true)
+}
+
+// close closes the collector and returns its findings ordered by address; a
+// server still being asked gets ErrNoAnswer with cause, why Check stopped
+// waiting.
+func (col *collector) close(cause error) []Finding {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.closed = true
+	if cause == nil {
+		cause = errors.New("asking ended without a reply")
+	}
+	out := slices.Clone(col.findings)
+	for i := range out {
+		if !col.done[i] {
+			out[i].Err = fmt.Errorf("%w: %s: %w", ErrNoAnswer, out[i].Addr, cause)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Finding) int { return strings.Compare(a.Addr, b.Addr) })
+	return out
+}

@@ -1,0 +1,201 @@
+package servercheck
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// askServer asks the server of c, at addr ("": ask the server) for its
+// settings and judges them.
+func askServer(ctx context.Context, c redis.Cmdable, addr string) Finding {
+	a := asking{ctx: ctx, c: c, f: Finding{Addr: addr, MaxMemory: -1}}
+	if err := a.settings(); err != nil {
+		a.f.Err = noAnswer(ctx, a.f.Addr, err)
+		return a.f
+	}
+	a.judge()
+	return a.f
+}
+
+// asking is one server being asked: the finding so far, and the server's
+// refusals (error replies) that left a setting unknown.
+type asking struct {
+	ctx       context.Context
+	c         redis.Cmdable
+	f         Finding
+	infoErr   error // INFO memory's
+	configErr error // CONFIG GET maxmemory-policy's
+}
+
+// settings reads the server's address (unless the client knows it),
+// maxmemory and maxmemory-policy into a.f, each from the first source that
+// gives it. Its error is that of a server that did not answer: a refusal
+// only leaves a setting unknown, and the next source is asked.
+func (a *asking) settings() error {
+	if err := a.address(); err != nil {
+		return err
+	}
+	if err := a.info(); err != nil {
+		return err
+	}
+	if err := a.configPolicy(); err != nil {
+		return err
+	}
+	return a.configMaxMemory()
+}
+
+// address asks a failover client's master, or the server of a client of
+// unknown kind, for its side of the connection (Redis 6.2 and later).
+func (a *asking) address() error {
+	if a.f.Addr != "" {
+		return nil
+	}
+	a.f.Addr = failoverAddr
+	info, err := a.c.ClientInfo(a.ctx).Result()
+	if err != nil {
+		return unreached(err)
+	}
+	a.f.Addr = cmp.Or(info.LAddr, failoverAddr)
+	return nil
+}
+
+// info reads both settings from INFO memory, where the server has them
+// (since Redis 4.0) and where CONFIG is renamed or disabled.
+func (a *asking) info() error {
+	info, err := a.c.Info(a.ctx, "memory").Result()
+	if err != nil {
+		a.infoErr = err
+		return unreached(err)
+	}
+	a.f.MaxMemory, a.f.Policy = parseInfo(info)
+	return nil
+}
+
+// configPolicy asks CONFIG GET for a policy INFO did not give: older
+// servers, proxies and miniredis may still take it.
+func (a *asking) configPolicy() error {
+	if a.f.Policy != "" {
+		return nil
+	}
+	a.f.Policy, a.configErr = configGet(a.ctx, a.c, "maxmemory-policy")
+	return unreached(a.configErr)
+}
+
+// configMaxMemory asks CONFIG GET for a memory limit INFO did not give,
+// when it matters: once the policy is known.
+func (a *asking) configMaxMemory() error {
+	if a.f.MaxMemory >= 0 || a.f.Policy == "" {
+		return nil
+	}
+	v, err := configGet(a.ctx, a.c, "maxmemory")
+	if err != nil {
+		return unreached(err)
+	}
+	if n, ok := parseBytes(v); ok {
+		a.f.MaxMemory = n
+	}
+	return nil
+}
+
+// judge sets the finding's Err and Note from its settings.
+func (a *asking) judge() {
+	f := &a.f
+	switch {
+	case f.Policy == "":
+		f.Err = fmt.Errorf("%w: %s: %w", ErrUnknownPolicy, f.Addr, a.unknownPolicy())
+	case f.Policy == NoEviction:
+	case f.MaxMemory == 0:
+		f.Note = fmt.Sprintf("maxmemory-policy %s evicts funnelguard keys once a memory limit (maxmemory) is set: set maxmemory-policy %s", f.Policy, NoEviction)
+	case f.MaxMemory < 0:
+		f.Err = fmt.Errorf("%w: %s has maxmemory-policy %s and an unknown maxmemory: set maxmemory-policy %s", ErrEvictionPolicy, f.Addr, f.Policy, NoEviction)
+	default:
+		f.Err = fmt.Errorf("%w: %s has maxmemory-policy %s and maxmemory %d bytes: set maxmemory-policy %s", ErrEvictionPolicy, f.Addr, f.Policy, f.MaxMemory, NoEviction)
+	}
+}
+
+// unknownPolicy says why the policy is unknown: the server's refusals, or
+// replies that did not name it.
+func (a *asking) unknownPolicy() error {
+	if causes := errors.Join(a.infoErr, a.configErr); causes != nil {
+		return causes
+	}
+	return errors.New("INFO memory and CONFIG GET named no maxmemory-policy")
+}
+
+// parseInfo reads maxmemory (-1 if absent) and maxmemory_policy ("" if
+// absent) from an INFO reply.
+func parseInfo(info string) (maxMemory int64, policy string) {
+	maxMemory = -1
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "maxmemory":
+			if n, ok := parseBytes(v); ok {
+				maxMemory = n
+			}
+		case "maxmemory_policy":
+			policy = v
+		}
+	}
+	return maxMemory, policy
+}
+
+// parseBytes reads a maxmemory value, which is never negative.
+func parseBytes(v string) (int64, bool) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n, err == nil && n >= 0
+}
+
+// configGet returns the value of one CONFIG GET parameter, "" with a nil
+// error if the server has no such parameter.
+func configGet(ctx context.Context, c redis.Cmdable, param string) (string, error) {
+	m, err := c.ConfigGet(ctx, param).Result()
+	if err != nil {
+		return "", err
+	}
+	return m[param], nil
+}
+
+// unreached returns err if it is a failure to reach the server; nil if err
+// is nil or the server's own answer (an error reply: an unknown or refused
+// command).
+func unreached(err error) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return nil
+	}
+	return err
+}
+
+// noAnswer is the error of a server at addr that did not answer.
+func noAnswer(ctx context.Context, addr string, err error) error {
+	if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w: %s: %w: %w", ErrNoAnswer, addr, cerr, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrNoAnswer, addr, err)
+}
+
+// ctxErr returns ctx's error, or DeadlineExceeded once its deadline has
+// passed: a client that honours deadlines sets the connection's to ctx's,
+// and its i/o timeout can come a moment before ctx's own timer.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
