@@ -179,6 +179,13 @@ func nodeCmd(ctx context.Context, addr string, args ...any) (any, error) {
 	return cl.Do(ctx, args...).Result()
 }
 
+// setupWait bounds a wait for servers to agree (sentinels on their group, a
+// failover): it only stops a hang, so it is wide enough for a machine whose
+// two cores run several test binaries at once (a load of 6 once took
+// sentinels past 20 s to learn of each other: their hello messages go out
+// every 2 s).
+const setupWait = 60 * time.Second
+
 // waitFor polls cond every 50 ms until it holds or d passes; the error then
 // says what was awaited and cond's last word on why it did not hold.
 func waitFor(d time.Duration, what string, cond func(ctx context.Context) (bool, string)) error {

@@ -185,7 +185,7 @@ func startSentinel() (*SentinelGroup, error) {
 // replica as a healthy replica, and knows the other sentinels: only then can
 // the group fail over.
 func (g *SentinelGroup) waitAgreed(master, replica string) error {
-	return waitFor(20*time.Second, "agreement of the sentinels", func(ctx context.Context) (bool, string) {
+	return waitFor(setupWait, "agreement of the sentinels", func(ctx context.Context) (bool, string) {
 		for _, addr := range g.SentinelAddrs {
 			if why := g.checkSentinel(ctx, addr, master, replica); why != "" {
 				return false, fmt.Sprintf("sentinel %s: %s", addr, why)
@@ -286,7 +286,7 @@ func (g *SentinelGroup) KillMaster(t testing.TB) (newAddr string, took time.Dura
 	old := g.Master(t)
 	start := time.Now()
 	old.Kill()
-	err := waitFor(20*time.Second, "failover from "+old.Addr, func(ctx context.Context) (bool, string) {
+	err := waitFor(setupWait, "failover from "+old.Addr, func(ctx context.Context) (bool, string) {
 		newAddr = ""
 		for _, addr := range g.SentinelAddrs {
 			sc := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
