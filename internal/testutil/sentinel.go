@@ -27,6 +27,12 @@ const MasterName = "fgmaster"
 const (
 	downAfter       = time.Second
 	failoverTimeout = 5 * time.Second
+	// detachedDownAfter is downAfter once the replicas are detached
+	// (DetachReplicas): sentinels promote only a replica whose link has
+	// been down for less than 10 down-afters (plus the time the master has
+	// been down), so with one second a test that takes 10 s between the
+	// cut and the kill on a loaded machine would get no failover at all.
+	detachedDownAfter = 6 * time.Second
 	sentinelQuorum  = 2
 	sentinelCount   = 3
 )
@@ -320,7 +326,9 @@ func (g *SentinelGroup) KillMaster(t testing.TB) (newAddr string, took time.Dura
 // failover: the replicas miss every write from now on, as replicas that lag
 // behind do, and a failover loses those writes. The replicas stay healthy
 // for the sentinels and can be promoted. (Each replica is made to send a
-// password the master does not take, then the master drops its link.)
+// password the master does not take, then the master drops its link; the
+// sentinels wait longer before they call the master down: see
+// detachedDownAfter.)
 func (g *SentinelGroup) DetachReplicas(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -339,6 +347,11 @@ func (g *SentinelGroup) DetachReplicas(t testing.TB) {
 	}
 	if _, err := nodeCmd(ctx, master.Addr, "CLIENT", "KILL", "TYPE", "replica"); err != nil {
 		t.Fatalf("sentinel group: master %s: CLIENT KILL TYPE replica: %v", master.Addr, err)
+	}
+	for _, addr := range g.SentinelAddrs {
+		if _, err := nodeCmd(ctx, addr, "SENTINEL", "SET", g.MasterName, "down-after-milliseconds", detachedDownAfter.Milliseconds()); err != nil {
+			t.Fatalf("sentinel group: sentinel %s: %v", addr, err)
+		}
 	}
 	for _, r := range replicas {
 		err := waitFor(5*time.Second, "master_link_status:down on replica "+r.Addr, func(ctx context.Context) (bool, string) {
