@@ -274,34 +274,56 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	switch {
-	case lim.locker == nil:
-		lopts := []mutex.Option{mutex.WithPrefix(lim.prefix)}
-		if lim.acks > 0 {
-			lopts = append(lopts, mutex.WithReplicaAck(lim.acks, lim.ackTimeout))
-		}
-		l, err := mutex.New(client, lopts...)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
-		}
-		lim.locker = l
-	case lim.acks > 0:
-		if n, d := lim.locker.ReplicaAck(); n != lim.acks || d != lim.ackTimeout {
-			return nil, fmt.Errorf("%w: WithReplicaAck(%d, %v) with a Locker that waits for %d replicas within %v: set it on the Locker", ErrInvalidOption, lim.acks, lim.ackTimeout, n, d)
-		}
+	if err := lim.wireLocker(); err != nil {
+		return nil, err
 	}
-	if n, _ := lim.locker.ReplicaAck(); n > 0 || lim.penalty != nil {
-		// admit.lua's write would wait for no replica, and would not look
-		// at the penalty box.
-		lim.uniform = true
+	lim.holdOptions()
+	return lim, nil
+}
+
+// wireLocker makes the Limiter's own Locker, unless WithLocker gave one,
+// which must then wait for the replicas WithReplicaAck asks for.
+func (lim *Limiter) wireLocker() error {
+	if lim.locker != nil {
+		return lim.checkLockerAcks()
 	}
+	lopts := []mutex.Option{mutex.WithPrefix(lim.prefix)}
+	if lim.acks > 0 {
+		lopts = append(lopts, mutex.WithReplicaAck(lim.acks, lim.ackTimeout))
+	}
+	l, err := mutex.New(lim.client, lopts...)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	lim.locker = l
+	return nil
+}
+
+// checkLockerAcks refuses a WithReplicaAck that WithLocker's Locker does not
+// keep: the Locker's writes are the ones that wait.
+func (lim *Limiter) checkLockerAcks() error {
+	if lim.acks == 0 {
+		return nil
+	}
+	if n, d := lim.locker.ReplicaAck(); n != lim.acks || d != lim.ackTimeout {
+		return fmt.Errorf("%w: WithReplicaAck(%d, %v) with a Locker that waits for %d replicas within %v: set it on the Locker", ErrInvalidOption, lim.acks, lim.ackTimeout, n, d)
+	}
+	return nil
+}
+
+// holdOptions sets how the Limiter holds its locks and whether a fresh key
+// may be admitted in the gate (admit.lua).
+func (lim *Limiter) holdOptions() {
 	lim.hold = []mutex.LockOption{mutex.Lease(lim.lease)}
-	if n, _ := lim.locker.ReplicaAck(); n > 0 {
+	n, _ := lim.locker.ReplicaAck()
+	if n > 0 {
 		// The commit's WAIT covers the acquisition: the Limiter acts on
 		// nothing before it.
 		lim.hold = append(lim.hold, mutex.AckAtRelease())
 	}
-	return lim, nil
+	// admit.lua's write would wait for no replica, and would not look at
+	// the penalty box.
+	lim.uniform = lim.uniform || n > 0 || lim.penalty != nil
 }
 
 // Locker returns the Locker that the Limiter locks keys with: its own, or

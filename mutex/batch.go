@@ -3,6 +3,7 @@ package mutex
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -105,6 +106,17 @@ func (b *batcher) free() {
 // or for its caller's context to end. (If a slot freed in the meantime, q
 // goes at once, in a pipeline of its own.)
 func (b *batcher) do(q *queued) (redis.Cmder, error) {
+	b.enqueue(q)
+	select {
+	case <-q.done:
+		return q.answer()
+	case <-q.ctx.Done():
+	}
+	return b.leave(q)
+}
+
+// enqueue adds q to the queue, and starts draining it if a slot is free.
+func (b *batcher) enqueue(q *queued) {
 	b.mu.Lock()
 	q.done = make(chan struct{})
 	b.queue = append(b.queue, q)
@@ -116,17 +128,23 @@ func (b *batcher) do(q *queued) (redis.Cmder, error) {
 	if start {
 		go b.drain()
 	}
-	select {
-	case <-q.done:
-		if d, ok := q.ctx.Deadline(); !ok || q.cmd.Err() == nil || time.Now().Before(d) {
-			return q.cmd, nil
-		}
-		// The pipeline ended at this call's deadline (its own, or one of
-		// the same instant): report it as the deadline, once ctx says so.
-		<-q.ctx.Done()
-		return nil, fmt.Errorf("%w: %w", ctxcall.ErrAbandoned, q.ctx.Err())
-	case <-q.ctx.Done():
+}
+
+// answer is the reply of an answered q.
+func (q *queued) answer() (redis.Cmder, error) {
+	if d, ok := q.ctx.Deadline(); !ok || q.cmd.Err() == nil || time.Now().Before(d) {
+		return q.cmd, nil
 	}
+	// The pipeline ended at this call's deadline (its own, or one of the
+	// same instant): report it as the deadline, once ctx says so.
+	<-q.ctx.Done()
+	return nil, fmt.Errorf("%w: %w", ctxcall.ErrAbandoned, q.ctx.Err())
+}
+
+// leave ends the wait of q, whose context ended: taken out of the queue if
+// it was not sent (nothing happened), marked left if it was (its late reply
+// goes to q.late).
+func (b *batcher) leave(q *queued) (redis.Cmder, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	select {
@@ -135,12 +153,7 @@ func (b *batcher) do(q *queued) (redis.Cmder, error) {
 	default:
 	}
 	if q.state == waiting {
-		for i, o := range b.queue {
-			if o == q {
-				b.queue = append(b.queue[:i], b.queue[i+1:]...)
-				break
-			}
-		}
+		b.queue = slices.DeleteFunc(b.queue, func(o *queued) bool { return o == q })
 		return nil, q.ctx.Err() // never sent
 	}
 	q.state = left
@@ -179,19 +192,37 @@ func (b *batcher) send(batch []*queued) {
 		q.cmd = q.add(p)
 	}
 	_, _ = p.Exec(ctx) // each command keeps its own reply or error
-	var p2 redis.Pipeliner
+	b.evalMissing(ctx, batch)
+	if late := b.answer(batch); len(late) > 0 {
+		// Not on this slot: a late function may call the Locker again
+		// (releasing what the call took), and would queue behind itself.
+		go runLate(late)
+	}
+}
+
+// evalMissing sends, in a second pipeline, the EVAL of each script that
+// Redis answered NOSCRIPT.
+func (b *batcher) evalMissing(ctx context.Context, batch []*queued) {
+	var p redis.Pipeliner
 	for _, q := range batch {
-		if q.again != nil && redis.HasErrorPrefix(q.cmd.Err(), "NOSCRIPT") {
-			if p2 == nil {
-				p2 = b.pipe()
-			}
-			q.cmd = q.again(p2)
+		if q.again == nil || !redis.HasErrorPrefix(q.cmd.Err(), "NOSCRIPT") {
+			continue
 		}
+		if p == nil {
+			p = b.pipe()
+		}
+		q.cmd = q.again(p)
 	}
-	if p2 != nil {
-		_, _ = p2.Exec(ctx)
+	if p != nil {
+		_, _ = p.Exec(ctx)
 	}
+}
+
+// answer wakes the callers still waiting and returns the calls whose caller
+// left.
+func (b *batcher) answer(batch []*queued) []*queued {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	var late []*queued
 	for _, q := range batch {
 		if q.state == left {
@@ -200,17 +231,15 @@ func (b *batcher) send(batch []*queued) {
 			close(q.done)
 		}
 	}
-	b.mu.Unlock()
-	if len(late) > 0 {
-		// Not on this slot: a late function may call the Locker again
-		// (releasing what the call took), and would queue behind itself.
-		go func() {
-			for _, q := range late {
-				if q.late != nil {
-					q.late(q.cmd)
-				}
-			}
-		}()
+	return late
+}
+
+// runLate hands each late reply to its call's late function.
+func runLate(late []*queued) {
+	for _, q := range late {
+		if q.late != nil {
+			q.late(q.cmd)
+		}
 	}
 }
 

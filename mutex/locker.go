@@ -229,15 +229,22 @@ func New(client Client, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	l.box()
-	// With WithReplicaAck, WAIT follows the acquire script in its pipeline.
-	if s, ok := client.(nativeSetter); ok && l.fenceTTL == 0 && l.acks == 0 {
+	l.wire()
+	return l, nil
+}
+
+// wire picks the ways the Locker talks to its client: a native SET NX for
+// free locks (not with fencing, and not with WithReplicaAck, where WAIT
+// follows the acquire script in its pipeline), deadlines honoured by the
+// client or by ctxcall, pipelines for overlapping calls.
+func (l *Locker) wire() {
+	if s, ok := l.client.(nativeSetter); ok && l.fenceTTL == 0 && l.acks == 0 {
 		l.setNX = s
 	}
-	l.honours = ctxcall.Honours(client)
+	l.honours = ctxcall.Honours(l.client)
 	if !l.noBatch {
-		l.batch.pipe = pipelines(client)
+		l.batch.pipe = pipelines(l.client)
 	}
-	return l, nil
 }
 
 // box keeps the script arguments that every call sends, boxed once.
@@ -355,19 +362,21 @@ func (l *Locker) config(name string, opts []LockOption) (lockConfig, error) {
 	}
 	cfg := lockConfig{ttl: l.ttl, ttlMS: l.ttlMS}
 	for _, o := range opts {
-		switch {
-		case o == nil:
-		case o.err != nil:
-			cfg.err = o.err
-		case o.ttl > 0:
-			cfg.ttl, cfg.ttlMS = o.ttl, o.ttlMS
-		}
-		if o != nil && o.renew {
-			cfg.renew = true
-		}
-		if o != nil && o.ackLater {
-			cfg.ackLater = true
+		if o != nil {
+			cfg.add(o)
 		}
 	}
 	return cfg, cfg.err
+}
+
+// add applies one option; the last bad one is the call's error.
+func (cfg *lockConfig) add(o *lockOption) {
+	switch {
+	case o.err != nil:
+		cfg.err = o.err
+	case o.ttl > 0:
+		cfg.ttl, cfg.ttlMS = o.ttl, o.ttlMS
+	}
+	cfg.renew = cfg.renew || o.renew
+	cfg.ackLater = cfg.ackLater || o.ackLater
 }

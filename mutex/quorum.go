@@ -74,19 +74,8 @@ var rejoinGate = NewGate(rejoinSrc)
 // than MinQuorumNodes clients, a nil client, a client listed twice or one
 // that ignores context deadlines, and for a bad option.
 func NewQuorum(clients []Client, opts ...QuorumOption) (*Locker, error) {
-	if len(clients) < MinQuorumNodes {
-		return nil, fmt.Errorf("%w: quorum of %d clients: want at least %d", ErrInvalid, len(clients), MinQuorumNodes)
-	}
-	for i, c := range clients {
-		if nilcheck.IsNil(c) {
-			return nil, fmt.Errorf("%w: nil client %d", ErrInvalid, i)
-		}
-		if slices.Index(clients, c) != i {
-			return nil, fmt.Errorf("%w: quorum client %d is also client %d", ErrInvalid, i, slices.Index(clients, c))
-		}
-		if o, ok := c.(interface{ Options() *redis.Options }); ok && !o.Options().ContextTimeoutEnabled {
-			return nil, fmt.Errorf("%w: quorum client %d does not set ContextTimeoutEnabled, so a hung node would hold every call for its ReadTimeout instead of the node timeout", ErrInvalid, i)
-		}
+	if err := checkNodes(clients); err != nil {
+		return nil, err
 	}
 	q := &quorum{nodes: slices.Clone(clients), need: len(clients)/2 + 1}
 	l := &Locker{client: clients[0], prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, q: q, honours: true, releases: newReleases()}
@@ -106,6 +95,34 @@ func NewQuorum(clients []Client, opts ...QuorumOption) (*Locker, error) {
 		q.up = &Call{Fragment: rejoinGate, Keys: []string{l.prefix + "quorum:up"}, Args: []any{q.rejoin.Milliseconds(), DefaultFenceTTL.Milliseconds()}}
 	}
 	return l, nil
+}
+
+// checkNodes refuses a quorum's clients unless there are enough of them,
+// all distinct, none nil, each bounding its commands by their context.
+func checkNodes(clients []Client) error {
+	if len(clients) < MinQuorumNodes {
+		return fmt.Errorf("%w: quorum of %d clients: want at least %d", ErrInvalid, len(clients), MinQuorumNodes)
+	}
+	for i, c := range clients {
+		if err := checkNode(clients, i, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkNode refuses client i of a quorum.
+func checkNode(clients []Client, i int, c Client) error {
+	if nilcheck.IsNil(c) {
+		return fmt.Errorf("%w: nil client %d", ErrInvalid, i)
+	}
+	if j := slices.Index(clients, c); j != i {
+		return fmt.Errorf("%w: quorum client %d is also client %d", ErrInvalid, i, j)
+	}
+	if o, ok := c.(interface{ Options() *redis.Options }); ok && !o.Options().ContextTimeoutEnabled {
+		return fmt.Errorf("%w: quorum client %d does not set ContextTimeoutEnabled, so a hung node would hold every call for its ReadTimeout instead of the node timeout", ErrInvalid, i)
+	}
+	return nil
 }
 
 // quorumOption is a QuorumOption that only NewQuorum accepts.
