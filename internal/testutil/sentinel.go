@@ -33,8 +33,8 @@ const (
 	// been down), so with one second a test that takes 10 s between the
 	// cut and the kill on a loaded machine would get no failover at all.
 	detachedDownAfter = 6 * time.Second
-	sentinelQuorum  = 2
-	sentinelCount   = 3
+	sentinelQuorum    = 2
+	sentinelCount     = 3
 )
 
 // A SentinelGroup is a Redis master, one replica of it and three sentinels
