@@ -311,8 +311,8 @@ func TestHandleLinearizable(t *testing.T) {
 	opts := []mutex.Option{mutex.WithPrefix(b.Prefix), mutex.WithTTL(hlLease), mutex.WithRetryInterval(time.Millisecond)}
 	ca := b.ClientOpts(t, &redis.Options{ContextTimeoutEnabled: true})
 	ca.AddHook(hlDelay{})
-	a := mutex.New(ca, opts...)
-	other := mutex.New(b.ClientOpts(t, &redis.Options{ContextTimeoutEnabled: true}), opts...)
+	a := mustLocker(t, ca, opts...)
+	other := mustLocker(t, b.ClientOpts(t, &redis.Options{ContextTimeoutEnabled: true}), opts...)
 	plain := b.Client(t)
 
 	rounds := hlRounds(t)
@@ -323,7 +323,7 @@ func TestHandleLinearizable(t *testing.T) {
 		name := fmt.Sprintf("hl-%d", round)
 		rng := rand.New(rand.NewPCG(seed, uint64(round)))
 		rec, local := hlRound(t, a, other, name, rng)
-		plain.Del(context.Background(), a.Key(name, "data"))
+		plain.Del(context.Background(), mustKey(t, a, name, "data"))
 		res := porcupine.CheckOperationsTimeout(hlModel, rec.ops, linCheckTimeout)
 		if res != porcupine.Ok {
 			t.Logf("round %d (seed %d), history by call time:\n%s", round, seed, hlDescribe(rec.ops))
@@ -375,7 +375,7 @@ const (
 func hlRound(t *testing.T, a, other *mutex.Locker, name string, rng *rand.Rand) (*hlRecorder, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), hlRoundTimeout)
 	defer cancel()
-	data := a.Key(name, "data")
+	data := mustKey(t, a, name, "data")
 	incr := mutex.Call{Fragment: hlIncr, Keys: []string{data}, Args: []any{hlMark}}
 	read := mutex.Call{Fragment: linReadCounter, Keys: []string{data}}
 	rec := &hlRecorder{start: time.Now()}
