@@ -82,8 +82,8 @@ func TestRestartPersistence(t *testing.T) {
 			if err != nil && !held {
 				t.Fatalf("TryLock after the restart: %v", err)
 			}
-			t.Logf("%s: %d admitted under %s across one restart (%d before, %d after); lock held after the restart: %v",
-				tc.name, before+after, rule.Name, before, after, held)
+			faultFigure(t, "limits and locks across a restart", "SIGKILL + restart, persistence "+tc.name,
+				"%d admitted under AtMost(10, 1h) (%d before, %d after); lock held after: %v", before+after, before, after, held)
 			if before+after != tc.wantAdmitted || held != tc.wantHeld {
 				t.Fatalf("%s: admitted %d, lock held %v; want %d, %v", tc.name, before+after, held, tc.wantAdmitted, tc.wantHeld)
 			}
