@@ -18,6 +18,6 @@
 //
 // phonekey decides only what a number is, not whether to text it: a
 // landline, a premium-rate number or a country you do not serve is still a
-// valid key. Check the type and country in the handler, as examples/sms does,
-// before charging anything else.
+// valid key. Check the number's type and country yourself (Parse returns
+// the number for that), as examples/sms does before it charges any limit.
 package phonekey

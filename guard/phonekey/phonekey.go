@@ -25,9 +25,9 @@ var (
 	ErrInvalidRegion = errors.New("phonekey: invalid region")
 )
 
-// MaxLen is the longest input read, in bytes: room for a number written
+// maxLen is the longest input read, in bytes: room for a number written
 // with full-width digits (3 bytes each) and spaces, and no more.
-const MaxLen = 64
+const maxLen = 64
 
 // Normalize returns raw in E.164 ("+8613600000009"). A number written
 // without a country code (national form, "136 0000 0009", or after the
@@ -46,7 +46,7 @@ func Normalize(raw, region string) (string, error) {
 // that goes on to check its type or country (phonenumbers.GetNumberType,
 // phonenumbers.GetRegionCodeForNumber).
 //
-// Only the characters of a written number are accepted: digits of any
+// At most 64 bytes, and only the characters of a written number, are accepted: digits of any
 // script (full-width ones too), a leading + (or a full-width one), spaces,
 // and - . ( ) between groups. phonenumbers digs a number out of anything
 // around it ("tel:+44...", "[+44...]", "1-800-FLOWERS", a number after a
@@ -134,8 +134,8 @@ func checkChars(raw string) error {
 	switch {
 	case raw == "":
 		return errors.New("empty")
-	case len(raw) > MaxLen:
-		return fmt.Errorf("over %d bytes", MaxLen)
+	case len(raw) > maxLen:
+		return fmt.Errorf("over %d bytes", maxLen)
 	case strings.IndexFunc(raw, func(r rune) bool { return !numberRune(r) }) >= 0:
 		return errors.New("only digits, +, spaces and - . ( ) may appear")
 	}
