@@ -19,7 +19,8 @@ import (
 // members of nested objects are not read.
 // The member is a string, keyed on as it decodes, or an integer, keyed on
 // as written ("-0" as "0"); the key is not normalized further (see
-// Policy.Normalize).
+// Policy.Normalize; for a phone number, phonekey.JSONField in package
+// guard/phonekey keys on its E.164 form).
 //
 // It reads at most maxBytes of the body, and always gives r a body that
 // reads the same bytes, whatever it found, so the handler decodes the

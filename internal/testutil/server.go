@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -22,8 +23,9 @@ import (
 const RequireEnv = "FUNNELGUARD_REQUIRE_REDIS"
 
 // A Server is a server process (redis-server, or what ServerEnv names) on a
-// loopback port, with its own temporary directory, no persistence, and
-// nothing but this test binary talking to it.
+// loopback port, with its own temporary directory, no persistence (unless
+// started with StartServerArgs), and nothing but this test binary talking to
+// it.
 type Server struct {
 	Addr string // 127.0.0.1:port
 	dir  string
@@ -71,6 +73,23 @@ func StartServer(t testing.TB) *Server {
 	s, err := Spawn()
 	if err != nil {
 		t.Fatalf("start %s: %v", ServerName(), err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// StartServerArgs is StartServer with args passed after the common flags,
+// which they override, such as "--appendonly", "yes", "--appendfsync",
+// "always" for a server that persists. Its files (RDB, AOF) go to the
+// server's temporary directory, which Restart keeps, so that a restarted
+// server reloads them, and which Stop removes when t ends.
+func StartServerArgs(t testing.TB, args ...string) *Server {
+	t.Helper()
+	NeedServer(t)
+	args = slices.Clone(args)
+	s, err := spawn(spawnSpec{prepare: func(string, string) (string, []string, error) { return "", args, nil }})
+	if err != nil {
+		t.Fatalf("start %s %v: %v", ServerName(), args, err)
 	}
 	t.Cleanup(s.Stop)
 	return s
@@ -217,7 +236,9 @@ func (s *Server) Kill() {
 	<-s.exit
 }
 
-// Restart kills the server and starts a new, empty one on the same address.
+// Restart kills the server (SIGKILL) and starts a new one on the same
+// address and directory: empty, unless its flags made it persist (see
+// StartServerArgs), then with what it had written to disk.
 func (s *Server) Restart() error {
 	s.Kill()
 	return s.start()
