@@ -31,10 +31,10 @@ if v ~= ARGV[1] and string.sub(v, MARK_AT, MARK_AT) == MARK_WAIT then -- a waite
   redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'released', '1')
 end
 -- The record of the name's key may be overwritten when it is this owner's
--- and numbered below the mark: owner <= old < owner .. mark, as text (the
--- first 32 characters of a record are its owner and number, lower-case hex
--- digits, so text order is number order; record.lua's test, without
--- cutting old).
+-- and numbered below the mark: owner <= old < owner .. mark, as text (a
+-- record starts with its owner and number, lower-case hex digits of one
+-- width, so text order is number order; record.lua's test, without cutting
+-- old).
 local old = redis.call('SET', KEYS[2], ARGV[3], 'PX', record_keep, 'GET')
 if old and (old < ARGV[2] or old >= ARGV[4]) then
   redis.call('SET', KEYS[2], old, 'KEEPTTL')
