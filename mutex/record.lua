@@ -14,9 +14,9 @@
 -- is lost while its release may still be retried.
 --
 -- The caller's stamp says which of its releases have their reply: three
--- 64-bit numbers as 16 hex digits each (stamp.go's stampDigits), the Locker's id (owner), this
--- release's number in that Locker (seq), and mark: every release of the
--- Locker numbered below mark has had its reply.
+-- 64-bit numbers as hex digits of one width (stamp.go's stampDigits), the
+-- Locker's id (owner), this release's number in that Locker (seq), and
+-- mark: every release of the Locker numbered below mark has had its reply.
 --
 -- A record is "<owner><seq>:<token>:<call>:<handles left>:<fence>:<result>".
 -- The call identifies the release (call_id) so that only the very same call

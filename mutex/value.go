@@ -10,8 +10,8 @@ import (
 //
 //	<token><mark>[<listSep><idSep><id><idSep>...]
 //
-// The token is the owner's: 128 random bits as tokenLen lower-case hex
-// digits, new for each acquisition. The mark is markWait when a waiter asked
+// The token is the owner's: tokenLen lower-case hex digits of random bits
+// (128), new for each acquisition. The mark is markWait when a waiter asked
 // to hear of the release (a release then publishes), markFree when none did.
 // Only once the owner re-entered come listSep and the ids of its open handles,
 // each between two idSeps (":,0,2,"); without that list the root handle
@@ -22,6 +22,8 @@ import (
 // every script that reads or writes a lock's value starts with, and
 // value.lua's functions over them. A script builds a value as its token
 // followed by its mark: no script knows a length or a position but these.
+// The marks and separators are single bytes; idSep is none of Lua's pattern
+// characters (value.lua counts idSeps with string.gsub).
 const (
 	tokenLen = 32          // hex digits of a token, at the start of the value
 	markAt   = tokenLen    // index of the mark
