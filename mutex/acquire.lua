@@ -1,8 +1,8 @@
 -- acquire: take the lock, or re-enter it, and set its lease.
--- The lock is a string (see value.go, whose locals come before these lines:
--- this script defines no function, a cost to each run): the owner's token,
--- its mark, and once the owner re-entered, the list of its open handles. A
--- free lock is taken with one SET NX PX.
+-- The lock is a string (see value.go, whose luaLayout gives the upper-case
+-- names their values at init): the owner's token, its mark, and once the
+-- owner re-entered, the list of its open handles. A free lock is taken with
+-- one SET NX PX.
 -- KEYS[1] the lock key, KEYS[2] the fencing counter key (with fencing only)
 -- ARGV[1] token, ARGV[2] what to do: "" take a free lock, "m" the same and
 -- mark the lock if it is held, or a handle id (digits) to re-enter a lock
@@ -38,7 +38,7 @@ if string.sub(v, 1, TOKEN_LEN) ~= ARGV[1] then
   return {0, redis.call('PTTL', KEYS[1]), 0}
 end
 -- Re-entry: add the handle to the owner's list (the root's alone before).
-local list = ROOT_IDS
+local list = ROOT_LIST
 if #v > MARK_AT then
   list = string.sub(v, LIST_AT)
 end

@@ -23,10 +23,14 @@ if not v then
 end
 if #v > MARK_AT then
   -- Re-entered: take this handle off the list.
-  local rest, left = unlisted(v, ARGV[2])
-  if rest then
-    redis.call('SET', KEYS[1], rest, 'KEEPTTL')
-    return {left, 0}
+  local list = string.sub(v, LIST_AT)
+  local at = string.find(list, ID_SEP .. ARGV[2] .. ID_SEP, 1, true)
+  -- Keep the ID_SEP before the id; go on past the id and the one after it.
+  list = string.sub(list, 1, at) .. string.sub(list, at + #ARGV[2] + 2)
+  if list ~= ID_SEP then
+    redis.call('SET', KEYS[1], string.sub(v, 1, LIST_AT - 1) .. list, 'KEEPTTL')
+    local _, seps = string.gsub(list, ID_SEP, ID_SEP)
+    return {seps - 1, 0}
   end
 end
 local mark = string.sub(v, MARK_AT, MARK_AT)

@@ -43,29 +43,29 @@ var recordMS = "local record_px, record_keep = '" + strconv.FormatInt(recordTTL.
 // recordSrc is record.lua with its lifetime.
 var recordSrc = recordMS + recordBody
 
-// valueSrc is the layout of a lock's value for the scripts that act only for
-// a holder: value.go's locals and value.lua's functions over them.
-var valueSrc = valueLocals + valueBody
+// valueSrc is value.lua's held, over a lock's value, prepended to the
+// scripts that act only for a holder.
+var valueSrc = luaLayout.Replace(valueBody)
 
 // Scripts are assembled from their body and the Lua functions they call.
-// Every script that reads or writes a lock's value starts with valueLocals;
-// acquire.lua and unlock.lua, whose every run counts, do without value.lua's
-// functions (each costs a run a closure).
+// Every script that reads or writes a lock's value gets the value's layout
+// from luaLayout.
 var (
-	acquireSrc = fenceSrc + valueLocals + acquireBody
+	acquireSrc = fenceSrc + luaLayout.Replace(acquireBody)
 	// releaseSrc is the lock's part of a release: it runs as a function
 	// (lockPart) after recordSrc, whose functions it calls, and its caller
 	// writes the record (releaseTail, wrapRelease).
-	releaseSrc = fenceSrc + valueSrc + releaseBody
+	releaseSrc = fenceSrc + valueSrc + luaLayout.Replace(releaseBody)
 	extendSrc  = valueSrc + extendBody
 	pttlSrc    = valueSrc + pttlBody
+	unlockSrc  = recordMS + luaLayout.Replace(unlockBody)
 )
 
 // Scripts are immutable after init (redis.Script caches only its own SHA).
 var (
 	acquireScript = redis.NewScript(acquireSrc)
 	releaseScript = redis.NewScript(recordSrc + plainCall + lockPart(releaseSrc) + releaseTail)
-	unlockScript  = redis.NewScript(recordMS + valueLocals + unlockBody)
+	unlockScript  = redis.NewScript(unlockSrc)
 	extendScript  = redis.NewScript(extendSrc)
 	pttlScript    = redis.NewScript(pttlSrc)
 )

@@ -12,8 +12,8 @@
 -- record, ARGV[4] the owner followed by the caller's mark (record.lua: a
 -- record of this owner numbered below the mark may be overwritten). The
 -- caller builds the record, so the script concatenates nothing. record_px
--- and record_keep (record.lua) and value.go's locals are set before these
--- lines (this script defines no function, a cost to each run).
+-- and record_keep (record.lua) are set before these lines; value.go's
+-- luaLayout gives the upper-case names their values at init.
 -- Returns 0 when it released the lock; 2 when the lock is not in that
 -- shape or not held by token (taken, expired, released already: a retry
 -- whose first run succeeded): the caller then runs release.lua, which
@@ -21,13 +21,13 @@
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] then
   -- Not the value a native SET NX left: a marked lock (MARK_WAIT), a
-  -- re-entered one whose handles closed (ROOT_IDS), or not this token's lock.
-  if not v or string.sub(v, 1, TOKEN_LEN) ~= string.sub(ARGV[1], 1, TOKEN_LEN) or (#v ~= MARK_AT and string.sub(v, LIST_AT) ~= ROOT_IDS) then
+  -- re-entered one whose handles closed (ROOT_LIST), or not this token's lock.
+  if not v or string.sub(v, 1, TOKEN_LEN) ~= string.sub(ARGV[1], 1, TOKEN_LEN) or (#v ~= MARK_AT and string.sub(v, LIST_AT) ~= ROOT_LIST) then
     return 2
   end
 end
 redis.call('DEL', KEYS[1])
-if v ~= ARGV[1] and string.sub(v, MARK_AT, MARK_AT) == MARK_WAIT then -- a waiter asked to hear of it
+if v ~= ARGV[1] and string.byte(v, MARK_AT) == WAIT_BYTE then -- a waiter asked to hear of it
   redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'released', '1')
 end
 -- The record of the name's key may be overwritten when it is this owner's

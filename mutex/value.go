@@ -3,6 +3,7 @@ package mutex
 import (
 	"encoding/hex"
 	"strconv"
+	"strings"
 )
 
 // A lock's value is one string, so that one GET reads all of it and a plain
@@ -18,12 +19,12 @@ import (
 // (rootID) alone is open, as with the list of it alone (rootIDs).
 //
 // This is the layout's one definition: the constants and functions below for
-// Go, and for Lua the locals of valueLocals, made from these constants, which
-// every script that reads or writes a lock's value starts with, and
-// value.lua's functions over them. A script builds a value as its token
+// Go, and for Lua the names of luaLayout, which every script that reads or
+// writes a lock's value uses and which take these constants' values at init,
+// and value.lua's held over them. A script builds a value as its token
 // followed by its mark: no script knows a length or a position but these.
 // The marks and separators are single bytes; idSep is none of Lua's pattern
-// characters (value.lua counts idSeps with string.gsub).
+// characters (release.lua counts idSeps with string.gsub).
 const (
 	tokenLen = 32          // hex digits of a token, at the start of the value
 	markAt   = tokenLen    // index of the mark
@@ -40,23 +41,42 @@ const (
 // rootIDs is the list of the root handle alone.
 const rootIDs = string(idSep) + rootID + string(idSep)
 
-// valueLocals declares the layout for the Lua scripts, as 1-based positions
-// (string.sub) and text (redis.call formats a Lua number at a cost):
-// TOKEN_LEN, the token's length and last position; MARK_AT, the mark's
-// position and the length of a value without a list; LIST_AT, the position
-// of the list's first ID_SEP; MARK_OFFSET, the mark's offset for SETRANGE;
-// MARK_FREE, MARK_WAIT, LIST_SEP, ID_SEP; ROOT_ID, the root handle's id, and
-// ROOT_IDS, the list of it alone. Locals cost a script nothing measurable; a function defined
-// in it costs each run a closure (~40 ns), so the scripts whose every
-// microsecond counts (acquire.lua, unlock.lua) use these locals alone, and
-// value.lua's functions serve the others.
-var valueLocals = "local TOKEN_LEN, MARK_AT, LIST_AT, MARK_OFFSET = " +
-	strconv.Itoa(tokenLen) + ", " + strconv.Itoa(markAt+1) + ", " + strconv.Itoa(listAt+1) + ", " +
-	strconv.Quote(strconv.Itoa(markAt)) + "\n" +
-	"local MARK_FREE, MARK_WAIT, LIST_SEP, ID_SEP, ROOT_ID, ROOT_IDS = " +
-	strconv.QuoteRune(markFree) + ", " + strconv.QuoteRune(markWait) + ", " +
-	strconv.QuoteRune(listSep) + ", " + strconv.QuoteRune(idSep) + ", " +
-	strconv.Quote(rootID) + ", " + strconv.Quote(rootIDs) + "\n"
+// luaLayout writes the layout into the Lua of the scripts that read or write
+// a lock's value: each of these names in their source is replaced, once at
+// init, by its value as a Lua literal, so that the numbers live here only
+// and cost a run nothing. (A local holding a constant costs each run a VM
+// instruction, ~4 ns, and one defined at the top runs whether the path uses
+// it or not; a literal is loaded where it is used. A function costs each run
+// a closure, ~40 ns: value.lua has only held, which the scripts that act
+// only for a holder call, and the others edit a value inline.) Positions are
+// 1-based, as string.sub takes them:
+//
+//	TOKEN_LEN    the token's length, and its last position
+//	MARK_AT      the mark's position, and the length of a value without a list
+//	LIST_AT      the position of the list's first ID_SEP
+//	MARK_OFFSET  the mark's 0-based offset for SETRANGE, as text (redis.call
+//	             formats a Lua number, at a cost)
+//	MARK_FREE, MARK_WAIT, LIST_SEP, ID_SEP  the marks and separators, as text
+//	WAIT_BYTE    MARK_WAIT as a number, as string.byte returns it
+//	ROOT_ID, ROOT_LIST  the root handle's id, and the list of it alone
+//
+// No name is a prefix of another.
+var luaLayout = strings.NewReplacer(
+	"TOKEN_LEN", strconv.Itoa(tokenLen),
+	"MARK_AT", strconv.Itoa(markAt+1),
+	"LIST_AT", strconv.Itoa(listAt+1),
+	"MARK_OFFSET", luaText(strconv.Itoa(markAt)),
+	"MARK_FREE", luaText(string(rune(markFree))),
+	"MARK_WAIT", luaText(string(rune(markWait))),
+	"WAIT_BYTE", strconv.Itoa(markWait),
+	"LIST_SEP", luaText(string(rune(listSep))),
+	"ID_SEP", luaText(string(rune(idSep))),
+	"ROOT_ID", luaText(rootID),
+	"ROOT_LIST", luaText(rootIDs),
+)
+
+// luaText is s, which has no quote or backslash, as a Lua string literal.
+func luaText(s string) string { return "'" + s + "'" }
 
 // putFreeValue writes to v[:headLen] the value that a fresh lock takes, with
 // no waiter's mark and no list, for the token of the random bits raw

@@ -1,6 +1,7 @@
 package mutex
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -34,5 +35,17 @@ func TestValueLayout(t *testing.T) {
 	}
 	if lockValue(token, false, rootID)[listAt:] != rootIDs || strings.ContainsRune("^$()%.[]*+-?", idSep) {
 		t.Fatal("rootIDs is not the list of the root alone, or idSep is a Lua pattern character")
+	}
+}
+
+// Every upper-case name in the scripts that read or write a lock's value is
+// one of luaLayout's: none is left for Lua to read as a global (which a
+// script reaches only on the path that uses it, and Redis refuses).
+func TestScriptsUseOnlyLayoutNames(t *testing.T) {
+	name := regexp.MustCompile(`\b[A-Z][A-Z0-9]*_[A-Z0-9_]*\b`)
+	for _, src := range []string{acquireSrc, releaseSrc, extendSrc, pttlSrc, unlockSrc, valueSrc} {
+		if left := name.FindAllString(src, -1); len(left) > 0 {
+			t.Fatalf("names left in a script: %v", left)
+		}
 	}
 }
