@@ -354,7 +354,7 @@ func (l *Locker) takeFree(ctx context.Context, name string, n *names, value any,
 	token := n.token
 	old, err := l.setFreeGet(ctx, name, n, value, cfg)
 	switch {
-	case err == redis.Nil, err == nil && len(old) >= tokenLen && old[:tokenLen] == token:
+	case err == redis.Nil, err == nil && heldBy(old, token):
 		return [3]int64{1, cfg.ttl.Milliseconds(), 0}, true, nil
 	case err != nil && strings.Contains(err.Error(), "syntax error"):
 		l.noSetGet.Store(true)
@@ -515,7 +515,7 @@ func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
 // undoLateSet is undoLate for takeFree.
 func (l *Locker) undoLateSet(h *hold) func(string, error) {
 	return func(old string, err error) {
-		if err == redis.Nil || (err == nil && len(old) >= tokenLen && old[:tokenLen] == h.token) || (err != nil && unknownOutcome(err)) {
+		if err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && unknownOutcome(err)) {
 			l.releaseOrphan(h)
 		}
 	}
@@ -594,7 +594,3 @@ func argID(id uint64) any {
 	}
 	return handleID(id)
 }
-
-// tokenLen is the length of a token: the scripts find the waiter's mark of
-// a lock's value right after it (held.lua).
-const tokenLen = 32

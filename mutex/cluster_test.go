@@ -301,7 +301,7 @@ func TestClusterKeysOfANameShareASlot(t *testing.T) {
 	for _, name := range append(braceNames, "b", "b}x", "plain") {
 		var slot int64 = -1
 		for _, kind := range []string{"lock", "fence", "released", "state", "x{y}"} {
-			s, err := cl.ClusterKeySlot(ctx, mustKey(t, l, name, kind)).Result()
+			s, err := cl.ClusterKeySlot(ctx, mutex.InternalKey(l, name, kind)).Result()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,9 +6,15 @@ import "github.com/funnelguard/funnelguard/internal/keyspace"
 func QueueLen(l *Locker, name string) int { return l.Waiters(name) }
 
 // Marked reports whether a lock's stored value carries a waiter's mark (a
-// test seam: the format is held.lua's).
-func Marked(value string) bool {
-	return len(value) > tokenLen && value[tokenLen] == 'w'
+// test seam: the format is value.go's).
+func Marked(value string) bool { return waitMarked(value) }
+
+// FreeValue returns the value that a fresh lock of some token takes (a test
+// seam: the format is value.go's).
+func FreeValue() string {
+	var v [headLen]byte
+	putFreeValue(v[:], make([]byte, tokenLen/2))
+	return string(v[:])
 }
 
 // BatchSlots is how many commands or pipelines of a Locker may be in flight.

@@ -2,7 +2,6 @@ package mutex
 
 import (
 	"crypto/rand"
-	"encoding/hex"
 	"strings"
 
 	"github.com/funnelguard/funnelguard/internal/keyspace"
@@ -16,8 +15,8 @@ type names struct {
 	fkey  string // the fencing counter, Key(name, "fence"); "" without fencing
 	nkey  string // the name's release record, Key(name, "record")
 	tkey  string // the token's release record, Key(name, "record:<token>")
-	token string // 32 hex digits
-	value string // token + "-": the lock's value while nobody waits for it
+	token string // tokenLen hex digits
+	value string // the lock's value while nobody waits for it (putFreeValue)
 }
 
 // names returns the names of a new token's lock on name.
@@ -26,7 +25,7 @@ func (l *Locker) names(name string) names {
 	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
 	tag := keyspace.Tag(name)
 	base := len(l.prefix) + len(tag) + 3 // <prefix>{<tag>}:
-	size := base + len("lock") + base + len("record:") + tokenLen + 1
+	size := base + len("lock") + base + len("record:") + headLen
 	if l.fenceTTL > 0 {
 		size += base + len("fence")
 	}
@@ -43,17 +42,20 @@ func (l *Locker) names(name string) names {
 	writeBase(&b, l.prefix, tag)
 	b.WriteString("record")
 	recordEnd := b.Len()
-	var tail [1 + tokenLen + 1]byte // ":<token>-"
-	tail[0], tail[len(tail)-1] = ':', '-'
-	hex.Encode(tail[1:1+tokenLen], raw[:])
+	// ":" and the value: the token's record key ends with the token, which
+	// starts the value.
+	var tail [1 + headLen]byte
+	tail[0] = ':'
+	putFreeValue(tail[1:], raw[:])
 	b.Write(tail[:])
 	s := b.String()
+	value := s[len(s)-headLen:]
 	n := names{
 		key:   s[:keyEnd],
 		nkey:  s[fenceEnd:recordEnd],
-		tkey:  s[fenceEnd : len(s)-1],
-		token: s[len(s)-1-tokenLen : len(s)-1],
-		value: s[len(s)-1-tokenLen:],
+		tkey:  s[fenceEnd : recordEnd+1+tokenLen],
+		token: tokenOf(value),
+		value: value,
 	}
 	if fenceEnd > keyEnd {
 		n.fkey = s[keyEnd:fenceEnd]

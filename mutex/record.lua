@@ -14,9 +14,9 @@
 -- is lost while its release may still be retried.
 --
 -- The caller's stamp says which of its releases have their reply: three
--- 64-bit numbers as 16 hex digits each, the Locker's id (owner), this
--- release's number in that Locker (seq), and mark: every release of the
--- Locker numbered below mark has had its reply.
+-- 64-bit numbers as hex digits of one width (stamp.go's stampDigits), the
+-- Locker's id (owner), this release's number in that Locker (seq), and
+-- mark: every release of the Locker numbered below mark has had its reply.
 --
 -- A record is "<owner><seq>:<token>:<call>:<handles left>:<fence>:<result>".
 -- The call identifies the release (call_id) so that only the very same call
@@ -56,10 +56,11 @@ local function record(nkey, tkey, owner, seq, mark, token, call, left, fence, re
   -- The name's key lives record_keep ms (3 * record_px) after each write;
   -- a record put back keeps that too, longer than it had left.
   local old = redis.call('SET', nkey, rec, 'PX', record_keep, 'GET')
-  if old and (string.sub(old, 1, 16) ~= owner or string.sub(old, 17, 32) >= mark) then
-    -- The record there may still be asked for: put it back, and keep this
-    -- one at the token's key. (Seq and mark are 16 lower-case hex digits
-    -- each, so text order is number order.)
+  -- Unless the record there is this owner's (its first #owner characters)
+  -- and numbered below mark (the next #mark: seq and mark are lower-case hex
+  -- digits of one width, so text order is number order), it may still be
+  -- asked for: put it back, and keep this one at the token's key.
+  if old and (string.sub(old, 1, #owner) ~= owner or string.sub(old, #owner + 1, #owner + #mark) >= mark) then
     redis.call('SET', nkey, old, 'KEEPTTL')
     redis.call('SET', tkey, rec, 'PX', record_px)
   end

@@ -21,13 +21,13 @@ type recordRig struct {
 
 func (r recordRig) names(token string) *names {
 	p := r.b.Prefix + "{" + r.name + "}:"
-	return &names{key: p + "lock", nkey: p + "record", tkey: p + "record:" + token, token: token, value: token + "-"}
+	return &names{key: p + "lock", nkey: p + "record", tkey: p + "record:" + token, token: token, value: lockValue(token, false)}
 }
 
 // take sets token's lock as a native SET NX would.
 func (r recordRig) take(token string) {
 	r.t.Helper()
-	if ok, err := r.c.SetNX(context.Background(), r.names(token).key, token+"-", time.Minute).Result(); err != nil || !ok {
+	if ok, err := r.c.SetNX(context.Background(), r.names(token).key, lockValue(token, false), time.Minute).Result(); err != nil || !ok {
 		r.t.Fatalf("take %s: %v, %v", token[:4], ok, err)
 	}
 }
@@ -258,7 +258,7 @@ func TestRecordUnlockMatchesRelease(t *testing.T) {
 			}
 			short.take(tok('1'))
 			long.take(tok('1'))
-			if got, err := unlockScript.Run(ctx, c, []string{short.names(tok('1')).key, short.names("").nkey, short.names(tok('1')).tkey}, st.unlockArgs(tok('1')+"-", tok('1'))...).Result(); err != nil || got != int64(0) {
+			if got, err := unlockScript.Run(ctx, c, []string{short.names(tok('1')).key, short.names("").nkey, short.names(tok('1')).tkey}, st.unlockArgs(lockValue(tok('1'), false), tok('1'))...).Result(); err != nil || got != int64(0) {
 				t.Fatalf("unlock.lua = %v, %v", got, err)
 			}
 			keys, args := scriptCall(nil, long.names(tok('1')), true, append([]any{tok('1'), "0", "", 0, 0}, st.args()...)...)

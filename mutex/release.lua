@@ -21,24 +21,25 @@ local v = held(KEYS[1], ARGV[1], ARGV[2])
 if not v then
   return recall(KEYS[2], KEYS[3], ARGV[1], release_call) or {-1, 0}
 end
-if #v > 33 then
+if #v > MARK_AT then
   -- Re-entered: take this handle off the list.
-  local list = string.sub(v, 35)
-  local at = string.find(list, ',' .. ARGV[2] .. ',', 1, true)
+  local list = string.sub(v, LIST_AT)
+  local at = string.find(list, ID_SEP .. ARGV[2] .. ID_SEP, 1, true)
+  -- Keep the ID_SEP before the id; go on past the id and the one after it.
   list = string.sub(list, 1, at) .. string.sub(list, at + #ARGV[2] + 2)
-  if list ~= ',' then
-    redis.call('SET', KEYS[1], string.sub(v, 1, 34) .. list, 'KEEPTTL')
-    local _, commas = string.gsub(list, ',', ',')
-    return {commas - 1, 0}
+  if list ~= ID_SEP then
+    redis.call('SET', KEYS[1], string.sub(v, 1, LIST_AT - 1) .. list, 'KEEPTTL')
+    local _, seps = string.gsub(list, ID_SEP, ID_SEP)
+    return {seps - 1, 0}
   end
 end
-local mark = string.sub(v, 33, 33)
+local mark = string.sub(v, MARK_AT, MARK_AT)
 if ARGV[3] ~= '' then
   redis.call('SET', KEYS[1], ARGV[3] .. mark, 'PX', ARGV[4])
   return {0, bump_fence(KEYS[4], ARGV[5])}
 end
 redis.call('DEL', KEYS[1])
-if mark == 'w' then
+if mark == MARK_WAIT then
   redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'released', '1')
 end
 return {0, 0}

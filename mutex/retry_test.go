@@ -45,7 +45,7 @@ func TestScriptsAnswerARetryAsTheFirstRun(t *testing.T) {
 		// it leaves the root alone.
 		run(acquireScript, []string{key, fkey}, token, "7", 60000, 60000)
 		run(acquireScript, []string{key, fkey}, token, "7", 60000, 60000)
-		if v := c.Get(ctx, key).Val(); v != token+"-:,0,7," {
+		if v := c.Get(ctx, key).Val(); v != lockValue(token, false, "0", "7") {
 			t.Fatalf("after a re-entry run twice the lock holds %q", v)
 		}
 
@@ -56,7 +56,7 @@ func TestScriptsAnswerARetryAsTheFirstRun(t *testing.T) {
 		if r1[0] != int64(1) || r2[0] != int64(1) {
 			t.Fatalf("release of handle 7, twice = %v, %v; want 1 handle left both times", r1, r2)
 		}
-		if v := c.Get(ctx, key).Val(); v != token+"-:,0," {
+		if v := c.Get(ctx, key).Val(); v != lockValue(token, false, "0") {
 			t.Fatalf("after a release run twice the lock holds %q", v)
 		}
 		// Another call (handle 0) is not answered from 7's record.
@@ -100,7 +100,7 @@ return {n}`)
 			key, ctr := b.Prefix+"{"+kind+"}:lock", b.Prefix+"{"+kind+"}:ctr"
 			token := strings.Repeat(kind, tokenLen)
 			n := names{key: key, nkey: b.Prefix + "{" + kind + "}:record", tkey: b.Prefix + "{" + kind + "}:record:" + token}
-			if err := c.Set(ctx, key, token+"-", time.Minute).Err(); err != nil {
+			if err := c.Set(ctx, key, lockValue(token, false), time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
 			keys, args := scriptCall(&Call{Fragment: frag, Keys: []string{ctr}, Args: []any{kind}}, &n, true, append([]any{token, "0", "", 0, 0}, stampOf(0xab, 1, 1).args()...)...)

@@ -12,8 +12,8 @@ import (
 var (
 	//go:embed fence.lua
 	fenceSrc string
-	//go:embed held.lua
-	heldSrc string
+	//go:embed value.lua
+	valueBody string
 	//go:embed acquire.lua
 	acquireBody string
 	//go:embed release.lua
@@ -43,22 +43,29 @@ var recordMS = "local record_px, record_keep = '" + strconv.FormatInt(recordTTL.
 // recordSrc is record.lua with its lifetime.
 var recordSrc = recordMS + recordBody
 
+// valueSrc is value.lua's held, over a lock's value, prepended to the
+// scripts that act only for a holder.
+var valueSrc = luaLayout.Replace(valueBody)
+
 // Scripts are assembled from their body and the Lua functions they call.
+// Every script that reads or writes a lock's value gets the value's layout
+// from luaLayout.
 var (
-	acquireSrc = fenceSrc + acquireBody
+	acquireSrc = fenceSrc + luaLayout.Replace(acquireBody)
 	// releaseSrc is the lock's part of a release: it runs as a function
 	// (lockPart) after recordSrc, whose functions it calls, and its caller
 	// writes the record (releaseTail, wrapRelease).
-	releaseSrc = fenceSrc + heldSrc + releaseBody
-	extendSrc  = heldSrc + extendBody
-	pttlSrc    = heldSrc + pttlBody
+	releaseSrc = fenceSrc + valueSrc + luaLayout.Replace(releaseBody)
+	extendSrc  = valueSrc + extendBody
+	pttlSrc    = valueSrc + pttlBody
+	unlockSrc  = recordMS + luaLayout.Replace(unlockBody)
 )
 
 // Scripts are immutable after init (redis.Script caches only its own SHA).
 var (
 	acquireScript = redis.NewScript(acquireSrc)
 	releaseScript = redis.NewScript(recordSrc + plainCall + lockPart(releaseSrc) + releaseTail)
-	unlockScript  = redis.NewScript(recordMS + unlockBody)
+	unlockScript  = redis.NewScript(unlockSrc)
 	extendScript  = redis.NewScript(extendSrc)
 	pttlScript    = redis.NewScript(pttlSrc)
 )

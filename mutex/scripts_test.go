@@ -19,7 +19,7 @@ func TestScriptsMatchWholeHandleIDs(t *testing.T) {
 		c := b.Client(t)
 		key := b.Prefix + "{h}:lock"
 		token := strings.Repeat("a", tokenLen)
-		if err := c.Set(ctx, key, token+"w:,0,11,", time.Minute).Err(); err != nil {
+		if err := c.Set(ctx, key, lockValue(token, true, "0", "11"), time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 		release := func(id string) [3]int64 {
@@ -42,13 +42,13 @@ func TestScriptsMatchWholeHandleIDs(t *testing.T) {
 				t.Fatalf("release of handle %q = %v; want -1 (not open)", id, r)
 			}
 		}
-		if v := c.Get(ctx, key).Val(); v != token+"w:,0,11," {
+		if v := c.Get(ctx, key).Val(); v != lockValue(token, true, "0", "11") {
 			t.Fatalf("releases of handles that are not open changed the lock to %q", v)
 		}
 		if r := release("11"); r[0] != 1 {
 			t.Fatalf("release of handle 11 = %v; want 1 handle left", r)
 		}
-		if v := c.Get(ctx, key).Val(); v != token+"w:,0," {
+		if v := c.Get(ctx, key).Val(); v != lockValue(token, true, "0") {
 			t.Fatalf("after closing 11 the lock holds %q", v)
 		}
 		if r := release("0"); r[0] != 0 {

@@ -45,7 +45,7 @@ func BenchmarkCycleShapes(b *testing.B) {
 	ctx := context.Background()
 	n := l.names("shapes")
 	keys := []string{n.key, n.nkey, n.tkey}
-	noRecord := redis.NewScript(recordMS + strings.Split(unlockBody, "local old =")[0] + "return 0")
+	noRecord := redis.NewScript(strings.Split(unlockSrc, "local old =")[0] + "return 0")
 	var seq uint64
 	must := func(err error) {
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -16,7 +17,7 @@ import (
 // record lasts: until then, no record of that release or of a later one is
 // overwritten.
 type releases struct {
-	owner any // the Locker's random id in the records, 16 hex digits, boxed once
+	owner any // the Locker's random id in the records, stampDigits hex digits, boxed once
 
 	mu      sync.Mutex
 	next    uint64    // the number of the next release, from 1
@@ -28,14 +29,14 @@ type releases struct {
 func newReleases() *releases {
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+)
-	var b [16]byte
+	var b [stampDigits]byte
 	putHex(b[:], binary.BigEndian.Uint64(id[:]))
 	return &releases{owner: string(b[:]), next: 1}
 }
 
 // A stamp is a release's place among the releases of its Locker, as the
-// release scripts take it (record.lua): owner, seq and mark, 16 hex digits
-// each, turned to text only as the script at hand needs them
+// release scripts take it (record.lua): owner, seq and mark, stampDigits hex
+// digits each, turned to text only as the script at hand needs them
 // (releaseArgs, unlockArgs).
 type stamp struct {
 	owner     any // the Locker's id, boxed once
@@ -45,7 +46,7 @@ type stamp struct {
 // noStamp is the stamp of a release that overwrites no other record (a
 // quorum's): its mark is 0, so its record goes to the name's record key only
 // when that is free.
-var noStamp = stamp{owner: "0000000000000000"}
+var noStamp = stamp{owner: strings.Repeat("0", stampDigits)}
 
 // begin numbers a release about to be sent and returns its stamp: every
 // release of this Locker numbered below its mark has had its reply.
@@ -72,19 +73,19 @@ func (r *releases) begin() (uint64, stamp) {
 // stampOf is the stamp of release seq of owner, when every release numbered
 // below mark has had its reply.
 func stampOf(owner, seq, mark uint64) stamp {
-	var b [16]byte
+	var b [stampDigits]byte
 	putHex(b[:], owner)
 	return stamp{owner: string(b[:]), seq: seq, mark: mark}
 }
 
 // releaseArgs returns the stamp as release.lua takes it: owner, seq and
-// mark, 16 hex digits each (one allocation for seq and mark).
+// mark, stampDigits hex digits each (one allocation for seq and mark).
 func (s stamp) releaseArgs() (owner, seq, mark any) {
-	var b [32]byte
-	putHex(b[:16], s.seq)
-	putHex(b[16:], s.mark)
+	var b [2 * stampDigits]byte
+	putHex(b[:stampDigits], s.seq)
+	putHex(b[stampDigits:], s.mark)
 	t := string(b[:])
-	return s.owner, t[:16], t[16:]
+	return s.owner, t[:stampDigits], t[stampDigits:]
 }
 
 // recordTail is what follows the token in the record of a release made by
@@ -97,16 +98,20 @@ const recordTail = ":r0>:0:0:f"
 // owner followed by the mark (the records of this owner below it may be
 // overwritten). The record and the bound are cut from one string.
 func (s stamp) unlockArgs(value any, token string) []any {
-	const recLen = 16 + 16 + 1 + tokenLen + len(recordTail)
-	var b [recLen + 32]byte
+	const (
+		seqEnd   = 2 * stampDigits // the record starts with the owner and seq
+		tokenEnd = seqEnd + 1 + tokenLen
+		recLen   = tokenEnd + len(recordTail)
+	)
+	var b [recLen + 2*stampDigits]byte
 	owner := s.owner.(string)
-	copy(b[:16], owner)
-	putHex(b[16:32], s.seq)
-	b[32] = ':'
-	copy(b[33:33+tokenLen], token)
-	copy(b[33+tokenLen:recLen], recordTail)
-	copy(b[recLen:recLen+16], owner)
-	putHex(b[recLen+16:], s.mark)
+	copy(b[:stampDigits], owner)
+	putHex(b[stampDigits:seqEnd], s.seq)
+	b[seqEnd] = ':'
+	copy(b[seqEnd+1:tokenEnd], token)
+	copy(b[tokenEnd:recLen], recordTail)
+	copy(b[recLen:recLen+stampDigits], owner)
+	putHex(b[recLen+stampDigits:], s.mark)
 	t := string(b[:])
 	return []any{value, s.owner, t[:recLen], t[recLen:]}
 }
@@ -115,9 +120,14 @@ func (s stamp) unlockArgs(value any, token string) []any {
 // may compare two stamps as text (record.lua).
 const hexDigits = "0123456789abcdef"
 
-// putHex writes v to b as 16 hex digits.
+// stampDigits is the width of each part of a stamp: a 64-bit number in hex.
+// A record starts with its owner and seq, so that record.lua compares them
+// as text; record.lua takes their width from the stamp it is given.
+const stampDigits = 16
+
+// putHex writes v to b as stampDigits hex digits.
 func putHex(b []byte, v uint64) {
-	for i := 15; i >= 0; i-- {
+	for i := stampDigits - 1; i >= 0; i-- {
 		b[i] = hexDigits[v&15]
 		v >>= 4
 	}
