@@ -1,0 +1,115 @@
+package mutex
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// An attemptMode says what one acquire attempt of a fresh token is for.
+type attemptMode uint8
+
+const (
+	// tryOnce is TryLock's attempt: a native SET NX PX GET when it can be.
+	tryOnce attemptMode = iota
+	// first is Lock's first attempt: a native SET NX PX when it can be;
+	// when that finds the lock held, it goes on as the queue's head's first
+	// attempt (the script, under the same token, marking the lock).
+	first
+	// poll is a waiting head's attempt: the script, which reads the
+	// holder's lease.
+	poll
+	// pollMarked is poll that also marks the held lock, so that its
+	// release publishes a notification.
+	pollMarked
+)
+
+// attempt makes one acquire attempt on name: a re-entry when ctx carries
+// ownership of name, a fresh token's attempt otherwise. On contention it
+// returns ErrLocked and the holder's remaining lease (negative when
+// unknown).
+func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
+	if h := ownerOf(ctx, l, name); h != nil {
+		return l.reenter(ctx, h, cfg, call)
+	}
+	return l.take(ctx, name, cfg, call, mode)
+}
+
+// take makes one attempt to acquire name under a new token. The hold is
+// made only once the lock is obtained: a denial or a failed attempt needs
+// none.
+func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
+	n := l.names(name)
+	value := any(n.value) // boxed once: the SET's argument and the hold's
+	start := time.Now()
+	r, res, err := l.takeOnce(ctx, name, &n, value, cfg, call, mode, start)
+	switch {
+	case err != nil:
+		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", name, err)
+	case r[0] == declinedReply:
+		return nil, -1, res, ErrDeclined
+	case r[0] != 1:
+		return nil, time.Duration(r[1]) * time.Millisecond, res, ErrLocked
+	}
+	lk := newRoot(l, name, n, value, r[2])
+	lk.hold.add(lk, start, time.Duration(r[1])*time.Millisecond)
+	if cfg.renew {
+		lk.hold.startRenew(cfg.ttl)
+	}
+	return lk, -1, res, nil
+}
+
+// takeOnce is take's round trip: a native SET when the mode and the client
+// allow one, else (or when Lock's first SET found the lock held) the
+// acquire script.
+func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any, cfg lockConfig, call *Call, mode attemptMode, start time.Time) ([3]int64, any, error) {
+	if call == nil && mode <= first {
+		r, native, err := l.takeFree(ctx, name, n, value, cfg, mode == first)
+		held := mode == first && err == nil && r[0] != 1
+		if native && !held {
+			return r, nil, err
+		}
+	}
+	mark := argFresh
+	if mode == pollMarked || (mode == first && l.canNotify()) {
+		mark = argMark
+	}
+	return l.acquireScript(ctx, name, n, cfg, call, mark, start)
+}
+
+// acquireScript runs the acquire script (a fragment's, a quorum's) for n's
+// token; arg is acquire.lua's ARGV[2]: argFresh or argMark for a fresh
+// token (argMark: mark a held lock), a handle id for a re-entry. It returns the
+// script's reply, {1, lease, fence} or {0, pttl, 0}, and the fragment's
+// result.
+func (l *Locker) acquireScript(ctx context.Context, name string, n *names, cfg lockConfig, call *Call, arg any, start time.Time) ([3]int64, any, error) {
+	keys, args := scriptCall(call, n, false, n.token, arg, cfg.ttlMS, l.fenceMS)
+	reenter := arg != argFresh && arg != argMark // a handle id
+	if l.q != nil {                              // no fragment: NewQuorum refuses them
+		r, err := l.q.acquire(ctx, keys, args, cfg.ttl, reenter, start, n)
+		return r, nil, err
+	}
+	script := acquireScript
+	if call != nil {
+		script = call.Fragment.acquire
+	}
+	var late func(any, error)
+	if !reenter && !l.honours {
+		late = l.undoLate(newHold(l, name, *n))
+	}
+	reply, short, err := l.acquireRun(ctx, script, keys, args, call != nil, reenter || cfg.ackLater, late)
+	if err != nil {
+		return [3]int64{}, nil, err
+	}
+	l.scripted.Store(true)
+	r, res, err := acquired(reply)
+	if err == nil && r[0] == 1 && short != nil {
+		// Granted on the master alone: nobody may count on it. The undo
+		// keeps to the caller's deadline; past it, the lease ends the lock.
+		if ctx.Err() == nil {
+			l.releaseRoot(ctx, newHold(l, name, *n))
+		}
+		return [3]int64{}, nil, short
+	}
+	return r, res, err
+}
