@@ -1,7 +1,6 @@
 package mutex
 
 import (
-	_ "embed"
 	"fmt"
 	"slices"
 	"time"

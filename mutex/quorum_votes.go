@@ -1,9 +1,5 @@
 package mutex
 
-import (
-	_ "embed"
-)
-
 // votes are the nodes' answers to one acquire attempt: the leases of the
 // nodes that granted it, the errors, and the shortest wait a refusing node
 // reported (-1: none).
