@@ -92,37 +92,56 @@ func (c ClientIPConfig) Key(r *http.Request) (string, error) {
 // or zone, an IPv4-mapped address as IPv4, and not grouped. A request
 // without a usable address is an error matching ErrNoKey.
 func (c ClientIPConfig) Addr(r *http.Request) (netip.Addr, error) {
+	if err := c.checkPrefixLen(); err != nil {
+		return netip.Addr{}, err
+	}
+	peer := parseNode(r.RemoteAddr)
+	if !c.trusted(0, peer) {
+		return found(peer)
+	}
+	name, elements := c.header()
+	return found(c.walk(peer, r.Header.Values(name), elements))
+}
+
+func (c ClientIPConfig) checkPrefixLen() error {
 	if b := c.IPv6PrefixLen; b < 0 || b > 128 {
-		return netip.Addr{}, fmt.Errorf("guard: ClientIPConfig.IPv6PrefixLen %d not in 0 to 128", b)
+		return fmt.Errorf("guard: ClientIPConfig.IPv6PrefixLen %d not in 0 to 128", b)
 	}
-	cur := parseNode(r.RemoteAddr)
-	if !c.trusted(0, cur) {
-		return found(cur)
+	return nil
+}
+
+// header is the name of the forwarding header and how a line of it splits
+// into hops.
+func (c ClientIPConfig) header() (string, func(line string) []string) {
+	switch name := textproto.CanonicalMIMEHeaderKey(c.Header); name {
+	case "":
+		return "X-Forwarded-For", listElements
+	case "Forwarded":
+		return name, forwardedElements
+	default:
+		return name, listElements
 	}
-	name := textproto.CanonicalMIMEHeaderKey(c.Header)
-	if name == "" {
-		name = "X-Forwarded-For"
-	}
-	lines := r.Header.Values(name)
-	elements := listElements
-	if name == "Forwarded" {
-		elements = forwardedElements
-	}
+}
+
+// walk goes from cur, a trusted proxy, to the hops the header lines report,
+// from the right, while they are trusted proxies, and returns the first
+// untrusted one, or the last valid one.
+func (c ClientIPConfig) walk(cur netip.Addr, lines []string, elements func(string) []string) netip.Addr {
 	hop := 0
 	for i := len(lines) - 1; i >= 0; i-- {
 		hops := elements(lines[i])
 		for j := len(hops) - 1; j >= 0; j-- {
 			next := parseNode(hops[j])
 			if !next.IsValid() {
-				return found(cur)
+				return cur
 			}
 			cur, hop = next, hop+1
 			if !c.trusted(hop, cur) {
-				return cur, nil
+				return cur
 			}
 		}
 	}
-	return found(cur)
+	return cur
 }
 
 // found is the walk's result a: the client, or an error if a is not an
@@ -141,18 +160,22 @@ func (c ClientIPConfig) trusted(hop int, a netip.Addr) bool {
 	if hop < c.TrustedHops {
 		return true
 	}
-	if !a.IsValid() {
-		return false
-	}
+	// An invalid a is in no network (netip.Prefix.Contains).
 	for _, p := range c.TrustedProxies {
-		if p.Addr().Is4In6() && p.Bits() >= 96 { // ::ffff:10.0.0.0/104 is 10.0.0.0/8
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		if p.Contains(a) {
+		if unmapPrefix(p).Contains(a) {
 			return true
 		}
 	}
 	return false
+}
+
+// unmapPrefix is p with an IPv4-mapped network made IPv4
+// (::ffff:10.0.0.0/104 is 10.0.0.0/8), as parseNode makes the hops.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p
 }
 
 func (c ClientIPConfig) ipv6Bits() int {
