@@ -197,66 +197,78 @@ func listElements(line string) []string {
 	return hops
 }
 
+// obfChars are the bytes of an RFC 7239 obfuscated port, after its '_'.
+var obfChars = newByteSet(alnum + "._-")
+
+var digitChars = newByteSet(digits)
+
 // parseNode parses an address with an optional port: "192.0.2.1",
 // "192.0.2.1:4711", "2001:db8::1", "[2001:db8::1]", "[2001:db8::1]:4711",
 // the port possibly an RFC 7239 obfuscated one ("_a1"). The address comes
 // back without its zone, IPv4-mapped as IPv4; invalid if s is none of
 // these.
 func parseNode(s string) netip.Addr {
-	if s == "" {
+	switch {
+	case s == "":
 		return netip.Addr{}
+	case s[0] == '[':
+		return parseBracketed(s[1:])
 	}
-	host, port := s, ""
-	if strings.HasPrefix(s, "[") {
-		end := strings.IndexByte(s, ']')
-		if end < 0 {
-			return netip.Addr{}
-		}
-		host, port = s[1:end], s[end+1:]
-		if port != "" {
-			if port[0] != ':' {
-				return netip.Addr{}
-			}
-			port = port[1:]
-			if port == "" {
-				return netip.Addr{}
-			}
-		}
-	} else if strings.Count(s, ":") == 1 {
-		host, port, _ = strings.Cut(s, ":")
-		if port == "" {
-			return netip.Addr{}
-		}
-	}
-	if port != "" && !validPort(port) {
+	return parseBare(s)
+}
+
+// parseBracketed parses what follows the '[' of a node: an IPv6 address,
+// ']', and an optional port.
+func parseBracketed(s string) netip.Addr {
+	host, port, ok := strings.Cut(s, "]")
+	if !ok || !optionalPort(port) {
 		return netip.Addr{}
 	}
 	a, err := netip.ParseAddr(host)
-	if err != nil || (s[0] == '[' && !a.Is6()) {
+	if err != nil || !a.Is6() {
 		return netip.Addr{}
 	}
 	return a.WithZone("").Unmap()
 }
 
+// parseBare parses a node without brackets: an IPv4 address with an
+// optional port, or an IPv6 address, which has two colons or more, and so
+// no port.
+func parseBare(s string) netip.Addr {
+	host, port := s, ""
+	if strings.Count(s, ":") == 1 {
+		i := strings.IndexByte(s, ':')
+		host, port = s[:i], s[i:]
+	}
+	if !optionalPort(port) {
+		return netip.Addr{}
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a.WithZone("").Unmap()
+}
+
+// optionalPort reports whether s, what follows an address, is nothing or a
+// ':' and a port.
+func optionalPort(s string) bool {
+	p, ok := strings.CutPrefix(s, ":")
+	return s == "" || ok && validPort(p)
+}
+
 // validPort reports whether p is a port number or an RFC 7239 obfport.
 func validPort(p string) bool {
-	if p[0] == '_' {
-		for i := 1; i < len(p); i++ {
-			if c := p[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-				return false
-			}
-		}
-		return len(p) > 1
+	if obf, ok := strings.CutPrefix(p, "_"); ok {
+		return obf != "" && obfChars.all(obf)
 	}
-	if len(p) > 5 {
+	return validPortNumber(p)
+}
+
+// validPortNumber reports whether p is 1 to 5 decimal digits, at most 65535.
+func validPortNumber(p string) bool {
+	if p == "" || len(p) > 5 || !digitChars.all(p) {
 		return false
 	}
-	n := 0
-	for i := 0; i < len(p); i++ {
-		if p[i] < '0' || p[i] > '9' {
-			return false
-		}
-		n = n*10 + int(p[i]-'0')
-	}
-	return n <= 65535
+	return len(p) < 5 || p <= "65535" // digit strings of one length compare as their numbers
 }
