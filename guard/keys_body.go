@@ -45,14 +45,7 @@ func JSONField(field string, maxBytes int64) KeyFunc {
 		return badKeyFunc("JSONField with maxBytes < 1")
 	}
 	return func(r *http.Request) (string, error) {
-		if noBody(r) {
-			return "", fmt.Errorf("%w: no body", ErrNoKey)
-		}
-		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		if err != nil || (mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))) {
-			return "", fmt.Errorf("%w: body not declared as application/json", ErrContentType)
-		}
-		body, err := readBody(r, maxBytes)
+		body, err := jsonBody(r, maxBytes)
 		if err != nil {
 			return "", err
 		}
@@ -60,68 +53,158 @@ func JSONField(field string, maxBytes int64) KeyFunc {
 	}
 }
 
+// These errors say nothing of the request, so they are made once.
+var (
+	errNoBody        = fmt.Errorf("%w: no body", ErrNoKey)
+	errNotJSONObject = fmt.Errorf("%w: body not a JSON object", ErrNoKey)
+)
+
+// jsonBody reads r's body, at most maxBytes, if it is declared as JSON.
+func jsonBody(r *http.Request, maxBytes int64) ([]byte, error) {
+	if noBody(r) {
+		return nil, errNoBody
+	}
+	if !declaredJSON(r.Header.Get("Content-Type")) {
+		return nil, fmt.Errorf("%w: body not declared as application/json", ErrContentType)
+	}
+	return readBody(r, maxBytes)
+}
+
+// declaredJSON reports whether the Content-Type ct is application/json or
+// an application/...+json type, with any parameters.
+func declaredJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
+}
+
 // jsonMember is the key in the member field of the JSON object body.
 func jsonMember(body []byte, field string) (string, error) {
-	malformed := fmt.Errorf("%w: body not a JSON object", ErrNoKey)
+	m, err := scanObject(body, field)
+	if err != nil {
+		return "", err
+	}
+	val, err := m.single(field)
+	if err != nil {
+		return "", err
+	}
+	return jsonKey(val, field)
+}
+
+// jsonMatch is what scanObject found of the members named field in any
+// case: how many, and the value of one spelled exactly so.
+type jsonMatch struct {
+	n     int
+	exact bool
+	val   json.RawMessage
+}
+
+// scanObject reads the JSON object that is all of body but white space,
+// noting the members named field.
+func scanObject(body []byte, field string) (jsonMatch, error) {
+	var m jsonMatch
 	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return "", malformed
+	if !nextIs(dec, json.Delim('{')) {
+		return m, errNotJSONObject
+	}
+	for dec.More() {
+		name, val, err := nextMember(dec)
+		if err != nil {
+			return m, err
+		}
+		m.add(name, field, val)
+	}
+	if !nextIs(dec, json.Delim('}')) || !atEOF(dec) {
+		return m, errNotJSONObject
+	}
+	return m, nil
+}
+
+// nextIs reports whether dec's next token is the delimiter d.
+func nextIs(dec *json.Decoder, d json.Delim) bool {
+	t, err := dec.Token()
+	return err == nil && t == d
+}
+
+// atEOF reports whether dec has nothing more but white space.
+func atEOF(dec *json.Decoder) bool {
+	_, err := dec.Token()
+	return err == io.EOF
+}
+
+// nextMember reads the name and the value of an object's next member.
+func nextMember(dec *json.Decoder) (string, json.RawMessage, error) {
+	t, err := dec.Token()
+	name, ok := t.(string)
+	if err != nil || !ok {
+		return "", nil, errNotJSONObject
 	}
 	var val json.RawMessage
-	n, exact := 0, false
-	for dec.More() {
-		t, err := dec.Token()
-		name, ok := t.(string)
-		if err != nil || !ok {
-			return "", malformed
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return "", malformed
-		}
-		if strings.EqualFold(name, field) { // encoding/json's own rule for struct fields
-			n++
-			if name == field {
-				val, exact = raw, true
-			}
-		}
+	if err := dec.Decode(&val); err != nil {
+		return "", nil, errNotJSONObject
 	}
-	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
-		return "", malformed
+	return name, val, nil
+}
+
+// add notes the member name of value val if it is field in any case:
+// encoding/json's own rule for struct fields.
+func (m *jsonMatch) add(name, field string, val json.RawMessage) {
+	if !strings.EqualFold(name, field) {
+		return
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return "", malformed
+	m.n++
+	if name == field {
+		m.val, m.exact = val, true
 	}
+}
+
+// single is the value of the one member named field, spelled as field.
+func (m jsonMatch) single(field string) (json.RawMessage, error) {
 	switch {
-	case n == 0:
-		return "", fmt.Errorf("%w: no member %q", ErrNoKey, field)
-	case n > 1:
-		return "", fmt.Errorf("%w: member %q named %d times", ErrNoKey, field, n)
-	case !exact:
-		return "", fmt.Errorf("%w: member %q spelled in another case", ErrNoKey, field)
+	case m.n == 0:
+		return nil, fmt.Errorf("%w: no member %q", ErrNoKey, field)
+	case m.n > 1:
+		return nil, fmt.Errorf("%w: member %q named %d times", ErrNoKey, field, m.n)
+	case !m.exact:
+		return nil, fmt.Errorf("%w: member %q spelled in another case", ErrNoKey, field)
 	}
+	return m.val, nil
+}
+
+// jsonKey is the key that the value val of the member field makes.
+func jsonKey(val json.RawMessage, field string) (string, error) {
 	switch val[0] {
 	case '"':
-		var s string
-		if err := json.Unmarshal(val, &s); err != nil {
-			return "", malformed
-		}
-		if s == "" {
-			return "", fmt.Errorf("%w: empty member %q", ErrNoKey, field)
-		}
-		return s, nil
+		return jsonString(val, field)
 	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		// A fraction or an exponent would give one number many spellings,
-		// each a key of its own.
-		if bytes.ContainsAny(val, ".eE") {
-			return "", fmt.Errorf("%w: member %q not an integer", ErrNoKey, field)
-		}
-		if string(val) == "-0" {
-			return "0", nil
-		}
-		return string(val), nil
+		return jsonInteger(val, field)
 	}
 	return "", fmt.Errorf("%w: member %q neither a string nor an integer", ErrNoKey, field)
+}
+
+// jsonString is the key of a string value: the string, decoded.
+func jsonString(val json.RawMessage, field string) (string, error) {
+	var s string
+	if err := json.Unmarshal(val, &s); err != nil {
+		return "", errNotJSONObject
+	}
+	if s == "" {
+		return "", fmt.Errorf("%w: empty member %q", ErrNoKey, field)
+	}
+	return s, nil
+}
+
+// jsonInteger is the key of a number value: the integer as written, with
+// "-0" as "0".
+func jsonInteger(val json.RawMessage, field string) (string, error) {
+	// A fraction or an exponent would give one number many spellings,
+	// each a key of its own.
+	if bytes.ContainsAny(val, ".eE") {
+		return "", fmt.Errorf("%w: member %q not an integer", ErrNoKey, field)
+	}
+	if string(val) == "-0" {
+		return "0", nil
+	}
+	return string(val), nil
 }
 
 // FormField returns a KeyFunc that keys on the form field name in the body
