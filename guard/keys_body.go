@@ -57,6 +57,7 @@ func JSONField(field string, maxBytes int64) KeyFunc {
 var (
 	errNoBody        = fmt.Errorf("%w: no body", ErrNoKey)
 	errNotJSONObject = fmt.Errorf("%w: body not a JSON object", ErrNoKey)
+	errMalformedForm = fmt.Errorf("%w: malformed form", ErrNoKey)
 )
 
 // jsonBody reads r's body, at most maxBytes, if it is declared as JSON.
@@ -231,40 +232,63 @@ func FormField(name string, maxBytes int64) KeyFunc {
 		return badKeyFunc("FormField with maxBytes < 1")
 	}
 	return func(r *http.Request) (string, error) {
-		switch r.Method {
-		case http.MethodPost, http.MethodPut, http.MethodPatch:
-		default:
-			return "", fmt.Errorf("%w: no form body in a %s request", ErrNoKey, r.Method)
+		if err := formRequest(r); err != nil {
+			return "", err
 		}
-		if noBody(r) {
-			return "", fmt.Errorf("%w: no body", ErrNoKey)
-		}
-		mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		switch {
-		case err != nil:
-		case mt == "application/x-www-form-urlencoded":
-			body, err := readBody(r, maxBytes)
-			if err != nil {
-				return "", err
-			}
-			vs, err := url.ParseQuery(string(body))
-			if err != nil {
-				return "", fmt.Errorf("%w: malformed form", ErrNoKey)
-			}
-			return single(vs, name, "form field")
-		case mt == "multipart/form-data" && params["boundary"] != "":
-			body, err := readBody(r, maxBytes)
-			if err != nil {
-				return "", err
-			}
-			vs, err := multipartValues(body, params["boundary"], name)
-			if err != nil {
-				return "", fmt.Errorf("%w: malformed form", ErrNoKey)
-			}
-			return single(url.Values{name: vs}, name, "form field")
-		}
-		return "", fmt.Errorf("%w: body not declared as a form", ErrContentType)
+		return formField(r, name, maxBytes)
 	}
+}
+
+// formRequest checks that r may have a form body: a POST, PUT or PATCH with
+// a body.
+func formRequest(r *http.Request) error {
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	default:
+		return fmt.Errorf("%w: no form body in a %s request", ErrNoKey, r.Method)
+	}
+	if noBody(r) {
+		return errNoBody
+	}
+	return nil
+}
+
+// formField reads the field name, at most maxBytes, from a body of one of
+// the two form types.
+func formField(r *http.Request, name string, maxBytes int64) (string, error) {
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case err != nil:
+	case mt == "application/x-www-form-urlencoded":
+		return urlencodedField(r, name, maxBytes)
+	case mt == "multipart/form-data" && params["boundary"] != "":
+		return multipartField(r, params["boundary"], name, maxBytes)
+	}
+	return "", fmt.Errorf("%w: body not declared as a form", ErrContentType)
+}
+
+func urlencodedField(r *http.Request, name string, maxBytes int64) (string, error) {
+	body, err := readBody(r, maxBytes)
+	if err != nil {
+		return "", err
+	}
+	vs, err := url.ParseQuery(string(body))
+	if err != nil {
+		return "", errMalformedForm
+	}
+	return single(vs, name, "form field")
+}
+
+func multipartField(r *http.Request, boundary, name string, maxBytes int64) (string, error) {
+	body, err := readBody(r, maxBytes)
+	if err != nil {
+		return "", err
+	}
+	vs, err := multipartValues(body, boundary, name)
+	if err != nil {
+		return "", errMalformedForm
+	}
+	return single(url.Values{name: vs}, name, "form field")
 }
 
 // multipartValues returns the values of the parts named name, leaving out
@@ -280,7 +304,7 @@ func multipartValues(body []byte, boundary, name string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if p.FormName() != name || p.FileName() != "" {
+		if !isValue(p, name) {
 			continue
 		}
 		v, err := io.ReadAll(p)
@@ -289,6 +313,12 @@ func multipartValues(body []byte, boundary, name string) ([]string, error) {
 		}
 		vs = append(vs, string(v))
 	}
+}
+
+// isValue reports whether the part p is a value of the field name, not a
+// file.
+func isValue(p *multipart.Part, name string) bool {
+	return p.FormName() == name && p.FileName() == ""
 }
 
 func noBody(r *http.Request) bool {
@@ -310,22 +340,27 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, fmt.Errorf("%w: Content-Length over %d bytes", ErrBodyTooLarge, limit)
 	}
-	orig, n := r.Body, limit
-	if n < math.MaxInt64 {
-		n++ // one byte more tells a body of exactly limit bytes from a longer one
-	}
-	body, err := io.ReadAll(io.LimitReader(orig, n))
+	// One byte more than limit (limit itself at math.MaxInt64) tells a body
+	// of exactly limit bytes from a longer one.
+	orig := r.Body
+	body, err := io.ReadAll(io.LimitReader(orig, min(limit, math.MaxInt64-1)+1))
 	if err == nil && int64(len(body)) <= limit { // the whole body
 		r.Body = replay{bytes.NewReader(body), orig}
 		return body, nil
 	}
 	r.Body = replay{io.MultiReader(bytes.NewReader(body), orig), orig}
+	return nil, bodyError(err, limit)
+}
+
+// bodyError is readBody's error for a read of a body over limit (err nil),
+// or that failed with err.
+func bodyError(err error, limit int64) error {
 	var tooLarge *http.MaxBytesError
 	switch {
 	case err == nil:
-		return nil, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
+		return fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
 	case errors.As(err, &tooLarge): // an http.MaxBytesReader around the body
-		return nil, fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
+		return fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
 	}
-	return nil, fmt.Errorf("guard: reading the body: %w", err)
+	return fmt.Errorf("guard: reading the body: %w", err)
 }
