@@ -103,6 +103,7 @@ func (c ClientIPConfig) Addr(r *http.Request) (netip.Addr, error) {
 	return found(c.walk(peer, r.Header.Values(name), elements))
 }
 
+// checkPrefixLen rejects an IPv6PrefixLen that no IPv6 prefix has.
 func (c ClientIPConfig) checkPrefixLen() error {
 	if b := c.IPv6PrefixLen; b < 0 || b > 128 {
 		return fmt.Errorf("guard: ClientIPConfig.IPv6PrefixLen %d not in 0 to 128", b)
@@ -123,9 +124,9 @@ func (c ClientIPConfig) header() (string, func(line string) []string) {
 	}
 }
 
-// walk goes from cur, a trusted proxy, to the hops the header lines report,
-// from the right, while they are trusted proxies, and returns the first
-// untrusted one, or the last valid one.
+// walk steps from cur, a trusted hop, to the hops the header lines report,
+// from the right, while each is trusted. It returns the first untrusted
+// hop, or the last hop reached if the entries end or one is not an address.
 func (c ClientIPConfig) walk(cur netip.Addr, lines []string, elements func(string) []string) netip.Addr {
 	hop := 0
 	for i := len(lines) - 1; i >= 0; i-- {
