@@ -28,16 +28,21 @@ func unanswered(err error) bool {
 		errors.Is(err, redis.ErrClosed):
 		return false
 	case errors.As(err, &reply):
-		msg := reply.Error()
-		for _, p := range transientReplies {
-			if strings.HasPrefix(msg, p+" ") || msg == p {
-				return true
-			}
-		}
-		return false
+		return transient(reply.Error())
 	}
 	// Any other error is not an answer of Redis: a time-out, a closed or
 	// refused connection, an exhausted pool, a lock not obtained in time, a
 	// lost quorum, a commit that kept losing its lease.
 	return true
+}
+
+// transient reports whether the error reply msg starts with one of the
+// transientReplies.
+func transient(msg string) bool {
+	for _, p := range transientReplies {
+		if strings.HasPrefix(msg, p+" ") || msg == p {
+			return true
+		}
+	}
+	return false
 }

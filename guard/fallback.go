@@ -24,19 +24,7 @@ func newFallback(cfg Fallback) *fallback {
 func (f *fallback) allow(key string, n int64) (bool, time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	lim, ok := f.keys[key]
-	if !ok {
-		if len(f.keys) >= f.cfg.MaxKeys {
-			half := max(len(f.order)/2, 1)
-			for _, k := range f.order[:half] {
-				delete(f.keys, k)
-			}
-			f.order = append(f.order[:0:0], f.order[half:]...)
-		}
-		lim = rate.NewLimiter(f.cfg.Limit, f.cfg.Burst)
-		f.keys[key] = lim
-		f.order = append(f.order, key)
-	}
+	lim := f.limiter(key)
 	now := time.Now()
 	if n > int64(f.cfg.Burst) {
 		return false, time.Hour // can never fit; deny
@@ -48,4 +36,27 @@ func (f *fallback) allow(key string, n int64) (bool, time.Duration) {
 	wait := r.DelayFrom(now)
 	r.CancelAt(now)
 	return false, max(wait, time.Millisecond)
+}
+
+// limiter is key's bucket, a new one if key has none; f.mu is held.
+func (f *fallback) limiter(key string) *rate.Limiter {
+	if lim, ok := f.keys[key]; ok {
+		return lim
+	}
+	if len(f.keys) >= f.cfg.MaxKeys {
+		f.forgetOldest()
+	}
+	lim := rate.NewLimiter(f.cfg.Limit, f.cfg.Burst)
+	f.keys[key] = lim
+	f.order = append(f.order, key)
+	return lim
+}
+
+// forgetOldest forgets the oldest half of the keys; f.mu is held.
+func (f *fallback) forgetOldest() {
+	half := max(len(f.order)/2, 1)
+	for _, k := range f.order[:half] {
+		delete(f.keys, k)
+	}
+	f.order = append(f.order[:0:0], f.order[half:]...)
 }

@@ -125,14 +125,20 @@ func Join(parts ...KeyFunc) KeyFunc {
 			if i > 0 {
 				b.WriteByte('|')
 			}
-			for j := 0; j < len(k); j++ {
-				if k[j] == '\\' || k[j] == '|' {
-					b.WriteByte('\\')
-				}
-				b.WriteByte(k[j])
-			}
+			writeEscaped(&b, k)
 		}
 		return b.String(), nil
+	}
+}
+
+// writeEscaped writes k to b with a '\' before each '\' and '|', so that
+// an unescaped '|' in b separates two keys.
+func writeEscaped(b *strings.Builder, k string) {
+	for i := range len(k) {
+		if k[i] == '\\' || k[i] == '|' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(k[i])
 	}
 }
 

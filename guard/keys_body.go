@@ -46,14 +46,7 @@ func JSONField(field string, maxBytes int64) KeyFunc {
 		return badKeyFunc("JSONField with maxBytes < 1")
 	}
 	return func(r *http.Request) (string, error) {
-		if noBody(r) {
-			return "", fmt.Errorf("%w: no body", ErrNoKey)
-		}
-		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		if err != nil || (mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))) {
-			return "", fmt.Errorf("%w: body not declared as application/json", ErrContentType)
-		}
-		body, err := readBody(r, maxBytes)
+		body, err := jsonBody(r, maxBytes)
 		if err != nil {
 			return "", err
 		}
@@ -61,68 +54,159 @@ func JSONField(field string, maxBytes int64) KeyFunc {
 	}
 }
 
+// These errors say nothing of the request, so they are made once.
+var (
+	errNoBody        = fmt.Errorf("%w: no body", ErrNoKey)
+	errNotJSONObject = fmt.Errorf("%w: body not a JSON object", ErrNoKey)
+	errMalformedForm = fmt.Errorf("%w: malformed form", ErrNoKey)
+)
+
+// jsonBody reads r's body, at most maxBytes, if it is declared as JSON.
+func jsonBody(r *http.Request, maxBytes int64) ([]byte, error) {
+	if noBody(r) {
+		return nil, errNoBody
+	}
+	if !declaredJSON(r.Header.Get("Content-Type")) {
+		return nil, fmt.Errorf("%w: body not declared as application/json", ErrContentType)
+	}
+	return readBody(r, maxBytes)
+}
+
+// declaredJSON reports whether the Content-Type ct is application/json or
+// an application/...+json type, with any parameters.
+func declaredJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
+}
+
 // jsonMember is the key in the member field of the JSON object body.
 func jsonMember(body []byte, field string) (string, error) {
-	malformed := fmt.Errorf("%w: body not a JSON object", ErrNoKey)
+	m, err := scanObject(body, field)
+	if err != nil {
+		return "", err
+	}
+	val, err := m.single(field)
+	if err != nil {
+		return "", err
+	}
+	return jsonKey(val, field)
+}
+
+// jsonMatch is what scanObject found of the members named field in any
+// case: how many, and the value of one spelled exactly so.
+type jsonMatch struct {
+	n     int
+	exact bool
+	val   json.RawMessage
+}
+
+// scanObject reads the JSON object that is all of body but white space,
+// noting the members named field.
+func scanObject(body []byte, field string) (jsonMatch, error) {
+	var m jsonMatch
 	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return "", malformed
+	if !nextIs(dec, json.Delim('{')) {
+		return m, errNotJSONObject
+	}
+	for dec.More() {
+		name, val, err := nextMember(dec)
+		if err != nil {
+			return m, err
+		}
+		m.add(name, field, val)
+	}
+	if !nextIs(dec, json.Delim('}')) || !atEOF(dec) {
+		return m, errNotJSONObject
+	}
+	return m, nil
+}
+
+// nextIs reports whether dec's next token is the delimiter d.
+func nextIs(dec *json.Decoder, d json.Delim) bool {
+	t, err := dec.Token()
+	return err == nil && t == d
+}
+
+// atEOF reports whether dec has nothing more but white space.
+func atEOF(dec *json.Decoder) bool {
+	_, err := dec.Token()
+	return err == io.EOF
+}
+
+// nextMember reads the name and the value of an object's next member.
+func nextMember(dec *json.Decoder) (string, json.RawMessage, error) {
+	t, err := dec.Token()
+	name, ok := t.(string)
+	if err != nil || !ok {
+		return "", nil, errNotJSONObject
 	}
 	var val json.RawMessage
-	n, exact := 0, false
-	for dec.More() {
-		t, err := dec.Token()
-		name, ok := t.(string)
-		if err != nil || !ok {
-			return "", malformed
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return "", malformed
-		}
-		if strings.EqualFold(name, field) { // encoding/json's own rule for struct fields
-			n++
-			if name == field {
-				val, exact = raw, true
-			}
-		}
+	if err := dec.Decode(&val); err != nil {
+		return "", nil, errNotJSONObject
 	}
-	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
-		return "", malformed
+	return name, val, nil
+}
+
+// add notes the member name of value val if it is field in any case:
+// encoding/json's own rule for struct fields.
+func (m *jsonMatch) add(name, field string, val json.RawMessage) {
+	if !strings.EqualFold(name, field) {
+		return
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return "", malformed
+	m.n++
+	if name == field {
+		m.val, m.exact = val, true
 	}
+}
+
+// single is the value of the one member named field, spelled as field.
+func (m jsonMatch) single(field string) (json.RawMessage, error) {
 	switch {
-	case n == 0:
-		return "", fmt.Errorf("%w: no member %q", ErrNoKey, field)
-	case n > 1:
-		return "", fmt.Errorf("%w: member %q named %d times", ErrNoKey, field, n)
-	case !exact:
-		return "", fmt.Errorf("%w: member %q spelled in another case", ErrNoKey, field)
+	case m.n == 0:
+		return nil, fmt.Errorf("%w: no member %q", ErrNoKey, field)
+	case m.n > 1:
+		return nil, fmt.Errorf("%w: member %q named %d times", ErrNoKey, field, m.n)
+	case !m.exact:
+		return nil, fmt.Errorf("%w: member %q spelled in another case", ErrNoKey, field)
 	}
+	return m.val, nil
+}
+
+// jsonKey is the key that the value val of the member field makes.
+func jsonKey(val json.RawMessage, field string) (string, error) {
 	switch val[0] {
 	case '"':
-		var s string
-		if err := json.Unmarshal(val, &s); err != nil {
-			return "", malformed
-		}
-		if s == "" {
-			return "", fmt.Errorf("%w: empty member %q", ErrNoKey, field)
-		}
-		return s, nil
+		return jsonString(val, field)
 	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		// A fraction or an exponent would give one number many spellings,
-		// each a key of its own.
-		if bytes.ContainsAny(val, ".eE") {
-			return "", fmt.Errorf("%w: member %q not an integer", ErrNoKey, field)
-		}
-		if string(val) == "-0" {
-			return "0", nil
-		}
-		return string(val), nil
+		return jsonInteger(val, field)
 	}
 	return "", fmt.Errorf("%w: member %q neither a string nor an integer", ErrNoKey, field)
+}
+
+// jsonString is the key of a string value: the string, decoded.
+func jsonString(val json.RawMessage, field string) (string, error) {
+	var s string
+	if err := json.Unmarshal(val, &s); err != nil {
+		return "", errNotJSONObject
+	}
+	if s == "" {
+		return "", fmt.Errorf("%w: empty member %q", ErrNoKey, field)
+	}
+	return s, nil
+}
+
+// jsonInteger is the key of a number value: the integer as written, with
+// "-0" as "0".
+func jsonInteger(val json.RawMessage, field string) (string, error) {
+	// A fraction or an exponent would give one number many spellings,
+	// each a key of its own.
+	if bytes.ContainsAny(val, ".eE") {
+		return "", fmt.Errorf("%w: member %q not an integer", ErrNoKey, field)
+	}
+	if string(val) == "-0" {
+		return "0", nil
+	}
+	return string(val), nil
 }
 
 // FormField returns a KeyFunc that keys on the form field name in the body
@@ -149,40 +233,63 @@ func FormField(name string, maxBytes int64) KeyFunc {
 		return badKeyFunc("FormField with maxBytes < 1")
 	}
 	return func(r *http.Request) (string, error) {
-		switch r.Method {
-		case http.MethodPost, http.MethodPut, http.MethodPatch:
-		default:
-			return "", fmt.Errorf("%w: no form body in a %s request", ErrNoKey, r.Method)
+		if err := formRequest(r); err != nil {
+			return "", err
 		}
-		if noBody(r) {
-			return "", fmt.Errorf("%w: no body", ErrNoKey)
-		}
-		mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		switch {
-		case err != nil:
-		case mt == "application/x-www-form-urlencoded":
-			body, err := readBody(r, maxBytes)
-			if err != nil {
-				return "", err
-			}
-			vs, err := url.ParseQuery(string(body))
-			if err != nil {
-				return "", fmt.Errorf("%w: malformed form", ErrNoKey)
-			}
-			return single(vs, name, "form field")
-		case mt == "multipart/form-data" && params["boundary"] != "":
-			body, err := readBody(r, maxBytes)
-			if err != nil {
-				return "", err
-			}
-			vs, err := multipartValues(body, params["boundary"], name)
-			if err != nil {
-				return "", fmt.Errorf("%w: malformed form", ErrNoKey)
-			}
-			return single(url.Values{name: vs}, name, "form field")
-		}
-		return "", fmt.Errorf("%w: body not declared as a form", ErrContentType)
+		return formField(r, name, maxBytes)
 	}
+}
+
+// formRequest checks that r may have a form body: a POST, PUT or PATCH with
+// a body.
+func formRequest(r *http.Request) error {
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	default:
+		return fmt.Errorf("%w: no form body in a %s request", ErrNoKey, r.Method)
+	}
+	if noBody(r) {
+		return errNoBody
+	}
+	return nil
+}
+
+// formField reads the field name, at most maxBytes, from a body of one of
+// the two form types.
+func formField(r *http.Request, name string, maxBytes int64) (string, error) {
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case err != nil:
+	case mt == "application/x-www-form-urlencoded":
+		return urlencodedField(r, name, maxBytes)
+	case mt == "multipart/form-data" && params["boundary"] != "":
+		return multipartField(r, params["boundary"], name, maxBytes)
+	}
+	return "", fmt.Errorf("%w: body not declared as a form", ErrContentType)
+}
+
+func urlencodedField(r *http.Request, name string, maxBytes int64) (string, error) {
+	body, err := readBody(r, maxBytes)
+	if err != nil {
+		return "", err
+	}
+	vs, err := url.ParseQuery(string(body))
+	if err != nil {
+		return "", errMalformedForm
+	}
+	return single(vs, name, "form field")
+}
+
+func multipartField(r *http.Request, boundary, name string, maxBytes int64) (string, error) {
+	body, err := readBody(r, maxBytes)
+	if err != nil {
+		return "", err
+	}
+	vs, err := multipartValues(body, boundary, name)
+	if err != nil {
+		return "", errMalformedForm
+	}
+	return single(url.Values{name: vs}, name, "form field")
 }
 
 // multipartValues returns the values of the parts named name, leaving out
@@ -198,7 +305,7 @@ func multipartValues(body []byte, boundary, name string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if p.FormName() != name || p.FileName() != "" {
+		if !isValue(p, name) {
 			continue
 		}
 		v, err := io.ReadAll(p)
@@ -207,6 +314,12 @@ func multipartValues(body []byte, boundary, name string) ([]string, error) {
 		}
 		vs = append(vs, string(v))
 	}
+}
+
+// isValue reports whether the part p is a value of the field name, not a
+// file.
+func isValue(p *multipart.Part, name string) bool {
+	return p.FormName() == name && p.FileName() == ""
 }
 
 func noBody(r *http.Request) bool {
@@ -228,22 +341,27 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, fmt.Errorf("%w: Content-Length over %d bytes", ErrBodyTooLarge, limit)
 	}
-	orig, n := r.Body, limit
-	if n < math.MaxInt64 {
-		n++ // one byte more tells a body of exactly limit bytes from a longer one
-	}
-	body, err := io.ReadAll(io.LimitReader(orig, n))
+	// One byte more than limit (limit itself at math.MaxInt64) tells a body
+	// of exactly limit bytes from a longer one.
+	orig := r.Body
+	body, err := io.ReadAll(io.LimitReader(orig, min(limit, math.MaxInt64-1)+1))
 	if err == nil && int64(len(body)) <= limit { // the whole body
 		r.Body = replay{bytes.NewReader(body), orig}
 		return body, nil
 	}
 	r.Body = replay{io.MultiReader(bytes.NewReader(body), orig), orig}
+	return nil, bodyError(err, limit)
+}
+
+// bodyError is readBody's error for a read of a body over limit (err nil),
+// or that failed with err.
+func bodyError(err error, limit int64) error {
 	var tooLarge *http.MaxBytesError
 	switch {
 	case err == nil:
-		return nil, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
+		return fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
 	case errors.As(err, &tooLarge): // an http.MaxBytesReader around the body
-		return nil, fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
+		return fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
 	}
-	return nil, fmt.Errorf("guard: reading the body: %w", err)
+	return fmt.Errorf("guard: reading the body: %w", err)
 }

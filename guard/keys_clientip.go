@@ -92,37 +92,57 @@ func (c ClientIPConfig) Key(r *http.Request) (string, error) {
 // or zone, an IPv4-mapped address as IPv4, and not grouped. A request
 // without a usable address is an error matching ErrNoKey.
 func (c ClientIPConfig) Addr(r *http.Request) (netip.Addr, error) {
+	if err := c.checkPrefixLen(); err != nil {
+		return netip.Addr{}, err
+	}
+	peer := parseNode(r.RemoteAddr)
+	if !c.trusted(0, peer) {
+		return found(peer)
+	}
+	name, elements := c.header()
+	return found(c.walk(peer, r.Header.Values(name), elements))
+}
+
+// checkPrefixLen rejects an IPv6PrefixLen that no IPv6 prefix has.
+func (c ClientIPConfig) checkPrefixLen() error {
 	if b := c.IPv6PrefixLen; b < 0 || b > 128 {
-		return netip.Addr{}, fmt.Errorf("guard: ClientIPConfig.IPv6PrefixLen %d not in 0 to 128", b)
+		return fmt.Errorf("guard: ClientIPConfig.IPv6PrefixLen %d not in 0 to 128", b)
 	}
-	cur := parseNode(r.RemoteAddr)
-	if !c.trusted(0, cur) {
-		return found(cur)
+	return nil
+}
+
+// header is the name of the forwarding header and how a line of it splits
+// into hops.
+func (c ClientIPConfig) header() (string, func(line string) []string) {
+	switch name := textproto.CanonicalMIMEHeaderKey(c.Header); name {
+	case "":
+		return "X-Forwarded-For", listElements
+	case "Forwarded":
+		return name, forwardedElements
+	default:
+		return name, listElements
 	}
-	name := textproto.CanonicalMIMEHeaderKey(c.Header)
-	if name == "" {
-		name = "X-Forwarded-For"
-	}
-	lines := r.Header.Values(name)
-	elements := listElements
-	if name == "Forwarded" {
-		elements = forwardedElements
-	}
+}
+
+// walk steps from cur, a trusted hop, to the hops the header lines report,
+// from the right, while each is trusted. It returns the first untrusted
+// hop, or the last hop reached if the entries end or one is not an address.
+func (c ClientIPConfig) walk(cur netip.Addr, lines []string, elements func(string) []string) netip.Addr {
 	hop := 0
 	for i := len(lines) - 1; i >= 0; i-- {
 		hops := elements(lines[i])
 		for j := len(hops) - 1; j >= 0; j-- {
 			next := parseNode(hops[j])
 			if !next.IsValid() {
-				return found(cur)
+				return cur
 			}
 			cur, hop = next, hop+1
 			if !c.trusted(hop, cur) {
-				return cur, nil
+				return cur
 			}
 		}
 	}
-	return found(cur)
+	return cur
 }
 
 // found is the walk's result a: the client, or an error if a is not an
@@ -141,18 +161,22 @@ func (c ClientIPConfig) trusted(hop int, a netip.Addr) bool {
 	if hop < c.TrustedHops {
 		return true
 	}
-	if !a.IsValid() {
-		return false
-	}
+	// An invalid a is in no network (netip.Prefix.Contains).
 	for _, p := range c.TrustedProxies {
-		if p.Addr().Is4In6() && p.Bits() >= 96 { // ::ffff:10.0.0.0/104 is 10.0.0.0/8
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		if p.Contains(a) {
+		if unmapPrefix(p).Contains(a) {
 			return true
 		}
 	}
 	return false
+}
+
+// unmapPrefix is p with an IPv4-mapped network made IPv4
+// (::ffff:10.0.0.0/104 is 10.0.0.0/8), as parseNode makes the hops.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p
 }
 
 func (c ClientIPConfig) ipv6Bits() int {
@@ -174,120 +198,10 @@ func listElements(line string) []string {
 	return hops
 }
 
-// forwardedElements returns the for= node of each element of a Forwarded
-// line (RFC 7239), left to right, unquoted; "" for an element without one,
-// with two, or with a syntax error. An unterminated quoted string ends the
-// line with "": where its elements end is unknown, and the walk stops there.
-func forwardedElements(line string) []string {
-	var nodes []string
-	for s := line; s != ""; {
-		node, empty, rest, ok := forwardedElement(s)
-		if !ok {
-			return append(nodes, "")
-		}
-		if !empty { // empty elements are no hops (RFC 9110, section 5.6.1)
-			nodes = append(nodes, node)
-		}
-		s = rest
-	}
-	return nodes
-}
+// obfChars are the bytes of an RFC 7239 obfuscated port, after its '_'.
+var obfChars = newByteSet(alnum + "._-")
 
-// forwardedElement parses the element at the start of s, up to the first
-// ',' outside a quoted string: its for= node, "" if it has none, two, or a
-// syntax error; whether it is empty; and what follows the ','. ok is false
-// if a quoted string in it never ends.
-func forwardedElement(s string) (node string, empty bool, rest string, ok bool) {
-	fors, bad := 0, false
-	empty = true
-	for {
-		s = strings.TrimLeft(s, " \t")
-		if s == "" {
-			break
-		}
-		if s[0] == ',' {
-			s = s[1:]
-			break
-		}
-		empty = false
-		switch {
-		case bad: // skip to the ',' that ends the element
-			if s[0] != '"' {
-				s = s[1:]
-				continue
-			}
-			if _, s, ok = forwardedValue(s); !ok {
-				return "", false, "", false
-			}
-			continue
-		case s[0] == ';':
-			s = s[1:]
-			continue
-		}
-		i := strings.IndexByte(s, '=')
-		if i <= 0 || !isToken(s[:i]) {
-			bad = true
-			continue
-		}
-		name := s[:i]
-		val, r, ok := forwardedValue(s[i+1:])
-		if !ok {
-			if strings.HasPrefix(s[i+1:], "\"") {
-				return "", false, "", false
-			}
-			bad, s = true, s[i+1:]
-			continue
-		}
-		if strings.EqualFold(name, "for") {
-			node, fors = val, fors+1
-		}
-		if s = strings.TrimLeft(r, " \t"); s != "" && s[0] != ';' && s[0] != ',' {
-			bad = true
-		}
-	}
-	if bad || fors != 1 {
-		node = ""
-	}
-	return node, empty, s, true
-}
-
-// isToken reports whether s is an HTTP token (RFC 9110, section 5.6.2).
-func isToken(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return s != ""
-}
-
-// forwardedValue reads a token or a quoted string at the start of s.
-func forwardedValue(s string) (val, rest string, ok bool) {
-	if s == "" {
-		return "", "", false
-	}
-	if s[0] != '"' {
-		i := strings.IndexAny(s, ",; \t\"")
-		if i < 0 {
-			i = len(s)
-		}
-		return s[:i], s[i:], i > 0
-	}
-	var b strings.Builder
-	for i := 1; i < len(s); i++ {
-		switch s[i] {
-		case '"':
-			return b.String(), s[i+1:], true
-		case '\\':
-			if i++; i == len(s) {
-				return "", "", false
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return "", "", false // unterminated
-}
+var digitChars = newByteSet(digits)
 
 // parseNode parses an address with an optional port: "192.0.2.1",
 // "192.0.2.1:4711", "2001:db8::1", "[2001:db8::1]", "[2001:db8::1]:4711",
@@ -295,60 +209,67 @@ func forwardedValue(s string) (val, rest string, ok bool) {
 // back without its zone, IPv4-mapped as IPv4; invalid if s is none of
 // these.
 func parseNode(s string) netip.Addr {
-	if s == "" {
+	switch {
+	case s == "":
 		return netip.Addr{}
+	case s[0] == '[':
+		return parseBracketed(s[1:])
 	}
-	host, port := s, ""
-	if strings.HasPrefix(s, "[") {
-		end := strings.IndexByte(s, ']')
-		if end < 0 {
-			return netip.Addr{}
-		}
-		host, port = s[1:end], s[end+1:]
-		if port != "" {
-			if port[0] != ':' {
-				return netip.Addr{}
-			}
-			port = port[1:]
-			if port == "" {
-				return netip.Addr{}
-			}
-		}
-	} else if strings.Count(s, ":") == 1 {
-		host, port, _ = strings.Cut(s, ":")
-		if port == "" {
-			return netip.Addr{}
-		}
-	}
-	if port != "" && !validPort(port) {
+	return parseBare(s)
+}
+
+// parseBracketed parses what follows the '[' of a node: an IPv6 address,
+// ']', and an optional port.
+func parseBracketed(s string) netip.Addr {
+	host, port, ok := strings.Cut(s, "]")
+	if !ok || !optionalPort(port) {
 		return netip.Addr{}
 	}
 	a, err := netip.ParseAddr(host)
-	if err != nil || (s[0] == '[' && !a.Is6()) {
+	if err != nil || !a.Is6() {
 		return netip.Addr{}
 	}
 	return a.WithZone("").Unmap()
 }
 
+// parseBare parses a node without brackets: an IPv4 address with an
+// optional port, or an IPv6 address, which has two colons or more, and so
+// no port.
+func parseBare(s string) netip.Addr {
+	host, port := s, ""
+	if strings.Count(s, ":") == 1 {
+		i := strings.IndexByte(s, ':')
+		host, port = s[:i], s[i:]
+	}
+	if !optionalPort(port) {
+		return netip.Addr{}
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a.WithZone("").Unmap()
+}
+
+// optionalPort reports whether s, what follows an address, is nothing or a
+// ':' and a port.
+func optionalPort(s string) bool {
+	p, ok := strings.CutPrefix(s, ":")
+	return s == "" || ok && validPort(p)
+}
+
 // validPort reports whether p is a port number or an RFC 7239 obfport.
 func validPort(p string) bool {
-	if p[0] == '_' {
-		for i := 1; i < len(p); i++ {
-			if c := p[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-				return false
-			}
-		}
-		return len(p) > 1
+	if obf, ok := strings.CutPrefix(p, "_"); ok {
+		return obf != "" && obfChars.all(obf)
 	}
-	if len(p) > 5 {
+	return validPortNumber(p)
+}
+
+// validPortNumber reports whether p is 1 to 5 decimal digits, at most 65535.
+func validPortNumber(p string) bool {
+	if p == "" || len(p) > 5 || !digitChars.all(p) {
 		return false
 	}
-	n := 0
-	for i := 0; i < len(p); i++ {
-		if p[i] < '0' || p[i] > '9' {
-			return false
-		}
-		n = n*10 + int(p[i]-'0')
-	}
-	return n <= 65535
+	return len(p) < 5 || p <= "65535" // digit strings of one length compare as their numbers
 }

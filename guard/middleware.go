@@ -39,52 +39,91 @@ import (
 // Policy.RateLimitHeaders, responses also carry RateLimit-Policy and
 // RateLimit (draft-ietf-httpapi-ratelimit-headers).
 func (g *Guard) Middleware(keyFunc KeyFunc, opts ...MiddlewareOption) func(http.Handler) http.Handler {
-	mc := middlewareConfig{denied: deniedJSON, failed: errorJSON}
-	for _, o := range opts {
-		if o != nil {
-			o(&mc)
-		}
-	}
+	mc := newMiddlewareConfig(opts)
 	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if mc.skip != nil && mc.skip(r) {
-				next.ServeHTTP(w, r)
-				return
-			}
-			if keyFunc == nil {
-				writeJSON(w, http.StatusInternalServerError, body{Error: "guard: Middleware without a key function"})
-				return
-			}
-			key, err := keyFunc(r)
-			if err != nil {
-				mc.failed(w, r, Decision{}, fmt.Errorf("%w: %w", ErrInvalidKey, err))
-				return
-			}
-			n := int64(1)
-			if mc.cost != nil {
-				if n, err = mc.cost(r); err != nil || n < 1 {
-					mc.failed(w, r, Decision{}, fmt.Errorf("%w: cost %d: %v", ErrInvalidKey, n, err))
-					return
-				}
-			}
-			d, sk, err := g.allowObserved(r.Context(), key, n)
-			if g.p.RateLimitHeaders && err == nil {
-				g.rateLimitHeaders(w.Header(), d, g.partitionKey(sk))
-			}
-			switch {
-			case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
-				mc.failed(w, r, d, err)
-			case d.Allowed || g.p.Shadow:
-				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
-			case errors.Is(err, ErrRejected) || (d.Degraded && g.fb == nil && g.local == nil): // failing closed
-				mc.failed(w, r, d, err)
-			case err != nil && !d.Degraded: // the request's context ended
-				mc.failed(w, r, d, err)
-			default:
-				mc.denied(w, r, d)
-			}
-		})
+		return &guarded{g: g, keyFunc: keyFunc, mc: mc, next: next}
 	}
+}
+
+// guarded is the handler Middleware puts in front of next.
+type guarded struct {
+	g       *Guard
+	keyFunc KeyFunc
+	mc      middlewareConfig
+	next    http.Handler
+}
+
+func (h *guarded) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case h.mc.skip != nil && h.mc.skip(r):
+		h.next.ServeHTTP(w, r)
+	case h.keyFunc == nil:
+		writeJSON(w, http.StatusInternalServerError, body{Error: "guard: Middleware without a key function"})
+	default:
+		h.guard(w, r)
+	}
+}
+
+// guard decides for r, and passes it on or answers it.
+func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
+	key, n, err := h.request(r)
+	if err != nil {
+		h.mc.failed(w, r, Decision{}, err)
+		return
+	}
+	d, sk, err := h.g.allowObserved(r.Context(), key, n)
+	if h.g.p.RateLimitHeaders && err == nil {
+		h.g.rateLimitHeaders(w.Header(), d, h.g.partitionKey(sk))
+	}
+	switch h.g.judge(d, err) {
+	case admitted:
+		h.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
+	case denied:
+		h.mc.denied(w, r, d)
+	default:
+		h.mc.failed(w, r, d, err)
+	}
+}
+
+// request is the key of r and the units it costs.
+func (h *guarded) request(r *http.Request) (string, int64, error) {
+	key, err := h.keyFunc(r)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: %w", ErrInvalidKey, err)
+	}
+	n, err := h.mc.units(r)
+	return key, n, err
+}
+
+// A verdict is what Middleware does with a request the guard has decided
+// on; the zero value, undecided, lets nothing through.
+type verdict int
+
+const (
+	undecided verdict = iota // answered by the error handler
+	admitted                 // passed on to the next handler
+	denied                   // answered by the denied handler
+)
+
+// judge is the verdict on the decision d and the error err of AllowN.
+func (g *Guard) judge(d Decision, err error) verdict {
+	switch {
+	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
+		return undecided
+	case d.Allowed || g.p.Shadow:
+		return admitted
+	case g.failingClosed(d, err):
+		return undecided
+	case err != nil && !d.Degraded: // the request's context ended
+		return undecided
+	}
+	return denied
+}
+
+// failingClosed reports whether the denial d stands for a refusal of Redis,
+// or for an answer Redis could not give and no fallback replaced.
+func (g *Guard) failingClosed(d Decision, err error) bool {
+	return errors.Is(err, ErrRejected) || d.Degraded && g.fb == nil && g.local == nil
 }
 
 // A MiddlewareOption configures Middleware.
@@ -95,6 +134,28 @@ type middlewareConfig struct {
 	cost   func(*http.Request) (int64, error)
 	denied func(http.ResponseWriter, *http.Request, Decision)
 	failed func(http.ResponseWriter, *http.Request, Decision, error)
+}
+
+func newMiddlewareConfig(opts []MiddlewareOption) middlewareConfig {
+	mc := middlewareConfig{denied: deniedJSON, failed: errorJSON}
+	for _, o := range opts {
+		if o != nil {
+			o(&mc)
+		}
+	}
+	return mc
+}
+
+// units is what r costs: 1 without WithCost.
+func (mc *middlewareConfig) units(r *http.Request) (int64, error) {
+	if mc.cost == nil {
+		return 1, nil
+	}
+	n, err := mc.cost(r)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%w: cost %d: %v", ErrInvalidKey, n, err)
+	}
+	return n, nil
 }
 
 // WithSkip lets the requests for which skip returns true through without a
