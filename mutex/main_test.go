@@ -3,6 +3,7 @@ package mutex_test
 import (
 	"testing"
 
+	"github.com/funnelguard/funnelguard/internal/testmust"
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
 )
@@ -18,19 +19,11 @@ func newLocker(t testing.TB, b *testutil.Backend, opts ...mutex.Option) *mutex.L
 // mustNew is mutex.New for options that must be good: it fails t otherwise.
 func mustNew(t testing.TB, c mutex.Client, opts ...mutex.Option) *mutex.Locker {
 	t.Helper()
-	l, err := mutex.New(c, opts...)
-	if err != nil {
-		t.Fatalf("mutex.New: %v", err)
-	}
-	return l
+	return testmust.Locker(t, c, opts...)
 }
 
 // mustKey is l.Key for a kind that must be good: it fails t otherwise.
 func mustKey(t testing.TB, l *mutex.Locker, name, kind string) string {
 	t.Helper()
-	k, err := l.Key(name, kind)
-	if err != nil {
-		t.Fatalf("Key(%q, %q): %v", name, kind, err)
-	}
-	return k
+	return testmust.Key(t, l, name, kind)
 }

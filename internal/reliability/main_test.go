@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/testmust"
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
 )
@@ -14,30 +15,18 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 // otherwise.
 func mustLocker(t testing.TB, c mutex.Client, opts ...mutex.Option) *mutex.Locker {
 	t.Helper()
-	l, err := mutex.New(c, opts...)
-	if err != nil {
-		t.Fatalf("mutex.New: %v", err)
-	}
-	return l
+	return testmust.Locker(t, c, opts...)
 }
 
 // mustLimiter is funnel.New for options that must be good: it fails t
 // otherwise.
 func mustLimiter(t testing.TB, c mutex.Client, opts ...funnel.Option) *funnel.Limiter {
 	t.Helper()
-	lim, err := funnel.New(c, opts...)
-	if err != nil {
-		t.Fatalf("funnel.New: %v", err)
-	}
-	return lim
+	return testmust.Limiter(t, c, opts...)
 }
 
 // mustKey is l.Key for a kind that must be good: it fails t otherwise.
 func mustKey(t testing.TB, l *mutex.Locker, name, kind string) string {
 	t.Helper()
-	k, err := l.Key(name, kind)
-	if err != nil {
-		t.Fatalf("Key(%q, %q): %v", name, kind, err)
-	}
-	return k
+	return testmust.Key(t, l, name, kind)
 }
