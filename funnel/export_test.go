@@ -6,6 +6,9 @@ import (
 	"time"
 )
 
+// IsWindow reports whether r is a Window rule.
+func IsWindow(r Rule) bool { return r.window }
+
 // SetBeforeCommit makes f run in every admission of l between the read and
 // the commit, so a test can stall a commit past its lock's lease.
 func SetBeforeCommit(l *Limiter, f func()) { l.beforeCommit = f }

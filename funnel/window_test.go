@@ -1,0 +1,247 @@
+package funnel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+)
+
+// The window tests play random schedules of calls on keys with 1 to 4 rules
+// mixing Window and funnel rules, and check every decision against the exact
+// model (model_test.go: a sliding log of every unit for a window, rationals
+// for a funnel): Allowed, RetryAfter, the denying rule, Remaining, Tightest
+// and ResetAfter, on a Local and on a Limiter (miniredis, its clock set
+// before every call).
+
+// A windowTarget makes the calls of a schedule at µs now (from the
+// schedule's start). peek and refund are nil where the target has none.
+type windowTarget struct {
+	allowN func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error)
+	peek   func(now int64, key string, rules []funnel.Rule) (funnel.Result, error)
+	refund func(now int64, key string, n int64, rules []funnel.Rule) error
+}
+
+// windowRules returns 1 to 4 rules with at least one Window, and the least
+// capacity among them.
+func windowRules(rng *rand.Rand) ([]funnel.Rule, int64) {
+	rules := make([]funnel.Rule, 1+rng.IntN(4))
+	names := map[string]bool{}
+	least := int64(1 << 62)
+	for i := range rules {
+		for {
+			per := time.Duration(1+rng.Int64N(10_000_000)) * time.Microsecond
+			switch rng.IntN(6) {
+			case 0:
+				per = time.Second
+			case 1:
+				per = time.Minute
+			case 2:
+				per = 24 * time.Hour
+			case 3:
+				per = time.Duration(1+rng.Int64N(1000)) * time.Microsecond
+			}
+			if i == 0 || rng.IntN(2) == 0 {
+				rules[i] = funnel.Window(1+rng.Int64N(20), per)
+			} else {
+				rules[i] = funnel.Rule{Name: fmt.Sprintf("f%d", i), Capacity: 1 + rng.Int64N(20), Leak: 1 + rng.Int64N(10), Per: per}
+			}
+			if !names[rules[i].Name] {
+				break
+			}
+		}
+		names[rules[i].Name] = true
+		least = min(least, rules[i].Capacity)
+	}
+	rng.Shuffle(len(rules), func(i, j int) { rules[i], rules[j] = rules[j], rules[i] })
+	return rules, least
+}
+
+// windowGap returns a random time in µs to the next call: often none, else
+// around the time of one unit of a rule, or of a whole window or funnel.
+func windowGap(rng *rand.Rand, r funnel.Rule) int64 {
+	unit := max(r.Per.Microseconds()/r.Leak, 1)
+	odd := func(half int64) int64 { return 2*rng.Int64N(max(half, 1)) + 1 }
+	switch p := rng.IntN(20); {
+	case p < 4:
+		return 0
+	case p < 9:
+		return odd(unit / 8)
+	case p < 18:
+		return odd(unit)
+	default:
+		return odd(r.Capacity * unit)
+	}
+}
+
+// windowCounts counts what a schedule checked.
+type windowCounts struct {
+	calls, denied, several, atRetry, peeks, refunds int
+}
+
+// playWindow plays keys schedules of steps calls each on tg and checks every
+// outcome against the model.
+func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) windowCounts {
+	t.Helper()
+	var c windowCounts
+	for k := range keys {
+		rules, least := windowRules(rng)
+		key := fmt.Sprintf("w%d", k)
+		model := newRefKey(rules)
+		var now, n, retry int64
+		for i := range steps {
+			switch p := rng.IntN(10); {
+			case retry > 0 && p < 3:
+				now += retry
+				c.atRetry++
+			case retry > 1 && p < 5:
+				now += retry - 1
+				c.atRetry++
+			default:
+				now += windowGap(rng, rules[rng.IntN(len(rules))])
+				n = 1
+				if rng.IntN(2) == 0 {
+					n = 1 + rng.Int64N(least)
+				}
+			}
+			where := fmt.Sprintf("key %d (rules %+v), step %d at +%dµs, n=%d", k, rules, i, now, n)
+			if tg.peek != nil && rng.IntN(8) == 0 {
+				res, err := tg.peek(now, key, rules)
+				if err != nil {
+					t.Fatalf("%s: peek: %v", where, err)
+				}
+				checkWindow(t, where+" (peek)", rules, model, now, 1, res, false)
+				c.peeks++
+			}
+			if tg.refund != nil && rng.IntN(12) == 0 {
+				m := 1 + rng.Int64N(least)
+				if err := tg.refund(now, key, m, rules); err != nil {
+					t.Fatalf("%s: refund: %v", where, err)
+				}
+				model.refund(now, m)
+				c.refunds++
+			}
+			res, err := tg.allowN(now, key, n, rules)
+			if err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			c.calls++
+			retry = checkWindow(t, where, rules, model, now, n, res, true)
+			if retry > 0 {
+				c.denied++
+				if len(rules) > 1 {
+					c.several++
+				}
+			}
+		}
+	}
+	if c.denied == 0 || c.denied == c.calls || c.several == 0 {
+		t.Fatalf("%d of %d calls denied (%d over several rules): the schedules test nothing", c.denied, c.calls, c.several)
+	}
+	return c
+}
+
+// checkWindow checks res, the outcome of a call of n units at now (take:
+// an AllowN, which the model then takes if admitted; else a Peek), against
+// the model, and returns its exact wait (0: admitted).
+func checkWindow(t *testing.T, where string, rules []funnel.Rule, model refKey, now, n int64, res funnel.Result, take bool) int64 {
+	t.Helper()
+	want := model.admits(now, n)
+	if res.Allowed != want {
+		t.Fatalf("%s: allowed=%v (%+v), model: %v", where, res.Allowed, res, want)
+	}
+	var most int64
+	if want {
+		if take {
+			model.take(now, n)
+		}
+		if res.Rule != "" || res.RetryAfter != 0 {
+			t.Fatalf("%s: admitted with %+v", where, res)
+		}
+	} else {
+		var waits []int64
+		waits, most = model.waits(now, n)
+		if got := res.RetryAfter; got != time.Duration(most)*time.Microsecond {
+			t.Fatalf("%s: RetryAfter %v, model %dµs (waits %v)", where, got, most, waits)
+		}
+		if !model.admits(now+most, n) || model.admits(now+most-1, n) {
+			t.Fatalf("%s: RetryAfter %v, but the model admits first at another µs", where, res.RetryAfter)
+		}
+		if i := ruleIndex(rules, res.Rule); i < 0 || waits[i] != most {
+			t.Fatalf("%s: denied by %q, but the longest waits (%dµs) are of %v (waits %v)", where, res.Rule, most, rules, waits)
+		}
+	}
+	left, least := model.remaining(now)
+	if res.Remaining != least {
+		t.Fatalf("%s: Remaining %d, model %d (%v)", where, res.Remaining, least, left)
+	}
+	if i := ruleIndex(rules, res.Tightest); i < 0 || left[i] != least {
+		t.Fatalf("%s: Tightest %q, but the fewest units left (%d) are in %v (%v)", where, res.Tightest, least, rules, left)
+	}
+	if got, want := res.ResetAfter, time.Duration(model.reset(now))*time.Microsecond; got != want {
+		t.Fatalf("%s: ResetAfter %v, model %v", where, got, want)
+	}
+	return most
+}
+
+func TestWindowLocalModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 1))
+	l := funnel.NewLocal(0)
+	base := time.Now()
+	tg := windowTarget{allowN: func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error) {
+		return l.AllowN(base.Add(time.Duration(now)*time.Microsecond), key, n, rules...)
+	}}
+	c := playWindow(t, rng, tg, 200, 100)
+	t.Logf("%+v", c)
+}
+
+func TestWindowOracle(t *testing.T) {
+	o := newOracle(t)
+	ctx := context.Background()
+	tg := windowTarget{
+		allowN: func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error) {
+			o.at(now)
+			return o.lim.AllowN(ctx, key, n, rules...)
+		},
+		peek: func(now int64, key string, rules []funnel.Rule) (funnel.Result, error) {
+			o.at(now)
+			return o.lim.Peek(ctx, key, rules...)
+		},
+		refund: func(now int64, key string, n int64, rules []funnel.Rule) error {
+			o.at(now)
+			return o.lim.Refund(ctx, key, n, rules...)
+		},
+	}
+	c := playWindow(t, o.rng, tg, 30, 100)
+	t.Logf("%+v", c)
+}
+
+// A window refuses more than MaxWindow units, and bad lengths.
+func TestWindowInvalid(t *testing.T) {
+	for _, r := range []funnel.Rule{
+		funnel.Window(0, time.Second),
+		funnel.Window(funnel.MaxWindow+1, time.Second),
+		funnel.Window(1_000_000, time.Hour),
+		funnel.Window(5, 0),
+		funnel.Window(5, time.Nanosecond),
+		funnel.Window(5, 1500*time.Nanosecond),
+	} {
+		if err := funnel.Validate(r); !errors.Is(err, funnel.ErrInvalidRule) {
+			t.Errorf("Validate(%+v) = %v, want ErrInvalidRule", r, err)
+		}
+	}
+	if err := funnel.Validate(funnel.Window(funnel.MaxWindow, 24*time.Hour), funnel.AtMost(5, time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := funnel.Validate(funnel.Window(5, time.Hour), funnel.AtMost(5, time.Hour)); err != nil {
+		t.Fatalf("a window and AtMost of the same numbers: %v", err)
+	}
+	if r := funnel.Window(5, time.Hour); r.Name != "5 in 1h0m0s" || !strings.Contains(r.Name, "in") {
+		t.Fatalf("name %q", r.Name)
+	}
+}
