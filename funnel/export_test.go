@@ -81,3 +81,13 @@ func (c *denyCache) Check() error {
 	}
 	return nil
 }
+
+// WindowState returns the field and the stored value of window r holding
+// units taken at the times log (ascending, µs) at server time at.
+func WindowState(r Rule, log []int64, at int64) (field, value string) {
+	c, err := r.compile()
+	if err != nil {
+		panic(err)
+	}
+	return c.id, c.encodeWindow(log, at)
+}

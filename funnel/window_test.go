@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/keyspace"
+	"github.com/funnelguard/funnelguard/internal/testutil"
 )
 
 // The window tests play random schedules of calls on keys with 1 to 4 rules
@@ -243,5 +246,240 @@ func TestWindowInvalid(t *testing.T) {
 	}
 	if r := funnel.Window(5, time.Hour); r.Name != "5 in 1h0m0s" || !strings.Contains(r.Name, "in") {
 		t.Fatalf("name %q", r.Name)
+	}
+}
+
+// On a real server the test cannot set the clock, so it recovers the exact
+// server time of each call and checks the call there: an admission or a
+// refund writes it as <at> in every field it keeps; a denial's RetryAfter is
+// T - now, where T, the time its rule has room again, does not depend on
+// when, before T, the call was made (the model gives T from a time read just
+// before the call); and so for a Peek's ResetAfter. The time found must lie
+// between the server's TIME before and after the call. The windows and
+// funnels are short (1ms to 200ms) so that units leave them while the test
+// runs, or long (a minute, a day). It also checks that the key's TTL is
+// never past the last unit's departure (it may only grow), to the ms.
+func TestWindowRealServer(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	c := b.Client(t)
+	lim := newLimiter(t, b)
+	seed := *oracleSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("replay with -oracle.seed=%d", seed)
+		}
+	})
+	rng := rand.New(rand.NewPCG(seed, 29))
+	serverNow := func() int64 {
+		tm, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMicro()
+	}
+	// written returns the <at> of the fields of key's state (the time of
+	// its last write), or 0 if it has none.
+	written := func(key string) int64 {
+		vals, err := c.HGetAll(ctx, keyspace.Key(b.Prefix, key, "f")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var at int64
+		for f, v := range vals {
+			parts := strings.Split(v, ":")
+			if len(parts) < 3 {
+				t.Fatalf("field %q holds %q", f, v)
+			}
+			x, err := strconv.ParseInt(parts[2], 36, 64)
+			if err != nil {
+				t.Fatalf("field %q holds %q", f, v)
+			}
+			at = max(at, x)
+		}
+		return at
+	}
+	within := func(where string, now, before, after int64) {
+		t.Helper()
+		if now < before || now > after {
+			t.Fatalf("%s: the call's server time %d is not within [%d, %d]", where, now, before, after)
+		}
+	}
+	short := func() time.Duration { return time.Duration(1000+rng.Int64N(200_000)) * time.Microsecond }
+	var calls, denied, peeks, refunds, several int
+	const keys, steps = 8, 40
+	for k := range keys {
+		rules := make([]funnel.Rule, 1+rng.IntN(4))
+		least := int64(1 << 62)
+		for i := range rules {
+			per := short()
+			switch rng.IntN(6) {
+			case 0:
+				per = time.Minute
+			case 1:
+				per = 24 * time.Hour
+			}
+			if i == 0 || rng.IntN(2) == 0 {
+				rules[i] = funnel.Window(1+rng.Int64N(8), per)
+				rules[i].Name = fmt.Sprintf("w%d", i)
+			} else {
+				rules[i] = funnel.Rule{Name: fmt.Sprintf("f%d", i), Capacity: 1 + rng.Int64N(8), Leak: 1 + rng.Int64N(3), Per: per}
+			}
+			least = min(least, rules[i].Capacity)
+		}
+		key := fmt.Sprintf("r%d", k)
+		model := newRefKey(rules)
+		var expiry int64 // when the key may expire at the latest (µs)
+		for i := range steps {
+			r := rules[rng.IntN(len(rules))]
+			if rng.IntN(4) > 0 {
+				time.Sleep(min(time.Duration(rng.Int64N(int64(r.Per/time.Duration(r.Leak))+1)), 60*time.Millisecond))
+			}
+			n := int64(1)
+			if rng.IntN(2) == 0 {
+				n = 1 + rng.Int64N(least)
+			}
+			where := fmt.Sprintf("key %d (rules %+v), step %d, n=%d", k, rules, i, n)
+			if rng.IntN(6) == 0 {
+				before := serverNow()
+				res, err := lim.Peek(ctx, key, rules...)
+				after := serverNow()
+				if err != nil {
+					t.Fatal(err)
+				}
+				now := after
+				switch {
+				case !res.Allowed:
+					j := ruleIndex(rules, res.Rule)
+					waits, _ := model.waits(before, 1)
+					now = before + waits[j] - res.RetryAfter.Microseconds()
+				case res.ResetAfter > 0:
+					now = before + model.reset(before) - res.ResetAfter.Microseconds()
+				}
+				within(where+" (peek)", now, before, after)
+				checkWindow(t, where+" (peek)", rules, model, now, 1, res, false)
+				peeks++
+			}
+			if rng.IntN(10) == 0 {
+				m := 1 + rng.Int64N(least)
+				before := serverNow()
+				if err := lim.Refund(ctx, key, m, rules...); err != nil {
+					t.Fatal(err)
+				}
+				after := serverNow()
+				now := written(key)
+				if now == 0 || now < before { // nothing kept: as empty at after
+					now = after
+				}
+				within(where+" (refund)", now, before, after)
+				model.refund(now, m)
+				refunds++
+			}
+			before := serverNow()
+			res, err := lim.AllowN(ctx, key, n, rules...)
+			after := serverNow()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var now int64
+			if res.Allowed {
+				now = written(key)
+			} else {
+				j := ruleIndex(rules, res.Rule)
+				if j < 0 {
+					t.Fatalf("%s: denied by %q", where, res.Rule)
+				}
+				waits, _ := model.waits(before, n)
+				now = before + waits[j] - res.RetryAfter.Microseconds()
+				denied++
+				if len(rules) > 1 {
+					several++
+				}
+			}
+			within(where, now, before, after)
+			checkWindow(t, where, rules, model, now, n, res, true)
+			calls++
+			if res.Allowed {
+				expiry = max(expiry, now+model.reset(now))
+				pttl, err := c.PTTL(ctx, keyspace.Key(b.Prefix, key, "f")).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				// 1ms more: the server counts a TTL from its own clock in
+				// whole ms, not from the µs of TIME (Valkey's can be 1ms
+				// ahead of it).
+				if most := time.Duration(expiry-now+999)/1000*time.Millisecond + time.Millisecond; pttl <= 0 || pttl > most {
+					t.Fatalf("%s: TTL %v, want at most %v", where, pttl, most)
+				}
+			}
+		}
+	}
+	if denied == 0 || denied == calls || several == 0 {
+		t.Fatalf("%d of %d calls denied (%d over several rules): the schedules test nothing", denied, calls, several)
+	}
+	t.Logf("on %s: %d calls agreed (%d denied, %d over several rules), %d peeks, %d refunds", testutil.ServerName(), calls, denied, several, peeks, refunds)
+}
+
+// The memory of an active key with one Window(n, w) (MEMORY USAGE, key
+// included, on a real server with the default hash-max-listpack-value of
+// 64): at most 16n + 100 bytes after n calls a few µs apart (Window(10,
+// 24h): 152 bytes on Redis 7); at most 16n + 250 in the
+// worst case, n units at distinct times spread over a day, where a value
+// over 64 bytes makes the server store the hash as a table (about 150
+// bytes more): the 16n + 100 then holds from n = 20 on only. It logs
+// the figures.
+func TestWindowMemory(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	c := b.Client(t)
+	lim := newLimiter(t, b)
+	usage := func(key string) int64 {
+		t.Helper()
+		u, err := c.MemoryUsage(ctx, keyspace.Key(b.Prefix, key, "f")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	r := funnel.Window(10, 24*time.Hour)
+	for range 10 {
+		if res, err := lim.Allow(ctx, "ten", r); err != nil || !res.Allowed {
+			t.Fatalf("%+v, %v", res, err)
+		}
+	}
+	if u := usage("ten"); u > 16*10+100 {
+		t.Errorf("Window(10, 24h) after 10 calls: %d bytes, want at most %d", u, 16*10+100)
+	} else {
+		t.Logf("Window(10, 24h) after 10 calls: %d bytes (16n+100: %d)", u, 16*10+100)
+	}
+	for _, n := range []int64{1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 18, 20, 25, 30, 100, funnel.MaxWindow} {
+		r := funnel.Window(n, 24*time.Hour)
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := now.UnixMicro()
+		log := make([]int64, n)
+		w := r.Per.Microseconds() - 1e6 // the oldest leaves a second after at: Peek still counts it
+		for i := range log {            // distinct times over the whole day, the oldest first
+			log[i] = at - w + int64(i)*w/n
+		}
+		key := fmt.Sprintf("full%d", n)
+		field, value := funnel.WindowState(r, log, at)
+		if err := c.HSet(ctx, keyspace.Key(b.Prefix, key, "f"), field, value).Err(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := lim.Peek(ctx, key, r)
+		if err != nil || res.Allowed || res.Remaining != 0 {
+			t.Fatalf("Window(%d, 24h) full: %+v, %v", n, res, err)
+		}
+		u := usage(key)
+		if u > 16*n+250 {
+			t.Errorf("Window(%d, 24h) full at distinct times: %d bytes, want at most %d", n, u, 16*n+250)
+		}
+		t.Logf("Window(%d, 24h) full at distinct times: %d bytes (16n+100: %d; value %d bytes)", n, u, 16*n+100, len(value))
 	}
 }
