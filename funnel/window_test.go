@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,6 +29,10 @@ type windowTarget struct {
 	allowN func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error)
 	peek   func(now int64, key string, rules []funnel.Rule) (funnel.Result, error)
 	refund func(now int64, key string, n int64, rules []funnel.Rule) error
+	// asOfDenial: a denial's Rule, Remaining and Tightest may be those of
+	// an earlier denial of fewer units, and its RetryAfter and ResetAfter
+	// shorter than the model's (the deny cache's, see WithDenyCache).
+	asOfDenial bool
 }
 
 // windowRules returns 1 to 4 rules with at least one Window, and the least
@@ -134,6 +139,24 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 				t.Fatalf("%s: %v", where, err)
 			}
 			c.calls++
+			if tg.asOfDenial && !res.Allowed && !model.admits(now, n) {
+				// A cached denial, perhaps of fewer units: its wait is
+				// at most the model's; the rest is checked.
+				left, least := model.remaining(now)
+				res.Remaining, res.Tightest = least, rules[slices.Index(left, least)].Name
+				waits, most := model.waits(now, n)
+				if res.RetryAfter <= 0 || res.RetryAfter > time.Duration(most)*time.Microsecond {
+					t.Fatalf("%s: RetryAfter %v, model %dµs", where, res.RetryAfter, most)
+				}
+				res.RetryAfter, res.Rule = time.Duration(most)*time.Microsecond, rules[slices.Index(waits, most)].Name
+				// As of the denial too: a smaller call admitted since
+				// (not answered from the cache) makes it later.
+				if reset := time.Duration(model.reset(now)) * time.Microsecond; res.ResetAfter > reset {
+					t.Fatalf("%s: ResetAfter %v, model %v", where, res.ResetAfter, reset)
+				} else {
+					res.ResetAfter = reset
+				}
+			}
 			retry = checkWindow(t, where, rules, model, now, n, res, true)
 			if retry > 0 {
 				c.denied++
@@ -203,25 +226,50 @@ func TestWindowLocalModel(t *testing.T) {
 	t.Logf("%+v", c)
 }
 
+// TestWindowOracle plays the schedules on miniredis, with each way a
+// Limiter can decide: the one-round-trip admission (admit.lua) and the
+// batcher by default, read.lua (WithUniformCost), alone
+// (WithoutBatching), and with the deny cache on the server's clock.
 func TestWindowOracle(t *testing.T) {
-	o := newOracle(t)
-	ctx := context.Background()
-	tg := windowTarget{
-		allowN: func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error) {
-			o.at(now)
-			return o.lim.AllowN(ctx, key, n, rules...)
-		},
-		peek: func(now int64, key string, rules []funnel.Rule) (funnel.Result, error) {
-			o.at(now)
-			return o.lim.Peek(ctx, key, rules...)
-		},
-		refund: func(now int64, key string, n int64, rules []funnel.Rule) error {
-			o.at(now)
-			return o.lim.Refund(ctx, key, n, rules...)
-		},
+	for _, v := range []string{"default", "uniform", "alone", "denycache"} {
+		t.Run(v, func(t *testing.T) {
+			o := newOracle(t)
+			ctx := context.Background()
+			clock := &denyClock{}
+			var tg windowTarget
+			switch v {
+			case "uniform":
+				o.lim = newLimiter(t, o.b, funnel.WithUniformCost())
+			case "alone":
+				o.lim = newLimiter(t, o.b, funnel.WithoutBatching())
+			case "denycache":
+				o.lim = newLimiter(t, o.b, funnel.WithDenyCache(100))
+				funnel.SetDenyClock(o.lim, clock.Now)
+			}
+			tg.asOfDenial = v == "denycache"
+			at := func(now int64) {
+				o.at(now)
+				clock.Set(o.t0.Add(time.Duration(now) * time.Microsecond))
+			}
+			tg = windowTarget{
+				asOfDenial: tg.asOfDenial,
+				allowN: func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error) {
+					at(now)
+					return o.lim.AllowN(ctx, key, n, rules...)
+				},
+				peek: func(now int64, key string, rules []funnel.Rule) (funnel.Result, error) {
+					at(now)
+					return o.lim.Peek(ctx, key, rules...)
+				},
+				refund: func(now int64, key string, n int64, rules []funnel.Rule) error {
+					at(now)
+					return o.lim.Refund(ctx, key, n, rules...)
+				},
+			}
+			c := playWindow(t, o.rng, tg, 20, 100)
+			t.Logf("%+v", c)
+		})
 	}
-	c := playWindow(t, o.rng, tg, 30, 100)
-	t.Logf("%+v", c)
 }
 
 // A window refuses more than MaxWindow units, and bad lengths.
