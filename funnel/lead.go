@@ -138,7 +138,7 @@ func admitted(declined bool, res any) (int64, bool) {
 // on an empty state: the units of the leader's call alone.
 func (l *leader) admitAlone(now int64) Result {
 	rules := l.c.rules
-	d := decide(rules, make([]level, len(rules)), now, l.n)
+	d := decide(rules, nil, now, l.n)
 	return d.result(rules)
 }
 

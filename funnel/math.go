@@ -115,21 +115,26 @@ func (d decision) level(i int) level {
 // server whose clock lags) credits no leak twice.
 func clock(s level, now int64) int64 { return max(now, s.at) }
 
-// decide admits n units at now if they fit in every rule, all or nothing.
+// decide admits n units at now if they fit in every rule, all or nothing;
+// states nil is every rule empty.
 func decide(rules []rule, states []level, now, n int64) decision {
 	d := decision{allowed: true, denied: -1, fills: make([]int64, len(rules)), ats: make([]int64, len(rules))}
 	for i, r := range rules {
-		d.ats[i] = clock(states[i], now)
+		var s level
+		if states != nil {
+			s = states[i]
+		}
+		d.ats[i] = clock(s, now)
 		var w int64
 		if r.window > 0 {
 			if d.logs == nil {
 				d.logs = make([][]int64, len(rules))
 			}
-			d.logs[i] = r.live(states[i].log, d.ats[i])
+			d.logs[i] = r.live(s.log, d.ats[i])
 			d.fills[i] = int64(len(d.logs[i]))
 			w = r.windowWait(d.logs[i], d.ats[i], n)
 		} else {
-			d.fills[i] = r.drain(states[i], d.ats[i])
+			d.fills[i] = r.drain(s, d.ats[i])
 			w = r.wait(d.fills[i], n)
 		}
 		if w > 0 {
