@@ -531,3 +531,49 @@ func TestWindowMemory(t *testing.T) {
 		t.Logf("Window(%d, 24h) full at distinct times: %d bytes (16n+100: %d; value %d bytes)", n, u, 16*n+100, len(value))
 	}
 }
+
+// A window in the penalty box: its denials count like a funnel's, the box
+// denies past the window's own wait, and after the box the window decides
+// again, exactly when its oldest unit leaves. Reset forgets both.
+func TestWindowPenalty(t *testing.T) {
+	b := testutil.Mini(t)
+	start := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	b.Mini.SetTime(start)
+	ctx := context.Background()
+	rule := funnel.Window(2, 30*time.Minute)
+	lim := mustLimiter(t, b.Client(t), funnel.WithPrefix(b.Prefix), funnel.WithPenalty(funnel.Penalty{Denials: 3, Within: time.Minute, For: 40 * time.Minute}))
+	allow := func(at time.Duration) funnel.Result {
+		t.Helper()
+		b.Mini.SetTime(start.Add(at))
+		res, err := lim.Allow(ctx, "k", rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for i, at := range []time.Duration{0, time.Second} {
+		if res := allow(at); !res.Allowed {
+			t.Fatalf("call %d: %+v", i, res)
+		}
+	}
+	for i := range 2 {
+		if res := allow(2 * time.Second); res.Allowed || res.Rule != rule.Name || res.RetryAfter != 30*time.Minute-2*time.Second {
+			t.Fatalf("denial %d: %+v; want the window's, until its oldest unit leaves", i, res)
+		}
+	}
+	if res := allow(2 * time.Second); res.Rule != funnel.PenaltyRule || res.RetryAfter != 40*time.Minute {
+		t.Fatalf("third denial: %+v; want the box for 40m", res)
+	}
+	if res := allow(31 * time.Minute); res.Rule != funnel.PenaltyRule || res.RetryAfter != 40*time.Minute+2*time.Second-31*time.Minute {
+		t.Fatalf("after the window emptied, in the box: %+v", res)
+	}
+	if res := allow(40*time.Minute + 2*time.Second); !res.Allowed || res.Remaining != 1 {
+		t.Fatalf("after the box: %+v; want admitted with 1 left", res)
+	}
+	if err := lim.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := lim.Peek(ctx, "k", rule); err != nil || !res.Allowed || res.Remaining != 2 {
+		t.Fatalf("after Reset: %+v, %v", res, err)
+	}
+}
