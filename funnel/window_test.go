@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -575,5 +576,60 @@ func TestWindowPenalty(t *testing.T) {
 	}
 	if res, err := lim.Peek(ctx, "k", rule); err != nil || !res.Allowed || res.Remaining != 2 {
 		t.Fatalf("after Reset: %+v, %v", res, err)
+	}
+}
+
+// Concurrent calls on one key, batched: a window admits exactly n of them
+// while its units stay in it, and its field holds n units.
+func TestWindowConcurrent(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		lim := newLimiter(t, b)
+		rules := []funnel.Rule{funnel.Window(37, time.Hour), {Name: "f", Capacity: 100, Leak: 1, Per: time.Hour}}
+		var mu sync.Mutex
+		admitted := 0
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for range 10 {
+					res, err := lim.Allow(ctx, "hot", rules...)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res.Allowed {
+						mu.Lock()
+						admitted++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if admitted != 37 {
+			t.Fatalf("%d admitted, want 37", admitted)
+		}
+		if res, err := lim.Peek(ctx, "hot", rules...); err != nil || res.Allowed || res.Remaining != 0 || res.Rule != rules[0].Name {
+			t.Fatalf("Peek %+v, %v", res, err)
+		}
+	})
+}
+
+// A window's field that does not hold a window's units is corrupt state,
+// not a panic or an allocation of its claimed size.
+func TestWindowCorruptState(t *testing.T) {
+	b := testutil.Mini(t)
+	ctx := context.Background()
+	c := b.Client(t)
+	lim := newLimiter(t, b)
+	r := funnel.Window(5, time.Hour)
+	field, _ := funnel.WindowState(r, []int64{1}, 2)
+	for _, v := range []string{"", "0", "0::5", "0:1,2:5", "0:0*0:5", "0:0*6:5", "0:0*zzzzzzzzzz:5", "0:6:5", "0:-1:5", "0:1;2:5", "0:1:5:n:x", "0:1,1,1,1,1,1:9"} {
+		if err := c.HSet(ctx, keyspace.Key(b.Prefix, "k", "f"), field, v).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lim.Allow(ctx, "k", r); !errors.Is(err, funnel.ErrCorruptState) {
+			t.Errorf("value %q: %v, want ErrCorruptState", v, err)
+		}
 	}
 }
