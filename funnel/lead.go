@@ -199,7 +199,7 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 			if logs == nil {
 				logs = make([][]int64, len(r.levels))
 			}
-			logs[j] = lv.log
+			logs[j] = *lv.log
 		}
 	}
 	write := mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: writeArgs(l.c.rules, fills, ats, logs, r.now)}

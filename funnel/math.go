@@ -9,11 +9,20 @@ import (
 // A level is the state of one rule: how full its funnel was (in
 // unit-microseconds) at server time at (µs). A window's level is its units
 // instead: log holds the times (µs, ascending) of the units taken before at,
-// some of which may have left the window since, and fill their number.
+// some of which may have left the window since, and fill their number. (A
+// pointer, nil for a funnel: a funnel's level stays 24 bytes.)
 type level struct {
 	fill int64
 	at   int64
-	log  []int64
+	log  *[]int64
+}
+
+// units returns a window's log, nil if it has none.
+func (s level) units() []int64 {
+	if s.log == nil {
+		return nil
+	}
+	return *s.log
 }
 
 // satAdd returns a+b for a, b >= 0, or MaxInt64 where that overflows.
@@ -105,7 +114,7 @@ type decision struct {
 func (d decision) level(i int) level {
 	lv := level{fill: d.fills[i], at: d.ats[i]}
 	if d.logs != nil {
-		lv.log = d.logs[i]
+		lv.log = &d.logs[i]
 	}
 	return lv
 }
@@ -130,7 +139,7 @@ func decide(rules []rule, states []level, now, n int64) decision {
 			if d.logs == nil {
 				d.logs = make([][]int64, len(rules))
 			}
-			d.logs[i] = r.live(s.log, d.ats[i])
+			d.logs[i] = r.live(s.units(), d.ats[i])
 			d.fills[i] = int64(len(d.logs[i]))
 			w = r.windowWait(d.logs[i], d.ats[i], n)
 		} else {
@@ -176,7 +185,7 @@ func refund(rules []rule, states []level, now, n int64) (fills, ats []int64, log
 			if logs == nil {
 				logs = make([][]int64, len(rules))
 			}
-			live := r.live(states[i].log, ats[i])
+			live := r.live(states[i].units(), ats[i])
 			logs[i] = live[:len(live)-int(min(n, int64(len(live))))]
 			fills[i] = int64(len(logs[i]))
 			continue

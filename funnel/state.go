@@ -98,7 +98,7 @@ func (r rule) parseWindow(s string) (level, bool) {
 			log = append(log, at-off)
 		}
 	}
-	return level{fill: int64(len(log)), at: at, log: log}, true
+	return level{fill: int64(len(log)), at: at, log: &log}, true
 }
 
 // decode reads a stored value; a missing one (nil) is an empty funnel.
