@@ -21,6 +21,8 @@ const (
 var (
 	oneRule    = []funnel.Rule{funnel.AtMost(5, time.Hour)}
 	threeRules = []funnel.Rule{funnel.AtMost(1, time.Minute), funnel.AtMost(5, time.Hour), funnel.AtMost(10, 24*time.Hour)}
+	// oneWindow is oneRule's bound as a sliding window (issue 29).
+	oneWindow = []funnel.Rule{funnel.Window(5, time.Hour)}
 )
 
 // rateLimits converts rules to redis_rate limits.
@@ -67,13 +69,21 @@ func rateCases() []benchCase {
 		out = append(out, benchCase{name: "funnelguard " + m.mode + ", 1 rule vs 3", parallel: true, subjects: []subject{
 			{libOneRule, m.mk(oneRule)}, {libThreeRules, m.mk(threeRules)}}})
 	}
+	// A window rule: alone (as the 1 rule cases), and alternating with the
+	// funnel rule, whose ratio is the issue's target (>= 0.9).
+	out = append(out,
+		benchCase{name: "Allow admitted parallel, 1 window rule", parallel: true, subjects: []subject{{libFunnel, funnelAdmitted(oneWindow, true)}}},
+		benchCase{name: "funnelguard admitted parallel, 1 rule vs 1 window rule", parallel: true, subjects: []subject{
+			{libOneRule, funnelAdmitted(oneRule, true)}, {libOneWindow, funnelAdmitted(oneWindow, true)}}},
+	)
 	return out
 }
 
-// Column names of the 1 rule vs 3 rules cases.
+// Column names of the 1 rule vs 3 rules (or 1 window rule) cases.
 const (
 	libOneRule    = "funnelguard, 1 rule"
 	libThreeRules = "funnelguard, 3 rules"
+	libOneWindow  = "funnelguard, 1 window rule"
 )
 
 // admittedKey is a key no call used before: goroutine g's i-th.

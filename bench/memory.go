@@ -59,7 +59,11 @@ func measureMemory(ctx context.Context, addr string) ([]memRow, error) {
 		if _, err := lim.Allow(ctx, key, rs.rules...); err != nil {
 			return nil, err
 		}
-		fg, err := c.MemoryUsage(ctx, keyOf(key, "f"), 0).Result()
+		stateKey, err := keyOf(key, "f")
+		if err != nil {
+			return nil, err
+		}
+		fg, err := c.MemoryUsage(ctx, stateKey, 0).Result()
 		if err != nil {
 			return nil, fmt.Errorf("MEMORY USAGE of the funnel key: %w", err)
 		}

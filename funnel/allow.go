@@ -124,9 +124,7 @@ func peeked(rules []rule, r reading) Result {
 		return boxed(d, rules, r.now, r.till)
 	}
 	if d.allowed { // nothing was taken: report the state as it is
-		for i, r := range rules {
-			d.fills[i] -= r.per
-		}
+		d.unpeek(rules)
 	}
 	return d.result(rules)
 }
@@ -144,7 +142,7 @@ func afterProceed(reply any, script string) (any, error) {
 
 // Refund gives n units back to every rule of key, never below empty: for a
 // call that was admitted but did not happen (the SMS provider refused the
-// message). It takes the lock like an admission.
+// message). A Window rule gives back its newest n units. It takes the lock like an admission.
 func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Rule) error {
 	c, err := lim.prepare(key, rules)
 	if err != nil {
@@ -188,8 +186,8 @@ func refundArgs(rules []rule, res any, n int64) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	fills, ats := refund(rules, snap.levels, snap.now, n)
-	return writeArgs(rules, fills, ats, snap.now), nil
+	fills, ats, logs := refund(rules, snap.levels, snap.now, n)
+	return writeArgs(rules, fills, ats, logs, snap.now), nil
 }
 
 // Reset forgets every rule's state for key, under its lock.

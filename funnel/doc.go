@@ -19,6 +19,13 @@
 // W it admits up to about C + W*R/P units; AtMost(n, w) is the rule that
 // never admits more than n in any window of length w.
 //
+// Window(n, w) is a sliding log instead of a funnel: at most n units in any
+// window of length w, each unit available again exactly w after it was
+// taken, so a full window admits n again as soon as its first n units have
+// left (AtMost spreads them out). It keeps the time of each of its units (n
+// is at most MaxWindow), in the same hash as the key's funnels, and is
+// decided with them, all or nothing; a Refund gives back its newest units.
+//
 // The rules of one call are decided all or nothing, under one lock, and kept
 // in one hash: a call denied by a daily rule takes nothing from a cooldown
 // rule. Refund gives units back; Peek reads without changing anything.

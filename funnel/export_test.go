@@ -6,6 +6,9 @@ import (
 	"time"
 )
 
+// IsWindow reports whether r is a Window rule.
+func IsWindow(r Rule) bool { return r.window }
+
 // SetBeforeCommit makes f run in every admission of l between the read and
 // the commit, so a test can stall a commit past its lock's lease.
 func SetBeforeCommit(l *Limiter, f func()) { l.beforeCommit = f }
@@ -77,4 +80,14 @@ func (c *denyCache) Check() error {
 		return fmt.Errorf("%d listed + %d free of %d nodes", seen, free, len(c.nodes))
 	}
 	return nil
+}
+
+// WindowState returns the field and the stored value of window r holding
+// units taken at the times log (ascending, µs) at server time at.
+func WindowState(r Rule, log []int64, at int64) (field, value string) {
+	c, err := r.compile()
+	if err != nil {
+		panic(err)
+	}
+	return c.id, c.encodeWindow(log, at)
 }

@@ -138,7 +138,7 @@ func admitted(declined bool, res any) (int64, bool) {
 // on an empty state: the units of the leader's call alone.
 func (l *leader) admitAlone(now int64) Result {
 	rules := l.c.rules
-	d := decide(rules, make([]level, len(rules)), now, l.n)
+	d := decide(rules, nil, now, l.n)
 	return d.result(rules)
 }
 
@@ -179,7 +179,7 @@ func (l *leader) take(w *waiter, r reading) bool {
 		return false
 	}
 	for j := range r.levels {
-		r.levels[j] = level{fill: d.fills[j], at: d.ats[j]}
+		r.levels[j] = d.level(j)
 	}
 	w.res = d.result(rules)
 	return true
@@ -192,10 +192,17 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 		l.lim.beforeCommit()
 	}
 	fills, ats := make([]int64, len(r.levels)), make([]int64, len(r.levels))
+	var logs [][]int64
 	for j, lv := range r.levels {
 		fills[j], ats[j] = lv.fill, lv.at
+		if lv.log != nil {
+			if logs == nil {
+				logs = make([][]int64, len(r.levels))
+			}
+			logs[j] = *lv.log
+		}
 	}
-	write := mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: writeArgs(l.c.rules, fills, ats, r.now)}
+	write := mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: writeArgs(l.c.rules, fills, ats, logs, r.now)}
 	_, err := lk.UnlockWith(ctx, write)
 	switch {
 	case errors.Is(err, mutex.ErrNotHeld):

@@ -460,12 +460,19 @@ func (c call) admit(n int64, lock string) mutex.Call {
 }
 
 // admitArgs returns admit.lua's arguments for n units, but the nonce: the
-// fields; each rule's value after n units on an empty funnel, without its
-// time; and the key's TTL in ms, until every funnel is empty again.
+// fields; each rule's value after n units on an empty funnel (or window),
+// without its time; and the key's TTL in ms, until every funnel is empty
+// again.
 func admitArgs(rules []rule, ids []any, n int64) []any {
 	args := append(make([]any, 0, 2*len(rules)+2), ids...)
 	var ttl int64
 	for _, r := range rules {
+		if r.window > 0 {
+			// n units taken at the time admit.lua appends, offset 0.
+			args = append(args, string(r.appendWindow(nil, withUnits(nil, 0, n), 0)))
+			ttl = max(ttl, ceilDiv(r.window, 1000))
+			continue
+		}
 		fill := n * r.per
 		b := strconv.AppendInt(nil, r.wait(fill, 1), 36)
 		b = append(b, ':')

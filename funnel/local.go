@@ -88,7 +88,7 @@ func (l *Local) take(key string, st map[string]level, rules []rule, d decision) 
 		st = l.add(key)
 	}
 	for i, r := range rules {
-		st[r.id] = level{fill: d.fills[i], at: d.ats[i]}
+		st[r.id] = d.level(i) // a window's log is new: never shared
 	}
 }
 

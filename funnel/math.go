@@ -2,14 +2,27 @@ package funnel
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
 // A level is the state of one rule: how full its funnel was (in
-// unit-microseconds) at server time at (µs).
+// unit-microseconds) at server time at (µs). A window's level is its units
+// instead: log holds the times (µs, ascending) of the units taken before at,
+// some of which may have left the window since, and fill their number. (A
+// pointer, nil for a funnel: a funnel's level stays 24 bytes.)
 type level struct {
 	fill int64
 	at   int64
+	log  *[]int64
+}
+
+// units returns a window's log, nil if it has none.
+func (s level) units() []int64 {
+	if s.log == nil {
+		return nil
+	}
+	return *s.log
 }
 
 // satAdd returns a+b for a, b >= 0, or MaxInt64 where that overflows.
@@ -47,13 +60,63 @@ func (r rule) wait(fill, n int64) int64 {
 	return ceilDiv(excess, r.leak)
 }
 
+// live returns the units of window r still in it at now, of log: those
+// taken after now - window (a unit taken at t is available again at t +
+// window exactly).
+func (r rule) live(log []int64, now int64) []int64 {
+	i, _ := slices.BinarySearch(log, now-r.window+1)
+	return log[i:]
+}
+
+// windowWait returns how long, in µs from now, until n more units fit in
+// window r, whose units still in it are live: until the oldest units that
+// must leave have left. n is at most r's capacity (checkN).
+func (r rule) windowWait(live []int64, now, n int64) int64 {
+	excess := int64(len(live)) + n - r.full
+	if excess <= 0 {
+		return 0
+	}
+	return live[excess-1] + r.window - now
+}
+
+// windowEmpty returns how long, in µs from now, until window r holds no
+// units, the last of log leaving it.
+func (r rule) windowEmpty(log []int64, now int64) int64 {
+	if len(log) == 0 {
+		return 0
+	}
+	return max(log[len(log)-1]+r.window-now, 0)
+}
+
+// withUnits returns a new log: live, then n units taken at.
+func withUnits(live []int64, at, n int64) []int64 {
+	log := make([]int64, len(live), len(live)+int(n))
+	copy(log, live)
+	for range n {
+		log = append(log, at)
+	}
+	return log
+}
+
 // A decision is the outcome of one call over all its rules.
 type decision struct {
 	allowed bool
 	denied  int     // index of the denying rule (longest wait), -1 if allowed
 	fills   []int64 // after the call
 	ats     []int64 // the server time of each fill
-	retry   int64   // µs until the call would be admitted; 0 if allowed
+	// logs holds each window rule's units after the call (nil when the
+	// call has no window rule; a funnel's entry is nil).
+	logs  [][]int64
+	retry int64 // µs until the call would be admitted; 0 if allowed
+}
+
+// level returns rule i's level after d.
+func (d decision) level(i int) level {
+	lv := level{fill: d.fills[i], at: d.ats[i]}
+	if d.logs != nil {
+		lv.log = &d.logs[i]
+	}
+	return lv
 }
 
 // clock returns the time a rule's state is taken to at now: its clock never
@@ -61,13 +124,29 @@ type decision struct {
 // server whose clock lags) credits no leak twice.
 func clock(s level, now int64) int64 { return max(now, s.at) }
 
-// decide admits n units at now if they fit in every rule, all or nothing.
+// decide admits n units at now if they fit in every rule, all or nothing;
+// states nil is every rule empty.
 func decide(rules []rule, states []level, now, n int64) decision {
 	d := decision{allowed: true, denied: -1, fills: make([]int64, len(rules)), ats: make([]int64, len(rules))}
 	for i, r := range rules {
-		d.ats[i] = clock(states[i], now)
-		d.fills[i] = r.drain(states[i], d.ats[i])
-		if w := r.wait(d.fills[i], n); w > 0 {
+		var s level
+		if states != nil {
+			s = states[i]
+		}
+		d.ats[i] = clock(s, now)
+		var w int64
+		if r.window > 0 {
+			if d.logs == nil {
+				d.logs = make([][]int64, len(rules))
+			}
+			d.logs[i] = r.live(s.units(), d.ats[i])
+			d.fills[i] = int64(len(d.logs[i]))
+			w = r.windowWait(d.logs[i], d.ats[i], n)
+		} else {
+			d.fills[i] = r.drain(s, d.ats[i])
+			w = r.wait(d.fills[i], n)
+		}
+		if w > 0 {
 			if w = satAdd(w, d.ats[i]-now); w > d.retry {
 				d.allowed, d.denied, d.retry = false, i, w
 			}
@@ -76,20 +155,44 @@ func decide(rules []rule, states []level, now, n int64) decision {
 	if d.allowed {
 		for i, r := range rules {
 			d.fills[i] += n * r.per
+			if r.window > 0 {
+				d.logs[i] = withUnits(d.logs[i], d.ats[i], n)
+			}
 		}
 	}
 	return d
 }
 
+// unpeek undoes what d, an admission of one unit, took: Peek reports the
+// state as it is.
+func (d *decision) unpeek(rules []rule) {
+	for i, r := range rules {
+		d.fills[i] -= r.per
+		if r.window > 0 {
+			d.logs[i] = d.logs[i][:len(d.logs[i])-1]
+		}
+	}
+}
+
 // refund takes n units out of every rule at now, never below empty, and
-// returns the fills and their times.
-func refund(rules []rule, states []level, now, n int64) (fills, ats []int64) {
+// returns the fills, their times and the windows' logs (nil if none): a
+// window gives back its newest units.
+func refund(rules []rule, states []level, now, n int64) (fills, ats []int64, logs [][]int64) {
 	fills, ats = make([]int64, len(rules)), make([]int64, len(rules))
 	for i, r := range rules {
 		ats[i] = clock(states[i], now)
+		if r.window > 0 {
+			if logs == nil {
+				logs = make([][]int64, len(rules))
+			}
+			live := r.live(states[i].units(), ats[i])
+			logs[i] = live[:len(live)-int(min(n, int64(len(live))))]
+			fills[i] = int64(len(logs[i]))
+			continue
+		}
 		fills[i] = max(r.drain(states[i], ats[i])-min(n, r.full/r.per)*r.per, 0)
 	}
-	return fills, ats
+	return fills, ats, logs
 }
 
 // Result is the outcome of a call for one key.
@@ -100,14 +203,15 @@ type Result struct {
 	// Empty when allowed.
 	Rule string
 	// Remaining is how many units the tightest rule would still admit right
-	// after this call.
+	// after this call (a window: its n less the units in it).
 	Remaining int64
 	// Tightest names that rule: the one with the fewest units left.
 	Tightest string
 	// RetryAfter is how long until the same call would be admitted by every
 	// rule; 0 when allowed.
 	RetryAfter time.Duration
-	// ResetAfter is how long until every rule's funnel is empty.
+	// ResetAfter is how long until every rule's funnel is empty (a
+	// window's: until it holds no unit).
 	ResetAfter time.Duration
 }
 
@@ -122,6 +226,10 @@ func (d decision) result(rules []rule) Result {
 		left := (r.full - d.fills[i]) / r.per
 		if i == 0 || left < res.Remaining {
 			res.Remaining, res.Tightest = left, r.name
+		}
+		if r.window > 0 {
+			reset = max(reset, r.windowEmpty(d.logs[i], d.ats[i]))
+			continue
 		}
 		reset = max(reset, ceilDiv(d.fills[i], r.leak))
 	}

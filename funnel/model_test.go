@@ -8,27 +8,51 @@ import (
 )
 
 // refRule is the exact model of one rule: its funnel held level units (a
-// rational) at time at (µs) and drains rate units per µs.
+// rational) at time at (µs) and drains rate units per µs. A Window rule's
+// model is a sliding log instead: units holds the time of every unit ever
+// taken and not refunded, and a unit taken at t counts at now while
+// now < t + win.
 type refRule struct {
 	c     *big.Rat // Capacity
 	rate  *big.Rat // Leak / Per
 	level *big.Rat
 	at    int64
+
+	win   int64 // µs; 0 for a funnel
+	units []int64
 }
 
 func newRefRule(r funnel.Rule) *refRule {
-	return &refRule{
+	m := &refRule{
 		c:     new(big.Rat).SetInt64(r.Capacity),
 		rate:  big.NewRat(r.Leak, r.Per.Microseconds()),
 		level: new(big.Rat),
 	}
+	if funnel.IsWindow(r) {
+		m.win = r.Per.Microseconds()
+	}
+	return m
+}
+
+// inWindow returns the units of a window counted at now, oldest first.
+func (m *refRule) inWindow(now int64) []int64 {
+	var in []int64
+	for _, t := range m.units {
+		if t <= now && now < t+m.win {
+			in = append(in, t)
+		}
+	}
+	return in
 }
 
 // levelAt is the level at now >= at: what leaked since at is gone, down to
-// empty.
+// empty (a window: its units counted at now).
 func (m *refRule) levelAt(now int64) *big.Rat {
 	if now < m.at {
 		panic(fmt.Sprintf("model time went back from %d to %d", m.at, now))
+	}
+	if m.win > 0 {
+		return new(big.Rat).SetInt64(int64(len(m.inWindow(now))))
 	}
 	leaked := new(big.Rat).Mul(m.rate, new(big.Rat).SetInt64(now-m.at))
 	l := new(big.Rat).Sub(m.level, leaked)
@@ -51,12 +75,28 @@ func (m *refRule) wait(now, n int64) *big.Rat {
 	if s.Sign() >= 0 {
 		return new(big.Rat)
 	}
+	if m.win > 0 { // by brute force: the first µs at which they fit
+		in := m.inWindow(now)
+		for _, t := range in {
+			if m.slack(t+m.win, n).Sign() >= 0 {
+				return new(big.Rat).SetInt64(t + m.win - now)
+			}
+		}
+		panic("a window never has room")
+	}
 	s.Neg(s)
 	return s.Quo(s, m.rate)
 }
 
 // take adds n units at now.
 func (m *refRule) take(now, n int64) {
+	if m.win > 0 {
+		for range n {
+			m.units = append(m.units, now)
+		}
+		m.at = now
+		return
+	}
 	m.level = m.levelAt(now)
 	m.level.Add(m.level, new(big.Rat).SetInt64(n))
 	m.at = now
@@ -107,10 +147,39 @@ func (k refKey) remaining(now int64) (left []int64, least int64) {
 	return left, least
 }
 
+// refund gives n units back at now: a funnel's level drops by n, down to
+// empty; a window forgets its newest n units still in it.
+func (m *refRule) refund(now, n int64) {
+	if m.win > 0 {
+		in := m.inWindow(now)
+		m.units = in[:len(in)-int(min(n, int64(len(in))))]
+		m.at = now
+		return
+	}
+	l := m.levelAt(now)
+	l.Sub(l, new(big.Rat).SetInt64(n))
+	if l.Sign() < 0 {
+		l.SetInt64(0)
+	}
+	m.level, m.at = l, now
+}
+
+func (k refKey) refund(now, n int64) {
+	for _, m := range k {
+		m.refund(now, n)
+	}
+}
+
 // reset is the time until every rule is empty, rounded up to the µs.
 func (k refKey) reset(now int64) int64 {
 	var most int64
 	for _, m := range k {
+		if m.win > 0 {
+			if in := m.inWindow(now); len(in) > 0 {
+				most = max(most, in[len(in)-1]+m.win-now)
+			}
+			continue
+		}
 		l := m.levelAt(now)
 		most = max(most, ratCeil(l.Quo(l, m.rate)))
 	}

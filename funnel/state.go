@@ -16,6 +16,16 @@ import (
 // when it has room now. The read script denies without the lock while TIME
 // is before <at> + <wait>: the rule's gate. (A gate is later than <at>, so a
 // server clock behind <at> cannot make it deny where the level would admit.)
+//
+// A window's value has the same shape, so that every script reads it as it
+// reads a funnel's: "<wait>:<log>:<at>[:<nonce>]", where <wait> is how long
+// after <at> the window has room for one unit (until its oldest unit
+// leaves; 0 if it has room), and <log> lists the times of its units, oldest
+// first, each as <at> minus the time in base 36 (less than the window's
+// length), separated by ','; a run of c units taken at one time is written
+// once, "<offset>*<c>" (c in base 36). An entry takes at most 14 bytes
+// (13 base-36 digits hold any int64, and the comma), so a window of n units
+// stores at most 14n bytes of log.
 
 // encode returns the stored value of a rule whose funnel holds fill at
 // server time at.
@@ -29,6 +39,68 @@ func (r rule) encode(fill, at int64) string {
 	return string(b)
 }
 
+// appendWindow appends the stored value of window r holding the units log
+// (live at at, ascending) at server time at, but <at>: "<wait>:<log>:".
+func (r rule) appendWindow(b []byte, log []int64, at int64) []byte {
+	b = strconv.AppendInt(b, r.windowWait(log, at, 1), 36)
+	b = append(b, ':')
+	for i := 0; i < len(log); {
+		j := i + 1
+		for j < len(log) && log[j] == log[i] {
+			j++
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, at-log[i], 36)
+		if j-i > 1 {
+			b = append(b, '*')
+			b = strconv.AppendInt(b, int64(j-i), 36)
+		}
+		i = j
+	}
+	return append(b, ':')
+}
+
+// encodeWindow returns the stored value of window r holding the units log
+// (live at at) at server time at.
+func (r rule) encodeWindow(log []int64, at int64) string {
+	b := r.appendWindow(make([]byte, 0, 32+8*len(log)), log, at)
+	return string(strconv.AppendInt(b, at, 36))
+}
+
+// parseWindow reads the units in a window's stored value, and reports
+// whether it has the stored values' shape with at most r.full units, in
+// order, none after <at>.
+func (r rule) parseWindow(s string) (level, bool) {
+	_, rest, ok := strings.Cut(s, ":")
+	logs, ats, ok2 := strings.Cut(rest, ":")
+	ats, nonce, _ := strings.Cut(ats, ":")
+	at, ok3 := parseBase36(ats)
+	if !ok || !ok2 || !ok3 || strings.Contains(nonce, ":") || logs == "" {
+		return level{}, false
+	}
+	var log []int64
+	prev := int64(math.MaxInt64)
+	for e := range strings.SplitSeq(logs, ",") {
+		offs, counts, several := strings.Cut(e, "*")
+		off, ok := parseBase36(offs)
+		count := int64(1)
+		if several {
+			count, ok2 = parseBase36(counts)
+			ok = ok && ok2 && count >= 1
+		}
+		if !ok || off > prev || off > at || count > r.full-int64(len(log)) {
+			return level{}, false
+		}
+		prev = off
+		for range count {
+			log = append(log, at-off)
+		}
+	}
+	return level{fill: int64(len(log)), at: at, log: &log}, true
+}
+
 // decode reads a stored value; a missing one (nil) is an empty funnel.
 func (r rule) decode(v any) (level, error) {
 	if v == nil {
@@ -37,6 +109,13 @@ func (r rule) decode(v any) (level, error) {
 	s, ok := v.(string)
 	if !ok {
 		return level{}, fmt.Errorf("%w: field %q holds %T", ErrCorruptState, r.id, v)
+	}
+	if r.window > 0 {
+		lv, ok := r.parseWindow(s)
+		if !ok {
+			return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
+		}
+		return lv, nil
 	}
 	lv, ok := parseLevel(s)
 	if !ok || lv.fill > r.full {
@@ -94,15 +173,21 @@ func parseRead(rules []rule, res any) (snapshot, error) {
 }
 
 // writeArgs returns the write script's arguments for rules holding fills at
-// server times ats, written at now: the key's TTL in ms (until every funnel
-// is empty), then field, value pairs; an empty funnel's value is "" (its
+// server times ats (windows: the units logs, nil if none), written at now:
+// the key's TTL in ms (until every funnel is empty and every window holds
+// no unit), then field, value pairs; an empty funnel's value is "" (its
 // field is deleted).
-func writeArgs(rules []rule, fills, ats []int64, now int64) []any {
+func writeArgs(rules []rule, fills, ats []int64, logs [][]int64, now int64) []any {
 	args := make([]any, 1, 1+2*len(rules))
 	var ttl int64
 	for i, r := range rules {
 		if fills[i] == 0 {
 			args = append(args, r.arg, emptyArg)
+			continue
+		}
+		if r.window > 0 {
+			ttl = max(ttl, ceilDiv(r.windowEmpty(logs[i], now), 1000))
+			args = append(args, r.arg, r.encodeWindow(logs[i], ats[i]))
 			continue
 		}
 		empty := satAdd(ats[i]-now, ceilDiv(fills[i], r.leak)) // µs from now
