@@ -1,6 +1,9 @@
 package guard
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors returned by this package; match them with errors.Is. Errors of the
 // funnel and mutex packages pass through wrapped.
@@ -27,8 +30,9 @@ var (
 	// rule or funnel.ErrInvalidOption for a bad Policy.Funnel option.
 	ErrInvalidPolicy = errors.New("guard: invalid policy")
 
-	// Errors of the KeyFuncs of this package. None quotes what the client
-	// sent, so a handler may show them.
+	// Errors of the KeyFuncs of this package, each wrapped in a
+	// RequestError that says what the client can fix. None quotes what the
+	// client sent.
 
 	// ErrNoKey means a request that carries no usable key: no address, a
 	// missing or empty header, parameter or field, one given twice, a value
@@ -46,3 +50,38 @@ var (
 	// Middleware answers with 500.
 	ErrInvalidKeyFunc = errors.New("guard: invalid key function")
 )
+
+// A RequestError is an error the client can fix. Fix says what to fix, for
+// the client ("missing field \"phone\""): it names no Go identifier and
+// never quotes what the client sent. Err is the error for the server,
+// matching ErrNoKey, ErrBodyTooLarge, ErrContentType or another package's
+// error. Middleware answers with Fix as the body's "error"; a KeyFunc's
+// error with no RequestError in its chain is answered "invalid request
+// key", so that no error chain reaches the client.
+type RequestError struct {
+	Fix string
+	Err error
+}
+
+func (e *RequestError) Error() string {
+	if e.Err == nil {
+		return e.Fix
+	}
+	return e.Err.Error()
+}
+
+func (e *RequestError) Unwrap() error { return e.Err }
+
+// fixable is a RequestError that says fix, with the error sentinel: fix.
+func fixable(sentinel error, fix string) error {
+	return &RequestError{Fix: fix, Err: fmt.Errorf("%w: %s", sentinel, fix)}
+}
+
+// fixOf is the Fix of the first RequestError in err's chain, or def.
+func fixOf(err error, def string) string {
+	var re *RequestError
+	if errors.As(err, &re) && re.Fix != "" {
+		return re.Fix
+	}
+	return def
+}

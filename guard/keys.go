@@ -13,8 +13,10 @@ import (
 // address, a phone number in its body, its route... It is Middleware's
 // argument. The KeyFuncs of this package keep no state, so each is safe for
 // concurrent use; those that read the body give it back to the handler
-// intact. Their errors match ErrNoKey, ErrBodyTooLarge or ErrContentType,
-// and never quote what the client sent, so that a handler may show them.
+// intact. Their errors match ErrNoKey, ErrBodyTooLarge or ErrContentType
+// and are RequestErrors, whose Fix says what the client can fix without
+// quoting what it sent; Middleware answers with it. A KeyFunc of yours may
+// return a RequestError too.
 type KeyFunc func(*http.Request) (string, error)
 
 // Header returns a KeyFunc that keys on the value of the request header
@@ -37,13 +39,13 @@ func Header(name string) KeyFunc {
 		}
 		switch {
 		case len(vs) == 0:
-			return "", fmt.Errorf("%w: no %s header", ErrNoKey, name)
+			return "", fixable(ErrNoKey, "missing header "+name)
 		case len(vs) > 1:
-			return "", fmt.Errorf("%w: %d %s header lines", ErrNoKey, len(vs), name)
+			return "", fixable(ErrNoKey, "header "+name+" given more than once")
 		}
 		v := strings.TrimSpace(vs[0])
 		if v == "" {
-			return "", fmt.Errorf("%w: empty %s header", ErrNoKey, name)
+			return "", fixable(ErrNoKey, "empty header "+name)
 		}
 		return v, nil
 	}
@@ -59,7 +61,7 @@ func Query(name string) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		q, err := url.ParseQuery(r.URL.RawQuery)
 		if err != nil {
-			return "", fmt.Errorf("%w: malformed query", ErrNoKey)
+			return "", fixable(ErrNoKey, "malformed query string")
 		}
 		return single(q, name, "query parameter")
 	}
@@ -69,11 +71,11 @@ func Query(name string) KeyFunc {
 func single(vs url.Values, name, what string) (string, error) {
 	switch v := vs[name]; {
 	case len(v) == 0:
-		return "", fmt.Errorf("%w: no %s %q", ErrNoKey, what, name)
+		return "", fixable(ErrNoKey, fmt.Sprintf("missing %s %q", what, name))
 	case len(v) > 1:
-		return "", fmt.Errorf("%w: %s %q given %d times", ErrNoKey, what, name, len(v))
+		return "", fixable(ErrNoKey, fmt.Sprintf("%s %q given more than once", what, name))
 	case v[0] == "":
-		return "", fmt.Errorf("%w: empty %s %q", ErrNoKey, what, name)
+		return "", fixable(ErrNoKey, fmt.Sprintf("empty %s %q", what, name))
 	default:
 		return v[0], nil
 	}

@@ -56,9 +56,12 @@ func JSONField(field string, maxBytes int64) KeyFunc {
 
 // These errors say nothing of the request, so they are made once.
 var (
-	errNoBody        = fmt.Errorf("%w: no body", ErrNoKey)
-	errNotJSONObject = fmt.Errorf("%w: body not a JSON object", ErrNoKey)
-	errMalformedForm = fmt.Errorf("%w: malformed form", ErrNoKey)
+	errNoBody        = fixable(ErrNoKey, "missing request body")
+	errNotJSONObject = fixable(ErrNoKey, "the body must be a JSON object")
+	errMalformedForm = fixable(ErrNoKey, "malformed form body")
+	errNotJSON       = fixable(ErrContentType, "the body must be declared as Content-Type: application/json")
+	errNotForm       = fixable(ErrContentType, "the body must be declared as Content-Type: application/x-www-form-urlencoded or multipart/form-data")
+	errFormMethod    = fixable(ErrNoKey, "a form must be sent with POST, PUT or PATCH")
 )
 
 // jsonBody reads r's body, at most maxBytes, if it is declared as JSON.
@@ -67,7 +70,7 @@ func jsonBody(r *http.Request, maxBytes int64) ([]byte, error) {
 		return nil, errNoBody
 	}
 	if !declaredJSON(r.Header.Get("Content-Type")) {
-		return nil, fmt.Errorf("%w: body not declared as application/json", ErrContentType)
+		return nil, errNotJSON
 	}
 	return readBody(r, maxBytes)
 }
@@ -163,11 +166,11 @@ func (m *jsonMatch) add(name, field string, val json.RawMessage) {
 func (m jsonMatch) single(field string) (json.RawMessage, error) {
 	switch {
 	case m.n == 0:
-		return nil, fmt.Errorf("%w: no member %q", ErrNoKey, field)
+		return nil, fixable(ErrNoKey, fmt.Sprintf("missing field %q", field))
 	case m.n > 1:
-		return nil, fmt.Errorf("%w: member %q named %d times", ErrNoKey, field, m.n)
+		return nil, fixable(ErrNoKey, fmt.Sprintf("field %q given more than once", field))
 	case !m.exact:
-		return nil, fmt.Errorf("%w: member %q spelled in another case", ErrNoKey, field)
+		return nil, fixable(ErrNoKey, fmt.Sprintf("missing field %q (names are case-sensitive)", field))
 	}
 	return m.val, nil
 }
@@ -180,7 +183,7 @@ func jsonKey(val json.RawMessage, field string) (string, error) {
 	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 		return jsonInteger(val, field)
 	}
-	return "", fmt.Errorf("%w: member %q neither a string nor an integer", ErrNoKey, field)
+	return "", fixable(ErrNoKey, fmt.Sprintf("field %q must be a string or a number", field))
 }
 
 // jsonString is the key of a string value: the string, decoded.
@@ -190,7 +193,7 @@ func jsonString(val json.RawMessage, field string) (string, error) {
 		return "", errNotJSONObject
 	}
 	if s == "" {
-		return "", fmt.Errorf("%w: empty member %q", ErrNoKey, field)
+		return "", fixable(ErrNoKey, fmt.Sprintf("empty field %q", field))
 	}
 	return s, nil
 }
@@ -201,7 +204,7 @@ func jsonInteger(val json.RawMessage, field string) (string, error) {
 	// A fraction or an exponent would give one number many spellings,
 	// each a key of its own.
 	if bytes.ContainsAny(val, ".eE") {
-		return "", fmt.Errorf("%w: member %q not an integer", ErrNoKey, field)
+		return "", fixable(ErrNoKey, fmt.Sprintf("field %q must be an integer, without a fraction or an exponent", field))
 	}
 	if string(val) == "-0" {
 		return "0", nil
@@ -246,7 +249,7 @@ func formRequest(r *http.Request) error {
 	switch r.Method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch:
 	default:
-		return fmt.Errorf("%w: no form body in a %s request", ErrNoKey, r.Method)
+		return errFormMethod
 	}
 	if noBody(r) {
 		return errNoBody
@@ -265,7 +268,7 @@ func formField(r *http.Request, name string, maxBytes int64) (string, error) {
 	case mt == "multipart/form-data" && params["boundary"] != "":
 		return multipartField(r, params["boundary"], name, maxBytes)
 	}
-	return "", fmt.Errorf("%w: body not declared as a form", ErrContentType)
+	return "", errNotForm
 }
 
 func urlencodedField(r *http.Request, name string, maxBytes int64) (string, error) {
@@ -339,7 +342,7 @@ type replay struct {
 // ErrBodyTooLarge; a Content-Length over it leaves the body unread.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
-		return nil, fmt.Errorf("%w: Content-Length over %d bytes", ErrBodyTooLarge, limit)
+		return nil, tooLarge(limit, fmt.Errorf("%w: Content-Length over %d bytes", ErrBodyTooLarge, limit))
 	}
 	// One byte more than limit (limit itself at math.MaxInt64) tells a body
 	// of exactly limit bytes from a longer one.
@@ -356,12 +359,17 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 // bodyError is readBody's error for a read of a body over limit (err nil),
 // or that failed with err.
 func bodyError(err error, limit int64) error {
-	var tooLarge *http.MaxBytesError
+	var mbe *http.MaxBytesError
 	switch {
 	case err == nil:
-		return fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
-	case errors.As(err, &tooLarge): // an http.MaxBytesReader around the body
-		return fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
+		return tooLarge(limit, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit))
+	case errors.As(err, &mbe): // an http.MaxBytesReader around the body
+		return tooLarge(min(limit, mbe.Limit), fmt.Errorf("%w: %w", ErrBodyTooLarge, err))
 	}
-	return fmt.Errorf("guard: reading the body: %w", err)
+	return &RequestError{Fix: "the request body could not be read", Err: fmt.Errorf("guard: reading the body: %w", err)}
+}
+
+// tooLarge is the error err of a body longer than limit bytes.
+func tooLarge(limit int64, err error) error {
+	return &RequestError{Fix: fmt.Sprintf("the body must be at most %d bytes", limit), Err: err}
 }

@@ -149,7 +149,7 @@ func (c ClientIPConfig) walk(cur netip.Addr, lines []string, elements func(strin
 // address.
 func found(a netip.Addr) (netip.Addr, error) {
 	if !a.IsValid() {
-		return netip.Addr{}, fmt.Errorf("%w: no client address", ErrNoKey)
+		return netip.Addr{}, fixable(ErrNoKey, "the client's address is unknown")
 	}
 	return a, nil
 }

@@ -32,6 +32,9 @@ import (
 //     Policy.Fallback) is a 429.
 //   - keyFunc's error or an invalid key: 400 Bad Request; 413 for
 //     ErrBodyTooLarge, 415 for ErrContentType, 500 for ErrInvalidKeyFunc.
+//     The body's "error" is what the client can fix, the Fix of a
+//     RequestError ({"error": "missing field \"phone\""}), or "invalid
+//     request key" for an error without one: never the error itself.
 //     WithErrorHandler replaces these answers and the 503s.
 //
 // WithSkip lets requests through unguarded, WithCost charges a request more
@@ -153,7 +156,7 @@ func (mc *middlewareConfig) units(r *http.Request) (int64, error) {
 	}
 	n, err := mc.cost(r)
 	if err != nil || n < 1 {
-		return 0, fmt.Errorf("%w: cost %d: %v", ErrInvalidKey, n, err)
+		return 0, &RequestError{Fix: "invalid request cost", Err: fmt.Errorf("%w: cost %d: %v", ErrInvalidKey, n, err)}
 	}
 	return n, nil
 }
@@ -187,6 +190,8 @@ func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d Decision
 // failed, the key or cost is invalid: 400 by default), ErrUnavailable or
 // ErrRejected while failing closed (503 with Retry-After), or the request
 // context's error (503). d is the denial that stands for the decision.
+// What the client can fix is the Fix of the *RequestError in err's chain, if
+// any (errors.As); err itself is for the server's logs.
 func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, d Decision, err error)) MiddlewareOption {
 	return func(c *middlewareConfig) {
 		if h != nil {
@@ -214,16 +219,20 @@ func deniedJSON(w http.ResponseWriter, _ *http.Request, d Decision) {
 }
 
 // errorJSON is the default answer to a request the guard could not decide.
+// A bad request's body says what the client can fix (RequestError.Fix), never
+// the error chain, which names the server's code and may quote the request.
 func errorJSON(w http.ResponseWriter, r *http.Request, d Decision, err error) {
 	switch {
 	case errors.Is(err, ErrInvalidKeyFunc):
 		writeJSON(w, http.StatusInternalServerError, body{Error: "guard: invalid key function"})
 	case errors.Is(err, ErrBodyTooLarge):
-		writeJSON(w, http.StatusRequestEntityTooLarge, body{Error: "request body too large"})
+		writeJSON(w, http.StatusRequestEntityTooLarge, body{Error: fixOf(err, "request body too large")})
 	case errors.Is(err, ErrContentType):
-		writeJSON(w, http.StatusUnsupportedMediaType, body{Error: "unsupported content type"})
-	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
-		writeJSON(w, http.StatusBadRequest, body{Error: "bad request: " + err.Error()})
+		writeJSON(w, http.StatusUnsupportedMediaType, body{Error: fixOf(err, "unsupported content type")})
+	case errors.Is(err, ErrInvalidKey):
+		writeJSON(w, http.StatusBadRequest, body{Error: fixOf(err, "invalid request key")})
+	case errors.Is(err, funnel.ErrInvalidN): // a cost over a rule's capacity
+		writeJSON(w, http.StatusBadRequest, body{Error: "the request costs more than the limit allows"})
 	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrRejected):
 		secs := RetryAfterSeconds(d.RetryAfter)
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))

@@ -70,6 +70,28 @@ func ExampleWithErrorHandler() {
 	// Output: 401 who are you?
 }
 
+// A KeyFunc says what the client can fix with a RequestError: Middleware
+// answers with its Fix, never with the error, which may quote the request.
+// The KeyFuncs of this package do the same.
+func ExampleRequestError() {
+	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	defer stop()
+	account := func(r *http.Request) (string, error) {
+		id := r.Header.Get("X-Account")
+		if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+			return "", &guard.RequestError{Fix: "X-Account must be an account number", Err: err}
+		}
+		return id, nil
+	}
+	hit(g.Middleware(account)(accepted), "ann", "X-Account", "42")
+	hit(g.Middleware(account)(accepted), "ann", "X-Account", "forty-two")
+	hit(g.Middleware(guard.Header("X-Api-Key"))(accepted), "ann")
+	// Output:
+	// 202
+	// 400 {"error":"X-Account must be an account number"}
+	// 400 {"error":"missing header X-Api-Key"}
+}
+
 func ExampleWithSkip() {
 	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
 	defer stop()

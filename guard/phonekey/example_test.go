@@ -59,5 +59,5 @@ func ExampleJSONField() {
 	// Output:
 	// 202
 	// 429 {"error":"too many requests","retry_after":60}
-	// 400 {"error":"bad request: guard: invalid key: phonekey: invalid phone number: no number of +86 starts with these digits or has this many; write it as + and the country code, then the number, or as a national number of CN"}
+	// 400 {"error":"invalid phone number: no number of +86 starts with these digits or has this many; write it as + and the country code, then the number, or as a national number of CN"}
 }

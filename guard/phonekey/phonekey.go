@@ -17,7 +17,8 @@ var (
 	// characters a written number does not have, a country code that does
 	// not exist, too few or too many digits, or digits no number of its
 	// country has. The error says which, and how to write the number; it
-	// never quotes the input, so a handler may show it.
+	// never quotes the input. It is a guard.RequestError, whose Fix says
+	// the same without the package's name, for the client.
 	ErrInvalidNumber = errors.New("phonekey: invalid phone number")
 	// ErrInvalidRegion means a default region that is neither "" nor a
 	// region with phone numbers (an ISO 3166-1 alpha-2 code such as CN or
@@ -87,7 +88,8 @@ func JSONField(field, region string, maxBytes int64) guard.KeyFunc {
 // From returns a KeyFunc that keys on the phone number that key returns, in
 // E.164, such as From(guard.FormField("phone", 4<<10), "US"). The errors of
 // key pass through unchanged; a key that is not a number is an error
-// matching ErrInvalidNumber, which Middleware answers 400 with what to fix.
+// matching ErrInvalidNumber, which Middleware answers 400 with what to fix
+// ({"error": "invalid phone number: too few digits; write it as + ..."}).
 // With a bad region or a nil key, every call fails with
 // guard.ErrInvalidKeyFunc (a bug of the server: 500).
 func From(key guard.KeyFunc, region string) guard.KeyFunc {
@@ -119,13 +121,16 @@ func validRegion(region string) bool {
 }
 
 // invalid is ErrInvalidNumber with why and how to write a number read in
-// region.
+// region, in a guard.RequestError whose Fix says the same to the client.
 func invalid(region, why string) error {
 	how := "write it as + and the country code, then the number"
 	if region != "" {
 		how += ", or as a national number of " + region
 	}
-	return fmt.Errorf("%w: %s; %s", ErrInvalidNumber, why, how)
+	return &guard.RequestError{
+		Fix: "invalid phone number: " + why + "; " + how,
+		Err: fmt.Errorf("%w: %s; %s", ErrInvalidNumber, why, how),
+	}
 }
 
 // checkChars refuses input that is empty, too long, or holds a character a

@@ -167,11 +167,46 @@ func TestMiddleware(t *testing.T) {
 		if err := json.NewDecoder(w.Body).Decode(&body); err != nil || w.Code != http.StatusBadRequest {
 			t.Fatalf("bad number: %d %+v %v, want 400", w.Code, body, err)
 		}
-		if !strings.Contains(body.Error, "too few digits") || !strings.Contains(body.Error, "write it as +") {
-			t.Fatalf("bad number: %q does not say what to fix", body.Error)
+		if want := "invalid phone number: too few digits; write it as + and the country code, then the number, or as a national number of CN"; body.Error != want {
+			t.Fatalf("bad number: %q, want %q", body.Error, want)
 		}
 		if sent != 1 {
 			t.Fatalf("handler ran %d times, want 1", sent)
 		}
 	})
+}
+
+// TestMiddlewareBadNumbers: the 400 for a number that is not one says what
+// to fix, without the error chain or the number the client sent.
+func TestMiddlewareBadNumbers(t *testing.T) {
+	g, err := guard.New(testutil.Mini(t).Client(t), guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := g.Middleware(phonekey.JSONField("phone", "CN", 4<<10))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("the handler got %s", r.URL)
+	}))
+	const how = "; write it as + and the country code, then the number, or as a national number of CN"
+	for _, tc := range []struct{ phone, want string }{
+		{`"+86 1"`, "invalid phone number: too few digits" + how},
+		{`"136 0000"`, "invalid phone number: no number of +86 starts with these digits or has this many" + how},
+		{`"1360000000x"`, "invalid phone number: only digits, +, spaces and - . ( ) may appear" + how},
+		{`"tel:+8613600000009"`, "invalid phone number: only digits, +, spaces and - . ( ) may appear" + how},
+		{`"+999 1360000"`, "invalid phone number: a country code that does not exist" + how},
+		{`"+86 1360000000912345"`, "invalid phone number: too many digits for a number of +86" + how},
+		{`""`, `empty field "phone"`},
+		{`true`, `field "phone" must be a string or a number`},
+	} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, jsonRequest(`{"phone":`+tc.phone+`}`))
+		var body struct{ Error string }
+		if err := json.NewDecoder(w.Body).Decode(&body); err != nil || w.Code != http.StatusBadRequest || body.Error != tc.want {
+			t.Errorf("%s: %d %q, %v; want 400 %q", tc.phone, w.Code, body.Error, err, tc.want)
+		}
+		for _, s := range []string{"guard:", "phonekey:", strings.Trim(tc.phone, `"`)} {
+			if s != "" && strings.Contains(body.Error, s) {
+				t.Errorf("%s: %q contains %q", tc.phone, body.Error, s)
+			}
+		}
+	}
 }
