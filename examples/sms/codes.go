@@ -103,8 +103,8 @@ func (s *codeStore) guess(phone, code string) guess {
 		// longer to answer.
 		mac: hex.EncodeToString(s.mac("code", phone, code)),
 		// One nonce per verification: check.lua run again with it (by a
-		// retry of go-redis after a lost reply) answers as the first run
-		// did.
+		// retry of go-redis after a lost reply, or by check's caller after
+		// an error) answers as the first run did.
 		nonce: rand.Text(),
 	}
 }

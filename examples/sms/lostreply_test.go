@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"testing"
 
 	"github.com/funnelguard/funnelguard/internal/testutil"
@@ -122,4 +123,61 @@ func TestVerifySpendingReplyLost(t *testing.T) {
 		}
 		e.want(e.verify(number, code), http.StatusUnauthorized, "the right code of a spent code")
 	})
+}
+
+// failCheckOnce is a go-redis hook that, once armed, turns the reply of the
+// next run of check.lua into an error after Redis ran it: an answer that did
+// not come in time, which go-redis does not retry.
+type failCheckOnce struct{ armed atomic.Bool }
+
+func (h *failCheckOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failCheckOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *failCheckOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); err == nil && len(args) > 1 && (args[1] == checkScript.Hash() || args[1] == checkSrc) && h.armed.CompareAndSwap(true, false) {
+			return context.DeadlineExceeded
+		}
+		return err
+	}
+}
+
+// A check whose answer failed after it ran is asked again with the same
+// nonce, and answered as it ran: a wrong code costs one failure and one
+// attempt, not two, and the right code verifies, instead of a 503 for a code
+// that is now used.
+func TestVerifyCheckAskedAgain(t *testing.T) {
+	e := newEnv(t)
+	hook := &failCheckOnce{}
+	e.svc.client.AddHook(hook)
+	e.want(e.send(number), http.StatusAccepted, "send")
+	code := e.sms.code(t, number)
+
+	hook.armed.Store(true)
+	e.want(e.verify(number, wrong(code, 0)), http.StatusUnauthorized, "a wrong code, its check failed after it ran")
+	if hook.armed.Load() {
+		t.Fatal("the fault never fired")
+	}
+	n, err := e.svc.client.HGet(context.Background(), e.svc.codes.key(number), "a").Int64()
+	if err != nil || n != 1 {
+		t.Fatalf("attempts counted = %d, %v after one wrong code; want 1", n, err)
+	}
+	if got, want := e.failuresLeft(number), e.cfg.MaxDailyFailures-1; got != want {
+		t.Fatalf("daily failures left = %d; want %d", got, want)
+	}
+
+	hook.armed.Store(true)
+	r := e.verify(number, code)
+	e.want(r, http.StatusOK, "the right code, its check failed after it used the code")
+	if hook.armed.Load() {
+		t.Fatal("the fault never fired")
+	}
+	if got, want := e.failuresLeft(number), e.cfg.MaxDailyFailures-1; got != want {
+		t.Fatalf("daily failures left = %d; want %d (the wrong code's only)", got, want)
+	}
+	e.want(e.verify(number, code), http.StatusUnauthorized, "the used code again")
 }

@@ -80,12 +80,20 @@ func (s *Service) verify(w http.ResponseWriter, r *http.Request) {
 	s.verdict(w, wrongCode, 0, nil)
 }
 
-// check runs codes.check for g within the Timeout.
+// check runs codes.check for g within the Timeout, and once more with the
+// same g if that failed (Redis too slow to answer in time, say): the script
+// may have run, and only it knows whether it used the code or counted a
+// wrong guess; asked again, it answers as it did.
 func (s *Service) check(ctx context.Context, g guess, lockedOut bool) (v verdict, err error) {
-	err = s.bounded(ctx, func(ctx context.Context) (err error) {
-		v, err = s.codes.check(ctx, g, lockedOut)
-		return err
-	})
+	for range 2 {
+		err = s.bounded(ctx, func(ctx context.Context) (err error) {
+			v, err = s.codes.check(ctx, g, lockedOut)
+			return err
+		})
+		if err == nil {
+			return v, nil
+		}
+	}
 	return v, err
 }
 
