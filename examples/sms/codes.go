@@ -16,37 +16,32 @@ import (
 )
 
 var (
-	//go:embed attempt.lua
-	attemptSrc    string
-	attemptScript = redis.NewScript(attemptSrc)
-	//go:embed consume.lua
-	consumeSrc    string
-	consumeScript = redis.NewScript(consumeSrc)
+	//go:embed check.lua
+	checkSrc    string
+	checkScript = redis.NewScript(checkSrc)
 )
 
-// verdict is the outcome of a verification.
+// verdict is the outcome of a verification. Its values are check.lua's
+// replies.
 type verdict int
 
 const (
-	verified verdict = iota
-	wrongCode
-	noCode  // never sent, expired, used or invalidated: the same answer as wrong
-	tooMany // this attempt was past the code's limit
+	noCode    verdict = 0 // never sent, expired, used or spent: the same answer as wrong
+	verified  verdict = 1 // right: the code is used, by this verification
+	wrongCode verdict = 2 // compared with a live code, and counted against it
+	locked    verdict = 3 // the number is locked out: a live code, not compared
 )
 
-// usedRecord is how long a used code's hash keeps the nonce of its use.
-const usedRecord = 10 * time.Second
+// recordTTL is how long a used or spent code's hash keeps the replies of its
+// comparisons, for go-redis's retries of a script whose reply was lost.
+const recordTTL = 10 * time.Second
 
 // codeStore keeps one code per number in Redis, as an HMAC, never in clear.
 type codeStore struct {
 	client      redis.UniversalClient
 	secret      []byte
 	ttl         time.Duration
-	maxAttempts int64
-	// equal compares the stored MAC of a code with the MAC of a guess, both
-	// 64 hex digits: hmac.Equal, in constant time. A field so that tests can
-	// watch every comparison.
-	equal func(stored, guess []byte) bool
+	maxAttempts int64 // wrong guesses that spend a code
 }
 
 // newCode returns 6 uniformly random digits from crypto/rand.
@@ -72,7 +67,9 @@ func (s *codeStore) key(phone string) string {
 	return "sms:code:" + base64.RawURLEncoding.EncodeToString(s.mac("phone", phone))
 }
 
-// put stores a new code for phone, replacing any earlier one.
+// put stores a new code for phone, replacing any earlier one, and the
+// replies check.lua kept for the earlier one (see check.lua for the hash's
+// fields).
 func (s *codeStore) put(ctx context.Context, phone, code string) error {
 	key := s.key(phone)
 	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -89,58 +86,48 @@ func (s *codeStore) forget(ctx context.Context, phone string) error {
 	return s.client.Del(ctx, s.key(phone)).Err()
 }
 
-// attempt is one verification of a code in progress: counted against the
-// code, not yet compared.
-type attempt struct {
-	state  verdict // noCode, tooMany, or wrongCode until compared
-	key    string
-	stored string // the code's MAC, when there is a code
-	guess  []byte
-	nonce  string
+// A guess is one verification of a code: the MAC it is compared by, and
+// the nonce under which check.lua keeps its reply.
+type guess struct {
+	key   string
+	mac   string
+	nonce string
 }
 
-// begin counts one attempt of code for phone: at most maxAttempts attempts
-// per code are ever compared, however many run at once. The attempt's state
-// is noCode when phone has no code outstanding (never sent, expired, used or
-// invalidated), tooMany when this attempt is past the code's limit (the code
-// is deleted), and wrongCode when the caller may compare.
-func (s *codeStore) begin(ctx context.Context, phone, code string) (attempt, error) {
-	a := attempt{state: noCode, key: s.key(phone)}
-	// The guess's MAC is computed before Redis is asked, with or without a
-	// code: a number with a pending code must not take longer to answer.
-	a.guess = []byte(hex.EncodeToString(s.mac("code", phone, code)))
-	// One nonce for this verification's scripts: run again by a retry of
-	// go-redis (a lost reply), each answers as it did the first time.
-	a.nonce = rand.Text()
-	reply, err := attemptScript.Run(ctx, s.client, []string{a.key}, s.maxAttempts, a.nonce).Slice()
-	if err != nil {
-		return a, err
+// guess prepares the verification of code for phone.
+func (s *codeStore) guess(phone, code string) guess {
+	return guess{
+		key: s.key(phone),
+		// The guess's MAC is computed before Redis is asked, with or
+		// without a code: a number with a pending code must not take
+		// longer to answer.
+		mac: hex.EncodeToString(s.mac("code", phone, code)),
+		// One nonce per verification: check.lua run again with it (by a
+		// retry of go-redis after a lost reply, or by check's caller after
+		// an error) answers as the first run did.
+		nonce: rand.Text(),
 	}
-	state, _ := reply[0].(int64)
-	switch state {
-	case 0:
-		return a, nil
-	case 2:
-		a.state = tooMany
-		return a, nil
-	}
-	a.state = wrongCode
-	a.stored, _ = reply[1].(string)
-	return a, nil
 }
 
-// finish compares the attempt's code, in constant time, and uses it once
-// if it is right: verified for the one caller that used it.
-func (s *codeStore) finish(ctx context.Context, a attempt) (verdict, error) {
-	if a.state != wrongCode || !s.equal([]byte(a.stored), a.guess) {
-		return a.state, nil
+// check decides g in one script, atomically: noCode when phone has no live
+// code, verified for the one verification that used the code, wrongCode
+// when g was compared and counted (the code is spent at the maxAttempts-th),
+// and, with lockedOut, locked when a code is live (nothing is compared).
+// A right guess is not an attempt, so a right code verifies once however
+// many verifications of it or wrong guesses run beside it, as long as fewer
+// than maxAttempts wrong ones came first. Run again with the same g, check
+// answers as the first time and changes nothing.
+func (s *codeStore) check(ctx context.Context, g guess, lockedOut bool) (verdict, error) {
+	mode := "1"
+	if lockedOut {
+		mode = "0"
 	}
-	used, err := consumeScript.Run(ctx, s.client, []string{a.key}, a.stored, a.nonce, usedRecord.Milliseconds()).Int()
+	reply, err := checkScript.Run(ctx, s.client, []string{g.key}, g.mac, s.maxAttempts, g.nonce, recordTTL.Milliseconds(), mode).Int()
 	if err != nil {
 		return noCode, err
 	}
-	if used != 1 {
-		return noCode, nil // another request used it first
+	if v := verdict(reply); v >= noCode && v <= locked {
+		return v, nil
 	}
-	return verified, nil
+	return noCode, fmt.Errorf("check.lua replied %d", reply)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,52 +58,19 @@ func TestCodeExpires(t *testing.T) {
 	e.want(e.verify(number, code), http.StatusOK, "code a second before its TTL")
 }
 
-// attemptCounter counts the attempts the attempt script let through to a
-// comparison: the checks of a code.
-type attemptCounter struct{ checks atomic.Int64 }
-
-func (h *attemptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *attemptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *attemptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		args := cmd.Args()
-		if err != nil || len(args) < 2 {
-			return err
-		}
-		if name := strings.ToLower(fmt.Sprint(args[0])); name != "evalsha" && name != "eval" {
-			return err
-		}
-		if body := fmt.Sprint(args[1]); body != attemptScript.Hash() && body != attemptSrc {
-			return err
-		}
-		if c, ok := cmd.(*redis.Cmd); ok {
-			if reply, _ := c.Slice(); len(reply) > 0 && reply[0] == int64(1) {
-				h.checks.Add(1)
-			}
-		}
-		return err
-	}
-}
-
 // 200 wrong codes at once for one number: at most MaxAttempts are compared,
-// all are answered 401 (the attempts past the limit find no code), only the
-// guesses made while the code was outstanding count as failures, and the
-// right code is refused afterwards.
+// all are answered 401 (the guesses after the last attempt find no code),
+// only the guesses compared with the code count as failures, and the right
+// code is refused afterwards.
 func TestBruteForce(t *testing.T) {
 	b := testutil.Mini(t)
 	b.Mini.SetTime(t0)
 	// Enough connections and time for 200 requests at once under -race:
 	// this test is about attempts, not about a slow Redis.
 	client := b.ClientOpts(t, &redis.Options{PoolSize: 256})
-	counter := &attemptCounter{}
-	client.AddHook(counter)
 	e := newEnvOn(t, client, noIPLimits, func(c *Config) { c.Timeout = 10 * time.Second })
 	e.b = b
+	chk := e.watchChecks()
 
 	e.want(e.send(number), http.StatusAccepted, "send")
 	code := e.sms.code(t, number)
@@ -115,20 +81,19 @@ func TestBruteForce(t *testing.T) {
 	if count[http.StatusUnauthorized] != n {
 		t.Fatalf("statuses = %v; want only 401", count)
 	}
-	if got, max := counter.checks.Load(), e.cfg.MaxAttempts; got > max || got < 1 {
+	if got, max := chk.wrong.Load(), e.cfg.MaxAttempts; got > max || got < 1 {
 		t.Fatalf("%d codes compared; want 1 to %d", got, max)
 	} else if got != max {
 		t.Errorf("%d codes compared; want %d (200 attempts)", got, max)
 	}
-	// Failures count only while a code is outstanding: the attempts the
-	// attempt script let through to a comparison, and the one past the limit
-	// that invalidated the code; every later guess found no code.
+	// Failures count only for guesses compared with a live code: the last
+	// of the MaxAttempts spent it, and every later guess found no code.
 	res, err := e.svc.failures.Peek(context.Background(), e.svc.codes.key(number), e.cfg.failureRule())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := e.cfg.MaxDailyFailures - (e.cfg.MaxAttempts + 1); res.Remaining != want {
-		t.Errorf("daily failures left = %d; want %d (%d compared, 1 past the limit)", res.Remaining, want, e.cfg.MaxAttempts)
+	if want := e.cfg.MaxDailyFailures - e.cfg.MaxAttempts; res.Remaining != want {
+		t.Errorf("daily failures left = %d; want %d (%d compared)", res.Remaining, want, e.cfg.MaxAttempts)
 	}
 	if r := e.verify(number, code); r.status == http.StatusOK {
 		t.Fatalf("the right code after the brute force = %v; want it refused", r)

@@ -261,8 +261,9 @@ func TestHungRedisMidRequest(t *testing.T) {
 		after bool
 		fail  bool // the provider refuses the message
 		// verify: send a code first, then verify it while the server hangs
-		verify bool
-		status int
+		// (with wrong, a wrong code)
+		verify, wrong bool
+		status        int
 		// calls is how many Redis calls, each bounded by the Timeout, wait
 		// for the hung server.
 		calls int
@@ -274,9 +275,10 @@ func TestHungRedisMidRequest(t *testing.T) {
 		// alone; the put's DEL is in its MULTI), the four guards are
 		// refunded at once, 502.
 		{name: "send: forgetting an unsent code", match: alone("del"), fail: true, status: http.StatusBadGateway, calls: 2},
-		// The right code was consumed; the server hangs before the unit of
-		// the failure budget taken for the check is given back: 200.
-		{name: "verify: refunding a right code", match: runs(consumeScript, consumeSrc), after: true, verify: true, status: http.StatusOK, calls: 1},
+		// A wrong code was compared; the server hangs before the number's
+		// daily failure is counted: the guess is not answered as an
+		// ordinary wrong code, 503.
+		{name: "verify: counting a wrong code", match: runs(checkScript, checkSrc), after: true, verify: true, wrong: true, status: http.StatusServiceUnavailable, calls: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := testutil.StartServer(t)
@@ -312,7 +314,11 @@ func TestHungRedisMidRequest(t *testing.T) {
 				if r := e.send(number); r.status != http.StatusAccepted {
 					t.Fatalf("send before the stop: %v\nlogs:\n%s", r, e.logs)
 				}
-				url, body = e.srv.URL+"/api/sms/verify", `{"phone":"`+number+`","code":"`+e.sms.code(t, number)+`"}`
+				code := e.sms.code(t, number)
+				if tc.wrong {
+					code = wrong(code, 0)
+				}
+				url, body = e.srv.URL+"/api/sms/verify", `{"phone":"`+number+`","code":"`+code+`"}`
 			}
 			e.sms.fail(tc.fail)
 

@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// stallAttempts is a go-redis hook that holds the attempt script's answer
-// until the caller's deadline: a Redis that answers just in time.
+// stallAttempts is a go-redis hook that holds check.lua's answer until the
+// caller's deadline: a Redis that answers just in time.
 type stallAttempts struct{}
 
 func (stallAttempts) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -26,7 +26,7 @@ func (stallAttempts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func (stallAttempts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if args := cmd.Args(); err == nil && len(args) > 1 && (args[1] == attemptScript.Hash() || args[1] == attemptSrc) {
+		if args := cmd.Args(); err == nil && len(args) > 1 && (args[1] == checkScript.Hash() || args[1] == checkSrc) {
 			if _, ok := ctx.Deadline(); ok {
 				<-ctx.Done()
 			}

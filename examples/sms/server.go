@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/hmac"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -57,7 +56,7 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 		return nil, err
 	}
 	s := &Service{cfg: cfg, client: client, numbers: numbers, provider: provider, log: log, metrics: newMetrics(),
-		codes: &codeStore{client: client, secret: cfg.Secret, ttl: cfg.CodeTTL, maxAttempts: cfg.MaxAttempts, equal: hmac.Equal}}
+		codes: &codeStore{client: client, secret: cfg.Secret, ttl: cfg.CodeTTL, maxAttempts: cfg.MaxAttempts}}
 	if cfg.DemoOutbox {
 		p, ok := provider.(interface{ Outbox() []outboxMessage })
 		if !ok {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
 )
 
 func (s *Service) verify(w http.ResponseWriter, r *http.Request) {
@@ -35,41 +37,64 @@ func (s *Service) verify(w http.ResponseWriter, r *http.Request) {
 		s.denied(w, "ip", d, err)
 		return
 	}
-	phone := dest.E164
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	a, err := s.codes.begin(cctx, phone, req.Code)
-	if err != nil || a.state == noCode {
-		// No code outstanding: nothing to guess, and nothing counted
-		// against the number, so that guesses of strangers cannot lock its
-		// owner out before a code is even sent.
+	// From here the verification's Redis calls run to their end, each
+	// within the Timeout, even if the client hangs up: a client that drops
+	// the connection between the comparison of its guess and the count of
+	// the failure must not escape the count.
+	ctx = context.WithoutCancel(ctx)
+	g := s.codes.guess(dest.E164, req.Code)
+	failKey, rule := g.key, s.cfg.failureRule()
+	// Is the number locked out? Read for every number alike: whether a
+	// number is locked must not show in the work done for it.
+	var lock funnel.Result
+	err = s.bounded(ctx, func(ctx context.Context) (err error) {
+		lock, err = s.failures.Peek(ctx, failKey, rule)
+		return err
+	})
+	if err != nil {
 		s.verdict(w, noCode, 0, err)
 		return
 	}
-	// A code is outstanding: this check costs a unit of the number's
-	// daily failure budget, taken before the comparison and given back only
-	// when the code is right, so a wrong guess never goes uncounted, even
-	// when Redis is slow.
-	failKey, rule := s.codes.key(phone), s.cfg.failureRule()
-	res, err := s.failures.Allow(cctx, failKey, rule)
-	if err != nil || !res.Allowed {
-		s.verdict(w, tooMany, res.RetryAfter, err)
+	v, err := s.check(ctx, g, !lock.Allowed)
+	if err != nil || v != wrongCode {
+		// A right code costs the number nothing, nor does a guess with no
+		// live code (strangers cannot lock its owner out before a code is
+		// even sent). A locked number with no live code answers as one
+		// that is not locked, so the lockout does not reveal a pending code.
+		s.verdict(w, v, lock.RetryAfter, err)
 		return
 	}
-	v, err := s.codes.finish(cctx, a)
-	if err == nil && v == verified {
-		if rerr := s.bounded(context.WithoutCancel(ctx), func(ctx context.Context) error {
-			return s.failures.Refund(ctx, failKey, 1, rule)
-		}); rerr != nil {
-			s.log.Warn("refund of a verification failed", "err", rerr)
+	// The wrong guess was compared: it costs a unit of the number's daily
+	// failures. Denied, the budget was spent by guesses checked beside this
+	// one; failed, the guess was checked but not counted, so it is not
+	// answered as an ordinary wrong code.
+	var res funnel.Result
+	err = s.bounded(ctx, func(ctx context.Context) (err error) {
+		res, err = s.failures.Allow(ctx, failKey, rule)
+		return err
+	})
+	if err != nil || !res.Allowed {
+		s.verdict(w, locked, res.RetryAfter, err)
+		return
+	}
+	s.verdict(w, wrongCode, 0, nil)
+}
+
+// check runs codes.check for g within the Timeout, and once more with the
+// same g if that failed (Redis too slow to answer in time, say): the script
+// may have run, and only it knows whether it used the code or counted a
+// wrong guess; asked again, it answers as it did.
+func (s *Service) check(ctx context.Context, g guess, lockedOut bool) (v verdict, err error) {
+	for range 2 {
+		err = s.bounded(ctx, func(ctx context.Context) (err error) {
+			v, err = s.codes.check(ctx, g, lockedOut)
+			return err
+		})
+		if err == nil {
+			return v, nil
 		}
 	}
-	if v == tooMany {
-		// The code was just invalidated: answer as for any wrong or expired
-		// code, so that the attempt limit does not reveal a pending code.
-		v = noCode
-	}
-	s.verdict(w, v, 0, err)
+	return v, err
 }
 
 func (s *Service) verdict(w http.ResponseWriter, v verdict, wait time.Duration, err error) {
@@ -81,7 +106,7 @@ func (s *Service) verdict(w http.ResponseWriter, v verdict, wait time.Duration, 
 	case v == verified:
 		s.metrics.verifies.WithLabelValues("ok").Inc()
 		writeJSON(w, http.StatusOK, reply{Verified: true})
-	case v == tooMany:
+	case v == locked:
 		s.metrics.verifies.WithLabelValues("locked").Inc()
 		wait = max(wait, time.Second)
 		writeJSON(w, http.StatusTooManyRequests, reply{Error: "too many failed verifications for this number: try again in " + humanWait(*seconds(wait)),
