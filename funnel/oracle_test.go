@@ -240,7 +240,6 @@ func TestOracleReferenceModel(t *testing.T) {
 				now += o.gap(rules[o.rng.IntN(len(rules))])
 				n = o.n(least)
 			}
-			want := model.admits(now, n)
 			o.at(now)
 			res, err := o.lim.AllowN(ctx, key, n, rules...)
 			if err != nil {
@@ -248,41 +247,12 @@ func TestOracleReferenceModel(t *testing.T) {
 			}
 			calls++
 			where := fmt.Sprintf("rules %+v, step %d at +%dµs, n=%d", rules, i, now, n)
-			if res.Allowed != want {
-				t.Fatalf("%s: allowed=%v (%+v), model: %v", where, res.Allowed, res, want)
-			}
-			retry = 0
-			if want {
-				model.take(now, n)
-				if res.Rule != "" || res.RetryAfter != 0 {
-					t.Fatalf("%s: admitted with %+v", where, res)
-				}
-			} else {
+			retry = checkModel(t, where, rules, model, now, n, res, true)
+			if !res.Allowed {
 				denied++
 				if len(rules) > 1 {
 					several++
 				}
-				waits, most := model.waits(now, n)
-				if got := res.RetryAfter; got != time.Duration(most)*time.Microsecond {
-					t.Fatalf("%s: RetryAfter %v, model %dµs (waits %v)", where, got, most, waits)
-				}
-				if !model.admits(now+most, n) || model.admits(now+most-1, n) {
-					t.Fatalf("%s: RetryAfter %v, but the model admits first at another µs", where, res.RetryAfter)
-				}
-				if i := ruleIndex(rules, res.Rule); i < 0 || waits[i] != most {
-					t.Fatalf("%s: denied by %q, but the longest waits (%dµs) are of %v (waits %v)", where, res.Rule, most, rules, waits)
-				}
-				retry = most
-			}
-			left, least := model.remaining(now)
-			if res.Remaining != least {
-				t.Fatalf("%s: Remaining %d, model %d (%v)", where, res.Remaining, least, left)
-			}
-			if i := ruleIndex(rules, res.Tightest); i < 0 || left[i] != least {
-				t.Fatalf("%s: Tightest %q, but the fewest units left (%d) are in %v (%v)", where, res.Tightest, least, rules, left)
-			}
-			if got, want := res.ResetAfter, time.Duration(model.reset(now))*time.Microsecond; got != want {
-				t.Fatalf("%s: ResetAfter %v, model %v", where, got, want)
 			}
 		}
 	}

@@ -124,7 +124,7 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 				if err != nil {
 					t.Fatalf("%s: peek: %v", where, err)
 				}
-				checkWindow(t, where+" (peek)", rules, model, now, 1, res, false)
+				checkModel(t, where+" (peek)", rules, model, now, 1, res, false)
 				c.peeks++
 			}
 			if tg.refund != nil && rng.IntN(12) == 0 {
@@ -158,7 +158,7 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 					res.ResetAfter = reset
 				}
 			}
-			retry = checkWindow(t, where, rules, model, now, n, res, true)
+			retry = checkModel(t, where, rules, model, now, n, res, true)
 			if retry > 0 {
 				c.denied++
 				if len(rules) > 1 {
@@ -173,10 +173,10 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 	return c
 }
 
-// checkWindow checks res, the outcome of a call of n units at now (take:
+// checkModel checks res, the outcome of a call of n units at now (take:
 // an AllowN, which the model then takes if admitted; else a Peek), against
 // the model, and returns its exact wait (0: admitted).
-func checkWindow(t *testing.T, where string, rules []funnel.Rule, model refKey, now, n int64, res funnel.Result, take bool) int64 {
+func checkModel(t *testing.T, where string, rules []funnel.Rule, model refKey, now, n int64, res funnel.Result, take bool) int64 {
 	t.Helper()
 	want := model.admits(now, n)
 	if res.Allowed != want {
@@ -409,7 +409,7 @@ func TestWindowRealServer(t *testing.T) {
 					now = before + model.reset(before) - res.ResetAfter.Microseconds()
 				}
 				within(where+" (peek)", now, before, after)
-				checkWindow(t, where+" (peek)", rules, model, now, 1, res, false)
+				checkModel(t, where+" (peek)", rules, model, now, 1, res, false)
 				peeks++
 			}
 			if rng.IntN(10) == 0 {
@@ -449,7 +449,7 @@ func TestWindowRealServer(t *testing.T) {
 				}
 			}
 			within(where, now, before, after)
-			checkWindow(t, where, rules, model, now, n, res, true)
+			checkModel(t, where, rules, model, now, n, res, true)
 			calls++
 			if res.Allowed {
 				expiry = max(expiry, now+model.reset(now))
