@@ -457,13 +457,14 @@ func TestWindowRealServer(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				// 2ms more: the server keeps an expiry in whole ms of its
-				// own clock, set at a call whose µs were cut to the ms
-				// (up to 1ms earlier than TIME said, so a TTL set then
-				// reaches up to 1ms further), and reads PTTL against a ms
-				// clock that can lag TIME's µs by up to 1ms again (Valkey's
-				// can be 1ms ahead of it).
-				if most := time.Duration(expiry-now+999)/1000*time.Millisecond + 2*time.Millisecond; pttl <= 0 || pttl > most {
+				// 5ms more: the stored expiry comes from several ms
+				// roundings (the rules' µs empty times cut to whole ms,
+				// set against the server's ms clock, read back with PTTL
+				// against it again, Valkey's ms clock up to 1ms ahead of
+				// TIME), each up to 1ms; 2ms was once exceeded by 1ms in
+				// CI. The decisions themselves are checked to the µs above:
+				// this bounds only how long an idle key lives.
+				if most := time.Duration(expiry-now+999)/1000*time.Millisecond + 5*time.Millisecond; pttl <= 0 || pttl > most {
 					t.Fatalf("%s: TTL %v, want at most %v", where, pttl, most)
 				}
 			}
