@@ -3,6 +3,8 @@ package mutex_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,45 +125,101 @@ func TestLocalHandOverNeedsTheLease(t *testing.T) {
 }
 
 // TestLocalHandOverChainIsBounded: 20 waiters of one Locker behind a holder;
-// at most 8 hand-overs in a row skip Redis, then the lock is released to all
-// comers (a release command), so other processes are not starved.
+// at most 8 hand-overs in a row keep the token (skip Redis), then one goes
+// through Redis under a fresh token, where a waiter of another Locker that
+// marked the lock would get its turn (TestChainYieldsToOtherLocker).
 func TestLocalHandOverChainIsBounded(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		c := b.Client(t)
-		hook := &counter{}
-		c.AddHook(hook)
-		l := mustNew(t, c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(time.Millisecond), mutex.WithoutNotifications())
+		l := mustNew(t, b.Client(t), mutex.WithPrefix(b.Prefix))
 		holder, err := l.Lock(ctx, "chain")
 		if err != nil {
 			t.Fatal(err)
 		}
 		const n = 20
-		done := make(chan error, n)
+		tokens := make(chan string, n)
+		var wg sync.WaitGroup
+		defer wg.Wait()
 		for range n {
-			go func() {
+			wg.Go(func() {
 				lk, err := l.Lock(ctx, "chain")
 				if err == nil {
+					tokens <- lk.Token()
 					err = lk.Unlock(ctx)
 				}
-				done <- err
-			}()
+				if err != nil {
+					t.Error(err)
+					tokens <- ""
+				}
+			})
 		}
 		waitFor(t, "the waiters to queue", func() bool { return mutex.QueueLen(l, "chain") == n })
-		before := hook.evals.Load()
+		prev, run, distinct := holder.Token(), 1, 1
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
 		for range n {
-			if err := <-done; err != nil {
-				t.Fatal(err)
+			tok := <-tokens
+			if tok != prev {
+				prev, run, distinct = tok, 0, distinct+1
+			}
+			if run++; run > 9 {
+				t.Fatalf("one token held by %d holders in a row: the local chain is not bounded at 8 hand-overs", run)
 			}
 		}
-		// 21 holders after the first Unlock's chain: an unbounded chain would
-		// send 1 script (the last release); chains of 8 send a release to all
-		// and the next head's acquire twice, then the last release: 5.
-		if evals := hook.evals.Load() - before; evals < 5 {
-			t.Fatalf("%d scripts for 20 hand-overs: the local chain is not bounded at 8", evals)
+		// 21 holders in chains of 9: 3 tokens.
+		if distinct < 3 {
+			t.Fatalf("%d tokens for 21 holders; want 3 or more", distinct)
+		}
+	})
+}
+
+// TestChainYieldsToOtherLocker: a waiter of another Locker (another process)
+// that marked the lock gets it at the end of the holder's Locker's chain of
+// hand-overs, not after all of that Locker's 20 waiters.
+func TestChainYieldsToOtherLocker(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		l := mustNew(t, b.Client(t), mutex.WithPrefix(b.Prefix))
+		other := mustNew(t, b.Client(t), mutex.WithPrefix(b.Prefix))
+		holder, err := l.Lock(ctx, "yield")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var order []string
+		got := func(who string, lk *mutex.Lock, err error) {
+			if err == nil {
+				mu.Lock()
+				order = append(order, who)
+				mu.Unlock()
+				err = lk.Unlock(ctx)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		const n = 20
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			lk, err := other.Lock(ctx, "yield")
+			got("other", lk, err)
+		})
+		waitFor(t, "the other Locker's waiter to queue", func() bool { return mutex.QueueLen(other, "yield") == 1 })
+		for range n {
+			wg.Go(func() {
+				lk, err := l.Lock(ctx, "yield")
+				got("local", lk, err)
+			})
+		}
+		waitFor(t, "the waiters to queue", func() bool { return mutex.QueueLen(l, "yield") == n })
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		at := slices.Index(order, "other")
+		if at < 0 || at >= n-2 {
+			t.Fatalf("the other Locker's waiter got the lock after %d of the %d local waiters: the chain did not yield to it", at, n)
 		}
 	})
 }

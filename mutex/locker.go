@@ -45,8 +45,9 @@ const (
 // less the drift margin) is at least 90% of the waiter's lease, the waiter
 // takes over the holder's Redis lock as it is, with no round trip; otherwise
 // the release script hands it over with a fresh token and lease, in one round
-// trip. After 8 hand-overs in a row the lock is released to all comers, so
-// waiters in other processes are not starved.
+// trip. After 8 hand-overs in a row the next goes through Redis, and yields
+// to waiters of other Lockers (the lock is released to all comers) if one
+// marked the lock, so that waiters in other processes are not starved.
 //
 // A hand-over without a round trip trusts the lease Redis confirmed to the
 // first holder of the chain: like that holder, the chain as a whole never

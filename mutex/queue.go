@@ -8,8 +8,22 @@ import (
 )
 
 // maxChain is how many times in a row a lock passes between goroutines of one
-// Locker before it is released to all comers.
+// Locker before the next hand-over yields to waiters of other Lockers, if
+// any marked the lock.
 const maxChain = 8
+
+// A passing is how a releaser hands the lock to a local waiter.
+type passing uint8
+
+const (
+	// passLocal hands it over without a round trip when the hold allows
+	// it (hold.passOn), else through Redis.
+	passLocal passing = iota
+	// passUnlessMarked ends a chain of hand-overs: through Redis, under a
+	// fresh token, and only if no waiter marked the lock; a marked lock is
+	// released to all comers instead (release.lua's UNLESS_MARKED).
+	passUnlessMarked
+)
 
 // A queue holds the goroutines of one Locker that wait for one name. Guarded
 // by Locker.mu.
@@ -29,6 +43,10 @@ type waiter struct {
 	// delay is set when w became head because its predecessor got the lock.
 	// Guarded by Locker.mu.
 	delay bool
+	// yieldTill is when w, the head, may poll again after a hand-over to it
+	// yielded to another Locker's waiter (yielded): wake-ups before it do
+	// not count. Guarded by Locker.mu.
+	yieldTill time.Time
 	// gated waiters run a gate (NewGate) with each attempt; recheck asks such
 	// a waiter to make one attempt even if it is not the head, because a gate
 	// of the name just declined; rechecked bounds that to once per waiter, so
@@ -68,10 +86,11 @@ func (l *Locker) Waiters(name string) int {
 // with a lease of pttl left (and marked it as the head's would): the head's
 // first attempt is then that one.
 func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Call, primed bool, pttl time.Duration) outcome {
-	s := waitState{l: l, name: name, cfg: cfg, call: call, primed: primed, pttl: pttl, mode: poll}
+	s := waitState{l: l, name: name, cfg: cfg, call: call, primed: primed, pttl: pttl, mode: pollMarked}
 	s.w = l.enqueue(name, cfg, call)
-	if s.notify = l.canNotify(); s.notify {
-		s.mode = pollMarked
+	s.notify = l.canNotify()
+	if l.q != nil {
+		s.mode = poll // a quorum's releases neither publish nor yield
 	}
 	defer s.stopTimer()
 	for {
@@ -110,7 +129,7 @@ type waitState struct {
 	cfg    lockConfig
 	call   *Call
 	w      *waiter
-	mode   attemptMode // poll, or pollMarked with notifications
+	mode   attemptMode // pollMarked: a mark publishes a release, and ends a chain of another Locker's hand-overs (passUnlessMarked)
 	notify bool
 	primed bool          // the caller's attempt stands for the head's first one
 	pttl   time.Duration // the lease that attempt found left
@@ -152,6 +171,8 @@ func (s *waitState) step(ctx context.Context, t turn) (pause time.Duration, o ou
 	case t.head && t.delay:
 		// The waiter before w just got the lock: polling now would fail.
 		return s.l.nextWait(-1), o, false
+	case t.head && t.holdOff > 0:
+		return t.holdOff, o, false
 	case t.head && primed:
 		return s.listen(ctx, s.pttl), o, false
 	case t.head || t.recheck:
@@ -236,10 +257,11 @@ func (l *Locker) queued(name string) bool {
 
 // A turn is what a waiter learns when it wakes (headOf).
 type turn struct {
-	queued  bool // still queued; if not, a lock was handed to it
-	head    bool // it heads its queue
-	delay   bool // let a retry interval pass before polling: it became head because its predecessor got the lock
-	recheck bool // make one attempt although not the head: a gate declined (see declined)
+	queued  bool          // still queued; if not, a lock was handed to it
+	head    bool          // it heads its queue
+	delay   bool          // let a retry interval pass before polling: it became head because its predecessor got the lock
+	holdOff time.Duration // do not poll for this long: a hand-over to it yielded to another Locker
+	recheck bool          // make one attempt although not the head: a gate declined (see declined)
 }
 
 // headOf returns w's turn.
@@ -261,6 +283,11 @@ func (l *Locker) headOf(name string, w *waiter) turn {
 	}
 	t.head, t.recheck = true, false
 	t.delay, w.delay = w.delay, false
+	if !w.yieldTill.IsZero() {
+		if t.holdOff = time.Until(w.yieldTill); t.holdOff <= 0 {
+			w.yieldTill, t.holdOff = time.Time{}, 0
+		}
+	}
 	return t
 }
 
@@ -341,25 +368,31 @@ func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
 }
 
 // nextWaiter picks the waiter a releasing holder of name should hand the lock
-// to, or nil to release it to all comers.
-func (l *Locker) nextWaiter(name string) *waiter {
+// to, and how, or nil to release it to all comers. After maxChain hand-overs
+// in a row, the next one goes through Redis and only if no waiter of
+// another Locker marked the lock (passUnlessMarked): when mayYield, else
+// the lock is released to all comers.
+func (l *Locker) nextWaiter(name string, mayYield bool) (*waiter, passing) {
 	if l.nqueues.Load() == 0 {
-		return nil
+		return nil, passLocal
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.queues[name]
-	if q == nil || len(q.waiters) == 0 {
-		return nil
+	if q == nil || len(q.waiters) == 0 || q.waiters[0].handing {
+		return nil, passLocal
 	}
-	if q.chain >= maxChain || q.waiters[0].handing {
+	pass := passLocal
+	if q.chain++; q.chain > maxChain {
 		q.chain = 0
-		return nil
+		if !mayYield {
+			return nil, passLocal
+		}
+		pass = passUnlessMarked
 	}
-	q.chain++
 	w := q.waiters[0]
 	w.handing = true
-	return w
+	return w, pass
 }
 
 // handedOver completes a hand-over: lk (nil if it failed) goes to w.
@@ -375,6 +408,17 @@ func (l *Locker) handedOver(name string, w *waiter, lk *Lock) {
 	l.mu.Unlock()
 	unsub()
 	w.got <- lk
+	signal(w.wake)
+}
+
+// yielded completes a hand-over that yielded to waiters of other Lockers
+// (passUnlessMarked): w, the head, holds off a retry interval before it
+// polls, whatever wakes it meanwhile (the release's own notification), so
+// that the waiter the notification wakes in the other Locker gets its turn.
+func (l *Locker) yielded(w *waiter) {
+	l.mu.Lock()
+	w.handing, w.yieldTill = false, time.Now().Add(l.nextWait(-1))
+	l.mu.Unlock()
 	signal(w.wake)
 }
 

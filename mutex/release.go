@@ -59,6 +59,7 @@ func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 // be gone from Redis), so that the first one's record answers it.
 type unsure struct {
 	next  *hold         // the next owner that release named, nil for none
+	pass  passing       // how it handed the lock to next
 	lease time.Duration // its lease
 	start time.Time     // when that release was sent: its lease began after
 }
@@ -73,6 +74,7 @@ type release struct {
 	again *unsure // the release this one repeats, if any
 	last  bool    // lk was the hold's last open handle when the release began
 	next  *waiter // the local waiter the lock goes to, if any
+	pass  passing // how
 	nh    *hold   // that waiter's hold, when it goes through Redis
 	lease time.Duration
 }
@@ -109,14 +111,15 @@ func (r *release) pickWaiter() {
 	switch {
 	case r.l.q != nil: // a quorum hands nothing over: its release is not one script
 	case r.again == nil:
-		if r.next = r.l.nextWaiter(r.h.name); r.next != nil {
+		// A fragment's release cannot yield: its reply is the fragment's.
+		if r.next, r.pass = r.l.nextWaiter(r.h.name, r.call == nil); r.next != nil {
 			r.nh, r.lease = newHold(r.l, r.h.name, r.l.names(r.h.name)), r.next.cfg.ttl
 		}
 	case r.again.next != nil:
 		// The same hand-over as the release that may have run; to the
 		// waiter now first in line, if any.
-		r.nh, r.lease = r.again.next, r.again.lease
-		r.next = r.l.nextWaiter(r.h.name)
+		r.nh, r.lease, r.pass = r.again.next, r.again.lease, r.again.pass
+		r.next, _ = r.l.nextWaiter(r.h.name, r.call == nil)
 	}
 }
 
@@ -143,7 +146,7 @@ func (r *release) run(ctx context.Context) (any, error) {
 // Redis), with fencing (each holder needs its own number) or when repeating
 // a release that may have run (the lock may be gone from Redis).
 func (r *release) handOverLocally() bool {
-	if r.next == nil || r.call != nil || r.l.fenceTTL != 0 || r.again != nil {
+	if r.next == nil || r.pass != passLocal || r.call != nil || r.l.fenceTTL != 0 || r.again != nil {
 		return false
 	}
 	nlk := r.h.passOn(r.lk, r.next.cfg)
@@ -169,7 +172,7 @@ func (r *release) unlockPlain(ctx context.Context, seq uint64, st stamp) (done b
 	switch {
 	case err != nil:
 		l.releases.end(seq, false)
-		r.lk.unsureOf(err, nil, 0, time.Time{})
+		r.lk.unsureOf(err, nil, passLocal, 0, time.Time{})
 		return true, fmt.Errorf("mutex: unlock %q: %w", h.name, err)
 	case reply == any(int64(0)):
 		l.releases.end(seq, true)
@@ -199,13 +202,14 @@ func (r *release) script(ctx context.Context, seq uint64, st stamp) (any, error)
 	switch {
 	case err != nil:
 		r.cancelHandOver()
-		r.lk.unsureOf(err, r.nh, r.lease, start)
+		r.lk.unsureOf(err, r.nh, r.pass, r.lease, start)
 		return nil, fmt.Errorf("mutex: unlock %q: %w", r.h.name, err)
 	case n[0] < 0:
 		r.cancelHandOver()
 		r.h.end(lost)
 		return nil, ErrNotHeld
 	}
+	rest = r.yield(rest)
 	short = r.settle(ctx, n[0], n[1], start, short)
 	return r.result(rest, short)
 }
@@ -223,6 +227,9 @@ func (r *release) send(ctx context.Context, st stamp) (reply any, short, err err
 	var late func(any, error)
 	if r.nh != nil {
 		nextToken, nextLease = r.nh.token, r.lease.Milliseconds()
+		if r.pass == passUnlessMarked {
+			nextToken = unlessMarked + r.nh.token
+		}
 		// The release may hand the lock to nh in Redis: when its reply
 		// comes after the caller left, nobody will hold nh.
 		late = l.orphanOf(r.nh)
@@ -281,6 +288,28 @@ func (r *release) giveNext(fence int64, start time.Time) {
 	r.l.handedOver(r.h.name, r.next, nlk)
 }
 
+// unlessMarked prefixes the next owner's token in release.lua's arguments for
+// a hand-over that yields to a marked lock (passUnlessMarked); yielded is the
+// reply's third element when it did. Neither is a token's hex digit.
+const (
+	unlessMarked = "?"
+	yielded      = "y"
+)
+
+// yield handles a plain release's reply rest: when the hand-over yielded
+// (the lock was marked, and went to all comers), nobody got it: the waiter
+// waits its turn again. It returns the rest that is the release's result.
+func (r *release) yield(rest []any) []any {
+	if r.call != nil || len(rest) == 0 || rest[0] != any(yielded) {
+		return rest
+	}
+	if r.next != nil {
+		r.l.yielded(r.next)
+	}
+	r.next, r.nh = nil, nil
+	return rest[1:]
+}
+
 // cancelHandOver tells the waiter picked for a hand-over that it gets
 // nothing: it goes back to waiting.
 func (r *release) cancelHandOver() {
@@ -310,14 +339,14 @@ func (r *release) result(rest []any, short error) (any, error) {
 // unsureOf records a release of lk that failed with err, if its outcome is
 // unknown (it may have run): the first such release, whose call the next
 // release repeats (see unsure).
-func (lk *Lock) unsureOf(err error, next *hold, lease time.Duration, start time.Time) {
+func (lk *Lock) unsureOf(err error, next *hold, pass passing, lease time.Duration, start time.Time) {
 	if !unknownOutcome(err) {
 		return
 	}
 	lk.hold.mu.Lock()
 	defer lk.hold.mu.Unlock()
 	if lk.unsure == nil {
-		lk.unsure = &unsure{next: next, lease: lease, start: start}
+		lk.unsure = &unsure{next: next, pass: pass, lease: lease, start: start}
 	}
 }
 

@@ -5,7 +5,9 @@
 -- KEYS[1] the lock key, KEYS[2] the name's release record key and KEYS[3]
 -- the token's (record.lua), KEYS[4] the fencing counter key (with fencing
 -- only)
--- ARGV[1] token, ARGV[2] handle id, ARGV[3] next owner's token ("" for none),
+-- ARGV[1] token, ARGV[2] handle id, ARGV[3] next owner's token ("" for none;
+-- after UNLESS_MARKED: only if no waiter marked the lock, else release it to
+-- all comers, as a chain of local hand-overs ends: release.go's passing),
 -- ARGV[4] next owner's lease in ms, ARGV[5] fencing counter TTL in ms (0: off),
 -- ARGV[6..8] the caller's stamp: owner, seq, mark (record.lua).
 -- The release channel is the lock key with "released" for "lock" (see
@@ -13,7 +15,9 @@
 -- Returns {handles left, fence}: handles left is -1 when this handle does not
 -- hold the lock (expired, taken, released already), 0 when the last handle
 -- closed (and the lock went to the next owner if one was given, with that
--- fence), more while re-entrant handles stay open. A release run again after
+-- fence), more while re-entrant handles stay open; a third element, YIELDED,
+-- says that a hand-over UNLESS_MARKED found the lock marked and released it
+-- to all instead. A release run again after
 -- it succeeded returns the first run's reply from its record, with a result
 -- and a replay flag (recall). The caller computes release_call before it,
 -- and writes the record (record).
@@ -34,12 +38,19 @@ if #v > MARK_AT then
   end
 end
 local mark = string.sub(v, MARK_AT, MARK_AT)
-if ARGV[3] ~= '' then
-  redis.call('SET', KEYS[1], ARGV[3] .. mark, 'PX', ARGV[4])
+local nxt, yielded = ARGV[3], nil
+if string.sub(nxt, 1, 1) == UNLESS_MARKED then
+  nxt = string.sub(nxt, 2)
+  if mark == MARK_WAIT then
+    nxt, yielded = '', YIELDED
+  end
+end
+if nxt ~= '' then
+  redis.call('SET', KEYS[1], nxt .. mark, 'PX', ARGV[4])
   return {0, bump_fence(KEYS[4], ARGV[5])}
 end
 redis.call('DEL', KEYS[1])
 if mark == MARK_WAIT then
   redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'released', '1')
 end
-return {0, 0}
+return {0, 0, yielded}

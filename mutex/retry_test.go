@@ -2,6 +2,7 @@ package mutex
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -151,4 +152,65 @@ func TestNoLockWithoutScripts(t *testing.T) {
 	if n := admin.Exists(ctx, l.LockKey("x")).Val(); n != 0 {
 		t.Fatal("a lock was taken that could not be released")
 	}
+}
+
+// TestReleaseYieldsToAMarkedLock: a hand-over that ends a chain
+// (unlessMarked) goes to the next owner when no waiter marked the lock, and
+// when one did, releases the lock to all, publishes, and says so (yielded),
+// also when run again after its reply was lost: a replay never tells a
+// local waiter that it got a lock it did not get.
+func TestReleaseYieldsToAMarkedLock(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		key, fkey := b.Prefix+"{y}:lock", b.Prefix+"{y}:fence"
+		next := strings.Repeat("d", tokenLen)
+		nkey := b.Prefix + "{y}:record"
+		// Each lock is a fresh token's, as each acquisition is.
+		rel := func(token string, seq uint64) []any {
+			return append([]any{token, "0", unlessMarked + next, 60000, 0}, stampOf(0xab, seq, 1).args()...)
+		}
+		run := func(args []any) any {
+			t.Helper()
+			tkey := b.Prefix + "{y}:record:" + args[0].(string)
+			reply, err := releaseScript.Run(ctx, c, []string{key, nkey, tkey, fkey}, args...).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return reply
+		}
+
+		// Unmarked: handed over to next, with the short reply.
+		token := strings.Repeat("b", tokenLen)
+		c.Set(ctx, key, lockValue(token, false), time.Minute)
+		if r := run(rel(token, 1)); r != int64(0) {
+			t.Fatalf("hand-over of an unmarked lock = %v, want 0", r)
+		}
+		if v := c.Get(ctx, key).Val(); v != lockValue(next, false) {
+			t.Fatalf("after the hand-over the lock holds %q, want next's", v)
+		}
+
+		// Marked: released to all comers, yielded, and the replay says so.
+		token = strings.Repeat("c", tokenLen)
+		c.Set(ctx, key, lockValue(token, true), time.Minute)
+		sub := c.Subscribe(ctx, b.Prefix+"{y}:released")
+		defer sub.Close()
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		first := run(rel(token, 2))
+		if fmt.Sprint(first) != "[0 0 "+yielded+"]" {
+			t.Fatalf("hand-over of a marked lock = %v, want [0 0 %s]", first, yielded)
+		}
+		if c.Exists(ctx, key).Val() != 0 {
+			t.Fatal("a yielded hand-over left the lock in Redis")
+		}
+		if _, err := sub.ReceiveMessage(ctx); err != nil {
+			t.Fatalf("no release published: %v", err)
+		}
+		again := run(rel(token, 2))
+		if fmt.Sprint(again) != "[0 0 "+yielded+" 1]" {
+			t.Fatalf("the yielded hand-over run again = %v, want the replay [0 0 %s 1]", again, yielded)
+		}
+	})
 }

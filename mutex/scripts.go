@@ -85,14 +85,15 @@ func callID(kind string) string {
 const plainCall = "local release_call = 'r' .. ARGV[2] .. '>' .. ARGV[3]\n"
 
 // releaseTail ends the plain release script: it records a release that
-// took place (not a replay of one) and returns the lock part's reply, as
-// the number of handles left alone when it has no fence and is no replay
-// (a table costs Redis more to send, and go-redis more to read).
+// took place (not a replay of one), with its yield (release.lua) as the
+// result, and returns the lock part's reply, as the number of handles left
+// alone when it has no fence, no yield and is no replay (a table costs Redis
+// more to send, and go-redis more to read).
 const releaseTail = `local r = lock_part(KEYS, ARGV)
 if r[1] >= 0 and not r[4] then
-  record(KEYS[2], KEYS[3], ARGV[6], ARGV[7], ARGV[8], ARGV[1], release_call, r[1], r[2], nil)
+  record(KEYS[2], KEYS[3], ARGV[6], ARGV[7], ARGV[8], ARGV[1], release_call, r[1], r[2], r[3])
 end
-if r[2] == 0 and not r[4] then
+if r[2] == 0 and not r[3] and not r[4] then
   return r[1]
 end
 return r

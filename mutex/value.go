@@ -12,8 +12,9 @@ import (
 //	<token><mark>[<listSep><idSep><id><idSep>...]
 //
 // The token is the owner's: tokenLen lower-case hex digits of random bits
-// (128), new for each acquisition. The mark is markWait when a waiter asked
-// to hear of the release (a release then publishes), markFree when none did.
+// (128), new for each acquisition. The mark is markWait when a waiter found
+// the lock held and waits (a release then publishes, and a chain of local
+// hand-overs yields to it), markFree when none did.
 // Only once the owner re-entered come listSep and the ids of its open handles,
 // each between two idSeps (":,0,2,"); without that list the root handle
 // (rootID) alone is open, as with the list of it alone (rootIDs).
@@ -59,6 +60,8 @@ const rootIDs = string(idSep) + rootID + string(idSep)
 //	MARK_FREE, MARK_WAIT, LIST_SEP, ID_SEP  the marks and separators, as text
 //	WAIT_BYTE    MARK_WAIT as a number, as string.byte returns it
 //	ROOT_ID, ROOT_LIST  the root handle's id, and the list of it alone
+//	UNLESS_MARKED, YIELDED  release.lua's hand-over argument's prefix and
+//	             reply (release.go's unlessMarked and yielded), as text
 //
 // No name is a prefix of another.
 var luaLayout = strings.NewReplacer(
@@ -73,6 +76,8 @@ var luaLayout = strings.NewReplacer(
 	"ID_SEP", luaText(string(rune(idSep))),
 	"ROOT_ID", luaText(rootID),
 	"ROOT_LIST", luaText(rootIDs),
+	"UNLESS_MARKED", luaText(unlessMarked),
+	"YIELDED", luaText(yielded),
 )
 
 // luaText is s, which has no quote or backslash, as a Lua string literal.
