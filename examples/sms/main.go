@@ -68,7 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	providerName := fl.String("provider", envOr("SMS_PROVIDER", "console"), "who delivers the codes: console (stderr, and the page's outbox on loopback) "+
 		"or twilio (Messages API; $TWILIO_ACCOUNT_SID, $TWILIO_AUTH_TOKEN or an API key's secret with $TWILIO_API_KEY_SID, "+
 		"and $TWILIO_FROM or $TWILIO_MESSAGING_SERVICE_SID) (default $SMS_PROVIDER)")
-	twilioURL := fl.String("twilio-url", "", "base URL of Twilio's REST API (default $TWILIO_API_URL, else https://api.twilio.com)")
+	twilioConfig := twilioFlags(fl, os.Getenv)
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil // -h printed the usage: not a failure
@@ -111,7 +111,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// whoever the proxy serves.
 		cfg.DemoOutbox = loopback(ln.Addr()) && !cfg.TrustProxy
 	case "twilio":
-		if provider, err = NewTwilio(twilioFromEnv(os.Getenv, *twilioURL)); err != nil {
+		tc := twilioConfig()
+		tc.Timeout = cfg.ProviderTimeout
+		if provider, err = NewTwilio(tc); err != nil {
 			return err
 		}
 	default:

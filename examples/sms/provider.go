@@ -20,14 +20,6 @@ type Provider interface {
 	Send(ctx context.Context, to, text string) error
 }
 
-// deliver hands text for dest to the provider, which has ProviderTimeout to
-// take it.
-func (s *Service) deliver(ctx context.Context, dest destination, text string) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
-	defer cancel()
-	return s.provider.Send(ctx, dest.E164, text)
-}
-
 // ErrDestinationRefused reports a provider's refusal of a destination, which
 // sending again will not change.
 var ErrDestinationRefused = errors.New("provider refused the destination")
