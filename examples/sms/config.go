@@ -29,6 +29,7 @@ type Config struct {
 	Timeout          time.Duration // per Redis call
 	TrustProxy       bool          // take the client IP from X-Forwarded-For
 	DemoOutbox       bool          // serve the console provider's outbox to the page
+	ProviderTimeout  time.Duration // bounds each call to the SMS provider
 }
 
 // DefaultConfig returns the default policy: mobile numbers of CN only;
@@ -42,6 +43,7 @@ func DefaultConfig() Config {
 		IPHourly: 10, IPDaily: 30, PrefixDigits: 5, PrefixHourly: 30, PrefixDaily: 200,
 		DailyBudget: 1000, IPVerifyHourly: 30, CodeTTL: 5 * time.Minute, MaxAttempts: 5,
 		MaxDailyFailures: 10, Timeout: 500 * time.Millisecond,
+		ProviderTimeout: 5 * time.Second,
 	}
 }
 
@@ -94,6 +96,9 @@ func (c Config) check() error {
 	}
 	if c.CodeTTL < time.Second || c.MaxAttempts < 1 || c.Timeout <= 0 {
 		return fmt.Errorf("%w: code TTL, attempts and timeout must be positive", errConfig)
+	}
+	if c.ProviderTimeout <= 0 {
+		return fmt.Errorf("%w: the provider timeout must be positive", errConfig)
 	}
 	if c.PrefixDigits < 1 || c.PrefixDigits > 14 {
 		return fmt.Errorf("%w: prefix digits must be 1 to 14", errConfig)

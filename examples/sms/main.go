@@ -61,11 +61,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl.Int64Var(&cfg.MaxDailyFailures, "max-daily-failures", cfg.MaxDailyFailures, "failed verifications per number per 24 h")
 	fl.DurationVar(&cfg.Timeout, "redis-timeout", cfg.Timeout, "timeout of each Redis call")
 	fl.BoolVar(&cfg.TrustProxy, "trust-proxy", false, "take the client IP from X-Forwarded-For")
+	fl.DurationVar(&cfg.ProviderTimeout, "provider-timeout", cfg.ProviderTimeout, "time the SMS provider has to take a message (then 502, refunded)")
+	limits := defaultServerLimits()
+	limits.flags(fl)
 	metricsAddr := fl.String("metrics-addr", "", "serve /metrics on this address only (default: on -addr)")
 	providerName := fl.String("provider", envOr("SMS_PROVIDER", "console"), "who delivers the codes: console (stderr, and the page's outbox on loopback) "+
 		"or twilio (Messages API; $TWILIO_ACCOUNT_SID, $TWILIO_AUTH_TOKEN or an API key's secret with $TWILIO_API_KEY_SID, "+
 		"and $TWILIO_FROM or $TWILIO_MESSAGING_SERVICE_SID) (default $SMS_PROVIDER)")
-	twilioURL := fl.String("twilio-url", "", "base URL of Twilio's REST API (default $TWILIO_API_URL, else https://api.twilio.com)")
+	twilioConfig := twilioFlags(fl, os.Getenv)
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil // -h printed the usage: not a failure
@@ -73,6 +76,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if err := limits.check(cfg.ProviderTimeout); err != nil {
+		return err
+	}
 
 	if *countries != "" {
 		cfg.Countries = strings.Split(*countries, ",")
@@ -105,7 +111,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// whoever the proxy serves.
 		cfg.DemoOutbox = loopback(ln.Addr()) && !cfg.TrustProxy
 	case "twilio":
-		if provider, err = NewTwilio(twilioFromEnv(os.Getenv, *twilioURL)); err != nil {
+		tc := twilioConfig()
+		tc.Timeout = cfg.ProviderTimeout
+		if provider, err = NewTwilio(tc); err != nil {
 			return err
 		}
 	default:
@@ -115,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	servers := []*http.Server{{Handler: svc.Handler(), ReadHeaderTimeout: 5 * time.Second}}
+	servers := []*http.Server{limits.server(svc.Handler())}
 	listeners := []net.Listener{ln}
 	if *metricsAddr != "" {
 		mln, err := net.Listen("tcp", *metricsAddr)
@@ -124,7 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer mln.Close()
 		servers[0].Handler = svc.APIHandler()
-		servers = append(servers, &http.Server{Handler: svc.MetricsHandler(), ReadHeaderTimeout: 5 * time.Second})
+		servers = append(servers, limits.server(svc.MetricsHandler()))
 		listeners = append(listeners, mln)
 		fmt.Fprintf(stdout, "sms: metrics on http://%s/metrics\n", mln.Addr())
 	}

@@ -13,6 +13,7 @@ type metrics struct {
 	verifies    *prometheus.CounterVec   // outcome
 	redisErrors prometheus.Counter       // calls Redis could not answer
 	latency     *prometheus.HistogramVec // guard decision latency, by guard
+	reports     *prometheus.CounterVec   // delivery reports, by result
 }
 
 func newMetrics() *metrics {
@@ -34,8 +35,11 @@ func newMetrics() *metrics {
 			Name: "sms_guard_seconds", Help: "Latency of rate-limit decisions.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}, []string{"guard"}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sms_delivery_reports_total", Help: "Delivery reports by result: undelivered (refunded), other (a status that is no failure), unknown (a message not sent or already refunded), forbidden (bad signature).",
+		}, []string{"result"}),
 	}
-	m.reg.MustRegister(m.sends, m.denials, m.verifies, m.redisErrors, m.latency)
+	m.reg.MustRegister(m.sends, m.denials, m.verifies, m.redisErrors, m.latency, m.reports)
 	return m
 }
 

@@ -94,7 +94,7 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	text := fmt.Sprintf("Your verification code is %s. It expires in %d minutes.", code, int(s.cfg.CodeTTL.Minutes()))
-	if err := s.provider.Send(ctx, dest.E164, text); err != nil {
+	if err := s.deliver(ctx, dest, text); err != nil {
 		_ = s.bounded(context.WithoutCancel(ctx), func(ctx context.Context) error { return s.codes.forget(ctx, dest.E164) })
 		s.refundAll(ctx, charges)
 		s.log.Error("send failed", "to", maskPhone(dest.E164), "err", err)

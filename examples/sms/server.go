@@ -116,6 +116,7 @@ func (s *Service) handler(withMetrics bool) http.Handler {
 	mux.HandleFunc("POST /api/sms/send", s.send)
 	mux.HandleFunc("POST /api/sms/verify", s.verify)
 	mux.HandleFunc("GET /api/sms/settings", s.settings)
+	mux.HandleFunc("POST "+reportPath, s.deliveryReport)
 	if s.outbox != nil {
 		mux.HandleFunc("GET /api/sms/outbox", s.showOutbox)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -119,6 +120,10 @@ func TestTwilioSendRequest(t *testing.T) {
 		{
 			name: "API key", cfg: TwilioConfig{From: twilioTestFrom, APIKeySID: twilioTestKey}, user: twilioTestKey,
 			wantForm: url.Values{"To": {twilioTestTo}, "Body": {twilioTestText}, "From": {twilioTestFrom}},
+		},
+		{
+			name: "status callback", cfg: TwilioConfig{From: twilioTestFrom, StatusCallback: "https://sms.example" + reportPath}, user: twilioTestSID,
+			wantForm: url.Values{"To": {twilioTestTo}, "Body": {twilioTestText}, "From": {twilioTestFrom}, "StatusCallback": {"https://sms.example" + reportPath}},
 		},
 		{
 			name: "base URL with a path and a trailing slash", base: "/proxy/twilio/", prefix: "/proxy/twilio",
@@ -412,6 +417,17 @@ func TestTwilioConfig(t *testing.T) {
 			c.BaseURL = "https://" + twilioTestSID + ":" + twilioTestToken + "@api.twilio.com"
 		})},
 		{"base URL that does not parse", with(func(c *TwilioConfig) { c.BaseURL = "https://a:" + twilioTestToken + "@api twilio.com/%zz" })},
+		{"http base URL to a remote host", with(func(c *TwilioConfig) { c.BaseURL = "http://api.twilio.com" })},
+		{"http base URL to a private address", with(func(c *TwilioConfig) { c.BaseURL = "http://10.0.0.1:8080" })},
+		{"http base URL to a name like localhost", with(func(c *TwilioConfig) { c.BaseURL = "http://localhost.example.com" })},
+		{"http base URL to a name like 127.0.0.1", with(func(c *TwilioConfig) { c.BaseURL = "http://127.0.0.1.nip.io" })},
+		{"http base URL to all addresses", with(func(c *TwilioConfig) { c.BaseURL = "http://0.0.0.0:8081" })},
+		{"status callback without a host", with(func(c *TwilioConfig) { c.StatusCallback = "https:///x" })},
+		{"status callback not http", with(func(c *TwilioConfig) { c.StatusCallback = "ftp://sms.example/x" })},
+		{"status callback with a query", with(func(c *TwilioConfig) { c.StatusCallback = "https://sms.example/?a=1" + reportPath })},
+		{"status callback with an API key", with(func(c *TwilioConfig) {
+			c.StatusCallback, c.APIKeySID = "https://sms.example"+reportPath, twilioTestKey
+		})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tw, err := NewTwilio(tc.cfg)
@@ -420,6 +436,15 @@ func TestTwilioConfig(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), twilioTestToken) {
 				t.Errorf("the error quotes the token: %v", err)
+			}
+			// For the person running the service: what to set, not Go's names.
+			if !strings.Contains(err.Error(), "TWILIO_") && !strings.Contains(err.Error(), "SMS_PUBLIC_URL") {
+				t.Errorf("the error names no environment variable: %v", err)
+			}
+			for _, field := range []string{"AccountSID", "AuthToken", "APIKeySID", "MessagingServiceSID", "BaseURL", "StatusCallback", "From "} {
+				if strings.Contains(err.Error(), field) {
+					t.Errorf("the error names the Go field %s: %v", field, err)
+				}
 			}
 		})
 	}
@@ -435,6 +460,11 @@ func TestTwilioConfig(t *testing.T) {
 		{"service", with(func(c *TwilioConfig) { c.From, c.MessagingServiceSID = "", twilioTestService })},
 		{"API key", with(func(c *TwilioConfig) { c.APIKeySID = twilioTestKey })},
 		{"http base URL", with(func(c *TwilioConfig) { c.BaseURL = "http://127.0.0.1:8081" })},
+		{"http base URL to 127.1.2.3", with(func(c *TwilioConfig) { c.BaseURL = "http://127.1.2.3:8081/twilio" })},
+		{"http base URL to ::1", with(func(c *TwilioConfig) { c.BaseURL = "http://[::1]:8081" })},
+		{"http base URL to localhost", with(func(c *TwilioConfig) { c.BaseURL = "http://LocalHost:8081" })},
+		{"status callback", with(func(c *TwilioConfig) { c.StatusCallback = "https://sms.example" + reportPath })},
+		{"http status callback", with(func(c *TwilioConfig) { c.StatusCallback = "http://sms.example:8080" + reportPath })},
 		{"base URL with a slash", with(func(c *TwilioConfig) { c.BaseURL = "https://api.twilio.com/" })},
 		{"base URL with a path", with(func(c *TwilioConfig) { c.BaseURL = "https://proxy.example/twilio" })},
 	} {
@@ -446,12 +476,53 @@ func TestTwilioConfig(t *testing.T) {
 	}
 }
 
-// The HTTP client: by default one with a 10 s timeout; a given one is
-// copied, not changed, and neither follows redirects.
+// Configuration errors say what to set, in the environment or with a flag,
+// and quote a base URL as given, not URL-escaped.
+func TestTwilioConfigErrors(t *testing.T) {
+	valid := TwilioConfig{AccountSID: twilioTestSID, AuthToken: twilioTestToken, From: twilioTestFrom}
+	for _, tc := range []struct {
+		name string
+		f    func(*TwilioConfig)
+		want string // the whole error
+	}{
+		{"no account SID", func(c *TwilioConfig) { c.AccountSID = "" },
+			"invalid Twilio configuration: set TWILIO_ACCOUNT_SID (or -twilio-account-sid): it must be AC followed by 32 hex digits"},
+		{"no token", func(c *TwilioConfig) { c.AuthToken = "" },
+			"invalid Twilio configuration: set TWILIO_AUTH_TOKEN: the account's auth token, or with TWILIO_API_KEY_SID (or -twilio-api-key-sid) the API key's secret"},
+		{"no sender", func(c *TwilioConfig) { c.From = "" },
+			"invalid Twilio configuration: set exactly one of TWILIO_FROM (or -twilio-from) and TWILIO_MESSAGING_SERVICE_SID (or -twilio-messaging-service-sid)"},
+		{"scheme", func(c *TwilioConfig) { c.BaseURL = "ftp://api.twilio.com/a b/ü" },
+			`invalid Twilio configuration: TWILIO_API_URL (or -twilio-url): "ftp://api.twilio.com/a b/ü": the scheme must be https (or http to a loopback host)`},
+		{"http to a remote host", func(c *TwilioConfig) { c.BaseURL = "http://api.twilio.com/a b" },
+			`invalid Twilio configuration: TWILIO_API_URL (or -twilio-url): "http://api.twilio.com/a b": http only to a loopback host ` +
+				`(127.0.0.0/8, ::1, localhost), since basic authentication would cross the network in clear text: use https`},
+		{"credentials", func(c *TwilioConfig) { c.BaseURL = "https://user:pw@api.twilio.com" },
+			"invalid Twilio configuration: TWILIO_API_URL (or -twilio-url): holds credentials (not repeated): " +
+				"put them in TWILIO_ACCOUNT_SID (or -twilio-account-sid) and TWILIO_AUTH_TOKEN"},
+		{"the token in a query", func(c *TwilioConfig) { c.BaseURL = "https://api.twilio.com/?t=" + twilioTestToken },
+			`invalid Twilio configuration: TWILIO_API_URL (or -twilio-url): "https://api.twilio.com/?t=[secret]" has a query or a fragment`},
+		{"status callback", func(c *TwilioConfig) { c.StatusCallback = "ftp://sms.example" + reportPath },
+			`invalid Twilio configuration: SMS_PUBLIC_URL (or -public-url): "ftp://sms.example` + reportPath + `": the scheme must be http or https`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid
+			tc.f(&c)
+			if _, err := NewTwilio(c); err == nil || err.Error() != tc.want {
+				t.Errorf("NewTwilio = %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// The HTTP client: by default one with a 10 s timeout, or Timeout; a given
+// one is copied, not changed, and neither follows redirects.
 func TestTwilioHTTPClient(t *testing.T) {
 	tw := newTestTwilio(t, TwilioConfig{})
 	if tw.client.Timeout != 10*time.Second {
 		t.Errorf("default client timeout %v, want 10s", tw.client.Timeout)
+	}
+	if tw := newTestTwilio(t, TwilioConfig{Timeout: 3 * time.Second}); tw.client.Timeout != 3*time.Second {
+		t.Errorf("client timeout %v, want Timeout, 3s", tw.client.Timeout)
 	}
 	if tw.client.CheckRedirect == nil {
 		t.Error("the default client follows redirects")
@@ -518,7 +589,10 @@ func TestTwilioNoRedirect(t *testing.T) {
 	}
 }
 
-func TestTwilioFromEnv(t *testing.T) {
+// The flags default to their environment variables and win over them; the
+// auth token comes from the environment only; -public-url sets the status
+// callback at reportPath.
+func TestTwilioFlags(t *testing.T) {
 	env := map[string]string{
 		"TWILIO_ACCOUNT_SID":           twilioTestSID,
 		"TWILIO_AUTH_TOKEN":            twilioTestToken,
@@ -526,20 +600,40 @@ func TestTwilioFromEnv(t *testing.T) {
 		"TWILIO_FROM":                  twilioTestFrom,
 		"TWILIO_MESSAGING_SERVICE_SID": twilioTestService,
 		"TWILIO_API_URL":               "http://env.example",
+		"SMS_PUBLIC_URL":               "https://sms.example/",
 	}
-	getenv := func(k string) string { return env[k] }
+	parse := func(getenv func(string) string, args ...string) TwilioConfig {
+		t.Helper()
+		fl := flag.NewFlagSet("sms", flag.ContinueOnError)
+		cfg := twilioFlags(fl, getenv)
+		if err := fl.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return cfg()
+	}
 	want := TwilioConfig{
 		BaseURL: "http://env.example", AccountSID: twilioTestSID, AuthToken: twilioTestToken,
 		APIKeySID: twilioTestKey, From: twilioTestFrom, MessagingServiceSID: twilioTestService,
+		StatusCallback: "https://sms.example" + reportPath,
 	}
-	if got := twilioFromEnv(getenv, ""); !reflect.DeepEqual(got, want) {
-		t.Errorf("twilioFromEnv = %+v, want %+v", got, want)
+	if got := parse(func(k string) string { return env[k] }); !reflect.DeepEqual(got, want) {
+		t.Errorf("twilioFlags of the environment = %+v, want %+v", got, want)
 	}
-	want.BaseURL = "http://flag.example"
-	if got := twilioFromEnv(getenv, "http://flag.example"); !reflect.DeepEqual(got, want) {
-		t.Errorf("twilioFromEnv with a base URL = %+v, want %+v", got, want)
+	const other = "AC" + "ffffffffffffffffffffffffffffffff"
+	want.BaseURL, want.AccountSID, want.APIKeySID, want.From, want.MessagingServiceSID, want.StatusCallback =
+		"http://flag.example", other, "", "Funnel", "", "https://flag.example/sms"+reportPath
+	got := parse(func(k string) string { return env[k] }, "-twilio-url", "http://flag.example", "-twilio-account-sid", other,
+		"-twilio-api-key-sid", "", "-twilio-from", "Funnel", "-twilio-messaging-service-sid", "", "-public-url", "https://flag.example/sms")
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("twilioFlags with flags = %+v, want %+v", got, want)
 	}
-	if got := twilioFromEnv(func(string) string { return "" }, ""); !reflect.DeepEqual(got, TwilioConfig{}) {
-		t.Errorf("twilioFromEnv of an empty environment = %+v", got)
+	if got := parse(func(string) string { return "" }); !reflect.DeepEqual(got, TwilioConfig{}) {
+		t.Errorf("twilioFlags of an empty environment = %+v", got)
+	}
+	fl := flag.NewFlagSet("sms", flag.ContinueOnError)
+	fl.SetOutput(io.Discard)
+	twilioFlags(fl, func(string) string { return "" })
+	if err := fl.Parse([]string{"-twilio-auth-token", twilioTestToken}); err == nil {
+		t.Error("-twilio-auth-token is a flag: a secret in every process listing")
 	}
 }
