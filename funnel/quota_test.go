@@ -28,6 +28,8 @@ func TestQuota(t *testing.T) {
 		// 10 at once, then one every 100ms: the 10th of those is 1s later.
 		{funnel.Rule{Name: "f", Capacity: 10, Leak: 10, Per: time.Second}, 19, time.Second},
 		{funnel.Rule{Name: "f", Capacity: 3, Leak: 2, Per: time.Hour}, 4, time.Hour},
+		// The Rule doc's "5 per hour" of Capacity 5: 5 at once, then every 12m.
+		{funnel.Rule{Name: "f", Capacity: 5, Leak: 5, Per: time.Hour}, 9, time.Hour},
 		// w rounds up to whole seconds; the leak within it counts.
 		{funnel.AtMost(3, 1500*time.Millisecond), 4, 2 * time.Second},
 		{funnel.Rule{Name: "f", Capacity: 2, Leak: 1, Per: 300 * time.Millisecond}, 5, time.Second},
