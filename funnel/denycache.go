@@ -57,6 +57,7 @@ type denial struct {
 	n          int64
 	until      time.Time // the gate time, on this process's clock
 	resetUntil time.Time // when every funnel is empty, on the same clock
+	tightUntil time.Time // when the Tightest rule is empty, on the same clock
 	res        Result
 }
 
@@ -110,6 +111,7 @@ func (e *denial) at(now time.Time) (Result, bool) {
 	res := e.res
 	res.RetryAfter = left
 	res.ResetAfter = max(e.resetUntil.Sub(now), 0)
+	res.TightestReset = max(e.tightUntil.Sub(now), 0)
 	return res, true
 }
 
@@ -131,7 +133,7 @@ func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epo
 	if c.now != nil {
 		sent = c.now()
 	}
-	e := denial{set: set, n: n, until: sent.Add(r.RetryAfter), resetUntil: sent.Add(r.ResetAfter), res: r}
+	e := denial{set: set, n: n, until: sent.Add(r.RetryAfter), resetUntil: sent.Add(r.ResetAfter), tightUntil: sent.Add(r.TightestReset), res: r}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// Under the lock, as forget counts: a forget either came before this

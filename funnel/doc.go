@@ -87,8 +87,8 @@
 // and until then denies the key's calls with the same rules (the same
 // Rules in the same order) and at least as many units without asking
 // Redis. A hit returns the denial's Result as Redis gave it, with
-// RetryAfter and ResetAfter counting down: Allowed false, and Rule,
-// Remaining and Tightest as of the denial. (For a call of one unit, Redis
+// RetryAfter, ResetAfter and TightestReset counting down: Allowed false,
+// and Rule, Remaining and Tightest as of the denial. (For a call of one unit, Redis
 // would give the same Rule and Remaining 0 until T; with several full
 // rules, Tightest may name one that has since drained; a call of more
 // units than the cached one is denied at least until T, but Redis would

@@ -195,8 +195,8 @@ func WithoutBatching() Option {
 // counted from before the call was sent, on this process's monotonic
 // clock. It answers a call with the same rules (in the same order) and at
 // least as many units as the cached denial, with that denial's Result: Rule,
-// Remaining and Tightest as Redis gave them, RetryAfter and ResetAfter
-// counting down. So it never denies past the gate time (given clocks that
+// Remaining and Tightest as Redis gave them, RetryAfter, ResetAfter and
+// TightestReset counting down. So it never denies past the gate time (given clocks that
 // run at the same rate); it may send a call to Redis a little before it
 // (by the time the denied call took to reach Redis). A call of more units than the cached one gets
 // the cached wait, which is the shortest its own can be.

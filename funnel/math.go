@@ -205,7 +205,10 @@ type Result struct {
 	// Remaining is how many units the tightest rule would still admit right
 	// after this call (a window: its n less the units in it).
 	Remaining int64
-	// Tightest names that rule: the one with the fewest units left.
+	// Tightest names that rule: the one with the fewest units left; among
+	// several, the one that is empty last (TightestReset), then the first
+	// in the call's order. It is the rule that binds: its units come back
+	// last.
 	Tightest string
 	// RetryAfter is how long until the same call would be admitted by every
 	// rule; 0 when allowed.
@@ -213,6 +216,10 @@ type Result struct {
 	// ResetAfter is how long until every rule's funnel is empty (a
 	// window's: until it holds no unit).
 	ResetAfter time.Duration
+	// TightestReset is how long until the Tightest rule alone is empty: a
+	// funnel drained, a window's newest unit gone out of it. At most
+	// ResetAfter.
+	TightestReset time.Duration
 }
 
 // result describes d for the caller.
@@ -221,20 +228,26 @@ func (d decision) result(rules []rule) Result {
 	if d.denied >= 0 {
 		res.Rule = rules[d.denied].name
 	}
-	var reset int64
+	var reset, tight int64
 	for i, r := range rules {
 		left := (r.full - d.fills[i]) / r.per
-		if i == 0 || left < res.Remaining {
-			res.Remaining, res.Tightest = left, r.name
+		empty := r.emptyIn(d, i)
+		if i == 0 || left < res.Remaining || left == res.Remaining && empty > tight {
+			res.Remaining, res.Tightest, tight = left, r.name, empty
 		}
-		if r.window > 0 {
-			reset = max(reset, r.windowEmpty(d.logs[i], d.ats[i]))
-			continue
-		}
-		reset = max(reset, ceilDiv(d.fills[i], r.leak))
+		reset = max(reset, empty)
 	}
-	res.ResetAfter = micros(reset)
+	res.ResetAfter, res.TightestReset = micros(reset), micros(tight)
 	return res
+}
+
+// emptyIn returns how long, in µs, until rule r, the i-th of d, is empty
+// after d.
+func (r rule) emptyIn(d decision, i int) int64 {
+	if r.window > 0 {
+		return r.windowEmpty(d.logs[i], d.ats[i])
+	}
+	return ceilDiv(d.fills[i], r.leak)
 }
 
 // micros converts µs to a Duration, clamped instead of overflowing.

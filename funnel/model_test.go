@@ -174,16 +174,36 @@ func (k refKey) refund(now, n int64) {
 func (k refKey) reset(now int64) int64 {
 	var most int64
 	for _, m := range k {
-		if m.win > 0 {
-			if in := m.inWindow(now); len(in) > 0 {
-				most = max(most, in[len(in)-1]+m.win-now)
-			}
-			continue
-		}
-		l := m.levelAt(now)
-		most = max(most, ratCeil(l.Quo(l, m.rate)))
+		most = max(most, m.empty(now))
 	}
 	return most
+}
+
+// empty is the time until the rule is empty, rounded up to the µs: a
+// window's newest unit leaves it, a funnel has drained.
+func (m *refRule) empty(now int64) int64 {
+	if m.win > 0 {
+		if in := m.inWindow(now); len(in) > 0 {
+			return in[len(in)-1] + m.win - now
+		}
+		return 0
+	}
+	l := m.levelAt(now)
+	return ratCeil(l.Quo(l, m.rate))
+}
+
+// tightest returns the index of the rule with the fewest whole units left
+// at now; among several, the one empty last, then the first; and how long
+// until it is empty.
+func (k refKey) tightest(now int64) (i int, empty int64) {
+	left, least := k.remaining(now)
+	i = -1
+	for j, m := range k {
+		if e := m.empty(now); left[j] == least && (i < 0 || e > empty) {
+			i, empty = j, e
+		}
+	}
+	return i, empty
 }
 
 func (k refKey) take(now, n int64) {

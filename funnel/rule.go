@@ -23,9 +23,11 @@ const (
 // every Per. A call of n units is admitted when they fit, so a rule admits a
 // burst of Capacity, then one unit every Per/Leak.
 //
-// In a window of length W a rule admits up to Capacity + W*Leak/Per units,
-// not W*Leak/Per: a "5 per hour" rule of Capacity 5 lets 10 through in some
-// hour. Use AtMost for a hard bound per window.
+// In a window of length W a rule admits up to about Capacity + W*Leak/Per
+// units, not W*Leak/Per: a "5 per hour" rule of Capacity 5 lets 9 through
+// in some hour (5 at once, then one every 12 minutes), 10 in an hour and a
+// microsecond. Quota gives the exact bound; use AtMost or Window for a hard
+// bound per window.
 //
 // A rule makes the same decisions as GCRA, and as
 // redis_rate.Limit{Burst: Capacity, Rate: Leak, Period: Per}.
@@ -65,9 +67,8 @@ const MaxWindow = 10_000
 // bytes of server memory (MEMORY USAGE): 152 bytes for Window(10, 24h)
 // after 10 calls, 312 when its 10 units are spread over the day (the
 // server stores a hash with a value over 64 bytes as a table). w must be a whole number of
-// microseconds. The rule is named like "5 in 1h0m0s"; its Leak is n, so that
-// Capacity * Per / Leak, the time a full funnel takes to drain (a guard's
-// RateLimit-Policy), is w. A window's Leak is otherwise not used.
+// microseconds. The rule is named like "5 in 1h0m0s"; its Leak is n, and
+// not used. Its Quota is n per w.
 func Window(n int64, w time.Duration) Rule {
 	return Rule{Name: strconv.FormatInt(n, 10) + " in " + w.String(), Capacity: n, Leak: n, Per: w, window: true}
 }

@@ -143,8 +143,9 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 			if tg.asOfDenial && !res.Allowed && !model.admits(now, n) {
 				// A cached denial, perhaps of fewer units: its wait is
 				// at most the model's; the rest is checked.
-				left, least := model.remaining(now)
-				res.Remaining, res.Tightest = least, rules[slices.Index(left, least)].Name
+				_, least := model.remaining(now)
+				tight, _ := model.tightest(now)
+				res.Remaining, res.Tightest = least, rules[tight].Name
 				waits, most := model.waits(now, n)
 				if res.RetryAfter <= 0 || res.RetryAfter > time.Duration(most)*time.Microsecond {
 					t.Fatalf("%s: RetryAfter %v, model %dµs", where, res.RetryAfter, most)
@@ -157,6 +158,11 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 				} else {
 					res.ResetAfter = reset
 				}
+				if reset := time.Duration(model.reset(now)) * time.Microsecond; res.TightestReset > reset {
+					t.Fatalf("%s: TightestReset %v, past the model's ResetAfter %v", where, res.TightestReset, reset)
+				}
+				_, empty := model.tightest(now)
+				res.TightestReset = time.Duration(empty) * time.Microsecond
 			}
 			retry = checkModel(t, where, rules, model, now, n, res, true)
 			if retry > 0 {
@@ -175,7 +181,9 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 
 // checkModel checks res, the outcome of a call of n units at now (take:
 // an AllowN, which the model then takes if admitted; else a Peek), against
-// the model, and returns its exact wait (0: admitted).
+// the model, and returns its exact wait (0: admitted): Allowed, RetryAfter,
+// Rule, Remaining, Tightest (the fewest units left, then the last to be
+// empty), ResetAfter and TightestReset, all exact to the µs.
 func checkModel(t *testing.T, where string, rules []funnel.Rule, model refKey, now, n int64, res funnel.Result, take bool) int64 {
 	t.Helper()
 	want := model.admits(now, n)
@@ -207,8 +215,12 @@ func checkModel(t *testing.T, where string, rules []funnel.Rule, model refKey, n
 	if res.Remaining != least {
 		t.Fatalf("%s: Remaining %d, model %d (%v)", where, res.Remaining, least, left)
 	}
-	if i := ruleIndex(rules, res.Tightest); i < 0 || left[i] != least {
-		t.Fatalf("%s: Tightest %q, but the fewest units left (%d) are in %v (%v)", where, res.Tightest, least, rules, left)
+	tight, empty := model.tightest(now)
+	if res.Tightest != rules[tight].Name {
+		t.Fatalf("%s: Tightest %q, but the fewest units left (%d), the last to be empty, are in %q (%v)", where, res.Tightest, least, rules[tight].Name, left)
+	}
+	if got, want := res.TightestReset, time.Duration(empty)*time.Microsecond; got != want {
+		t.Fatalf("%s: TightestReset %v, model %v", where, got, want)
 	}
 	if got, want := res.ResetAfter, time.Duration(model.reset(now))*time.Microsecond; got != want {
 		t.Fatalf("%s: ResetAfter %v, model %v", where, got, want)

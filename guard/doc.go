@@ -30,6 +30,11 @@
 // with ErrRejected: failing open on it would let whoever can break a key or
 // a permission open the limit.
 //
+// With Policy.RateLimitHeaders, Middleware tells clients each rule's quota
+// as the rule means it (RateLimit-Policy: Window(5, time.Hour) is
+// q=5;w=3600) and the state of the rule with the least room, or of the one
+// that denied (RateLimit: its own r and t, not the whole key's).
+//
 // The package does not log and imports no metrics library: Policy.Observe
 // receives every decision, its error and latency, for Prometheus or
 // OpenTelemetry.

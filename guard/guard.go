@@ -33,11 +33,16 @@ type Decision struct {
 	// Rule names the rule that denied; empty when allowed.
 	Rule string
 	// Remaining is how many more calls the tightest rule, named Tightest,
-	// admits right now.
+	// admits right now: the rule with the fewest units left (among several,
+	// the one that is empty last).
 	Remaining int64
 	Tightest  string
 	// ResetAfter is how long until every rule's funnel is empty.
 	ResetAfter time.Duration
+	// TightestReset is how long until the Tightest rule alone is empty (a
+	// funnel drained, a window's newest unit gone): the t of the RateLimit
+	// field of an admission.
+	TightestReset time.Duration
 	// Degraded reports a decision made without Redis: by OnError, the
 	// Fallback, or (FailOpen) the rules applied in this process; or a denial
 	// because Redis refused the call (ErrRejected).
@@ -185,7 +190,7 @@ func (g *Guard) Peek(ctx context.Context, key string) (Decision, error) {
 
 func decision(res funnel.Result) Decision {
 	return Decision{Allowed: res.Allowed, RetryAfter: res.RetryAfter, Rule: res.Rule,
-		Remaining: res.Remaining, Tightest: res.Tightest, ResetAfter: res.ResetAfter}
+		Remaining: res.Remaining, Tightest: res.Tightest, ResetAfter: res.ResetAfter, TightestReset: res.TightestReset}
 }
 
 // Refund gives one unit back to every rule for key: the call was admitted

@@ -7,9 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"math/big"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,8 +38,9 @@ import (
 //
 // WithSkip lets requests through unguarded, WithCost charges a request more
 // than one unit, and with Policy.Shadow nothing is blocked. With
-// Policy.RateLimitHeaders, responses also carry RateLimit-Policy and
-// RateLimit (draft-ietf-httpapi-ratelimit-headers).
+// Policy.RateLimitHeaders, responses also carry RateLimit-Policy (each
+// rule's own quota) and RateLimit (the rule with the least room, or the one
+// that denied) of draft-ietf-httpapi-ratelimit-headers-11.
 func (g *Guard) Middleware(keyFunc KeyFunc, opts ...MiddlewareOption) func(http.Handler) http.Handler {
 	mc := newMiddlewareConfig(opts)
 	return func(next http.Handler) http.Handler {
@@ -259,24 +259,6 @@ func ceilSeconds(d time.Duration) int64 {
 	return secs
 }
 
-// drainSeconds is how long a full funnel of r takes to empty, in whole
-// seconds rounded up: Capacity*Per/Leak, computed without overflow (Capacity
-// and Per can each be near their maximum).
-func drainSeconds(r funnel.Rule) int64 {
-	var n, q big.Int
-	n.Mul(big.NewInt(r.Capacity), big.NewInt(int64(r.Per)))
-	d := new(big.Int).Mul(big.NewInt(r.Leak), big.NewInt(int64(time.Second)))
-	var m big.Int
-	q.DivMod(&n, d, &m)
-	if m.Sign() > 0 {
-		q.Add(&q, big.NewInt(1))
-	}
-	if !q.IsInt64() {
-		return math.MaxInt64
-	}
-	return q.Int64()
-}
-
 type body struct {
 	Error      string `json:"error"`
 	RetryAfter int64  `json:"retry_after,omitempty"`
@@ -289,27 +271,38 @@ func writeJSON(w http.ResponseWriter, status int, b body) {
 }
 
 // rateLimitHeaders writes the quota of every rule (RateLimit-Policy: q units
-// per w seconds, the time a full funnel takes to drain) and the state of the
-// rule that decided (RateLimit: r units remaining; t seconds until the call
-// would be admitted when denied, or until every funnel is empty, an upper
-// bound for the named rule, when admitted).
+// per w seconds, as funnel.Rule.Quota says the rule means them, w rounded
+// up) and the state of one rule (RateLimit): on an admission, the rule with
+// the least room (Decision.Tightest: r units left, t seconds until it alone
+// is empty, rounded up); on a denial, the rule that denied (Decision.Rule:
+// r=0, t its RetryAfter), or the Tightest when the denial is no rule's (the
+// penalty box), since the field names an item of RateLimit-Policy.
 //
 // The RateLimit field names the partition (pk): a byte sequence that is the
 // same for every request of one key of this guard and tells nothing of the
 // key (the first 9 bytes of a SHA-256 of the guard's prefix and its stored
 // key, which is itself an HMAC with Policy.Secret).
 func (g *Guard) rateLimitHeaders(h http.Header, d Decision, pk string) {
-	var pol []string
-	for _, r := range g.p.Rules {
-		pol = append(pol, sfString(r.Name)+";q="+strconv.FormatInt(r.Capacity, 10)+";w="+strconv.FormatInt(max(drainSeconds(r), 1), 10))
+	now := time.Now()
+	pol := make([]string, len(g.p.Rules))
+	for i, r := range g.p.Rules {
+		q, w := r.Quota(now)
+		pol[i] = sfString(r.Name) + ";q=" + strconv.FormatInt(q, 10) + ";w=" + strconv.FormatInt(max(ceilSeconds(w), 1), 10)
 	}
 	h.Set("RateLimit-Policy", strings.Join(pol, ", "))
-	name, t := d.Tightest, d.ResetAfter
+	name, left, t := d.Tightest, d.Remaining, d.TightestReset
 	if !d.Allowed {
-		name, t = d.Rule, d.RetryAfter
+		left, t = 0, d.RetryAfter
+		if g.hasRule(d.Rule) {
+			name = d.Rule
+		}
 	}
-	secs := ceilSeconds(t)
-	h.Set("RateLimit", sfString(name)+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(secs, 10)+pk)
+	h.Set("RateLimit", sfString(name)+";r="+strconv.FormatInt(left, 10)+";t="+strconv.FormatInt(ceilSeconds(t), 10)+pk)
+}
+
+// hasRule reports whether one of the Policy's rules is named name.
+func (g *Guard) hasRule(name string) bool {
+	return slices.ContainsFunc(g.p.Rules, func(r funnel.Rule) bool { return r.Name == name })
 }
 
 // partitionKey is the pk parameter of the RateLimit field of the stored key

@@ -188,6 +188,6 @@ func ExamplePolicy_rateLimitHeaders() {
 	rl, _, _ := strings.Cut(w.Header().Get("RateLimit"), ";pk=")
 	fmt.Println(rl)
 	// Output:
-	// "10/1m0s";q=10;w=600
+	// "10/1m0s";q=10;w=60
 	// "10/1m0s";r=9;t=60
 }

@@ -96,14 +96,16 @@ func TestRateLimitHeaders(t *testing.T) {
 	}})
 	h := g.Middleware(keyFromHeader)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	rec := serve(h, "a")
-	if got, want := rec.Header().Get("RateLimit-Policy"), `"mi\"n";q=2;w=120, "5/1h0m0s";q=5;w=18000`; got != want {
+	if got, want := rec.Header().Get("RateLimit-Policy"), `"mi\"n";q=2;w=60, "5/1h0m0s";q=5;w=3600`; got != want {
 		t.Fatalf("RateLimit-Policy = %s, want %s", got, want)
 	}
-	// t is when every funnel is empty: an upper bound for the named rule.
+	// Each rule's own quota: 2 a minute, 5 an hour (not the time a full
+	// funnel takes to drain). t is when the named rule is empty: 60 s, not
+	// the hour's reset.
 	// pk names the key's partition without telling the key: 9 bytes.
 	field := rec.Header().Get("RateLimit")
 	item, pk, _ := strings.Cut(field, ";pk=")
-	if want := `"mi\"n";r=1;t=3600`; item != want || !regexp.MustCompile(`^:[A-Za-z0-9+/]{12}:$`).MatchString(pk) {
+	if want := `"mi\"n";r=1;t=60`; item != want || !regexp.MustCompile(`^:[A-Za-z0-9+/]{12}:$`).MatchString(pk) {
 		t.Fatalf("RateLimit = %s, want %s;pk=:<12 base64 characters>:", field, want)
 	}
 	serve(h, "a")

@@ -94,8 +94,27 @@ type Policy struct {
 	// A funnel.WithPrefix among them overrides Prefix for the keys in Redis.
 	Funnel []funnel.Option
 	// RateLimitHeaders makes Middleware send the IETF RateLimit-Policy and
-	// RateLimit fields (draft-ietf-httpapi-ratelimit-headers). Off by
+	// RateLimit fields (draft-ietf-httpapi-ratelimit-headers-11). Off by
 	// default: they disclose the quota.
+	//
+	// RateLimit-Policy lists every rule by its name with its own quota,
+	// funnel.Rule.Quota: q units in any window of w seconds (rounded up).
+	// For the rules AtMost(1, time.Minute), Window(5, time.Hour) and
+	// Window(10, 24*time.Hour), a cooldown, 5 an hour and 10 a day:
+	//
+	//	RateLimit-Policy: "1/1m0s";q=1;w=60, "5 in 1h0m0s";q=5;w=3600, "10 in 24h0m0s";q=10;w=86400
+	//
+	// RateLimit gives one rule's state: after an admission, the rule with
+	// the least room (Decision.Tightest: r its units left, t the seconds
+	// until it alone is empty, Decision.TightestReset); after a denial, the
+	// rule that denied (Decision.Rule, or the Tightest for the penalty box,
+	// which is no rule), r=0 and t the Retry-After. pk names the key's
+	// partition without telling the key:
+	//
+	//	RateLimit: "1/1m0s";r=0;t=60;pk=:...:
+	//
+	// A funnel's q counts its burst and what leaks back within w: a funnel
+	// of Capacity 10 leaking 10 a second is q=19;w=1.
 	RateLimitHeaders bool
 	// Shadow decides, counts and observes every call as usual but blocks
 	// none: Middleware lets denied requests through (with the RateLimit

@@ -15,7 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A Window rule in a guard: the RateLimit fields give its n and its window,
+// A Window rule in a guard: the RateLimit fields give its n and its window
+// (and the funnel's, 10 at once then one every 6 minutes, 19 an hour),
 // a denial's Retry-After is when its oldest unit leaves, exactly; Shadow
 // lets the denial through with the real Decision; FailOpen decides it in
 // process.
@@ -41,7 +42,7 @@ func TestWindowRuleInGuard(t *testing.T) {
 			}
 		}
 		rec := serve(30 * time.Second)
-		if got, want := rec.Header().Get("RateLimit-Policy"), `"2 in 1m0s";q=2;w=60, "hour";q=10;w=3600`; got != want {
+		if got, want := rec.Header().Get("RateLimit-Policy"), `"2 in 1m0s";q=2;w=60, "hour";q=19;w=3600`; got != want {
 			t.Errorf("RateLimit-Policy %q, want %q", got, want)
 		}
 		if got, want := rec.Header().Get("RateLimit"), `"2 in 1m0s";r=0;t=30`; !shadow && !strings.Contains(got, want) {
