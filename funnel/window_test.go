@@ -15,6 +15,7 @@ import (
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/testutil"
+	_ "time/tzdata" // the zones of the calendar tests, with Go alone
 )
 
 // The window tests play random schedules of calls on keys with 1 to 4 rules
@@ -34,10 +35,45 @@ type windowTarget struct {
 	// an earlier denial of fewer units, and its RetryAfter and ResetAfter
 	// shorter than the model's (the deny cache's, see WithDenyCache).
 	asOfDenial bool
+	// base is the Unix time in µs of the schedule's time 0: calendar rules
+	// count the days of it.
+	base int64
 }
 
-// windowRules returns 1 to 4 rules with at least one Window, and the least
-// capacity among them.
+// calendarRule returns a random PerDay or (rarely) PerMonth rule of 1 to 20
+// units, in UTC, a zone with daylight saving time, or a fixed zone of a
+// random offset (whose midnight falls anywhere in a schedule).
+func calendarRule(rng *rand.Rand) funnel.Rule {
+	var loc *time.Location
+	switch rng.IntN(4) {
+	case 0:
+		loc = time.UTC
+	case 1:
+		loc = mustZone("America/New_York")
+	default:
+		off := rng.IntN(26*60+1) - 12*60 // minutes, -12:00 to +14:00
+		loc = time.FixedZone(fmt.Sprintf("Z%+d", off), off*60)
+	}
+	n := 1 + rng.Int64N(20)
+	if rng.IntN(8) == 0 {
+		return funnel.PerMonth(n, loc)
+	}
+	return funnel.PerDay(n, loc)
+}
+
+// mustZone loads a zone of the tz database (time/tzdata is imported: the
+// tests need only Go).
+func mustZone(name string) *time.Location {
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		panic(err)
+	}
+	return loc
+}
+
+// windowRules returns 1 to 4 rules mixing Window, calendar (PerDay,
+// PerMonth) and funnel rules, the first a Window or a calendar rule, and
+// the least capacity among them.
 func windowRules(rng *rand.Rand) ([]funnel.Rule, int64) {
 	rules := make([]funnel.Rule, 1+rng.IntN(4))
 	names := map[string]bool{}
@@ -55,9 +91,12 @@ func windowRules(rng *rand.Rand) ([]funnel.Rule, int64) {
 			case 3:
 				per = time.Duration(1+rng.Int64N(1000)) * time.Microsecond
 			}
-			if i == 0 || rng.IntN(2) == 0 {
+			switch k := rng.IntN(6); {
+			case k < 2 || i == 0 && k < 4:
 				rules[i] = funnel.Window(1+rng.Int64N(20), per)
-			} else {
+			case k < 4:
+				rules[i] = calendarRule(rng)
+			default:
 				rules[i] = funnel.Rule{Name: fmt.Sprintf("f%d", i), Capacity: 1 + rng.Int64N(20), Leak: 1 + rng.Int64N(10), Per: per}
 			}
 			if !names[rules[i].Name] {
@@ -91,6 +130,10 @@ func windowGap(rng *rand.Rand, r funnel.Rule) int64 {
 // windowCounts counts what a schedule checked.
 type windowCounts struct {
 	calls, denied, several, atRetry, peeks, refunds int
+	// calendar counts the calls with a calendar rule, byCalendar the
+	// denials by one, and newPeriod the calls that found a calendar rule's
+	// count of an earlier period (a reset).
+	calendar, byCalendar, newPeriod int
 }
 
 // playWindow plays keys schedules of steps calls each on tg and checks every
@@ -101,7 +144,7 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 	for k := range keys {
 		rules, least := windowRules(rng)
 		key := fmt.Sprintf("w%d", k)
-		model := newRefKey(rules)
+		model := newRefKey(rules).since(tg.base)
 		var now, n, retry int64
 		for i := range steps {
 			switch p := rng.IntN(10); {
@@ -119,6 +162,11 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 				}
 			}
 			where := fmt.Sprintf("key %d (rules %+v), step %d at +%dµs, n=%d", k, rules, i, now, n)
+			for _, m := range model {
+				if m.loc != nil && m.count > 0 && m.periodOf(now) != m.period {
+					c.newPeriod++
+				}
+			}
 			if tg.peek != nil && rng.IntN(8) == 0 {
 				res, err := tg.peek(now, key, rules)
 				if err != nil {
@@ -159,18 +207,31 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 				}
 			}
 			retry = checkModel(t, where, rules, model, now, n, res, true)
+			calendar := slices.ContainsFunc(rules, isCalendar)
+			if calendar {
+				c.calendar++
+			}
 			if retry > 0 {
 				c.denied++
 				if len(rules) > 1 {
 					c.several++
 				}
+				if isCalendar(rules[ruleIndex(rules, res.Rule)]) {
+					c.byCalendar++
+				}
 			}
 		}
 	}
-	if c.denied == 0 || c.denied == c.calls || c.several == 0 {
+	if c.denied == 0 || c.denied == c.calls || c.several == 0 || c.byCalendar == 0 || c.newPeriod == 0 || c.calendar == c.calls {
 		t.Fatalf("%d of %d calls denied (%d over several rules): the schedules test nothing", c.denied, c.calls, c.several)
 	}
 	return c
+}
+
+// isCalendar reports whether r is a PerDay or PerMonth rule.
+func isCalendar(r funnel.Rule) bool {
+	_, _, ok := funnel.Calendar(r)
+	return ok
 }
 
 // checkModel checks res, the outcome of a call of n units at now (take:
@@ -219,8 +280,10 @@ func checkModel(t *testing.T, where string, rules []funnel.Rule, model refKey, n
 func TestWindowLocalModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(29, 1))
 	l := funnel.NewLocal(0)
-	base := time.Now()
-	tg := windowTarget{allowN: func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error) {
+	// A wall time only, in whole µs, after the Local's creation: the Local
+	// counts days of exactly this time plus the schedule's.
+	base := time.Now().Truncate(time.Microsecond)
+	tg := windowTarget{base: base.UnixMicro(), allowN: func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error) {
 		return l.AllowN(base.Add(time.Duration(now)*time.Microsecond), key, n, rules...)
 	}}
 	c := playWindow(t, rng, tg, 200, 100)
@@ -254,6 +317,7 @@ func TestWindowOracle(t *testing.T) {
 			}
 			tg = windowTarget{
 				asOfDenial: tg.asOfDenial,
+				base:       o.t0.UnixMicro(),
 				allowN: func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error) {
 					at(now)
 					return o.lim.AllowN(ctx, key, n, rules...)
