@@ -370,8 +370,11 @@ func TestWindowInvalid(t *testing.T) {
 // before the call); and so for a Peek's ResetAfter. The time found must lie
 // between the server's TIME before and after the call. The windows and
 // funnels are short (1ms to 200ms) so that units leave them while the test
-// runs, or long (a minute, a day). It also checks that the key's TTL is
-// never past the last unit's departure (it may only grow), to the ms.
+// runs, or long (a minute, a day). Calendar rules count the days of a
+// fixed zone whose midnight falls within a second of each key's first
+// call, so they change days while it runs. It also checks that the key's
+// TTL is never past the last unit's departure (or the period's end; it
+// may only grow), to the ms.
 func TestWindowRealServer(t *testing.T) {
 	b := testutil.RealBackend(t)
 	ctx := context.Background()
@@ -422,9 +425,13 @@ func TestWindowRealServer(t *testing.T) {
 		}
 	}
 	short := func() time.Duration { return time.Duration(1000+rng.Int64N(200_000)) * time.Microsecond }
-	var calls, denied, peeks, refunds, several int
+	var calls, denied, peeks, refunds, several, byCalendar, newPeriod int
 	const keys, steps = 8, 40
 	for k := range keys {
+		// A fixed zone whose midnight falls within a second: the key's
+		// calendar rules change days while the key's calls run.
+		midnight := serverNow()/1e6 + 1
+		zone := time.FixedZone(fmt.Sprintf("midnight+%d", k), -int(midnight%86400))
 		rules := make([]funnel.Rule, 1+rng.IntN(4))
 		least := int64(1 << 62)
 		for i := range rules {
@@ -435,10 +442,17 @@ func TestWindowRealServer(t *testing.T) {
 			case 1:
 				per = 24 * time.Hour
 			}
-			if i == 0 || rng.IntN(2) == 0 {
+			switch p := rng.IntN(6); {
+			case p < 3 && (i == 0 || p < 2):
 				rules[i] = funnel.Window(1+rng.Int64N(8), per)
 				rules[i].Name = fmt.Sprintf("w%d", i)
-			} else {
+			case p < 4:
+				rules[i] = funnel.PerDay(1+rng.Int64N(8), zone)
+				if rng.IntN(8) == 0 {
+					rules[i] = funnel.PerMonth(1+rng.Int64N(8), zone)
+				}
+				rules[i].Name = fmt.Sprintf("c%d", i)
+			default:
 				rules[i] = funnel.Rule{Name: fmt.Sprintf("f%d", i), Capacity: 1 + rng.Int64N(8), Leak: 1 + rng.Int64N(3), Per: per}
 			}
 			least = min(least, rules[i].Capacity)
@@ -462,6 +476,9 @@ func TestWindowRealServer(t *testing.T) {
 				after := serverNow()
 				if err != nil {
 					t.Fatal(err)
+				}
+				if straddles(model, before, after) {
+					continue // its time cannot be told; the next call is checked
 				}
 				now := after
 				switch {
@@ -489,9 +506,15 @@ func TestWindowRealServer(t *testing.T) {
 				}
 				within(where+" (refund)", now, before, after)
 				model.refund(now, m)
+				expiry = max(expiry, after+model.reset(now)) // see below
 				refunds++
 			}
 			before := serverNow()
+			for _, m := range model {
+				if m.loc != nil && m.count > 0 && m.periodOf(before) != m.period {
+					newPeriod++
+				}
+			}
 			res, err := lim.AllowN(ctx, key, n, rules...)
 			after := serverNow()
 			if err != nil {
@@ -511,12 +534,20 @@ func TestWindowRealServer(t *testing.T) {
 				if len(rules) > 1 {
 					several++
 				}
+				if isCalendar(rules[j]) {
+					byCalendar++
+				}
 			}
 			within(where, now, before, after)
 			checkModel(t, where, rules, model, now, n, res, true)
 			calls++
 			if res.Allowed {
-				expiry = max(expiry, now+model.reset(now))
+				// The TTL is computed from the read's time (now) and set
+				// by the write, up to after - now later: an expiry that
+				// late. (A calendar rule's end stays put while the key's
+				// calls run, so an earlier write's lateness stays in the
+				// TTL, which only grows.)
+				expiry = max(expiry, after+model.reset(now))
 				pttl, err := c.PTTL(ctx, keyspace.Key(b.Prefix, key, "f")).Result()
 				if err != nil {
 					t.Fatal(err)
@@ -534,10 +565,22 @@ func TestWindowRealServer(t *testing.T) {
 			}
 		}
 	}
-	if denied == 0 || denied == calls || several == 0 {
-		t.Fatalf("%d of %d calls denied (%d over several rules): the schedules test nothing", denied, calls, several)
+	if denied == 0 || denied == calls || several == 0 || byCalendar == 0 || newPeriod == 0 {
+		t.Fatalf("%d of %d calls denied (%d over several rules, %d by a calendar rule; %d in a new period): the schedules test nothing", denied, calls, several, byCalendar, newPeriod)
 	}
-	t.Logf("on %s: %d calls agreed (%d denied, %d over several rules), %d peeks, %d refunds", testutil.ServerName(), calls, denied, several, peeks, refunds)
+	t.Logf("on %s: %d calls agreed (%d denied, %d over several rules, %d by a calendar rule; %d found a new period), %d peeks, %d refunds", testutil.ServerName(), calls, denied, several, byCalendar, newPeriod, peeks, refunds)
+}
+
+// straddles reports whether a calendar rule of model changes periods
+// between before and after: a Peek's time found from its ResetAfter there
+// is not where the model would look for it.
+func straddles(model refKey, before, after int64) bool {
+	for _, m := range model {
+		if m.loc != nil && m.periodOf(before) != m.periodOf(after) {
+			return true
+		}
+	}
+	return false
 }
 
 // The memory of an active key with one Window(n, w) (MEMORY USAGE, key
