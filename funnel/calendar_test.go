@@ -3,6 +3,7 @@ package funnel_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 	_ "time/tzdata" // the zones below, with Go alone
@@ -235,4 +236,84 @@ func TestCalendarRules(t *testing.T) {
 	if res, err := lim.Allow(ctx, "k", rules[0]); err != nil || res.Allowed {
 		t.Fatalf("rule 0 again: %+v, %v", res, err)
 	}
+}
+
+// A calendar budget in the penalty box: its denials count like a funnel's,
+// the box denies past midnight, the budget decides again after the box, and
+// Reset forgets both.
+func TestPerDayPenalty(t *testing.T) {
+	b := testutil.Mini(t)
+	start := time.Date(2026, 11, 23, 23, 50, 0, 0, time.UTC)
+	b.Mini.SetTime(start)
+	ctx := context.Background()
+	rule := funnel.PerDay(1, nil)
+	lim := mustLimiter(t, b.Client(t), funnel.WithPrefix(b.Prefix), funnel.WithPenalty(funnel.Penalty{Denials: 3, Within: time.Minute, For: time.Hour}))
+	allow := func(at time.Duration) funnel.Result {
+		t.Helper()
+		b.Mini.SetTime(start.Add(at))
+		res, err := lim.Allow(ctx, "k", rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := allow(0); !res.Allowed {
+		t.Fatalf("first: %+v", res)
+	}
+	for i := range 2 {
+		if res := allow(time.Second); res.Allowed || res.Rule != rule.Name || res.RetryAfter != 10*time.Minute-time.Second {
+			t.Fatalf("denial %d: %+v; want the budget's, until midnight", i, res)
+		}
+	}
+	if res := allow(time.Second); res.Rule != funnel.PenaltyRule || res.RetryAfter != time.Hour {
+		t.Fatalf("third denial: %+v; want the box for 1h", res)
+	}
+	if res := allow(11 * time.Minute); res.Rule != funnel.PenaltyRule || res.RetryAfter != 49*time.Minute+time.Second {
+		t.Fatalf("after midnight, in the box: %+v", res)
+	}
+	if res := allow(time.Hour + time.Second); !res.Allowed || res.ResetAfter != 23*time.Hour+10*time.Minute-time.Second {
+		t.Fatalf("after the box: %+v; want admitted, the day's budget", res)
+	}
+	if err := lim.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := lim.Peek(ctx, "k", rule); err != nil || !res.Allowed || res.Remaining != 1 {
+		t.Fatalf("after Reset: %+v, %v", res, err)
+	}
+}
+
+// Concurrent calls on one key, batched: a budget admits exactly n of them,
+// on miniredis and on a real server.
+func TestPerDayConcurrent(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		lim := newLimiter(t, b)
+		rules := []funnel.Rule{funnel.PerDay(37, mustZone("Asia/Shanghai")), funnel.Window(100, time.Hour)}
+		var mu sync.Mutex
+		admitted := 0
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for range 10 {
+					res, err := lim.Allow(ctx, "hot", rules...)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res.Allowed {
+						mu.Lock()
+						admitted++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if admitted != 37 {
+			t.Fatalf("%d admitted, want 37", admitted)
+		}
+		if res, err := lim.Peek(ctx, "hot", rules...); err != nil || res.Allowed || res.Remaining != 0 || res.Rule != rules[0].Name {
+			t.Fatalf("Peek %+v, %v", res, err)
+		}
+	})
 }
