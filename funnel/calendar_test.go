@@ -317,3 +317,33 @@ func TestPerDayConcurrent(t *testing.T) {
 		}
 	})
 }
+
+// A call with a calendar rule takes two round trips when admitted, its
+// first included (the one-round-trip admission cannot write a calendar's
+// gate), and one when the budget is spent: the gate stored with the count
+// denies without the lock until midnight.
+func TestPerDayRoundTrips(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		lim, counter := countingLimiter(t, b)
+		rule := funnel.PerDay(2, mustZone("Europe/Paris"))
+		for range 3 { // admitted, admitted, denied: every script loaded
+			if _, err := lim.Allow(ctx, "warm-up-day", rule); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, want := range []struct {
+			allowed  bool
+			commands int64
+		}{{true, 2}, {true, 2}, {false, 1}, {false, 1}} {
+			counter.N.Store(0)
+			res, err := lim.Allow(ctx, "k", rule)
+			if err != nil || res.Allowed != want.allowed {
+				t.Fatalf("call %d: %+v, %v; want allowed %v", i, res, err, want.allowed)
+			}
+			if n := counter.N.Load(); n != want.commands {
+				t.Fatalf("call %d: %d commands; want %d", i, n, want.commands)
+			}
+		}
+	})
+}
