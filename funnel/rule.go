@@ -29,6 +29,11 @@ const (
 //
 // A rule makes the same decisions as GCRA, and as
 // redis_rate.Limit{Burst: Capacity, Rate: Leak, Period: Per}.
+//
+// Window, PerDay and PerMonth return rules that count units instead: a
+// sliding window and calendar budgets (see "Choosing a rule" in the package
+// documentation). Their kind is not a field: build them with those
+// functions.
 type Rule struct {
 	// Name identifies the rule in a Result and in the stored state.
 	Name string
