@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
@@ -84,6 +85,17 @@ func (c Config) prefixRules() []funnel.Rule {
 // (a day of 23 or 25 hours across a clock change; see funnel.PerDay).
 func (c Config) budgetRule() funnel.Rule {
 	return named("budget", funnel.PerDay(c.DailyBudget, c.BudgetZone))
+}
+
+// fromFlags sets the fields of c that flags give as text: -countries, a
+// comma-separated list ("" keeps the default), and -budget-tz.
+func (c *Config) fromFlags(countries, budgetTZ string) error {
+	if countries != "" {
+		c.Countries = strings.Split(countries, ",")
+	}
+	loc, err := budgetZone(budgetTZ)
+	c.BudgetZone = loc
+	return err
 }
 
 // budgetZone returns the zone of -budget-tz: an IANA name such as UTC or

@@ -19,7 +19,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 	_ "time/tzdata" // -budget-tz on a host without a zone database
@@ -76,11 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
-	if *countries != "" {
-		cfg.Countries = strings.Split(*countries, ",")
-	}
-	var err error
-	if cfg.BudgetZone, err = budgetZone(*budgetTZ); err != nil {
+	if err := cfg.fromFlags(*countries, *budgetTZ); err != nil {
 		return err
 	}
 	cfg.Secret = []byte(*secret)
