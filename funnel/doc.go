@@ -26,6 +26,30 @@
 // is at most MaxWindow), in the same hash as the key's funnels, and is
 // decided with them, all or nothing; a Refund gives back its newest units.
 //
+// PerDay(n, loc) and PerMonth(n, loc) are calendar budgets: at most n units
+// from local midnight to the next in the zone loc (from the 1st to the 1st),
+// on the server's clock, whatever the day's length (23 or 25 hours across a
+// clock change); a denied call can retry at the next local midnight,
+// exactly. A date whose midnight a clock change skips (America/Havana's
+// clocks jump from 00:00 to 01:00) starts when the clock jumps. Their state
+// is a count and the time of its last change.
+//
+// # Choosing a rule
+//
+// "10 a day" means three things; pick the rule that says yours:
+//
+//   - A funnel (Rule, AtMost) for smooth rates and bursts: AtMost(10, 24h)
+//     admits 10 at once, then one a day for as long as calls keep coming;
+//     a cooldown AtMost(1, time.Minute) is one call a minute.
+//   - Window(10, 24h) for "n per period" as people say it: never more than
+//     10 in any 24 hours, and 10 again once the first 10 are a day old.
+//   - PerDay(10, loc) for budgets: 10 per calendar day, all of them again
+//     at local midnight (so up to 20 within a few minutes around it).
+//
+// A user who tries 20 times a day, every 72 minutes, gets 10 on the first
+// day under each; then 1 a day under AtMost, 10 a day under the other two
+// (Example_tenADay prints the week).
+//
 // The rules of one call are decided all or nothing, under one lock, and kept
 // in one hash: a call denied by a daily rule takes nothing from a cooldown
 // rule. Refund gives units back; Peek reads without changing anything.
@@ -48,7 +72,8 @@
 // one itself, exactly what the two round trips would write, with a nonce
 // that makes a retried script answer as its first run. (WithUniformCost
 // turns this off, where a key's first call must not be told apart by its
-// timing.) A call that is deniable when it arrives
+// timing; nor does it apply to a call with a calendar rule, whose first
+// admission takes two.) A call that is deniable when it arrives
 // costs one round trip and never waits for the lock, even while another
 // caller holds it: the read script itself sees that no unit fits. A call that
 // waits for the lock re-reads the state with every attempt and is denied as
@@ -56,7 +81,8 @@
 // whose lock lease lapsed (a paused process) is rejected and the call starts
 // over on fresh state.
 //
-// Every state key expires when all its funnels would be empty. An active
+// Every state key expires when all its funnels would be empty (its windows
+// hold no unit, its calendar rules' periods have ended). An active
 // key with one rule takes 136 bytes of Redis memory: the hash
 // <prefix>{<key>}:f, one field per rule (48 bits of the rule's definition,
 // base64url) holding "<gate>:<fill>:<at>" in base 36.

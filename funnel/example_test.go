@@ -169,3 +169,72 @@ func ExampleWithPenalty() {
 	// 8 false penalty 24h0m0s
 	// 9 false penalty 24h0m0s
 }
+
+// "10 a day", three ways, for a week: a user tries 20 times a day, every 72
+// minutes, from midnight (UTC) on. AtMost(10, 24h) is a funnel: 10 at once,
+// then one a day for as long as the tries go on. Window(10, 24h) gives 10
+// again once the first 10 are a day old; PerDay(10, UTC) gives 10 again at
+// midnight, so 20 can go through within two hours around it. (The README's
+// "Choosing a rule" tables are this output.)
+func Example_tenADay() {
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	lim, err := funnel.New(client)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	rules := []funnel.Rule{funnel.AtMost(10, 24*time.Hour), funnel.Window(10, 24*time.Hour), funnel.PerDay(10, time.UTC)}
+	start := time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
+	fmt.Println("day  AtMost(10, 24h)  Window(10, 24h)  PerDay(10, UTC)")
+	for day := range 7 {
+		var admitted [3]int
+		for try := range 20 {
+			m.SetTime(start.Add(time.Duration(day*20+try) * 72 * time.Minute))
+			for i, r := range rules {
+				res, err := lim.Allow(ctx, "user:"+r.Name, r) // a key per rule: each rule alone
+				if err != nil {
+					panic(err)
+				}
+				if res.Allowed {
+					admitted[i]++
+				}
+			}
+		}
+		fmt.Printf("%d    %2d of 20         %2d of 20         %2d of 20\n", day+1, admitted[0], admitted[1], admitted[2])
+	}
+	// Around midnight: 10 tries at 23:00, 10 more at 00:30. The window
+	// counts the last 24 hours; the calendar day starts afresh at 00:00.
+	for i, at := range []time.Time{time.Date(2026, 1, 20, 23, 0, 0, 0, time.UTC), time.Date(2026, 1, 21, 0, 30, 0, 0, time.UTC)} {
+		m.SetTime(at)
+		var admitted [3]int
+		for range 10 {
+			for j, r := range rules {
+				res, err := lim.Allow(ctx, "late:"+r.Name, r)
+				if err != nil {
+					panic(err)
+				}
+				if res.Allowed {
+					admitted[j]++
+				}
+			}
+		}
+		fmt.Printf("%s  %2d of 10         %2d of 10         %2d of 10\n", []string{"23:00", "00:30"}[i], admitted[0], admitted[1], admitted[2])
+	}
+	// Output:
+	// day  AtMost(10, 24h)  Window(10, 24h)  PerDay(10, UTC)
+	// 1    10 of 20         10 of 20         10 of 20
+	// 2     1 of 20         10 of 20         10 of 20
+	// 3     1 of 20         10 of 20         10 of 20
+	// 4     1 of 20         10 of 20         10 of 20
+	// 5     1 of 20         10 of 20         10 of 20
+	// 6     1 of 20         10 of 20         10 of 20
+	// 7     1 of 20         10 of 20         10 of 20
+	// 23:00  10 of 10         10 of 10         10 of 10
+	// 00:30   0 of 10          0 of 10         10 of 10
+}

@@ -7,7 +7,13 @@ import (
 )
 
 // IsWindow reports whether r is a Window rule.
-func IsWindow(r Rule) bool { return r.window }
+func IsWindow(r Rule) bool { return r.kind == kindWindow }
+
+// Calendar returns the zone of r and whether it counts months, if r is a
+// PerDay or PerMonth rule (ok).
+func Calendar(r Rule) (loc *time.Location, month, ok bool) {
+	return r.loc, r.kind == kindMonth, r.kind == kindDay || r.kind == kindMonth
+}
 
 // SetBeforeCommit makes f run in every admission of l between the read and
 // the commit, so a test can stall a commit past its lock's lease.

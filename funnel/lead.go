@@ -23,7 +23,8 @@ type leader struct {
 	// deny cache's at that time.
 	sent  time.Time
 	epoch uint64
-	// lock is the key's lock, for the one-round-trip admission (admit.lua).
+	// lock is the key's lock, for the one-round-trip admission (admit.lua);
+	// empty where that admission does not apply.
 	lock string
 }
 
@@ -46,7 +47,7 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 	var ws sealed
 	defer func() { ws.wake() }()
 	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
-	if !lim.uniform {
+	if !lim.uniform && !c.set.calendar {
 		l.lock = lim.locker.LockKey(c.name)
 	}
 	for range maxCommits {
@@ -99,7 +100,8 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 // acquire tries the key's lock with a gate that reads the state, and waits
 // for it if another holds it and the state does not deny. The gate is the
 // penalty box's (penalty.lua) when there is one, else the one-round-trip
-// admission's (admit.lua) unless WithUniformCost, else read.lua; each
+// admission's (admit.lua) unless WithUniformCost or a calendar rule, else
+// read.lua; each
 // attempt gets its own (admit.lua's nonce is new).
 func (l *leader) acquire(ctx context.Context) (*mutex.Lock, any, error) {
 	lim := l.lim
@@ -108,7 +110,7 @@ func (l *leader) acquire(ctx context.Context) (*mutex.Lock, any, error) {
 	switch {
 	case lim.penalty != nil:
 		gate = mutex.Call{Fragment: penaltyGate, Keys: []string{l.c.key}, Args: l.c.penalized(lim.penalty, "1")}
-	case !lim.uniform:
+	case l.lock != "": // neither WithUniformCost nor a calendar rule
 		gate = l.c.admit(l.n, l.lock)
 	default:
 		gate = l.c.read(readGate)

@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -385,6 +386,10 @@ type ruleSet struct {
 	// admit1 is admit.lua's arguments for a call of one unit, but its
 	// nonce: the fields, each rule's new value without its time, the TTL.
 	admit1 []any
+	// calendar is set when a rule counts calendar periods: admit.lua cannot
+	// write its value (the wait and TTL depend on the period's end), so
+	// the call reads with read.lua (admit1 is nil).
+	calendar bool
 }
 
 // ruleSet returns the compiled rules, from the cache when possible.
@@ -417,7 +422,10 @@ func newRuleSet(rules []Rule, compile func(Rule) (rule, error)) (*ruleSet, error
 	for i, r := range rs {
 		s.ids[i] = r.arg
 	}
-	s.admit1 = admitArgs(rs, s.ids, 1)
+	s.calendar = slices.ContainsFunc(rs, func(r rule) bool { return r.cal != nil })
+	if !s.calendar {
+		s.admit1 = admitArgs(rs, s.ids, 1)
+	}
 	return s, nil
 }
 

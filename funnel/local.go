@@ -11,7 +11,10 @@ const DefaultLocalKeys = 10000
 
 // A Local decides rules in this process's memory, on its monotonic clock,
 // with the arithmetic of a Limiter: for a key used only through it, it makes
-// the decisions a Limiter would make with the clocks in step. It is the
+// the decisions a Limiter would make with the clocks in step. Its time is
+// the wall clock at its creation plus the monotonic time since: a step of
+// the wall clock does not move it, and calendar rules (PerDay) count the
+// days of that time. It is the
 // fallback of a guard while Redis cannot answer: each process then admits
 // at most what the rules allow, per key, instead of everything.
 //
@@ -61,7 +64,7 @@ func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Resul
 	if err := checkN(rs, n); err != nil {
 		return Result{}, err
 	}
-	us := int64(max(now.Sub(l.base), 0) / time.Microsecond)
+	us := l.base.Add(max(now.Sub(l.base), 0)).UnixMicro()
 	st := l.keys[key]
 	d := decide(rs, levelsOf(st, rs), us, n)
 	if !d.allowed {

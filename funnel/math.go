@@ -88,6 +88,27 @@ func (r rule) windowEmpty(log []int64, now int64) int64 {
 	return max(log[len(log)-1]+r.window-now, 0)
 }
 
+// calendarWait returns how long, in µs from t, until n more units fit in
+// calendar rule r holding count units at t: none while they fit, else until
+// t's period ends. n is at most r's n (checkN).
+func (r rule) calendarWait(count, t, n int64) int64 {
+	if count+n <= r.full {
+		return 0
+	}
+	_, end := r.cal.period(t)
+	return end - t
+}
+
+// calendarEmpty returns how long, in µs from t, until calendar rule r
+// holding count units at t counts none: until t's period ends, if count > 0.
+func (r rule) calendarEmpty(count, t int64) int64 {
+	if count == 0 {
+		return 0
+	}
+	_, end := r.cal.period(t)
+	return end - t
+}
+
 // withUnits returns a new log: live, then n units taken at.
 func withUnits(live []int64, at, n int64) []int64 {
 	log := make([]int64, len(live), len(live)+int(n))
@@ -135,14 +156,18 @@ func decide(rules []rule, states []level, now, n int64) decision {
 		}
 		d.ats[i] = clock(s, now)
 		var w int64
-		if r.window > 0 {
+		switch {
+		case r.window > 0:
 			if d.logs == nil {
 				d.logs = make([][]int64, len(rules))
 			}
 			d.logs[i] = r.live(s.units(), d.ats[i])
 			d.fills[i] = int64(len(d.logs[i]))
 			w = r.windowWait(d.logs[i], d.ats[i], n)
-		} else {
+		case r.cal != nil:
+			d.fills[i] = r.cal.count(s, d.ats[i])
+			w = r.calendarWait(d.fills[i], d.ats[i], n)
+		default:
 			d.fills[i] = r.drain(s, d.ats[i])
 			w = r.wait(d.fills[i], n)
 		}
@@ -176,7 +201,8 @@ func (d *decision) unpeek(rules []rule) {
 
 // refund takes n units out of every rule at now, never below empty, and
 // returns the fills, their times and the windows' logs (nil if none): a
-// window gives back its newest units.
+// window gives back its newest units, a calendar rule units of the current
+// period.
 func refund(rules []rule, states []level, now, n int64) (fills, ats []int64, logs [][]int64) {
 	fills, ats = make([]int64, len(rules)), make([]int64, len(rules))
 	for i, r := range rules {
@@ -188,6 +214,10 @@ func refund(rules []rule, states []level, now, n int64) (fills, ats []int64, log
 			live := r.live(states[i].units(), ats[i])
 			logs[i] = live[:len(live)-int(min(n, int64(len(live))))]
 			fills[i] = int64(len(logs[i]))
+			continue
+		}
+		if r.cal != nil { // units of the current period only
+			fills[i] = max(r.cal.count(states[i], ats[i])-n, 0)
 			continue
 		}
 		fills[i] = max(r.drain(states[i], ats[i])-min(n, r.full/r.per)*r.per, 0)
@@ -244,8 +274,11 @@ func (d decision) result(rules []rule) Result {
 // emptyIn returns how long, in µs, until rule r, the i-th of d, is empty
 // after d.
 func (r rule) emptyIn(d decision, i int) int64 {
-	if r.window > 0 {
+	switch {
+	case r.window > 0:
 		return r.windowEmpty(d.logs[i], d.ats[i])
+	case r.cal != nil:
+		return r.calendarEmpty(d.fills[i], d.ats[i])
 	}
 	return ceilDiv(d.fills[i], r.leak)
 }

@@ -3,6 +3,7 @@ package funnel_test
 import (
 	"fmt"
 	"math/big"
+	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
 )
@@ -11,7 +12,8 @@ import (
 // rational) at time at (µs) and drains rate units per µs. A Window rule's
 // model is a sliding log instead: units holds the time of every unit ever
 // taken and not refunded, and a unit taken at t counts at now while
-// now < t + win.
+// now < t + win. A calendar rule's model counts the units of the local date
+// (or month) of the last call, found by formatting each instant in the zone.
 type refRule struct {
 	c     *big.Rat // Capacity
 	rate  *big.Rat // Leak / Per
@@ -20,6 +22,15 @@ type refRule struct {
 
 	win   int64 // µs; 0 for a funnel
 	units []int64
+
+	// A calendar rule's model (loc non-nil): count units were taken in the
+	// period named period (its local date, "2026-03-08", or month); base
+	// is the Unix time in µs of the model's time 0.
+	loc    *time.Location
+	month  bool
+	base   int64
+	count  int64
+	period string
 }
 
 func newRefRule(r funnel.Rule) *refRule {
@@ -31,7 +42,46 @@ func newRefRule(r funnel.Rule) *refRule {
 	if funnel.IsWindow(r) {
 		m.win = r.Per.Microseconds()
 	}
+	m.loc, m.month, _ = funnel.Calendar(r)
 	return m
+}
+
+// periodOf names the calendar period of now: its local date, or month.
+func (m *refRule) periodOf(now int64) string {
+	layout := "2006-01-02"
+	if m.month {
+		layout = "2006-01"
+	}
+	return time.UnixMicro(m.base + now).In(m.loc).Format(layout)
+}
+
+// countAt is a calendar rule's count at now: 0 in a period after the
+// count's.
+func (m *refRule) countAt(now int64) int64 {
+	if m.periodOf(now) != m.period {
+		return 0
+	}
+	return m.count
+}
+
+// nextPeriod returns the first µs after now in another period than now's:
+// by bisection on the local date of each instant, which the zones the
+// tests use never set back across midnight.
+func (m *refRule) nextPeriod(now int64) int64 {
+	p := m.periodOf(now)
+	lo, hi := now, now+1 // periodOf(lo) == p, periodOf(hi) != p
+	for m.periodOf(hi) == p {
+		lo, hi = hi, hi+(hi-now)*2
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if m.periodOf(mid) == p {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi
 }
 
 // inWindow returns the units of a window counted at now, oldest first.
@@ -53,6 +103,9 @@ func (m *refRule) levelAt(now int64) *big.Rat {
 	}
 	if m.win > 0 {
 		return new(big.Rat).SetInt64(int64(len(m.inWindow(now))))
+	}
+	if m.loc != nil {
+		return new(big.Rat).SetInt64(m.countAt(now))
 	}
 	leaked := new(big.Rat).Mul(m.rate, new(big.Rat).SetInt64(now-m.at))
 	l := new(big.Rat).Sub(m.level, leaked)
@@ -84,6 +137,9 @@ func (m *refRule) wait(now, n int64) *big.Rat {
 		}
 		panic("a window never has room")
 	}
+	if m.loc != nil { // n is at most the rule's n: it fits in the next period
+		return new(big.Rat).SetInt64(m.nextPeriod(now) - now)
+	}
 	s.Neg(s)
 	return s.Quo(s, m.rate)
 }
@@ -95,6 +151,10 @@ func (m *refRule) take(now, n int64) {
 			m.units = append(m.units, now)
 		}
 		m.at = now
+		return
+	}
+	if m.loc != nil {
+		m.count, m.period, m.at = m.countAt(now)+n, m.periodOf(now), now
 		return
 	}
 	m.level = m.levelAt(now)
@@ -109,6 +169,15 @@ func newRefKey(rules []funnel.Rule) refKey {
 	k := make(refKey, len(rules))
 	for i, r := range rules {
 		k[i] = newRefRule(r)
+	}
+	return k
+}
+
+// since sets the Unix time in µs of k's time 0, which calendar rules count
+// their periods by (0 by default: k's times are Unix times).
+func (k refKey) since(base int64) refKey {
+	for _, m := range k {
+		m.base = base
 	}
 	return k
 }
@@ -156,6 +225,10 @@ func (m *refRule) refund(now, n int64) {
 		m.at = now
 		return
 	}
+	if m.loc != nil {
+		m.count, m.period, m.at = max(m.countAt(now)-n, 0), m.periodOf(now), now
+		return
+	}
 	l := m.levelAt(now)
 	l.Sub(l, new(big.Rat).SetInt64(n))
 	if l.Sign() < 0 {
@@ -185,6 +258,12 @@ func (m *refRule) empty(now int64) int64 {
 	if m.win > 0 {
 		if in := m.inWindow(now); len(in) > 0 {
 			return in[len(in)-1] + m.win - now
+		}
+		return 0
+	}
+	if m.loc != nil {
+		if m.countAt(now) > 0 {
+			return m.nextPeriod(now) - now
 		}
 		return 0
 	}

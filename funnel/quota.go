@@ -31,14 +31,19 @@ const maxWholeSeconds = time.Duration(math.MaxInt64 / int64(time.Second) * int64
 // math.MaxInt64, and a Per within a second of the largest Duration gives
 // the largest whole-second Duration as w (and its q). at is the time the
 // quota is asked for (time.Now() for a response): a calendar rule's window
-// is the length of its day or month at at; a funnel and a Window ignore it.
+// is the length of its day or month at at (a day of 23 or 25 hours across a
+// clock change); a funnel and a Window ignore it.
 // An invalid rule (one Validate refuses) has no quota: 0, 0.
 func (r Rule) Quota(at time.Time) (q int64, w time.Duration) {
 	if r.invalid() != "" {
 		return 0, 0
 	}
-	if r.window {
+	switch r.kind {
+	case kindWindow:
 		return r.Capacity, r.Per
+	case kindDay, kindMonth:
+		start, end := r.compileCalendar().cal.period(at.UnixMicro())
+		return r.Capacity, micros(end - start)
 	}
 	per := uint64(r.Per / time.Microsecond)
 	if hi, full := bits.Mul64(uint64(r.Capacity), per); hi != 0 || full > maxScaled {

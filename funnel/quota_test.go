@@ -227,3 +227,27 @@ func TestTightestReset(t *testing.T) {
 		t.Fatalf("a second unit 100ms later: %+v, %v; want TightestReset 566667µs", res, err)
 	}
 }
+
+// A calendar rule's quota is its n per the length of the day or month that
+// holds at: 23 and 25 hours on New York's clock-change days, 24 otherwise,
+// and March 2026 is 31 days less the hour sprung.
+func TestQuotaCalendar(t *testing.T) {
+	ny := mustZone("America/New_York")
+	at := func(mo time.Month, d int) time.Time { return time.Date(2026, mo, d, 12, 0, 0, 0, ny) }
+	for _, tc := range []struct {
+		rule funnel.Rule
+		at   time.Time
+		w    time.Duration
+	}{
+		{funnel.PerDay(10, ny), at(3, 8), 23 * time.Hour},
+		{funnel.PerDay(10, ny), at(11, 1), 25 * time.Hour},
+		{funnel.PerDay(10, ny), at(6, 1), 24 * time.Hour},
+		{funnel.PerDay(10, nil), at(3, 8), 24 * time.Hour},
+		{funnel.PerMonth(10, ny), at(3, 15), 31*24*time.Hour - time.Hour},
+		{funnel.PerMonth(10, nil), at(2, 15), 28 * 24 * time.Hour},
+	} {
+		if q, w := tc.rule.Quota(tc.at); q != 10 || w != tc.w {
+			t.Errorf("%s at %v: %d per %v, want 10 per %v", tc.rule.Name, tc.at, q, w, tc.w)
+		}
+	}
+}

@@ -31,6 +31,11 @@ const (
 //
 // A rule makes the same decisions as GCRA, and as
 // redis_rate.Limit{Burst: Capacity, Rate: Leak, Period: Per}.
+//
+// Window, PerDay and PerMonth return rules that count units instead: a
+// sliding window and calendar budgets (see "Choosing a rule" in the package
+// documentation). Their kind is not a field: build them with those
+// functions.
 type Rule struct {
 	// Name identifies the rule in a Result and in the stored state.
 	Name string
@@ -41,10 +46,22 @@ type Rule struct {
 	// Per is the leak period, a whole number of microseconds.
 	Per time.Duration
 
-	// window marks a sliding window (see Window): Capacity units in any
-	// window of length Per.
-	window bool
+	// kind is what the rule counts: a funnel (the zero value), a sliding
+	// window (see Window: Capacity units in any window of length Per), or
+	// a calendar day or month (see PerDay: Capacity units in each, in loc).
+	kind ruleKind
+	loc  *time.Location
 }
+
+// A ruleKind tells a funnel from the rules that count units otherwise.
+type ruleKind uint8
+
+const (
+	kindFunnel ruleKind = iota
+	kindWindow
+	kindDay
+	kindMonth
+)
 
 // MaxWindow is the largest n of a Window rule: a window stores the time of
 // every unit it holds (at most 16 bytes each), so a key's state stays small.
@@ -70,13 +87,19 @@ const MaxWindow = 10_000
 // microseconds. The rule is named like "5 in 1h0m0s"; its Leak is n, and
 // not used. Its Quota is n per w.
 func Window(n int64, w time.Duration) Rule {
-	return Rule{Name: strconv.FormatInt(n, 10) + " in " + w.String(), Capacity: n, Leak: n, Per: w, window: true}
+	return Rule{Name: strconv.FormatInt(n, 10) + " in " + w.String(), Capacity: n, Leak: n, Per: w, kind: kindWindow}
 }
 
 // AtMost returns the rule that admits at most n calls in every window
 // [t, t+window), for every t, with the largest burst that allows: n at once,
 // then one per window. A cooldown AtMost(1, time.Minute) admits the next call
 // exactly one minute after the last.
+//
+// After the burst it admits one call per window, not n: AtMost(10, 24*time.Hour)
+// admits 10 calls at once, and then one a day for as long as calls keep
+// coming, however many are tried; it admits 10 at once again only after 10
+// days without a call. For "n per period" as people say it, use Window (n
+// again once the first n are a period old) or PerDay (n again at midnight).
 //
 // Why: a funnel of capacity C leaking one unit per window admits fewer than
 // C+1 units in any window, since what goes in within a window is at most what
@@ -99,6 +122,9 @@ type rule struct {
 	// window is a window rule's length in µs, 0 for a funnel. A window
 	// counts units: per and leak are 1 and full is its n.
 	window int64
+	// cal is a calendar rule's zone and period, nil for the others. It
+	// counts units too: per and leak are 1 and full is its n.
+	cal *calendar
 }
 
 // compile returns r in exact units, or an error matching ErrInvalidRule.
@@ -110,7 +136,10 @@ func (r Rule) compile() (rule, error) {
 		return bad(why)
 	}
 	per := int64(r.Per / time.Microsecond)
-	if r.window {
+	if r.kind == kindDay || r.kind == kindMonth {
+		return r.compileCalendar(), nil
+	}
+	if r.kind == kindWindow {
 		id := fieldOf(r.Name + "/window/" + strconv.FormatInt(r.Capacity, 10) + "/" + strconv.FormatInt(per, 10))
 		return rule{name: r.Name, id: id, arg: id, per: 1, full: r.Capacity, leak: 1, window: per}, nil
 	}
@@ -130,9 +159,11 @@ func (r Rule) invalid() string {
 		return fmt.Sprintf("the name must have 1 to %d bytes", MaxRuleName)
 	case r.Capacity <= 0:
 		return "Capacity must be positive"
-	case r.window && r.Capacity > MaxWindow:
+	case r.kind == kindDay || r.kind == kindMonth:
+		return r.invalidCalendar()
+	case r.kind == kindWindow && r.Capacity > MaxWindow:
 		return fmt.Sprintf("a window holds at most %d units", MaxWindow)
-	case r.window && r.Per%time.Microsecond == 0 && r.Per >= time.Microsecond:
+	case r.kind == kindWindow && r.Per%time.Microsecond == 0 && r.Per >= time.Microsecond:
 		return "" // a window's Leak is not used
 	case r.Leak <= 0:
 		return "Leak must be positive"
@@ -142,6 +173,16 @@ func (r Rule) invalid() string {
 		return "Per must be a whole number of microseconds"
 	case r.Leak > maxScaled:
 		return "Leak is too large"
+	}
+	return ""
+}
+
+// invalidCalendar returns why calendar rule r, whose name and Capacity are
+// valid, is out of range, "" if it is not: a calendar's Leak and Per are
+// not used.
+func (r Rule) invalidCalendar() string {
+	if r.Capacity > maxScaled {
+		return "a calendar rule counts at most 2^61 units"
 	}
 	return ""
 }

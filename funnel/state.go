@@ -26,12 +26,21 @@ import (
 // once, "<offset>*<c>" (c in base 36). An entry takes at most 14 bytes
 // (13 base-36 digits hold any int64, and the comma), so a window of n units
 // stores at most 14n bytes of log.
+//
+// A calendar rule's value is a funnel's, "<wait>:<count>:<at>": <count> is
+// the units of the period that holds <at> (a count of an earlier period is
+// 0 at any later time), and <wait> is 0 while one more fits, else how long
+// after <at> that period ends.
 
 // encode returns the stored value of a rule whose funnel holds fill at
 // server time at.
 func (r rule) encode(fill, at int64) string {
+	wait := r.wait(fill, 1)
+	if r.cal != nil {
+		wait = r.calendarWait(fill, at, 1)
+	}
 	b := make([]byte, 0, 32)
-	b = strconv.AppendInt(b, r.wait(fill, 1), 36)
+	b = strconv.AppendInt(b, wait, 36)
 	b = append(b, ':')
 	b = strconv.AppendInt(b, fill, 36)
 	b = append(b, ':')
@@ -191,6 +200,9 @@ func writeArgs(rules []rule, fills, ats []int64, logs [][]int64, now int64) []an
 			continue
 		}
 		empty := satAdd(ats[i]-now, ceilDiv(fills[i], r.leak)) // µs from now
+		if r.cal != nil {
+			empty = ats[i] - now + r.calendarEmpty(fills[i], ats[i])
+		}
 		ttl = max(ttl, ceilDiv(empty, 1000))
 		args = append(args, r.arg, r.encode(fills[i], ats[i]))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/testutil"
+	_ "time/tzdata" // the zones of the calendar tests, with Go alone
 )
 
 // The window tests play random schedules of calls on keys with 1 to 4 rules
@@ -34,10 +35,45 @@ type windowTarget struct {
 	// an earlier denial of fewer units, and its RetryAfter and ResetAfter
 	// shorter than the model's (the deny cache's, see WithDenyCache).
 	asOfDenial bool
+	// base is the Unix time in µs of the schedule's time 0: calendar rules
+	// count the days of it.
+	base int64
 }
 
-// windowRules returns 1 to 4 rules with at least one Window, and the least
-// capacity among them.
+// calendarRule returns a random PerDay or (rarely) PerMonth rule of 1 to 20
+// units, in UTC, a zone with daylight saving time, or a fixed zone of a
+// random offset (whose midnight falls anywhere in a schedule).
+func calendarRule(rng *rand.Rand) funnel.Rule {
+	var loc *time.Location
+	switch rng.IntN(4) {
+	case 0:
+		loc = time.UTC
+	case 1:
+		loc = mustZone("America/New_York")
+	default:
+		off := rng.IntN(26*60+1) - 12*60 // minutes, -12:00 to +14:00
+		loc = time.FixedZone(fmt.Sprintf("Z%+d", off), off*60)
+	}
+	n := 1 + rng.Int64N(20)
+	if rng.IntN(8) == 0 {
+		return funnel.PerMonth(n, loc)
+	}
+	return funnel.PerDay(n, loc)
+}
+
+// mustZone loads a zone of the tz database (time/tzdata is imported: the
+// tests need only Go).
+func mustZone(name string) *time.Location {
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		panic(err)
+	}
+	return loc
+}
+
+// windowRules returns 1 to 4 rules mixing Window, calendar (PerDay,
+// PerMonth) and funnel rules, the first a Window or a calendar rule, and
+// the least capacity among them.
 func windowRules(rng *rand.Rand) ([]funnel.Rule, int64) {
 	rules := make([]funnel.Rule, 1+rng.IntN(4))
 	names := map[string]bool{}
@@ -55,9 +91,12 @@ func windowRules(rng *rand.Rand) ([]funnel.Rule, int64) {
 			case 3:
 				per = time.Duration(1+rng.Int64N(1000)) * time.Microsecond
 			}
-			if i == 0 || rng.IntN(2) == 0 {
+			switch k := rng.IntN(6); {
+			case k < 2 || i == 0 && k < 4:
 				rules[i] = funnel.Window(1+rng.Int64N(20), per)
-			} else {
+			case k < 4:
+				rules[i] = calendarRule(rng)
+			default:
 				rules[i] = funnel.Rule{Name: fmt.Sprintf("f%d", i), Capacity: 1 + rng.Int64N(20), Leak: 1 + rng.Int64N(10), Per: per}
 			}
 			if !names[rules[i].Name] {
@@ -91,6 +130,10 @@ func windowGap(rng *rand.Rand, r funnel.Rule) int64 {
 // windowCounts counts what a schedule checked.
 type windowCounts struct {
 	calls, denied, several, atRetry, peeks, refunds int
+	// calendar counts the calls with a calendar rule, byCalendar the
+	// denials by one, and newPeriod the calls that found a calendar rule's
+	// count of an earlier period (a reset).
+	calendar, byCalendar, newPeriod int
 }
 
 // playWindow plays keys schedules of steps calls each on tg and checks every
@@ -101,7 +144,7 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 	for k := range keys {
 		rules, least := windowRules(rng)
 		key := fmt.Sprintf("w%d", k)
-		model := newRefKey(rules)
+		model := newRefKey(rules).since(tg.base)
 		var now, n, retry int64
 		for i := range steps {
 			switch p := rng.IntN(10); {
@@ -119,6 +162,11 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 				}
 			}
 			where := fmt.Sprintf("key %d (rules %+v), step %d at +%dµs, n=%d", k, rules, i, now, n)
+			for _, m := range model {
+				if m.loc != nil && m.count > 0 && m.periodOf(now) != m.period {
+					c.newPeriod++
+				}
+			}
 			if tg.peek != nil && rng.IntN(8) == 0 {
 				res, err := tg.peek(now, key, rules)
 				if err != nil {
@@ -165,18 +213,31 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 				res.TightestReset = time.Duration(empty) * time.Microsecond
 			}
 			retry = checkModel(t, where, rules, model, now, n, res, true)
+			calendar := slices.ContainsFunc(rules, isCalendar)
+			if calendar {
+				c.calendar++
+			}
 			if retry > 0 {
 				c.denied++
 				if len(rules) > 1 {
 					c.several++
 				}
+				if isCalendar(rules[ruleIndex(rules, res.Rule)]) {
+					c.byCalendar++
+				}
 			}
 		}
 	}
-	if c.denied == 0 || c.denied == c.calls || c.several == 0 {
+	if c.denied == 0 || c.denied == c.calls || c.several == 0 || c.byCalendar == 0 || c.newPeriod == 0 || c.calendar == c.calls {
 		t.Fatalf("%d of %d calls denied (%d over several rules): the schedules test nothing", c.denied, c.calls, c.several)
 	}
 	return c
+}
+
+// isCalendar reports whether r is a PerDay or PerMonth rule.
+func isCalendar(r funnel.Rule) bool {
+	_, _, ok := funnel.Calendar(r)
+	return ok
 }
 
 // checkModel checks res, the outcome of a call of n units at now (take:
@@ -231,8 +292,10 @@ func checkModel(t *testing.T, where string, rules []funnel.Rule, model refKey, n
 func TestWindowLocalModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(29, 1))
 	l := funnel.NewLocal(0)
-	base := time.Now()
-	tg := windowTarget{allowN: func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error) {
+	// A wall time only, in whole µs, after the Local's creation: the Local
+	// counts days of exactly this time plus the schedule's.
+	base := time.Now().Truncate(time.Microsecond)
+	tg := windowTarget{base: base.UnixMicro(), allowN: func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error) {
 		return l.AllowN(base.Add(time.Duration(now)*time.Microsecond), key, n, rules...)
 	}}
 	c := playWindow(t, rng, tg, 200, 100)
@@ -266,6 +329,7 @@ func TestWindowOracle(t *testing.T) {
 			}
 			tg = windowTarget{
 				asOfDenial: tg.asOfDenial,
+				base:       o.t0.UnixMicro(),
 				allowN: func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error) {
 					at(now)
 					return o.lim.AllowN(ctx, key, n, rules...)
@@ -318,8 +382,11 @@ func TestWindowInvalid(t *testing.T) {
 // before the call); and so for a Peek's ResetAfter. The time found must lie
 // between the server's TIME before and after the call. The windows and
 // funnels are short (1ms to 200ms) so that units leave them while the test
-// runs, or long (a minute, a day). It also checks that the key's TTL is
-// never past the last unit's departure (it may only grow), to the ms.
+// runs, or long (a minute, a day). Calendar rules count the days of a
+// fixed zone whose midnight falls within a second of each key's first
+// call, so they change days while it runs. It also checks that the key's
+// TTL is never past the last unit's departure (or the period's end; it
+// may only grow), to the ms.
 func TestWindowRealServer(t *testing.T) {
 	b := testutil.RealBackend(t)
 	ctx := context.Background()
@@ -370,9 +437,13 @@ func TestWindowRealServer(t *testing.T) {
 		}
 	}
 	short := func() time.Duration { return time.Duration(1000+rng.Int64N(200_000)) * time.Microsecond }
-	var calls, denied, peeks, refunds, several int
+	var calls, denied, peeks, refunds, several, byCalendar, newPeriod int
 	const keys, steps = 8, 40
 	for k := range keys {
+		// A fixed zone whose midnight falls within a second: the key's
+		// calendar rules change days while the key's calls run.
+		midnight := serverNow()/1e6 + 1
+		zone := time.FixedZone(fmt.Sprintf("midnight+%d", k), -int(midnight%86400))
 		rules := make([]funnel.Rule, 1+rng.IntN(4))
 		least := int64(1 << 62)
 		for i := range rules {
@@ -383,10 +454,17 @@ func TestWindowRealServer(t *testing.T) {
 			case 1:
 				per = 24 * time.Hour
 			}
-			if i == 0 || rng.IntN(2) == 0 {
+			switch p := rng.IntN(6); {
+			case p < 3 && (i == 0 || p < 2):
 				rules[i] = funnel.Window(1+rng.Int64N(8), per)
 				rules[i].Name = fmt.Sprintf("w%d", i)
-			} else {
+			case p < 4:
+				rules[i] = funnel.PerDay(1+rng.Int64N(8), zone)
+				if rng.IntN(8) == 0 {
+					rules[i] = funnel.PerMonth(1+rng.Int64N(8), zone)
+				}
+				rules[i].Name = fmt.Sprintf("c%d", i)
+			default:
 				rules[i] = funnel.Rule{Name: fmt.Sprintf("f%d", i), Capacity: 1 + rng.Int64N(8), Leak: 1 + rng.Int64N(3), Per: per}
 			}
 			least = min(least, rules[i].Capacity)
@@ -410,6 +488,9 @@ func TestWindowRealServer(t *testing.T) {
 				after := serverNow()
 				if err != nil {
 					t.Fatal(err)
+				}
+				if straddles(model, before, after) {
+					continue // its time cannot be told; the next call is checked
 				}
 				now := after
 				switch {
@@ -437,9 +518,15 @@ func TestWindowRealServer(t *testing.T) {
 				}
 				within(where+" (refund)", now, before, after)
 				model.refund(now, m)
+				expiry = max(expiry, after+model.reset(now)) // see below
 				refunds++
 			}
 			before := serverNow()
+			for _, m := range model {
+				if m.loc != nil && m.count > 0 && m.periodOf(before) != m.period {
+					newPeriod++
+				}
+			}
 			res, err := lim.AllowN(ctx, key, n, rules...)
 			after := serverNow()
 			if err != nil {
@@ -459,12 +546,20 @@ func TestWindowRealServer(t *testing.T) {
 				if len(rules) > 1 {
 					several++
 				}
+				if isCalendar(rules[j]) {
+					byCalendar++
+				}
 			}
 			within(where, now, before, after)
 			checkModel(t, where, rules, model, now, n, res, true)
 			calls++
 			if res.Allowed {
-				expiry = max(expiry, now+model.reset(now))
+				// The TTL is computed from the read's time (now) and set
+				// by the write, up to after - now later: an expiry that
+				// late. (A calendar rule's end stays put while the key's
+				// calls run, so an earlier write's lateness stays in the
+				// TTL, which only grows.)
+				expiry = max(expiry, after+model.reset(now))
 				pttl, err := c.PTTL(ctx, keyspace.Key(b.Prefix, key, "f")).Result()
 				if err != nil {
 					t.Fatal(err)
@@ -482,10 +577,22 @@ func TestWindowRealServer(t *testing.T) {
 			}
 		}
 	}
-	if denied == 0 || denied == calls || several == 0 {
-		t.Fatalf("%d of %d calls denied (%d over several rules): the schedules test nothing", denied, calls, several)
+	if denied == 0 || denied == calls || several == 0 || byCalendar == 0 || newPeriod == 0 {
+		t.Fatalf("%d of %d calls denied (%d over several rules, %d by a calendar rule; %d in a new period): the schedules test nothing", denied, calls, several, byCalendar, newPeriod)
 	}
-	t.Logf("on %s: %d calls agreed (%d denied, %d over several rules), %d peeks, %d refunds", testutil.ServerName(), calls, denied, several, peeks, refunds)
+	t.Logf("on %s: %d calls agreed (%d denied, %d over several rules, %d by a calendar rule; %d found a new period), %d peeks, %d refunds", testutil.ServerName(), calls, denied, several, byCalendar, newPeriod, peeks, refunds)
+}
+
+// straddles reports whether a calendar rule of model changes periods
+// between before and after: a Peek's time found from its ResetAfter there
+// is not where the model would look for it.
+func straddles(model refKey, before, after int64) bool {
+	for _, m := range model {
+		if m.loc != nil && m.periodOf(before) != m.periodOf(after) {
+			return true
+		}
+	}
+	return false
 }
 
 // The memory of an active key with one Window(n, w) (MEMORY USAGE, key

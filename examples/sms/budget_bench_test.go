@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/redis/go-redis/v9"
 )
@@ -33,7 +34,8 @@ func benchServices(b *testing.B, srv *testutil.Server, n int) []*Service {
 		cfg := testConfig()
 		cfg.TrustProxy = true
 		cfg.Cooldown = time.Microsecond
-		cfg.PhoneHourly, cfg.PhoneDaily, cfg.IPHourly, cfg.IPDaily = 1<<24, 1<<24, 1<<24, 1<<24
+		cfg.PhoneHourly, cfg.PhoneDaily = funnel.MaxWindow, funnel.MaxWindow // windows: at most MaxWindow
+		cfg.IPHourly, cfg.IPDaily = 1<<24, 1<<24
 		cfg.PrefixHourly, cfg.PrefixDaily, cfg.DailyBudget = 1<<24, 1<<24, 1<<28
 		svc, err := NewService(client, cfg, discard{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {

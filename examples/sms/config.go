@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
@@ -10,32 +11,33 @@ import (
 
 // Config is the service's policy; every field has a flag (see main.go).
 type Config struct {
-	Region           string        // default region for numbers without +<country>
-	Countries        []string      // regions whose numbers are texted; empty: Region only; {"*"}: all
-	PrefixDigits     int           // digits after the country code that make a destination prefix
-	PrefixHourly     int64         // sends per destination prefix per hour
-	PrefixDaily      int64         // sends per destination prefix per 24 h
-	DailyBudget      int64         // sends of the whole service per 24 h: the cost cap
-	IPVerifyHourly   int64         // verifications per client IP per hour
-	Cooldown         time.Duration // between two sends to one number
-	PhoneHourly      int64         // sends per number per hour
-	PhoneDaily       int64         // sends per number per 24 h
-	IPHourly         int64         // sends per client IP (IPv6: /64) per hour
-	IPDaily          int64         // sends per client IP per 24 h
-	CodeTTL          time.Duration // how long a code is valid
-	MaxAttempts      int64         // wrong guesses that invalidate a code
-	MaxDailyFailures int64         // failed verifications per number per 24 h, across codes
-	Secret           []byte        // HMAC key for codes and stored numbers
-	Timeout          time.Duration // per Redis call
-	TrustProxy       bool          // take the client IP from X-Forwarded-For
-	DemoOutbox       bool          // serve the console provider's outbox to the page
-	ProviderTimeout  time.Duration // bounds each call to the SMS provider
+	Region           string         // default region for numbers without +<country>
+	Countries        []string       // regions whose numbers are texted; empty: Region only; {"*"}: all
+	PrefixDigits     int            // digits after the country code that make a destination prefix
+	PrefixHourly     int64          // sends per destination prefix per hour
+	PrefixDaily      int64          // sends per destination prefix per 24 h
+	DailyBudget      int64          // sends of the whole service per calendar day: the cost cap
+	BudgetZone       *time.Location // the budget's day runs from midnight to midnight here; nil: UTC
+	IPVerifyHourly   int64          // verifications per client IP per hour
+	Cooldown         time.Duration  // between two sends to one number
+	PhoneHourly      int64          // sends per number in any hour
+	PhoneDaily       int64          // sends per number in any 24 h
+	IPHourly         int64          // sends per client IP (IPv6: /64) per hour
+	IPDaily          int64          // sends per client IP per 24 h
+	CodeTTL          time.Duration  // how long a code is valid
+	MaxAttempts      int64          // wrong guesses that invalidate a code
+	MaxDailyFailures int64          // failed verifications per number per 24 h, across codes
+	Secret           []byte         // HMAC key for codes and stored numbers
+	Timeout          time.Duration  // per Redis call
+	TrustProxy       bool           // take the client IP from X-Forwarded-For
+	DemoOutbox       bool           // serve the console provider's outbox to the page
+	ProviderTimeout  time.Duration  // bounds each call to the SMS provider
 }
 
 // DefaultConfig returns the default policy: mobile numbers of CN only;
-// cooldown 60 s, 5 per hour, 10 per day per number; 10 per hour, 30 per day
-// per IP; 30 per hour, 200 per day per destination prefix of 5 digits; 1,000
-// per day for the whole service; 6-digit codes valid 5 minutes, 5 attempts,
+// cooldown 60 s, 5 in any hour, 10 in any 24 h per number; 10 per hour, 30
+// per day per IP; 30 per hour, 200 per day per destination prefix of 5
+// digits; 1,000 per calendar day (UTC) for the whole service; 6-digit codes valid 5 minutes, 5 attempts,
 // 10 failures per number per day, 30 verifications per IP per hour.
 func DefaultConfig() Config {
 	return Config{
@@ -47,12 +49,22 @@ func DefaultConfig() Config {
 	}
 }
 
+// phoneRules are a number's limits: a cooldown between two codes, and
+// PhoneHourly in any hour and PhoneDaily in any 24 h, as sliding windows: a
+// person who needed 5 codes this hour gets 5 again once they are an hour
+// old, not one an hour (see funnel.AtMost and funnel.Window).
 func (c Config) phoneRules() []funnel.Rule {
 	return []funnel.Rule{
-		{Name: "cooldown", Capacity: 1, Leak: 1, Per: c.Cooldown},
-		{Name: "hourly", Capacity: c.PhoneHourly, Leak: 1, Per: time.Hour},
-		{Name: "daily", Capacity: c.PhoneDaily, Leak: 1, Per: 24 * time.Hour},
+		named("cooldown", funnel.AtMost(1, c.Cooldown)),
+		named("hourly", funnel.Window(c.PhoneHourly, time.Hour)),
+		named("daily", funnel.Window(c.PhoneDaily, 24*time.Hour)),
 	}
+}
+
+// named returns r named name: the rule of a 429's body and of the metrics.
+func named(name string, r funnel.Rule) funnel.Rule {
+	r.Name = name
+	return r
 }
 
 func (c Config) ipRules() []funnel.Rule {
@@ -69,13 +81,34 @@ func (c Config) prefixRules() []funnel.Rule {
 	}
 }
 
-// budgetRule is the service's daily cost cap: at most DailyBudget sends in
-// any 24 hours. A funnel of capacity C leaking L units a day admits fewer
-// than C+L in any 24 hours (see funnel.AtMost); C is an hour's share of the
-// budget, so that the budget refills through the day instead of once a day.
+// budgetRule is the service's daily cost cap: at most DailyBudget sends per
+// calendar day in BudgetZone, as a finance team reads a daily budget: all
+// of it may go at any time of the day, and it comes back at local midnight
+// (a day of 23 or 25 hours across a clock change; see funnel.PerDay).
 func (c Config) budgetRule() funnel.Rule {
-	burst := max(1, (c.DailyBudget+23)/24)
-	return funnel.Rule{Name: "budget", Capacity: burst, Leak: max(1, c.DailyBudget-burst+1), Per: 24 * time.Hour}
+	return named("budget", funnel.PerDay(c.DailyBudget, c.BudgetZone))
+}
+
+// fromFlags sets the fields of c that flags give as text: -countries, a
+// comma-separated list ("" keeps the default), and -budget-tz.
+func (c *Config) fromFlags(countries, budgetTZ string) error {
+	if countries != "" {
+		c.Countries = strings.Split(countries, ",")
+	}
+	loc, err := budgetZone(budgetTZ)
+	c.BudgetZone = loc
+	return err
+}
+
+// budgetZone returns the zone of -budget-tz: an IANA name such as UTC or
+// Asia/Shanghai (the binary embeds the zone database). "Local", the
+// host's zone, is refused: the processes of a fleet must share one day.
+func budgetZone(name string) (*time.Location, error) {
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "" || name == "Local" {
+		return nil, fmt.Errorf("%w: -budget-tz %q: want an IANA time zone name such as UTC or Asia/Shanghai", errConfig, name)
+	}
+	return loc, nil
 }
 
 func (c Config) ipVerifyRules() []funnel.Rule {

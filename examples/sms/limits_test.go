@@ -53,7 +53,7 @@ func TestHourlyLimit(t *testing.T) {
 	e.at(5 * gap)
 	r := e.send(number)
 	e.want(r, http.StatusTooManyRequests, "6th send within an hour")
-	// The hourly funnel leaks one unit an hour: it has room again at t0+1h.
+	// The hourly window has room again when the first send is an hour old.
 	if got, want := e.retryAfter(r, "6th send"), int64(time.Hour/time.Second)-int64(5*gap/time.Second); got != want {
 		t.Fatalf("6th send: Retry-After %d; want %d", got, want)
 	}
@@ -66,7 +66,9 @@ func TestHourlyLimit(t *testing.T) {
 }
 
 // The 11th code to one number within 24 hours is refused by the daily rule,
-// though the hourly rule has room.
+// though the hourly rule has room; once the first codes are a day old, the
+// number gets as many again at once (a window, not a funnel that would
+// give one a day).
 func TestDailyLimit(t *testing.T) {
 	e := newEnv(t, noIPLimits)
 	var times []time.Duration // 5 at once (a cooldown apart), then one an hour
@@ -83,15 +85,25 @@ func TestDailyLimit(t *testing.T) {
 	e.at(6 * time.Hour)
 	r := e.send(number)
 	e.want(r, http.StatusTooManyRequests, "11th send within 24 h")
-	// The daily funnel (10, leaking one a day) has room again at t0+24h.
+	// The daily window (10 in any 24 h) has room again when the first
+	// send is a day old.
 	if got, want := e.retryAfter(r, "11th send"), int64(18*time.Hour/time.Second); got != want {
 		t.Fatalf("11th send: Retry-After %d; want %d", got, want)
 	}
 	if d, h := e.denials("phone", "daily"), e.denials("phone", "hourly"); d != 1 || h != 0 {
 		t.Fatalf("denials: daily %v, hourly %v; want 1, 0", d, h)
 	}
-	e.at(24 * time.Hour)
-	e.want(e.send(number), http.StatusAccepted, "send a day after the first")
+	for i := range 5 { // the first 5, a day later: all of them again
+		at := 24*time.Hour + time.Duration(i)*61*time.Second
+		e.at(at)
+		e.want(e.send(number), http.StatusAccepted, fmt.Sprintf("send at +%v", at))
+	}
+	e.at(24*time.Hour + 5*61*time.Second)
+	r = e.send(number)
+	e.want(r, http.StatusTooManyRequests, "a 6th in the hour")
+	if got := e.retryAfter(r, "a 6th in the hour"); got != 3600-5*61 {
+		t.Fatalf("a 6th in the hour: Retry-After %d; want %d, the hourly window's", got, 3600-5*61)
+	}
 }
 
 // One client address gets 10 codes an hour and 30 a day, whatever the

@@ -19,9 +19,9 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // -budget-tz on a host without a zone database
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -49,11 +49,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl.IntVar(&cfg.PrefixDigits, "prefix-digits", cfg.PrefixDigits, "digits after the country code that make a destination prefix (the pumping limit's key)")
 	fl.Int64Var(&cfg.PrefixHourly, "prefix-hourly", cfg.PrefixHourly, "codes per destination prefix per hour")
 	fl.Int64Var(&cfg.PrefixDaily, "prefix-daily", cfg.PrefixDaily, "codes per destination prefix per 24 h")
-	fl.Int64Var(&cfg.DailyBudget, "daily-budget", cfg.DailyBudget, "codes the whole service sends in any 24 h (the cost cap)")
+	fl.Int64Var(&cfg.DailyBudget, "daily-budget", cfg.DailyBudget, "codes the whole service sends per calendar day of -budget-tz (the cost cap)")
+	budgetTZ := fl.String("budget-tz", "UTC", "IANA time zone of the budget's day (such as Asia/Shanghai): -daily-budget comes back at its midnight")
 	fl.Int64Var(&cfg.IPVerifyHourly, "ip-verify-hourly", cfg.IPVerifyHourly, "verifications per client IP per hour")
 	fl.DurationVar(&cfg.Cooldown, "cooldown", cfg.Cooldown, "time between two codes to one number")
-	fl.Int64Var(&cfg.PhoneHourly, "phone-hourly", cfg.PhoneHourly, "codes per number per hour")
-	fl.Int64Var(&cfg.PhoneDaily, "phone-daily", cfg.PhoneDaily, "codes per number per 24 h")
+	fl.Int64Var(&cfg.PhoneHourly, "phone-hourly", cfg.PhoneHourly, "codes per number in any hour")
+	fl.Int64Var(&cfg.PhoneDaily, "phone-daily", cfg.PhoneDaily, "codes per number in any 24 h")
 	fl.Int64Var(&cfg.IPHourly, "ip-hourly", cfg.IPHourly, "codes per client IP (IPv6: /64) per hour")
 	fl.Int64Var(&cfg.IPDaily, "ip-daily", cfg.IPDaily, "codes per client IP per 24 h")
 	fl.DurationVar(&cfg.CodeTTL, "code-ttl", cfg.CodeTTL, "how long a code is valid")
@@ -80,8 +81,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	if *countries != "" {
-		cfg.Countries = strings.Split(*countries, ",")
+	if err := cfg.fromFlags(*countries, *budgetTZ); err != nil {
+		return err
 	}
 	cfg.Secret = []byte(*secret)
 	if *secret == "" {

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/guard"
 	"github.com/nyaruka/phonenumbers"
 )
@@ -142,57 +146,80 @@ func TestPrefixDigits(t *testing.T) {
 	}
 }
 
-// The budget is the whole service's: at most DailyBudget sends in any 24
-// hours, whatever the numbers and addresses. A send it denies takes nothing
-// from the other guards.
+// The budget is the whole service's: at most DailyBudget sends per calendar
+// day of BudgetZone, whatever the numbers and addresses, all of it at once if
+// need be, and all of it again at local midnight: the 429 says when, to the
+// second. A send it denies takes nothing from the other guards.
 func TestDailyBudget(t *testing.T) {
-	const budget = 48 // an hour's share: 2
-	e := newEnv(t, func(c *Config) { c.TrustProxy, c.DailyBudget = true, budget })
+	const budget = 48
+	ny, err := budgetZone("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(c *Config) { c.TrustProxy, c.DailyBudget, c.BudgetZone = true, budget, ny })
 	from := func(i int) []string {
 		return []string{"X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)}
 	}
 	phone := func(i int) string { return fmt.Sprintf("+86138%08d", i) }
-
-	e.want(e.send(phone(0), from(0)...), http.StatusAccepted, "send 1")
-	e.want(e.send(phone(1), from(1)...), http.StatusAccepted, "send 2")
-	before := e.ledger(phone(2), "10.0.0.2")
-	r := e.send(phone(2), from(2)...)
-	e.want(r, http.StatusTooManyRequests, "send 3 at once: past the burst")
-	if r.body.Scope != "budget" || r.body.Rule != "budget" {
-		t.Fatalf("send 3 = %v; want scope budget, rule budget", r)
+	next := 0
+	send := func() response {
+		next++
+		return e.send(phone(next), from(next)...)
 	}
-	e.retryAfter(r, "send 3")
-	e.unchanged("a send the budget denied", before, e.ledger(phone(2), "10.0.0.2"))
 
-	// Two days of a send every 5 minutes to new numbers from new addresses: no 24
-	// hours hold more than the budget, and the budget is used.
-	admitted := []time.Duration{0, 0}
-	next := 3
-	for m := time.Duration(0); m < 48*time.Hour; m += 5 * time.Minute {
+	// t0 is 07:00 EST: the day ends in 17 hours, at 05:00 UTC.
+	for i := range budget {
+		e.want(send(), http.StatusAccepted, fmt.Sprintf("send %d at once", i+1))
+	}
+	denied := next + 1
+	before := e.ledger(phone(denied), from(denied)[1])
+	r := send()
+	e.want(r, http.StatusTooManyRequests, "a send past the day's budget")
+	if r.body.Scope != "budget" || r.body.Rule != "budget" {
+		t.Fatalf("send %d = %v; want scope budget, rule budget", budget+1, r)
+	}
+	if got := e.retryAfter(r, "past the budget"); got != 17*3600 {
+		t.Fatalf("past the budget: Retry-After %d; want %d, until midnight in New York", got, 17*3600)
+	}
+	e.unchanged("a send the budget denied", before, e.ledger(phone(denied), from(denied)[1]))
+	e.at(17*time.Hour - time.Second)
+	if got := e.retryAfter(send(), "a second before midnight"); got != 1 {
+		t.Fatalf("a second before midnight: Retry-After %d; want 1", got)
+	}
+
+	// Two days of a send every 5 minutes from midnight on: each day
+	// admits exactly its budget.
+	perDay := map[string]int{}
+	for m := 17 * time.Hour; m < 17*time.Hour+48*time.Hour; m += 5 * time.Minute {
 		e.at(m)
-		if r := e.send(phone(next), from(next)...); r.status == http.StatusAccepted {
-			admitted = append(admitted, m)
-		} else if r.status != http.StatusTooManyRequests || r.body.Scope != "budget" {
+		r := send()
+		switch {
+		case r.status == http.StatusAccepted:
+			perDay[t0.Add(m).In(ny).Format(time.DateOnly)]++
+		case r.status != http.StatusTooManyRequests || r.body.Scope != "budget":
 			t.Fatalf("send at %v = %v; want 202 or the budget's 429", m, r)
 		}
-		next++
 	}
-	most := 0
-	for i, start := range admitted {
-		n := 0
-		for _, at := range admitted[i:] {
-			if at < start+24*time.Hour {
-				n++
-			}
+	t.Logf("sends admitted per day in New York: %v (budget %d)", perDay, budget)
+	if len(perDay) != 2 || perDay["2026-01-02"] != budget || perDay["2026-01-03"] != budget {
+		t.Fatalf("sends per day %v; want %d on 2026-01-02 and 2026-01-03", perDay, budget)
+	}
+}
+
+// -budget-tz takes an IANA zone name; anything else is a configuration
+// error that names the flag, before the service starts.
+func TestBudgetZoneFlag(t *testing.T) {
+	if loc, err := budgetZone("Asia/Shanghai"); err != nil || loc.String() != "Asia/Shanghai" {
+		t.Fatalf("Asia/Shanghai: %v, %v", loc, err)
+	}
+	for _, bad := range []string{"", "Local", "Mars/Olympus", "+08:00", "../etc/passwd"} {
+		err := run(context.Background(), []string{"-budget-tz", bad}, io.Discard, io.Discard)
+		if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), "-budget-tz") {
+			t.Errorf("-budget-tz %q: %v; want errConfig naming -budget-tz", bad, err)
 		}
-		most = max(most, n)
 	}
-	t.Logf("%d sends admitted in 48 h of one every 5 minutes; at most %d in any 24 h (budget %d)", len(admitted), most, budget)
-	if most > budget {
-		t.Fatalf("%d sends in some 24 h; want at most the budget, %d", most, budget)
-	}
-	if len(admitted) < 2*budget-2 {
-		t.Fatalf("%d sends in 48 h; want the budget used, about %d", len(admitted), 2*budget)
+	if r := DefaultConfig().budgetRule(); r.Name != "budget" || funnel.Validate(r) != nil {
+		t.Fatalf("default budget rule %+v", r)
 	}
 }
 

@@ -41,7 +41,7 @@ func ExampleJSONField() {
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer client.Close()
 	g, err := guard.New(client, guard.Policy{Prefix: "sms:phone:", Rules: []funnel.Rule{
-		funnel.AtMost(1, time.Minute), funnel.AtMost(5, time.Hour), funnel.AtMost(10, 24*time.Hour),
+		funnel.AtMost(1, time.Minute), funnel.Window(5, time.Hour), funnel.Window(10, 24*time.Hour),
 	}})
 	if err != nil {
 		panic(err)
