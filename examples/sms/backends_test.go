@@ -36,7 +36,8 @@ func onBackends(t *testing.T, opts []func(*Config), f func(t *testing.T, e *env)
 // a request.
 var keyShape = regexp.MustCompile(`^(sms:code:[A-Za-z0-9_-]{43}` +
 	`|sms:(phone|ip|prefix|budget|vip):\{m:[A-Za-z0-9_-]{43}\}:([a-z]+|record:[0-9a-f]{32})` +
-	`|sms:fail:\{sms:code:[A-Za-z0-9_-]{43}\}:([a-z]+|record:[0-9a-f]{32}))$`)
+	`|sms:fail:\{sms:code:[A-Za-z0-9_-]{43}\}:([a-z]+|record:[0-9a-f]{32})` +
+	`|sms:conv:\{[A-Za-z0-9_-]{43}\}:(sends|done|pause))$`)
 
 // strayKeys returns the keys of the service's Redis that are not of
 // keyShape, and how many keys there are.

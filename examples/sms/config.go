@@ -29,6 +29,8 @@ type Config struct {
 	Timeout          time.Duration // per Redis call
 	TrustProxy       bool          // take the client IP from X-Forwarded-For
 	DemoOutbox       bool          // serve the console provider's outbox to the page
+
+	Conversion ConversionConfig // the conversion guard (conversion.go)
 }
 
 // DefaultConfig returns the default policy: mobile numbers of CN only;
@@ -42,6 +44,7 @@ func DefaultConfig() Config {
 		IPHourly: 10, IPDaily: 30, PrefixDigits: 5, PrefixHourly: 30, PrefixDaily: 200,
 		DailyBudget: 1000, IPVerifyHourly: 30, CodeTTL: 5 * time.Minute, MaxAttempts: 5,
 		MaxDailyFailures: 10, Timeout: 500 * time.Millisecond,
+		Conversion: defaultConversion(),
 	}
 }
 
@@ -100,6 +103,9 @@ func (c Config) check() error {
 	}
 	if c.DailyBudget < 1 {
 		return fmt.Errorf("%w: the daily budget must be positive", errConfig)
+	}
+	if err := c.Conversion.check(); err != nil {
+		return err
 	}
 	for _, rs := range [][]funnel.Rule{c.phoneRules(), c.ipRules(), c.prefixRules(), {c.budgetRule()}, c.ipVerifyRules(), {c.failureRule()}} {
 		if err := funnel.Validate(rs...); err != nil {

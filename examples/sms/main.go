@@ -61,6 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl.Int64Var(&cfg.MaxDailyFailures, "max-daily-failures", cfg.MaxDailyFailures, "failed verifications per number per 24 h")
 	fl.DurationVar(&cfg.Timeout, "redis-timeout", cfg.Timeout, "timeout of each Redis call")
 	fl.BoolVar(&cfg.TrustProxy, "trust-proxy", false, "take the client IP from X-Forwarded-For")
+	conversionFlags(fl, &cfg.Conversion)
 	metricsAddr := fl.String("metrics-addr", "", "serve /metrics on this address only (default: on -addr)")
 	providerName := fl.String("provider", envOr("SMS_PROVIDER", "console"), "who delivers the codes: console (stderr, and the page's outbox on loopback) "+
 		"or twilio (Messages API; $TWILIO_ACCOUNT_SID, $TWILIO_AUTH_TOKEN or an API key's secret with $TWILIO_API_KEY_SID, "+
