@@ -350,3 +350,25 @@ func TestConversionConfig(t *testing.T) {
 		t.Fatalf("flags read %+v; want %+v", c, want)
 	}
 }
+
+// On a Redis Cluster: a prefix's keys share a slot, so each script runs
+// (a CROSSSLOT error would answer 503), and the guard pauses and resumes
+// as on one server.
+func TestConversionCluster(t *testing.T) {
+	c := testutil.Cluster(t)
+	e := newEnvOn(t, c.Client(t), conversionOn, judging5)
+	ctx := context.Background()
+	phone := func(i int) string { return fmt.Sprintf("+86136%08d", i) }
+	for i := range 5 {
+		e.want(e.send(phone(i), from(i)...), http.StatusAccepted, fmt.Sprintf("send %d", i+1))
+		if ok, err := e.svc.undelivered(ctx, phone(i)); !ok || err != nil {
+			t.Fatalf("undelivered %d = %v, %v; want true", i+1, ok, err)
+		}
+	}
+	e.wantConversion(e.send(phone(5), from(5)...), ruleConversion, 3600, "6th send, 5 undelivered")
+	if ok, err := e.svc.conversion.resume(ctx, "+8613600"); !ok || err != nil {
+		t.Fatalf("resume = %v, %v; want true", ok, err)
+	}
+	e.want(e.send(phone(5), from(5)...), http.StatusAccepted, "6th send, resumed")
+	e.want(e.verify(phone(5), e.sms.code(t, phone(5))), http.StatusOK, "verify the 6th code")
+}
