@@ -189,9 +189,13 @@ func (cs *conversionSend) Allow(ctx context.Context, _ string) (guard.Decision, 
 		c.pauses.Inc()
 		c.log.Warn("prefix paused: its codes are not verified", "prefix", shownPrefix(cs.dest),
 			"verified", figure(r, 2), "judged", figure(r, 3), "of", c.cfg.Sends, "for", wait.Round(time.Second).String())
+		fallthrough
+	case convPaused:
+		c.metrics.denials.WithLabelValues("conversion", ruleConversion).Inc()
+		return guard.Decision{RetryAfter: wait, Rule: ruleConversion}, nil
 	}
-	c.metrics.denials.WithLabelValues("conversion", ruleConversion).Inc()
-	return guard.Decision{RetryAfter: wait, Rule: ruleConversion}, nil
+	c.metrics.redisErrors.Inc()
+	return guard.Decision{Degraded: true}, fmt.Errorf("conversion.lua replied %v", r)
 }
 
 func figure(r []int64, i int) int64 {
