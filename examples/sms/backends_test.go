@@ -37,7 +37,8 @@ func onBackends(t *testing.T, opts []func(*Config), f func(t *testing.T, e *env)
 var keyShape = regexp.MustCompile(`^(sms:code:[A-Za-z0-9_-]{43}` +
 	`|sms:(phone|ip|prefix|budget|vip):\{m:[A-Za-z0-9_-]{43}\}:([a-z]+|record:[0-9a-f]{32})` +
 	`|sms:fail:\{sms:code:[A-Za-z0-9_-]{43}\}:([a-z]+|record:[0-9a-f]{32})` +
-	`|sms:sent:\{[SM]M[0-9a-fA-F]{32}\})$`) // a message sent, by Twilio's sid, for its delivery report
+	`|sms:sent:\{[SM]M[0-9a-fA-F]{32}\}` + // a message sent, by Twilio's sid, for its delivery report
+	`|sms:conv:\{[A-Za-z0-9_-]{43}\}:(sends|done|pause))$`)
 
 // strayKeys returns the keys of the service's Redis that are not of
 // keyShape, and how many keys there are.

@@ -32,6 +32,8 @@ type Config struct {
 	TrustProxy       bool           // take the client IP from X-Forwarded-For
 	DemoOutbox       bool           // serve the console provider's outbox to the page
 	ProviderTimeout  time.Duration  // bounds each call to the SMS provider
+
+	Conversion ConversionConfig // the conversion guard (conversion.go)
 }
 
 // DefaultConfig returns the default policy: mobile numbers of CN only;
@@ -46,6 +48,7 @@ func DefaultConfig() Config {
 		DailyBudget: 1000, IPVerifyHourly: 30, CodeTTL: 5 * time.Minute, MaxAttempts: 5,
 		MaxDailyFailures: 10, Timeout: 500 * time.Millisecond,
 		ProviderTimeout: 5 * time.Second,
+		Conversion:      defaultConversion(),
 	}
 }
 
@@ -138,6 +141,9 @@ func (c Config) check() error {
 	}
 	if c.DailyBudget < 1 {
 		return fmt.Errorf("%w: the daily budget must be positive", errConfig)
+	}
+	if err := c.Conversion.check(); err != nil {
+		return err
 	}
 	for _, rs := range [][]funnel.Rule{c.phoneRules(), c.ipRules(), c.prefixRules(), {c.budgetRule()}, c.ipVerifyRules(), {c.failureRule()}} {
 		if err := funnel.Validate(rs...); err != nil {

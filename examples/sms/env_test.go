@@ -159,6 +159,7 @@ func testConfig() Config {
 	// other rules (many of their numbers share a prefix); their own tests
 	// set them.
 	cfg.PrefixHourly, cfg.PrefixDaily, cfg.DailyBudget = 100_000, 100_000, 10_000_000
+	cfg.Conversion.MinRate = 0 // the conversion guard too (conversion_test.go)
 	return cfg
 }
 

@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl.DurationVar(&cfg.ProviderTimeout, "provider-timeout", cfg.ProviderTimeout, "time the SMS provider has to take a message (then 502, refunded)")
 	limits := defaultServerLimits()
 	limits.flags(fl)
+	conversionFlags(fl, &cfg.Conversion)
 	metricsAddr := fl.String("metrics-addr", "", "serve /metrics on this address only (default: on -addr)")
 	providerName := fl.String("provider", envOr("SMS_PROVIDER", "console"), "who delivers the codes: console (stderr, and the page's outbox on loopback) "+
 		"or twilio (Messages API; $TWILIO_ACCOUNT_SID, $TWILIO_AUTH_TOKEN or an API key's secret with $TWILIO_API_KEY_SID, "+

@@ -28,7 +28,7 @@ type reporter interface {
 	// Report reads a delivery report: the message's id, and whether it
 	// was not delivered; an error matching errBadReport when r is not a
 	// genuine report.
-	Report(r *http.Request) (id string, undelivered bool, err error)
+	Report(r *http.Request) (report, error)
 }
 
 // sentKey is the key that remembers a message the service sent, holding its
@@ -70,7 +70,8 @@ func (s *Service) deliveryReport(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, reply{Error: "not found"})
 		return
 	}
-	id, undelivered, err := rep.Report(r)
+	rp, err := rep.Report(r)
+	id, undelivered := rp.id, rp.undelivered
 	if err != nil {
 		s.metrics.reports.WithLabelValues("forbidden").Inc()
 		s.log.Warn("delivery report refused", "err", err)
@@ -96,7 +97,7 @@ func (s *Service) deliveryReport(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		err = s.budget.Refund(context.WithoutCancel(r.Context()), budgetKey)
 		if err == nil {
-			s.onUndelivered(r.Context(), id, prefix)
+			s.onUndelivered(r.Context(), rp, prefix)
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
@@ -114,7 +115,17 @@ func (s *Service) deliveryReport(w http.ResponseWriter, r *http.Request) {
 // its provider reported undelivered, after the budget's refund. Whatever
 // else should hear of undelivered codes (the conversion guard: a prefix
 // whose codes are not delivered is not converting) is called from here.
-func (s *Service) onUndelivered(_ context.Context, id, prefix string) {
+func (s *Service) onUndelivered(ctx context.Context, rp report, prefix string) {
 	s.metrics.reports.WithLabelValues("undelivered").Inc()
-	s.log.Info("code not delivered: the budget's unit is given back", "id", id, "prefix", prefix)
+	s.log.Info("code not delivered: the budget's unit is given back", "id", rp.id, "prefix", prefix)
+	if _, err := s.undelivered(context.WithoutCancel(ctx), rp.to); err != nil {
+		s.log.Warn("the conversion guard did not hear of an undelivered code", "id", rp.id, "err", err)
+	}
+}
+
+// A report is what a genuine delivery report says: the message's id, the
+// number it was sent to, and whether it was not delivered.
+type report struct {
+	id, to      string
+	undelivered bool
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,12 +31,12 @@ func TestTwilioSignatureDocumented(t *testing.T) {
 	// message sid.
 	tw := newTestTwilio(t, TwilioConfig{AuthToken: "12345", StatusCallback: "https://mycompany.com/myapp.php"})
 	r := reportRequest("/api/sms/delivery-report?foo=1&bar=2", form, documented)
-	if _, _, err := tw.Report(r); !errors.Is(err, errBadReport) || !strings.Contains(err.Error(), "no message sid") {
+	if _, err := tw.Report(r); !errors.Is(err, errBadReport) || !strings.Contains(err.Error(), "no message sid") {
 		t.Fatalf("Report = %v; want a valid signature and no message sid", err)
 	}
 	form.Set("Digits", "1235")
 	r = reportRequest("/api/sms/delivery-report?foo=1&bar=2", form, documented)
-	if _, _, err := tw.Report(r); !errors.Is(err, errBadReport) || !strings.Contains(err.Error(), "X-Twilio-Signature") {
+	if _, err := tw.Report(r); !errors.Is(err, errBadReport) || !strings.Contains(err.Error(), "X-Twilio-Signature") {
 		t.Fatalf("Report of a changed parameter = %v; want a bad signature", err)
 	}
 }
@@ -298,5 +299,23 @@ func TestProviderTimeout(t *testing.T) {
 	e.want(e.send(number), http.StatusBadGateway, "send to a hung provider")
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("the send took %v; want about the provider time-out, 300 ms", took)
+	}
+}
+
+// An undelivered report tells the conversion guard: the send it reports
+// counts as undelivered (u) in its prefix's outcomes at once.
+func TestReportTellsTheConversionGuard(t *testing.T) {
+	re := reportEnvOn(t, newEnv(t, func(c *Config) { c.Conversion = defaultConversion() }))
+	sid := re.sent(number)
+	dest, err := re.svc.numbers.parse(number, "", re.svc.cfg.PrefixDigits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outcomes := re.svc.conversion.keys(dest.Prefix)[1]
+	if got := re.report(sid, "undelivered", nil); got != http.StatusNoContent {
+		t.Fatalf("report: %d, want 204", got)
+	}
+	if vals := re.svc.client.HVals(context.Background(), outcomes).Val(); !slices.Equal(vals, []string{"u"}) {
+		t.Fatalf("the prefix's outcomes after an undelivered report: %q, want [u]", vals)
 	}
 }

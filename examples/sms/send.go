@@ -15,8 +15,15 @@ import (
 // names when it denies.
 type charge struct {
 	scope string // number, ip, prefix, budget
-	g     *guard.Guard
+	g     limiter
 	key   string
+}
+
+// limiter is what a send is charged to: a *guard.Guard, or the conversion
+// guard's record of the send (conversionSend).
+type limiter interface {
+	Allow(ctx context.Context, key string) (guard.Decision, error)
+	Refund(ctx context.Context, key string) error
 }
 
 // scopeWords is how a 429 names each scope for people.
@@ -74,6 +81,11 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 		{"number", s.phone, dest.E164},
 		{"prefix", s.prefix, dest.Prefix},
 		{"budget", s.budget, budgetKey},
+	}
+	if s.conversion != nil {
+		// First: a paused prefix's sends cost one script, and take nothing
+		// that would have to be given back.
+		charges = append([]charge{{"prefix", s.conversion.send(dest), ""}}, charges...)
 	}
 	for i, c := range charges {
 		d, err := c.g.Allow(ctx, c.key)
@@ -150,8 +162,11 @@ func (s *Service) denied(w http.ResponseWriter, scope string, d guard.Decision, 
 		writeJSON(w, http.StatusServiceUnavailable, reply{Error: "service unavailable, try again later", RetryAfter: seconds(max(d.RetryAfter, time.Second))})
 		return
 	}
-	wait := seconds(d.RetryAfter)
-	writeJSON(w, http.StatusTooManyRequests, reply{Error: scopeWords[scope] + ": try again in " + humanWait(max(*wait, 1)),
+	wait, words := seconds(d.RetryAfter), scopeWords[scope]
+	if cw, ok := conversionWords[d.Rule]; ok {
+		words = cw
+	}
+	writeJSON(w, http.StatusTooManyRequests, reply{Error: words + ": try again in " + humanWait(max(*wait, 1)),
 		Scope: scope, Rule: d.Rule, RetryAfter: wait})
 }
 

@@ -38,6 +38,8 @@ type Service struct {
 	outbox   func() []outboxMessage // the demo outbox; nil when not served
 	log      *slog.Logger
 	metrics  *metrics
+
+	conversion *conversionGuard // pauses the prefixes whose codes are not verified; nil when off
 }
 
 // budgetKey is the one key of the budget guard.
@@ -96,6 +98,7 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 	if s.failures, err = funnel.New(client, funnel.WithPrefix("sms:fail:")); err != nil {
 		return nil, err
 	}
+	s.conversion = newConversionGuard(s)
 	return s, nil
 }
 

@@ -33,10 +33,10 @@ func (t *Twilio) Reports() bool { return t.callback != "" }
 // when its X-Twilio-Signature is missing or is not Twilio's signature of
 // the StatusCallback URL (with r's query, if any) and r's POST parameters,
 // with the auth token, or when it names no message.
-func (t *Twilio) Report(r *http.Request) (sid string, undelivered bool, err error) {
+func (t *Twilio) Report(r *http.Request) (report, error) {
 	r.Body = http.MaxBytesReader(nil, r.Body, twilioMaxReport)
 	if err := r.ParseForm(); err != nil {
-		return "", false, fmt.Errorf("%w: %w", errBadReport, err)
+		return report{}, fmt.Errorf("%w: %w", errBadReport, err)
 	}
 	signed := t.callback
 	if r.URL.RawQuery != "" {
@@ -44,17 +44,14 @@ func (t *Twilio) Report(r *http.Request) (sid string, undelivered bool, err erro
 	}
 	got, want := r.Header.Get("X-Twilio-Signature"), twilioSignature(t.secret, signed, r.PostForm)
 	if t.callback == "" || got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-		return "", false, fmt.Errorf("%w: no valid X-Twilio-Signature", errBadReport)
+		return report{}, fmt.Errorf("%w: no valid X-Twilio-Signature", errBadReport)
 	}
-	sid = r.PostForm.Get("MessageSid")
+	sid := r.PostForm.Get("MessageSid")
 	if !twilioSID(sid, "SM") && !twilioSID(sid, "MM") {
-		return "", false, fmt.Errorf("%w: no message sid", errBadReport)
+		return report{}, fmt.Errorf("%w: no message sid", errBadReport)
 	}
-	switch r.PostForm.Get("MessageStatus") {
-	case "failed", "undelivered":
-		return sid, true, nil
-	}
-	return sid, false, nil
+	st := r.PostForm.Get("MessageStatus")
+	return report{id: sid, to: r.PostForm.Get("To"), undelivered: st == "failed" || st == "undelivered"}, nil
 }
 
 // twilioSignature is Twilio's signature of a POST to rawURL with form, as

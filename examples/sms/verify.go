@@ -56,6 +56,9 @@ func (s *Service) verify(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, err := s.check(ctx, g, !lock.Allowed)
+	if err == nil && v == verified {
+		s.converted(ctx, dest)
+	}
 	if err != nil || v != wrongCode {
 		// A right code costs the number nothing, nor does a guess with no
 		// live code (strangers cannot lock its owner out before a code is
