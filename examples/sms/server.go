@@ -146,6 +146,10 @@ type reply struct {
 	Rule       string `json:"rule,omitempty"`
 	RetryAfter *int64 `json:"retry_after,omitempty"`
 	Verified   bool   `json:"verified,omitempty"`
+	// AttemptsLeft is, on the 401 of the wrong guess that spent a code
+	// (its last attempt), 0: request a new code. Absent on every other
+	// answer.
+	AttemptsLeft *int64 `json:"attempts_left,omitempty"`
 	// Status and Redis are the health check's (200): "ok" or "degraded",
 	// and what it found of each Redis server (see healthz).
 	Status string         `json:"status,omitempty"`
