@@ -36,6 +36,7 @@ type Service struct {
 	codes    *codeStore
 	provider Provider
 	outbox   func() []outboxMessage // the demo outbox; nil when not served
+	demo     *demoReset             // the demo's reset of its limits; nil but in a demo (with the outbox)
 	log      *slog.Logger
 	metrics  *metrics
 }
@@ -63,6 +64,9 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 			return nil, errNoOutbox
 		}
 		s.outbox = p.Outbox
+		if s.demo, err = newDemoReset(client, cfg.Secret); err != nil {
+			return nil, err
+		}
 	}
 	// Numbers, prefixes and addresses are stored as HMACs (guard.Policy.Secret).
 	// The guards a send to a number goes through all cost the same for a
@@ -119,6 +123,7 @@ func (s *Service) handler(withMetrics bool) http.Handler {
 	mux.HandleFunc("POST "+reportPath, s.deliveryReport)
 	if s.outbox != nil {
 		mux.HandleFunc("GET /api/sms/outbox", s.showOutbox)
+		mux.HandleFunc("POST /api/demo/reset", s.resetDemo)
 	}
 	mux.HandleFunc("GET /healthz", s.healthz)
 	if withMetrics {
