@@ -9,8 +9,9 @@
 // Timers: the send button's countdown is the page's only timer (no polling:
 // the demo outbox is refreshed after each send, when the page is shown
 // again, and by its Refresh button). It stops when it reaches zero, when the
-// number it was for is changed, and once a code is verified, after which
-// the send button is back to "Send code", for another number.
+// number it was for is changed, when a demo's limits are reset, and once a
+// code is verified, after which the send button is back to "Send code", for
+// another number.
 "use strict";
 
 (() => {
