@@ -260,6 +260,28 @@ func (b *browser) sendUsual() {
 	b.waitText("status", "Code sent to "+number+".")
 }
 
+// visible reports whether the element is shown (it and its ancestors are
+// not hidden).
+func (b *browser) visible(id string) bool {
+	b.t.Helper()
+	return eval[bool](b, fmt.Sprintf(`(() => { const e = document.getElementById(%q); return !!e && e.offsetParent !== null; })()`, id))
+}
+
+// waitDone waits for the finished state: the forms gone, the panel saying
+// the number is verified.
+func (b *browser) waitDone(number string) {
+	b.t.Helper()
+	b.wait("the finished state", `document.getElementById("done").offsetParent !== null`)
+	if got, want := b.text("done-text"), number+" is verified. You can close this page."; got != want {
+		b.t.Errorf("finished state %q; want %q", got, want)
+	}
+	for _, id := range []string{"send-form", "verify-form", "status-box"} {
+		if b.visible(id) {
+			b.t.Errorf("#%s still shown in the finished state", id)
+		}
+	}
+}
+
 // sendButton returns the send button's text and whether it is enabled.
 func (b *browser) sendButton() (string, bool) {
 	b.t.Helper()
@@ -436,7 +458,7 @@ func TestBrowser(t *testing.T) {
 		}
 	}
 	b.do("verify", chromedp.SendKeys(chromedp.ID("code"), e.sms.code(t, number)), chromedp.Click(chromedp.ID("verify")))
-	b.waitText("status", "Verified.")
+	b.waitDone(number)
 }
 
 // The country picker: its options come from the settings, the default
@@ -497,8 +519,11 @@ func TestBrowserCountryPicker(t *testing.T) {
 	if x.status != http.StatusUnprocessableEntity || x.reply.Reason != "landline" {
 		t.Fatalf("send of a UK landline: %d %s; want 422 with reason landline", x.status, x.raw)
 	}
-	if got, want := b.text("status"), x.reply.Error+"."; got != want {
-		t.Errorf("status %q; want the server's sentence %q", got, want)
+	if got, want := b.text("status"), "+442079460018 is a landline, which cannot receive text messages."; got != want {
+		t.Errorf("status %q; want %q, the server's reason in words", got, want)
+	}
+	if got, want := b.text("next"), "Give a mobile number."; got != want {
+		t.Errorf("next step %q; want %q", got, want)
 	}
 	if text, enabled := b.sendButton(); !enabled || text != "Send code" {
 		t.Errorf("after a 422: send button %q (enabled %v); want \"Send code\", enabled", text, enabled)
@@ -543,6 +568,15 @@ func TestBrowserHumanWait(t *testing.T) {
 			if got, want := b.text("status"), "Too many codes for this number: try again in "+humanWait(wait)+"."; got != want {
 				t.Errorf("status %q; want %q", got, want)
 			}
+			// A long wait says when to come back (not a demo: no reset to
+			// point to); a short one is only counted down.
+			next := eval[string](b, `(() => { const n = document.getElementById("next"); return n.hidden ? "" : n.textContent; })()`)
+			if long := wait >= 120; long != regexp.MustCompile(`^Come back (tomorrow )?at [0-9]{1,2}:[0-9]{2}( [AP]M)? or later\.$`).MatchString(next) {
+				t.Errorf("next step after a wait of %d s: %q; want \"Come back at HH:MM or later.\" only for a wait of 2 min or more", wait, next)
+			}
+			if visible := eval[bool](b, `document.getElementById("demo").offsetParent !== null`); visible {
+				t.Errorf("the demo's reset is shown outside a demo")
+			}
 			// The button counts down from retry_after in the browser's
 			// time: any wait from then to now is right.
 			text, enabled := b.sendButton()
@@ -574,7 +608,7 @@ func TestBrowserCountdownStopsOnceVerified(t *testing.T) {
 	}
 
 	b.do("verify", chromedp.SendKeys(chromedp.ID("code"), e.sms.code(t, number)), chromedp.Click(chromedp.ID("verify")))
-	b.waitText("status", "Verified.")
+	b.waitDone(number)
 	check := func(when string) {
 		t.Helper()
 		if text, enabled := b.sendButton(); text != "Send code" || !enabled {
@@ -589,9 +623,7 @@ func TestBrowserCountdownStopsOnceVerified(t *testing.T) {
 	// A countdown left running would rewrite the button within a second.
 	b.do("wait", chromedp.Sleep(2500*time.Millisecond))
 	check("2.5 s after")
-	if got := b.text("status"); got != "Verified." {
-		t.Errorf("2.5 s after: status %q; want \"Verified.\"", got)
-	}
+	b.waitDone(number)
 }
 
 // The demo outbox: with the console provider and DemoOutbox, the page lists
@@ -620,7 +652,7 @@ func TestBrowserOutbox(t *testing.T) {
 	b.shot("outbox-360", 360)
 
 	b.do("verify", chromedp.SendKeys(chromedp.ID("code"), m[1]), chromedp.Click(chromedp.ID("verify")))
-	b.waitText("status", "Verified.")
+	b.waitDone(number)
 	b.shot("outbox-verified-1280", 1280)
 }
 

@@ -10,7 +10,8 @@
 -- look only (the number is locked out of verification)
 -- Returns 0 when there is no live code (never sent, expired, used, spent),
 -- 1 right (the code is used, by this call), 2 wrong (counted), 3 locked (a
--- live code, not compared).
+-- live code, not compared), 4 wrong and the last attempt (counted, and the
+-- code is spent by this call).
 -- Run again with one nonce (go-redis retried it after a lost reply), it
 -- returns what the first run returned and changes nothing: every comparison
 -- leaves its reply under its nonce, kept as long as the code lives and for
@@ -37,9 +38,12 @@ local reply = 2
 if mac == ARGV[1] then
   reply = 1
 end
-redis.call('HSET', KEYS[1], record, reply)
 if reply == 1 or redis.call('HINCRBY', KEYS[1], 'a', 1) >= tonumber(ARGV[2]) then
+  if reply == 2 then
+    reply = 4
+  end
   redis.call('HDEL', KEYS[1], 'm', 'a')
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
 end
+redis.call('HSET', KEYS[1], record, reply)
 return reply

@@ -30,6 +30,7 @@ const (
 	verified  verdict = 1 // right: the code is used, by this verification
 	wrongCode verdict = 2 // compared with a live code, and counted against it
 	locked    verdict = 3 // the number is locked out: a live code, not compared
+	spentCode verdict = 4 // wrong, and the last attempt: counted, and the code is spent by it
 )
 
 // recordTTL is how long a used or spent code's hash keeps the replies of its
@@ -111,8 +112,8 @@ func (s *codeStore) guess(phone, code string) guess {
 
 // check decides g in one script, atomically: noCode when phone has no live
 // code, verified for the one verification that used the code, wrongCode
-// when g was compared and counted (the code is spent at the maxAttempts-th),
-// and, with lockedOut, locked when a code is live (nothing is compared).
+// when g was compared and counted, spentCode when it was the maxAttempts-th
+// (counted, and the code is spent), and, with lockedOut, locked when a code is live (nothing is compared).
 // A right guess is not an attempt, so a right code verifies once however
 // many verifications of it or wrong guesses run beside it, as long as fewer
 // than maxAttempts wrong ones came first. Run again with the same g, check
@@ -126,7 +127,7 @@ func (s *codeStore) check(ctx context.Context, g guess, lockedOut bool) (verdict
 	if err != nil {
 		return noCode, err
 	}
-	if v := verdict(reply); v >= noCode && v <= locked {
+	if v := verdict(reply); v >= noCode && v <= spentCode {
 		return v, nil
 	}
 	return noCode, fmt.Errorf("check.lua replied %d", reply)

@@ -45,7 +45,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"redis://host:port/db; with ?master_name=NAME a Sentinel group (addr= more sentinels); with addr= more nodes a Cluster")
 	secret := fl.String("secret", os.Getenv("SMS_SECRET"), "HMAC secret, 16+ bytes (default $SMS_SECRET; empty: random per run)")
 	fl.StringVar(&cfg.Region, "region", cfg.Region, "default region of numbers without +<country> (ISO 3166-1 code)")
-	countries := fl.String("countries", "", "comma-separated regions whose mobile numbers get codes, or * for all (default: the -region only)")
+	countries := fl.String("countries", "", "comma-separated regions whose mobile numbers get codes, or * for all "+
+		"(default: the -region only; in a local demo, the console provider on loopback: US,GB,DE,FR,IN,CN and the -region)")
 	fl.IntVar(&cfg.PrefixDigits, "prefix-digits", cfg.PrefixDigits, "digits after the country code that make a destination prefix (the pumping limit's key)")
 	fl.Int64Var(&cfg.PrefixHourly, "prefix-hourly", cfg.PrefixHourly, "codes per destination prefix per hour")
 	fl.Int64Var(&cfg.PrefixDaily, "prefix-daily", cfg.PrefixDaily, "codes per destination prefix per 24 h")
@@ -112,6 +113,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// and not behind a proxy (-trust-proxy), which would serve it to
 		// whoever the proxy serves.
 		cfg.DemoOutbox = loopback(ln.Addr()) && !cfg.TrustProxy
+		if cfg.DemoOutbox && *countries == "" {
+			cfg.Countries = demoCountries(cfg.Region) // a picker of one country shows little
+		}
 	case "twilio":
 		tc := twilioConfig()
 		tc.Timeout = cfg.ProviderTimeout

@@ -54,7 +54,7 @@ func (c *checks) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			switch n, _ := rc.Int(); verdict(n) {
 			case verified:
 				c.right.Add(1)
-			case wrongCode:
+			case wrongCode, spentCode:
 				c.wrong.Add(1)
 			}
 		}

@@ -36,6 +36,7 @@ type Service struct {
 	codes    *codeStore
 	provider Provider
 	outbox   func() []outboxMessage // the demo outbox; nil when not served
+	demo     *demoReset             // the demo's reset of its limits; nil but in a demo (with the outbox)
 	log      *slog.Logger
 	metrics  *metrics
 
@@ -65,6 +66,9 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 			return nil, errNoOutbox
 		}
 		s.outbox = p.Outbox
+		if s.demo, err = newDemoReset(client, cfg.Secret); err != nil {
+			return nil, err
+		}
 	}
 	// Numbers, prefixes and addresses are stored as HMACs (guard.Policy.Secret).
 	// The guards a send to a number goes through all cost the same for a
@@ -122,6 +126,7 @@ func (s *Service) handler(withMetrics bool) http.Handler {
 	mux.HandleFunc("POST "+reportPath, s.deliveryReport)
 	if s.outbox != nil {
 		mux.HandleFunc("GET /api/sms/outbox", s.showOutbox)
+		mux.HandleFunc("POST /api/demo/reset", s.resetDemo)
 	}
 	mux.HandleFunc("GET /healthz", s.healthz)
 	if withMetrics {
@@ -149,6 +154,10 @@ type reply struct {
 	Rule       string `json:"rule,omitempty"`
 	RetryAfter *int64 `json:"retry_after,omitempty"`
 	Verified   bool   `json:"verified,omitempty"`
+	// AttemptsLeft is, on the 401 of the wrong guess that spent a code
+	// (its last attempt), 0: request a new code. Absent on every other
+	// answer.
+	AttemptsLeft *int64 `json:"attempts_left,omitempty"`
 	// Status and Redis are the health check's (200): "ok" or "degraded",
 	// and what it found of each Redis server (see healthz).
 	Status string         `json:"status,omitempty"`

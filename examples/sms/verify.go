@@ -59,7 +59,7 @@ func (s *Service) verify(w http.ResponseWriter, r *http.Request) {
 	if err == nil && v == verified {
 		s.converted(ctx, dest)
 	}
-	if err != nil || v != wrongCode {
+	if err != nil || (v != wrongCode && v != spentCode) {
 		// A right code costs the number nothing, nor does a guess with no
 		// live code (strangers cannot lock its owner out before a code is
 		// even sent). A locked number with no live code answers as one
@@ -80,7 +80,7 @@ func (s *Service) verify(w http.ResponseWriter, r *http.Request) {
 		s.verdict(w, locked, res.RetryAfter, err)
 		return
 	}
-	s.verdict(w, wrongCode, 0, nil)
+	s.verdict(w, v, 0, nil)
 }
 
 // check runs codes.check for g within the Timeout, and once more with the
@@ -114,6 +114,12 @@ func (s *Service) verdict(w http.ResponseWriter, v verdict, wait time.Duration, 
 		wait = max(wait, time.Second)
 		writeJSON(w, http.StatusTooManyRequests, reply{Error: "too many failed verifications for this number: try again in " + humanWait(*seconds(wait)),
 			Scope: "number", Rule: s.cfg.failureRule().Name, RetryAfter: seconds(wait)})
+	case v == spentCode:
+		// The one answer that differs from the others: it tells the guesser
+		// that the code was live, now that it is not (see README).
+		s.metrics.verifies.WithLabelValues("wrong").Inc()
+		writeJSON(w, http.StatusUnauthorized, reply{Error: "wrong code, and that was the last attempt: request a new code",
+			AttemptsLeft: new(int64)})
 	default: // wrong, expired, used or never sent: one answer for all
 		s.metrics.verifies.WithLabelValues("wrong").Inc()
 		writeJSON(w, http.StatusUnauthorized, reply{Error: "wrong or expired code"})

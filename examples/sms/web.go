@@ -98,15 +98,19 @@ func servePage(mux *http.ServeMux) {
 }
 
 // settings is what the page needs to know: the default region, the
-// countries it may pick, and whether the demo outbox is served.
+// countries it may pick, whether the demo outbox is served, and whether
+// this is a local demo, whose limits the page may reset (POST
+// /api/demo/reset).
 type settings struct {
 	Region    string    `json:"region"`
 	Countries []country `json:"countries"`
 	Outbox    bool      `json:"outbox"`
+	Demo      bool      `json:"demo"`
 }
 
 func (s *Service) settings(w http.ResponseWriter, r *http.Request) {
-	writeAny(w, http.StatusOK, settings{Region: s.numbers.region, Countries: s.numbers.countries(), Outbox: s.outbox != nil})
+	writeAny(w, http.StatusOK, settings{Region: s.numbers.region, Countries: s.numbers.countries(), Outbox: s.outbox != nil,
+		Demo: s.demo != nil && localClient(r)})
 }
 
 // showOutbox answers the demo outbox: the last messages the console
@@ -115,7 +119,7 @@ func (s *Service) settings(w http.ResponseWriter, r *http.Request) {
 // main.go), and answered only to a loopback client with no forwarding
 // header.
 func (s *Service) showOutbox(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("X-Forwarded-For") != "" || r.Header.Get("Forwarded") != "" || !parseHost(r.RemoteAddr).IsLoopback() {
+	if !localClient(r) {
 		// A request a proxy forwarded, or from another machine: the codes
 		// are for the person at this one.
 		writeJSON(w, http.StatusNotFound, reply{Error: "not found"})
