@@ -101,9 +101,9 @@ func (s *Service) resetDemo(w http.ResponseWriter, r *http.Request) {
 		{"address", d.ip, d.storedKey(ip)}, {"address", d.ipVerify, d.storedKey(ip)},
 		{"budget", d.budget, d.storedKey(budgetKey)},
 	}
-	var number string
+	var number, prefix string
 	if dest, err := s.numbers.parse(req.Phone, req.Country, s.cfg.PrefixDigits); err == nil {
-		number = dest.E164
+		number, prefix = dest.E164, dest.Prefix
 		resets = append(resets, []struct {
 			name string
 			lim  *funnel.Limiter
@@ -123,6 +123,18 @@ func (s *Service) resetDemo(w http.ResponseWriter, r *http.Request) {
 		if !slices.Contains(done, x.name) {
 			done = append(done, x.name)
 		}
+	}
+	if prefix != "" && s.conversion != nil {
+		// The conversion guard's pause of the number's prefix, if any.
+		if err := s.bounded(r.Context(), func(ctx context.Context) error {
+			_, err := s.conversion.resume(ctx, prefix)
+			return err
+		}); err != nil {
+			s.metrics.redisErrors.Inc()
+			writeJSON(w, http.StatusServiceUnavailable, reply{Error: "service unavailable, try again later", RetryAfter: seconds(time.Second)})
+			return
+		}
+		done = append(done, "conversion")
 	}
 	s.log.Info("demo limits reset", "limits", strings.Join(done, ","), "to", maskPhone(number))
 	writeAny(w, http.StatusOK, demoResetReply{Reset: done, Number: number})

@@ -171,7 +171,7 @@ func TestDemoReset(t *testing.T) {
 			"ip", "ip-hourly"},
 		{"cooldown", noIPLimits, []string{number, number}, "number", "cooldown"},
 		{"prefix", func(c *Config) { noIPLimits(c); c.PrefixHourly = 2 }, []string{phoneN(1), phoneN(2), phoneN(3)}, "prefix", "prefix-hourly"},
-		{"budget", func(c *Config) { noIPLimits(c); c.DailyBudget = 24 }, []string{phoneN(1), phoneN(2)}, "budget", "budget"},
+		{"budget", func(c *Config) { noIPLimits(c); c.DailyBudget = 1 }, []string{phoneN(1), phoneN(2)}, "budget", "budget"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var opts []func(*Config)
