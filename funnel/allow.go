@@ -49,7 +49,8 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 		return lim.allowBatched(ctx, c, n)
 	}
 	// Alone: a batch of one, led by this call.
-	w := &waiter{n: n}
+	d, _ := ctx.Deadline()
+	w := &waiter{n: n, deadline: d}
 	lim.lead(ctx, c, batchKey{}, &batch{waiters: []*waiter{w}}, n)
 	return w.res, w.err
 }
@@ -187,7 +188,7 @@ func refundArgs(rules []rule, res any, n int64) ([]any, error) {
 		return nil, err
 	}
 	fills, ats, logs := refund(rules, snap.levels, snap.now, n)
-	return writeArgs(rules, fills, ats, logs, snap.now), nil
+	return writeArgs(rules, fills, ats, logs, snap.now, noDeadline), nil
 }
 
 // Reset forgets every rule's state for key, under its lock.
