@@ -128,14 +128,15 @@ func (ws sealed) deadline() int64 {
 	return d
 }
 
-// late handles a write refused at server time now, past the deadline of
-// one of the admitted calls ws (nothing was written): each admitted call
-// whose deadline has passed is answered errLate, and takes nothing. If the
-// leader's has, the others run again; else the batch, but those, is decided
-// again (again is true).
-func (ws sealed) late(now int64) (again bool) {
+// late handles a write refused as past the deadline of one of the admitted
+// calls ws (nothing was written): each admitted call out of time is
+// answered errLate, and takes nothing. If the leader is, the others run
+// again; else the batch, but those, is decided again (again is true), on a
+// fresh read whose clock bounds the next write (a server clock that
+// stepped forward refuses one write, not the calls).
+func (ws sealed) late() (again bool) {
 	for i, w := range ws {
-		if !w.res.Allowed || w.until == noDeadline || w.until > now {
+		if !w.res.Allowed || !outOfTime(w.deadline) {
 			continue
 		}
 		w.res, w.err = Result{}, errLate

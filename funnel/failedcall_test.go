@@ -279,3 +279,36 @@ func awaitSome(c chan struct{}, n int, d time.Duration) int {
 	}
 	return n
 }
+
+// A server clock that steps forward (miniredis's SetTime) past the bound of
+// a write refuses that write, not the call: the call has time left, so it
+// is decided again on a fresh read, whose clock bounds the next write, and
+// is admitted once. On a first call (admit.lua, bounded by the Limiter's
+// last sample) and on a commit (bounded by its own read).
+func TestFailedCallClockStep(t *testing.T) {
+	b := testutil.Mini(t)
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	b.Mini.SetTime(t0)
+	lim := newLimiter(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := lim.Allow(ctx, "warm-up", bigRule); err != nil { // a sample at t0
+		t.Fatal(err)
+	}
+	b.Mini.SetTime(t0.Add(24 * time.Hour))
+	if res, err := lim.AllowN(ctx, "first", 2, bigRule); err != nil || !res.Allowed || res.Remaining != bigRule.Capacity-2 {
+		t.Fatalf("first call after the server's clock stepped a day = %+v, %v; want admitted, 2 taken", res, err)
+	}
+	var steps atomic.Int64
+	funnel.SetBeforeCommit(lim, func() {
+		if steps.Add(1) == 1 {
+			b.Mini.SetTime(t0.Add(48 * time.Hour))
+		}
+	})
+	if res, err := lim.AllowN(ctx, "first", 3, bigRule); err != nil || !res.Allowed || res.Remaining != bigRule.Capacity-5 {
+		t.Fatalf("a call whose clock stepped a day between read and commit = %+v, %v; want admitted, 3 taken", res, err)
+	}
+	if n := steps.Load(); n != 2 {
+		t.Fatalf("%d commits; want 2: one refused, one written", n)
+	}
+}

@@ -75,10 +75,17 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any, err error) (again bool) {
 	declined := errors.Is(err, mutex.ErrDeclined)
 	if now, verdict := admitted(declined, res); verdict != "" {
-		l.lim.clock.sampled(now, l.recv)
-		if verdict == "admitted" {
+		s := l.lim.clock.sampled(now, l.recv)
+		switch {
+		case verdict == "admitted":
 			ws[0].res = l.admitAlone(now)
-		} else { // "late": nothing was written
+		case !outOfTime(ws[0].deadline):
+			// "late" with time left: the sample was off (the server's
+			// clock stepped forward). Nothing was written; the reply's
+			// clock bounds the next attempt.
+			l.lim.clock.keep(s)
+			return true
+		default: // "late": nothing was written
 			ws[0].err = errLate
 		}
 		ws.rerunOthers()
@@ -244,7 +251,8 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 	case errors.Is(err, mutex.ErrNotHeld):
 		return true
 	case err == nil && isLate(reply):
-		return ws.late(-reply.(int64))
+		l.lim.clock.keep(l.lim.clock.sampled(-reply.(int64), time.Now()))
+		return ws.late()
 	case err != nil:
 		// The write may or may not have happened: the admitted calls cannot
 		// know; a denial stands (it took nothing).

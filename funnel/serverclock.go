@@ -111,6 +111,19 @@ func (c *serverClock) admitDeadline(d time.Time, ok bool, sent time.Time) int64 
 	return max(s.until(c.local(d, false)), 1)
 }
 
+// keep makes s the latest sample, whatever the age of the one kept: a
+// write refused before its caller's deadline showed that one wrong.
+func (c *serverClock) keep(s sample) {
+	c.offset.Store(s.offset)
+	c.at.Store(s.at)
+}
+
+// outOfTime reports whether a call with deadline d (zero: none) has no time
+// left for a write: less than the margin of a sample taken now.
+func outOfTime(d time.Time) bool {
+	return !d.IsZero() && time.Until(d) <= time.Duration(margin(0))*time.Microsecond
+}
+
 // latest returns the latest sample, or false when there is none younger
 // than sampleMaxAge at local time now.
 func (c *serverClock) latest(now time.Time) (sample, bool) {
