@@ -52,7 +52,7 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	d, _ := ctx.Deadline()
 	w := &waiter{n: n, deadline: d}
 	lim.lead(ctx, c, batchKey{}, &batch{waiters: []*waiter{w}}, n)
-	return w.res, w.err
+	return outcome(ctx, w.res, w.err)
 }
 
 // checkKey reports an error matching ErrInvalidKey unless key has 1 to

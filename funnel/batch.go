@@ -170,7 +170,7 @@ func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, 
 			return Result{}, err
 		}
 		if !w.again {
-			return w.res, w.err
+			return outcome(ctx, w.res, w.err)
 		}
 		if err := ctx.Err(); err != nil {
 			return Result{}, err

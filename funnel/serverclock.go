@@ -1,6 +1,8 @@
 package funnel
 
 import (
+	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 )
@@ -119,9 +121,24 @@ func (c *serverClock) keep(s sample) {
 }
 
 // outOfTime reports whether a call with deadline d (zero: none) has no time
-// left for a write: less than the margin of a sample taken now.
+// left for a write: no more than the margin of a sample taken now.
 func outOfTime(d time.Time) bool {
-	return !d.IsZero() && time.Until(d) <= time.Duration(margin(0))*time.Microsecond
+	if d.IsZero() {
+		return false
+	}
+	left := int64(time.Until(d) / time.Microsecond)
+	return left <= margin(max(left, 0))
+}
+
+// outcome returns a call's result and error; errLate once ctx is done. A
+// write is refused up to a margin before the deadline, but a call answers
+// with a deadline error no earlier than its deadline (a bench or a caller
+// that reads an error with ctx.Err() == nil as Redis's fails otherwise).
+func outcome(ctx context.Context, res Result, err error) (Result, error) {
+	if errors.Is(err, errLate) {
+		<-ctx.Done() // errLate comes only to calls with a deadline
+	}
+	return res, err
 }
 
 // latest returns the latest sample, or false when there is none younger
