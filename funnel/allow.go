@@ -26,8 +26,11 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 // commits only while holding it; a commit whose lock lease lapsed is rejected
 // by Redis and the call starts over, so a stale decision never overwrites
 // newer state. A reply lost and retried by go-redis counts once (see package
-// mutex: every lock script answers a retry as its first run). On error the
-// call may or may not have been admitted; calling again is a new call.
+// mutex: every lock script answers a retry as its first run). A call with a
+// ctx deadline that returns an error took nothing, whenever its commands
+// run (see "A failed call is not charged" in the package documentation for
+// what holds); without a deadline, an error after the write was sent may
+// leave the call admitted. Calling again is a new call.
 //
 // Concurrent calls for one key with the same rules share a lock hold (see
 // WithoutBatching): the calls that arrive while one takes the lock are
