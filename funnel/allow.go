@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/mutex"
@@ -102,6 +103,7 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if err != nil {
 		return Result{}, err
 	}
+	lim.clock.sampled(r.now, time.Now())
 	return peeked(c.rules, r), nil
 }
 

@@ -80,13 +80,14 @@ func (c *serverClock) local(t time.Time, up bool) int64 {
 
 // sampled returns the sample of a reply that carried server time now and
 // was received at recv, and keeps it as the latest unless one from the last
-// sampleEvery is kept.
+// sampleEvery is kept that it does not contradict: their offsets differ by
+// less than a margin (the server's clock stepped, or a reply was slow).
 func (c *serverClock) sampled(now int64, recv time.Time) sample {
 	at := c.local(recv, true)
 	s := sample{offset: now - at, at: at}
-	if last := c.at.Load(); last == 0 || at-last >= sampleEvery {
-		c.offset.Store(s.offset)
-		c.at.Store(at)
+	last, diff := c.at.Load(), s.offset-c.offset.Load()
+	if last == 0 || at-last >= sampleEvery || diff > margin(0) || -diff > margin(0) {
+		c.keep(s)
 	}
 	return s
 }
