@@ -7,15 +7,21 @@
 -- that file's body as a function).
 -- KEYS[1] the state hash, KEYS[2] the key's lock
 -- ARGV the rules' fields (k of them); then each rule's new value without its
--- time, "<wait>:<fill>:" in base 36 (k); the key's TTL in ms; this call's
--- nonce.
+-- time, "<wait>:<fill>:" in base 36 (k); the key's TTL in ms; the call's
+-- deadline: the server time (µs) from which its caller may have given up,
+-- 0 for none, -1 to admit only through the lock (serverclock.go); this
+-- call's nonce.
 -- Returns read.lua's reply, or {0, now, 'admitted'} when this call was
--- admitted here (proceed 0: the lock is not taken). The value written ends
+-- admitted here (proceed 0: the lock is not taken), or {0, now, 'late'}
+-- when it runs at or past its deadline: then it writes nothing and takes no
+-- lock (its caller has an error, or will have one). The value written ends
 -- in ":<nonce>", so that this very call run again (its reply was lost, and
--- go-redis retried it) answers 'admitted' again instead of counting twice.
+-- go-redis retried it) answers 'admitted' again instead of counting twice,
+-- even past its deadline.
 local n = #ARGV
-local k = (n - 2) / 2
-local ttl, mark = ARGV[n - 1], ':' .. ARGV[n] -- mark: this call's nonce
+local k = (n - 3) / 2
+local ttl, mark = ARGV[n - 2], ':' .. ARGV[n] -- mark: this call's nonce
+local deadline = tonumber(ARGV[n - 1])
 -- One EXISTS of both keys first: 0 when the lock is free and the state is
 -- new (a first call, most admissions), which then needs no HMGET and no
 -- PTTL: every redis.call costs ~1.5 µs of Lua around the command's own time.
@@ -27,6 +33,14 @@ local fresh, off = ARGV, k
 if new then
   local t = redis.call('TIME')
   r = {1, tonumber(t[1]) * 1000000 + tonumber(t[2])}
+  if deadline > 0 and r[2] >= deadline then
+    return {0, r[2], 'late'}
+  elseif deadline < 0 then -- read.lua's reply: an empty state
+    for i = 1, k do
+      r[i + 2] = false
+    end
+    return r
+  end
 else
   fresh, off = {}, 0
   for i = 1, k do
@@ -36,16 +50,19 @@ else
     ARGV[i] = nil
   end
   r = read_state()
+  local v
   for i = 3, k + 2 do
-    local v = r[i]
+    v = r[i]
     if v then
-      if string.sub(v, -#mark) == mark then
-        return {0, r[2], 'admitted'}
-      end
-      return r
+      break
     end
   end
-  if redis.call('EXISTS', KEYS[2]) == 1 then
+  -- An admission writes every rule's field: the first one present tells.
+  if v and string.sub(v, -#mark) == mark then
+    return {0, r[2], 'admitted'}
+  elseif deadline > 0 and r[2] >= deadline then
+    return {0, r[2], 'late'}
+  elseif v or deadline < 0 or redis.call('EXISTS', KEYS[2]) == 1 then
     return r
   end
 end

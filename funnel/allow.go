@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/mutex"
@@ -26,8 +27,11 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 // commits only while holding it; a commit whose lock lease lapsed is rejected
 // by Redis and the call starts over, so a stale decision never overwrites
 // newer state. A reply lost and retried by go-redis counts once (see package
-// mutex: every lock script answers a retry as its first run). On error the
-// call may or may not have been admitted; calling again is a new call.
+// mutex: every lock script answers a retry as its first run). A call with a
+// ctx deadline that returns an error took nothing, whenever its commands
+// run (see "A failed call is not charged" in the package documentation for
+// what holds); without a deadline, an error after the write was sent may
+// leave the call admitted. Calling again is a new call.
 //
 // Concurrent calls for one key with the same rules share a lock hold (see
 // WithoutBatching): the calls that arrive while one takes the lock are
@@ -49,9 +53,10 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 		return lim.allowBatched(ctx, c, n)
 	}
 	// Alone: a batch of one, led by this call.
-	w := &waiter{n: n}
+	d, _ := ctx.Deadline()
+	w := &waiter{n: n, deadline: d}
 	lim.lead(ctx, c, batchKey{}, &batch{waiters: []*waiter{w}}, n)
-	return w.res, w.err
+	return outcome(ctx, w.res, w.err)
 }
 
 // checkKey reports an error matching ErrInvalidKey unless key has 1 to
@@ -98,6 +103,7 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if err != nil {
 		return Result{}, err
 	}
+	lim.clock.sampled(r.now, time.Now())
 	return peeked(c.rules, r), nil
 }
 
@@ -187,7 +193,7 @@ func refundArgs(rules []rule, res any, n int64) ([]any, error) {
 		return nil, err
 	}
 	fills, ats, logs := refund(rules, snap.levels, snap.now, n)
-	return writeArgs(rules, fills, ats, logs, snap.now), nil
+	return writeArgs(rules, fills, ats, logs, snap.now, noDeadline), nil
 }
 
 // Reset forgets every rule's state for key, under its lock.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Batched admissions: the concurrent AllowN calls of one Limiter for one key
@@ -21,8 +22,13 @@ import (
 type waiter struct {
 	n    int64
 	done chan struct{} // closed when res, err or again are set; nil for the leader
-	res  Result
-	err  error
+	// deadline is the call's context's (zero: none); until, once the call
+	// is admitted, the server time from which its write is refused
+	// (serverclock.go; noDeadline: never).
+	deadline time.Time
+	until    int64
+	res      Result
+	err      error
 	// again: the batch failed for a reason of its leader's (its context
 	// ended): the call was not decided and runs again.
 	again bool
@@ -110,6 +116,39 @@ func (ws sealed) failAdmitted(err error) {
 	}
 }
 
+// deadline is the server time from which the write of the admitted calls
+// of ws is refused: the earliest of theirs (noDeadline when none has one).
+func (ws sealed) deadline() int64 {
+	d := noDeadline
+	for _, w := range ws {
+		if w.res.Allowed && w.err == nil && w.until != noDeadline && (d == noDeadline || w.until < d) {
+			d = w.until
+		}
+	}
+	return d
+}
+
+// late handles a write refused as past the deadline of one of the admitted
+// calls ws (nothing was written): each admitted call out of time is
+// answered errLate, and takes nothing. If the leader is, the others run
+// again; else the batch, but those, is decided again (again is true), on a
+// fresh read whose clock bounds the next write (a server clock that
+// stepped forward refuses one write, not the calls).
+func (ws sealed) late() (again bool) {
+	for i, w := range ws {
+		if !w.res.Allowed || !outOfTime(w.deadline) {
+			continue
+		}
+		w.res, w.err = Result{}, errLate
+		if i == 0 {
+			ws.rerunOthers()
+			return false
+		}
+		w.gone.Store(true) // not decided again
+	}
+	return true
+}
+
 // wake hands every call but the leader's its outcome.
 func (ws sealed) wake() {
 	for _, w := range ws[1:] {
@@ -121,8 +160,9 @@ func (ws sealed) wake() {
 // returns the call's outcome.
 func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, error) {
 	k := batchKey{c.key, c.set}
+	d, _ := ctx.Deadline()
 	for range maxCommits {
-		w := &waiter{n: n}
+		w := &waiter{n: n, deadline: d}
 		b, lead := lim.batches.join(k, w)
 		if lead {
 			lim.lead(ctx, c, k, b, n)
@@ -130,7 +170,7 @@ func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, 
 			return Result{}, err
 		}
 		if !w.again {
-			return w.res, w.err
+			return outcome(ctx, w.res, w.err)
 		}
 		if err := ctx.Err(); err != nil {
 			return Result{}, err

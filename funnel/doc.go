@@ -81,6 +81,26 @@
 // whose lock lease lapsed (a paused process) is rejected and the call starts
 // over on fresh state.
 //
+// # A failed call is not charged
+//
+// A call with a ctx deadline that is answered with an error took nothing,
+// even if its write, stuck in a stopped server or a slow network, runs
+// later: every write of an admission carries a server time past which
+// Redis refuses it, which the server's clock reaches before the caller's
+// deadline. It is taken from the Limiter's sample of the server's clock
+// (the TIME of a recent reply, and the local monotonic time it came) less 1
+// ms and 1/1000 of the time to the deadline, for drift. A write refused
+// while its call still has time is decided again on a fresh read; a late
+// one-round-trip admission also takes no lock. This does not hold for: a
+// call with no deadline whose write was sent before an error (a lost
+// connection; the write may run); a write that ran in time whose reply was
+// lost or came more than the margin late (the server stopped between them);
+// a server clock that steps back between the sample and the write; a
+// commit not acknowledged by replicas (WithReplicaAck); Refund and Reset;
+// and a penalty box's count of a denial. It costs the commit one TIME in
+// Redis, and a first call of a Limiter, or of a Limiter idle for a minute,
+// goes through the lock (two round trips) to take a sample.
+//
 // Every state key expires when all its funnels would be empty (its windows
 // hold no unit, its calendar rules' periods have ended). An active
 // key with one rule takes 136 bytes of Redis memory: the hash

@@ -1,6 +1,7 @@
 package funnel
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -31,3 +32,15 @@ var (
 // errNilLimiter is the error of a call on a nil *Limiter (New failed, and
 // its error was not checked).
 var errNilLimiter = fmt.Errorf("%w: nil Limiter", ErrInvalidOption)
+
+// errLate answers an admission whose write Redis refused, or would refuse,
+// because it ran past the server time that the call's deadline stands for
+// (serverclock.go): nothing was taken, as for any call that ran out of time.
+var errLate = fmt.Errorf("funnel: the admission's write came past the call's deadline, and took nothing: %w", context.DeadlineExceeded)
+
+// isLate reports whether write.lua's reply says it was refused as late (a
+// negative server time).
+func isLate(reply any) bool {
+	n, ok := reply.(int64)
+	return ok && n < 0
+}

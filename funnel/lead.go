@@ -23,6 +23,9 @@ type leader struct {
 	// deny cache's at that time.
 	sent  time.Time
 	epoch uint64
+	// recv is when the last reply of a lock attempt came: with the server
+	// time it carried, a sample of the server's clock (serverclock.go).
+	recv time.Time
 	// lock is the key's lock, for the one-round-trip admission (admit.lua);
 	// empty where that admission does not apply.
 	lock string
@@ -37,6 +40,7 @@ type reading struct {
 	snapshot
 	till     int64
 	declined bool
+	clock    sample // the server's clock, from this very reply
 }
 
 // lead runs batch b, whose leader asks n units: the lock and the read, the
@@ -52,6 +56,7 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 	}
 	for range maxCommits {
 		lk, res, err := l.acquire(ctx)
+		l.recv = time.Now()
 		if ws == nil {
 			// The first reply seals the batch: the calls that arrive later
 			// form the next one.
@@ -70,8 +75,20 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 // state.
 func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any, err error) (again bool) {
 	declined := errors.Is(err, mutex.ErrDeclined)
-	if now, ok := admitted(declined, res); ok {
-		ws[0].res = l.admitAlone(now)
+	if now, verdict := admitted(declined, res); verdict != "" {
+		s := l.lim.clock.sampled(now, l.recv)
+		switch {
+		case verdict == "admitted":
+			ws[0].res = l.admitAlone(now)
+		case !outOfTime(ws[0].deadline):
+			// "late" with time left: the sample was off (the server's
+			// clock stepped forward). Nothing was written; the reply's
+			// clock bounds the next attempt.
+			l.lim.clock.keep(s)
+			return true
+		default: // "late": nothing was written
+			ws[0].err = errLate
+		}
 		ws.rerunOthers()
 		return false
 	}
@@ -89,8 +106,15 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 		return false
 	}
 	r.declined = declined
-	if l.decide(ws, r) == 0 {
+	r.clock = l.lim.clock.sampled(r.now, l.recv)
+	taken := l.decide(ws, r)
+	if taken == 0 || ws[0].err != nil {
 		_ = lk.Unlock(ctx) // nil when declined
+		if ws[0].err != nil && taken > 0 {
+			// The leader has no time left to write: the others run again.
+			ws.rerunOthers()
+			return false
+		}
 		l.cacheDenials(ws)
 		return false
 	}
@@ -111,7 +135,8 @@ func (l *leader) acquire(ctx context.Context) (*mutex.Lock, any, error) {
 	case lim.penalty != nil:
 		gate = mutex.Call{Fragment: penaltyGate, Keys: []string{l.c.key}, Args: l.c.penalized(lim.penalty, "1")}
 	case l.lock != "": // neither WithUniformCost nor a calendar rule
-		gate = l.c.admit(l.n, l.lock)
+		d, ok := ctx.Deadline()
+		gate = l.c.admit(l.n, l.lock, lim.clock.admitDeadline(d, ok, l.sent))
 	default:
 		gate = l.c.read(readGate)
 	}
@@ -122,18 +147,24 @@ func (l *leader) acquire(ctx context.Context) (*mutex.Lock, any, error) {
 	return lk, res, err
 }
 
-// admitted reports whether a declined gate's result says that admit.lua
-// admitted the call, and the server time it did.
-func admitted(declined bool, res any) (int64, bool) {
+// admitted returns the verdict of admit.lua in a declined gate's result,
+// "admitted" (the call was admitted) or "late" (it ran past the call's
+// deadline and wrote nothing), and the server time it ran at; or "" for
+// another result.
+func admitted(declined bool, res any) (int64, string) {
 	if !declined {
-		return 0, false
+		return 0, ""
 	}
 	arr, ok := res.([]any)
-	if !ok || len(arr) != 2 || arr[1] != "admitted" {
-		return 0, false
+	if !ok || len(arr) != 2 {
+		return 0, ""
 	}
 	now, ok := arr[0].(int64)
-	return now, ok
+	verdict, _ := arr[1].(string)
+	if !ok || verdict != "admitted" && verdict != "late" {
+		return 0, ""
+	}
+	return now, verdict
 }
 
 // admitAlone returns the leader's admission by admit.lua at server time now,
@@ -152,7 +183,9 @@ func (lim *Limiter) read(c call, res any) (reading, error) {
 }
 
 // decide decides the calls ws in arrival order on r, each seeing the units
-// the calls before it took, and returns how many it admitted.
+// the calls before it took, and returns how many it admitted. A call that
+// would be admitted but has no time left for the write (its write would be
+// refused) is answered errLate instead, and takes nothing.
 func (l *leader) decide(ws sealed, r reading) int {
 	taken := 0
 	for i, w := range ws {
@@ -161,6 +194,8 @@ func (l *leader) decide(ws sealed, r reading) int {
 		}
 		if l.take(w, r) {
 			taken++
+		} else if i > 0 && w.err != nil {
+			w.gone.Store(true) // answered errLate: not decided again
 		}
 	}
 	return taken
@@ -179,6 +214,14 @@ func (l *leader) take(w *waiter, r reading) bool {
 		d.retry = max(d.retry, 1) // never "retry now" on a denial
 		w.res = d.result(rules)
 		return false
+	}
+	w.until = noDeadline
+	if !w.deadline.IsZero() {
+		w.until = max(r.clock.until(l.lim.clock.local(w.deadline, false)), 1)
+		if w.until <= r.now {
+			w.res, w.err = Result{}, errLate
+			return false
+		}
 	}
 	for j := range r.levels {
 		r.levels[j] = d.level(j)
@@ -204,11 +247,14 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 			logs[j] = *lv.log
 		}
 	}
-	write := mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: writeArgs(l.c.rules, fills, ats, logs, r.now)}
-	_, err := lk.UnlockWith(ctx, write)
+	args := writeArgs(l.c.rules, fills, ats, logs, r.now, ws.deadline())
+	reply, err := lk.UnlockWith(ctx, mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: args})
 	switch {
 	case errors.Is(err, mutex.ErrNotHeld):
 		return true
+	case err == nil && isLate(reply):
+		l.lim.clock.keep(l.lim.clock.sampled(-reply.(int64), time.Now()))
+		return ws.late()
 	case err != nil:
 		// The write may or may not have happened: the admitted calls cannot
 		// know; a denial stands (it took nothing).

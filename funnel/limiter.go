@@ -97,6 +97,10 @@ type Limiter struct {
 	acks       int
 	ackTimeout time.Duration
 
+	// clock is the latest sample of the server's clock: it bounds the
+	// one-round-trip admission's write (serverclock.go).
+	clock serverClock
+
 	// beforeCommit, if set, runs between the read and the commit (tests).
 	beforeCommit func()
 }
@@ -267,6 +271,7 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
 	}
 	lim := &Limiter{client: client, prefix: DefaultPrefix, lease: DefaultLease, honours: ctxcall.Honours(client)}
+	lim.clock.base = time.Now()
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -384,7 +389,7 @@ type ruleSet struct {
 	rules []rule
 	ids   []any
 	// admit1 is admit.lua's arguments for a call of one unit, but its
-	// nonce: the fields, each rule's new value without its time, the TTL.
+	// deadline and nonce: the fields, each rule's new value without its time, the TTL.
 	admit1 []any
 	// calendar is set when a rule counts calendar periods: admit.lua cannot
 	// write its value (the wait and TTL depend on the period's end), so
@@ -452,27 +457,37 @@ func (c call) read(f *mutex.Fragment) mutex.Call {
 	return mutex.Call{Fragment: f, Keys: []string{c.key}, Args: c.ids}
 }
 
+// admitTail is the last arguments of admit.lua, one allocation passed as
+// pointers (go-redis writes *int64 and *string as their values): boxing
+// each would allocate twice.
+type admitTail struct {
+	deadline int64
+	nonce    string
+}
+
 // admit returns Allow's gate for a call of n units (admit.lua), which
-// checks that lock, the key's lock, is free.
-func (c call) admit(n int64, lock string) mutex.Call {
+// checks that lock, the key's lock, is free, and writes only before the
+// server time deadline (see serverclock.go).
+func (c call) admit(n int64, lock string, deadline int64) mutex.Call {
 	var args []any
 	if n == 1 {
-		args = append(make([]any, 0, len(c.set.admit1)+1), c.set.admit1...)
+		args = append(make([]any, 0, len(c.set.admit1)+2), c.set.admit1...)
 	} else {
 		args = admitArgs(c.rules, c.ids, n)
 	}
 	// 41 random bits: another call's value ending in this nonce would be
 	// taken for this call's own.
-	args = append(args, strconv.FormatUint(rand.Uint64()>>23, 36))
+	tail := &admitTail{deadline: deadline, nonce: strconv.FormatUint(rand.Uint64()>>23, 36)}
+	args = append(args, &tail.deadline, &tail.nonce)
 	return mutex.Call{Fragment: admitGate, Keys: []string{c.key, lock}, Args: args}
 }
 
-// admitArgs returns admit.lua's arguments for n units, but the nonce: the
-// fields; each rule's value after n units on an empty funnel (or window),
-// without its time; and the key's TTL in ms, until every funnel is empty
-// again.
+// admitArgs returns admit.lua's arguments for n units, but the deadline
+// and the nonce: the fields; each rule's value after n units on an empty
+// funnel (or window), without its time; and the key's TTL in ms, until
+// every funnel is empty again.
 func admitArgs(rules []rule, ids []any, n int64) []any {
-	args := append(make([]any, 0, 2*len(rules)+2), ids...)
+	args := append(make([]any, 0, 2*len(rules)+3), ids...)
 	var ttl int64
 	for _, r := range rules {
 		if r.window > 0 {

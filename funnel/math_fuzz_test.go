@@ -161,20 +161,21 @@ func FuzzDecide(f *testing.F) {
 					t.Fatalf("%s: encode(%d) = %q: wait, want %d", where(), x, v, want)
 				}
 			}
-			args := writeArgs([]rule{r}, []int64{x}, []int64{now}, nil, now)
-			ttl, ok := args[0].(int64)
+			args := writeArgs([]rule{r}, []int64{x}, []int64{now}, nil, now, 7)
+			ttl, ok := args[0].(*int64)
+			deadline, ok2 := args[1].(*int64)
 			empty := ceilDiv(x, r.leak) // µs
 			// The TTL is the time until empty, rounded up to the ms, capped
 			// at maxTTL (the longest a time.Duration holds).
 			want := min(ceilDiv(empty, 1000), maxTTL)
-			if !ok || len(args) != 3 || args[1] != r.id || ttl != want {
+			if !ok || !ok2 || *deadline != 7 || len(args) != 4 || args[2] != r.id || *ttl != want {
 				t.Fatalf("%s: writeArgs(%d) = %v; empty in %dµs", where(), x, args, empty)
 			}
 			value := "" // an empty funnel's field is deleted
 			if x > 0 {
 				value = v
 			}
-			if args[2] != value {
+			if args[3] != value {
 				t.Fatalf("%s: writeArgs(%d) = %v, want value %q", where(), x, args, value)
 			}
 		}

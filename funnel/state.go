@@ -182,12 +182,17 @@ func parseRead(rules []rule, res any) (snapshot, error) {
 }
 
 // writeArgs returns the write script's arguments for rules holding fills at
-// server times ats (windows: the units logs, nil if none), written at now:
-// the key's TTL in ms (until every funnel is empty and every window holds
-// no unit), then field, value pairs; an empty funnel's value is "" (its
-// field is deleted).
-func writeArgs(rules []rule, fills, ats []int64, logs [][]int64, now int64) []any {
-	args := make([]any, 1, 1+2*len(rules))
+// server times ats (windows: the units logs, nil if none), written at now,
+// refused from server time deadline (noDeadline: never): the key's TTL in
+// ms (until every funnel is empty and every window holds no unit), the
+// deadline, then field, value pairs; an empty funnel's value is "" (its
+// field is deleted). The TTL and the deadline are passed as pointers into
+// one allocation (go-redis writes *int64 as the number): boxing each int64
+// would allocate twice.
+func writeArgs(rules []rule, fills, ats []int64, logs [][]int64, now, deadline int64) []any {
+	head := &[2]int64{0, deadline}
+	args := make([]any, 2, 2+2*len(rules))
+	args[0], args[1] = &head[0], &head[1]
 	var ttl int64
 	for i, r := range rules {
 		if fills[i] == 0 {
@@ -206,7 +211,7 @@ func writeArgs(rules []rule, fills, ats []int64, logs [][]int64, now int64) []an
 		ttl = max(ttl, ceilDiv(empty, 1000))
 		args = append(args, r.arg, r.encode(fills[i], ats[i]))
 	}
-	args[0] = min(ttl, maxTTL)
+	head[0] = min(ttl, maxTTL)
 	return args
 }
 

@@ -228,13 +228,17 @@ func redisError(err error) error {
 // Do runs fn if Allow admits the call for key, and refunds the unit when fn
 // returns an error; fn does not run when the call is denied. It returns the
 // decision and fn's error (joined with the refund's, if that failed too), or
-// Allow's error.
+// Allow's error. A Degraded admission (FailOpen, a Fallback) took nothing
+// in Redis: a failing fn refunds nothing there either.
 func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) error) (Decision, error) {
 	d, err := g.Allow(ctx, key)
 	if !d.Allowed {
 		return d, err
 	}
 	if ferr := fn(ctx); ferr != nil {
+		if d.Degraded {
+			return d, errors.Join(ferr, err)
+		}
 		if rerr := g.Refund(ctx, key); rerr != nil {
 			return d, errors.Join(ferr, rerr)
 		}

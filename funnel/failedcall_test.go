@@ -1,0 +1,314 @@
+package funnel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/redis/go-redis/v9"
+)
+
+// A call that failed is not charged: an admission answered with an error
+// because Redis was stopped (SIGSTOP) past the call's deadline takes
+// nothing, though its commands wait in the server's socket and run when it
+// is continued. Each path is tried testutil.Tries times (100 by default);
+// the state is read after the server ran what it was sent while stopped
+// (the check's command goes after them).
+
+// bigRule has room for every try's units, and gives one back every 1000 h:
+// Remaining moves only by what the calls take.
+var bigRule = funnel.Rule{Name: "big", Capacity: 1000, Leak: 1, Per: 1000 * time.Hour}
+
+// pausedRig is a Limiter on a server of its own, which the test stops.
+type pausedRig struct {
+	lim    *funnel.Limiter
+	client *redis.Client // the Limiter's
+	stop   *testutil.Stopper
+}
+
+// newPausedRig starts a server and a Limiter on it with opts, whose client
+// honours deadlines (ContextTimeoutEnabled) or leaves them to the Limiter,
+// and makes one call with a deadline first: the scripts are loaded, a
+// connection is open, and the Limiter has a sample of the server's clock.
+func newPausedRig(t *testing.T, honours bool, opts ...funnel.Option) *pausedRig {
+	t.Helper()
+	srv := testutil.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: honours})
+	t.Cleanup(func() { _ = c.Close() })
+	rig := &pausedRig{lim: mustLimiter(t, c, opts...), client: c, stop: testutil.NewStopper(t, srv.Pid())}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for range 2 { // a key with no state, then one with state: every script
+		if _, err := rig.lim.Allow(ctx, "warm-up", funnel.AtMost(2, time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rig
+}
+
+// remaining is Peek's Remaining for key under bigRule.
+func (rig *pausedRig) remaining(t *testing.T, key string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := rig.lim.Peek(ctx, key, bigRule)
+	if err != nil {
+		t.Fatalf("Peek(%q) after the server was continued: %v", key, err)
+	}
+	return res.Remaining
+}
+
+// take admits n units of key, so that it has state.
+func (rig *pausedRig) take(t *testing.T, key string, n int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if res, err := rig.lim.AllowN(ctx, key, n, bigRule); err != nil || !res.Allowed {
+		t.Fatalf("AllowN(%q, %d) = %+v, %v", key, n, res, err)
+	}
+}
+
+// stopped runs AllowN(key, n) with a deadline timeout away while the server
+// is stopped, continues it, and returns the call's error.
+func (rig *pausedRig) stopped(t *testing.T, key string, n int64, timeout time.Duration) error {
+	t.Helper()
+	if err := rig.stop.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res, err := rig.lim.AllowN(ctx, key, n, bigRule)
+	rig.stop.Cont()
+	if err == nil {
+		t.Fatalf("AllowN(%q, %d) on a stopped server = %+v; want an error", key, n, res)
+	}
+	return err
+}
+
+// reportCharged fails t when any of tries failed calls was charged.
+func reportCharged(t *testing.T, charged, tries int) {
+	t.Helper()
+	t.Logf("FIGURE failed calls charged | %s | %d of %d", t.Name(), charged, tries)
+	if charged > 0 {
+		t.Errorf("%d of %d calls answered with an error were charged; want 0", charged, tries)
+	}
+}
+
+// The first call of a key (admitted in one round trip by admit.lua, with
+// no lock) while the server is stopped: its script runs when the server is
+// continued, after the caller's deadline, and writes nothing.
+func TestFailedCallNotChargedFirstCall(t *testing.T) {
+	for _, honours := range []bool{true, false} {
+		for _, n := range []int64{1, 3} {
+			t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v/n=%d", honours, n), func(t *testing.T) {
+				rig := newPausedRig(t, honours)
+				tries, charged := testutil.Tries(t), 0
+				for i := range tries {
+					key := fmt.Sprintf("first-%d", i)
+					if err := rig.stopped(t, key, n, 20*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+						t.Fatalf("try %d: %v; want a deadline error", i, err)
+					}
+					if rig.remaining(t, key) != bigRule.Capacity {
+						charged++
+					}
+				}
+				reportCharged(t, charged, tries)
+			})
+		}
+	}
+}
+
+// A key with state while the server is stopped: the gate (admit.lua) runs
+// after the deadline, writes nothing and takes no lock (an abandoned lock
+// attempt would hold the key for its lease).
+func TestFailedCallNotChargedKeyWithState(t *testing.T) {
+	rig := newPausedRig(t, true)
+	rig.take(t, "k", 1)
+	lock := rig.lim.Locker().LockKey("k")
+	tries, charged, locked := testutil.Tries(t), 0, 0
+	for range tries {
+		before := rig.remaining(t, "k")
+		rig.stopped(t, "k", 2, 20*time.Millisecond)
+		if rig.remaining(t, "k") != before {
+			charged++
+		}
+		if rig.client.Exists(context.Background(), lock).Val() != 0 {
+			locked++
+			rig.client.Del(context.Background(), lock) // the next try starts free
+		}
+	}
+	t.Logf("FIGURE locks left by failed calls | %s | %d of %d", t.Name(), locked, tries)
+	if locked > 0 {
+		t.Errorf("%d of %d failed calls left the key locked; want 0", locked, tries)
+	}
+	reportCharged(t, charged, tries)
+}
+
+// The server stopped between an admission's read and its commit (the lock
+// held, the commit sent): the commit's write runs when the server is
+// continued, inside the lock's lease, after the caller's deadline, and is
+// refused.
+func TestFailedCallNotChargedCommitStopped(t *testing.T) {
+	for _, n := range []int64{1, 3} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			rig := newPausedRig(t, true)
+			rig.take(t, "k", 1)
+			var armed atomic.Bool
+			funnel.SetBeforeCommit(rig.lim, func() {
+				if armed.CompareAndSwap(true, false) {
+					_ = rig.stop.Stop() // a failed stop shows as an admitted call
+				}
+			})
+			tries, charged := testutil.Tries(t), 0
+			for i := range tries {
+				before := rig.remaining(t, "k")
+				armed.Store(true)
+				ctx, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
+				res, err := rig.lim.AllowN(ctx, "k", n, bigRule)
+				cancel()
+				rig.stop.Cont()
+				after := rig.remaining(t, "k")
+				switch {
+				case err == nil && res.Allowed && after == before-n:
+					// The read came after the deadline on a loaded machine:
+					// no commit was stopped. Rare; the try counts as one.
+				case err == nil:
+					t.Fatalf("try %d: AllowN = %+v; want an error or an admission", i, res)
+				case after != before:
+					charged++
+				}
+			}
+			reportCharged(t, charged, tries)
+		})
+	}
+}
+
+// A batch (batchCalls calls of one key sharing a lock hold, with different
+// deadlines) whose commit is sent while the server is stopped: the write
+// carries every admitted call's units and is refused from the earliest of
+// their deadlines. The server is continued after every call returned, or
+// after the first did: then the others may still be admitted, by a write
+// that carries only theirs. Every call answered with an error took nothing.
+func TestFailedCallNotChargedBatch(t *testing.T) {
+	for _, wait := range []int{batchCalls, 1} {
+		t.Run(fmt.Sprintf("continued after %d returned", wait), func(t *testing.T) {
+			rig := newPausedRig(t, true)
+			rig.take(t, "k", 1)
+			joined := make(chan struct{}, 1024)
+			funnel.SetOnJoin(rig.lim, func() { joined <- struct{}{} })
+			var armed atomic.Bool
+			funnel.SetBeforeCommit(rig.lim, func() {
+				if armed.CompareAndSwap(true, false) {
+					_ = rig.stop.Stop()
+				}
+			})
+			tries, charged, batched := testutil.Tries(t), 0, 0
+			var admittedAll int64
+			for range tries {
+				for len(joined) > 0 { // a late join of the last try
+					<-joined
+				}
+				before := rig.remaining(t, "k")
+				admitted, full := rig.stoppedBatch(t, joined, &armed, wait)
+				if full {
+					batched++
+				}
+				admittedAll += admitted
+				if rig.remaining(t, "k") != before-admitted {
+					charged++
+				}
+			}
+			t.Logf("FIGURE batches of %d calls | %s | %d of %d tries; %d calls admitted", batchCalls, t.Name(), batched, tries, admittedAll)
+			reportCharged(t, charged, tries)
+		})
+	}
+}
+
+// batchCalls is the number of calls in TestFailedCallNotChargedBatch's
+// batches.
+const batchCalls = 4
+
+// stoppedBatch runs batchCalls calls of one unit on "k" with deadlines 50
+// to 80 ms away, stopping the server until the others joined the first
+// one's batch (or 50 ms passed), and again at the first commit (armed),
+// until wait calls returned. It returns how many calls were admitted, and
+// whether all of them joined one batch.
+func (rig *pausedRig) stoppedBatch(t *testing.T, joined chan struct{}, armed *atomic.Bool, wait int) (int64, bool) {
+	t.Helper()
+	if err := rig.stop.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	returned := make(chan struct{}, batchCalls)
+	for j := range batchCalls {
+		wg.Go(func() {
+			defer func() { returned <- struct{}{} }()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(50+10*j)*time.Millisecond)
+			defer cancel()
+			if res, err := rig.lim.Allow(ctx, "k", bigRule); err == nil && res.Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	full := awaitSome(joined, batchCalls-1, 50*time.Millisecond) == batchCalls-1
+	rig.stop.Cont() // the gate runs; the commit stops the server again
+	awaitSome(returned, wait, time.Minute)
+	rig.stop.Cont()
+	wg.Wait()
+	armed.Store(false)
+	return admitted.Load(), full
+}
+
+// awaitSome waits up to d for n values from c, and returns how many came.
+func awaitSome(c chan struct{}, n int, d time.Duration) int {
+	timeout := time.After(d)
+	for i := range n {
+		select {
+		case <-c:
+		case <-timeout:
+			return i
+		}
+	}
+	return n
+}
+
+// A server clock that steps forward (miniredis's SetTime) past the bound of
+// a write refuses that write, not the call: the call has time left, so it
+// is decided again on a fresh read, whose clock bounds the next write, and
+// is admitted once. On a first call (admit.lua, bounded by the Limiter's
+// last sample) and on a commit (bounded by its own read).
+func TestFailedCallClockStep(t *testing.T) {
+	b := testutil.Mini(t)
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	b.Mini.SetTime(t0)
+	lim := newLimiter(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := lim.Allow(ctx, "warm-up", bigRule); err != nil { // a sample at t0
+		t.Fatal(err)
+	}
+	b.Mini.SetTime(t0.Add(24 * time.Hour))
+	if res, err := lim.AllowN(ctx, "first", 2, bigRule); err != nil || !res.Allowed || res.Remaining != bigRule.Capacity-2 {
+		t.Fatalf("first call after the server's clock stepped a day = %+v, %v; want admitted, 2 taken", res, err)
+	}
+	var steps atomic.Int64
+	funnel.SetBeforeCommit(lim, func() {
+		if steps.Add(1) == 1 {
+			b.Mini.SetTime(t0.Add(48 * time.Hour))
+		}
+	})
+	if res, err := lim.AllowN(ctx, "first", 3, bigRule); err != nil || !res.Allowed || res.Remaining != bigRule.Capacity-5 {
+		t.Fatalf("a call whose clock stepped a day between read and commit = %+v, %v; want admitted, 3 taken", res, err)
+	}
+	if n := steps.Load(); n != 2 {
+		t.Fatalf("%d commits; want 2: one refused, one written", n)
+	}
+}
