@@ -9,7 +9,7 @@
 -- through these functions.
 --
 -- A script gets, prepended, only the functions below that it calls (value.go's
--- withValue): each one defined costs every run a closure (~40 ns), called or
+-- withValue): each one defined costs every run a closure, called or
 -- not. A function calls only functions above it. Each is one block, its
 -- comment and then its code, with no blank line inside.
 
