@@ -1,8 +1,7 @@
 -- acquire: take the lock, or re-enter it, and set its lease.
--- The lock is a string (see value.go, whose luaLayout gives the upper-case
--- names their values at init): the owner's token, its mark, and once the
--- owner re-entered, the list of its open handles. A free lock is taken with
--- one SET NX PX.
+-- The lock is a string, read and written through value.lua's functions: the
+-- owner's token, its mark, and once the owner re-entered, the list of its
+-- open handles. A free lock is taken with one SET NX PX.
 -- KEYS[1] the lock key, KEYS[2] the fencing counter key (with fencing only)
 -- ARGV[1] token, ARGV[2] what to do: "" take a free lock, "m" the same and
 -- mark the lock if it is held, or a handle id (digits) to re-enter a lock
@@ -18,15 +17,15 @@
 local lease = tonumber(ARGV[3])
 local mode = ARGV[2]
 if mode == '' or mode == 'm' then
-  if redis.call('SET', KEYS[1], ARGV[1] .. MARK_FREE, 'NX', 'PX', ARGV[3]) then
+  if redis.call('SET', KEYS[1], value_new(ARGV[1]), 'NX', 'PX', ARGV[3]) then
     return {1, lease, bump_fence(KEYS[2], ARGV[4])}
   end
   local v = redis.call('GET', KEYS[1])
-  if v and string.sub(v, 1, TOKEN_LEN) == ARGV[1] then
+  if v and value_token(v) == ARGV[1] then
     return {1, redis.call('PTTL', KEYS[1]), last_fence(KEYS[2], ARGV[4])}
   end
   if mode == 'm' then
-    redis.call('SETRANGE', KEYS[1], MARK_OFFSET, MARK_WAIT)
+    value_mark(KEYS[1])
   end
   return {0, redis.call('PTTL', KEYS[1]), 0}
 end
@@ -34,16 +33,13 @@ local v = redis.call('GET', KEYS[1])
 if not v then
   return {0, -2, 0}
 end
-if string.sub(v, 1, TOKEN_LEN) ~= ARGV[1] then
+if value_token(v) ~= ARGV[1] then
   return {0, redis.call('PTTL', KEYS[1]), 0}
 end
 -- Re-entry: add the handle to the owner's list (the root's alone before).
-local list = ROOT_LIST
-if #v > MARK_AT then
-  list = string.sub(v, LIST_AT)
-end
-if not string.find(list, ID_SEP .. mode .. ID_SEP, 1, true) then
-  redis.call('SET', KEYS[1], string.sub(v, 1, MARK_AT) .. LIST_SEP .. list .. mode .. ID_SEP, 'KEEPTTL')
+local reentered = value_with_handle(v, mode)
+if reentered then
+  redis.call('SET', KEYS[1], reentered, 'KEEPTTL')
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < lease then

@@ -12,7 +12,7 @@ func Marked(value string) bool { return waitMarked(value) }
 // FreeValue returns the value that a fresh lock of some token takes (a test
 // seam: the format is value.go's).
 func FreeValue() string {
-	var v [headLen]byte
+	var v [freeLen]byte
 	putFreeValue(v[:], make([]byte, tokenLen/2))
 	return string(v[:])
 }

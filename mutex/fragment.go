@@ -195,7 +195,7 @@ return r
 // wrapHeld runs the fragment only while the handle holds the lock. Reply:
 // {1, result}, {0} when not held, or {declinedReply, result...}.
 func wrapHeld(src string, gate bool) string {
-	return lockPart(valueSrc+"return held(KEYS[1], ARGV[1], ARGV[2])") + userPart(src) +
+	return lockPart(heldSrc) + userPart(src) +
 		cutTail("KEYS", heldKeys) + cutTail("ARGV", heldArgs) +
 		"if not lock_part(" + locals("KEYS", heldKeys) + ", " + locals("ARGV", heldArgs) + `) then
   return {0}

@@ -15,7 +15,7 @@ type names struct {
 	fkey  string // the fencing counter, Key(name, "fence"); "" without fencing
 	nkey  string // the name's release record, Key(name, "record")
 	tkey  string // the token's release record, Key(name, "record:<token>")
-	token string // tokenLen hex digits
+	token string // tokenLen hex digits of random bits
 	value string // the lock's value while nobody waits for it (putFreeValue)
 }
 
@@ -25,7 +25,7 @@ func (l *Locker) names(name string) names {
 	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
 	tag := keyspace.Tag(name)
 	base := len(l.prefix) + len(tag) + 3 // <prefix>{<tag>}:
-	size := base + len("lock") + base + len("record:") + headLen
+	size := base + len("lock") + base + len("record:") + tokenLen + freeLen
 	if l.fenceTTL > 0 {
 		size += base + len("fence")
 	}
@@ -42,20 +42,20 @@ func (l *Locker) names(name string) names {
 	writeBase(&b, l.prefix, tag)
 	b.WriteString("record")
 	recordEnd := b.Len()
-	// ":" and the value: the token's record key ends with the token, which
-	// starts the value.
-	var tail [1 + headLen]byte
+	// ":" and the token end the token's record key; the value follows.
+	var tail [1 + tokenLen + freeLen]byte
 	tail[0] = ':'
-	putFreeValue(tail[1:], raw[:])
+	putFreeValue(tail[1+tokenLen:], raw[:])
+	copy(tail[1:1+tokenLen], tokenOf(tail[1+tokenLen:]))
 	b.Write(tail[:])
 	s := b.String()
-	value := s[len(s)-headLen:]
+	tokenEnd := len(s) - freeLen
 	n := names{
 		key:   s[:keyEnd],
 		nkey:  s[fenceEnd:recordEnd],
-		tkey:  s[fenceEnd : recordEnd+1+tokenLen],
-		token: tokenOf(value),
-		value: value,
+		tkey:  s[fenceEnd:tokenEnd],
+		token: s[recordEnd+1 : tokenEnd],
+		value: s[tokenEnd:],
 	}
 	if fenceEnd > keyEnd {
 		n.fkey = s[keyEnd:fenceEnd]

@@ -25,32 +25,27 @@ local v = held(KEYS[1], ARGV[1], ARGV[2])
 if not v then
   return recall(KEYS[2], KEYS[3], ARGV[1], release_call) or {-1, 0}
 end
-if #v > MARK_AT then
-  -- Re-entered: take this handle off the list.
-  local list = string.sub(v, LIST_AT)
-  local at = string.find(list, ID_SEP .. ARGV[2] .. ID_SEP, 1, true)
-  -- Keep the ID_SEP before the id; go on past the id and the one after it.
-  list = string.sub(list, 1, at) .. string.sub(list, at + #ARGV[2] + 2)
-  if list ~= ID_SEP then
-    redis.call('SET', KEYS[1], string.sub(v, 1, LIST_AT - 1) .. list, 'KEEPTTL')
-    local _, seps = string.gsub(list, ID_SEP, ID_SEP)
-    return {seps - 1, 0}
-  end
+-- Close the handle: while others stay open (re-entries), that is all.
+local rest, left = value_without_handle(v, ARGV[2])
+if rest then
+  redis.call('SET', KEYS[1], rest, 'KEEPTTL')
+  return {left, 0}
 end
-local mark = string.sub(v, MARK_AT, MARK_AT)
+local marked = value_marked(v)
 local nxt, yielded = ARGV[3], nil
 if string.sub(nxt, 1, 1) == UNLESS_MARKED then
   nxt = string.sub(nxt, 2)
-  if mark == MARK_WAIT then
+  if marked then
     nxt, yielded = '', YIELDED
   end
 end
 if nxt ~= '' then
-  redis.call('SET', KEYS[1], nxt .. mark, 'PX', ARGV[4])
+  -- The next owner's value keeps the waiter's mark.
+  redis.call('SET', KEYS[1], value_new(nxt, marked), 'PX', ARGV[4])
   return {0, bump_fence(KEYS[4], ARGV[5])}
 end
 redis.call('DEL', KEYS[1])
-if mark == MARK_WAIT then
+if marked then
   redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'released', '1')
 end
 return {0, 0, yielded}

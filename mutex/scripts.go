@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,8 +13,6 @@ import (
 var (
 	//go:embed fence.lua
 	fenceSrc string
-	//go:embed value.lua
-	valueBody string
 	//go:embed acquire.lua
 	acquireBody string
 	//go:embed release.lua
@@ -43,22 +42,28 @@ var recordMS = "local record_px, record_keep = '" + strconv.FormatInt(recordTTL.
 // recordSrc is record.lua with its lifetime.
 var recordSrc = recordMS + recordBody
 
-// valueSrc is value.lua's held, over a lock's value, prepended to the
-// scripts that act only for a holder.
-var valueSrc = luaLayout.Replace(valueBody)
+// releaseNames gives release.lua's upper-case names their values, as Lua
+// text, at init: UNLESS_MARKED, the hand-over argument's prefix, and YIELDED,
+// the reply that says it yielded (release.go's unlessMarked and yielded).
+var releaseNames = strings.NewReplacer("UNLESS_MARKED", luaText(unlessMarked), "YIELDED", luaText(yielded))
+
+// luaText is s, which has no quote or backslash, as a Lua string literal.
+func luaText(s string) string { return "'" + s + "'" }
 
 // Scripts are assembled from their body and the Lua functions they call.
-// Every script that reads or writes a lock's value gets the value's layout
-// from luaLayout.
+// Every script that reads or writes a lock's value does it through
+// value.lua's functions, which withValue prepends.
 var (
-	acquireSrc = fenceSrc + luaLayout.Replace(acquireBody)
+	acquireSrc = fenceSrc + withValue(acquireBody)
 	// releaseSrc is the lock's part of a release: it runs as a function
 	// (lockPart) after recordSrc, whose functions it calls, and its caller
 	// writes the record (releaseTail, wrapRelease).
-	releaseSrc = fenceSrc + valueSrc + luaLayout.Replace(releaseBody)
-	extendSrc  = valueSrc + extendBody
-	pttlSrc    = valueSrc + pttlBody
-	unlockSrc  = recordMS + luaLayout.Replace(unlockBody)
+	releaseSrc = fenceSrc + withValue(releaseNames.Replace(releaseBody))
+	extendSrc  = withValue(extendBody)
+	pttlSrc    = withValue(pttlBody)
+	unlockSrc  = recordMS + withValue(unlockBody)
+	// heldSrc is the check of a Fragment's Lock.Run (wrapHeld).
+	heldSrc = withValue("return held(KEYS[1], ARGV[1], ARGV[2])")
 )
 
 // Scripts are immutable after init (redis.Script caches only its own SHA).

@@ -7,27 +7,30 @@
 -- written out here: this script is most releases, and a Lua function call
 -- and its arguments cost it a good part of its time.
 -- KEYS[1] the lock key, KEYS[2] the name's release record key, KEYS[3] the
--- token's; ARGV[1] the value of the lock as a native SET NX took it (the
--- token and MARK_FREE), ARGV[2] the caller's owner, ARGV[3] the release's
+-- token's; ARGV[1] the value of the lock as a native SET NX took it (no
+-- waiter's mark, no list), ARGV[2] the caller's owner, ARGV[3] the release's
 -- record, ARGV[4] the owner followed by the caller's mark (record.lua: a
 -- record of this owner numbered below the mark may be overwritten). The
 -- caller builds the record, so the script concatenates nothing. record_px
--- and record_keep (record.lua) are set before these lines; value.go's
--- luaLayout gives the upper-case names their values at init.
+-- and record_keep (record.lua) are set before these lines, and
+-- value_root_only (value.lua) too.
 -- Returns 0 when it released the lock; 2 when the lock is not in that
 -- shape or not held by token (taken, expired, released already: a retry
 -- whose first run succeeded): the caller then runs release.lua, which
 -- handles every other case and answers a retry from the record.
 local v = redis.call('GET', KEYS[1])
+local marked = false
 if v ~= ARGV[1] then
-  -- Not the value a native SET NX left: a marked lock (MARK_WAIT), a
-  -- re-entered one whose handles closed (ROOT_LIST), or not this token's lock.
-  if not v or string.sub(v, 1, TOKEN_LEN) ~= string.sub(ARGV[1], 1, TOKEN_LEN) or (#v ~= MARK_AT and string.sub(v, LIST_AT) ~= ROOT_LIST) then
+  -- Not the value a native SET NX left: a marked lock, a re-entered one
+  -- whose handles closed, or not this token's lock.
+  local root_only
+  root_only, marked = value_root_only(v, ARGV[1])
+  if not root_only then
     return 2
   end
 end
 redis.call('DEL', KEYS[1])
-if v ~= ARGV[1] and string.byte(v, MARK_AT) == WAIT_BYTE then -- a waiter asked to hear of it
+if marked then -- a waiter asked to hear of it
   redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'released', '1')
 end
 -- The record of the name's key may be overwritten when it is this owner's
