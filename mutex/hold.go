@@ -140,6 +140,13 @@ func (h *hold) enter() error {
 	return nil
 }
 
+// hasEnded reports whether the hold has ended (released, handed over, lost).
+func (h *hold) hasEnded() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ended
+}
+
 // exit ends an enter.
 func (h *hold) exit() {
 	h.mu.Lock()

@@ -39,6 +39,10 @@ func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Cal
 	start := time.Now()
 	r, res, err := l.acquireScript(ctx, h.name, &h.names, cfg, call, argID(id), start)
 	switch {
+	case err != nil && h.hasEnded():
+		// The owning lock ended meanwhile (its lease ran out; a ctx it
+		// carries ends then too, which may be what stopped the call).
+		return nil, -1, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock ended meanwhile", ErrNotHeld, h.name)
 	case err != nil:
 		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", h.name, err)
 	case r[0] == declinedReply:
