@@ -107,6 +107,17 @@ func (ws sealed) failAll(err error) {
 	}
 }
 
+// failLate answers the calls errLate, but those without a deadline (which
+// a late write never refused) ErrConflict.
+func (ws sealed) failLate() {
+	for _, w := range ws {
+		w.err = errLate
+		if w.deadline.IsZero() {
+			w.err = ErrConflict
+		}
+	}
+}
+
 // failAdmitted answers the admitted calls with err.
 func (ws sealed) failAdmitted(err error) {
 	for _, w := range ws {

@@ -26,6 +26,9 @@ type leader struct {
 	// recv is when the last reply of a lock attempt came: with the server
 	// time it carried, a sample of the server's clock (serverclock.go).
 	recv time.Time
+	// late is set when the last attempt ended in a write refused as late:
+	// the server's clock, as sampled, ran past a call's deadline.
+	late bool
 	// lock is the key's lock, for the one-round-trip admission (admit.lua);
 	// empty where that admission does not apply.
 	lock string
@@ -62,9 +65,17 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 			// form the next one.
 			ws = lim.batches.seal(k, b)
 		}
+		l.late = false
 		if !l.settle(ctx, ws, lk, res, err) {
 			return
 		}
+	}
+	if l.late {
+		// Near their deadline, under a sample of the server's clock that
+		// keeps coming late (a busy host reads replies late): the calls
+		// with a deadline end as out of time, not in a conflict.
+		ws.failLate()
+		return
 	}
 	ws.failAll(ErrConflict)
 }
@@ -85,6 +96,7 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 			// clock stepped forward). Nothing was written; the reply's
 			// clock bounds the next attempt.
 			l.lim.clock.keep(s)
+			l.late = true
 			return true
 		default: // "late": nothing was written
 			ws[0].err = errLate
@@ -254,6 +266,7 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 		return true
 	case err == nil && isLate(reply):
 		l.lim.clock.keep(l.lim.clock.sampled(-reply.(int64), time.Now()))
+		l.late = true
 		return ws.late()
 	case err != nil:
 		// The write may or may not have happened: the admitted calls cannot
