@@ -186,6 +186,11 @@ func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, 
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
 		}
+		if outOfTime(d) {
+			// Run again (its leader's write came late, say) with no time
+			// left for a write of its own: it would be refused.
+			return outcome(ctx, Result{}, errLate)
+		}
 	}
 	return Result{}, ErrConflict
 }
