@@ -42,7 +42,11 @@
     }
     const res = await fetch(path, init);
     const data = await res.json().catch(() => ({}));
-    if (res.status === 401) throw new Error("The token was refused.");
+    if (res.status === 401) {
+      sessionStorage.removeItem(KEY); // give it again
+      showToken();
+      throw new Error("The token was refused.");
+    }
     if (!res.ok) throw new Error(data.error || "Error " + res.status);
     return data;
   }
