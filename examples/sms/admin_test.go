@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
 )
 
 const adminToken = "operators-token-of-32-bytes-1234"
@@ -147,6 +150,10 @@ func TestAdminTokenRequired(t *testing.T) {
 	}
 	if strings.Contains(a.logs.String(), number) {
 		t.Fatalf("a clear number in the logs:\n%s", a.logs)
+	}
+	// The public address serves none of the tools, nor their page.
+	for _, path := range []string{"/api/budget", "/admin/", "/admin/admin.js", "/admin.js", "/admin.css"} {
+		a.want(a.do("GET", path, nil), http.StatusNotFound, "GET "+path+" on the public address")
 	}
 }
 
@@ -471,4 +478,73 @@ func TestAdminBinary(t *testing.T) {
 		t.Errorf("the tools on the public address: %d; want 404", r.StatusCode)
 	}
 	p.stop(t)
+}
+
+// On a Redis Cluster: the pauses of two prefixes (keys of two hash slots)
+// are listed, a number's state read and reset, a prefix resumed by id.
+func TestAdminCluster(t *testing.T) {
+	c := testutil.Cluster(t)
+	e := newEnvOn(t, c.Client(t), conversionOn, judging5)
+	a := &adminEnv{env: e, admin: httptest.NewServer(e.svc.AdminHandler(adminToken))}
+	t.Cleanup(a.admin.Close)
+	for _, prefix := range []string{"+86136", "+86137"} {
+		for i := range 5 {
+			p := fmt.Sprintf("%s%08d", prefix, i)
+			a.want(a.send(p, from(i)...), http.StatusAccepted, "send")
+			if _, err := a.svc.undelivered(t.Context(), p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.wantConversion(a.send(prefix+"00000009", from(9)...), ruleConversion, 3600, "paused")
+	}
+	var list struct {
+		Conversion bool           `json:"conversion"`
+		Paused     []pausedPrefix `json:"paused"`
+	}
+	raw := a.api("GET", "/api/prefixes", "", &list).raw
+	if len(list.Paused) != 2 || list.Paused[0].Prefix != "+8613600" || list.Paused[1].Prefix != "+8613700" {
+		t.Fatalf("paused %s; want +8613600 and +8613700", raw)
+	}
+	if st, raw := a.state("+8613600000000"); !st.PrefixPaused || !st.CodeOutstanding || guardOf(t, st, "number").Allowed {
+		t.Fatalf("state %s; want paused, a code outstanding, in the cooldown", raw)
+	}
+	a.reset("+8613600000000")
+	var res struct {
+		Resumed bool `json:"resumed"`
+	}
+	a.api("POST", "/api/prefixes/resume", `{"id":"`+list.Paused[0].ID+`"}`, &res)
+	if !res.Resumed {
+		t.Fatal("not resumed")
+	}
+	a.want(a.send("+8613600000000", from(1)...), http.StatusAccepted, "a send after the reset and the resume")
+	var b budgetState
+	a.api("GET", "/api/budget", "", &b)
+	if b.Used != 11 {
+		t.Fatalf("budget %+v; want 11 used", b)
+	}
+}
+
+// The loopback rule, by the flags' values: -admin-allow-remote lifts it.
+func TestAdminAddrCheck(t *testing.T) {
+	for _, c := range []struct {
+		cfg adminConfig
+		ok  bool
+	}{
+		{adminConfig{}, true}, // off
+		{adminConfig{addr: "127.0.0.1:9090", token: adminToken}, true},
+		{adminConfig{addr: "[::1]:9090", token: adminToken}, true},
+		{adminConfig{addr: "localhost:9090", token: adminToken}, true},
+		{adminConfig{addr: "127.0.0.1:9090"}, false},
+		{adminConfig{addr: "127.0.0.1:9090", token: adminToken[:15]}, false},
+		{adminConfig{addr: "0.0.0.0:9090", token: adminToken}, false},
+		{adminConfig{addr: "[::]:9090", token: adminToken}, false},
+		{adminConfig{addr: "admin.example:9090", token: adminToken}, false},
+		{adminConfig{addr: "9090", token: adminToken}, false},
+		{adminConfig{addr: "0.0.0.0:9090", token: adminToken, allowRemote: true}, true},
+		{adminConfig{addr: "0.0.0.0:9090", allowRemote: true}, false}, // never without a token
+	} {
+		if err := c.cfg.check(); (err == nil) != c.ok || err != nil && !errors.Is(err, errConfig) {
+			t.Errorf("%+v: %v; want ok %v", c.cfg, err, c.ok)
+		}
+	}
 }
