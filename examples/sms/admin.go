@@ -31,19 +31,24 @@ func adminFlags(fl *flag.FlagSet) *adminConfig {
 	a := &adminConfig{}
 	fl.StringVar(&a.addr, "admin-addr", "", "serve the operators' tools (JSON API and page) on this address, "+
 		"a loopback one unless -admin-allow-remote (default: off)")
-	fl.StringVar(&a.token, "admin-token", os.Getenv("SMS_ADMIN_TOKEN"), "the operators' tools' bearer token, 16+ bytes "+
+	// Not os.Getenv as the default: -h would print the token.
+	fl.StringVar(&a.token, "admin-token", "", "the operators' tools' bearer token, 16+ bytes "+
 		"(default $SMS_ADMIN_TOKEN; prefer the variable: a flag shows in process listings)")
 	fl.BoolVar(&a.allowRemote, "admin-allow-remote", false, "let -admin-addr be an address other machines reach "+
 		"(put TLS in front: every request carries the token)")
 	return a
 }
 
-// check refuses tools without a token, or, without allowRemote, on an
+// check takes the token from $SMS_ADMIN_TOKEN when no flag gives it, and
+// refuses tools without a token, or, without allowRemote, on an
 // address that is not loopback (by name: localhost, 127.0.0.1, [::1]; an
 // empty host is every interface).
 func (a *adminConfig) check() error {
 	if a.addr == "" {
 		return nil
+	}
+	if a.token == "" {
+		a.token = os.Getenv("SMS_ADMIN_TOKEN")
 	}
 	if len(a.token) < minAdminToken {
 		return fmt.Errorf("%w: -admin-addr needs a bearer token of at least %d bytes: set $SMS_ADMIN_TOKEN (or -admin-token, "+

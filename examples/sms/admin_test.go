@@ -449,6 +449,11 @@ func TestAdminBinary(t *testing.T) {
 			t.Errorf("%v %v: %v\n%s\nwant exit 1, refused before serving: %s", c.env, c.args, err, out, c.want)
 		}
 	}
+	help := exec.Command(bin, "-h")
+	help.Env = append(help.Environ(), "SMS_ADMIN_TOKEN="+adminToken)
+	if out, err := help.CombinedOutput(); err != nil || strings.Contains(string(out), adminToken) || !strings.Contains(string(out), "-admin-token") {
+		t.Errorf("-h: %v; want the flags without the token\n%s", err, out)
+	}
 	p := startBinary(t, []string{"SMS_ADMIN_TOKEN=" + adminToken}, "-admin-addr", "127.0.0.1:0")
 	m := regexp.MustCompile(`sms: operators' tools on (http://127\.0\.0\.1:[0-9]+)/`).FindStringSubmatch(p.stdout.String())
 	if m == nil {
