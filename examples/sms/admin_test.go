@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -311,7 +312,7 @@ func TestAdminPausedPrefixes(t *testing.T) {
 			t.Fatalf("resume %s = %v; want 400", bad, r)
 		}
 	}
-	if n, err := a.svc.client.Exists(t.Context(), pauseIndexKey).Result(); err != nil || n != 0 {
+	if n, err := a.svc.client.Exists(t.Context(), a.svc.conversion.indexKey()).Result(); err != nil || n != 0 {
 		t.Fatalf("the index of pauses outlives them: %d, %v", n, err)
 	}
 }
@@ -325,7 +326,7 @@ func TestAdminPauseEnds(t *testing.T) {
 		_, _ = a.svc.undelivered(t.Context(), phoneN(i))
 	}
 	a.wantConversion(a.send(phoneN(5), from(5)...), ruleConversion, 3600, "paused")
-	ttl := a.b.Mini.TTL(pauseIndexKey)
+	ttl := a.b.Mini.TTL(a.svc.conversion.indexKey())
 	if ttl <= 0 || ttl > time.Hour {
 		t.Fatalf("the index's TTL = %v; want the pause's, 1 h", ttl)
 	}
@@ -335,7 +336,7 @@ func TestAdminPauseEnds(t *testing.T) {
 		Paused     []pausedPrefix `json:"paused"`
 	}
 	a.api("GET", "/api/prefixes", "", &list)
-	if len(list.Paused) != 0 || a.b.Mini.Exists(pauseIndexKey) {
+	if len(list.Paused) != 0 || a.b.Mini.Exists(a.svc.conversion.indexKey()) {
 		t.Fatalf("an ended pause is listed: %+v", list)
 	}
 }
@@ -489,7 +490,10 @@ func TestAdminBinary(t *testing.T) {
 // are listed, a number's state read and reset, a prefix resumed by id.
 func TestAdminCluster(t *testing.T) {
 	c := testutil.Cluster(t)
-	e := newEnvOn(t, c.Client(t), conversionOn, judging5)
+	// A secret of its own, each run: the cluster is shared, by other tests
+	// that send to these numbers and by the runs of -count.
+	secret := []byte("admin cluster test " + rand.Text())
+	e := newEnvOn(t, c.Client(t), conversionOn, judging5, func(c *Config) { c.Secret = secret })
 	a := &adminEnv{env: e, admin: httptest.NewServer(e.svc.AdminHandler(adminToken))}
 	t.Cleanup(a.admin.Close)
 	for _, prefix := range []string{"+86136", "+86137"} {

@@ -263,7 +263,7 @@ func (c *conversionGuard) resumeID(ctx context.Context, id string) (bool, error)
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	keys := conversionKeys(id)
-	if err := c.client.ZRem(ctx, pauseIndexKey, id).Err(); err != nil {
+	if err := c.client.ZRem(ctx, c.indexKey(), id).Err(); err != nil {
 		return false, err
 	}
 	var paused *redis.IntCmd

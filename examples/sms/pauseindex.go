@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	_ "embed"
+	"encoding/base64"
 	"strconv"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 // lists them but a SCAN of the whole key space (of every node of a
 // Cluster), whose cost grows with all the service's keys, numbers and
 // codes included. Instead the send that pauses a prefix adds its id to one
-// sorted set, scored by when the pause ends: bounded (maxPausesIndexed,
+// sorted set (its key
+// ends in an HMAC, see indexKey), scored by when the pause ends: bounded (maxPausesIndexed,
 // ended pauses leave it on each add and each listing) and expiring with
 // its last pause. It is kept beside the pause, not by conversion.lua: a
 // script may only touch keys of one hash slot.
@@ -25,8 +27,12 @@ var (
 	pauseIndexScript = redis.NewScript(pauseIndexSrc)
 )
 
-// pauseIndexKey is the index: a sorted set of the ids of paused prefixes.
-const pauseIndexKey = "sms:conv:paused"
+// indexKey is the index: a sorted set of the ids of paused prefixes. Its
+// name ends in an HMAC, as every key of the service does: services with
+// secrets of their own on one Redis keep indexes of their own.
+func (c *conversionGuard) indexKey() string {
+	return "sms:conv:paused:" + base64.RawURLEncoding.EncodeToString(c.mac("conversion paused index"))
+}
 
 // maxPausesIndexed bounds the index: it keeps the pauses that end last.
 // A pause takes -conversion-sends sends to its prefix, so even the whole of
@@ -38,7 +44,7 @@ const maxPausesIndexed = 1000
 func (c *conversionGuard) indexPause(ctx context.Context, dest destination, wait time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	defer cancel()
-	err := pauseIndexScript.Run(ctx, c.client, []string{pauseIndexKey}, c.id(dest.Prefix), wait.Microseconds(), maxPausesIndexed).Err()
+	err := pauseIndexScript.Run(ctx, c.client, []string{c.indexKey()}, c.id(dest.Prefix), wait.Microseconds(), maxPausesIndexed).Err()
 	if err != nil {
 		c.metrics.redisErrors.Inc()
 		c.log.Warn("indexing a paused prefix failed", "prefix", shownPrefix(dest), "err", err)
@@ -62,7 +68,7 @@ type pausedPrefix struct {
 func (c *conversionGuard) paused(ctx context.Context) ([]pausedPrefix, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	ids, err := c.client.ZRange(ctx, pauseIndexKey, 0, -1).Result()
+	ids, err := c.client.ZRange(ctx, c.indexKey(), 0, -1).Result()
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +96,7 @@ func (c *conversionGuard) paused(ctx context.Context) ([]pausedPrefix, error) {
 			Until: time.UnixMicro(num(v[0])).UTC(), Left: *seconds(left)})
 	}
 	if len(ended) > 0 {
-		err = c.client.ZRem(ctx, pauseIndexKey, ended...).Err()
+		err = c.client.ZRem(ctx, c.indexKey(), ended...).Err()
 	}
 	return out, err
 }
