@@ -38,7 +38,8 @@ var keyShape = regexp.MustCompile(`^(sms:code:[A-Za-z0-9_-]{43}` +
 	`|sms:(phone|ip|prefix|budget|vip):\{m:[A-Za-z0-9_-]{43}\}:([a-z]+|record:[0-9a-f]{32})` +
 	`|sms:fail:\{sms:code:[A-Za-z0-9_-]{43}\}:([a-z]+|record:[0-9a-f]{32})` +
 	`|sms:sent:\{[SM]M[0-9a-fA-F]{32}\}` + // a message sent, by Twilio's sid, for its delivery report
-	`|sms:conv:\{[A-Za-z0-9_-]{43}\}:(sends|done|pause))$`)
+	`|sms:conv:\{[A-Za-z0-9_-]{43}\}:(sends|done|pause)` +
+	`|sms:conv:paused:[A-Za-z0-9_-]{43})$`) // the index of paused prefixes (pauseindex.go): a sorted set of those HMACs
 
 // strayKeys returns the keys of the service's Redis that are not of
 // keyShape, and how many keys there are.

@@ -132,3 +132,20 @@ func (s *codeStore) check(ctx context.Context, g guess, lockedOut bool) (verdict
 	}
 	return noCode, fmt.Errorf("check.lua replied %d", reply)
 }
+
+// outstanding returns how long the code of phone lives yet: 0 when there
+// is none that a verification could use (never sent, expired, used or
+// spent: a used or spent code's hash keeps only check.lua's replies).
+func (s *codeStore) outstanding(ctx context.Context, phone string) (time.Duration, error) {
+	key := s.key(phone)
+	var live *redis.BoolCmd
+	var ttl *redis.DurationCmd
+	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		live, ttl = p.HExists(ctx, key, "m"), p.PTTL(ctx, key)
+		return nil
+	})
+	if err != nil || !live.Val() {
+		return 0, err
+	}
+	return max(ttl.Val(), 0), nil
+}

@@ -134,9 +134,19 @@ func newConversionGuard(s *Service) *conversionGuard {
 }
 
 // keys returns the keys of prefix: its sends, their outcomes, its pause.
-// The prefix is stored as an HMAC, in braces: the three share a hash slot.
-func (c *conversionGuard) keys(prefix string) []string {
-	base := "sms:conv:{" + base64.RawURLEncoding.EncodeToString(c.mac("conversion prefix", prefix)) + "}:"
+// The prefix is stored as an HMAC (its id), in braces: the three share a
+// hash slot.
+func (c *conversionGuard) keys(prefix string) []string { return conversionKeys(c.id(prefix)) }
+
+// id is how prefix is stored: its HMAC, which also names it in the index
+// of paused prefixes (pauseindex.go).
+func (c *conversionGuard) id(prefix string) string {
+	return base64.RawURLEncoding.EncodeToString(c.mac("conversion prefix", prefix))
+}
+
+// conversionKeys returns the keys of the prefix whose id is id.
+func conversionKeys(id string) []string {
+	base := "sms:conv:{" + id + "}:"
 	return []string{base + "sends", base + "done", base + "pause"}
 }
 
@@ -187,6 +197,7 @@ func (cs *conversionSend) Allow(ctx context.Context, _ string) (guard.Decision, 
 		return guard.Decision{RetryAfter: wait, Rule: ruleConversionPending}, nil
 	case convPausedNow:
 		c.pauses.Inc()
+		c.indexPause(ctx, cs.dest, wait)
 		c.log.Warn("prefix paused: its codes are not verified", "prefix", shownPrefix(cs.dest),
 			"verified", figure(r, 2), "judged", figure(r, 3), "of", c.cfg.Sends, "for", wait.Round(time.Second).String())
 		fallthrough
@@ -243,9 +254,18 @@ func (c *conversionGuard) outcome(ctx context.Context, dest destination, outcome
 // afresh. It reports whether there was a pause to end. (For an operator's
 // endpoint.)
 func (c *conversionGuard) resume(ctx context.Context, prefix string) (bool, error) {
+	return c.resumeID(ctx, c.id(prefix))
+}
+
+// resumeID is resume of the prefix whose id is id, which it also takes out
+// of the index of paused prefixes.
+func (c *conversionGuard) resumeID(ctx context.Context, id string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	keys := c.keys(prefix)
+	keys := conversionKeys(id)
+	if err := c.client.ZRem(ctx, c.indexKey(), id).Err(); err != nil {
+		return false, err
+	}
 	var paused *redis.IntCmd
 	_, err := c.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		paused = p.Del(ctx, keys[2])

@@ -2,16 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/funnelguard/funnelguard/funnel"
-	"github.com/redis/go-redis/v9"
 )
 
 // demoRegions are the countries a local demo offers when -countries is not
@@ -27,43 +21,6 @@ func demoCountries(region string) []string {
 		out = append(out, r)
 	}
 	return out
-}
-
-// demoReset lifts a local demo's limits (POST /api/demo/reset): the guards'
-// funnels are reset under the keys the guards keep them by. A guard has no
-// reset of its own; a Limiter on the guard's prefix reaches the same state,
-// under the same locks, given the key as the guard stores it (storedKey).
-type demoReset struct {
-	secret []byte
-	// By guard, as NewService names them: the Limiter on its prefix.
-	ip, ipVerify, phone, prefix, budget *funnel.Limiter
-}
-
-// newDemoReset returns the reset of the guards NewService builds with these
-// prefixes and secret.
-func newDemoReset(client redis.UniversalClient, secret []byte) (*demoReset, error) {
-	d := &demoReset{secret: secret}
-	for _, l := range []struct {
-		to     **funnel.Limiter
-		prefix string
-	}{
-		{&d.ip, "sms:ip:"}, {&d.ipVerify, "sms:vip:"}, {&d.phone, "sms:phone:"},
-		{&d.prefix, "sms:prefix:"}, {&d.budget, "sms:budget:"},
-	} {
-		var err error
-		if *l.to, err = funnel.New(client, funnel.WithPrefix(l.prefix)); err != nil {
-			return nil, err
-		}
-	}
-	return d, nil
-}
-
-// storedKey is the key a guard with Policy.Secret keeps key's state under
-// (guard.Guard's storedKey: "m:" and the key's HMAC-SHA256).
-func (d *demoReset) storedKey(key string) string {
-	m := hmac.New(sha256.New, d.secret)
-	m.Write([]byte(key))
-	return "m:" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
 // demoResetReply says what a reset lifted: the limits of the caller's
@@ -92,37 +49,21 @@ func (s *Service) resetDemo(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, err)
 		return
 	}
-	d, ip := s.demo, clientIP(r, s.cfg.TrustProxy)
-	resets := []struct {
-		name string
-		lim  *funnel.Limiter
-		key  string
-	}{
+	d, ip := s.states, clientIP(r, s.cfg.TrustProxy)
+	resets := []stateReset{
 		{"address", d.ip, d.storedKey(ip)}, {"address", d.ipVerify, d.storedKey(ip)},
 		{"budget", d.budget, d.storedKey(budgetKey)},
 	}
 	var number, prefix string
 	if dest, err := s.numbers.parse(req.Phone, req.Country, s.cfg.PrefixDigits); err == nil {
 		number, prefix = dest.E164, dest.Prefix
-		resets = append(resets, []struct {
-			name string
-			lim  *funnel.Limiter
-			key  string
-		}{
-			{"number", d.phone, d.storedKey(dest.E164)}, {"prefix", d.prefix, d.storedKey(dest.Prefix)},
-			{"verify-failures", s.failures, s.codes.key(dest.E164)},
-		}...)
+		own := s.numberResets(dest.E164)
+		resets = append(resets, own[0], stateReset{"prefix", d.prefix, d.storedKey(dest.Prefix)}, own[1])
 	}
-	var done []string
-	for _, x := range resets {
-		if err := s.bounded(r.Context(), func(ctx context.Context) error { return x.lim.Reset(ctx, x.key) }); err != nil {
-			s.metrics.redisErrors.Inc()
-			writeJSON(w, http.StatusServiceUnavailable, reply{Error: "service unavailable, try again later", RetryAfter: seconds(time.Second)})
-			return
-		}
-		if !slices.Contains(done, x.name) {
-			done = append(done, x.name)
-		}
+	done, err := s.resetStates(r.Context(), resets)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, reply{Error: "service unavailable, try again later", RetryAfter: seconds(time.Second)})
+		return
 	}
 	if prefix != "" && s.conversion != nil {
 		// The conversion guard's pause of the number's prefix, if any.

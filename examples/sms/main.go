@@ -67,6 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	limits := defaultServerLimits()
 	limits.flags(fl)
 	conversionFlags(fl, &cfg.Conversion)
+	admin := adminFlags(fl)
 	metricsAddr := fl.String("metrics-addr", "", "serve /metrics on this address only (default: on -addr)")
 	providerName := fl.String("provider", envOr("SMS_PROVIDER", "console"), "who delivers the codes: console (stderr, and the page's outbox on loopback) "+
 		"or twilio (Messages API; $TWILIO_ACCOUNT_SID, $TWILIO_AUTH_TOKEN or an API key's secret with $TWILIO_API_KEY_SID, "+
@@ -80,6 +81,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	if err := limits.check(cfg.ProviderTimeout); err != nil {
+		return err
+	}
+	if err := admin.check(); err != nil {
 		return err
 	}
 
@@ -141,6 +145,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		servers = append(servers, limits.server(svc.MetricsHandler()))
 		listeners = append(listeners, mln)
 		fmt.Fprintf(stdout, "sms: metrics on http://%s/metrics\n", mln.Addr())
+	}
+	aln, err := admin.listen()
+	if err != nil {
+		return err
+	}
+	if aln != nil {
+		defer aln.Close()
+		servers = append(servers, limits.server(svc.AdminHandler(admin.token)))
+		listeners = append(listeners, aln)
+		fmt.Fprintf(stdout, "sms: operators' tools on http://%s/\n", aln.Addr())
 	}
 	fmt.Fprintf(stdout, "sms: serving on http://%s/\n", ln.Addr())
 	if cfg.DemoOutbox {

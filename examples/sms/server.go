@@ -36,7 +36,8 @@ type Service struct {
 	codes    *codeStore
 	provider Provider
 	outbox   func() []outboxMessage // the demo outbox; nil when not served
-	demo     *demoReset             // the demo's reset of its limits; nil but in a demo (with the outbox)
+	demo     bool                   // the demo's reset of its limits is routed (a demo, with the outbox)
+	states   *guardStates           // the guards' state, for the demo's reset and the operators' tools
 	log      *slog.Logger
 	metrics  *metrics
 
@@ -65,10 +66,10 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 		if !ok {
 			return nil, errNoOutbox
 		}
-		s.outbox = p.Outbox
-		if s.demo, err = newDemoReset(client, cfg.Secret); err != nil {
-			return nil, err
-		}
+		s.outbox, s.demo = p.Outbox, true
+	}
+	if s.states, err = newGuardStates(client, cfg.Secret); err != nil {
+		return nil, err
 	}
 	// Numbers, prefixes and addresses are stored as HMACs (guard.Policy.Secret).
 	// The guards a send to a number goes through all cost the same for a

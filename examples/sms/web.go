@@ -110,7 +110,7 @@ type settings struct {
 
 func (s *Service) settings(w http.ResponseWriter, r *http.Request) {
 	writeAny(w, http.StatusOK, settings{Region: s.numbers.region, Countries: s.numbers.countries(), Outbox: s.outbox != nil,
-		Demo: s.demo != nil && localClient(r)})
+		Demo: s.demo && localClient(r)})
 }
 
 // showOutbox answers the demo outbox: the last messages the console

@@ -1,0 +1,165 @@
+// The operators' tools. Nothing inline in index.html: the page's
+// Content-Security-Policy runs this file only. Every figure comes from the
+// API with the bearer token, which is kept in sessionStorage (gone with the
+// tab) and written into the page as text only (textContent, never HTML).
+"use strict";
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const KEY = "smsAdminToken";
+  let current = null; // {phone, country} of the number shown
+
+  function wait(seconds) {
+    const s = Math.max(0, Math.ceil(seconds));
+    if (s === 0) return "now";
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.ceil(s / 60) + " min";
+    let h = Math.floor(s / 3600), m = Math.ceil((s % 3600) / 60);
+    if (m === 60) { h++; m = 0; }
+    return h + " h" + (m ? " " + m + " min" : "");
+  }
+
+  function say(text, kind) {
+    const st = $("status");
+    st.textContent = text;
+    st.className = kind || "";
+  }
+
+  function showToken() {
+    $("token-state").textContent = sessionStorage.getItem(KEY)
+      ? "A token is in use for this tab." : "No token given: the figures need one.";
+  }
+
+  // api calls the API; it throws with a message for people on any answer
+  // but a 2xx.
+  async function api(method, path, body) {
+    const token = sessionStorage.getItem(KEY);
+    if (!token) throw new Error("Give the admin token first.");
+    const init = { method, headers: { Authorization: "Bearer " + token } };
+    if (body) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const res = await fetch(path, init);
+    const data = await res.json().catch(() => ({}));
+    if (res.status === 401) {
+      sessionStorage.removeItem(KEY); // give it again
+      showToken();
+      throw new Error("The token was refused.");
+    }
+    if (!res.ok) throw new Error(data.error || "Error " + res.status);
+    return data;
+  }
+
+  function cell(row, text, cls) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (cls) td.className = cls;
+    row.appendChild(td);
+    return td;
+  }
+
+  async function loadBudget() {
+    const b = await api("GET", "/api/budget");
+    $("budget").textContent = b.used + " sent of " + b.limit + " today (" + b.day + ", " + b.zone + "), " +
+      b.left + " left; resets in " + wait(b.resets_in) + ".";
+  }
+
+  function showNumber(n) {
+    const facts = [n.number + " (" + n.country + ", prefix " + n.prefix + ")"];
+    facts.push(n.locked_out ? "locked out of verification" : "not locked out");
+    facts.push(n.code_outstanding ? "a code is outstanding (expires in " + wait(n.code_expires_in) + ")" : "no code outstanding");
+    facts.push(n.prefix_paused ? "its prefix is paused for " + wait(n.prefix_pause_left) : "its prefix is not paused");
+    $("number-summary").textContent = facts.join("; ") + ".";
+    const body = $("guards");
+    body.replaceChildren();
+    for (const g of n.guards) {
+      for (const r of g.rules) {
+        const row = document.createElement("tr");
+        cell(row, g.scope);
+        cell(row, r.rule);
+        cell(row, String(r.remaining), r.remaining > 0 ? "" : "denied");
+        cell(row, wait(r.retry_after), r.retry_after > 0 ? "denied" : "");
+        body.appendChild(row);
+      }
+    }
+    $("number-state").hidden = false;
+  }
+
+  async function lookUp() {
+    const q = new URLSearchParams({ phone: current.phone, country: current.country });
+    showNumber(await api("GET", "/api/number?" + q));
+  }
+
+  async function loadPrefixes() {
+    const p = await api("GET", "/api/prefixes");
+    const body = $("prefixes");
+    body.replaceChildren();
+    for (const x of p.paused) {
+      const row = document.createElement("tr");
+      cell(row, x.prefix);
+      cell(row, x.verified + " / " + x.judged);
+      cell(row, wait(x.left));
+      const button = document.createElement("button");
+      button.type = "button";
+      button.textContent = "Resume";
+      button.addEventListener("click", () => run(async () => {
+        await api("POST", "/api/prefixes/resume", { id: x.id });
+        say("Prefix " + x.prefix + " resumed.", "ok");
+        await loadPrefixes();
+      }));
+      cell(row, "").appendChild(button);
+      body.appendChild(row);
+    }
+    $("prefixes-table").hidden = p.paused.length === 0;
+    $("prefixes-none").textContent = !p.conversion ? "The conversion guard is off."
+      : p.paused.length === 0 ? "No prefix is paused." : p.paused.length + " paused.";
+  }
+
+  // run runs f, and says its error, if any.
+  async function run(f) {
+    try {
+      await f();
+    } catch (e) {
+      say(e.message, "error");
+    }
+  }
+
+  function loadAll() {
+    run(async () => {
+      await loadBudget();
+      await loadPrefixes();
+      if (current) await lookUp();
+    });
+  }
+
+  $("token-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(KEY, $("token").value);
+    $("token").value = "";
+    showToken();
+    say("");
+    loadAll();
+  });
+  $("forget").addEventListener("click", () => {
+    sessionStorage.removeItem(KEY);
+    showToken();
+  });
+  $("budget-refresh").addEventListener("click", () => run(loadBudget));
+  $("prefixes-refresh").addEventListener("click", () => run(loadPrefixes));
+  $("number-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    current = { phone: $("phone").value, country: $("country").value };
+    say("");
+    run(lookUp);
+  });
+  $("reset").addEventListener("click", () => run(async () => {
+    await api("POST", "/api/number/reset", current);
+    say("The number's limits and lockout are reset.", "ok");
+    await lookUp();
+    await loadBudget();
+  }));
+
+  showToken();
+  if (sessionStorage.getItem(KEY)) loadAll();
+})();
