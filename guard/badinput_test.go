@@ -246,6 +246,10 @@ func TestBadInputUnits(t *testing.T) {
 		"FailOpen": {Prefix: "o:", OnError: guard.FailOpen},
 		"Fallback": {Prefix: "f:", Fallback: &guard.Fallback{Limit: rate.Inf, Burst: 1}},
 	} {
+		// A Timeout that a loaded machine cannot reach: a call past the
+		// default 500 ms would be admitted by the Fallback (degraded), and
+		// this test is about units, not outages.
+		p.Timeout = time.Minute
 		g := guardOn(t, s, p)
 		if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
 			t.Fatalf("%s: Allow = %+v, %v", desc, d, err)
