@@ -3,7 +3,6 @@ package funnel_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 	_ "time/tzdata" // the zones below, with Go alone
@@ -286,35 +285,7 @@ func TestPerDayPenalty(t *testing.T) {
 // on miniredis and on a real server.
 func TestPerDayConcurrent(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
-		ctx := context.Background()
-		lim := newLimiter(t, b)
-		rules := []funnel.Rule{funnel.PerDay(37, mustZone("Asia/Shanghai")), funnel.Window(100, time.Hour)}
-		var mu sync.Mutex
-		admitted := 0
-		var wg sync.WaitGroup
-		for range 16 {
-			wg.Go(func() {
-				for range 10 {
-					res, err := lim.Allow(ctx, "hot", rules...)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if res.Allowed {
-						mu.Lock()
-						admitted++
-						mu.Unlock()
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if admitted != 37 {
-			t.Fatalf("%d admitted, want 37", admitted)
-		}
-		if res, err := lim.Peek(ctx, "hot", rules...); err != nil || res.Allowed || res.Remaining != 0 || res.Rule != rules[0].Name {
-			t.Fatalf("Peek %+v, %v", res, err)
-		}
+		raceToLimit(t, b, []funnel.Rule{funnel.PerDay(37, mustZone("Asia/Shanghai")), funnel.Window(100, time.Hour)})
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -706,35 +707,7 @@ func TestWindowPenalty(t *testing.T) {
 // while its units stay in it, and its field holds n units.
 func TestWindowConcurrent(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
-		ctx := context.Background()
-		lim := newLimiter(t, b)
-		rules := []funnel.Rule{funnel.Window(37, time.Hour), {Name: "f", Capacity: 100, Leak: 1, Per: time.Hour}}
-		var mu sync.Mutex
-		admitted := 0
-		var wg sync.WaitGroup
-		for range 16 {
-			wg.Go(func() {
-				for range 10 {
-					res, err := lim.Allow(ctx, "hot", rules...)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if res.Allowed {
-						mu.Lock()
-						admitted++
-						mu.Unlock()
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if admitted != 37 {
-			t.Fatalf("%d admitted, want 37", admitted)
-		}
-		if res, err := lim.Peek(ctx, "hot", rules...); err != nil || res.Allowed || res.Remaining != 0 || res.Rule != rules[0].Name {
-			t.Fatalf("Peek %+v, %v", res, err)
-		}
+		raceToLimit(t, b, []funnel.Rule{funnel.Window(37, time.Hour), {Name: "f", Capacity: 100, Leak: 1, Per: time.Hour}})
 	})
 }
 
@@ -754,5 +727,37 @@ func TestWindowCorruptState(t *testing.T) {
 		if _, err := lim.Allow(ctx, "k", r); !errors.Is(err, funnel.ErrCorruptState) {
 			t.Errorf("value %q: %v, want ErrCorruptState", v, err)
 		}
+	}
+}
+
+// raceToLimit makes 160 calls of rules on one key from 16 goroutines, whose
+// first rule admits 37: exactly 37 are admitted, and Peek then names that
+// rule, with nothing left.
+func raceToLimit(t *testing.T, b *testutil.Backend, rules []funnel.Rule) {
+	t.Helper()
+	ctx := context.Background()
+	lim := newLimiter(t, b)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 10 {
+				res, err := lim.Allow(ctx, "hot", rules...)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != 37 {
+		t.Fatalf("%d admitted, want 37", n)
+	}
+	if res, err := lim.Peek(ctx, "hot", rules...); err != nil || res.Allowed || res.Remaining != 0 || res.Rule != rules[0].Name {
+		t.Fatalf("Peek %+v, %v", res, err)
 	}
 }
