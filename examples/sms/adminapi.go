@@ -139,10 +139,7 @@ func (s *Service) peekGuard(ctx context.Context, lim *funnel.Limiter, key string
 // "..."}: the number's sends (cooldown, hourly, daily) and its lockout
 // start afresh. Its outstanding code, if any, stays as it is.
 func (s *Service) adminReset(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Phone   string `json:"phone"`
-		Country string `json:"country"`
-	}
+	var req numberRequest
 	if err := decode(r, &req); err != nil {
 		badRequest(w, err)
 		return

@@ -41,10 +41,7 @@ func (s *Service) resetDemo(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, reply{Error: "not found"})
 		return
 	}
-	var req struct {
-		Phone   string `json:"phone"`
-		Country string `json:"country"`
-	}
+	var req numberRequest
 	if err := decode(r, &req); err != nil {
 		badRequest(w, err)
 		return

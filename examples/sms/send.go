@@ -34,12 +34,16 @@ var scopeWords = map[string]string{
 	"budget": "the service has sent all the codes it may today",
 }
 
+// A numberRequest names a phone number: the body of a send, of the demo's
+// reset and of an operator's reset.
+type numberRequest struct {
+	Phone   string `json:"phone"`
+	Country string `json:"country"` // the region of a number without +; the default region if empty
+}
+
 func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	var req struct {
-		Phone   string `json:"phone"`
-		Country string `json:"country"` // the region of a number without +; the default region if empty
-	}
+	var req numberRequest
 	if err := decode(r, &req); err != nil {
 		s.metrics.sends.WithLabelValues("invalid").Inc()
 		badRequest(w, err)
