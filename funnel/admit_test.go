@@ -30,7 +30,9 @@ func countingLimiter(t *testing.T, b *testutil.Backend, opts ...funnel.Option) (
 
 // A key none of whose rules has state, with its lock free, is admitted in
 // one round trip (the gate writes the state), with the Result and the state
-// that the two-round-trip path gives; the next call goes through the lock.
+// that the two-round-trip path gives; the next call, on a key this Limiter
+// wrote, is admitted in one round trip too (returning.lua); a Limiter that
+// has not seen the key goes through the lock.
 func TestAdmitOneRoundTrip(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
@@ -63,8 +65,17 @@ func TestAdmitOneRoundTrip(t *testing.T) {
 		if res, err := fast.Allow(ctx, "fast", rules...); err != nil || !res.Allowed || res.Remaining != 1 {
 			t.Fatalf("the second call = %+v, %v; want admitted, 1 left", res, err)
 		}
+		if n := counter.N.Load(); n != 1 {
+			t.Fatalf("%d commands for a key this Limiter wrote; want 1: the returning key's gate", n)
+		}
+		// Another Limiter (another process) has not seen the key: the
+		// lock and the commit.
+		other, counter := countingLimiter(t, b, funnel.WithStateCache(0))
+		if res, err := other.Allow(ctx, "fast", rules...); err != nil || !res.Allowed || res.Remaining != 0 {
+			t.Fatalf("the third call = %+v, %v; want admitted, 0 left", res, err)
+		}
 		if n := counter.N.Load(); n != 2 {
-			t.Fatalf("%d commands for a key with state; want 2: the lock and the commit", n)
+			t.Fatalf("%d commands for a key with state, unseen; want 2: the lock and the commit", n)
 		}
 	})
 }

@@ -30,8 +30,12 @@ type waiter struct {
 	res      Result
 	err      error
 	// again: the batch failed for a reason of its leader's (its context
-	// ended): the call was not decided and runs again.
+	// ended, or its gate admitted it alone): the call was not decided and
+	// runs again; rerun: this is such a call. A rerun call that leads
+	// takes the lock (the key is busy here: its batch shares the hold)
+	// rather than the returning key's gate, which admits one call.
 	again bool
+	rerun bool
 	// gone: the caller's context ended and it left; the batch decides
 	// nothing for it.
 	gone atomic.Bool
@@ -46,6 +50,9 @@ type batchKey struct {
 // A batch is the calls waiting for one lock hold, in arrival order.
 type batch struct {
 	waiters []*waiter
+	// rerun is its leader's (set when the batch opens: waiters grows
+	// under batches.mu).
+	rerun bool
 }
 
 // batches holds the open batch of each key.
@@ -71,7 +78,7 @@ func (bs *batches) join(k batchKey, w *waiter) (*batch, bool) {
 	if bs.open == nil {
 		bs.open = make(map[batchKey]*batch)
 	}
-	b := &batch{waiters: []*waiter{w}}
+	b := &batch{waiters: []*waiter{w}, rerun: w.rerun}
 	bs.open[k] = b
 	return b, true
 }
@@ -172,8 +179,9 @@ func (ws sealed) wake() {
 func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, error) {
 	k := batchKey{c.key, c.set}
 	d, _ := ctx.Deadline()
+	rerun := false
 	for range maxCommits {
-		w := &waiter{n: n, deadline: d}
+		w := &waiter{n: n, deadline: d, rerun: rerun}
 		b, lead := lim.batches.join(k, w)
 		if lead {
 			lim.lead(ctx, c, k, b, n)
@@ -183,6 +191,7 @@ func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, 
 		if !w.again {
 			return outcome(ctx, w.res, w.err)
 		}
+		rerun = true
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
 		}

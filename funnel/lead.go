@@ -32,6 +32,13 @@ type leader struct {
 	// lock is the key's lock, for the one-round-trip admission (admit.lua);
 	// empty where that admission does not apply.
 	lock string
+	// seen is the key's state as this Limiter last saw it (statecache.go),
+	// nil when not known or not cached; exp is what the attempt's gate was
+	// sent for it (returning.lua), nil for another gate; nonce is the
+	// attempt's admission's.
+	seen  []string
+	exp   []expectation
+	nonce string
 }
 
 // A reading is a gate's reply: the state, the end of the key's penalty box
@@ -56,6 +63,9 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
 	if !lim.uniform && !c.set.calendar {
 		l.lock = lim.locker.LockKey(c.name)
+	}
+	if l.lock != "" && c.set.funnels && !b.rerun {
+		l.seen = lim.states.lookup(c.key, c.set)
 	}
 	for range maxCommits {
 		lk, res, err := l.acquire(ctx)
@@ -86,11 +96,11 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 // state.
 func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any, err error) (again bool) {
 	declined := errors.Is(err, mutex.ErrDeclined)
-	if now, verdict := admitted(declined, res); verdict != "" {
+	if now, verdict, how := admitted(declined, res); verdict != "" {
 		s := l.lim.clock.sampled(now, l.recv)
 		switch {
 		case verdict == "admitted":
-			ws[0].res = l.admitAlone(now)
+			ws[0].res = l.admitAlone(now, how)
 		case !outOfTime(ws[0].deadline):
 			// "late" with time left: the sample was off (the server's
 			// clock stepped forward). Nothing was written; the reply's
@@ -119,6 +129,7 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 	}
 	r.declined = declined
 	r.clock = l.lim.clock.sampled(r.now, l.recv)
+	l.saw(res)
 	taken := l.decide(ws, r)
 	if taken == 0 || ws[0].err != nil {
 		_ = lk.Unlock(ctx) // nil when declined
@@ -147,8 +158,7 @@ func (l *leader) acquire(ctx context.Context) (*mutex.Lock, any, error) {
 	case lim.penalty != nil:
 		gate = mutex.Call{Fragment: penaltyGate, Keys: []string{l.c.key}, Args: l.c.penalized(lim.penalty, "1")}
 	case l.lock != "": // neither WithUniformCost nor a calendar rule
-		d, ok := ctx.Deadline()
-		gate = l.c.admit(l.n, l.lock, lim.clock.admitDeadline(d, ok, l.sent))
+		gate = l.admitGate(ctx)
 	default:
 		gate = l.c.read(readGate)
 	}
@@ -159,32 +169,89 @@ func (l *leader) acquire(ctx context.Context) (*mutex.Lock, any, error) {
 	return lk, res, err
 }
 
-// admitted returns the verdict of admit.lua in a declined gate's result,
-// "admitted" (the call was admitted) or "late" (it ran past the call's
-// deadline and wrote nothing), and the server time it ran at; or "" for
-// another result.
-func admitted(declined bool, res any) (int64, string) {
+// admitGate returns the gate of an admission attempt: returning.lua's when
+// the key's state was seen and the call can be decided on it there, else
+// admit.lua's.
+func (l *leader) admitGate(ctx context.Context) mutex.Call {
+	clock := &l.lim.clock
+	d, ok := ctx.Deadline()
+	deadline := clock.admitDeadline(d, ok, l.sent)
+	l.nonce, l.exp = newNonce(), nil
+	s, fresh := clock.latest(l.sent)
+	if l.seen == nil || !fresh || deadline == throughLock {
+		return l.c.admit(l.n, l.lock, deadline, l.nonce)
+	}
+	// The server's clock reads at least est when the gate runs.
+	est := s.until(clock.local(l.sent, false))
+	gate, exp, ok := l.c.returning(l.n, l.lock, l.seen, est, deadline, l.nonce)
+	if !ok {
+		return l.c.admit(l.n, l.lock, deadline, l.nonce)
+	}
+	l.exp = exp
+	return gate
+}
+
+// admitted returns the verdict of admit.lua or returning.lua in a declined
+// gate's result, "admitted" (the call was admitted) or "late" (it ran past
+// the call's deadline and wrote nothing), the server time it ran at, and
+// how returning.lua wrote each rule; or "" for another result.
+func admitted(declined bool, res any) (int64, string, string) {
 	if !declined {
-		return 0, ""
+		return 0, "", ""
 	}
 	arr, ok := res.([]any)
-	if !ok || len(arr) != 2 {
-		return 0, ""
+	if !ok || len(arr) != 2 && len(arr) != 3 {
+		return 0, "", ""
 	}
 	now, ok := arr[0].(int64)
 	verdict, _ := arr[1].(string)
 	if !ok || verdict != "admitted" && verdict != "late" {
-		return 0, ""
+		return 0, "", ""
 	}
-	return now, verdict
+	var how string
+	if len(arr) == 3 {
+		how, _ = arr[2].(string)
+	}
+	return now, verdict, how
 }
 
-// admitAlone returns the leader's admission by admit.lua at server time now,
-// on an empty state: the units of the leader's call alone.
-func (l *leader) admitAlone(now int64) Result {
+// admitAlone returns the leader's admission by its gate at server time now:
+// on an empty state (admit.lua), or on the state seen (returning.lua, which
+// wrote each rule as how says). The state cache keeps what the gate wrote.
+func (l *leader) admitAlone(now int64, how string) Result {
 	rules := l.c.rules
-	d := decide(rules, nil, now, l.n)
+	var levels []level
+	var values []string
+	if l.exp != nil {
+		levels, values = l.c.returned(l.seen, l.exp, how, now, l.nonce)
+	} else if l.c.set.funnels {
+		values = make([]string, len(rules))
+		for i, r := range rules {
+			fresh, _ := r.fresh(l.n)
+			values[i] = stamped(fresh, now, l.nonce)
+		}
+	}
+	l.lim.states.store(l.c.key, l.c.set, values)
+	d := decide(rules, levels, now, l.n)
 	return d.result(rules)
+}
+
+// saw keeps the values of a gate's read reply, {now, value...}, as the
+// state seen: for the next attempt's gate, and in the state cache.
+func (l *leader) saw(res any) {
+	if l.lock == "" || !l.c.set.funnels || l.lim.states == nil {
+		return
+	}
+	arr, _ := res.([]any)
+	if len(arr) != len(l.c.rules)+1 {
+		return
+	}
+	values := make([]string, len(l.c.rules))
+	for i := range values {
+		values[i], _ = arr[i+1].(string)
+	}
+	l.seen = values
+	l.lim.states.store(l.c.key, l.c.set, values)
 }
 
 // read parses the result of c's gate, or of Peek's script, after proceed.
@@ -273,9 +340,23 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 		// know; a denial stands (it took nothing).
 		ws.failAdmitted(err)
 	default:
+		l.wrote(args)
 		l.cacheDenials(ws)
 	}
 	return false
+}
+
+// wrote keeps the values of a commit, write.lua's args (field, value pairs
+// after two numbers), in the state cache.
+func (l *leader) wrote(args []any) {
+	if l.lock == "" || !l.c.set.funnels || l.lim.states == nil {
+		return
+	}
+	values := make([]string, len(l.c.rules))
+	for i := range values {
+		values[i], _ = args[3+2*i].(string)
+	}
+	l.lim.states.store(l.c.key, l.c.set, values)
 }
 
 // cacheDenials remembers the denials of ws in the deny cache (store keeps

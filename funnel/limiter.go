@@ -38,11 +38,15 @@ var (
 	resetSrc string
 	//go:embed admit.lua
 	admitSrc string
+	//go:embed returning.lua
+	returningSrc string
 
 	readGate = mutex.NewGate(readSrc) // Allow: deny without the lock
 	// Allow: deny without the lock, or admit a key with no state in one
 	// round trip (admit.lua runs read.lua's body as read_state).
 	admitGate = mutex.NewGate(readStateFunc + admitSrc)
+	// Allow: admit a returning key in one round trip (returning.lua).
+	returningGate = mutex.NewGate(readStateFunc + returningSrc)
 	// readStateFunc is read.lua as the function read_state, for the scripts
 	// that read the state first (admit.lua, penalty.lua).
 	readStateFunc = "local function read_state()\n" + readSrc + "\nend\n"
@@ -87,6 +91,9 @@ type Limiter struct {
 
 	// denials is the local deny cache (WithDenyCache); nil when off.
 	denials *denyCache
+	// states is the state cache of returning keys (WithStateCache); nil
+	// when off.
+	states *stateCache
 
 	// penalty is WithPenalty's denials, window and box (µs), boxed as
 	// script arguments; nil without a penalty box.
@@ -227,6 +234,31 @@ func WithDenyCache(maxKeys int) Option {
 	}
 }
 
+// WithStateCache sets how many keys' state the Limiter remembers
+// (DefaultStateCache if unset; 0 turns it off, at most MaxStateCache). A
+// key that comes back (a phone number, an IP, a tenant) is then admitted in
+// one round trip instead of two while its lock is free and its state in
+// Redis is what this Limiter last read or wrote: the call sends what it
+// decides on those values, and Redis checks that they are still there.
+// Where they are not (another process or a refund changed them, they
+// expired), the call costs what it would without the cache. The decisions
+// are the same either way. The cache keeps, at least, the latest
+// maxKeys/2 keys admitted or read (about 150 bytes a key), and runs no
+// goroutine.
+func WithStateCache(maxKeys int) Option {
+	return func(lim *Limiter) error {
+		switch {
+		case maxKeys < 0 || maxKeys > MaxStateCache:
+			return fmt.Errorf("%w: state cache of %d keys: want 0 to %d", ErrInvalidOption, maxKeys, MaxStateCache)
+		case maxKeys == 0:
+			lim.states = nil
+		default:
+			lim.states = newStateCache(max(maxKeys, 2))
+		}
+		return nil
+	}
+}
+
 // WithUniformCost makes every admission take the key's lock, whether the
 // key has state or not. By default a call for a key none of whose rules has
 // state, while its lock is free (the first call on a key, or one after
@@ -272,6 +304,7 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 	}
 	lim := &Limiter{client: client, prefix: DefaultPrefix, lease: DefaultLease, honours: ctxcall.Honours(client)}
 	lim.clock.base = time.Now()
+	lim.states = newStateCache(DefaultStateCache)
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -395,6 +428,9 @@ type ruleSet struct {
 	// write its value (the wait and TTL depend on the period's end), so
 	// the call reads with read.lua (admit1 is nil).
 	calendar bool
+	// funnels is set when every rule is a funnel (no window, no calendar
+	// rule): returning.lua can decide the call (the state cache keeps it).
+	funnels bool
 }
 
 // ruleSet returns the compiled rules, from the cache when possible.
@@ -428,6 +464,7 @@ func newRuleSet(rules []Rule, compile func(Rule) (rule, error)) (*ruleSet, error
 		s.ids[i] = r.arg
 	}
 	s.calendar = slices.ContainsFunc(rs, func(r rule) bool { return r.cal != nil })
+	s.funnels = !s.calendar && !slices.ContainsFunc(rs, func(r rule) bool { return r.window > 0 })
 	if !s.calendar {
 		s.admit1 = admitArgs(rs, s.ids, 1)
 	}
@@ -468,18 +505,22 @@ type admitTail struct {
 // admit returns Allow's gate for a call of n units (admit.lua), which
 // checks that lock, the key's lock, is free, and writes only before the
 // server time deadline (see serverclock.go).
-func (c call) admit(n int64, lock string, deadline int64) mutex.Call {
+func (c call) admit(n int64, lock string, deadline int64, nonce string) mutex.Call {
 	var args []any
 	if n == 1 {
 		args = append(make([]any, 0, len(c.set.admit1)+2), c.set.admit1...)
 	} else {
 		args = admitArgs(c.rules, c.ids, n)
 	}
-	// 41 random bits: another call's value ending in this nonce would be
-	// taken for this call's own.
-	tail := &admitTail{deadline: deadline, nonce: strconv.FormatUint(rand.Uint64()>>23, 36)}
+	tail := &admitTail{deadline: deadline, nonce: nonce}
 	args = append(args, &tail.deadline, &tail.nonce)
 	return mutex.Call{Fragment: admitGate, Keys: []string{c.key, lock}, Args: args}
+}
+
+// newNonce returns a gate's nonce: 41 random bits, so that another call's
+// value ending in it is not taken for this call's own.
+func newNonce() string {
+	return strconv.FormatUint(rand.Uint64()>>23, 36)
 }
 
 // admitArgs returns admit.lua's arguments for n units, but the deadline
@@ -490,18 +531,9 @@ func admitArgs(rules []rule, ids []any, n int64) []any {
 	args := append(make([]any, 0, 2*len(rules)+3), ids...)
 	var ttl int64
 	for _, r := range rules {
-		if r.window > 0 {
-			// n units taken at the time admit.lua appends, offset 0.
-			args = append(args, string(r.appendWindow(nil, withUnits(nil, 0, n), 0)))
-			ttl = max(ttl, ceilDiv(r.window, 1000))
-			continue
-		}
-		fill := n * r.per
-		b := strconv.AppendInt(nil, r.wait(fill, 1), 36)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, fill, 36)
-		args = append(args, string(append(b, ':')))
-		ttl = max(ttl, ceilDiv(ceilDiv(fill, r.leak), 1000))
+		v, t := r.fresh(n)
+		args = append(args, v)
+		ttl = max(ttl, t)
 	}
-	return append(args, min(ttl, maxTTL))
+	return append(args, ttl)
 }

@@ -1,0 +1,102 @@
+-- returning: Allow's gate for a key whose state this process has seen
+-- (statecache.go). It admits the call in this one round trip when the key's
+-- lock is free and each of the call's funnels holds nothing or the very
+-- value the caller saw, for which the caller worked out the decision in
+-- advance, as server times: the call fits from <fit> on; the funnel is empty
+-- from <empty> on, and then starts over as admit.lua's does ("<wait>:<fill>:"
+-- and the server's time); before <empty>, the new value is the one the
+-- caller computed, whole, anchored at <anchor> (at or after <fit>: the
+-- caller's estimate of the server's time; a server clock behind it makes the
+-- call read as read.lua). So Redis compares times and writes strings: the
+-- arithmetic stays the caller's, exact. Otherwise it is read.lua's gate
+-- (read_state): the lock is busy, or another process changed the state.
+-- KEYS[1] the state hash, KEYS[2] the key's lock
+-- ARGV the rules' fields (k of them); then for each rule 8 values: the value
+-- seen ('' for none), <fit>, <anchor>, <empty> (server µs, decimal), the new
+-- value before <empty> and the key's expiry with it (Unix ms), the new value
+-- from <empty> on without its time and the key's TTL with it (ms); then the
+-- call's deadline (server µs; 0 for none) and this call's nonce.
+-- Returns read.lua's reply (proceed 0: denied, on the values seen), or
+-- {0, now, 'admitted', how} when admitted here (the lock is not taken):
+-- how has a letter per rule, 'k' where the new value was the caller's, 'f'
+-- where the funnel started over; or {0, now, 'late'} when it ran at or past
+-- the deadline: then it wrote nothing. Every value written ends in
+-- ":<nonce>": this call run again (its reply lost, go-redis retried it)
+-- answers 'admitted' instead of counting twice.
+local n = #ARGV
+local k = (n - 2) / 9
+local deadline, mark = tonumber(ARGV[n - 1]), ':' .. ARGV[n]
+local a = {} -- the 8 values of each rule, off ARGV: read_state reads ARGV
+for i = k + 1, n - 2 do
+  a[i - k] = ARGV[i]
+end
+for i = n, k + 1, -1 do
+  ARGV[i] = nil
+end
+local busy = redis.call('EXISTS', KEYS[2]) == 1
+local r = read_state()
+if busy then
+  return r
+end
+local now = r[2]
+for i = 3, k + 2 do
+  local v = r[i]
+  if v then -- an admission writes every rule's field: the first one tells
+    if string.sub(v, -#mark) == mark then
+      return {0, now, 'admitted', ''}
+    end
+    break
+  end
+end
+if deadline > 0 and now >= deadline then
+  return {0, now, 'late'}
+elseif r[1] == 0 then
+  return r -- a rule has no room for one unit
+end
+for i = 1, k do
+  local b, v = 8 * (i - 1), r[i + 2]
+  if v and v ~= a[b + 1] then
+    return r -- changed by another process
+  elseif v and now < tonumber(a[b + 2]) then
+    r[1] = 0 -- denied: read.lua's reply, declined
+    return r
+  end
+end
+local how, values, ttl, at = {}, {}, 0, nil
+for i = 1, k do
+  local b, v = 8 * (i - 1), r[i + 2]
+  if v and now < tonumber(a[b + 4]) then
+    if now < tonumber(a[b + 3]) then
+      return r -- the server's clock is behind the caller's estimate
+    end
+    how[i], values[i] = 'k', a[b + 5] .. mark
+    ttl = math.max(ttl, tonumber(a[b + 6]) - math.floor(now / 1000))
+  else
+    if not at then -- the time in base 36, as admit.lua writes it
+      local ds, j, x = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 13, now
+      repeat
+        local d = x % 36
+        ds[j] = d < 10 and d + 48 or d + 87
+        j = j - 1
+        x = (x - d) / 36
+      until x == 0
+      at = string.char(unpack(ds, j + 1, 13))
+    end
+    how[i], values[i] = 'f', a[b + 7] .. at .. mark
+    ttl = math.max(ttl, tonumber(a[b + 8]))
+  end
+end
+if k == 1 then
+  redis.call('HSET', KEYS[1], ARGV[1], values[1])
+else
+  local args = {}
+  for i = 1, k do
+    args[2 * i - 1], args[2 * i] = ARGV[i], values[i]
+  end
+  redis.call('HSET', KEYS[1], unpack(args))
+end
+-- The key's TTL only grows: other rules' fields may need the longer one.
+if redis.call('PTTL', KEYS[1]) < ttl then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
+return {0, now, 'admitted', table.concat(how)}

@@ -1,0 +1,208 @@
+package funnel_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+)
+
+// The returning key's gate decides as the two round trips do: two Limiters
+// on one miniredis, one with the state cache and one without, make the same
+// calls on two keys at the same server times (random funnels, units and
+// gaps, some within a µs of a boundary), and give the same Results, and the
+// same Peek after each call. Most of the cached Limiter's admissions on a
+// key with state take one command (the gate admitted them); the rest read
+// (a gap too short for the clock estimate, see returning.go). Every denial
+// takes one command.
+func TestReturningMatchesTwoRoundTrips(t *testing.T) {
+	o := newOracle(t)
+	ctx := context.Background()
+	fastClient, slowClient := o.b.Client(t), o.b.Client(t)
+	cmds := &testutil.CommandCounter{}
+	fastClient.AddHook(cmds)
+	fast := mustLimiter(t, fastClient, funnel.WithPrefix(o.b.Prefix+"fast:"))
+	slow := mustLimiter(t, slowClient, funnel.WithPrefix(o.b.Prefix+"slow:"), funnel.WithStateCache(0))
+	var onePass, returning int
+	now := int64(0)
+	o.at(now)
+	for range 2 { // the gates' scripts loaded (EVALSHA, NOSCRIPT, EVAL: 2 commands)
+		if _, err := fast.Allow(ctx, "warm-up", funnel.AtMost(1, time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range 12 {
+		rules := make([]funnel.Rule, 1+o.rng.IntN(3))
+		for i := range rules {
+			rules[i] = o.rule(fmt.Sprintf("r%d", i))
+		}
+		most := rules[0].Capacity
+		for _, r := range rules {
+			most = min(most, r.Capacity)
+		}
+		key := fmt.Sprintf("k%d", k)
+		for step := range 60 {
+			// Gaps of at least 2 ms, but for the pile-ups: the clock
+			// estimate is the last reply's server time plus the local
+			// time since, less 1 ms.
+			if g := o.gap(rules[o.rng.IntN(len(rules))]); g > 0 {
+				now += max(g, 2000)
+			}
+			o.at(now)
+			n := o.n(most)
+			before := cmds.N.Load()
+			got, err1 := fast.AllowN(ctx, key, n, rules...)
+			used := cmds.N.Load() - before
+			want, err2 := slow.AllowN(ctx, key, n, rules...)
+			if err1 != nil || err2 != nil || got != want {
+				t.Fatalf("key %d step %d, %d units of %+v: cached %+v, %v; uncached %+v, %v", k, step, n, rules, got, err1, want, err2)
+			}
+			if step > 0 && got.Allowed {
+				returning++
+				if used == 1 {
+					onePass++
+				}
+			}
+			if !got.Allowed && used != 1 {
+				// Even a call of n units where one fits: the gate denies.
+				t.Fatalf("key %d step %d: %d units denied in %d commands; want 1", k, step, n, used)
+			}
+			pf, err1 := fast.Peek(ctx, key, rules...)
+			ps, err2 := slow.Peek(ctx, key, rules...)
+			if err1 != nil || err2 != nil || pf != ps {
+				t.Fatalf("key %d step %d: Peek cached %+v, %v; uncached %+v, %v", k, step, pf, err1, ps, err2)
+			}
+		}
+	}
+	t.Logf("%d of %d admissions of a key with state in one command", onePass, returning)
+	if onePass < returning/2 {
+		t.Fatalf("%d of %d admissions of a key with state took one command; want most", onePass, returning)
+	}
+}
+
+// The returning key's gate counts a returning key exactly under races: 64
+// goroutines on two Limiters (two processes, each with its own state
+// cache) take 1 unit each from a funnel that leaks nothing meanwhile, on
+// keys that they all come back to; exactly the capacity is admitted per
+// key, and Redis holds it.
+func TestReturningExactUnderRaces(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		const capacity, keys = 40, 4
+		rule := funnel.Rule{Name: "exact", Capacity: capacity, Leak: 1, Per: 24 * time.Hour}
+		lims := []*funnel.Limiter{newLimiter(t, b), newLimiter(t, b, funnel.WithoutBatching())}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang, not a speed target
+		defer cancel()
+		var mu sync.Mutex
+		admitted := make([]int, keys)
+		var wg sync.WaitGroup
+		for g := range 64 {
+			wg.Go(func() {
+				for i := range 2 * capacity * keys / 64 * 2 {
+					k := (g + i) % keys
+					res, err := lims[g%2].Allow(ctx, fmt.Sprint("key", k), rule)
+					if err != nil {
+						t.Errorf("Allow: %v", err)
+						return
+					}
+					if res.Allowed {
+						mu.Lock()
+						admitted[k]++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for k, n := range admitted {
+			peek, err := lims[0].Peek(ctx, fmt.Sprint("key", k), rule)
+			if err != nil || n != capacity || peek.Remaining != 0 {
+				t.Fatalf("key %d: %d admitted, Peek %+v, %v; want exactly %d, none left", k, n, peek, err, capacity)
+			}
+		}
+	})
+}
+
+// A server clock that steps forward (miniredis's SetTime) past the bound of
+// the returning key's gate refuses its write, not the call: the call has
+// time left, and is admitted once, on the state it was decided on.
+func TestReturningClockStep(t *testing.T) {
+	b := testutil.Mini(t)
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	b.Mini.SetTime(t0)
+	client := b.Client(t)
+	cmds := &testutil.CommandCounter{}
+	client.AddHook(cmds)
+	lim := mustLimiter(t, client, funnel.WithPrefix(b.Prefix))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if res, err := lim.AllowN(ctx, "k", 2, bigRule); err != nil || !res.Allowed {
+		t.Fatalf("first call = %+v, %v", res, err)
+	}
+	b.Mini.SetTime(t0.Add(24 * time.Hour)) // past the minute of ctx, on the server
+	before := cmds.N.Load()
+	if res, err := lim.AllowN(ctx, "k", 3, bigRule); err != nil || !res.Allowed || res.Remaining != bigRule.Capacity-5 {
+		t.Fatalf("a returning key's call after the server's clock stepped a day = %+v, %v; want admitted, 3 more taken", res, err)
+	}
+	if n := cmds.N.Load() - before; n < 2 {
+		t.Fatalf("%d commands; want the gate refused as late, then the call admitted", n)
+	}
+	if p := peek(t, lim, "k", bigRule); p.Remaining != bigRule.Capacity-5 {
+		t.Fatalf("Peek = %+v; want 5 taken, once each", p)
+	}
+}
+
+// On a hot key the returning key's gate admits one call, and the calls
+// that came meanwhile share the next lock hold: ten calls, three commands
+// (the gate, then one lock and read, one write and release) when the nine
+// join one batch again.
+func TestReturningHotKeyBatches(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		rule := funnel.Rule{Name: "five", Capacity: 6, Leak: 1, Per: 24 * time.Hour}
+		client := b.Client(t)
+		lim := mustLimiter(t, client, funnel.WithPrefix(b.Prefix))
+		ctx := context.Background()
+		for range 2 { // every script loaded; the key has state, this Limiter saw it
+			if _, err := lim.Allow(ctx, "hot", rule); err != nil {
+				t.Fatal(err)
+			}
+		}
+		counter := &testutil.CommandCounter{}
+		client.AddHook(counter)
+		hold, release := testutil.HoldHook()
+		client.AddHook(hold)
+		t.Cleanup(release)
+		joined := make(chan struct{}, 64)
+		funnel.SetOnJoin(lim, func() { joined <- struct{}{} })
+		var wg sync.WaitGroup
+		results := make([]funnel.Result, 10)
+		for i := range results {
+			wg.Go(func() {
+				var err error
+				if results[i], err = lim.Allow(ctx, "hot", rule); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		awaitJoins(t, joined, 9)
+		release()
+		wg.Wait()
+		admitted := 0
+		for _, r := range results {
+			if r.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 4 {
+			t.Fatalf("%d of 10 admitted; want the 4 left", admitted)
+		}
+		// 3 when the nine rerun calls join one batch; each alone would
+		// take 19 (one gate each: 10).
+		if n := counter.N.Load(); n > 5 {
+			t.Fatalf("%d commands for 10 calls; want at most 5", n)
+		}
+	})
+}
