@@ -58,6 +58,7 @@ func rateCases() []benchCase {
 				{libFunnel, funnelDenied(rs.rules)}, {libRedisRate, rateDenied(rs.rules)}}},
 		)
 	}
+	out = append(out, returningCase())
 	// 3 rules over 1, each a subject of one case so that they alternate
 	// (between separate cases the VM's drift is in the ratio).
 	for _, m := range []struct {
