@@ -27,7 +27,11 @@ type benchCase struct {
 	serverCmds bool
 	// ref, if set, is the library whose ops/s the others' are reported
 	// over (a subject's lib).
-	ref      string
+	ref string
+	// procs > 0 runs each subject in that many processes of this binary
+	// at once, -goroutines/procs goroutines each (workers.go): the
+	// subjects' prepare is nil, workerSubject has it.
+	procs    int
 	subjects []subject
 }
 

@@ -34,6 +34,9 @@ type config struct {
 }
 
 func main() {
+	if spec, ok := os.LookupEnv(workerEnv); ok { // a multi-process case's worker (workers.go)
+		os.Exit(runWorker(spec))
+	}
 	var cfg config
 	flag.StringVar(&cfg.addr, "redis", "", "address of a loopback Redis to use (default: spawn redis-server)")
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "length of one round of one library")
@@ -133,7 +136,7 @@ func selectCases(cfg config) ([]benchCase, error) {
 func allCases(goroutines int) []benchCase {
 	var out []benchCase
 	for _, cs := range [][]benchCase{uncontendedCases(), defaultClientCases(), replicaCases(),
-		contendedCases(goroutines), rateCases(), hotCases()} {
+		contendedCases(goroutines), rateCases(), hotCases(goroutines)} {
 		out = append(out, cs...)
 	}
 	return out
@@ -188,8 +191,12 @@ func runCase(ctx context.Context, cfg config, bc benchCase, addr string, ping ma
 	return sums, nil
 }
 
-// measureSubject runs one round of one subject.
+// measureSubject runs one round of one subject, in this process or in
+// bc.procs workers.
 func measureSubject(ctx context.Context, cfg config, bc benchCase, sub subject, addr string) (sample, error) {
+	if bc.procs > 0 {
+		return measureProcs(ctx, workerSpec{Addr: addr, Lib: sub.lib, Goroutines: cfg.goroutines / bc.procs, Duration: cfg.duration}, bc.procs)
+	}
 	return measure(ctx, addr, cfg.goroutines, cfg.duration, sub.prepare)
 }
 
