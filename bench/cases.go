@@ -22,7 +22,17 @@ type benchCase struct {
 	// replicated runs the case on a master of its own with one replica in
 	// sync (spawned for it), not on the shared server.
 	replicated bool
-	subjects   []subject
+	// serverCmds reports the Redis commands run per op, those called from
+	// scripts included, and the script calls per op (INFO commandstats).
+	serverCmds bool
+	// ref, if set, is the library whose ops/s the others' are reported
+	// over (a subject's lib).
+	ref string
+	// procs > 0 runs each subject in that many processes of this binary
+	// at once, -goroutines/procs goroutines each (workers.go): the
+	// subjects' prepare is nil, workerSubject has it.
+	procs    int
+	subjects []subject
 }
 
 // Names of the PING cases, the reference of every ×PING column.

@@ -67,6 +67,7 @@ func defaultClientCases() []benchCase {
 	}
 	return []benchCase{{
 		name: "Lock+Unlock uncontended serial, go-redis default client",
+		ref:  libRedislock,
 		subjects: []subject{
 			{libFunnelguard, on(funnelguardLock)},
 			{libRedislock, on(redislockLock)},

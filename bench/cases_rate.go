@@ -52,11 +52,13 @@ func rateCases() []benchCase {
 		}
 		out = append(out,
 			benchCase{name: "Allow admitted serial, " + rs.name, subjects: serial},
-			benchCase{name: "Allow admitted parallel, " + rs.name, parallel: true, subjects: parallel},
+			benchCase{name: "Allow admitted parallel, " + rs.name, parallel: true, subjects: parallel,
+				serverCmds: len(rs.rules) == 1, ref: libRedisRate},
 			benchCase{name: "Allow denied parallel, " + rs.name, parallel: true, subjects: []subject{
 				{libFunnel, funnelDenied(rs.rules)}, {libRedisRate, rateDenied(rs.rules)}}},
 		)
 	}
+	out = append(out, returningCase())
 	// 3 rules over 1, each a subject of one case so that they alternate
 	// (between separate cases the VM's drift is in the ratio).
 	for _, m := range []struct {

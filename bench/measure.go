@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +88,10 @@ func deletePrefix(ctx context.Context, c *redis.Client, prefix string) {
 type workload struct {
 	goroutines int
 	op         func(ctx context.Context, g, i int) error
+	// after, if set, runs once the round is over; its error fails the
+	// round (a check over all of the round's calls, such as a count of
+	// denials that should be 0).
+	after func() error
 }
 
 // A sample is one round of one library.
@@ -98,7 +101,7 @@ type sample struct {
 	elapsed time.Duration
 	mallocs uint64
 	cmds    int64
-	usec    int64 // server time in commands (INFO commandstats usec delta)
+	server  serverStats // INFO commandstats deltas over the round
 }
 
 // perSec is operations per second.
@@ -110,11 +113,7 @@ var roundSeq atomic.Int64
 // measure prepares a workload with a fresh env, runs it for d and returns
 // the sample. Setup (prepare) is neither timed nor counted.
 func measure(ctx context.Context, addr string, goroutines int, d time.Duration, prepare func(context.Context, *env) (workload, error)) (sample, error) {
-	e := &env{
-		addr:       addr,
-		prefix:     "fgbench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatInt(roundSeq.Add(1), 10) + ":",
-		goroutines: goroutines,
-	}
+	e := newEnv(addr, goroutines)
 	defer e.close(context.WithoutCancel(ctx))
 	w, err := prepare(ctx, e)
 	if err != nil {
@@ -124,73 +123,71 @@ func measure(ctx context.Context, addr string, goroutines int, d time.Duration, 
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	cmds0 := e.cmds()
-	usec0 := serverUsec(ctx, e.clients[0])
+	server0 := readServerStats(ctx, e.clients[0])
 
+	ops, gaveUp, elapsed, err := loop(ctx, w, d)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		return sample{}, err
+	}
+	if ops == 0 {
+		return sample{}, fmt.Errorf("no operation completed in %v", d)
+	}
+	if w.after != nil {
+		if err := w.after(); err != nil {
+			return sample{}, err
+		}
+	}
+	return sample{
+		ops:     ops,
+		gaveUp:  gaveUp,
+		elapsed: elapsed,
+		mallocs: after.Mallocs - before.Mallocs,
+		cmds:    e.cmds() - cmds0,
+		server:  readServerStats(ctx, e.clients[0]).minus(server0),
+	}, nil
+}
+
+// loop runs w's goroutines for d and counts the operations that completed
+// within d; the first error of an operation ends the round early.
+func loop(ctx context.Context, w workload, d time.Duration) (ops, gaveUp int64, elapsed time.Duration, err error) {
 	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	end, _ := rctx.Deadline()
-	var ops, gaveUp atomic.Int64
+	var nOps, nGaveUp atomic.Int64
 	var wg sync.WaitGroup
 	var errOnce sync.Once
-	var firstErr error
 	start := time.Now()
 	for g := range w.goroutines {
 		wg.Go(func() {
 			var n, gu int64
 			for i := 0; rctx.Err() == nil; i++ {
-				err := w.op(rctx, g, i)
+				opErr := w.op(rctx, g, i)
 				switch {
 				case rctx.Err() != nil, !time.Now().Before(end):
 					// The round ended during the call (a call's own timer
 					// for the same deadline may fire before rctx's).
-				case err == nil:
+				case opErr == nil:
 					n++
-				case errors.Is(err, errGaveUp):
+				case errors.Is(opErr, errGaveUp):
 					gu++
 				default:
-					errOnce.Do(func() { firstErr = err; cancel() })
+					errOnce.Do(func() { err = opErr; cancel() })
 				}
 			}
-			ops.Add(n)
-			gaveUp.Add(gu)
+			nOps.Add(n)
+			nGaveUp.Add(gu)
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	runtime.ReadMemStats(&after)
-	if firstErr != nil {
-		return sample{}, firstErr
-	}
-	if ops.Load() == 0 {
-		return sample{}, fmt.Errorf("no operation completed in %v", d)
-	}
-	return sample{
-		ops:     ops.Load(),
-		gaveUp:  gaveUp.Load(),
-		elapsed: elapsed,
-		mallocs: after.Mallocs - before.Mallocs,
-		cmds:    e.cmds() - cmds0,
-		usec:    serverUsec(ctx, e.clients[0]) - usec0,
-	}, nil
+	return nOps.Load(), nGaveUp.Load(), time.Since(start), err
 }
 
-// serverUsec is the server's total time spent in commands so far, in µs,
-// summed over INFO commandstats (0 if unavailable). The INFO call itself is
-// sent on the env's first client and counted as one command.
-func serverUsec(ctx context.Context, c *redis.Client) int64 {
-	info, err := c.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return 0
+// newEnv is a fresh env on addr with a key prefix of its own.
+func newEnv(addr string, goroutines int) *env {
+	return &env{
+		addr:       addr,
+		prefix:     "fgbench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatInt(roundSeq.Add(1), 10) + ":",
+		goroutines: goroutines,
 	}
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		_, rest, ok := strings.Cut(line, ",usec=")
-		if !ok {
-			continue
-		}
-		v, _, _ := strings.Cut(rest, ",")
-		n, _ := strconv.ParseInt(v, 10, 64)
-		total += n
-	}
-	return total
 }

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// serverStats is what INFO commandstats says of the server so far. Redis
+// counts a command called from a script in its own line as well as in the
+// EVALSHA's (calls and usec), so inner and scripts split a script's work.
+type serverStats struct {
+	usec    int64 // time in commands, µs: a script's inner commands count twice
+	inner   int64 // calls of every other command than scripts', INFO and a connection's set-up
+	scripts int64 // EVAL and EVALSHA calls (_RO included)
+}
+
+// minus is s less an earlier reading.
+func (s serverStats) minus(o serverStats) serverStats {
+	return serverStats{usec: s.usec - o.usec, inner: s.inner - o.inner, scripts: s.scripts - o.scripts}
+}
+
+// readServerStats reads INFO commandstats on c (the zero value if it
+// fails). The INFO is counted by the next reading, in usec only.
+func readServerStats(ctx context.Context, c *redis.Client) serverStats {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return serverStats{}
+	}
+	var s serverStats
+	for _, line := range strings.Split(info, "\n") {
+		stat, ok := strings.CutPrefix(line, "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, rest, _ := strings.Cut(stat, ":")
+		calls, usec := statField(rest, "calls="), statField(rest, "usec=")
+		s.usec += usec
+		switch cmd, _, _ := strings.Cut(name, "|"); cmd {
+		case "eval", "evalsha", "eval_ro", "evalsha_ro":
+			s.scripts += calls
+		case "script", "info", "hello", "client", "auth", "select":
+			// SCRIPT LOAD after a NOSCRIPT, our INFO, go-redis's HELLO and
+			// CLIENT SETINFO on each new connection: not the operation's.
+		default:
+			s.inner += calls
+		}
+	}
+	return s
+}
+
+// statField is the integer after key in a commandstats line's rest
+// ("calls=3,usec=12,..."), 0 if absent.
+func statField(rest, key string) int64 {
+	for f := range strings.SplitSeq(rest, ",") {
+		if v, ok := strings.CutPrefix(f, key); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
