@@ -99,6 +99,25 @@ func BenchmarkAllow(b *testing.B) {
 				}
 			})
 		})
+		// Returning: 256 keys, each admitted again and again (the state
+		// cache's gate: 1 round trip).
+		b.Run("returning-serial-"+rs.name, func(b *testing.B) {
+			be, c := benchBackend(b)
+			lim := mustLimiter(b, c, funnel.WithPrefix(be.Prefix))
+			keys := benchKeys("", 256)
+			big := make([]funnel.Rule, len(rs.rules))
+			for i, r := range rs.rules {
+				big[i] = funnel.Rule{Name: r.Name, Capacity: 1 << 20, Leak: 1, Per: time.Hour}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				res, err := lim.Allow(ctx, keys[i%len(keys)], big...)
+				if err != nil || !res.Allowed {
+					b.Fatalf("Allow = %+v, %v", res, err)
+				}
+			}
+		})
 		// Denied: one flooded key; the gate denies in 1 round trip.
 		b.Run("denied-parallel-"+rs.name, func(b *testing.B) {
 			be, c := benchBackend(b)

@@ -226,8 +226,8 @@ func (l *leader) admitAlone(now int64, how string) Result {
 		levels, values = l.c.returned(l.seen, l.exp, how, now, l.nonce)
 	} else if l.c.set.funnels {
 		values = make([]string, len(rules))
-		for i, r := range rules {
-			fresh, _ := r.fresh(l.n)
+		for i := range rules {
+			fresh, _ := l.c.fresh(i, l.n)
 			values[i] = stamped(fresh, now, l.nonce)
 		}
 	}

@@ -430,7 +430,11 @@ type ruleSet struct {
 	calendar bool
 	// funnels is set when every rule is a funnel (no window, no calendar
 	// rule): returning.lua can decide the call (the state cache keeps it).
-	funnels bool
+	// Then fresh1 and freshTTL1 are each rule's value after one unit on
+	// an empty funnel, without its time, and its TTL (rule.fresh).
+	funnels   bool
+	fresh1    []string
+	freshTTL1 []int64
 }
 
 // ruleSet returns the compiled rules, from the cache when possible.
@@ -465,6 +469,12 @@ func newRuleSet(rules []Rule, compile func(Rule) (rule, error)) (*ruleSet, error
 	}
 	s.calendar = slices.ContainsFunc(rs, func(r rule) bool { return r.cal != nil })
 	s.funnels = !s.calendar && !slices.ContainsFunc(rs, func(r rule) bool { return r.window > 0 })
+	if s.funnels {
+		s.fresh1, s.freshTTL1 = make([]string, len(rs)), make([]int64, len(rs))
+		for i, r := range rs {
+			s.fresh1[i], s.freshTTL1[i] = r.fresh(1)
+		}
+	}
 	if !s.calendar {
 		s.admit1 = admitArgs(rs, s.ids, 1)
 	}

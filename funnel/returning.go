@@ -87,11 +87,19 @@ func (r rule) fresh(n int64) (string, int64) {
 // cannot be decided in the gate (then the call takes admit.lua's).
 func (c call) returning(n int64, lock string, seen []string, est, deadline int64, nonce string) (mutex.Call, []expectation, bool) {
 	k := len(c.rules)
-	exp := make([]expectation, k)
-	// The numbers are passed as pointers into one slice (go-redis writes
-	// *int64 as the number): boxing each would allocate.
-	nums := make([]int64, 5*k+1)
-	args := make([]any, 0, 9*k+2)
+	var exp []expectation
+	var nums []int64
+	var args []any
+	var keys []string
+	if k == 1 {
+		// One allocation for the call's slices.
+		m := new(returningArgs)
+		exp, nums, args, keys = m.exp[:k], m.nums[:5*k+1], m.args[:0], m.keys[:]
+	} else {
+		exp, nums, args, keys = make([]expectation, k), make([]int64, 5*k+1), make([]any, 0, 9*k+2), make([]string, 2)
+	}
+	// The numbers are passed as pointers into nums (go-redis writes *int64
+	// as the number): boxing each would allocate.
 	args = append(args, c.ids...)
 	for i, r := range c.rules {
 		e, ok := r.expect(seen[i], n, est)
@@ -99,7 +107,7 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 			return mutex.Call{}, nil, false
 		}
 		var ttl int64
-		e.fresh, ttl = r.fresh(n)
+		e.fresh, ttl = c.fresh(i, n)
 		exp[i] = e
 		x := nums[5*i : 5*i+5]
 		x[0], x[1], x[2], x[3], x[4] = e.fit, e.anchor, e.empty, e.expiry, ttl
@@ -107,7 +115,26 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 	}
 	nums[5*k] = deadline
 	args = append(args, &nums[5*k], nonce)
-	return mutex.Call{Fragment: returningGate, Keys: []string{c.key, lock}, Args: args}, exp, true
+	keys[0], keys[1] = c.key, lock
+	return mutex.Call{Fragment: returningGate, Keys: keys, Args: args}, exp, true
+}
+
+// returningArgs holds the slices of returning for a call of one rule, the
+// most common.
+type returningArgs struct {
+	exp  [1]expectation
+	nums [6]int64
+	args [11]any
+	keys [2]string
+}
+
+// fresh returns c's rule i's value after n units on an empty funnel and its
+// TTL (see rule.fresh), made once per set for n = 1.
+func (c call) fresh(i int, n int64) (string, int64) {
+	if n == 1 && c.set.fresh1 != nil {
+		return c.set.fresh1[i], c.set.freshTTL1[i]
+	}
+	return c.rules[i].fresh(n)
 }
 
 // returned returns the levels on which the returning gate admitted the
