@@ -30,12 +30,8 @@ type waiter struct {
 	res      Result
 	err      error
 	// again: the batch failed for a reason of its leader's (its context
-	// ended, or its gate admitted it alone): the call was not decided and
-	// runs again; rerun: this is such a call. A rerun call that leads
-	// takes the lock (the key is busy here: its batch shares the hold)
-	// rather than the returning key's gate, which admits one call.
+	// ended): the call was not decided and runs again.
 	again bool
-	rerun bool
 	// gone: the caller's context ended and it left; the batch decides
 	// nothing for it.
 	gone atomic.Bool
@@ -50,9 +46,6 @@ type batchKey struct {
 // A batch is the calls waiting for one lock hold, in arrival order.
 type batch struct {
 	waiters []*waiter
-	// rerun is its leader's (set when the batch opens: waiters grows
-	// under batches.mu).
-	rerun bool
 }
 
 // batches holds the open batch of each key.
@@ -78,7 +71,7 @@ func (bs *batches) join(k batchKey, w *waiter) (*batch, bool) {
 	if bs.open == nil {
 		bs.open = make(map[batchKey]*batch)
 	}
-	b := &batch{waiters: []*waiter{w}, rerun: w.rerun}
+	b := &batch{waiters: []*waiter{w}}
 	bs.open[k] = b
 	return b, true
 }
@@ -100,9 +93,16 @@ func (bs *batches) seal(k batchKey, b *batch) sealed {
 // sealed is the calls of a batch closed to new ones, the leader's first.
 type sealed []*waiter
 
-// rerunOthers makes every call but the leader's run again, undecided.
+// rerunOthers makes every call but the first run again, undecided.
 func (ws sealed) rerunOthers() {
 	for _, w := range ws[1:] {
+		w.again = true
+	}
+}
+
+// rerunAll makes every call run again, undecided.
+func (ws sealed) rerunAll() {
+	for _, w := range ws {
 		w.again = true
 	}
 }
@@ -167,10 +167,12 @@ func (ws sealed) late() (again bool) {
 	return true
 }
 
-// wake hands every call but the leader's its outcome.
+// wake hands every call but the leader's own its outcome.
 func (ws sealed) wake() {
-	for _, w := range ws[1:] {
-		close(w.done)
+	for _, w := range ws {
+		if w.done != nil { // not the leader's own call
+			close(w.done)
+		}
 	}
 }
 
@@ -179,9 +181,8 @@ func (ws sealed) wake() {
 func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, error) {
 	k := batchKey{c.key, c.set}
 	d, _ := ctx.Deadline()
-	rerun := false
 	for range maxCommits {
-		w := &waiter{n: n, deadline: d, rerun: rerun}
+		w := &waiter{n: n, deadline: d}
 		b, lead := lim.batches.join(k, w)
 		if lead {
 			lim.lead(ctx, c, k, b, n)
@@ -191,7 +192,6 @@ func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, 
 		if !w.again {
 			return outcome(ctx, w.res, w.err)
 		}
-		rerun = true
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
 		}

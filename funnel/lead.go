@@ -39,6 +39,11 @@ type leader struct {
 	seen  []string
 	exp   []expectation
 	nonce string
+	// alone is set when the gate admitted the leader's call alone while
+	// others joined its batch; carried once the leader leads them on.
+	alone, carried bool
+	// cache: the state cache keeps what the calls read and write.
+	cache bool
 }
 
 // A reading is a gate's reply: the state, the end of the key's penalty box
@@ -64,7 +69,7 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 	if !lim.uniform && !c.set.calendar {
 		l.lock = lim.locker.LockKey(c.name)
 	}
-	if l.lock != "" && c.set.funnels && !b.rerun {
+	if l.cache = l.lock != "" && c.set.funnels && lim.states != nil; l.cache {
 		l.seen = lim.states.lookup(c.key, c.set)
 	}
 	for range maxCommits {
@@ -76,7 +81,11 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 			ws = lim.batches.seal(k, b)
 		}
 		l.late = false
-		if !l.settle(ctx, ws, lk, res, err) {
+		again := l.settle(ctx, ws, lk, res, err)
+		if !again && l.alone {
+			ws, again = l.carryOn(ws), true
+		}
+		if !again {
 			return
 		}
 	}
@@ -90,6 +99,22 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 	ws.failAll(ErrConflict)
 }
 
+// carryOn makes the leader, whose call its gate admitted alone (admit.lua
+// or returning.lua), lead the other calls of its batch on, and returns
+// them: they came while its gate ran, and rather than each running again
+// (joining batches whose leaders' gates would admit them alone too, on a
+// hot key), they share one lock hold. It reads through read.lua, which
+// admits nothing alone, under the leader's context: if that ends first,
+// they run again.
+func (l *leader) carryOn(ws sealed) sealed {
+	l.alone, l.carried = false, true
+	l.lock, l.seen, l.exp = "", nil, nil
+	rest := ws[1:]
+	l.n = rest[0].n
+	l.sent, l.epoch = time.Now(), l.lim.denials.epoch()
+	return rest
+}
+
 // settle decides the calls ws on the reply of a lock attempt (lk, res, err)
 // and commits what they took. It reports whether the lease lapsed before the
 // commit: nothing was written, and every call is decided again on fresh
@@ -100,7 +125,9 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 		s := l.lim.clock.sampled(now, l.recv)
 		switch {
 		case verdict == "admitted":
-			ws[0].res = l.admitAlone(now, how)
+			ws[0].res = l.admitAlone(now, how, len(ws) > 1)
+			l.alone = len(ws) > 1 // the others: see carryOn
+			return false
 		case !outOfTime(ws[0].deadline):
 			// "late" with time left: the sample was off (the server's
 			// clock stepped forward). Nothing was written; the reply's
@@ -117,6 +144,10 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 	if err != nil && !declined {
 		// The leader's error, perhaps its context's: the others run again,
 		// each under its own context.
+		if l.carried {
+			ws.rerunAll() // the leader's own call is decided
+			return false
+		}
 		ws[0].err = corrupt(err)
 		ws.rerunOthers()
 		return false
@@ -218,20 +249,22 @@ func admitted(declined bool, res any) (int64, string, string) {
 // admitAlone returns the leader's admission by its gate at server time now:
 // on an empty state (admit.lua), or on the state seen (returning.lua, which
 // wrote each rule as how says). The state cache keeps what the gate wrote.
-func (l *leader) admitAlone(now int64, how string) Result {
+func (l *leader) admitAlone(now int64, how string, others bool) Result {
 	rules := l.c.rules
 	var levels []level
 	var values []string
 	if l.exp != nil {
 		levels, values = l.c.returned(l.seen, l.exp, how, now, l.nonce)
-	} else if l.c.set.funnels {
+	} else if l.cache {
 		values = make([]string, len(rules))
 		for i := range rules {
 			fresh, _ := l.c.fresh(i, l.n)
 			values[i] = stamped(fresh, now, l.nonce)
 		}
 	}
-	l.lim.states.store(l.c.key, l.c.set, values)
+	if l.cache {
+		l.lim.states.store(l.c.key, l.c.set, values, crowdingOf(others))
+	}
 	d := decide(rules, levels, now, l.n)
 	return d.result(rules)
 }
@@ -239,7 +272,7 @@ func (l *leader) admitAlone(now int64, how string) Result {
 // saw keeps the values of a gate's read reply, {now, value...}, as the
 // state seen: for the next attempt's gate, and in the state cache.
 func (l *leader) saw(res any) {
-	if l.lock == "" || !l.c.set.funnels || l.lim.states == nil {
+	if !l.cache {
 		return
 	}
 	arr, _ := res.([]any)
@@ -251,7 +284,7 @@ func (l *leader) saw(res any) {
 		values[i], _ = arr[i+1].(string)
 	}
 	l.seen = values
-	l.lim.states.store(l.c.key, l.c.set, values)
+	l.lim.states.store(l.c.key, l.c.set, values, keepCrowding)
 }
 
 // read parses the result of c's gate, or of Peek's script, after proceed.
@@ -267,13 +300,13 @@ func (lim *Limiter) read(c call, res any) (reading, error) {
 // refused) is answered errLate instead, and takes nothing.
 func (l *leader) decide(ws sealed, r reading) int {
 	taken := 0
-	for i, w := range ws {
-		if i > 0 && w.gone.Load() {
+	for _, w := range ws {
+		if w.done != nil && w.gone.Load() {
 			continue // its caller left before its turn: nothing taken for it
 		}
 		if l.take(w, r) {
 			taken++
-		} else if i > 0 && w.err != nil {
+		} else if w.done != nil && w.err != nil {
 			w.gone.Store(true) // answered errLate: not decided again
 		}
 	}
@@ -340,7 +373,7 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 		// know; a denial stands (it took nothing).
 		ws.failAdmitted(err)
 	default:
-		l.wrote(args)
+		l.wrote(ws, args)
 		l.cacheDenials(ws)
 	}
 	return false
@@ -348,15 +381,23 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 
 // wrote keeps the values of a commit, write.lua's args (field, value pairs
 // after two numbers), in the state cache.
-func (l *leader) wrote(args []any) {
-	if l.lock == "" || !l.c.set.funnels || l.lim.states == nil {
+func (l *leader) wrote(ws sealed, args []any) {
+	if !l.cache {
 		return
 	}
 	values := make([]string, len(l.c.rules))
 	for i := range values {
 		values[i], _ = args[3+2*i].(string)
 	}
-	l.lim.states.store(l.c.key, l.c.set, values)
+	l.lim.states.store(l.c.key, l.c.set, values, crowdingOf(len(ws) > 1))
+}
+
+// crowdingOf marks a key whose admission had others waiting as crowded.
+func crowdingOf(others bool) crowding {
+	if others {
+		return crowded
+	}
+	return calm
 }
 
 // cacheDenials remembers the denials of ws in the deny cache (store keeps

@@ -155,13 +155,14 @@ func TestReturningClockStep(t *testing.T) {
 	}
 }
 
-// On a hot key the returning key's gate admits one call, and the calls
-// that came meanwhile share the next lock hold: ten calls, three commands
-// (the gate, then one lock and read, one write and release) when the nine
-// join one batch again.
+// On a hot key the returning key's gate admits one call, and its leader
+// leads the calls that came meanwhile on, through one lock hold: ten calls,
+// three commands (the gate, then one lock and read, one write and release).
+// The key is then crowded: the next call takes the lock (two commands),
+// and once a call had nobody waiting, the one after it is back to one.
 func TestReturningHotKeyBatches(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
-		rule := funnel.Rule{Name: "five", Capacity: 6, Leak: 1, Per: 24 * time.Hour}
+		rule := funnel.Rule{Name: "fourteen", Capacity: 14, Leak: 1, Per: 24 * time.Hour}
 		client := b.Client(t)
 		lim := mustLimiter(t, client, funnel.WithPrefix(b.Prefix))
 		ctx := context.Background()
@@ -169,6 +170,11 @@ func TestReturningHotKeyBatches(t *testing.T) {
 			if _, err := lim.Allow(ctx, "hot", rule); err != nil {
 				t.Fatal(err)
 			}
+		}
+		// And read.lua's gate, which a Limiter of uniform cost always runs.
+		uniform := mustLimiter(t, client, funnel.WithPrefix(b.Prefix), funnel.WithUniformCost())
+		if _, err := uniform.Allow(ctx, "warm-up", rule); err != nil {
+			t.Fatal(err)
 		}
 		counter := &testutil.CommandCounter{}
 		client.AddHook(counter)
@@ -196,13 +202,55 @@ func TestReturningHotKeyBatches(t *testing.T) {
 				admitted++
 			}
 		}
-		if admitted != 4 {
-			t.Fatalf("%d of 10 admitted; want the 4 left", admitted)
+		if admitted != 10 {
+			t.Fatalf("%d of 10 admitted; want all (12 left, 2 for the next calls)", admitted)
 		}
-		// 3 when the nine rerun calls join one batch; each alone would
-		// take 19 (one gate each: 10).
-		if n := counter.N.Load(); n > 5 {
-			t.Fatalf("%d commands for 10 calls; want at most 5", n)
+		if n := counter.N.Load(); n != 3 {
+			t.Fatalf("%d commands for 10 calls; want 3", n)
+		}
+		for i, want := range []int64{2, 1} {
+			counter.N.Store(0)
+			if res, err := lim.Allow(ctx, "hot", rule); err != nil || !res.Allowed {
+				t.Fatalf("call %d after the crowd = %+v, %v", i, res, err)
+			}
+			if n := counter.N.Load(); n != want {
+				t.Fatalf("call %d after the crowd: %d commands; want %d", i, n, want)
+			}
 		}
 	})
+}
+
+// A hot key with the state cache: 64 goroutines of one Limiter, 100 calls
+// each. No call ends in ErrConflict. The calls that came while a gate
+// admitted its leader alone are led on (carryOn), and the key, crowded,
+// takes the lock until a call comes alone: with neither, they ran again
+// into batches whose gates admitted their leaders alone, and after eight
+// runs gave up (136,916 of 178,471 calls in 3 s; this test fails so).
+func TestReturningHotKeyNoStarvation(t *testing.T) {
+	b := testutil.RealBackend(t)
+	lim := newLimiter(t, b)
+	rule := funnel.Rule{Name: "hot", Capacity: 1 << 20, Leak: 1, Per: time.Hour}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang, not a speed target
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := map[string]int{}
+	for range 64 {
+		wg.Go(func() {
+			for range 100 {
+				if res, err := lim.Allow(ctx, "hot", rule); err != nil || !res.Allowed {
+					mu.Lock()
+					errs[fmt.Sprint(err)]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("calls not admitted, by error: %v", errs)
+	}
+	if p := peek(t, lim, "hot", rule); p.Remaining != 1<<20-6400 {
+		t.Fatalf("Peek = %+v; want 6400 taken", p)
+	}
 }

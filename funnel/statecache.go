@@ -30,18 +30,32 @@ type stateCache struct {
 }
 
 // seenState is one key's entry: the rules it was seen with (a set is
-// shared by every call of the same rules) and their values ("" for none).
+// shared by every call of the same rules) and their values ("" for none),
+// and whether the key is crowded here: its last admission had other calls
+// of this Limiter waiting for it. The returning key's gate admits one call;
+// a crowded key's calls share a lock hold instead (see carryOn).
 type seenState struct {
-	set    *ruleSet
-	values []string
+	set     *ruleSet
+	values  []string
+	crowded bool
 }
+
+// A crowding says what store does with a key's crowded mark.
+type crowding int8
+
+const (
+	keepCrowding crowding = iota // as it was (a read)
+	calm                         // an admission with no other call waiting
+	crowded                      // an admission with other calls waiting
+)
 
 // newStateCache returns a cache of at most max keys (at least 2).
 func newStateCache(max int) *stateCache {
 	return &stateCache{half: max / 2, cur: make(map[string]seenState)}
 }
 
-// lookup returns the values seen for key's rules set, or nil.
+// lookup returns the values seen for key's rules set, or nil (also when
+// the key is crowded).
 func (c *stateCache) lookup(key string, set *ruleSet) []string {
 	if c == nil {
 		return nil
@@ -52,15 +66,15 @@ func (c *stateCache) lookup(key string, set *ruleSet) []string {
 		e = c.old[key]
 	}
 	c.mu.Unlock()
-	if e.set != set {
+	if e.set != set || e.crowded {
 		return nil
 	}
 	return e.values
 }
 
-// store remembers values as key's state for the rules of set; values nil
-// forgets key (what Redis holds is not known).
-func (c *stateCache) store(key string, set *ruleSet, values []string) {
+// store remembers values as key's state for the rules of set, and marks it
+// as crowd says; values nil forgets key (what Redis holds is not known).
+func (c *stateCache) store(key string, set *ruleSet, values []string, crowd crowding) {
 	if c == nil {
 		return
 	}
@@ -71,8 +85,16 @@ func (c *stateCache) store(key string, set *ruleSet, values []string) {
 		delete(c.old, key)
 		return
 	}
-	if _, ok := c.cur[key]; !ok && len(c.cur) >= c.half {
-		c.old, c.cur = c.cur, make(map[string]seenState, c.half)
+	e, ok := c.cur[key]
+	if !ok {
+		e = c.old[key]
+		if len(c.cur) >= c.half {
+			c.old, c.cur = c.cur, make(map[string]seenState, c.half)
+		}
 	}
-	c.cur[key] = seenState{set: set, values: values}
+	e.set, e.values = set, values
+	if crowd != keepCrowding {
+		e.crowded = crowd == crowded
+	}
+	c.cur[key] = e
 }
