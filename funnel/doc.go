@@ -81,6 +81,20 @@
 // whose lock lease lapsed (a paused process) is rejected and the call starts
 // over on fresh state.
 //
+// A returning key (a phone number, an IP, a tenant) costs one round trip
+// too: the Limiter remembers the state it last read or wrote per key
+// (WithStateCache), decides the call on it in advance, and sends times and
+// values; Redis admits the call if the lock is free and the state is the
+// one remembered, comparing its TIME with those times (no arithmetic in
+// Lua). A key whose admissions in this process have others waiting (a hot
+// key, a global budget shared by a fleet) is crowded: each batch reads the
+// state and commits its decisions without the lock, if the state is still
+// what it read and the lock is free; otherwise it is decided again on the
+// state the commit found, at once. That is what the lock guarantees (no
+// write between a batch's read and its write), without a lock hold to hand
+// between processes. Every such write carries a nonce, so a retried script
+// answers as its first run.
+//
 // # A failed call is not charged
 //
 // A call with a ctx deadline that is answered with an error took nothing,

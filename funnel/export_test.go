@@ -1,9 +1,12 @@
 package funnel
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // IsWindow reports whether r is a Window rule.
@@ -97,3 +100,28 @@ func WindowState(r Rule, log []int64, at int64) (field, value string) {
 	}
 	return c.id, c.encodeWindow(log, at)
 }
+
+// LoadScripts loads the scripts of a crowded key's batches (read.lua run
+// alone, commit.lua), so that a test counting commands counts no NOSCRIPT.
+func LoadScripts(ctx context.Context, c redis.Scripter) error {
+	for _, s := range []*redis.Script{readPeek, commitScript} {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetCrowded marks key as crowded in l's state cache, for the rules: its
+// next batches commit without the lock (commitfree.go).
+func SetCrowded(l *Limiter, key string, rules ...Rule) error {
+	set, err := l.ruleSet(rules)
+	if err != nil {
+		return err
+	}
+	l.states.store(l.stateKey(key), set, make([]string, len(rules)), crowded)
+	return nil
+}
+
+// CommitSHA is commit.lua's script hash, for tests that count its runs.
+var CommitSHA = commitScript.Hash()

@@ -44,6 +44,13 @@ type leader struct {
 	alone, carried bool
 	// cache: the state cache keeps what the calls read and write.
 	cache bool
+	// optimistic: the key is crowded, its batches commit without the
+	// lock (commitfree.go); next is commit.lua's reply that found the
+	// state changed, for the next read; lockKey is the key's lock.
+	optimistic bool
+	next       any
+	lockKey    string
+	lost       int // commits that found the state changed
 }
 
 // A reading is a gate's reply: the state, the end of the key's penalty box
@@ -70,9 +77,24 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 		l.lock = lim.locker.LockKey(c.name)
 	}
 	if l.cache = l.lock != "" && c.set.funnels && lim.states != nil; l.cache {
-		l.seen = lim.states.lookup(c.key, c.set)
+		l.lockKey = l.lock
+		l.seen, l.optimistic = lim.states.lookup(c.key, c.set)
+		if l.optimistic {
+			l.seen = nil // read afresh (commitfree.go), in turn
+			done, err := lim.turns.take(ctx, batchKey{c.key, c.set})
+			if err != nil {
+				ws = lim.batches.seal(k, b)
+				ws[0].err = err
+				ws.rerunOthers()
+				return
+			}
+			defer done()
+		}
 	}
-	for range maxCommits {
+	for i := 0; i < maxCommits; i++ {
+		if l.next != nil {
+			i-- // decided again on what commit.lua returned: bounded by maxLost
+		}
 		lk, res, err := l.acquire(ctx)
 		l.recv = time.Now()
 		if ws == nil {
@@ -109,6 +131,7 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 func (l *leader) carryOn(ws sealed) sealed {
 	l.alone, l.carried = false, true
 	l.lock, l.seen, l.exp = "", nil, nil
+	l.optimistic = l.cache
 	rest := ws[1:]
 	l.n = rest[0].n
 	l.sent, l.epoch = time.Now(), l.lim.denials.epoch()
@@ -182,6 +205,9 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 // read.lua; each
 // attempt gets its own (admit.lua's nonce is new).
 func (l *leader) acquire(ctx context.Context) (*mutex.Lock, any, error) {
+	if l.optimistic {
+		return l.readFree(ctx)
+	}
 	lim := l.lim
 	// Built here, not returned by a function: its slices stay on the stack.
 	var gate mutex.Call
@@ -360,6 +386,9 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 		}
 	}
 	args := writeArgs(l.c.rules, fills, ats, logs, r.now, ws.deadline())
+	if lk == nil {
+		return l.commitFree(ctx, ws, args)
+	}
 	reply, err := lk.UnlockWith(ctx, mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: args})
 	switch {
 	case errors.Is(err, mutex.ErrNotHeld):

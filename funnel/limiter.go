@@ -40,6 +40,8 @@ var (
 	admitSrc string
 	//go:embed returning.lua
 	returningSrc string
+	//go:embed commit.lua
+	commitSrc string
 
 	readGate = mutex.NewGate(readSrc) // Allow: deny without the lock
 	// Allow: deny without the lock, or admit a key with no state in one
@@ -50,6 +52,9 @@ var (
 	// readStateFunc is read.lua as the function read_state, for the scripts
 	// that read the state first (admit.lua, penalty.lua).
 	readStateFunc = "local function read_state()\n" + readSrc + "\nend\n"
+
+	// Allow: a crowded key's commit without the lock (commitfree.go).
+	commitScript = redis.NewScript(readStateFunc + commitSrc)
 
 	readAll   = mutex.NewFragment(readSrc) // Refund: always take the lock
 	readPeek  = redis.NewScript(readSrc)   // Peek: no lock at all
@@ -85,6 +90,8 @@ type Limiter struct {
 	// alone turns that off (WithoutBatching).
 	batches batches
 	alone   bool
+	// turns orders the batches of a crowded key (turns.go).
+	turns turns
 	// uniform: no one-round-trip admission of a key with no state
 	// (WithUniformCost).
 	uniform bool

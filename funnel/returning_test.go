@@ -158,8 +158,9 @@ func TestReturningClockStep(t *testing.T) {
 // On a hot key the returning key's gate admits one call, and its leader
 // leads the calls that came meanwhile on, through one lock hold: ten calls,
 // three commands (the gate, then one lock and read, one write and release).
-// The key is then crowded: the next call takes the lock (two commands),
-// and once a call had nobody waiting, the one after it is back to one.
+// The key is then crowded: the next call reads and commits without the lock
+// (commitfree.go: two commands), and once a call had nobody waiting, the
+// one after it is back to one.
 func TestReturningHotKeyBatches(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		rule := funnel.Rule{Name: "fourteen", Capacity: 14, Leak: 1, Per: 24 * time.Hour}
@@ -174,6 +175,9 @@ func TestReturningHotKeyBatches(t *testing.T) {
 		// And read.lua's gate, which a Limiter of uniform cost always runs.
 		uniform := mustLimiter(t, client, funnel.WithPrefix(b.Prefix), funnel.WithUniformCost())
 		if _, err := uniform.Allow(ctx, "warm-up", rule); err != nil {
+			t.Fatal(err)
+		}
+		if err := funnel.LoadScripts(ctx, client); err != nil {
 			t.Fatal(err)
 		}
 		counter := &testutil.CommandCounter{}

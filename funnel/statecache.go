@@ -54,11 +54,11 @@ func newStateCache(max int) *stateCache {
 	return &stateCache{half: max / 2, cur: make(map[string]seenState)}
 }
 
-// lookup returns the values seen for key's rules set, or nil (also when
-// the key is crowded).
-func (c *stateCache) lookup(key string, set *ruleSet) []string {
+// lookup returns the values seen for key's rules set (nil if none), and
+// whether the key is crowded.
+func (c *stateCache) lookup(key string, set *ruleSet) ([]string, bool) {
 	if c == nil {
-		return nil
+		return nil, false
 	}
 	c.mu.Lock()
 	e, ok := c.cur[key]
@@ -66,10 +66,10 @@ func (c *stateCache) lookup(key string, set *ruleSet) []string {
 		e = c.old[key]
 	}
 	c.mu.Unlock()
-	if e.set != set || e.crowded {
-		return nil
+	if e.set != set {
+		return nil, false
 	}
-	return e.values
+	return e.values, e.crowded
 }
 
 // store remembers values as key's state for the rules of set, and marks it
