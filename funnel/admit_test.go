@@ -101,16 +101,7 @@ func TestAdmitNotWhileLocked(t *testing.T) {
 		ctx := context.Background()
 		rule := funnel.AtMost(5, time.Hour)
 		lim, _ := countingLimiter(t, b)
-		other := mustLocker(t, b.Client(t), mutex.WithPrefix(b.Prefix))
-		lk, err := other.TryLock(ctx, "held")
-		if err != nil {
-			t.Fatal(err)
-		}
-		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		defer cancel()
-		if res, err := lim.Allow(short, "held", rule); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Allow while the lock is held = %+v, %v; want it to wait until its deadline", res, err)
-		}
+		lk := waitsWhileHeld(t, b, lim, "held", rule)
 		if n := b.Client(t).Exists(ctx, b.Prefix+"{held}:f").Val(); n != 0 {
 			t.Fatal("state written while another held the key's lock")
 		}
@@ -144,4 +135,23 @@ func TestAdmitOtherRulesState(t *testing.T) {
 	if after := b.Client(t).PTTL(ctx, b.Prefix+"{k}:f").Val(); after < before-time.Second {
 		t.Fatalf("TTL %v after a one-minute rule's admission, was %v: the long rule's state would expire early", after, before)
 	}
+}
+
+// waitsWhileHeld takes key's lock with another Locker and checks that an
+// Allow of lim on key waits for it until its deadline (200 ms); it returns
+// the lock, still held.
+func waitsWhileHeld(t *testing.T, b *testutil.Backend, lim *funnel.Limiter, key string, rule funnel.Rule) *mutex.Lock {
+	t.Helper()
+	ctx := context.Background()
+	other := mustLocker(t, b.Client(t), mutex.WithPrefix(b.Prefix))
+	lk, err := other.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if res, err := lim.Allow(short, key, rule); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Allow while the lock is held = %+v, %v; want it to wait until its deadline", res, err)
+	}
+	return lk
 }

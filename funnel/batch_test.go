@@ -125,31 +125,7 @@ func TestBatchedExact(t *testing.T) {
 		lims := []*funnel.Limiter{newLimiter(t, b), newLimiter(t, b)}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang, not a speed target
 		defer cancel()
-		var admitted, smallestDenied atomic.Int64
-		smallestDenied.Store(1 << 62)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for g := range 64 {
-			wg.Go(func() {
-				<-start
-				for i := range 5 {
-					n := int64(1 + (g+i)%3)
-					res, err := lims[g%2].AllowN(ctx, "exact", n, rule)
-					if err != nil {
-						t.Errorf("AllowN: %v", err)
-						return
-					}
-					if res.Allowed {
-						admitted.Add(n)
-					} else {
-						for old := smallestDenied.Load(); n < old && !smallestDenied.CompareAndSwap(old, n); old = smallestDenied.Load() {
-						}
-					}
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
+		admitted, smallestDenied := raceUnits(t, ctx, lims, "exact", rule, 5)
 		sum := admitted.Load()
 		peek, err := lims[0].Peek(ctx, "exact", rule)
 		if err != nil {
@@ -308,4 +284,36 @@ func TestWithoutBatching(t *testing.T) {
 	if got := counter.N.Load(); got < 8 {
 		t.Fatalf("%d commands for 4 calls; want at least 8, a lock and a write each", got)
 	}
+}
+
+// raceUnits has 64 goroutines, spread over lims, each make calls calls of
+// 1 to 3 units on key, all started at once; it returns the units admitted
+// and the smallest call denied (1<<62 if none).
+func raceUnits(t *testing.T, ctx context.Context, lims []*funnel.Limiter, key string, rule funnel.Rule, calls int) (admitted, smallestDenied *atomic.Int64) {
+	admitted, smallestDenied = new(atomic.Int64), new(atomic.Int64)
+	smallestDenied.Store(1 << 62)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			<-start
+			for i := range calls {
+				n := int64(1 + (g+i)%3)
+				res, err := lims[g%len(lims)].AllowN(ctx, key, n, rule)
+				if err != nil {
+					t.Errorf("AllowN: %v", err)
+					return
+				}
+				if res.Allowed {
+					admitted.Add(n)
+				} else {
+					for old := smallestDenied.Load(); n < old && !smallestDenied.CompareAndSwap(old, n); old = smallestDenied.Load() {
+					}
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return admitted, smallestDenied
 }

@@ -2,7 +2,6 @@ package funnel_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/testutil"
-	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -49,24 +47,7 @@ func TestCommitFreeExactUnderRaces(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang, not a speed target
 		defer cancel()
-		var admitted atomic.Int64
-		var wg sync.WaitGroup
-		for g := range 64 {
-			wg.Go(func() {
-				for i := range 8 {
-					n := int64(1 + (g+i)%3)
-					res, err := lims[g%4].AllowN(ctx, "budget", n, rule)
-					if err != nil {
-						t.Errorf("AllowN: %v", err)
-						return
-					}
-					if res.Allowed {
-						admitted.Add(n)
-					}
-				}
-			})
-		}
-		wg.Wait()
+		admitted, _ := raceUnits(t, ctx, lims, "budget", rule, 8)
 		peek, err := lims[0].Peek(ctx, "budget", rule)
 		if err != nil {
 			t.Fatal(err)
@@ -123,28 +104,12 @@ func TestCommitFreeDecidedAgain(t *testing.T) {
 func TestCommitFreeRespectsTheLock(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		rule := funnel.Rule{Name: "r", Capacity: 10, Leak: 1, Per: 24 * time.Hour}
-		lim := newLimiter(t, b)
-		if res, err := lim.Allow(ctx, "held", rule); err != nil || !res.Allowed { // state, seen
-			t.Fatalf("first call = %+v, %v", res, err)
-		}
-		if err := funnel.SetCrowded(lim, "held", rule); err != nil {
-			t.Fatal(err)
-		}
-		locker := mustLocker(t, b.Client(t), mutex.WithPrefix(b.Prefix))
-		lk, err := locker.TryLock(ctx, "held")
-		if err != nil {
-			t.Fatal(err)
-		}
-		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		defer cancel()
-		if res, err := lim.Allow(short, "held", rule); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Allow while the lock is held = %+v, %v; want it to wait until its deadline", res, err)
-		}
+		lim := crowdedLimiter(t, b.Client(t), b.Prefix, "held")
+		lk := waitsWhileHeld(t, b, lim, "held", crowdRule)
 		if err := lk.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if p := peek(t, lim, "held", rule); p.Remaining != 9 {
+		if p := peek(t, lim, "held", crowdRule); p.Remaining != 9 {
 			t.Fatalf("Peek = %+v; want 9 left: nothing written while the lock was held", p)
 		}
 	})
@@ -156,17 +121,12 @@ func TestCommitFreeRespectsTheLock(t *testing.T) {
 func TestCommitFreeLostReply(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		rule := funnel.Rule{Name: "r", Capacity: 10, Leak: 1, Per: 24 * time.Hour}
+		rule := crowdRule
 		client, fault := b.LostReplyClient(t, nil)
-		lim := mustLimiter(t, client, funnel.WithPrefix(b.Prefix))
-		if res, err := lim.Allow(ctx, "k", rule); err != nil || !res.Allowed {
-			t.Fatalf("first call = %+v, %v", res, err)
-		}
-		if err := funnel.SetCrowded(lim, "k", rule); err != nil {
-			t.Fatal(err)
-		}
+		lim := crowdedLimiter(t, client, b.Prefix, "k")
+		// commit.lua: EVALSHA, or EVAL after NOSCRIPT; 2 keys, the state's first.
 		fault.Drop(func(args []string) bool {
-			return len(args) > 1 && (args[1] == funnel.CommitSHA || args[0] == "eval" || args[0] == "EVAL") && len(args) > 3 && args[3] == b.Prefix+"{k}:f" && args[2] == "2"
+			return len(args) > 3 && args[2] == "2" && args[3] == b.Prefix+"{k}:f"
 		})
 		res, err := lim.Allow(ctx, "k", rule)
 		fault.ExpectDropped(t, 1)
@@ -177,4 +137,22 @@ func TestCommitFreeLostReply(t *testing.T) {
 			t.Fatalf("Peek = %+v; want 8 left: the retry took nothing", p)
 		}
 	})
+}
+
+// crowdRule is the rule of the crowded-key tests: 10 units a day.
+var crowdRule = funnel.Rule{Name: "r", Capacity: 10, Leak: 1, Per: 24 * time.Hour}
+
+// crowdedLimiter returns a Limiter on client whose key has one unit of
+// crowdRule taken and is marked crowded: its next batches commit without
+// the lock.
+func crowdedLimiter(t *testing.T, client *redis.Client, prefix, key string) *funnel.Limiter {
+	t.Helper()
+	lim := mustLimiter(t, client, funnel.WithPrefix(prefix))
+	if res, err := lim.Allow(context.Background(), key, crowdRule); err != nil || !res.Allowed {
+		t.Fatalf("first call = %+v, %v", res, err)
+	}
+	if err := funnel.SetCrowded(lim, key, crowdRule); err != nil {
+		t.Fatal(err)
+	}
+	return lim
 }
