@@ -113,7 +113,17 @@ func (s stamp) unlockArgs(value any, token string) []any {
 	copy(b[recLen:recLen+stampDigits], owner)
 	putHex(b[recLen+stampDigits:], s.mark)
 	t := string(b[:])
-	return []any{value, s.owner, t[:recLen], t[recLen:]}
+	// One allocation for the arguments: go-redis writes a *string as its
+	// value, so the record and the bound are not boxed one by one.
+	a := &unlockArgv{rec: t[:recLen], bound: t[recLen:]}
+	a.args = [4]any{value, s.owner, &a.rec, &a.bound}
+	return a.args[:]
+}
+
+// unlockArgv holds unlock.lua's arguments and the strings they point to.
+type unlockArgv struct {
+	args       [4]any
+	rec, bound string
 }
 
 // hexDigits are a stamp's digits: lower-case, so that the release scripts
