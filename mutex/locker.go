@@ -10,6 +10,7 @@ import (
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/nilcheck"
+	"github.com/redis/go-redis/v9"
 )
 
 // Defaults and limits of a Locker.
@@ -245,6 +246,7 @@ func (l *Locker) wire() {
 	l.honours = ctxcall.Honours(l.client)
 	if !l.noBatch {
 		l.batch.pipe = pipelines(l.client)
+		_, l.batch.fanOut = l.client.(interface{ Options() *redis.Options })
 	}
 }
 
