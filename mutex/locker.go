@@ -94,6 +94,10 @@ type Locker struct {
 	// released).
 	nqueues atomic.Int64
 	sub     *subscription // release notifications; nil while nobody waits
+
+	// orphans are the tokens of attempts whose caller left before the reply
+	// (orphans.go).
+	orphans orphans
 }
 
 // An Option configures a Locker made by New: a CommonOption, WithFencing

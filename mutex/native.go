@@ -137,7 +137,7 @@ func setGetArgs(cfg lockConfig) redis.SetArgs {
 // that found the lock held may be a retry of its own SET.
 func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
 	return func(_ bool, err error) {
-		if err == nil || unknownOutcome(err) {
+		if (err == nil || unknownOutcome(err)) && l.mayUndo(h) {
 			l.releaseOrphan(h)
 		}
 	}
@@ -146,8 +146,17 @@ func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
 // undoLateSet is undoLate for takeFree.
 func (l *Locker) undoLateSet(h *hold) func(string, error) {
 	return func(old string, err error) {
-		if err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && unknownOutcome(err)) {
+		if (err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && unknownOutcome(err))) && l.mayUndo(h) {
 			l.releaseOrphan(h)
 		}
 	}
+}
+
+// mayUndo reports whether a late reply may release the lock of h, an
+// attempt whose caller left: always on a client that ignores deadlines
+// (whose attempts are not remembered), else only if h's token is still
+// remembered, unused, and is taken out of the memory now (orphans.claim):
+// an attempt may have adopted the lock under it meanwhile.
+func (l *Locker) mayUndo(h *hold) bool {
+	return !l.honours || l.orphans.claim(h.name, h.token)
 }
