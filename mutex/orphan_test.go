@@ -37,6 +37,7 @@ func TestAbandonedAttemptIsAdopted(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	idleConns(t, c, 8)
 	thaw := testutil.Freeze(t, srv.Pid())
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	_, err = l.Lock(short, "name")
@@ -97,6 +98,7 @@ func TestWaitersAdoptAnAbandonedAttempt(t *testing.T) {
 	} else if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	idleConns(t, c, 8)
 	thaw := testutil.Freeze(t, srv.Pid())
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	_, _, err := l.LockWith(short, "name", mutex.Call{Fragment: gate})
@@ -139,6 +141,92 @@ func TestWaitersAdoptAnAbandonedAttempt(t *testing.T) {
 	wg.Wait()
 	if failed.Load() > 0 || overlaps.Load() > 0 {
 		t.Fatalf("%d of 16 callers failed, %d overlapped; want none", failed.Load(), overlaps.Load())
+	}
+}
+
+// A release that hands the lock to a waiting goroutine through Redis (under
+// the waiter's fresh token), cut short on a stopped server, runs when the
+// server continues: the waiter, told it got nothing, adopts the lock under
+// that token instead of waiting out its lease.
+func TestWaiterAdoptsAnAbandonedHandOver(t *testing.T) {
+	testutil.NeedServer(t)
+	srv := testutil.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	admin := srv.Client(t)
+	l := mustNew(t, c, mutex.WithPrefix(testutil.NewPrefix()), mutex.WithTTL(10*time.Second))
+	ctx := context.Background()
+	commit := mutex.Call{Fragment: mutex.NewFragment("return 1")}
+	// The fragment's script loaded, so that the release sent below runs
+	// when the server continues (an EVALSHA the server does not know would
+	// not: the lock would still be the holder's, rightly).
+	if lk, err := l.Lock(ctx, "other"); err != nil {
+		t.Fatal(err)
+	} else if _, err := lk.UnlockWith(ctx, commit); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := l.Lock(ctx, "name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		lk  *mutex.Lock
+		err error
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		lk, err := l.Lock(wctx, "name")
+		got <- outcome{lk, err}
+	}()
+	for l.Waiters("name") == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	idleConns(t, c, 8)
+	thaw := testutil.Freeze(t, srv.Pid())
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	// A fragment's release always goes through Redis: the waiter's token.
+	_, err = holder.UnlockWith(short, commit)
+	cancel()
+	if err == nil {
+		t.Fatal("UnlockWith on a stopped server succeeded")
+	}
+	thaw()
+	w := <-got
+	if w.err != nil {
+		t.Fatalf("the waiter, after the server continued: %v; want the lock the release handed it", w.err)
+	}
+	// The holder's release, made again as the protocol asks, is answered
+	// from its record, and leaves the adopted lock alone.
+	if _, err := holder.UnlockWith(ctx, commit); err != nil && !errors.Is(err, mutex.ErrNotHeld) {
+		t.Fatalf("the holder's release again: %v", err)
+	}
+	if n := admin.Exists(ctx, l.LockKey("name")).Val(); n != 1 {
+		t.Fatalf("the holder's repeated release freed the lock its waiter adopted")
+	}
+	if err := w.lk.Unlock(ctx); err != nil {
+		t.Fatalf("the waiter's Unlock: %v", err)
+	}
+	if n := admin.Exists(ctx, l.LockKey("name")).Val(); n != 0 {
+		t.Fatalf("the lock is still held after the waiter's Unlock")
+	}
+}
+
+// idleConns leaves n connections idle in c's pool: a command sent to a
+// stopped server on a new connection waits for its handshake's reply and
+// is never sent; on an idle one it is, and runs when the server continues.
+func idleConns(t *testing.T, c *redis.Client, n int) {
+	t.Helper()
+	conns := make([]*redis.Conn, n)
+	for i := range conns {
+		conns[i] = c.Conn()
+		if err := conns[i].Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cn := range conns {
+		cn.Close()
 	}
 }
 

@@ -100,7 +100,11 @@ func (l *Locker) releaseOrphan(h *hold) {
 // orphanOf returns what to do with the late reply of a release that may
 // have handed the lock to h: release it, since nobody will hold it.
 func (l *Locker) orphanOf(h *hold) func(any, error) {
-	return func(any, error) { l.releaseOrphan(h) }
+	return func(any, error) {
+		if l.mayUndo(h) {
+			l.releaseOrphan(h)
+		}
+	}
 }
 
 // releaseRoot releases the root handle of h, bounded by ctx (run, so even
