@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
+	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
@@ -118,7 +119,7 @@ func (lim *Limiter) peek(ctx context.Context, c call) (any, error) {
 		return script.Run(ctx, lim.client, []string{c.key}, args...).Result()
 	}, nil)
 	if err != nil {
-		return nil, corrupt(fmt.Errorf("funnel: peek: %w", err))
+		return nil, corrupt(fmt.Errorf("funnel: peek: %w", reach.Mark(err)))
 	}
 	return afterProceed(reply, "peek")
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/funnelguard/funnelguard/mutex"
 )
 
 // Errors returned by this package; match them with errors.Is.
@@ -27,6 +29,11 @@ var (
 	// ErrInvalidOption means a nil client or a bad option to New; it is
 	// wrapped with what was wrong.
 	ErrInvalidOption = errors.New("funnel: invalid option")
+	// ErrUnreachable is mutex.ErrUnreachable: Redis cannot be reached now
+	// (the connection was refused, the client closed). A call ends on it at
+	// once, and so do the calls batched with it (they would hear the same);
+	// a hung server costs a call its deadline instead.
+	ErrUnreachable = mutex.ErrUnreachable
 )
 
 // errNilLimiter is the error of a call on a nil *Limiter (New failed, and

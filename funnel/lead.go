@@ -165,6 +165,12 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 		return false
 	}
 	if err != nil && !declined {
+		if errors.Is(err, ErrUnreachable) {
+			// Redis cannot be reached: the others would hear the same,
+			// one after another.
+			ws.failAll(err)
+			return false
+		}
 		// The leader's error, perhaps its context's: the others run again,
 		// each under its own context.
 		if l.carried {

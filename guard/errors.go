@@ -12,13 +12,17 @@ var (
 	// time (down, slow, failing over, or the key's lock not obtained within
 	// Policy.Timeout). With FailClosed the Decision denies; with FailOpen it
 	// is the Policy's rules decided in this process; with a Fallback it is
-	// the fallback's.
+	// the fallback's. A Redis that refuses connections is decided so at
+	// once, not at the end of the Timeout: the error then also matches
+	// funnel.ErrUnreachable. (A closed client is ErrRejected: it will not
+	// come back by itself.)
 	ErrUnavailable = errors.New("guard: rate limiter unavailable")
 	// ErrRejected wraps the error of a call that Redis answered with an
 	// error that will not go away by itself: the client's user lacks a
 	// permission (NOPERM), the server is out of memory (OOM), scripting is
 	// disabled or renamed, the key holds something that is not a funnel
-	// (WRONGTYPE, funnel.ErrCorruptState). The Decision denies, whatever
+	// (WRONGTYPE, funnel.ErrCorruptState); or the go-redis client was closed
+	// (redis.ErrClosed, at once). The Decision denies, whatever
 	// OnError and Fallback say: admitting would let whoever can break a key
 	// open the limit for it.
 	ErrRejected = errors.New("guard: Redis refused the call")

@@ -50,8 +50,10 @@ func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts .
 // Lock acquires the lock on name, waiting as long as ctx allows. When ctx
 // ends first it returns an error matching both ErrNotObtained and ctx.Err(),
 // without waiting for the next attempt. Redis errors end the wait at once.
-// An attempt cut short by ctx has an unknown outcome: if Redis ran it, the
-// lock stays under this call's token, held by nobody, until its lease ends.
+// An attempt cut short by ctx has an unknown outcome: if Redis runs it, the
+// lock stays under this call's token, held by nobody, until its lease ends
+// or the next attempt on name of this Locker adopts it (see PROTOCOL.md).
+// A Redis that cannot be reached (ErrUnreachable) ends the call at once.
 // Re-entry through ctx works as in TryLock and never waits.
 //
 // While it waits, the call polls Redis only if it heads this Locker's queue

@@ -2,6 +2,7 @@ package mutex
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -35,20 +36,29 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	return l.take(ctx, name, cfg, call, mode)
 }
 
-// take makes one attempt to acquire name under a new token. The hold is
-// made only once the lock is obtained: a denial or a failed attempt needs
-// none.
+// take makes one attempt to acquire name under a new token, or under the
+// token of an earlier attempt whose outcome is unknown (orphans.go). The
+// hold is made only once the lock is obtained: a denial or a failed attempt
+// needs none.
 func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
-	n := l.names(name)
+	n, adopting := l.orphans.take(name)
+	if adopting {
+		mode = mode.scripted(l.canNotify())
+	} else {
+		n = l.names(name)
+	}
 	value := any(n.value) // boxed once: the SET's argument and the hold's
 	start := time.Now()
 	r, res, err := l.takeOnce(ctx, name, &n, value, cfg, call, mode, start)
 	switch {
 	case err != nil:
+		l.remember(name, n, adopting, err)
 		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", name, err)
 	case r[0] == declinedReply:
+		l.remember(name, n, adopting, nil)
 		return nil, -1, res, ErrDeclined
 	case r[0] != 1:
+		l.remember(name, n, adopting, nil)
 		return nil, time.Duration(r[1]) * time.Millisecond, res, ErrLocked
 	}
 	lk := newRoot(l, name, n, value, r[2])
@@ -57,6 +67,31 @@ func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Ca
 		lk.hold.startRenew(cfg.ttl)
 	}
 	return lk, -1, res, nil
+}
+
+// remember keeps n, the names of an attempt on name that got no lock, for
+// the next attempt (orphans.go): when the attempt used a remembered token
+// (adopting), or failed with err of unknown outcome (it may yet run) on a
+// client that honours deadlines. On another client, an abandoned attempt's
+// late reply releases what it took (undoLate), as the memory would not
+// know when. A refused connection sent nothing: nothing to remember.
+func (l *Locker) remember(name string, n names, adopting bool, err error) {
+	if adopting || (l.honours && unknownOutcome(err) && !errors.Is(err, ErrUnreachable)) {
+		l.orphans.put(name, n)
+	}
+}
+
+// scripted is the mode of an attempt under a remembered token: the script,
+// never a native SET, whose reply on finding the lock its own could not
+// tell the lease it has left (an orphan's, begun before this attempt).
+func (m attemptMode) scripted(canNotify bool) attemptMode {
+	switch {
+	case m == first && canNotify:
+		return pollMarked
+	case m <= first:
+		return poll
+	}
+	return m
 }
 
 // takeOnce is take's round trip: a native SET when the mode and the client

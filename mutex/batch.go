@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
+	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,6 +28,12 @@ import (
 // abandoned call is (ctxcall), with an error of unknown outcome, and its
 // reply goes to its late function. A pipeline is bounded by the latest
 // deadline of its calls (none if one of them has none).
+//
+// When a command or a pipeline comes back unreachable (ErrUnreachable: the
+// connection was refused, the client closed), the commands queued then are
+// answered with that error without being sent: they would have gone to the
+// same server, after waiting for a slot. Only on a client of one server
+// (fanOut): a cluster's other nodes may be up.
 
 // batchSlots is how many commands or pipelines of one Locker may be in
 // flight at once; batchMax is the most commands one pipeline carries.
@@ -37,10 +44,12 @@ const (
 
 // A batcher queues the commands of a Locker's overlapping calls.
 type batcher struct {
-	pipe  func() redis.Pipeliner // nil: the client has no pipelines
-	mu    sync.Mutex
-	busy  int // slots in use
-	queue []*queued
+	pipe func() redis.Pipeliner // nil: the client has no pipelines
+	// fanOut: every command goes to one server (see above).
+	fanOut bool
+	mu     sync.Mutex
+	busy   int // slots in use
+	queue  []*queued
 }
 
 // A queued command, and what its caller is waiting for.
@@ -53,6 +62,9 @@ type queued struct {
 	cmd        redis.Cmder
 	state      uint8 // under batcher.mu
 	done       chan struct{}
+	// unsent is the error of a command answered without being sent (see
+	// failQueued).
+	unsent error
 }
 
 // States of a queued command.
@@ -86,13 +98,14 @@ func (b *batcher) alone() bool {
 	return ok
 }
 
-// free gives back a slot taken by alone, or hands it to a goroutine that
-// sends what queued meanwhile.
-func (b *batcher) free() {
+// free gives back a slot taken by alone, whose command ended with err, or
+// hands it to a goroutine that sends what queued meanwhile.
+func (b *batcher) free(err error) {
 	if b.pipe == nil {
 		return
 	}
 	b.mu.Lock()
+	b.failQueuedLocked(err)
 	if len(b.queue) == 0 {
 		b.busy--
 		b.mu.Unlock()
@@ -132,6 +145,9 @@ func (b *batcher) enqueue(q *queued) {
 
 // answer is the reply of an answered q.
 func (q *queued) answer() (redis.Cmder, error) {
+	if q.unsent != nil {
+		return nil, q.unsent
+	}
 	if d, ok := q.ctx.Deadline(); !ok || q.cmd.Err() == nil || time.Now().Before(d) {
 		return q.cmd, nil
 	}
@@ -149,6 +165,9 @@ func (b *batcher) leave(q *queued) (redis.Cmder, error) {
 	defer b.mu.Unlock()
 	select {
 	case <-q.done: // answered as the context ended: the outcome is known
+		if q.unsent != nil {
+			return nil, q.unsent
+		}
 		return q.cmd, nil
 	default:
 	}
@@ -191,13 +210,33 @@ func (b *batcher) send(batch []*queued) {
 	for _, q := range batch {
 		q.cmd = q.add(p)
 	}
-	_, _ = p.Exec(ctx) // each command keeps its own reply or error
+	_, err := p.Exec(ctx) // each command keeps its own reply or error
+	if reach.Unreachable(err) {
+		b.mu.Lock()
+		b.failQueuedLocked(err)
+		b.mu.Unlock()
+	}
 	b.evalMissing(ctx, batch)
 	if late := b.answer(batch); len(late) > 0 {
 		// Not on this slot: a late function may call the Locker again
 		// (releasing what the call took), and would queue behind itself.
 		go runLate(late)
 	}
+}
+
+// failQueuedLocked answers every queued command with err, unsent, when err
+// says the server cannot be reached and the batcher fans out. b.mu is held.
+func (b *batcher) failQueuedLocked(err error) {
+	if len(b.queue) == 0 || !b.fanOut || !reach.Unreachable(err) {
+		return
+	}
+	err = reach.Mark(err)
+	for _, q := range b.queue {
+		q.unsent, q.state = err, sent
+		close(q.done)
+	}
+	clear(b.queue)
+	b.queue = b.queue[:0]
 }
 
 // evalMissing sends, in a second pipeline, the EVAL of each script that

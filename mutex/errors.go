@@ -3,6 +3,8 @@ package mutex
 import (
 	"errors"
 	"fmt"
+
+	"github.com/funnelguard/funnelguard/internal/reach"
 )
 
 // Errors returned by this package. Match them with errors.Is: a call may wrap
@@ -50,6 +52,16 @@ var (
 	// as WithReplicaAck asks within its bound. An acquisition is undone
 	// first (the lock released); see WithReplicaAck for the others.
 	ErrNotReplicated = errors.New("mutex: not acknowledged by enough replicas")
+	// ErrUnreachable means Redis cannot be reached now: the connection was
+	// refused or found no route to the host, or the client was closed
+	// (redis.ErrClosed). It is joined with go-redis's error. The command
+	// never reached Redis, so a call ends on it at once, whatever time its
+	// context has left: Lock and LockWith stop waiting, and this Locker's
+	// other calls waiting for the same name, or queued to be sent with it,
+	// get the same error at once. A server that does not answer (hung,
+	// paused, a dropped network) is not unreachable: the call waits for it
+	// until its context ends. A quorum Locker's errors never match it.
+	ErrUnreachable = reach.ErrUnreachable
 )
 
 // errNilLocker is the error of a call on a nil *Locker (New failed, and its

@@ -10,6 +10,7 @@ import (
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/nilcheck"
+	"github.com/redis/go-redis/v9"
 )
 
 // Defaults and limits of a Locker.
@@ -93,6 +94,10 @@ type Locker struct {
 	// released).
 	nqueues atomic.Int64
 	sub     *subscription // release notifications; nil while nobody waits
+
+	// orphans are the tokens of attempts whose caller left before the reply
+	// (orphans.go).
+	orphans orphans
 }
 
 // An Option configures a Locker made by New: a CommonOption, WithFencing
@@ -245,6 +250,7 @@ func (l *Locker) wire() {
 	l.honours = ctxcall.Honours(l.client)
 	if !l.noBatch {
 		l.batch.pipe = pipelines(l.client)
+		_, l.batch.fanOut = l.client.(interface{ Options() *redis.Options })
 	}
 }
 

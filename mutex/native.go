@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
+	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -65,8 +66,9 @@ func (l *Locker) takeFree(ctx context.Context, name string, n *names, value any,
 // value is n.value, boxed.
 func (l *Locker) setFree(ctx context.Context, name string, n *names, value any, cfg lockConfig) (bool, error) {
 	if l.batch.alone() {
-		defer l.batch.free()
-		return l.setFreeAlone(ctx, name, n, value, cfg)
+		ok, err := l.setFreeAlone(ctx, name, n, value, cfg)
+		l.batch.free(err)
+		return ok, reach.Mark(err)
 	}
 	key, h := n.key, newHold(l, name, *n)
 	undo := l.undoLateSetNX(h)
@@ -78,7 +80,8 @@ func (l *Locker) setFree(ctx context.Context, name string, n *names, value any, 
 	if err != nil {
 		return false, err
 	}
-	return cmd.(*redis.BoolCmd).Result()
+	ok, err := cmd.(*redis.BoolCmd).Result()
+	return ok, reach.Mark(err)
 }
 
 // setFreeAlone is setFree without batching.
@@ -96,8 +99,9 @@ func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, value 
 // by ctx; value is n.value, boxed.
 func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, value any, cfg lockConfig) (string, error) {
 	if l.batch.alone() {
-		defer l.batch.free()
-		return l.setFreeGetAlone(ctx, name, n, value, cfg)
+		old, err := l.setFreeGetAlone(ctx, name, n, value, cfg)
+		l.batch.free(err)
+		return old, reach.Mark(err)
 	}
 	key, h := n.key, newHold(l, name, *n)
 	undo := l.undoLateSet(h)
@@ -109,7 +113,8 @@ func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, value an
 	if err != nil {
 		return "", err
 	}
-	return cmd.(*redis.StatusCmd).Result()
+	old, err := cmd.(*redis.StatusCmd).Result()
+	return old, reach.Mark(err)
 }
 
 // setFreeGetAlone is setFreeGet without batching.
@@ -132,7 +137,7 @@ func setGetArgs(cfg lockConfig) redis.SetArgs {
 // that found the lock held may be a retry of its own SET.
 func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
 	return func(_ bool, err error) {
-		if err == nil || unknownOutcome(err) {
+		if (err == nil || unknownOutcome(err)) && l.mayUndo(h) {
 			l.releaseOrphan(h)
 		}
 	}
@@ -141,8 +146,17 @@ func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
 // undoLateSet is undoLate for takeFree.
 func (l *Locker) undoLateSet(h *hold) func(string, error) {
 	return func(old string, err error) {
-		if err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && unknownOutcome(err)) {
+		if (err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && unknownOutcome(err))) && l.mayUndo(h) {
 			l.releaseOrphan(h)
 		}
 	}
+}
+
+// mayUndo reports whether a late reply may release the lock of h, an
+// attempt whose caller left: always on a client that ignores deadlines
+// (whose attempts are not remembered), else only if h's token is still
+// remembered, unused, and is taken out of the memory now (orphans.claim):
+// an attempt may have adopted the lock under it meanwhile.
+func (l *Locker) mayUndo(h *hold) bool {
+	return !l.honours || l.orphans.claim(h.name, h.token)
 }

@@ -53,6 +53,9 @@ type waiter struct {
 	// that data flipping between "yes" and "no" (a funnel that leaks) cannot
 	// set off a storm of attempts. Guarded by Locker.mu.
 	gated, recheck, rechecked bool
+	// fail, once set, ends the wait with this error: another waiter of the
+	// name found Redis unreachable (failWaiters). Guarded by Locker.mu.
+	fail error
 }
 
 func signal(ch chan struct{}) {
@@ -168,6 +171,8 @@ func (s *waitState) step(ctx context.Context, t turn) (pause time.Duration, o ou
 	primed := s.primed
 	s.primed = false // the caller's attempt stands for the first turn only
 	switch {
+	case t.fail != nil:
+		return 0, s.leave(ctx, nil, nil, t.fail), true
 	case t.head && t.delay:
 		// The waiter before w just got the lock: polling now would fail.
 		return s.l.nextWait(-1), o, false
@@ -205,6 +210,9 @@ func (s *waitState) try(ctx context.Context, head bool) (time.Duration, outcome,
 	case ctx.Err() != nil:
 		return 0, s.leave(ctx, nil, nil, errors.Join(ErrNotObtained, ctx.Err())), true
 	case !errors.Is(err, ErrLocked):
+		if errors.Is(err, ErrUnreachable) {
+			s.l.failWaiters(s.name, s.w, err)
+		}
 		return 0, s.leave(ctx, nil, nil, err), true
 	case !head:
 		return noTick, outcome{}, false
@@ -262,6 +270,7 @@ type turn struct {
 	delay   bool          // let a retry interval pass before polling: it became head because its predecessor got the lock
 	holdOff time.Duration // do not poll for this long: a hand-over to it yielded to another Locker
 	recheck bool          // make one attempt although not the head: a gate declined (see declined)
+	fail    error         // end the wait with this error (failWaiters)
 }
 
 // headOf returns w's turn.
@@ -274,6 +283,9 @@ func (l *Locker) headOf(name string, w *waiter) turn {
 	}
 	if w.handing {
 		return turn{queued: true}
+	}
+	if w.fail != nil {
+		return turn{queued: true, fail: w.fail}
 	}
 	var t turn
 	t.queued = true
@@ -306,6 +318,24 @@ func (l *Locker) declined(name string) {
 	for _, w := range q.waiters {
 		if w.gated && !w.rechecked {
 			w.recheck, w.rechecked = true, true
+			signal(w.wake)
+		}
+	}
+}
+
+// failWaiters ends the wait of every waiter of name but from, with err:
+// from's attempt found Redis unreachable, and theirs, made in turn, would
+// each find the same. A waiter being handed the lock is left to it.
+func (l *Locker) failWaiters(name string, from *waiter, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.queues[name]
+	if q == nil {
+		return
+	}
+	for _, w := range q.waiters {
+		if w != from && !w.handing && w.fail == nil {
+			w.fail = err
 			signal(w.wake)
 		}
 	}

@@ -77,6 +77,10 @@ type release struct {
 	pass  passing // how
 	nh    *hold   // that waiter's hold, when it goes through Redis
 	lease time.Duration
+	// foreign: nh is a token this release repeats but no longer owns (an
+	// attempt took it from the Locker's memory to adopt the lock, see
+	// orphans.go): the release hands it to no waiter and never releases it.
+	foreign bool
 }
 
 // release is Unlock and UnlockWith: decide, then run the path that applies.
@@ -117,9 +121,12 @@ func (r *release) pickWaiter() {
 		}
 	case r.again.next != nil:
 		// The same hand-over as the release that may have run; to the
-		// waiter now first in line, if any.
+		// waiter now first in line, if any, unless an attempt has taken
+		// the token to adopt what that release may have handed to it.
 		r.nh, r.lease, r.pass = r.again.next, r.again.lease, r.again.pass
-		r.next, _ = r.l.nextWaiter(r.h.name, r.call == nil)
+		if r.foreign = !r.l.reclaim(r.nh); !r.foreign {
+			r.next, _ = r.l.nextWaiter(r.h.name, r.call == nil)
+		}
 	}
 }
 
@@ -203,6 +210,7 @@ func (r *release) script(ctx context.Context, seq uint64, st stamp) (any, error)
 	case err != nil:
 		r.cancelHandOver()
 		r.lk.unsureOf(err, r.nh, r.pass, r.lease, start)
+		r.rememberHandOver(err)
 		return nil, fmt.Errorf("mutex: unlock %q: %w", r.h.name, err)
 	case n[0] < 0:
 		r.cancelHandOver()
@@ -248,6 +256,9 @@ func (r *release) send(ctx context.Context, st stamp) (reply any, short, err err
 // replicas' shortfall the caller still reports.
 func (r *release) settle(ctx context.Context, left, fence int64, start time.Time, short error) error {
 	r.h.release(r.lk, left == 0)
+	if r.foreign {
+		r.nh = nil // another's now: neither undone nor released here
+	}
 	if short != nil && r.nh != nil && left == 0 {
 		// Handed over on the master alone: undone, and the waiter (if it
 		// is still there) tries again, waiting for the replicas itself.
@@ -273,6 +284,26 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 		r.l.released(r.h.name)
 	}
 	return short
+}
+
+// rememberHandOver keeps the token of a hand-over through Redis that failed
+// with err of unknown outcome, on a client that honours deadlines (no late
+// reply will come): the lock may be under it now, held by nobody, and the
+// waiter, told it got nothing, would wait out its lease. The Locker's next
+// attempt on the name adopts it (orphans.go); the handle's next release,
+// which must repeat this call, takes the token back first (reclaim).
+func (r *release) rememberHandOver(err error) {
+	if r.nh != nil && !r.foreign && r.l.honours && unknownOutcome(err) {
+		r.l.orphans.put(r.h.name, r.nh.names)
+	}
+}
+
+// reclaim takes back the token of h, a hand-over that a failed release may
+// have made, for its repeat: true when the repeat owns it again (on a client
+// that ignores deadlines it never left), false when an attempt took it to
+// adopt the lock.
+func (l *Locker) reclaim(h *hold) bool {
+	return !l.honours || l.orphans.claim(h.name, h.token)
 }
 
 // giveNext completes a hand-over through Redis: the waiter gets the root

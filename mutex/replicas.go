@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
+	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -120,7 +121,7 @@ func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []stri
 	a, err := ctxcall.Do(ctx, l.honours, func(ctx context.Context) (acked, error) {
 		return l.pipeWait(ctx, script, keys, args)
 	}, lateReply(late))
-	return a.reply, a.short, err
+	return a.reply, a.short, reach.Mark(err)
 }
 
 // pipeWait sends script and WAIT in one pipeline on the master of keys[0].
@@ -173,7 +174,7 @@ func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []s
 		_ = c.Process(ctx, wait)
 		return acked{reply, l.short(wait)}, nil
 	}, lateReply(late))
-	return a.reply, a.short, err
+	return a.reply, a.short, reach.Mark(err)
 }
 
 // lateReply hands the script's reply of a late acked outcome to late (nil:

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
+	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -14,8 +15,9 @@ import (
 // that came after the caller left.
 func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (any, error) {
 	if l.batch.alone() {
-		defer l.batch.free()
-		return l.runAlone(ctx, script, keys, args, late)
+		reply, err := l.runAlone(ctx, script, keys, args, late)
+		l.batch.free(err)
+		return reply, reach.Mark(err)
 	}
 	q := &queued{
 		ctx:   ctx,
@@ -29,7 +31,8 @@ func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, a
 	if err != nil {
 		return nil, err
 	}
-	return cmd.(*redis.Cmd).Result()
+	reply, err := cmd.(*redis.Cmd).Result()
+	return reply, reach.Mark(err)
 }
 
 // runAlone is run without batching.
@@ -97,7 +100,11 @@ func (l *Locker) releaseOrphan(h *hold) {
 // orphanOf returns what to do with the late reply of a release that may
 // have handed the lock to h: release it, since nobody will hold it.
 func (l *Locker) orphanOf(h *hold) func(any, error) {
-	return func(any, error) { l.releaseOrphan(h) }
+	return func(any, error) {
+		if l.mayUndo(h) {
+			l.releaseOrphan(h)
+		}
+	}
 }
 
 // releaseRoot releases the root handle of h, bounded by ctx (run, so even

@@ -236,6 +236,7 @@ func connect(rawURL string, log *slog.Logger) (redis.UniversalClient, func(), er
 			return nil, nil, fmt.Errorf("redis Sentinel URL: %w", err)
 		}
 		o.ContextTimeoutEnabled = true // a hung server costs a request its deadline, not ReadTimeout
+		refuseAtOnce(&o.DialerRetries, &o.MinRetryBackoff)
 		c = redis.NewFailoverClient(o)
 	case q.Has("addr"):
 		o, err := redis.ParseClusterURL(rawURL)
@@ -243,6 +244,7 @@ func connect(rawURL string, log *slog.Logger) (redis.UniversalClient, func(), er
 			return nil, nil, fmt.Errorf("redis Cluster URL: %w", err)
 		}
 		o.ContextTimeoutEnabled = true
+		refuseAtOnce(&o.DialerRetries, &o.MinRetryBackoff)
 		c = redis.NewClusterClient(o)
 	default:
 		o, err := redis.ParseURL(rawURL)
@@ -250,7 +252,24 @@ func connect(rawURL string, log *slog.Logger) (redis.UniversalClient, func(), er
 			return nil, nil, fmt.Errorf("redis URL: %w", err)
 		}
 		o.ContextTimeoutEnabled = true
+		refuseAtOnce(&o.DialerRetries, &o.MinRetryBackoff)
 		c = redis.NewClient(o)
 	}
 	return c, func() { c.Close() }, nil
+}
+
+// refuseAtOnce makes a refused connection cost a request one dial: go-redis
+// by default dials 5 times, 100 ms apart, for each of its 4 tries of a
+// command (1.7 s, past every guard's Timeout), until PoolSize dials have
+// failed. One dial per try and no pause between tries (DialerRetries 1,
+// MinRetryBackoff -1) answer a refused connection at once, with a 503,
+// unless the URL set them; MaxRetries stays, so a lost reply is still
+// sent again.
+func refuseAtOnce(dialerRetries *int, minRetryBackoff *time.Duration) {
+	if *dialerRetries == 0 {
+		*dialerRetries = 1
+	}
+	if *minRetryBackoff == 0 {
+		*minRetryBackoff = -1
+	}
 }

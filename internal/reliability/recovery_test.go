@@ -1,0 +1,148 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/guard"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/redis/go-redis/v9"
+)
+
+// Recover at once (principle 11): once the server answers again, no call
+// fails or waits because of calls that gave up before. Sixteen goroutines
+// ask a guard without pause, on four returning keys, through a stop of the
+// server (SIGSTOP for a second, then SIGCONT) and through a kill and a
+// restart on the same port. Calls cut short by the outage leave commands
+// behind: an attempt whose caller left runs when the server continues, and
+// takes the key's lock under a token nobody holds. The funnel's lease (3 s)
+// is longer than the guard's Timeout (500 ms), so a call that waited for
+// such a lock would fail: the test counts errors, not milliseconds.
+// WithUniformCost makes every admission take the lock (no one-round-trip
+// admission whose deadline keeps a late gate from locking).
+
+const recoveryCallers = 16
+
+// recoveryCall is one decision: when it began, and its error.
+type recoveryCall struct {
+	start time.Time
+	err   error
+}
+
+// recoveryLoad runs the callers on g until stop is closed and returns their
+// calls.
+func recoveryLoad(g *guard.Guard, stop <-chan struct{}) func() []recoveryCall {
+	var mu sync.Mutex
+	var calls []recoveryCall
+	var wg sync.WaitGroup
+	for i := range recoveryCallers {
+		key := fmt.Sprint("+1555010", i%4)
+		wg.Go(func() {
+			for !faultClosed(stop) {
+				start := time.Now()
+				_, err := g.Allow(context.Background(), key)
+				mu.Lock()
+				calls = append(calls, recoveryCall{start, err})
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(10 * time.Millisecond) // no hot loop while down
+				}
+			}
+		})
+	}
+	return func() []recoveryCall {
+		wg.Wait()
+		return calls
+	}
+}
+
+// recoveryGuard is the guard of the recovery tests on client c.
+func recoveryGuard(t *testing.T, c *redis.Client) *guard.Guard {
+	t.Helper()
+	g, err := guard.New(c, guard.Policy{
+		Prefix:  testutil.NewPrefix(),
+		Rules:   []funnel.Rule{{Name: "busy", Capacity: 1 << 40, Leak: 1 << 40, Per: time.Second}},
+		Timeout: 500 * time.Millisecond,
+		Funnel:  []funnel.Option{funnel.WithUniformCost(), funnel.WithLease(3 * time.Second)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// recoveryCheck fails t if a call begun 50 ms or more after back failed, or
+// if no call before failed (the outage was not felt).
+func recoveryCheck(t *testing.T, calls []recoveryCall, back time.Time) {
+	t.Helper()
+	var during, after, failedAfter int
+	for _, c := range calls {
+		switch {
+		case c.start.After(back.Add(50 * time.Millisecond)):
+			after++
+			if c.err != nil {
+				failedAfter++
+				if failedAfter <= 5 {
+					t.Errorf("call begun %v after the server answered again: %v", c.start.Sub(back).Round(time.Millisecond), c.err)
+				}
+			}
+		case c.err != nil: // cut short by the outage, or begun in it
+			during++
+		}
+	}
+	t.Logf("%d calls failed in the outage; %d of %d calls begun after it failed", during, failedAfter, after)
+	if during == 0 {
+		t.Errorf("no call failed during the outage: it was not felt, the test proves nothing")
+	}
+	if after < recoveryCallers {
+		t.Errorf("only %d calls begun after the outage", after)
+	}
+	if failedAfter > 0 {
+		t.Errorf("%d calls begun after the server answered again failed; want none", failedAfter)
+	}
+}
+
+func TestRecoveryAfterPause(t *testing.T) {
+	srv := testutil.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	stop := make(chan struct{})
+	wait := recoveryLoad(recoveryGuard(t, c), stop)
+	time.Sleep(300 * time.Millisecond)
+	thaw := testutil.Freeze(t, srv.Pid())
+	time.Sleep(time.Second)
+	thaw()
+	back := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	recoveryCheck(t, wait(), back)
+}
+
+// After a restart the server is empty (no lock survives), but the client's
+// pooled connections are dead. go-redis's dial circuit breaker, which opens
+// after PoolSize failed dials and then answers every dial with the last
+// refusal until its probe, once a second, succeeds, is kept out of this
+// test with a large pool: RELIABILITY.md says what it costs.
+func TestRecoveryAfterRestart(t *testing.T) {
+	srv := testutil.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 4096, PipelinePoolSize: 4096})
+	t.Cleanup(func() { c.Close() })
+	stop := make(chan struct{})
+	wait := recoveryLoad(recoveryGuard(t, c), stop)
+	time.Sleep(300 * time.Millisecond)
+	srv.Kill()
+	time.Sleep(500 * time.Millisecond)
+	if err := srv.Restart(); err != nil {
+		close(stop)
+		wait()
+		t.Fatalf("restart: %v", err)
+	}
+	back := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	recoveryCheck(t, wait(), back)
+}
