@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
+	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
@@ -40,7 +41,7 @@ func (l *leader) readFree(ctx context.Context) (*mutex.Lock, any, error) {
 			return readPeek.Run(ctx, l.lim.client, []string{l.c.key}, l.c.ids...).Result()
 		}, nil)
 		if err != nil {
-			return nil, nil, corrupt(fmt.Errorf("funnel: read: %w", err))
+			return nil, nil, corrupt(fmt.Errorf("funnel: read: %w", reach.Mark(err)))
 		}
 	}
 	arr, ok := reply.([]any)
@@ -76,7 +77,7 @@ func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again b
 	if err != nil {
 		// The write may or may not have happened: the admitted calls cannot
 		// know; a denial stands (it took nothing).
-		ws.failAdmitted(corrupt(fmt.Errorf("funnel: commit: %w", err)))
+		ws.failAdmitted(corrupt(fmt.Errorf("funnel: commit: %w", reach.Mark(err))))
 		return false
 	}
 	switch x := reply.(type) {
