@@ -244,8 +244,10 @@ func (l *leader) admitGate(ctx context.Context) mutex.Call {
 	if l.seen == nil || !fresh || deadline == throughLock {
 		return l.c.admit(l.n, l.lock, deadline, l.nonce)
 	}
-	// The server's clock reads at least est when the gate runs.
-	est := s.until(clock.local(l.sent, false))
+	// The server's clock reads at least est when the gate runs: the time
+	// of the latest reply, which a clock that stands still (a test's)
+	// keeps too.
+	est := s.offset + s.at
 	gate, exp, ok := l.c.returning(l.n, l.lock, l.seen, est, deadline, l.nonce)
 	if !ok {
 		return l.c.admit(l.n, l.lock, deadline, l.nonce)

@@ -38,10 +38,11 @@ type expectation struct {
 // time now, fill(now) + n units at now, anchored at a = max(the earliest
 // time the units fit, est) instead: a funnel's level is linear until it
 // empties, so fill(a) + n units at a is the same level at now and after
-// (the gate writes it only for a <= now < empty). Anchored near now rather
-// than at the fit time, a server clock that steps back afterwards credits
-// no more leak twice than on the two round trips' path; a server clock
-// behind est (a test's, stopped) makes the gate read instead.
+// (the gate writes it only for a <= now < empty). Anchored near now (at
+// the server time of the Limiter's latest reply) rather than at the fit
+// time, a server clock that steps back afterwards credits little leak
+// twice; a server clock behind est (stepped back) makes the gate read
+// instead.
 func (r rule) expect(seen string, n, est int64) (expectation, bool) {
 	if r.window > 0 || r.cal != nil {
 		return expectation{}, false
