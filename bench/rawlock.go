@@ -86,8 +86,11 @@ func captureRelease(addr, name string) (string, []string, []any, error) {
 		return "", nil, nil, fmt.Errorf("funnelguard's release is no longer EVALSHA of 3 keys and 4 arguments: %v", a)
 	}
 	keys := []string{fmt.Sprint(a[3]), fmt.Sprint(a[4]), fmt.Sprint(a[5])}
-	args := a[6:]
-	value, owner, rec, bound := fmt.Sprint(args[0]), fmt.Sprint(args[1]), fmt.Sprint(args[2]), fmt.Sprint(args[3])
+	args := make([]any, 4)
+	for i := range args {
+		args[i] = argText(a[6+i])
+	}
+	value, owner, rec, bound := args[0].(string), args[1].(string), args[2].(string), args[3].(string)
 	token, _ := strings.CutSuffix(value, "-")
 	if len(token) != 32 || keys[2] != keys[1]+":"+token {
 		return "", nil, nil, fmt.Errorf("funnelguard's release keys changed: %v, %v", keys, args)
@@ -129,4 +132,13 @@ func (h *releaseHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // ProcessPipelineHook passes pipelines through.
 func (h *releaseHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
+}
+
+// argText is a command argument as go-redis writes it: a *string as the
+// string it points to (the Locker passes some so, to allocate less).
+func argText(a any) string {
+	if p, ok := a.(*string); ok {
+		return *p
+	}
+	return fmt.Sprint(a)
 }
