@@ -107,6 +107,8 @@ type linLockInput struct {
 	// phantom marks an acquisition nobody asked for: the hand-over to a
 	// local waiter that a release whose reply was lost may have made.
 	phantom bool
+	// locker is the index of the Locker that made the call.
+	locker int
 }
 
 // linLockState is the holder of one name (0: free), with the interval of its
@@ -114,6 +116,12 @@ type linLockInput struct {
 type linLockState struct {
 	holder       int
 	since, until int64
+	// adoptable: the holder is an acquisition of unknown outcome, whose
+	// token its Locker remembers; the Locker's next acquisition of the name
+	// may take the lock over under that token (mutex/orphans.go). locker
+	// is the holder's Locker.
+	adoptable bool
+	locker    int
 }
 
 // mayHaveEnded reports whether the holder's lease may be over at some time
@@ -132,15 +140,19 @@ func (s linLockState) mayBeValid(t int64) bool {
 func linLockStep(state, input, output any) []any {
 	s, in, out := state.(linLockState), input.(linLockInput), output.(linOutcome)
 	free := s.holder == 0 || s.mayHaveEnded(in.ret) // an acquire can take it
-	taken := linLockState{holder: in.acq, since: in.call, until: in.ret}
+	// An orphan of the same Locker: adopted by this acquisition, or not.
+	adopt := s.holder != 0 && s.adoptable && s.locker == in.locker
+	taken := linLockState{holder: in.acq, since: in.call, until: in.ret, locker: in.locker}
 	if in.op == linAcquire {
+		orphan := taken
+		orphan.adoptable = true
 		switch {
-		case out == linOK && free:
+		case out == linOK && (free || adopt):
 			return []any{taken}
 		case out == linFailed && s.holder != 0 && s.mayBeValid(in.call):
 			return []any{s} // ErrLocked: held at some point of the call
-		case out == linUnknown && free:
-			return []any{taken, s}
+		case out == linUnknown && (free || adopt):
+			return []any{orphan, s}
 		case out == linUnknown:
 			return []any{s} // failed, or never ran
 		}
@@ -190,7 +202,11 @@ var linLockModel = (&porcupine.NondeterministicModel{
 	Step: linLockStep,
 	Hash: func(state any) uint64 {
 		s := state.(linLockState)
-		return linHash(int64(s.holder), s.since, s.until)
+		adoptable := int64(0)
+		if s.adoptable {
+			adoptable = 1
+		}
+		return linHash(int64(s.holder), s.since, s.until, adoptable, int64(s.locker))
 	},
 	DescribeOperation: func(input, output any) string {
 		in := input.(linLockInput)
@@ -378,6 +394,7 @@ func (r *linRecorder) addLock(client int, in linLockInput, out linOutcome, late 
 
 // linClient is one Locker on a go-redis client of its own, with its faults.
 type linClient struct {
+	idx        int // its index: the model's Locker
 	locker     *mutex.Locker
 	goroutines int
 	iterations int // per goroutine
@@ -454,6 +471,7 @@ func TestLinearizeLockAndCounter(t *testing.T) {
 	var wg sync.WaitGroup
 	workers := 0
 	for ci := range clients {
+		clients[ci].idx = ci
 		for range clients[ci].goroutines {
 			worker := workers
 			workers++
@@ -541,7 +559,7 @@ func linIteration(rec *linRecorder, c *linClient, worker int, rng *rand.Rand, co
 		lk, err = c.locker.TryLock(ctx, name)
 	}
 	ret := rec.now()
-	in := linLockInput{name: name, op: linAcquire, acq: acq, call: call, ret: ret}
+	in := linLockInput{name: name, op: linAcquire, acq: acq, call: call, ret: ret, locker: c.idx}
 	switch {
 	case err == nil:
 		rec.addLock(worker, in, linOK, false)
@@ -618,7 +636,7 @@ func linIteration(rec *linRecorder, c *linClient, worker int, rng *rand.Rand, co
 			// A release hands the lock to a local waiter in its own script;
 			// if its reply is lost that waiter never learns of it, and the
 			// lock stays under a token nobody holds until its lease ends.
-			rec.addLock(worker, linLockInput{name: name, op: linAcquire, acq: rec.newAcq(), call: rcall, ret: rret, phantom: true}, linUnknown, isLate)
+			rec.addLock(worker, linLockInput{name: name, op: linAcquire, acq: rec.newAcq(), call: rcall, ret: rret, phantom: true, locker: c.idx}, linUnknown, isLate)
 		}
 		if counter {
 			rec.add(&rec.counter, worker, linCounterInput{incr: true, v: v}, call, rret, out, isLate)
@@ -696,6 +714,13 @@ func TestLinearizeModelCanFail(t *testing.T) {
 	acquire := func(acq int, call, ret float64, out linOutcome) porcupine.Operation {
 		return op(linAcquire, acq, call, ret, out)
 	}
+	acquireBy := func(locker, acq int, call, ret float64, out linOutcome) porcupine.Operation {
+		o := op(linAcquire, acq, call, ret, out)
+		in := o.Input.(linLockInput)
+		in.locker = locker
+		o.Input = in
+		return o
+	}
 	release := func(acq int, call, ret float64, out linOutcome) porcupine.Operation {
 		return op(linRelease, acq, call, ret, out)
 	}
@@ -739,6 +764,18 @@ func TestLinearizeModelCanFail(t *testing.T) {
 		{"an unknown release that did release", []porcupine.Operation{
 			acquire(1, 0, 1, linOK), release(1, 2, 3, linUnknown), acquire(2, 4, 5, linOK),
 		}, porcupine.Ok},
+		// An acquire of unknown outcome that took the lock (ErrLocked says
+		// so) leaves it to its own Locker (mutex/orphans.go), not another.
+		{"another Locker takes an orphan within its lease", []porcupine.Operation{
+			acquireBy(0, 1, 0, 1, linUnknown), acquireBy(1, 2, 2, 3, linFailed), acquireBy(1, 3, 4, 5, linOK),
+		}, porcupine.Illegal},
+		{"a Locker adopts its own orphan", []porcupine.Operation{
+			acquireBy(0, 1, 0, 1, linUnknown), acquireBy(1, 2, 2, 3, linFailed), acquireBy(0, 3, 4, 5, linOK),
+			release(3, 6, 7, linOK),
+		}, porcupine.Ok},
+		{"a lock taken with ok is no orphan to adopt", []porcupine.Operation{
+			acquireBy(0, 1, 0, 1, linOK), acquireBy(0, 2, 2, 3, linOK),
+		}, porcupine.Illegal},
 	}
 	for _, tc := range lockCases {
 		res, info := porcupine.CheckOperationsVerbose(linLockModel, tc.history, linCheckTimeout)
