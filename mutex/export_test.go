@@ -1,6 +1,10 @@
 package mutex
 
-import "github.com/funnelguard/funnelguard/internal/keyspace"
+import (
+	"context"
+
+	"github.com/funnelguard/funnelguard/internal/keyspace"
+)
 
 // QueueLen returns how many goroutines of l wait for name (a test seam).
 func QueueLen(l *Locker, name string) int { return l.Waiters(name) }
@@ -39,3 +43,18 @@ func BatchBusy(l *Locker) int {
 func InternalKey(l *Locker, name, kind string) string {
 	return keyspace.Key(l.prefix, name, kind)
 }
+
+// SemEnqueue queues a waiter for n permits of s that never polls again: a
+// waiter whose process died. It returns the waiter's token.
+func SemEnqueue(ctx context.Context, s *Semaphore, n int64) (string, error) {
+	tok := newSemToken()
+	cfg, err := s.check(n, nil)
+	if err != nil {
+		return "", err
+	}
+	_, err = s.acquireOnce(ctx, tok, n, cfg, "w")
+	return tok, err
+}
+
+// SemKey returns the key of kind ("sem", "sem:holders", "sem:queue"...) of s.
+func SemKey(s *Semaphore, kind string) string { return keyspace.Key(s.l.prefix, s.name, kind) }

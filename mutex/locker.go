@@ -309,7 +309,8 @@ var ackAtRelease = &lockOption{ackLater: true}
 // lock. Braces and '~' in name are escaped, as in the lock's own key, so the
 // slot is the same whatever name holds. The kinds the Locker writes itself
 // are refused with ErrInvalid: "lock", "fence", "record", "record:" followed
-// by anything (release records), and "released" (the release channel); so
+// by anything (release records), "released" (the release channel), and
+// "sem" and "sem:" followed by anything (a Semaphore's keys and channel); so
 // is an empty kind or a name Lock would refuse.
 func (l *Locker) Key(name, kind string) (string, error) {
 	if err := checkName(name); err != nil {
@@ -347,10 +348,10 @@ const (
 // reservedKind reports whether Key must refuse kind.
 func reservedKind(kind string) bool {
 	switch kind {
-	case "", kindLock, kindFence, kindRecord, kindReleased:
+	case "", kindLock, kindFence, kindRecord, kindReleased, kindSem:
 		return true
 	}
-	return strings.HasPrefix(kind, kindRecord+":")
+	return strings.HasPrefix(kind, kindRecord+":") || strings.HasPrefix(kind, kindSem+":")
 }
 
 // config validates a call and its options.
