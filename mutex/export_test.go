@@ -2,6 +2,7 @@ package mutex
 
 import (
 	"context"
+	"time"
 
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 )
@@ -58,3 +59,11 @@ func SemEnqueue(ctx context.Context, s *Semaphore, n int64) (string, error) {
 
 // SemKey returns the key of kind ("sem", "sem:holders", "sem:queue"...) of s.
 func SemKey(s *Semaphore, kind string) string { return keyspace.Key(s.l.prefix, s.name, kind) }
+
+// PermitDeadline returns when p's lost signal is due (its Done closes), on
+// the local clock.
+func PermitDeadline(p *Permit) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deadline
+}
