@@ -15,8 +15,8 @@ import (
 // returns when Redis granted them: a release grants the head waiters in the
 // same script and announces it on Pub/Sub, so the waiter wakes holding its
 // permits; while it waits it polls every quarter of its wait lease (20
-// retry intervals, at least 1 s), which keeps its place and finds a grant
-// whose message was lost. A waiter that stops polling (its process died or
+// retry intervals, at least 1 s) or of its lease, whichever is shorter,
+// which keeps its place and finds a grant whose message was lost. A waiter that stops polling (its process died or
 // froze) is passed over once its wait lease ends. When ctx ends first,
 // Acquire leaves the queue (giving back permits granted meanwhile, and
 // letting the next waiters in) and returns an error matching both
@@ -46,17 +46,19 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*
 			return s.newPermit(w.tok, n, cfg, start, r[1], r[2], r[3]), nil
 		}
 		w.start, w.now = start, r[1]
-		pause = s.pollWait()
+		pause = s.pollWait(cfg.ttl)
 		if w.listen(ctx) {
 			pause = 0 // a grant before the subscription would go unheard
 		}
 	}
 }
 
-// pollWait is the pause between two polls of a waiter: a quarter of its
-// wait lease, jittered by the Locker's retry interval.
-func (s *Semaphore) pollWait() time.Duration {
-	return s.waitLease()/4 - s.l.retry/2 + s.l.nextWait(-1)
+// pollWait is the pause between two polls of a waiter that asks for a
+// lease of lease: a quarter of its wait lease or of that lease, whichever
+// is shorter (a grant whose message was lost is found before its lease is
+// half gone), jittered by up to a retry interval.
+func (s *Semaphore) pollWait(lease time.Duration) time.Duration {
+	return min(s.waitLease(), lease)/4 - s.l.retry/2 + s.l.nextWait(-1)
 }
 
 // A semWaiter is one Acquire in the queue.
