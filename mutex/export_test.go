@@ -67,3 +67,12 @@ func PermitDeadline(p *Permit) time.Time {
 	defer p.mu.Unlock()
 	return p.deadline
 }
+
+// SemRelease runs the release script for tok, a token of s (SemEnqueue's).
+func SemRelease(ctx context.Context, s *Semaphore, tok string) (int64, error) {
+	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), ""}, nil)
+	if err != nil {
+		return 0, err
+	}
+	return integer(reply)
+}
