@@ -87,8 +87,11 @@ func (w *semWaiter) sleep(ctx context.Context, pause time.Duration) (p *Permit, 
 		return nil, true, errors.Join(ErrNotObtained, ctx.Err())
 	case g := <-w.grant:
 		ends, fence, ok := parseGrant(g)
-		if !ok {
-			return nil, false, nil // poll instead
+		if !ok || ends <= w.now {
+			// A grant that had ended by the last poll is an earlier one,
+			// which the server took back (the waiter was stopped past its
+			// lease, and queued again): poll instead.
+			return nil, false, nil
 		}
 		return w.s.newPermit(w.tok, w.n, w.cfg, w.start, w.now, ends, fence), true, nil
 	case <-t.C:
