@@ -20,12 +20,18 @@ import (
 // froze) is passed over once its wait lease ends. When ctx ends first,
 // Acquire leaves the queue (giving back permits granted meanwhile, and
 // letting the next waiters in) and returns an error matching both
-// ErrNotObtained and ctx.Err(). n must be 1 to Size (ErrInvalid); the
-// options are TryAcquire's.
+// ErrNotObtained and ctx.Err() (at once, with no round trip, when ctx has
+// ended already). n must be 1 to Size (ErrInvalid); the options are
+// TryAcquire's. A waiter stopped past its lease (a long GC pause, SIGSTOP)
+// may wake holding a grant whose lease has ended: its Permit's Done is
+// closed already.
 func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*Permit, error) {
 	cfg, err := s.check(n, opts)
 	if err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(ErrNotObtained, err)
 	}
 	w := semWaiter{s: s, tok: newSemToken(), n: n, cfg: cfg, grant: make(chan string, 1)}
 	defer w.leave()
@@ -37,7 +43,9 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*
 		r, err := s.acquireOnce(ctx, w.tok, n, cfg, "w")
 		switch {
 		case err != nil:
-			s.cancel(ctx, w.tok)
+			if unknownOutcome(err) { // it may have queued the token, or granted it permits
+				s.cancel(ctx, w.tok)
+			}
 			if ctx.Err() != nil {
 				err = errors.Join(ErrNotObtained, ctx.Err())
 			}
