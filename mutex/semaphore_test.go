@@ -147,3 +147,36 @@ func TestSemaphoreLeaseEnds(t *testing.T) {
 	}
 	_ = p.Release(ctx)
 }
+
+// TestSemaphoreWaiterGetsReleasedPermits: on both backends, with and
+// without notifications, an Acquire queued behind a full semaphore gets the
+// permits a release gives back.
+func TestSemaphoreWaiterGetsReleasedPermits(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		for _, opts := range [][]mutex.Option{nil, {mutex.WithoutNotifications()}} {
+			ctx := context.Background()
+			s := mustSem(t, newLocker(t, b, opts...), "wait", 2)
+			p, err := s.TryAcquire(ctx, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				c, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				q, err := s.Acquire(c, 2)
+				if err == nil {
+					err = q.Release(ctx)
+				}
+				got <- err
+			}()
+			waitSemQueued(t, b, s, 1)
+			if err := p.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("waiter (options %d): %v", len(opts), err)
+			}
+		}
+	})
+}

@@ -16,7 +16,8 @@ import (
 // same script and announces it on Pub/Sub, so the waiter wakes holding its
 // permits; while it waits it polls every quarter of its wait lease (20
 // retry intervals, at least 1 s) or of its lease, whichever is shorter,
-// which keeps its place and finds a grant whose message was lost. A waiter that stops polling (its process died or
+// which keeps its place and finds a grant whose message was lost (without
+// notifications, see WithoutNotifications, it polls every retry interval). A waiter that stops polling (its process died or
 // froze) is passed over once its wait lease ends. When ctx ends first,
 // Acquire leaves the queue (giving back permits granted meanwhile, and
 // letting the next waiters in) and returns an error matching both
@@ -54,9 +55,13 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*
 			return s.newPermit(w.tok, n, cfg, start, r[1], r[2], r[3]), nil
 		}
 		w.start, w.now = start, r[1]
-		pause = s.pollWait(cfg.ttl)
-		if w.listen(ctx) {
+		switch {
+		case w.listen(ctx):
 			pause = 0 // a grant before the subscription would go unheard
+		case w.subscribed:
+			pause = s.pollWait(cfg.ttl)
+		default:
+			pause = s.l.nextWait(-1) // no grant messages: poll as a lock's waiter does
 		}
 	}
 }
