@@ -154,12 +154,24 @@ func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lo
 
 // cancel takes tok out of the queue, or gives back the permits it was
 // granted, and records it so that a late acquire of it takes nothing. It
-// runs even when ctx was cancelled (bounded as Unlock is); an error leaves
-// the token to its wait lease or its permits' lease.
+// runs even when ctx was cancelled, bounded as Unlock is, but the caller
+// waits for it dropWait at most (as for a dropped lock), so that a call
+// returns by its deadline plus that margin on a hung server too. An error
+// leaves the token to its wait lease or its permits' lease.
 func (s *Semaphore) cancel(ctx context.Context, tok string) {
-	ctx, stop := detach(ctx)
-	defer stop()
-	_, _ = s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), "c"}, nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, stop := detach(ctx)
+		defer stop()
+		_, _ = s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), "c"}, nil)
+	}()
+	t := time.NewTimer(dropWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // waitLease is how long a queued waiter keeps its place without polling:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestSemaphoreNoStarvation: an Acquire of all 4 permits queued among a
@@ -153,5 +154,35 @@ func TestSemaphoreCancelWakesNext(t *testing.T) {
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("the next waiter got its permit %v after the cancellation: not woken by it", d)
+	}
+}
+
+// TestSemaphoreAcquireHungServer: a queued Acquire whose server hangs
+// (CLIENT PAUSE of scripts, on a server of the test's own) returns soon
+// after its deadline, although its cancellation cannot reach Redis.
+func TestSemaphoreAcquireHungServer(t *testing.T) {
+	srv := testutil.StartServer(t)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	s := mustSem(t, mustNew(t, c, mutex.WithPrefix(testutil.NewPrefix())), "hung", 1)
+	if _, err := s.TryAcquire(ctx, 1); err != nil { // held until the server goes
+		t.Fatal(err)
+	}
+	done := make(chan time.Duration, 1)
+	go func() {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := s.Acquire(actx, 1)
+		if !errors.Is(err, mutex.ErrNotObtained) {
+			t.Errorf("Acquire on a hung server: %v, want ErrNotObtained", err)
+		}
+		done <- time.Since(start)
+	}()
+	time.Sleep(300 * time.Millisecond) // queued and waiting
+	testutil.PauseClients(t, srv.Client(t), 5*time.Second, "WRITE")
+	if d := <-done; d > 1800*time.Millisecond {
+		t.Errorf("Acquire with a 1 s deadline returned after %v on a hung server", d)
 	}
 }
