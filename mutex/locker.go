@@ -26,9 +26,10 @@ const (
 // A Locker hands out locks on names, kept in one Redis deployment (a single
 // server, a failover group or a cluster). The zero value is not usable; call
 // New. A Locker is safe for concurrent use and has no Close: it starts a
-// goroutine only while one of its Lock calls waits (to hear of releases),
-// while commands of overlapping calls queue (see below), and one per lock
-// taken with AutoRenew. Share one Locker among the goroutines of a process.
+// goroutine only while one of its Lock or Semaphore Acquire calls waits (to
+// hear of releases and grants), while commands of overlapping calls queue
+// (see below), and one per lock or permit taken with AutoRenew. Share one
+// Locker among the goroutines of a process.
 //
 // Calls of one Locker that overlap share round trips: a call that finds
 // four commands of the Locker in flight queues its command, and the queue
