@@ -17,8 +17,9 @@ import (
 // permits; while it waits it polls every quarter of its wait lease (20
 // retry intervals, at least 1 s) or of its lease, whichever is shorter,
 // which keeps its place and finds a grant whose message was lost (without
-// notifications, see WithoutNotifications, it polls every retry interval). A waiter that stops polling (its process died or
-// froze) is passed over once its wait lease ends. When ctx ends first,
+// notifications, see WithoutNotifications, it polls every retry interval).
+// A waiter that stops polling (its process died or froze) is passed over
+// once its wait lease ends. When ctx ends first,
 // Acquire leaves the queue (giving back permits granted meanwhile, and
 // letting the next waiters in) and returns an error matching both
 // ErrNotObtained and ctx.Err() (at once, with no round trip, when ctx has
