@@ -10,15 +10,15 @@ import (
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
-// TestPermitRenewAndLoss: with AutoRenew a permit of a 300 ms lease is
-// still held after 1.2 s (Done open, its permits not free); without it the
+// TestPermitRenewAndLoss: with AutoRenew a permit of a 600 ms lease is
+// still held after 2.4 s (Done open, its permits not free); without it the
 // permit is lost: Done closes, Context's cause is ErrLockLost, Extend and
 // Release return ErrNotHeld. Release ends a renewed permit with cause
 // ErrNotHeld.
 func TestPermitRenewAndLoss(t *testing.T) {
 	ctx := context.Background()
 	s := mustSem(t, newLocker(t, testutil.RealBackend(t)), "renew", 2)
-	lease := 300 * time.Millisecond
+	lease := 600 * time.Millisecond
 	kept, err := s.TryAcquire(ctx, 1, mutex.Lease(lease), mutex.AutoRenew())
 	if err != nil {
 		t.Fatal(err)

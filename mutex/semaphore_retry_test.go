@@ -131,6 +131,7 @@ func TestSemaphoreRoundTrips(t *testing.T) {
 	slow := mutex.WithRetryInterval(time.Second) // the waiter polls every 5 s
 	hs := mustSem(t, mustNew(t, hc, mutex.WithPrefix(b.Prefix), slow), "trips", 2)
 	ws := mustSem(t, mustNew(t, wc, mutex.WithPrefix(b.Prefix), slow), "trips", 2)
+	wait.Reset()
 	for range 3 {
 		p, err := hs.TryAcquire(ctx, 2)
 		if err != nil {
@@ -163,7 +164,13 @@ func TestSemaphoreRoundTrips(t *testing.T) {
 		got <- wp
 	}()
 	waitSemQueued(t, b, ws, 1)
-	time.Sleep(200 * time.Millisecond) // subscribed, and its first poll made
+	// Its first poll queued it, it subscribed, and polled once more (a grant
+	// before the subscription would go unheard): then it waits.
+	for deadline := time.Now().Add(10 * time.Second); semScripts(wait.Commands()) < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter made %d polls, want 2", semScripts(wait.Commands()))
+		}
+	}
 	hold.Reset()
 	wait.Reset()
 	if err := p.Release(ctx); err != nil {
@@ -180,4 +187,15 @@ func TestSemaphoreRoundTrips(t *testing.T) {
 		t.Fatalf("the waiter got %v", wp)
 	}
 	_ = wp.Release(ctx)
+}
+
+// semScripts counts the script calls among cmds.
+func semScripts(cmds []testutil.Command) int {
+	n := 0
+	for _, c := range cmds {
+		if c.Script != "" {
+			n++
+		}
+	}
+	return n
 }
