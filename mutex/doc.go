@@ -30,6 +30,12 @@
 // acknowledgement and Redlock over independent masters (NewQuorum); a
 // Fragment runs the caller's Lua atomically with an acquire or a release.
 //
+// Locker.Semaphore gives a counting semaphore on a name, in the shape of
+// golang.org/x/sync/semaphore (TryAcquire, Acquire of n permits, each
+// returning a Permit to Release), with the locks' leases, AutoRenew,
+// Done and Context, fencing and retry-safe scripts, FIFO waiting across
+// processes, and waiters woken holding their permits.
+//
 // PROTOCOL.md, beside this package's source, says how each guarantee is
 // kept and what it does not cover; bench/README.md has the measured costs.
 // The package does not log, and starts goroutines only for what a caller

@@ -1,6 +1,11 @@
 package mutex
 
-import "github.com/funnelguard/funnelguard/internal/keyspace"
+import (
+	"context"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/keyspace"
+)
 
 // QueueLen returns how many goroutines of l wait for name (a test seam).
 func QueueLen(l *Locker, name string) int { return l.Waiters(name) }
@@ -38,4 +43,36 @@ func BatchBusy(l *Locker) int {
 // tests that look at the Locker's keys ("record", "fence").
 func InternalKey(l *Locker, name, kind string) string {
 	return keyspace.Key(l.prefix, name, kind)
+}
+
+// SemEnqueue queues a waiter for n permits of s that never polls again: a
+// waiter whose process died. It returns the waiter's token.
+func SemEnqueue(ctx context.Context, s *Semaphore, n int64) (string, error) {
+	tok := newSemToken()
+	cfg, err := s.check(n, nil)
+	if err != nil {
+		return "", err
+	}
+	_, err = s.acquireOnce(ctx, tok, n, cfg, "w")
+	return tok, err
+}
+
+// SemKey returns the key of kind ("sem", "sem:holders", "sem:queue"...) of s.
+func SemKey(s *Semaphore, kind string) string { return keyspace.Key(s.l.prefix, s.name, kind) }
+
+// PermitDeadline returns when p's lost signal is due (its Done closes), on
+// the local clock.
+func PermitDeadline(p *Permit) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deadline
+}
+
+// SemRelease runs the release script for tok, a token of s (SemEnqueue's).
+func SemRelease(ctx context.Context, s *Semaphore, tok string) (int64, error) {
+	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), ""}, nil)
+	if err != nil {
+		return 0, err
+	}
+	return integer(reply)
 }

@@ -27,9 +27,10 @@ const (
 // A Locker hands out locks on names, kept in one Redis deployment (a single
 // server, a failover group or a cluster). The zero value is not usable; call
 // New. A Locker is safe for concurrent use and has no Close: it starts a
-// goroutine only while one of its Lock calls waits (to hear of releases),
-// while commands of overlapping calls queue (see below), and one per lock
-// taken with AutoRenew. Share one Locker among the goroutines of a process.
+// goroutine only while one of its Lock or Semaphore Acquire calls waits (to
+// hear of releases and grants), while commands of overlapping calls queue
+// (see below), and one per lock or permit taken with AutoRenew. Share one
+// Locker among the goroutines of a process.
 //
 // Calls of one Locker that overlap share round trips: a call that finds
 // four commands of the Locker in flight queues its command, and the queue
@@ -315,7 +316,8 @@ var ackAtRelease = &lockOption{ackLater: true}
 // lock. Braces and '~' in name are escaped, as in the lock's own key, so the
 // slot is the same whatever name holds. The kinds the Locker writes itself
 // are refused with ErrInvalid: "lock", "fence", "record", "record:" followed
-// by anything (release records), and "released" (the release channel); so
+// by anything (release records), "released" (the release channel), and
+// "sem" and "sem:" followed by anything (a Semaphore's keys and channel); so
 // is an empty kind or a name Lock would refuse.
 func (l *Locker) Key(name, kind string) (string, error) {
 	if err := checkName(name); err != nil {
@@ -353,10 +355,10 @@ const (
 // reservedKind reports whether Key must refuse kind.
 func reservedKind(kind string) bool {
 	switch kind {
-	case "", kindLock, kindFence, kindRecord, kindReleased:
+	case "", kindLock, kindFence, kindRecord, kindReleased, kindSem:
 		return true
 	}
-	return strings.HasPrefix(kind, kindRecord+":")
+	return strings.HasPrefix(kind, kindRecord+":") || strings.HasPrefix(kind, kindSem+":")
 }
 
 // config validates a call and its options.

@@ -18,7 +18,10 @@ type subscriber interface {
 type subscription struct {
 	ps    *redis.PubSub
 	names map[string]string // channel -> lock name; guarded by Locker.mu
-	done  chan struct{}     // closed when the reader goroutine has exited
+	// sems are the semaphore waiters listening: channel -> token -> the
+	// waiter's grant; guarded by Locker.mu.
+	sems map[string]map[string]chan string
+	done chan struct{} // closed when the reader goroutine has exited
 }
 
 // channel is the Pub/Sub channel on which releases of name are announced:
@@ -48,9 +51,7 @@ func (l *Locker) subscribe(ctx context.Context, name string) bool {
 	}
 	q.subscribed = true
 	if l.sub == nil {
-		sub := &subscription{ps: s.Subscribe(context.WithoutCancel(ctx)), names: map[string]string{}, done: make(chan struct{})}
-		l.sub = sub
-		go l.listen(sub)
+		l.openSubLocked(ctx, s)
 	}
 	ch := l.channel(name)
 	l.sub.names[ch] = name
@@ -75,7 +76,23 @@ func (l *Locker) unsubscribeLocked(name string) func() {
 	}
 	ch := l.channel(name)
 	delete(sub.names, ch)
-	if len(sub.names) > 0 {
+	return l.dropChannelLocked(ch)
+}
+
+// openSubLocked opens the Locker's Pub/Sub connection and its reader.
+func (l *Locker) openSubLocked(ctx context.Context, s subscriber) {
+	sub := &subscription{ps: s.Subscribe(context.WithoutCancel(ctx)), names: map[string]string{},
+		sems: map[string]map[string]chan string{}, done: make(chan struct{})}
+	l.sub = sub
+	go l.listen(sub)
+}
+
+// dropChannelLocked unsubscribes from ch, which nobody listens to any more,
+// or closes the connection when no channel is left; it returns what must
+// run after l.mu is released.
+func (l *Locker) dropChannelLocked(ch string) func() {
+	sub := l.sub
+	if len(sub.names) > 0 || len(sub.sems) > 0 {
 		return func() { _ = sub.ps.Unsubscribe(context.Background(), ch) }
 	}
 	l.sub = nil
@@ -90,6 +107,9 @@ func (l *Locker) listen(sub *subscription) {
 	defer close(sub.done)
 	for msg := range sub.ps.Channel() {
 		l.mu.Lock()
+		if waits, ok := sub.sems[msg.Channel]; ok {
+			deliverGrants(waits, msg.Payload)
+		}
 		if name, ok := sub.names[msg.Channel]; ok {
 			if q := l.queues[name]; q != nil && len(q.waiters) > 0 {
 				signal(q.waiters[0].wake)

@@ -29,10 +29,31 @@ func (h *hold) startRenew(lease time.Duration) {
 	r := &renewal{stop: make(chan struct{}), done: make(chan struct{})}
 	h.renew = r
 	h.watchLocked() // the deadline timer reports loss if renewals keep failing
-	go h.renewLoop(r, lease)
+	go renewLoop(h, r, lease)
 }
 
-func (h *hold) renewLoop(r *renewal, lease time.Duration) {
+// A renewer is what renewLoop keeps alive: a lock's hold or a semaphore's
+// Permit.
+type renewer interface {
+	// renewOnce extends the lease once, and records the new lease when
+	// Redis reports it held; held false with a nil error means it is gone.
+	renewOnce(ctx context.Context, lease time.Duration) (held bool, err error)
+	// lose ends it as lost: taken or gone, never re-acquired.
+	lose()
+}
+
+// renewOnce is the hold's renewer step: one extend script.
+func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (bool, error) {
+	start := time.Now()
+	held, err := h.extend(ctx, "", lease, start)
+	if err == nil && held {
+		h.setLease(start, lease)
+	}
+	return held, err
+}
+
+// renewLoop extends x's lease every lease/3 until r is stopped or x is lost.
+func renewLoop(x renewer, r *renewal, lease time.Duration) {
 	defer close(r.done)
 	period := max(lease/3, time.Millisecond)
 	t := time.NewTimer(period)
@@ -46,18 +67,14 @@ func (h *hold) renewLoop(r *renewal, lease time.Duration) {
 		// One attempt may take at most a period, so a slow Redis delays the
 		// next attempt but never hides the deadline.
 		ctx, cancel := context.WithTimeout(context.Background(), period)
-		start := time.Now()
-		held, err := h.extend(ctx, "", lease, start)
+		held, err := x.renewOnce(ctx, lease)
 		cancel()
 		if err == nil && !held {
-			h.lose() // taken or gone: never re-acquire
+			x.lose() // taken or gone: never re-acquire
 			return
 		}
-		if err == nil {
-			h.setLease(start, lease)
-		}
-		// On an error keep trying each period; the hold's deadline timer ends
-		// the lock if no renewal lands before the lease must have ended.
+		// On an error keep trying each period; the deadline timer ends the
+		// lock or permit if no renewal lands before the lease must have ended.
 		t.Reset(period)
 	}
 }

@@ -1,0 +1,191 @@
+package mutex
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// A Permit is one acquisition of a Semaphore's permits, returned by
+// TryAcquire and Acquire. Like a Lock it is a state machine (held,
+// releasing, released, lost): its methods are safe for concurrent use, and
+// of racing Releases exactly one returns nil, the others ErrNotHeld. A nil
+// *Permit is safe to Release (ErrNotHeld).
+type Permit struct {
+	s     *Semaphore
+	token string
+	n     int64
+	fence int64
+	lease time.Duration
+
+	mu       sync.Mutex
+	phase    phase
+	deadline time.Time // the lease surely lasts until then, on the local clock
+	life     context.Context
+	cancel   context.CancelCauseFunc
+	timer    *time.Timer
+	renew    *renewal
+}
+
+// newPermit returns the Permit of tok's n permits, granted by a script sent
+// at start whose reply said the server's time was now and the lease ends at
+// ends (both server ms).
+func (s *Semaphore) newPermit(tok string, n int64, cfg lockConfig, start time.Time, now, ends, fence int64) *Permit {
+	p := &Permit{s: s, token: tok, n: n, fence: fence, lease: cfg.ttl}
+	p.deadline = serverDeadline(start, now, ends)
+	if cfg.renew {
+		p.startRenew()
+	}
+	return p
+}
+
+// serverDeadline maps the end of a lease, ends in server ms, to the local
+// clock, conservatively: the server read its time now after start, so the
+// lease lasts at least ends-now from start, less the drift margin.
+func serverDeadline(start time.Time, now, ends int64) time.Time {
+	left := time.Duration(ends-now) * time.Millisecond
+	return start.Add(left - drift(left))
+}
+
+// N returns the number of permits held (0 for a nil Permit).
+func (p *Permit) N() int64 {
+	if p == nil {
+		return 0
+	}
+	return p.n
+}
+
+// Fence returns the fencing number of this acquisition: greater than the
+// numbers of all earlier acquisitions of the semaphore (while its keys
+// live, and after, unless the server's clock moved back).
+func (p *Permit) Fence() int64 {
+	if p == nil {
+		return 0
+	}
+	return p.fence
+}
+
+// Token returns the random token (128 bits, hex) of this acquisition.
+func (p *Permit) Token() string {
+	if p == nil {
+		return ""
+	}
+	return p.token
+}
+
+// Release gives the permits back, and grants them to the waiters at the head
+// of the queue that now fit, in the same script. It returns ErrNotHeld when
+// the Permit was released already, is being released by another call, or
+// was lost (its lease ended). A cancellation of ctx does not stop it; its
+// deadline bounds it (2 s when ctx has none or has ended). After a Redis
+// error the Permit stays held and Release can be called again: a release
+// whose reply was lost answers the retry as its first run, within 10 s.
+func (p *Permit) Release(ctx context.Context) error {
+	if p == nil {
+		return ErrNotHeld
+	}
+	p.mu.Lock()
+	if p.phase != held {
+		p.mu.Unlock()
+		return ErrNotHeld
+	}
+	p.phase = releasing
+	p.mu.Unlock()
+	p.stopRenew()
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	s := p.s
+	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{p.token, s.channel, semRecordTTL.Milliseconds(), ""}, nil)
+	var res int64
+	if err == nil {
+		res, err = integer(reply)
+	}
+	if err != nil {
+		p.mu.Lock()
+		p.phase = held // to be released again; renewal does not restart
+		p.mu.Unlock()
+		return fmt.Errorf("mutex: release semaphore %q: %w", s.name, err)
+	}
+	if res != semReleased {
+		p.end(lost)
+		return ErrNotHeld
+	}
+	p.end(released)
+	return nil
+}
+
+// Extend sets the lease of the permits to d from now (at least 1 ms). It
+// returns ErrNotHeld when the Permit has ended or Redis no longer has it.
+func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
+	if d < time.Millisecond {
+		return fmt.Errorf("%w: lease %v: want at least 1ms", ErrInvalid, d)
+	}
+	if p == nil || p.ended() {
+		return ErrNotHeld
+	}
+	held, err := p.extend(ctx, d)
+	switch {
+	case err != nil:
+		return fmt.Errorf("mutex: extend semaphore %q: %w", p.s.name, err)
+	case !held:
+		p.lose()
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// extend runs semaphore_extend.lua and records the new lease.
+func (p *Permit) extend(ctx context.Context, d time.Duration) (bool, error) {
+	s := p.s
+	start := time.Now()
+	reply, err := s.l.run(ctx, semExtendScript, s.keys, []any{p.token, d.Milliseconds()}, nil)
+	if err != nil {
+		return false, err
+	}
+	r, err := semNums(reply)
+	if err != nil || r[0] != 1 || len(r) < 3 {
+		return false, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.phase < released {
+		p.deadline = serverDeadline(start, r[1], r[2])
+		p.armLocked()
+	}
+	return true, nil
+}
+
+// renewOnce is the Permit's renewer step (AutoRenew).
+func (p *Permit) renewOnce(ctx context.Context, lease time.Duration) (bool, error) {
+	return p.extend(ctx, lease)
+}
+
+// Done returns a channel that is closed when the Permit ends: after Release,
+// or when it is lost (its lease passed on the client's clock, with a drift
+// margin, without an Extend; or Redis reported it gone).
+func (p *Permit) Done() <-chan struct{} {
+	if p == nil {
+		return closedChan
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lifeLocked().Done()
+}
+
+// Context returns a context derived from parent that is cancelled when the
+// Permit ends: with cause ErrLockLost when it was lost, ErrNotHeld after
+// Release (read it with context.Cause).
+func (p *Permit) Context(parent context.Context) context.Context {
+	ctx, cancel := context.WithCancelCause(parent)
+	if p == nil {
+		cancel(ErrNotHeld)
+		return ctx
+	}
+	p.mu.Lock()
+	life := p.lifeLocked()
+	p.mu.Unlock()
+	stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
+	context.AfterFunc(ctx, func() { stop() })
+	return ctx
+}

@@ -1,0 +1,14 @@
+-- semaphore_extend: set the lease of a holder's permits to ARGV[2] ms from
+-- now (after semaphore.lua, whose KEYS it takes). ARGV[1] token.
+-- Returns {1, now, lease end}, or {0, now} when the token holds nothing
+-- (its lease ended, or it was released). Running it twice sets the same
+-- lease, from a later now.
+local tok = ARGV[1]
+local ends = redis.call('ZSCORE', HOLD, tok)
+if not ends or tonumber(ends) <= now then
+  return {0, text(now)}
+end
+local e = now + tonumber(ARGV[2])
+redis.call('ZADD', HOLD, 'XX', text(e), tok)
+touch()
+return {1, text(now), text(e)}

@@ -1,0 +1,201 @@
+package mutex_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
+)
+
+// semHeld returns the permits Redis counts as held, and the holders.
+func semHeld(t *testing.T, rc *redis.Client, s *mutex.Semaphore) (int64, int64) {
+	t.Helper()
+	ctx := context.Background()
+	held, _ := strconv.ParseInt(rc.HGet(ctx, mutex.SemKey(s, "sem"), "held").Val(), 10, 64)
+	return held, rc.ZCard(ctx, mutex.SemKey(s, "sem:holders")).Val()
+}
+
+// TestSemaphoreLostReplies: the reply of an acquire, then of a release, is
+// lost after Redis ran it; go-redis (default options) runs the script again,
+// and the second run answers as the first: the acquisition is counted once,
+// and the release returns nil.
+func TestSemaphoreLostReplies(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	f := testutil.NewLostReply(t)
+	c := b.ClientOpts(t, f.Options(""))
+	l := mustNew(t, c, mutex.WithPrefix(b.Prefix))
+	s := mustSem(t, l, "retry", 5)
+	rc := b.Client(t)
+	sems := testutil.Scripts(mutex.SemKey(s, "sem:holders"))
+
+	f.Drop(sems)
+	p, err := s.TryAcquire(ctx, 3)
+	if err != nil {
+		t.Fatalf("TryAcquire whose reply was lost: %v", err)
+	}
+	f.ExpectDropped(t, 1)
+	if held, holders := semHeld(t, rc, s); held != 3 || holders != 1 {
+		t.Fatalf("after a retried TryAcquire(3): %d permits held by %d holders, want 3 by 1", held, holders)
+	}
+
+	// A waiter's poll whose reply was lost: queued once, granted once.
+	q, err := s.TryAcquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wp, err := s.Acquire(ctx, 4)
+		if err == nil {
+			err = wp.Release(ctx)
+		}
+		got <- err
+	}()
+	waitSemQueued(t, b, s, 1)
+
+	f.Drop(sems)
+	if err := p.Release(ctx); err != nil {
+		t.Fatalf("Release whose reply was lost: %v", err)
+	}
+	f.ExpectDropped(t, 2)
+	if err := q.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+	if held, holders := semHeld(t, rc, s); held != 0 || holders != 0 {
+		t.Fatalf("after every release: %d permits held by %d holders, want none", held, holders)
+	}
+}
+
+// TestSemaphoreKeysExpire: 10,000 names, each taken and released, some
+// with a waiter or an abandoned permit, leave no key without a TTL, and
+// none that outlives the longest lease or record.
+func TestSemaphoreKeysExpire(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	l := newLocker(t, b)
+	for i := range 10000 {
+		s := mustSem(t, l, fmt.Sprint("dyn:", i), 2)
+		p, err := s.TryAcquire(ctx, 2, mutex.Lease(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%100 == 0 { // a waiter that died, and a holder that crashed
+			if _, err := mutex.SemEnqueue(ctx, s, 1); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc := b.Client(t)
+	iter := rc.Scan(ctx, 0, b.Prefix+"*", 1000).Iterator()
+	keys := 0
+	for iter.Next(ctx) {
+		ttl := rc.PTTL(ctx, iter.Val()).Val()
+		if ttl == -2*time.Nanosecond { // expired since the scan saw it
+			continue
+		}
+		keys++
+		if ttl < 0 || ttl > time.Minute { // -1 ns: no TTL; 0: expiring now
+			t.Fatalf("key %s has TTL %v, want (0, 1m]", iter.Val(), ttl)
+		}
+	}
+	if keys == 0 {
+		t.Fatal("no keys seen: the test checks nothing")
+	}
+	t.Logf("%d keys, each with a TTL", keys)
+}
+
+// TestSemaphoreRoundTrips counts commands: an uncontended TryAcquire and
+// Release take one round trip each; a contended hand-off is the release's
+// one round trip, and the waiter wakes holding its permits with no command
+// of its own.
+func TestSemaphoreRoundTrips(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	var hold, wait testutil.CommandRecorder
+	hc, wc := b.Client(t), b.Client(t)
+	hc.AddHook(&hold)
+	wc.AddHook(&wait)
+	slow := mutex.WithRetryInterval(time.Second) // the waiter polls every 5 s
+	hs := mustSem(t, mustNew(t, hc, mutex.WithPrefix(b.Prefix), slow), "trips", 2)
+	ws := mustSem(t, mustNew(t, wc, mutex.WithPrefix(b.Prefix), slow), "trips", 2)
+	wait.Reset()
+	for range 3 {
+		p, err := hs.TryAcquire(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = p.Release(ctx)
+	}
+	hold.Reset()
+	p, err := hs.TryAcquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := hold.Trips(); n != 2 {
+		t.Errorf("uncontended TryAcquire + Release: %d round trips %v, want 2", n, hold.Shapes())
+	}
+
+	p, err = hs.TryAcquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *mutex.Permit, 1)
+	go func() {
+		wp, err := ws.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- wp
+	}()
+	waitSemQueued(t, b, ws, 1)
+	// Its first poll queued it, it subscribed, and polled once more (a grant
+	// before the subscription would go unheard): then it waits.
+	for deadline := time.Now().Add(10 * time.Second); semScripts(wait.Commands()) < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter made %d polls, want 2", semScripts(wait.Commands()))
+		}
+	}
+	hold.Reset()
+	wait.Reset()
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wp := <-got
+	if n := hold.Trips(); n != 1 {
+		t.Errorf("the hand-off's release: %d round trips, want 1", n)
+	}
+	if cmds := wait.Commands(); len(cmds) != 0 {
+		t.Errorf("the woken waiter sent %d commands %v, want none", len(cmds), wait.Shapes())
+	}
+	if wp == nil || wp.N() != 1 {
+		t.Fatalf("the waiter got %v", wp)
+	}
+	_ = wp.Release(ctx)
+}
+
+// semScripts counts the script calls among cmds.
+func semScripts(cmds []testutil.Command) int {
+	n := 0
+	for _, c := range cmds {
+		if c.Script != "" {
+			n++
+		}
+	}
+	return n
+}

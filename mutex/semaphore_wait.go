@@ -1,0 +1,191 @@
+package mutex
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
+)
+
+// Acquire takes n permits, waiting in the semaphore's FIFO queue (shared by
+// every process) while they are not free or others wait before it. It
+// returns when Redis granted them: a release grants the head waiters in the
+// same script and announces it on Pub/Sub, so the waiter wakes holding its
+// permits; while it waits it polls every quarter of its wait lease (20
+// retry intervals, at least 1 s) or of its lease, whichever is shorter,
+// which keeps its place and finds a grant whose message was lost (without
+// notifications, see WithoutNotifications, it polls every retry interval).
+// A waiter that stops polling (its process died or froze) is passed over
+// once its wait lease ends. When ctx ends first,
+// Acquire leaves the queue (giving back permits granted meanwhile, and
+// letting the next waiters in) and returns an error matching both
+// ErrNotObtained and ctx.Err() (at once, with no round trip, when ctx has
+// ended already). n must be 1 to Size (ErrInvalid); the options are
+// TryAcquire's. A waiter stopped past its lease (a long GC pause, SIGSTOP)
+// may wake holding a grant whose lease has ended: its Permit's Done is
+// closed already.
+func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*Permit, error) {
+	cfg, err := s.check(n, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(ErrNotObtained, err)
+	}
+	w := semWaiter{s: s, tok: newSemToken(), n: n, cfg: cfg, grant: make(chan string, 1)}
+	defer w.leave()
+	for pause := time.Duration(0); ; {
+		if p, done, err := w.sleep(ctx, pause); done {
+			return p, err
+		}
+		start := time.Now()
+		r, err := s.acquireOnce(ctx, w.tok, n, cfg, "w")
+		switch {
+		case err != nil:
+			if unknownOutcome(err) { // it may have queued the token, or granted it permits
+				s.cancel(ctx, w.tok)
+			}
+			if ctx.Err() != nil {
+				err = errors.Join(ErrNotObtained, ctx.Err())
+			}
+			return nil, err
+		case r[0] == semGranted:
+			return s.newPermit(w.tok, n, cfg, start, r[1], r[2], r[3]), nil
+		}
+		w.start, w.now = start, r[1]
+		switch {
+		case w.listen(ctx):
+			pause = 0 // a grant before the subscription would go unheard
+		case w.subscribed:
+			pause = s.pollWait(cfg.ttl)
+		default:
+			pause = s.l.nextWait(-1) // no grant messages: poll as a lock's waiter does
+		}
+	}
+}
+
+// pollWait is the pause between two polls of a waiter that asks for a
+// lease of lease: a quarter of its wait lease or of that lease, whichever
+// is shorter (a grant whose message was lost is found before its lease is
+// half gone), jittered by up to a retry interval.
+func (s *Semaphore) pollWait(lease time.Duration) time.Duration {
+	return min(s.waitLease(), lease)/4 - s.l.retry/2 + s.l.nextWait(-1)
+}
+
+// A semWaiter is one Acquire in the queue.
+type semWaiter struct {
+	s          *Semaphore
+	tok        string
+	n          int64
+	cfg        lockConfig
+	grant      chan string // "<token>:<lease end>:<fence>" from the grants' channel
+	subscribed bool
+	start      time.Time // when the last poll was sent,
+	now        int64     // and the server's time in its reply
+}
+
+// sleep waits for the pause, a grant or the end of ctx; done reports that
+// Acquire returns p and err.
+func (w *semWaiter) sleep(ctx context.Context, pause time.Duration) (p *Permit, done bool, err error) {
+	if pause <= 0 && ctx.Err() == nil {
+		return nil, false, nil
+	}
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		w.s.cancel(ctx, w.tok)
+		return nil, true, errors.Join(ErrNotObtained, ctx.Err())
+	case g := <-w.grant:
+		ends, fence, ok := parseGrant(g)
+		if !ok || ends <= w.now {
+			// A grant that had ended by the last poll is an earlier one,
+			// which the server took back (the waiter was stopped past its
+			// lease, and queued again): poll instead.
+			return nil, false, nil
+		}
+		return w.s.newPermit(w.tok, w.n, w.cfg, w.start, w.now, ends, fence), true, nil
+	case <-t.C:
+		return nil, false, nil
+	}
+}
+
+// parseGrant reads one grant "<token>:<lease end>:<fence>".
+func parseGrant(g string) (ends, fence int64, ok bool) {
+	parts := strings.Split(g, ":")
+	if len(parts) != 3 {
+		return 0, 0, false
+	}
+	ends, err1 := strconv.ParseInt(parts[1], 10, 64)
+	fence, err2 := strconv.ParseInt(parts[2], 10, 64)
+	return ends, fence, err1 == nil && err2 == nil
+}
+
+// listen subscribes the waiter to the semaphore's grants on the Locker's
+// shared Pub/Sub connection, once; it reports whether it subscribed the
+// connection to the channel just now.
+func (w *semWaiter) listen(ctx context.Context) bool {
+	l := w.s.l
+	sub, ok := l.client.(subscriber)
+	if w.subscribed || !ok || !l.canNotify() {
+		return false
+	}
+	w.subscribed = true
+	ch := w.s.channel
+	l.mu.Lock()
+	if l.sub == nil {
+		l.openSubLocked(ctx, sub)
+	}
+	waits := l.sub.sems[ch]
+	fresh := waits == nil
+	if fresh {
+		waits = map[string]chan string{}
+		l.sub.sems[ch] = waits
+	}
+	waits[w.tok] = w.grant
+	ps := l.sub.ps
+	l.mu.Unlock()
+	if fresh {
+		_, _ = ctxcall.Do(ctx, l.honours, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, ps.Subscribe(ctx, ch)
+		}, nil)
+	}
+	return fresh
+}
+
+// leave stops listening for the waiter's grants.
+func (w *semWaiter) leave() {
+	if !w.subscribed {
+		return
+	}
+	l, ch := w.s.l, w.s.channel
+	l.mu.Lock()
+	sub := l.sub
+	after := func() {}
+	if sub != nil && sub.sems[ch] != nil {
+		delete(sub.sems[ch], w.tok)
+		if len(sub.sems[ch]) == 0 {
+			delete(sub.sems, ch)
+			after = l.dropChannelLocked(ch)
+		}
+	}
+	l.mu.Unlock()
+	after()
+}
+
+// deliverGrants hands each grant of a message on a semaphore's channel to
+// its waiter, if it is one of this Locker's; Locker.mu is held.
+func deliverGrants(waits map[string]chan string, payload string) {
+	for g := range strings.SplitSeq(payload, ",") {
+		tok, _, _ := strings.Cut(g, ":")
+		if c, ok := waits[tok]; ok {
+			select {
+			case c <- g:
+			default:
+			}
+		}
+	}
+}
