@@ -165,20 +165,7 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 		return false
 	}
 	if err != nil && !declined {
-		if errors.Is(err, ErrUnreachable) {
-			// Redis cannot be reached: the others would hear the same,
-			// one after another.
-			ws.failAll(err)
-			return false
-		}
-		// The leader's error, perhaps its context's: the others run again,
-		// each under its own context.
-		if l.carried {
-			ws.rerunAll() // the leader's own call is decided
-			return false
-		}
-		ws[0].err = corrupt(err)
-		ws.rerunOthers()
+		l.failed(ws, err)
 		return false
 	}
 	r, err := l.lim.read(l.c, res)
@@ -202,6 +189,23 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 		return false
 	}
 	return l.commit(ctx, ws, lk, r)
+}
+
+// failed answers the calls ws after the lock attempt failed with err.
+func (l *leader) failed(ws sealed, err error) {
+	switch {
+	case errors.Is(err, ErrUnreachable):
+		// Redis cannot be reached: the others would hear the same, one
+		// after another.
+		ws.failAll(err)
+	case l.carried:
+		ws.rerunAll() // the leader's own call is decided; they run again
+	default:
+		// The leader's error, perhaps its context's: the others run again,
+		// each under its own context.
+		ws[0].err = corrupt(err)
+		ws.rerunOthers()
+	}
 }
 
 // acquire tries the key's lock with a gate that reads the state, and waits
