@@ -267,12 +267,14 @@ func WithStateCache(maxKeys int) Option {
 }
 
 // WithUniformCost makes every admission take the key's lock, whether the
-// key has state or not. By default a call for a key none of whose rules has
-// state, while its lock is free (the first call on a key, or one after
-// every funnel emptied and expired), is admitted in one round trip, by the
-// script that reads the state; that makes a key seen before take one round
-// trip more than a key never seen, which a caller timing the answers could
-// tell apart (a phone number that was sent codes, for one).
+// key has state or not, and turns the state cache off (WithStateCache). By
+// default a call for a key none of whose rules has state, while its lock is
+// free (the first call on a key, or one after every funnel emptied and
+// expired), is admitted in one round trip, by the script that reads the
+// state, and so is a key whose state this Limiter saw last; a key with
+// state written elsewhere takes one round trip more, which a caller timing
+// the answers could tell apart (a phone number that was sent codes, for
+// one).
 func WithUniformCost() Option {
 	return func(lim *Limiter) error {
 		lim.uniform = true
