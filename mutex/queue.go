@@ -309,16 +309,21 @@ func (l *Locker) headOf(name string, w *waiter) turn {
 // own, in parallel, instead of one after another as the lock passes down the
 // queue.
 func (l *Locker) declined(name string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	q := l.queues[name]
-	if q == nil {
-		return
-	}
-	for _, w := range q.waiters {
+	l.eachWaiter(name, func(w *waiter) {
 		if w.gated && !w.rechecked {
 			w.recheck, w.rechecked = true, true
 			signal(w.wake)
+		}
+	})
+}
+
+// eachWaiter calls f on every waiter of name, in turn, with l.mu held.
+func (l *Locker) eachWaiter(name string, f func(*waiter)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q := l.queues[name]; q != nil {
+		for _, w := range q.waiters {
+			f(w)
 		}
 	}
 }
@@ -327,18 +332,12 @@ func (l *Locker) declined(name string) {
 // from's attempt found Redis unreachable, and theirs, made in turn, would
 // each find the same. A waiter being handed the lock is left to it.
 func (l *Locker) failWaiters(name string, from *waiter, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	q := l.queues[name]
-	if q == nil {
-		return
-	}
-	for _, w := range q.waiters {
+	l.eachWaiter(name, func(w *waiter) {
 		if w != from && !w.handing && w.fail == nil {
 			w.fail = err
 			signal(w.wake)
 		}
-	}
+	})
 }
 
 // leave takes w out of its queue and returns o. A releaser may have handed
