@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/funnelguard/funnelguard/mutex"
 )
@@ -115,9 +114,7 @@ func (lim *Limiter) peek(ctx context.Context, c call) (any, error) {
 	if lim.penalty != nil {
 		script, args = penaltyPeek, c.penalized(lim.penalty, "0")
 	}
-	reply, err := ctxcall.Do(ctx, lim.honours, func(ctx context.Context) (any, error) {
-		return script.Run(ctx, lim.client, []string{c.key}, args...).Result()
-	}, nil)
+	reply, err := lim.runner.Run(ctx, script, []string{c.key}, args, nil)
 	if err != nil {
 		return nil, corrupt(fmt.Errorf("funnel: peek: %w", reach.Mark(err)))
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/funnelguard/funnelguard/mutex"
 )
@@ -37,9 +36,7 @@ func (l *leader) readFree(ctx context.Context) (*mutex.Lock, any, error) {
 	l.next = nil
 	if reply == nil {
 		var err error
-		reply, err = ctxcall.Do(ctx, l.lim.honours, func(ctx context.Context) (any, error) {
-			return readPeek.Run(ctx, l.lim.client, []string{l.c.key}, l.c.ids...).Result()
-		}, nil)
+		reply, err = l.lim.runner.Run(ctx, readPeek, []string{l.c.key}, l.c.ids, nil)
 		if err != nil {
 			return nil, nil, corrupt(fmt.Errorf("funnel: read: %w", reach.Mark(err)))
 		}
@@ -71,9 +68,7 @@ func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again b
 	}
 	nonce := newNonce()
 	cas = append(cas, nonce)
-	reply, err := ctxcall.Do(ctx, l.lim.honours, func(ctx context.Context) (any, error) {
-		return commitScript.Run(ctx, l.lim.client, []string{l.c.key, l.lockKey}, cas...).Result()
-	}, nil)
+	reply, err := l.lim.runner.Run(ctx, commitScript, []string{l.c.key, l.lockKey}, cas, nil)
 	if err != nil {
 		// The write may or may not have happened: the admitted calls cannot
 		// know; a denial stands (it took nothing).

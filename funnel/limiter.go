@@ -74,9 +74,10 @@ type Limiter struct {
 	prefix string
 	lease  time.Duration
 	hold   []mutex.LockOption // mutex.Lease(lease) (and AckAtRelease), made once
-	// honours is set when the client bounds commands by their context's
-	// deadline; Peek runs under ctxcall otherwise (the Locker does the same).
-	honours bool
+	// runner sends the Limiter's own scripts (Peek's read, a crowded key's
+	// read and commit) so that they end by their context's end, whatever the
+	// client's options (the Locker does the same for its own).
+	runner ctxcall.Runner
 
 	// compiled caches validated rules: a Rule is a small comparable value,
 	// and callers pass the same few on every call.
@@ -311,7 +312,7 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 	if nilcheck.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
 	}
-	lim := &Limiter{client: client, prefix: DefaultPrefix, lease: DefaultLease, honours: ctxcall.Honours(client)}
+	lim := &Limiter{client: client, prefix: DefaultPrefix, lease: DefaultLease, runner: ctxcall.NewRunner(client)}
 	lim.clock.base = time.Now()
 	lim.states = newStateCache(DefaultStateCache)
 	for _, o := range opts {

@@ -77,7 +77,9 @@ type Locker struct {
 	releases *releases
 	// honours is set when the client bounds commands by their context's
 	// deadline (ContextTimeoutEnabled); otherwise calls run under ctxcall.
+	// runner sends the Locker's lone scripts so.
 	honours bool
+	runner  ctxcall.Runner
 	// acks replicas must acknowledge each write that grants or keeps a
 	// lock within ackTimeout (WithReplicaAck); 0: no WAIT.
 	acks       int
@@ -245,10 +247,11 @@ func New(client Client, opts ...Option) (*Locker, error) {
 // follows the acquire script in its pipeline), deadlines honoured by the
 // client or by ctxcall, pipelines for overlapping calls.
 func (l *Locker) wire() {
-	if s, ok := l.client.(nativeSetter); ok && l.fenceTTL == 0 && l.acks == 0 {
+	l.honours = ctxcall.Honours(l.client)
+	l.runner = ctxcall.NewRunner(l.client)
+	if s, ok := l.runner.Scripter().(nativeSetter); ok && l.fenceTTL == 0 && l.acks == 0 {
 		l.setNX = s
 	}
-	l.honours = ctxcall.Honours(l.client)
 	if !l.noBatch {
 		l.batch.pipe = pipelines(l.client)
 		_, l.batch.fanOut = l.client.(interface{ Options() *redis.Options })

@@ -86,7 +86,7 @@ func (l *Locker) setFree(ctx context.Context, name string, n *names, value any, 
 
 // setFreeAlone is setFree without batching.
 func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, value any, cfg lockConfig) (bool, error) {
-	if l.honours || ctx.Done() == nil {
+	if l.runner.Direct(ctx) {
 		return l.setNX.SetNX(ctx, n.key, value, cfg.ttl).Result()
 	}
 	key := n.key
@@ -119,7 +119,7 @@ func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, value an
 
 // setFreeGetAlone is setFreeGet without batching.
 func (l *Locker) setFreeGetAlone(ctx context.Context, name string, n *names, value any, cfg lockConfig) (string, error) {
-	if l.honours || ctx.Done() == nil { // no closures on the common path
+	if l.runner.Direct(ctx) { // no closures on the common path
 		return l.setNX.SetArgs(ctx, n.key, value, setGetArgs(cfg)).Result()
 	}
 	key := n.key

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/nilcheck"
 	"github.com/redis/go-redis/v9"
 )
@@ -47,7 +48,7 @@ func NewQuorum(clients []Client, opts ...QuorumOption) (*Locker, error) {
 		return nil, err
 	}
 	q := &quorum{nodes: slices.Clone(clients), need: len(clients)/2 + 1}
-	l := &Locker{client: clients[0], prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, q: q, honours: true, releases: newReleases()}
+	l := &Locker{client: clients[0], prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, q: q, honours: true, runner: ctxcall.NewRunner(clients[0]), releases: newReleases()}
 	for _, o := range opts {
 		if nilcheck.IsNil(o) {
 			continue

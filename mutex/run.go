@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
@@ -37,12 +36,7 @@ func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, a
 
 // runAlone is run without batching.
 func (l *Locker) runAlone(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (any, error) {
-	if l.honours || ctx.Done() == nil {
-		return script.Run(ctx, l.client, keys, args...).Result()
-	}
-	return ctxcall.Do(ctx, false, func(ctx context.Context) (any, error) {
-		return script.Run(ctx, l.client, keys, args...).Result()
-	}, late)
+	return l.runner.Run(ctx, script, keys, args, late)
 }
 
 // acquireRun runs an acquire script, followed by WAIT when the Locker waits
