@@ -136,7 +136,7 @@ func selectCases(cfg config) ([]benchCase, error) {
 func allCases(goroutines int) []benchCase {
 	var out []benchCase
 	for _, cs := range [][]benchCase{uncontendedCases(), defaultClientCases(), replicaCases(),
-		contendedCases(goroutines), rateCases(), hotCases(goroutines)} {
+		contendedCases(goroutines), rateCases(), hotCases(goroutines), semCases(goroutines)} {
 		out = append(out, cs...)
 	}
 	return out
@@ -194,6 +194,9 @@ func runCase(ctx context.Context, cfg config, bc benchCase, addr string, ping ma
 // measureSubject runs one round of one subject, in this process or in
 // bc.procs workers.
 func measureSubject(ctx context.Context, cfg config, bc benchCase, sub subject, addr string) (sample, error) {
+	if bc.measure != nil {
+		return bc.measure(ctx, addr, cfg.duration)
+	}
 	if bc.procs > 0 {
 		return measureProcs(ctx, workerSpec{Addr: addr, Lib: sub.lib, Goroutines: cfg.goroutines / bc.procs, Duration: cfg.duration}, bc.procs)
 	}
