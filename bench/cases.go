@@ -33,10 +33,10 @@ type benchCase struct {
 	// at once, -goroutines/procs goroutines each (workers.go): the
 	// subjects' prepare is nil, workerSubject has it.
 	procs int
-	// measure, if set, runs each round of each subject instead of the
-	// goroutine loop (the subjects' prepare is nil): a case whose set-up
-	// must happen inside the round, outside its timed window.
-	measure  func(ctx context.Context, addr string, d time.Duration) (sample, error)
+	// measure, if set, runs each round of each subject (lib) instead of
+	// the goroutine loop (the subjects' prepare is nil): a case whose
+	// set-up must happen inside the round, outside its timed window.
+	measure  func(ctx context.Context, addr, lib string, d time.Duration) (sample, error)
 	subjects []subject
 }
 

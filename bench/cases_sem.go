@@ -39,7 +39,7 @@ func semCases(goroutines int) []benchCase {
 				{libAsynq1ms, asynqSem(tasks, time.Millisecond)},
 				{libAsynq10ms, asynqSem(tasks, 10*time.Millisecond)},
 			}},
-	}, handoffCases()...)
+	}, handoffCase())
 }
 
 // funnelguardSem: one Locker (default settings) and its Semaphore on the

@@ -21,27 +21,32 @@ const (
 	handoffLease = 10 * time.Minute
 )
 
-// handoffCases: one permit (N=1) and waiters goroutines on one name, each
-// looping Acquire(1) + Release, so that about that many Acquire calls are
-// always queued; the round is timed from the holder's first Release, once
-// every waiter is queued. ops = acquisitions, each a hand-off: one release
-// script that grants the head waiter and announces it (PUBLISH), and the
-// released goroutine's Acquire that queues again. Redis work per op should
-// not grow with the queue.
-func handoffCases() []benchCase {
-	var out []benchCase
-	for _, waiters := range []int{10, 100, 1000} {
-		out = append(out, benchCase{
-			name:       fmt.Sprintf("Semaphore hand-off, N=1, %d waiters queued", waiters),
-			parallel:   true, // many goroutines: ×PING is over PING parallel
-			serverCmds: true,
-			measure: func(ctx context.Context, addr string, d time.Duration) (sample, error) {
-				return measureHandoffs(ctx, addr, waiters, d)
-			},
-			subjects: []subject{{lib: libFunnelguard}},
-		})
+// handoffCase: one permit (N=1) and W goroutines on one name, each looping
+// Acquire(1) + Release, so that about W Acquire calls are always queued;
+// W = 10, 100 and 1000 are the case's subjects (alternating, as libraries
+// do). A round is timed from the holder's first Release, once every waiter
+// is queued. ops = acquisitions, each a hand-off: one release script that
+// grants the head waiter and announces it (PUBLISH), and the released
+// goroutine's Acquire that queues again. Redis work per op should not grow
+// with the queue.
+func handoffCase() benchCase {
+	waiters := map[string]int{}
+	var subjects []subject
+	for _, w := range []int{10, 100, 1000} {
+		lib := fmt.Sprintf("%d waiters", w)
+		waiters[lib] = w
+		subjects = append(subjects, subject{lib: lib})
 	}
-	return out
+	return benchCase{
+		name:       "Semaphore hand-off, N=1, W waiters queued",
+		parallel:   true, // many goroutines: ×PING is over PING parallel
+		serverCmds: true,
+		ref:        subjects[0].lib,
+		measure: func(ctx context.Context, addr, lib string, d time.Duration) (sample, error) {
+			return measureHandoffs(ctx, addr, waiters[lib], d)
+		},
+		subjects: subjects,
+	}
 }
 
 // measureHandoffs runs one hand-off round with waiters goroutines queued.

@@ -195,7 +195,7 @@ func runCase(ctx context.Context, cfg config, bc benchCase, addr string, ping ma
 // bc.procs workers.
 func measureSubject(ctx context.Context, cfg config, bc benchCase, sub subject, addr string) (sample, error) {
 	if bc.measure != nil {
-		return bc.measure(ctx, addr, cfg.duration)
+		return bc.measure(ctx, addr, sub.lib, cfg.duration)
 	}
 	if bc.procs > 0 {
 		return measureProcs(ctx, workerSpec{Addr: addr, Lib: sub.lib, Goroutines: cfg.goroutines / bc.procs, Duration: cfg.duration}, bc.procs)
