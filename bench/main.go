@@ -1,6 +1,7 @@
-// Command bench compares funnelguard's mutex and funnel with their peers
-// (bsm/redislock, go-redsync/redsync, a minimal SET NX lock, go-redis/redis_rate)
-// against one Redis server, and prints a Markdown table or JSON lines.
+// Command bench compares funnelguard's mutex, semaphore and funnel with their
+// peers (bsm/redislock, go-redsync/redsync, a minimal SET NX lock,
+// go-redis/redis_rate, hibiken/asynq's semaphore) against one Redis server,
+// and prints a Markdown table or JSON lines.
 //
 //	go run . [-redis 127.0.0.1:6379] [-duration 3s] [-goroutines 64] [-rounds 3] [-json]
 //
