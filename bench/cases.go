@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -31,7 +32,11 @@ type benchCase struct {
 	// procs > 0 runs each subject in that many processes of this binary
 	// at once, -goroutines/procs goroutines each (workers.go): the
 	// subjects' prepare is nil, workerSubject has it.
-	procs    int
+	procs int
+	// measure, if set, runs each round of each subject (lib) instead of
+	// the goroutine loop (the subjects' prepare is nil): a case whose
+	// set-up must happen inside the round, outside its timed window.
+	measure  func(ctx context.Context, addr, lib string, d time.Duration) (sample, error)
 	subjects []subject
 }
 

@@ -1,6 +1,7 @@
-// Command bench compares funnelguard's mutex and funnel with their peers
-// (bsm/redislock, go-redsync/redsync, a minimal SET NX lock, go-redis/redis_rate)
-// against one Redis server, and prints a Markdown table or JSON lines.
+// Command bench compares funnelguard's mutex, semaphore and funnel with their
+// peers (bsm/redislock, go-redsync/redsync, a minimal SET NX lock,
+// go-redis/redis_rate, hibiken/asynq's semaphore) against one Redis server,
+// and prints a Markdown table or JSON lines.
 //
 //	go run . [-redis 127.0.0.1:6379] [-duration 3s] [-goroutines 64] [-rounds 3] [-json]
 //
@@ -136,7 +137,7 @@ func selectCases(cfg config) ([]benchCase, error) {
 func allCases(goroutines int) []benchCase {
 	var out []benchCase
 	for _, cs := range [][]benchCase{uncontendedCases(), defaultClientCases(), replicaCases(),
-		contendedCases(goroutines), rateCases(), hotCases(goroutines)} {
+		contendedCases(goroutines), rateCases(), hotCases(goroutines), semCases(goroutines)} {
 		out = append(out, cs...)
 	}
 	return out
@@ -194,6 +195,9 @@ func runCase(ctx context.Context, cfg config, bc benchCase, addr string, ping ma
 // measureSubject runs one round of one subject, in this process or in
 // bc.procs workers.
 func measureSubject(ctx context.Context, cfg config, bc benchCase, sub subject, addr string) (sample, error) {
+	if bc.measure != nil {
+		return bc.measure(ctx, addr, sub.lib, cfg.duration)
+	}
 	if bc.procs > 0 {
 		return measureProcs(ctx, workerSpec{Addr: addr, Lib: sub.lib, Goroutines: cfg.goroutines / bc.procs, Duration: cfg.duration}, bc.procs)
 	}

@@ -28,6 +28,7 @@ type env struct {
 	mu      sync.Mutex
 	clients []*redis.Client
 	hooks   []*counter
+	closers []func() error // clients of other go-redis versions (asynq's v8)
 }
 
 // client returns a new client with a command counter, and a pool large
@@ -62,15 +63,29 @@ func (e *env) cmds() int64 {
 	return n
 }
 
+// addCounted has the runner count a client of another go-redis version
+// through h (a hook of that version on h.cmds) and close it.
+func (e *env) addCounted(h *counter, closer func() error) {
+	e.mu.Lock()
+	e.hooks = append(e.hooks, h)
+	e.closers = append(e.closers, closer)
+	e.mu.Unlock()
+}
+
 // close closes the clients and deletes every key of the round's prefix
-// (redis_rate's keys start with "rate:" before it).
+// (redis_rate's keys start with "rate:" before it, asynq's semaphores'
+// with "asynq:sema:").
 func (e *env) close(ctx context.Context) {
 	if len(e.clients) > 0 {
-		deletePrefix(ctx, e.clients[0], e.prefix)
-		deletePrefix(ctx, e.clients[0], "rate:"+e.prefix)
+		for _, before := range []string{"", "rate:", asynqSemaPrefix} {
+			deletePrefix(ctx, e.clients[0], before+e.prefix)
+		}
 	}
 	for _, c := range e.clients {
 		_ = c.Close()
+	}
+	for _, c := range e.closers {
+		_ = c()
 	}
 }
 

@@ -26,6 +26,12 @@ type summary struct {
 	// from scripts included (serverStats), and script calls per op.
 	InnerCmdsPerOp   *float64 `json:"inner_cmds_per_op,omitempty"`
 	ScriptCallsPerOp *float64 `json:"script_calls_per_op,omitempty"`
+	// PUBLISH calls per op and µs of Redis time in scripts per op (each
+	// script's time once, its inner commands included).
+	PublishPerOp  *float64 `json:"publish_per_op,omitempty"`
+	ScriptUsPerOp *float64 `json:"script_us_per_op,omitempty"`
+	// CPU time of Redis's main thread per op, µs (INFO cpu).
+	ServerCPUUsOp *float64 `json:"server_cpu_us_per_op,omitempty"`
 	// Set only in the cases with a reference library (benchCase.ref):
 	// ops/s over the reference's.
 	Ratio   *float64 `json:"ratio,omitempty"`
@@ -65,6 +71,9 @@ func summarize(bc benchCase, lib string, samples []sample) summary {
 	if bc.serverCmds {
 		sum.InnerCmdsPerOp = perOp(func(s serverStats) int64 { return s.inner })
 		sum.ScriptCallsPerOp = perOp(func(s serverStats) int64 { return s.scripts })
+		sum.PublishPerOp = perOp(func(s serverStats) int64 { return s.publish })
+		sum.ScriptUsPerOp = perOp(func(s serverStats) int64 { return s.scriptUsec })
+		sum.ServerCPUUsOp = perOp(func(s serverStats) int64 { return s.cpuUsec })
 	}
 	return sum
 }
@@ -186,10 +195,10 @@ func writeOptional(table func(string, func(summary) string)) {
 		}
 		return fmt.Sprintf("%.2f× %s", *s.Ratio, s.RatioTo)
 	})
-	table("Redis commands per op (INFO commandstats deltas): commands run, those called from scripts included (not EVAL/EVALSHA, SCRIPT, INFO, HELLO, CLIENT); EVAL/EVALSHA calls", func(s summary) string {
+	table("Redis work per op (INFO commandstats deltas): commands run, those called from scripts included (not EVAL/EVALSHA, SCRIPT, INFO, HELLO, CLIENT); EVAL/EVALSHA calls; PUBLISH calls; µs in scripts; µs of Redis CPU (main thread)", func(s summary) string {
 		if s.InnerCmdsPerOp == nil {
 			return ""
 		}
-		return fmt.Sprintf("%.2f; %.2f", *s.InnerCmdsPerOp, *s.ScriptCallsPerOp)
+		return fmt.Sprintf("%.2f; %.2f; %.2f; %.1f; %.1f", *s.InnerCmdsPerOp, *s.ScriptCallsPerOp, *s.PublishPerOp, *s.ScriptUsPerOp, *s.ServerCPUUsOp)
 	})
 }
