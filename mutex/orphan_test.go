@@ -19,15 +19,8 @@ import (
 // that token) instead of waiting out its lease, and only one attempt does:
 // one owner per name still holds.
 func TestAbandonedAttemptIsAdopted(t *testing.T) {
-	testutil.NeedServer(t)
-	srv := testutil.StartServer(t)
-	// A client that honours deadlines drops the connection of a call that
-	// gives up: no late reply will ever tell what the attempt did.
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	admin := srv.Client(t)
-	const lease = 10 * time.Second
-	l := mustNew(t, c, mutex.WithPrefix(testutil.NewPrefix()), mutex.WithTTL(lease))
+	const lease = orphanLease
+	srv, c, admin, l := orphanRig(t)
 	ctx := context.Background()
 	lk, err := l.Lock(ctx, "name") // a pooled connection for the attempt below
 	if err != nil {
@@ -85,12 +78,7 @@ func TestAbandonedAttemptIsAdopted(t *testing.T) {
 // A Lock that waits adopts the orphan too: calls started after the server
 // continued get the lock within their second, one at a time.
 func TestWaitersAdoptAnAbandonedAttempt(t *testing.T) {
-	testutil.NeedServer(t)
-	srv := testutil.StartServer(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	admin := srv.Client(t)
-	l := mustNew(t, c, mutex.WithPrefix(testutil.NewPrefix()), mutex.WithTTL(10*time.Second))
+	srv, c, admin, l := orphanRig(t)
 	gate := mutex.NewGate("return {1}")
 	ctx := context.Background()
 	if lk, _, err := l.LockWith(ctx, "name", mutex.Call{Fragment: gate}); err != nil {
@@ -149,12 +137,7 @@ func TestWaitersAdoptAnAbandonedAttempt(t *testing.T) {
 // server continues: the waiter, told it got nothing, adopts the lock under
 // that token instead of waiting out its lease.
 func TestWaiterAdoptsAnAbandonedHandOver(t *testing.T) {
-	testutil.NeedServer(t)
-	srv := testutil.StartServer(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	admin := srv.Client(t)
-	l := mustNew(t, c, mutex.WithPrefix(testutil.NewPrefix()), mutex.WithTTL(10*time.Second))
+	srv, c, admin, l := orphanRig(t)
 	ctx := context.Background()
 	commit := mutex.Call{Fragment: mutex.NewFragment("return 1")}
 	// The fragment's script loaded, so that the release sent below runs
@@ -216,6 +199,23 @@ func TestWaiterAdoptsAnAbandonedHandOver(t *testing.T) {
 // idleConns leaves n connections idle in c's pool: a command sent to a
 // stopped server on a new connection waits for its handshake's reply and
 // is never sent; on an idle one it is, and runs when the server continues.
+// orphanLease is the lease of the orphan tests' Locker: longer than any of
+// them runs, so that only adoption can free a lock taken by nobody.
+const orphanLease = 10 * time.Second
+
+// orphanRig starts a server of the test's own and returns it, a client of
+// it that honours deadlines (it drops the connection of a call that gives
+// up: no late reply will ever tell what the attempt did), an admin client,
+// and a Locker on the first client with orphanLease.
+func orphanRig(t *testing.T) (*testutil.Server, *redis.Client, *redis.Client, *mutex.Locker) {
+	t.Helper()
+	testutil.NeedServer(t)
+	srv := testutil.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	return srv, c, srv.Client(t), mustNew(t, c, mutex.WithPrefix(testutil.NewPrefix()), mutex.WithTTL(orphanLease))
+}
+
 func idleConns(t *testing.T, c *redis.Client, n int) {
 	t.Helper()
 	conns := make([]*redis.Conn, n)
