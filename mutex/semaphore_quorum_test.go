@@ -240,3 +240,35 @@ func mustClient(t *testing.T, s *testutil.Server) mutex.Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// An acquisition counts only within its validity: with a node frozen, the
+// call waits for the node timeout (300 ms), longer than a 200 ms lease, so
+// the grants of the two live nodes are given back and the call fails with
+// ErrNoQuorum; with a lease of 10 s the same call holds (Q = 2 for size 1).
+func TestSemaphoreQuorumValidity(t *testing.T) {
+	srvs, clients := quorumNodes(t, 3)
+	ctx := ctxTimeout(t, time.Minute)
+	l := newQuorum(t, clients, mutex.WithNodeTimeout(300*time.Millisecond))
+	s := mustSem(t, l, "v", 1)
+	thaw := testutil.Freeze(t, srvs[2].Pid())
+	defer thaw()
+	if _, err := s.TryAcquire(ctx, 1, mutex.Lease(200*time.Millisecond)); !errors.Is(err, mutex.ErrNoQuorum) {
+		t.Fatalf("TryAcquire that outlasted its lease: %v, want ErrNoQuorum", err)
+	}
+	for i := range 2 {
+		if n := srvs[i].Client(t).ZCard(ctx, mutex.SemKey(s, "sem:holders")).Val(); n != 0 {
+			t.Errorf("node %d keeps %d holders of the late acquisition", i, n)
+		}
+	}
+	p, err := s.TryAcquire(ctx, 1, mutex.Lease(10*time.Second))
+	if err != nil {
+		t.Fatalf("TryAcquire with 2 of 3 nodes, Q = 2: %v", err)
+	}
+	if !mutex.PermitDeadline(p).After(time.Now()) {
+		t.Error("the Permit's deadline has passed already")
+	}
+	thaw()
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
