@@ -173,8 +173,8 @@ func (s *Semaphore) check(n int64, opts []LockOption) (lockConfig, error) {
 // acquireOnce runs semaphore_acquire.lua for tok; its reply is {granted,
 // server now, lease end, fence} or {waiting, server now}. With replica
 // acknowledgement (WithReplicaAck) WAIT follows in the same round trip, and
-// a grant that too few replicas acknowledged is given back: the error
-// matches ErrNotReplicated.
+// a grant that too few replicas acknowledged is an error matching
+// ErrNotReplicated, for the caller to give back (mayHold).
 func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lockConfig, mode string) ([]int64, error) {
 	args := []any{tok, n, s.size, cfg.ttl.Milliseconds(), mode, s.waitLease().Milliseconds(), s.channel}
 	reply, short, err := s.l.runAcked(ctx, semAcquireScript, s.keys, args, nil)
