@@ -34,7 +34,8 @@
 // golang.org/x/sync/semaphore (TryAcquire, Acquire of n permits, each
 // returning a Permit to Release), with the locks' leases, AutoRenew,
 // Done and Context, fencing and retry-safe scripts, FIFO waiting across
-// processes, and waiters woken holding their permits.
+// processes, and waiters woken holding their permits. On a quorum it needs
+// more than a majority (SemaphoreQuorum) and does not queue.
 //
 // PROTOCOL.md, beside this package's source, says how each guarantee is
 // kept and what it does not cover; bench/README.md has the measured costs.

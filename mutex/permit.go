@@ -58,7 +58,9 @@ func (p *Permit) N() int64 {
 
 // Fence returns the fencing number of this acquisition: greater than the
 // numbers of all earlier acquisitions of the semaphore (while its keys
-// live, and after, unless the server's clock moved back).
+// live, and after, unless the server's clock moved back). It is 0 on a
+// quorum Locker: each node numbers its own grants, and a holder's numbers on
+// its nodes are not ordered with another's.
 func (p *Permit) Fence() int64 {
 	if p == nil {
 		return 0
@@ -80,7 +82,10 @@ func (p *Permit) Token() string {
 // was lost (its lease ended). A cancellation of ctx does not stop it; its
 // deadline bounds it (2 s when ctx has none or has ended). After a Redis
 // error the Permit stays held and Release can be called again: a release
-// whose reply was lost answers the retry as its first run, within 10 s.
+// whose reply was lost answers the retry as its first run, within 10 s. On
+// a quorum it runs on every node: nil when Q nodes released the permits,
+// ErrNotHeld when too many no longer had them, else an error matching
+// ErrNoQuorum, after which the Permit stays held as after a Redis error.
 func (p *Permit) Release(ctx context.Context) error {
 	if p == nil {
 		return ErrNotHeld
@@ -96,11 +101,7 @@ func (p *Permit) Release(ctx context.Context) error {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	s := p.s
-	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{p.token, s.channel, semRecordTTL.Milliseconds(), ""}, nil)
-	var res int64
-	if err == nil {
-		res, err = integer(reply)
-	}
+	res, err := s.release(ctx, p.token)
 	if err != nil {
 		p.mu.Lock()
 		p.phase = held // to be released again; renewal does not restart
@@ -115,8 +116,24 @@ func (p *Permit) Release(ctx context.Context) error {
 	return nil
 }
 
+// release runs semaphore_release.lua for tok, on every node of a quorum.
+func (s *Semaphore) release(ctx context.Context, tok string) (int64, error) {
+	if s.l.q != nil {
+		return s.releaseQuorum(ctx, tok)
+	}
+	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), ""}, nil)
+	if err != nil {
+		return 0, err
+	}
+	return integer(reply)
+}
+
 // Extend sets the lease of the permits to d from now (at least 1 ms). It
 // returns ErrNotHeld when the Permit has ended or Redis no longer has it.
+// On a quorum it needs Q nodes, as an acquisition does (else ErrNoQuorum,
+// or ErrNotHeld when too many nodes no longer have the permits); with
+// WithReplicaAck, the replicas' acknowledgement (else ErrNotReplicated: the
+// Permit counts on its old lease).
 func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
 	if d < time.Millisecond {
 		return fmt.Errorf("%w: lease %v: want at least 1ms", ErrInvalid, d)
@@ -135,25 +152,39 @@ func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// extend runs semaphore_extend.lua and records the new lease.
+// extend runs semaphore_extend.lua (on every node of a quorum) and records
+// the new lease. With replica acknowledgement (WithReplicaAck) WAIT follows
+// in the same round trip; when too few replicas acknowledge, the Permit
+// keeps counting on its old lease and the error matches ErrNotReplicated.
 func (p *Permit) extend(ctx context.Context, d time.Duration) (bool, error) {
 	s := p.s
+	if s.l.q != nil {
+		return p.extendQuorum(ctx, d)
+	}
 	start := time.Now()
-	reply, err := s.l.run(ctx, semExtendScript, s.keys, []any{p.token, d.Milliseconds()}, nil)
+	reply, short, err := s.l.runAcked(ctx, semExtendScript, s.keys, []any{p.token, d.Milliseconds()}, nil)
 	if err != nil {
 		return false, err
 	}
 	r, err := semNums(reply)
-	if err != nil || r[0] != 1 || len(r) < 3 {
+	switch {
+	case err != nil || r[0] != 1 || len(r) < 3:
 		return false, err
+	case short != nil:
+		return true, short // extended on the master alone
 	}
+	p.setDeadline(serverDeadline(start, r[1], r[2]))
+	return true, nil
+}
+
+// setDeadline records a new end of the lease, on the local clock.
+func (p *Permit) setDeadline(d time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.phase < released {
-		p.deadline = serverDeadline(start, r[1], r[2])
+		p.deadline = d
 		p.armLocked()
 	}
-	return true, nil
 }
 
 // renewOnce is the Permit's renewer step (AutoRenew).

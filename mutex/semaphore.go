@@ -49,10 +49,42 @@ const semRecordTTL = recordTTL
 // Every key has a TTL (the latest lease, wait lease or release record it
 // keeps) and all of them share the name's hash slot: <prefix>{<name>}:sem
 // and sem:holders, sem:queue, sem:alive, sem:done.
+//
+// On a quorum Locker (NewQuorum) of M nodes, each node keeps the semaphore
+// as above, and an acquisition holds when Q = SemaphoreQuorum(M, size) nodes
+// granted it within its validity (the lease they all still have, less the
+// time the call took and the drift margin, as for a quorum lock); otherwise
+// it is given back on every node. Q is not a majority: each node grants at
+// most size permits, so holders of total weight W on Q nodes each need
+// W*Q <= M*size, and W stays <= size for sure only when (size+1)*Q >
+// M*size, that is Q = floor(M*size/(size+1)) + 1:
+//
+//	M \ size   1   2   3   4   5   6
+//	3           2   3   3   3   3   3
+//	5           3   4   4   5   5   5
+//	7           4   5   6   6   6   7
+//
+// The semaphore works while Q nodes answer: it survives M-Q nodes down,
+// none when Q = M (size >= M-1); a node restarted without its data counts as
+// down until the leases it forgot have ended. What a quorum cannot offer:
+// Acquire does not queue (each node has its own queue, and no order across
+// nodes), it tries again every jittered retry interval, so there is no FIFO
+// and a large request can be starved by small ones; Fence is 0 (the nodes'
+// numbers are not ordered together); a quorum made WithRejoinDelay is
+// refused (the semaphore's scripts do not run the rejoin gate).
+//
+// With WithReplicaAck, every acquisition and extension waits for the
+// replicas as a lock's does: a grant they did not acknowledge is given back
+// and the call fails with ErrNotReplicated (a waiter granted by another's
+// release confirms its grant with one more round trip, which waits); an
+// unacknowledged Extend fails with it and the Permit counts on its old
+// lease. So a Permit reported held was on the replicas, and a failover to
+// one of them keeps the count.
 type Semaphore struct {
 	l       *Locker
 	name    string
 	size    int64
+	need    int      // the nodes that must grant an acquisition: 1, or SemaphoreQuorum's
 	keys    []string // semaphore.lua's KEYS
 	channel string   // where grants to waiters are announced
 }
@@ -62,8 +94,8 @@ type Semaphore struct {
 // than the one Redis keeps for a semaphore in use fails with ErrInvalid (the
 // size may change once the name has been idle long enough for its keys to
 // expire). A bad name or a size under 1 is an error matching ErrInvalid; a
-// quorum Locker (NewQuorum) or one made WithReplicaAck cannot keep
-// semaphores (ErrUnsupported).
+// quorum Locker made WithRejoinDelay cannot keep semaphores
+// (ErrUnsupported; see Semaphore for quorums and replica acknowledgement).
 func (l *Locker) Semaphore(name string, size int64) (*Semaphore, error) {
 	if l == nil {
 		return nil, errNilLocker
@@ -74,10 +106,13 @@ func (l *Locker) Semaphore(name string, size int64) (*Semaphore, error) {
 	if size < 1 {
 		return nil, fmt.Errorf("%w: semaphore size %d: want at least 1", ErrInvalid, size)
 	}
-	if l.q != nil || l.acks > 0 {
-		return nil, fmt.Errorf("%w: a semaphore on a quorum or with replica acknowledgement", ErrUnsupported)
+	s := &Semaphore{l: l, name: name, size: size, need: 1, channel: keyspace.Key(l.prefix, name, kindSemGranted)}
+	if q := l.q; q != nil {
+		if q.up != nil {
+			return nil, fmt.Errorf("%w: a semaphore on a quorum WithRejoinDelay (its scripts do not run the rejoin gate)", ErrUnsupported)
+		}
+		s.need, _ = SemaphoreQuorum(len(q.nodes), size)
 	}
-	s := &Semaphore{l: l, name: name, size: size, channel: keyspace.Key(l.prefix, name, kindSemGranted)}
 	for _, kind := range []string{kindSem, kindSemHolders, kindSemQueue, kindSemAlive, kindSemDone} {
 		s.keys = append(s.keys, keyspace.Key(l.prefix, name, kind))
 	}
@@ -92,7 +127,9 @@ func (s *Semaphore) Size() int64 { return s.size }
 
 // TryAcquire takes n permits if they are free now and nobody waits for
 // permits before it; it returns ErrNoPermits otherwise, and leaves the
-// semaphore unchanged. It takes one round trip. n must be 1 to Size
+// semaphore unchanged. It takes one round trip (one to every node at once on
+// a quorum, where too many failed nodes make an error matching ErrNoQuorum,
+// and an acquisition too slow for its lease too). n must be 1 to Size
 // (ErrInvalid). The options are a lock's: Lease (the Locker's TTL if
 // unset) and AutoRenew.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...LockOption) (*Permit, error) {
@@ -101,11 +138,14 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...LockOption)
 		return nil, err
 	}
 	tok := newSemToken()
+	if s.l.q != nil {
+		return s.tryQuorum(ctx, tok, n, cfg)
+	}
 	start := time.Now()
 	r, err := s.acquireOnce(ctx, tok, n, cfg, "t")
 	switch {
 	case err != nil:
-		if unknownOutcome(err) {
+		if mayHold(err) {
 			s.cancel(ctx, tok) // it may have taken the permits: give them back
 		}
 		return nil, err
@@ -131,10 +171,13 @@ func (s *Semaphore) check(n int64, opts []LockOption) (lockConfig, error) {
 }
 
 // acquireOnce runs semaphore_acquire.lua for tok; its reply is {granted,
-// server now, lease end, fence} or {waiting, server now}.
+// server now, lease end, fence} or {waiting, server now}. With replica
+// acknowledgement (WithReplicaAck) WAIT follows in the same round trip, and
+// a grant that too few replicas acknowledged is an error matching
+// ErrNotReplicated, for the caller to give back (mayHold).
 func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lockConfig, mode string) ([]int64, error) {
 	args := []any{tok, n, s.size, cfg.ttl.Milliseconds(), mode, s.waitLease().Milliseconds(), s.channel}
-	reply, err := s.l.run(ctx, semAcquireScript, s.keys, args, nil)
+	reply, short, err := s.l.runAcked(ctx, semAcquireScript, s.keys, args, nil)
 	if err != nil {
 		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, err)
 	}
@@ -148,8 +191,17 @@ func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lo
 		return nil, fmt.Errorf("%w: semaphore %q: token ended", ErrNotHeld, s.name)
 	case r[0] == semGranted && len(r) < 4:
 		return nil, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
+	case r[0] == semGranted && short != nil: // the caller gives it back (mayHold)
+		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, short)
 	}
 	return r, nil
+}
+
+// mayHold reports whether an acquisition that failed with err may hold
+// permits: its outcome is unknown, or too few replicas acknowledged its
+// grant.
+func mayHold(err error) bool {
+	return unknownOutcome(err) || errors.Is(err, ErrNotReplicated)
 }
 
 // cancel takes tok out of the queue, or gives back the permits it was
@@ -164,6 +216,10 @@ func (s *Semaphore) cancel(ctx context.Context, tok string) {
 		defer close(done)
 		ctx, stop := detach(ctx)
 		defer stop()
+		if s.l.q != nil {
+			s.cancelQuorum(ctx, tok)
+			return
+		}
 		_, _ = s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), "c"}, nil)
 	}()
 	t := time.NewTimer(dropWait)

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
 )
 
 // A semaphore of 3 permits shared by every process that uses the name:
@@ -56,4 +58,56 @@ func ExampleLocker_Semaphore() {
 	// holding 3
 	// <nil> <nil>
 	// mutex: not held
+}
+
+// How many of M independent masters must grant a semaphore's acquisition
+// on a quorum Locker (NewQuorum): a majority only for a size of 1.
+func ExampleSemaphoreQuorum() {
+	for _, c := range []struct {
+		nodes int
+		size  int64
+	}{{3, 1}, {3, 2}, {5, 2}, {5, 4}} {
+		q, _ := mutex.SemaphoreQuorum(c.nodes, c.size)
+		fmt.Printf("M=%d N=%d: Q=%d, survives %d nodes down\n", c.nodes, c.size, q, c.nodes-q)
+	}
+	// Output:
+	// M=3 N=1: Q=2, survives 1 nodes down
+	// M=3 N=2: Q=3, survives 0 nodes down
+	// M=5 N=2: Q=4, survives 1 nodes down
+	// M=5 N=4: Q=5, survives 0 nodes down
+}
+
+// A semaphore on a quorum of 3 masters: with 2 permits, every node must
+// grant (Q = 3), so the count holds whatever the nodes; it needs them all.
+func ExampleLocker_Semaphore_quorum() {
+	var clients []mutex.Client
+	for range 3 { // three independent masters
+		m := miniredis.NewMiniRedis()
+		if err := m.Start(); err != nil {
+			panic(err)
+		}
+		defer m.Close()
+		c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	ctx := context.Background()
+	locker, err := mutex.NewQuorum(clients, mutex.WithTTL(10*time.Second), mutex.WithNodeTimeout(500*time.Millisecond))
+	if err != nil {
+		fmt.Println("quorum:", err)
+		return
+	}
+	sem, err := locker.Semaphore("sms-provider", 2)
+	if err != nil {
+		fmt.Println("semaphore:", err)
+		return
+	}
+	a, _ := sem.TryAcquire(ctx, 1)
+	b, _ := sem.TryAcquire(ctx, 1)
+	_, err = sem.TryAcquire(ctx, 1)
+	fmt.Println("third:", errors.Is(err, mutex.ErrNoPermits))
+	fmt.Println("release:", a.Release(ctx), b.Release(ctx))
+	// Output:
+	// third: true
+	// release: <nil> <nil>
 }

@@ -26,7 +26,9 @@ import (
 // ended already). n must be 1 to Size (ErrInvalid); the options are
 // TryAcquire's. A waiter stopped past its lease (a long GC pause, SIGSTOP)
 // may wake holding a grant whose lease has ended: its Permit's Done is
-// closed already.
+// closed already. On a quorum Locker it does not queue: it tries as
+// TryAcquire does every jittered retry interval (no FIFO, see Semaphore),
+// and returns at once an error of TryAcquire other than ErrNoPermits.
 func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*Permit, error) {
 	cfg, err := s.check(n, opts)
 	if err != nil {
@@ -34,6 +36,9 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(ErrNotObtained, err)
+	}
+	if s.l.q != nil {
+		return s.acquireQuorum(ctx, n, cfg)
 	}
 	w := semWaiter{s: s, tok: newSemToken(), n: n, cfg: cfg, grant: make(chan string, 1)}
 	defer w.leave()
@@ -45,7 +50,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*
 		r, err := s.acquireOnce(ctx, w.tok, n, cfg, "w")
 		switch {
 		case err != nil:
-			if unknownOutcome(err) { // it may have queued the token, or granted it permits
+			if mayHold(err) { // it may have queued the token, or granted it permits
 				s.cancel(ctx, w.tok)
 			}
 			if ctx.Err() != nil {
@@ -100,6 +105,11 @@ func (w *semWaiter) sleep(ctx context.Context, pause time.Duration) (p *Permit, 
 		w.s.cancel(ctx, w.tok)
 		return nil, true, errors.Join(ErrNotObtained, ctx.Err())
 	case g := <-w.grant:
+		if w.s.l.acks > 0 {
+			// A grant made by another's script: the poll that follows, with
+			// its WAIT, confirms it on the replicas (or gives it back).
+			return nil, false, nil
+		}
 		ends, fence, ok := parseGrant(g)
 		if !ok || ends <= w.now {
 			// A grant that had ended by the last poll is an earlier one,
