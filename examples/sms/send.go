@@ -110,24 +110,43 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	text := fmt.Sprintf("Your verification code is %s. It expires in %d minutes.", code, int(s.cfg.CodeTTL.Minutes()))
-	if err := s.deliver(ctx, dest, text); err != nil {
+	if err := s.deliverHeld(ctx, dest, text); err != nil {
 		_ = s.bounded(context.WithoutCancel(ctx), func(ctx context.Context) error { return s.codes.forget(ctx, dest.E164) })
 		s.refundAll(ctx, charges)
-		s.log.Error("send failed", "to", maskPhone(dest.E164), "err", err)
-		if errors.Is(err, ErrDestinationRefused) {
-			s.metrics.sends.WithLabelValues("refused").Inc()
-			writeJSON(w, http.StatusUnprocessableEntity, reply{Error: "the SMS provider refused this number: give another mobile number",
-				Reason: "provider_refused", Number: dest.E164, Country: dest.Region})
-			return
-		}
-		s.metrics.sends.WithLabelValues("provider_error").Inc()
-		writeJSON(w, http.StatusBadGateway, reply{Error: "could not send the code, try again"})
+		s.notDelivered(w, dest, err)
 		return
 	}
 	s.metrics.sends.WithLabelValues("sent").Inc()
 	s.log.Info("code sent", "to", maskPhone(dest.E164))
 	next, _ := s.phone.Peek(ctx, dest.E164) // when the page may offer "resend"
 	writeJSON(w, http.StatusAccepted, reply{RetryAfter: seconds(next.RetryAfter), Number: dest.E164, Country: dest.Region})
+}
+
+// notDelivered answers a send whose code did not go out, with its code
+// forgotten and its units refunded already: 503 with Retry-After when no
+// provider call came free in time or Redis could not give one, 422 when the
+// provider refused the number, 502 when it failed.
+func (s *Service) notDelivered(w http.ResponseWriter, dest destination, err error) {
+	switch {
+	case errors.Is(err, errProviderBusy):
+		s.metrics.sends.WithLabelValues("busy").Inc()
+		s.log.Warn("send refused: the provider's calls in flight are all taken", "to", maskPhone(dest.E164), "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, reply{Error: "the SMS provider is busy: try again in a moment", RetryAfter: seconds(providerBusyWait)})
+	case errors.Is(err, errInFlightRedis):
+		s.metrics.sends.WithLabelValues("unavailable").Inc()
+		s.metrics.redisErrors.Inc()
+		s.log.Error("send failed", "to", maskPhone(dest.E164), "err", err)
+		s.denied(w, "", guard.Decision{Degraded: true}, err)
+	case errors.Is(err, ErrDestinationRefused):
+		s.metrics.sends.WithLabelValues("refused").Inc()
+		s.log.Error("send failed", "to", maskPhone(dest.E164), "err", err)
+		writeJSON(w, http.StatusUnprocessableEntity, reply{Error: "the SMS provider refused this number: give another mobile number",
+			Reason: "provider_refused", Number: dest.E164, Country: dest.Region})
+	default:
+		s.metrics.sends.WithLabelValues("provider_error").Inc()
+		s.log.Error("send failed", "to", maskPhone(dest.E164), "err", err)
+		writeJSON(w, http.StatusBadGateway, reply{Error: "could not send the code, try again"})
+	}
 }
 
 // refused answers a number that is not one (400) or that the number policy
