@@ -55,50 +55,12 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 		s.refused(w, err)
 		return
 	}
-	// A number locked out of verification gets no code it could not use.
-	failKey, rule := s.codes.key(dest.E164), s.cfg.failureRule()
-	var locked bool
-	var wait time.Duration
-	err = s.bounded(ctx, func(ctx context.Context) error {
-		res, err := s.failures.Peek(ctx, failKey, rule)
-		locked, wait = !res.Allowed, res.RetryAfter
-		return err
-	})
-	if err != nil {
-		s.metrics.sends.WithLabelValues("unavailable").Inc()
-		s.metrics.redisErrors.Inc()
-		s.denied(w, "", guard.Decision{Degraded: true}, err)
+	if s.lockedOut(ctx, w, dest) {
 		return
 	}
-	if locked {
-		s.metrics.sends.WithLabelValues("locked").Inc()
-		writeJSON(w, http.StatusTooManyRequests, reply{Error: "too many failed verifications for this number: try again in " + humanWait(*seconds(wait)),
-			Scope: "number", Rule: rule.Name, RetryAfter: seconds(max(wait, time.Second))})
+	charges := s.charge(w, r, dest)
+	if charges == nil {
 		return
-	}
-	// Every guard or none: a send denied by one takes nothing from those
-	// before it (they are refunded) and never reaches those after it. The
-	// one hot key, the budget, is charged last, only for sends every other
-	// guard admitted.
-	charges := []charge{
-		{"ip", s.ip, clientIP(r, s.cfg.TrustProxy)},
-		{"number", s.phone, dest.E164},
-		{"prefix", s.prefix, dest.Prefix},
-		{"budget", s.budget, budgetKey},
-	}
-	if s.conversion != nil {
-		// First: a paused prefix's sends cost one script, and take nothing
-		// that would have to be given back.
-		charges = append([]charge{{"prefix", s.conversion.send(dest), ""}}, charges...)
-	}
-	for i, c := range charges {
-		d, err := c.g.Allow(ctx, c.key)
-		if !d.Allowed {
-			s.refundAll(ctx, charges[:i])
-			s.metrics.sends.WithLabelValues(result(d, err)).Inc()
-			s.denied(w, c.scope, d, err)
-			return
-		}
 	}
 	code := newCode()
 	if err := s.bounded(ctx, func(ctx context.Context) error { return s.codes.put(ctx, dest.E164, code) }); err != nil {
@@ -120,6 +82,62 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("code sent", "to", maskPhone(dest.E164))
 	next, _ := s.phone.Peek(ctx, dest.E164) // when the page may offer "resend"
 	writeJSON(w, http.StatusAccepted, reply{RetryAfter: seconds(next.RetryAfter), Number: dest.E164, Country: dest.Region})
+}
+
+// charge takes a unit from every guard a send to dest must pass, and returns
+// what it took; a send a guard denies is answered here, and charge returns
+// nil.
+func (s *Service) charge(w http.ResponseWriter, r *http.Request, dest destination) []charge {
+	// Every guard or none: a send denied by one takes nothing from those
+	// before it (they are refunded) and never reaches those after it. The
+	// one hot key, the budget, is charged last, only for sends every other
+	// guard admitted.
+	charges := []charge{
+		{"ip", s.ip, clientIP(r, s.cfg.TrustProxy)},
+		{"number", s.phone, dest.E164},
+		{"prefix", s.prefix, dest.Prefix},
+		{"budget", s.budget, budgetKey},
+	}
+	if s.conversion != nil {
+		// First: a paused prefix's sends cost one script, and take nothing
+		// that would have to be given back.
+		charges = append([]charge{{"prefix", s.conversion.send(dest), ""}}, charges...)
+	}
+	for i, c := range charges {
+		d, err := c.g.Allow(r.Context(), c.key)
+		if !d.Allowed {
+			s.refundAll(r.Context(), charges[:i])
+			s.metrics.sends.WithLabelValues(result(d, err)).Inc()
+			s.denied(w, c.scope, d, err)
+			return nil
+		}
+	}
+	return charges
+}
+
+// lockedOut answers a send to a number locked out of verification, which
+// gets no code it could not use (429), or one whose lockout Redis could not
+// tell (503); it reports whether it answered.
+func (s *Service) lockedOut(ctx context.Context, w http.ResponseWriter, dest destination) bool {
+	failKey, rule := s.codes.key(dest.E164), s.cfg.failureRule()
+	var locked bool
+	var wait time.Duration
+	err := s.bounded(ctx, func(ctx context.Context) error {
+		res, err := s.failures.Peek(ctx, failKey, rule)
+		locked, wait = !res.Allowed, res.RetryAfter
+		return err
+	})
+	switch {
+	case err != nil:
+		s.metrics.sends.WithLabelValues("unavailable").Inc()
+		s.metrics.redisErrors.Inc()
+		s.denied(w, "", guard.Decision{Degraded: true}, err)
+	case locked:
+		s.metrics.sends.WithLabelValues("locked").Inc()
+		writeJSON(w, http.StatusTooManyRequests, reply{Error: "too many failed verifications for this number: try again in " + humanWait(*seconds(wait)),
+			Scope: "number", Rule: rule.Name, RetryAfter: seconds(max(wait, time.Second))})
+	}
+	return err != nil || locked
 }
 
 // notDelivered answers a send whose code did not go out, with its code
