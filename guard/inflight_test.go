@@ -290,3 +290,44 @@ func TestInFlightShadow(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestInFlightRoundTrips: a permit costs a call of Do two round trips, one
+// to take it (free: no wait) and one to give it back, on a key new and on
+// one seen before.
+func TestInFlightRoundTrips(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		// trips returns the round trips of a Do of a new key and of the
+		// same key again, by a guard of p.
+		trips := func(name string, p guard.Policy) (fresh, seen int) {
+			c := b.Client(t)
+			rec := &testutil.CommandRecorder{}
+			c.AddHook(rec)
+			p.Prefix, p.Rules, p.Timeout = b.Prefix+name+":", plenty, 10*time.Second
+			g, err := guard.New(c, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			run := func(context.Context) error { return nil }
+			for range 2 { // every script loaded: a new key's, a returning one's
+				if _, err := g.Do(ctx, "warm", run); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, n := range []*int{&fresh, &seen} {
+				rec.Reset()
+				if _, err := g.Do(ctx, "k", run); err != nil {
+					t.Fatal(err)
+				}
+				*n = rec.Trips()
+				t.Logf("%s, Do %d: %q", name, i, rec.Shapes())
+			}
+			return fresh, seen
+		}
+		fresh, seen := trips("off", guard.Policy{})
+		freshIF, seenIF := trips("on", guard.Policy{InFlight: 4})
+		if freshIF != fresh+2 || seenIF != seen+2 {
+			t.Errorf("Do of a new key, of a seen one: %d, %d round trips with InFlight, %d, %d without; want 2 more", freshIF, seenIF, fresh, seen)
+		}
+	})
+}
