@@ -199,6 +199,8 @@ func TestBadInputPolicies(t *testing.T) {
 		"WithLease(0)":                   {s.Client, guard.Policy{Rules: ok, Funnel: []funnel.Option{funnel.WithLease(0)}}, funnel.ErrInvalidOption},
 		"a Penalty of no denials":        {s.Client, guard.Policy{Rules: ok, Funnel: []funnel.Option{funnel.WithPenalty(funnel.Penalty{Within: time.Minute, For: time.Minute})}}, funnel.ErrInvalidOption},
 		"replica ack as long as Timeout": {replicated, guard.Policy{Rules: ok, Timeout: time.Second, Funnel: []funnel.Option{funnel.WithReplicaAck(1, time.Second)}}, nil},
+		"InFlight -1":                    {s.Client, guard.Policy{Rules: ok, InFlight: -1}, nil},
+		"InFlight MinInt64":              {s.Client, guard.Policy{Rules: ok, InFlight: math.MinInt64}, nil},
 	} {
 		var g *guard.Guard
 		err := func() (err error) {

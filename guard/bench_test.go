@@ -74,3 +74,44 @@ func BenchmarkAllow(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDoInFlight measures Guard.Do with and without Policy.InFlight on
+// a real server: new keys serially (a permit free at once: two more round
+// trips), and 16 goroutines on one key with InFlight 4 (waits in the
+// key's queue, each hand-off a release and a Pub/Sub message):
+//
+//	go test -run '^$' -bench DoInFlight -benchtime 2000x ./guard/
+func BenchmarkDoInFlight(b *testing.B) {
+	be := testutil.RealBackend(b)
+	ctx := context.Background()
+	c := be.ClientOpts(b, &redis.Options{PoolSize: 64})
+	roomy := []funnel.Rule{{Name: "a", Capacity: 1 << 20, Leak: 1 << 20, Per: time.Second}}
+	run := func(context.Context) error { return nil }
+	var seq atomic.Int64
+	for _, n := range []int64{0, 4} {
+		g, err := guard.New(c, guard.Policy{Prefix: be.Prefix + strconv.FormatInt(n, 10) + ":", Rules: roomy, InFlight: n, Timeout: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("inflight"+strconv.FormatInt(n, 10)+"-serial-newkeys", func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := g.Do(ctx, strconv.FormatInt(seq.Add(1), 36), run); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("inflight"+strconv.FormatInt(n, 10)+"-16goroutines-onekey", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(8) // 16 on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := g.Do(ctx, "hot", run); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

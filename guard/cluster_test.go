@@ -167,3 +167,28 @@ func TestClusterGuardKeysShareASlotAndSpread(t *testing.T) {
 	}
 	t.Logf("%d user keys per master: %v", len(keys), masters)
 }
+
+// TestClusterGuardInFlight: a key's InFlight semaphore keeps its bound on a
+// Cluster and behind Sentinel, whatever braces the key holds (its keys
+// share one slot: no CROSSSLOT), and one key's does not hold up another's.
+func TestClusterGuardInFlight(t *testing.T) {
+	testutil.ScaleOut(t, func(t *testing.T, d *testutil.Deployment) {
+		ctx := context.Background()
+		g, err := guard.New(d.Client(t), guard.Policy{Prefix: d.Prefix, Rules: plenty, InFlight: 1, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range braceKeys {
+			_, wait := holdKey(t, g, key)
+			if _, err := g.Do(ctx, key, func(context.Context) error { return nil }); !errors.Is(err, guard.ErrBusy) {
+				t.Errorf("Do(%q) while its permit is held = %v, want ErrBusy", key, err)
+			}
+			if _, err := g.Do(ctx, key+"x", func(context.Context) error { return nil }); err != nil {
+				t.Errorf("Do(%q) while %q's permit is held = %v, want it run", key+"x", key, err)
+			}
+			if err := wait(); err != nil {
+				t.Fatalf("Do(%q) holding the permit = %v", key, err)
+			}
+		}
+	})
+}

@@ -38,6 +38,11 @@
 // q=5;w=3600) and the state of the rule with the least room, or of the one
 // that denied (RateLimit: its own r and t, not the whole key's).
 //
+// With Policy.InFlight, Do and Middleware also bound the calls of a key that
+// run at once, across the fleet: each holds a permit of the key's
+// mutex.Semaphore while it runs, and one that gets none within Timeout is
+// refused with ErrBusy (503 with Retry-After), its units given back.
+//
 // The package does not log and imports no metrics library: Policy.Observe
 // receives every decision, its error and latency, for Prometheus or
 // OpenTelemetry.

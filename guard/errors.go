@@ -26,6 +26,11 @@ var (
 	// OnError and Fallback say: admitting would let whoever can break a key
 	// open the limit for it.
 	ErrRejected = errors.New("guard: Redis refused the call")
+	// ErrBusy means a call that found Policy.InFlight calls of its key
+	// running, and none ending within Policy.Timeout: it did not run, and
+	// the units its admission took were given back. Middleware answers 503
+	// with Retry-After (ErrorRetryAfter).
+	ErrBusy = errors.New("guard: too many calls in flight")
 	// ErrInvalidKey means an empty key, one over MaxKeyLen, or one the
 	// Policy's Normalize rejected.
 	ErrInvalidKey = errors.New("guard: invalid key")

@@ -2,6 +2,7 @@ package guard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -57,4 +58,31 @@ func ExampleGuard_Do() {
 	// Output:
 	// send: provider refused
 	// refunded, so the retry is allowed: true
+}
+
+// At most one export per tenant runs at once, across the fleet: a second
+// one waits for the first for Timeout, then is refused with ErrBusy (and
+// Middleware answers it 503 with Retry-After).
+func ExamplePolicy_inFlight() {
+	m, _ := miniredis.Run()
+	defer m.Close()
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	g, _ := guard.New(client, guard.Policy{
+		Prefix:   "export:",
+		Rules:    []funnel.Rule{funnel.AtMost(100, time.Hour)},
+		InFlight: 1, // a call waits for a permit for Timeout (500 ms by default)
+	})
+	_, _ = g.Do(ctx, "tenant-7", func(ctx context.Context) error {
+		d, err := g.Do(ctx, "tenant-7", func(context.Context) error { return nil })
+		fmt.Println("second export:", d.Allowed, errors.Is(err, guard.ErrBusy), d.RetryAfter)
+		return nil
+	})
+	d, err := g.Do(ctx, "tenant-7", func(context.Context) error { return nil })
+	fmt.Println("after the first:", d.Allowed, err)
+	// Output:
+	// second export: false true 1s
+	// after the first: true <nil>
 }

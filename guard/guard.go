@@ -21,6 +21,10 @@ type Guard struct {
 	lim   *funnel.Limiter
 	fb    *fallback     // nil without Policy.Fallback
 	local *funnel.Local // FailOpen without a Fallback: the rules, in-process
+	// flights counts the calls running in this process for InFlight while
+	// Redis cannot answer; nil unless InFlight is set and the guard fails
+	// open (FailOpen or a Fallback).
+	flights *flights
 }
 
 // Decision is the outcome of Allow.
@@ -88,6 +92,9 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	if n, d := lim.Locker().ReplicaAck(); n > 0 && d >= p.Timeout {
 		return nil, fmt.Errorf("%w: replica acknowledgement within %v: want it under Timeout %v", ErrInvalidPolicy, d, p.Timeout)
 	}
+	if err := checkInFlight(lim.Locker(), p.InFlight); err != nil {
+		return nil, err
+	}
 	g := &Guard{p: p, lim: lim}
 	switch {
 	case p.Fallback != nil:
@@ -95,7 +102,25 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	case p.OnError == FailOpen:
 		g.local = funnel.NewLocal(DefaultFallbackMax)
 	}
+	if p.InFlight > 0 && (g.fb != nil || g.local != nil) {
+		g.flights = newFlights(p.InFlight)
+	}
 	return g, nil
+}
+
+// checkInFlight refuses a negative InFlight, and one that l cannot keep
+// (Locker.Semaphore refuses it).
+func checkInFlight(l *mutex.Locker, n int64) error {
+	switch {
+	case n < 0:
+		return fmt.Errorf("%w: InFlight %d: want 0 (no bound) or more", ErrInvalidPolicy, n)
+	case n == 0:
+		return nil
+	}
+	if _, err := l.Semaphore("k", n); err != nil {
+		return fmt.Errorf("%w: InFlight %d: %w", ErrInvalidPolicy, n, err)
+	}
+	return nil
 }
 
 // Allow is shorthand for AllowN(ctx, key, 1).
@@ -205,6 +230,11 @@ func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
 	if err != nil {
 		return err
 	}
+	return g.refund(ctx, sk, n)
+}
+
+// refund is RefundN for the stored key sk.
+func (g *Guard) refund(ctx context.Context, sk string, n int64) error {
 	cctx, cancel := context.WithTimeout(ctx, g.p.Timeout)
 	defer cancel()
 	if err := g.lim.Refund(cctx, sk, n, g.p.Rules...); err != nil {
@@ -230,21 +260,42 @@ func redisError(err error) error {
 // decision and fn's error (joined with the refund's, if that failed too), or
 // Allow's error. A Degraded admission (FailOpen, a Fallback) took nothing
 // in Redis: a failing fn refunds nothing there either.
+//
+// With Policy.InFlight, fn runs holding a permit of key's semaphore, given
+// back when fn returns or panics, and its context is cancelled if the
+// permit is lost. An admitted call that gets no permit within Timeout does
+// not run: Do refunds its unit and returns a denial (RetryAfter
+// ErrorRetryAfter) with an error matching ErrBusy (or ErrUnavailable,
+// ErrRejected: see Policy.InFlight).
 func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) error) (Decision, error) {
-	d, err := g.Allow(ctx, key)
+	d, sk, err := g.allowObserved(ctx, key, 1)
 	if !d.Allowed {
 		return d, err
 	}
-	if ferr := fn(ctx); ferr != nil {
-		if d.Degraded {
-			return d, errors.Join(ferr, err)
+	s, serr := g.enter(ctx, sk, d.Degraded)
+	if serr != nil {
+		return g.busyDecision(serr), errors.Join(serr, g.giveBack(ctx, sk, d, 1))
+	}
+	defer g.leave(ctx, s)
+	err = errors.Join(err, s.degraded)
+	if ferr := fn(s.context(ctx)); ferr != nil {
+		rerr := g.giveBack(ctx, sk, d, 1)
+		if rerr == nil && err == nil {
+			return d, ferr
 		}
-		if rerr := g.Refund(ctx, key); rerr != nil {
-			return d, errors.Join(ferr, rerr)
-		}
-		return d, ferr
+		return d, errors.Join(ferr, rerr, err)
 	}
 	return d, err
+}
+
+// giveBack refunds the n units the admission d of the stored key sk took
+// in Redis (none when d was Degraded), for a call that did not happen,
+// whatever happened to ctx.
+func (g *Guard) giveBack(ctx context.Context, sk string, d Decision, n int64) error {
+	if d.Degraded || !d.Allowed {
+		return nil
+	}
+	return g.refund(context.WithoutCancel(ctx), sk, n)
 }
 
 // storedKey maps a caller's key to the key kept in Redis: normalized, then

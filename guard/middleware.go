@@ -29,6 +29,10 @@ import (
 //     (ErrRejected): 503 Service Unavailable, with Retry-After and the same
 //     body. A denial of the fallback (FailOpen's rules in this process, or
 //     Policy.Fallback) is a 429.
+//   - With Policy.InFlight, an admitted request runs holding a permit of its
+//     key's semaphore; one that gets none within Timeout (ErrBusy) is
+//     answered 503 with Retry-After (ErrorRetryAfter, at least 1 s), and
+//     its units are given back.
 //   - keyFunc's error or an invalid key: 400 Bad Request; 413 for
 //     ErrBodyTooLarge, 415 for ErrContentType, 500 for ErrInvalidKeyFunc.
 //     The body's "error" is what the client can fix, the Fix of a
@@ -80,12 +84,29 @@ func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
 	}
 	switch h.g.judge(d, err) {
 	case admitted:
-		h.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
+		h.run(w, r, d, sk, n)
 	case denied:
 		h.mc.denied(w, r, d)
 	default:
 		h.mc.failed(w, r, d, err)
 	}
+}
+
+// run passes r, admitted by d for the stored key sk at a cost of n units,
+// on to the next handler, which runs holding a slot of Policy.InFlight. A
+// request refused one gets its units back and is answered by the error
+// handler (503 with Retry-After by default); in Shadow it goes on without
+// one.
+func (h *guarded) run(w http.ResponseWriter, r *http.Request, d Decision, sk string, n int64) {
+	ctx := r.Context()
+	s, err := h.g.enter(ctx, sk, d.Degraded)
+	if err != nil && !h.g.p.Shadow {
+		_ = h.g.giveBack(ctx, sk, d, n) // nothing to tell the client: it waits ErrorRetryAfter either way
+		h.mc.failed(w, r, h.g.busyDecision(err), err)
+		return
+	}
+	defer h.g.leave(ctx, s)
+	h.next.ServeHTTP(w, r.WithContext(context.WithValue(s.context(ctx), decisionKey{}, d)))
 }
 
 // request is the key of r and the units it costs.
@@ -188,8 +209,9 @@ func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d Decision
 // WithErrorHandler answers the requests the guard could not decide with h
 // instead of the default JSON: err matches ErrInvalidKey (the key function
 // failed, the key or cost is invalid: 400 by default), ErrUnavailable or
-// ErrRejected while failing closed (503 with Retry-After), or the request
-// context's error (503). d is the denial that stands for the decision.
+// ErrRejected while failing closed (503 with Retry-After), ErrBusy (no
+// InFlight permit in time: 503 with Retry-After), or the request context's
+// error (503). d is the denial that stands for the decision.
 // What the client can fix is the Fix of the *RequestError in err's chain, if
 // any (errors.As); err itself is for the server's logs.
 func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, d Decision, err error)) MiddlewareOption {
@@ -233,13 +255,20 @@ func errorJSON(w http.ResponseWriter, r *http.Request, d Decision, err error) {
 		writeJSON(w, http.StatusBadRequest, body{Error: fixOf(err, "invalid request key")})
 	case errors.Is(err, funnel.ErrInvalidN): // a cost over a rule's capacity
 		writeJSON(w, http.StatusBadRequest, body{Error: "the request costs more than the limit allows"})
+	case errors.Is(err, ErrBusy): // before ErrUnavailable, which a count in this process matches too
+		unavailableJSON(w, d, "too many requests in flight")
 	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrRejected):
-		secs := RetryAfterSeconds(d.RetryAfter)
-		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-		writeJSON(w, http.StatusServiceUnavailable, body{Error: "rate limiter unavailable", RetryAfter: secs})
+		unavailableJSON(w, d, "rate limiter unavailable")
 	default:
 		writeJSON(w, http.StatusServiceUnavailable, body{Error: "request cancelled"})
 	}
+}
+
+// unavailableJSON answers 503 with Retry-After: RetryAfterSeconds(d.RetryAfter).
+func unavailableJSON(w http.ResponseWriter, d Decision, msg string) {
+	secs := RetryAfterSeconds(d.RetryAfter)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	writeJSON(w, http.StatusServiceUnavailable, body{Error: msg, RetryAfter: secs})
 }
 
 // RetryAfterSeconds converts a wait to the whole seconds of a Retry-After

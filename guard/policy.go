@@ -50,11 +50,37 @@ type Policy struct {
 	// always denies.
 	OnError FailureMode
 	// ErrorRetryAfter is the RetryAfter of a denial made because Redis could
-	// not answer (DefaultErrorRetry if zero).
+	// not answer, and of a call refused with ErrBusy (DefaultErrorRetry if
+	// zero).
 	ErrorRetryAfter time.Duration
 	// Timeout bounds every call to Redis, lock waits included, so that a slow
 	// Redis cannot stall an endpoint (DefaultTimeout if zero).
 	Timeout time.Duration
+	// InFlight, if positive, bounds the calls of one key that run at once,
+	// across every process of the fleet: Do and Middleware hold one permit
+	// of the key's semaphore of InFlight permits (a mutex.Semaphore on the
+	// Locker of the guard's funnel, in the cluster slot of the key's lock and
+	// state) while fn or the handler runs. A call that finds none free waits
+	// for one in the semaphore's FIFO queue, for Timeout at most, and is then
+	// refused with ErrBusy (Middleware: 503 with Retry-After), and the units
+	// its admission took are given back. The permit's lease, the Locker's
+	// TTL, is renewed while the call runs (mutex.AutoRenew); fn's context
+	// (the handler's request context) is cancelled if the permit is lost,
+	// and a process that dies mid-call frees its permit when the lease ends.
+	// Allow and AllowN only decide: they take no permit. Zero is no bound;
+	// a negative InFlight is ErrInvalidPolicy, and so is InFlight on a
+	// Locker that cannot keep semaphores (a quorum WithRejoinDelay, given
+	// with funnel.WithLocker). With funnel.WithReplicaAck the permits wait
+	// for the replicas as the admissions do. Guards that
+	// share a key's semaphore (one Prefix, or one funnel.WithLocker Locker)
+	// must have the same InFlight: under another, a call is refused with
+	// ErrRejected.
+	//
+	// When Redis cannot answer, OnError decides here too: FailClosed refuses
+	// the call (ErrUnavailable); FailOpen and a Fallback bound the calls of a
+	// key running in this process to InFlight. A permit costs two round
+	// trips per call, taken after the admission and given back after fn.
+	InFlight int64
 	// Normalize, if set, maps a key to its canonical form (for example a
 	// phone number to E.164) before anything else; an error rejects the key
 	// with ErrInvalidKey.
@@ -90,7 +116,8 @@ type Policy struct {
 	//     Timeout; one they did not acknowledge is an error matching
 	//     mutex.ErrNotReplicated, which OnError or Fallback then decides.
 	//   - funnel.WithLocker(l): the keys' locks are taken with l (on the same
-	//     Redis), whose names are the guard's stored keys.
+	//     Redis), whose names are the guard's stored keys, and so are the
+	//     InFlight semaphores: guards that share l share each key's.
 	// A funnel.WithPrefix among them overrides Prefix for the keys in Redis.
 	Funnel []funnel.Option
 	// RateLimitHeaders makes Middleware send the IETF RateLimit-Policy and

@@ -39,6 +39,7 @@ var keyShape = regexp.MustCompile(`^(sms:code:[A-Za-z0-9_-]{43}` +
 	`|sms:fail:\{sms:code:[A-Za-z0-9_-]{43}\}:([a-z]+|record:[0-9a-f]{32})` +
 	`|sms:sent:\{[SM]M[0-9a-fA-F]{32}\}` + // a message sent, by Twilio's sid, for its delivery report
 	`|sms:conv:\{[A-Za-z0-9_-]{43}\}:(sends|done|pause)` +
+	`|sms:inflight:\{provider\}:sem(:[a-z]+)?` + // the provider's calls in flight (inflight.go)
 	`|sms:conv:paused:[A-Za-z0-9_-]{43})$`) // the index of paused prefixes (pauseindex.go): a sorted set of those HMACs
 
 // strayKeys returns the keys of the service's Redis that are not of

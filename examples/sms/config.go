@@ -32,6 +32,11 @@ type Config struct {
 	TrustProxy       bool           // take the client IP from X-Forwarded-For
 	DemoOutbox       bool           // serve the console provider's outbox to the page
 	ProviderTimeout  time.Duration  // bounds each call to the SMS provider
+	// ProviderInFlight bounds the calls to the provider running at once
+	// across the fleet (0: no bound); a send waits ProviderInFlightWait at
+	// most for one to end.
+	ProviderInFlight     int64
+	ProviderInFlightWait time.Duration
 
 	Conversion ConversionConfig // the conversion guard (conversion.go)
 }
@@ -47,9 +52,18 @@ func DefaultConfig() Config {
 		IPHourly: 10, IPDaily: 30, PrefixDigits: 5, PrefixHourly: 30, PrefixDaily: 200,
 		DailyBudget: 1000, IPVerifyHourly: 30, CodeTTL: 5 * time.Minute, MaxAttempts: 5,
 		MaxDailyFailures: 10, Timeout: 500 * time.Millisecond,
-		ProviderTimeout: 5 * time.Second,
-		Conversion:      defaultConversion(),
+		ProviderTimeout: 5 * time.Second, ProviderInFlight: 10, ProviderInFlightWait: 2 * time.Second,
+		Conversion: defaultConversion(),
 	}
+}
+
+// inFlightWait is how long a send may wait for a provider call to end:
+// ProviderInFlightWait, or nothing when the calls are not bounded.
+func (c Config) inFlightWait() time.Duration {
+	if c.ProviderInFlight == 0 {
+		return 0
+	}
+	return c.ProviderInFlightWait
 }
 
 // phoneRules are a number's limits: a cooldown between two codes, and
@@ -135,6 +149,9 @@ func (c Config) check() error {
 	}
 	if c.ProviderTimeout <= 0 {
 		return fmt.Errorf("%w: the provider timeout must be positive", errConfig)
+	}
+	if c.ProviderInFlight < 0 || c.ProviderInFlight > 0 && c.ProviderInFlightWait <= 0 {
+		return fmt.Errorf("%w: the provider's calls in flight must be 0 (no bound) or more, with a positive wait", errConfig)
 	}
 	if c.PrefixDigits < 1 || c.PrefixDigits > 14 {
 		return fmt.Errorf("%w: prefix digits must be 1 to 14", errConfig)

@@ -64,6 +64,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl.DurationVar(&cfg.Timeout, "redis-timeout", cfg.Timeout, "timeout of each Redis call")
 	fl.BoolVar(&cfg.TrustProxy, "trust-proxy", false, "take the client IP from X-Forwarded-For")
 	fl.DurationVar(&cfg.ProviderTimeout, "provider-timeout", cfg.ProviderTimeout, "time the SMS provider has to take a message (then 502, refunded)")
+	fl.Int64Var(&cfg.ProviderInFlight, "provider-inflight", cfg.ProviderInFlight, "calls to the SMS provider in flight at once across the fleet (0: no bound). "+
+		"A provider refuses calls past its account's concurrency (Twilio: 429, error 20429), a limit every program on the account shares: "+
+		"10 leaves the rest of it to them and still sends about 20 codes a second at 0.5 s a call, far above any -daily-budget")
+	fl.DurationVar(&cfg.ProviderInFlightWait, "provider-inflight-wait", cfg.ProviderInFlightWait, "how long a send waits for a provider call to end when -provider-inflight are running (then 503 with Retry-After, refunded)")
 	limits := defaultServerLimits()
 	limits.flags(fl)
 	conversionFlags(fl, &cfg.Conversion)
@@ -80,7 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	if err := limits.check(cfg.ProviderTimeout); err != nil {
+	if err := limits.check(cfg.ProviderTimeout, cfg.inFlightWait()); err != nil {
 		return err
 	}
 	if err := admin.check(); err != nil {

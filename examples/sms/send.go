@@ -55,27 +55,39 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 		s.refused(w, err)
 		return
 	}
-	// A number locked out of verification gets no code it could not use.
-	failKey, rule := s.codes.key(dest.E164), s.cfg.failureRule()
-	var locked bool
-	var wait time.Duration
-	err = s.bounded(ctx, func(ctx context.Context) error {
-		res, err := s.failures.Peek(ctx, failKey, rule)
-		locked, wait = !res.Allowed, res.RetryAfter
-		return err
-	})
-	if err != nil {
+	if s.lockedOut(ctx, w, dest) {
+		return
+	}
+	charges := s.charge(w, r, dest)
+	if charges == nil {
+		return
+	}
+	code := newCode()
+	if err := s.bounded(ctx, func(ctx context.Context) error { return s.codes.put(ctx, dest.E164, code) }); err != nil {
+		s.refundAll(ctx, charges)
 		s.metrics.sends.WithLabelValues("unavailable").Inc()
 		s.metrics.redisErrors.Inc()
+		s.log.Error("storing a code failed", "to", maskPhone(dest.E164), "err", err)
 		s.denied(w, "", guard.Decision{Degraded: true}, err)
 		return
 	}
-	if locked {
-		s.metrics.sends.WithLabelValues("locked").Inc()
-		writeJSON(w, http.StatusTooManyRequests, reply{Error: "too many failed verifications for this number: try again in " + humanWait(*seconds(wait)),
-			Scope: "number", Rule: rule.Name, RetryAfter: seconds(max(wait, time.Second))})
+	text := fmt.Sprintf("Your verification code is %s. It expires in %d minutes.", code, int(s.cfg.CodeTTL.Minutes()))
+	if err := s.deliverHeld(ctx, dest, text); err != nil {
+		_ = s.bounded(context.WithoutCancel(ctx), func(ctx context.Context) error { return s.codes.forget(ctx, dest.E164) })
+		s.refundAll(ctx, charges)
+		s.notDelivered(w, dest, err)
 		return
 	}
+	s.metrics.sends.WithLabelValues("sent").Inc()
+	s.log.Info("code sent", "to", maskPhone(dest.E164))
+	next, _ := s.phone.Peek(ctx, dest.E164) // when the page may offer "resend"
+	writeJSON(w, http.StatusAccepted, reply{RetryAfter: seconds(next.RetryAfter), Number: dest.E164, Country: dest.Region})
+}
+
+// charge takes a unit from every guard a send to dest must pass, and returns
+// what it took; a send a guard denies is answered here, and charge returns
+// nil.
+func (s *Service) charge(w http.ResponseWriter, r *http.Request, dest destination) []charge {
 	// Every guard or none: a send denied by one takes nothing from those
 	// before it (they are refunded) and never reaches those after it. The
 	// one hot key, the budget, is charged last, only for sends every other
@@ -92,42 +104,67 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 		charges = append([]charge{{"prefix", s.conversion.send(dest), ""}}, charges...)
 	}
 	for i, c := range charges {
-		d, err := c.g.Allow(ctx, c.key)
+		d, err := c.g.Allow(r.Context(), c.key)
 		if !d.Allowed {
-			s.refundAll(ctx, charges[:i])
+			s.refundAll(r.Context(), charges[:i])
 			s.metrics.sends.WithLabelValues(result(d, err)).Inc()
 			s.denied(w, c.scope, d, err)
-			return
+			return nil
 		}
 	}
-	code := newCode()
-	if err := s.bounded(ctx, func(ctx context.Context) error { return s.codes.put(ctx, dest.E164, code) }); err != nil {
-		s.refundAll(ctx, charges)
+	return charges
+}
+
+// lockedOut answers a send to a number locked out of verification, which
+// gets no code it could not use (429), or one whose lockout Redis could not
+// tell (503); it reports whether it answered.
+func (s *Service) lockedOut(ctx context.Context, w http.ResponseWriter, dest destination) bool {
+	failKey, rule := s.codes.key(dest.E164), s.cfg.failureRule()
+	var locked bool
+	var wait time.Duration
+	err := s.bounded(ctx, func(ctx context.Context) error {
+		res, err := s.failures.Peek(ctx, failKey, rule)
+		locked, wait = !res.Allowed, res.RetryAfter
+		return err
+	})
+	switch {
+	case err != nil:
 		s.metrics.sends.WithLabelValues("unavailable").Inc()
 		s.metrics.redisErrors.Inc()
-		s.log.Error("storing a code failed", "to", maskPhone(dest.E164), "err", err)
 		s.denied(w, "", guard.Decision{Degraded: true}, err)
-		return
+	case locked:
+		s.metrics.sends.WithLabelValues("locked").Inc()
+		writeJSON(w, http.StatusTooManyRequests, reply{Error: "too many failed verifications for this number: try again in " + humanWait(*seconds(wait)),
+			Scope: "number", Rule: rule.Name, RetryAfter: seconds(max(wait, time.Second))})
 	}
-	text := fmt.Sprintf("Your verification code is %s. It expires in %d minutes.", code, int(s.cfg.CodeTTL.Minutes()))
-	if err := s.deliver(ctx, dest, text); err != nil {
-		_ = s.bounded(context.WithoutCancel(ctx), func(ctx context.Context) error { return s.codes.forget(ctx, dest.E164) })
-		s.refundAll(ctx, charges)
+	return err != nil || locked
+}
+
+// notDelivered answers a send whose code did not go out, with its code
+// forgotten and its units refunded already: 503 with Retry-After when no
+// provider call came free in time or Redis could not give one, 422 when the
+// provider refused the number, 502 when it failed.
+func (s *Service) notDelivered(w http.ResponseWriter, dest destination, err error) {
+	switch {
+	case errors.Is(err, errProviderBusy):
+		s.metrics.sends.WithLabelValues("busy").Inc()
+		s.log.Warn("send refused: the provider's calls in flight are all taken", "to", maskPhone(dest.E164), "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, reply{Error: "the SMS provider is busy: try again in a moment", RetryAfter: seconds(providerBusyWait)})
+	case errors.Is(err, errInFlightRedis):
+		s.metrics.sends.WithLabelValues("unavailable").Inc()
+		s.metrics.redisErrors.Inc()
 		s.log.Error("send failed", "to", maskPhone(dest.E164), "err", err)
-		if errors.Is(err, ErrDestinationRefused) {
-			s.metrics.sends.WithLabelValues("refused").Inc()
-			writeJSON(w, http.StatusUnprocessableEntity, reply{Error: "the SMS provider refused this number: give another mobile number",
-				Reason: "provider_refused", Number: dest.E164, Country: dest.Region})
-			return
-		}
+		s.denied(w, "", guard.Decision{Degraded: true}, err)
+	case errors.Is(err, ErrDestinationRefused):
+		s.metrics.sends.WithLabelValues("refused").Inc()
+		s.log.Error("send failed", "to", maskPhone(dest.E164), "err", err)
+		writeJSON(w, http.StatusUnprocessableEntity, reply{Error: "the SMS provider refused this number: give another mobile number",
+			Reason: "provider_refused", Number: dest.E164, Country: dest.Region})
+	default:
 		s.metrics.sends.WithLabelValues("provider_error").Inc()
+		s.log.Error("send failed", "to", maskPhone(dest.E164), "err", err)
 		writeJSON(w, http.StatusBadGateway, reply{Error: "could not send the code, try again"})
-		return
 	}
-	s.metrics.sends.WithLabelValues("sent").Inc()
-	s.log.Info("code sent", "to", maskPhone(dest.E164))
-	next, _ := s.phone.Peek(ctx, dest.E164) // when the page may offer "resend"
-	writeJSON(w, http.StatusAccepted, reply{RetryAfter: seconds(next.RetryAfter), Number: dest.E164, Country: dest.Region})
 }
 
 // refused answers a number that is not one (400) or that the number policy

@@ -14,6 +14,7 @@ import (
 
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/guard"
+	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 )
@@ -35,11 +36,14 @@ type Service struct {
 	failures *funnel.Limiter // failed verifications per number
 	codes    *codeStore
 	provider Provider
-	outbox   func() []outboxMessage // the demo outbox; nil when not served
-	demo     bool                   // the demo's reset of its limits is routed (a demo, with the outbox)
-	states   *guardStates           // the guards' state, for the demo's reset and the operators' tools
-	log      *slog.Logger
-	metrics  *metrics
+	// providerCalls bounds the provider's calls in flight across the fleet
+	// (Config.ProviderInFlight); nil: no bound.
+	providerCalls *mutex.Semaphore
+	outbox        func() []outboxMessage // the demo outbox; nil when not served
+	demo          bool                   // the demo's reset of its limits is routed (a demo, with the outbox)
+	states        *guardStates           // the guards' state, for the demo's reset and the operators' tools
+	log           *slog.Logger
+	metrics       *metrics
 
 	conversion *conversionGuard // pauses the prefixes whose codes are not verified; nil when off
 }
@@ -101,6 +105,9 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 		}
 	}
 	if s.failures, err = funnel.New(client, funnel.WithPrefix("sms:fail:")); err != nil {
+		return nil, err
+	}
+	if s.providerCalls, err = newProviderCalls(client, cfg.ProviderInFlight); err != nil {
 		return nil, err
 	}
 	s.conversion = newConversionGuard(s)

@@ -46,7 +46,7 @@ func defaultServerLimits() serverLimits {
 func (l *serverLimits) flags(fl *flag.FlagSet) {
 	fl.DurationVar(&l.ReadHeader, "read-header-timeout", l.ReadHeader, "time a client has to send a request's header")
 	fl.DurationVar(&l.Read, "read-timeout", l.Read, "time a client has to send a whole request, header and body (a slower one is cut)")
-	fl.DurationVar(&l.Write, "write-timeout", l.Write, "time from a request's header to the end of its answer; must exceed -provider-timeout")
+	fl.DurationVar(&l.Write, "write-timeout", l.Write, "time from a request's header to the end of its answer; must exceed -provider-timeout plus -provider-inflight-wait")
 	fl.DurationVar(&l.Idle, "idle-timeout", l.Idle, "time a kept-alive connection may sit idle")
 	fl.IntVar(&l.MaxHeaderBytes, "max-header-bytes", l.MaxHeaderBytes, "size of a request's header block; a larger one is answered 431")
 }
@@ -56,14 +56,16 @@ func (l *serverLimits) flags(fl *flag.FlagSet) {
 var errServerLimits = errors.New("invalid server limits")
 
 // check refuses limits that are not positive, or a write time-out that the
-// provider's time-out, a part of every send, would outlast: the client
-// would see its connection cut instead of the 502.
-func (l serverLimits) check(providerTimeout time.Duration) error {
+// provider's time-out, a part of every send, would outlast, with the wait
+// for a provider call to end (-provider-inflight-wait, 0 when the calls are
+// not bounded): the client would see its connection cut instead of the 502.
+func (l serverLimits) check(providerTimeout, inFlightWait time.Duration) error {
 	if l.ReadHeader <= 0 || l.Read <= 0 || l.Write <= 0 || l.Idle <= 0 || l.MaxHeaderBytes <= 0 {
 		return fmt.Errorf("%w: -read-header-timeout, -read-timeout, -write-timeout, -idle-timeout and -max-header-bytes must be positive", errServerLimits)
 	}
-	if l.Write <= providerTimeout {
-		return fmt.Errorf("%w: -write-timeout %v must exceed -provider-timeout %v", errServerLimits, l.Write, providerTimeout)
+	// A provider time-out that is not positive is Config.check's to refuse.
+	if providerTimeout > 0 && l.Write <= providerTimeout+inFlightWait {
+		return fmt.Errorf("%w: -write-timeout %v must exceed -provider-timeout %v plus -provider-inflight-wait %v", errServerLimits, l.Write, providerTimeout, inFlightWait)
 	}
 	return nil
 }

@@ -132,7 +132,7 @@ func TestServerLimitsFlags(t *testing.T) {
 		srv.IdleTimeout != 60*time.Second || srv.MaxHeaderBytes != 16<<10 {
 		t.Errorf("default server %+v", srv)
 	}
-	if err := l.check(DefaultConfig().ProviderTimeout); err != nil {
+	if err := l.check(DefaultConfig().ProviderTimeout, DefaultConfig().inFlightWait()); err != nil {
 		t.Errorf("the defaults: %v", err)
 	}
 	err := fl.Parse([]string{"-read-header-timeout", "1s", "-read-timeout", "2s", "-write-timeout", "3s", "-idle-timeout", "4s", "-max-header-bytes", "5"})
@@ -149,7 +149,7 @@ func TestServerLimitsFlags(t *testing.T) {
 		{ReadHeader: time.Second, Read: time.Second, Write: time.Minute, Idle: time.Second, MaxHeaderBytes: -1},
 		{ReadHeader: time.Second, Read: time.Second, Write: 5 * time.Second, Idle: time.Second, MaxHeaderBytes: 1},
 	} {
-		if err := bad.check(5 * time.Second); !errors.Is(err, errServerLimits) {
+		if err := bad.check(5*time.Second, 0); !errors.Is(err, errServerLimits) {
 			t.Errorf("check(%+v) = %v; want errServerLimits", bad, err)
 		}
 	}

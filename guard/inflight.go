@@ -1,0 +1,166 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/funnelguard/funnelguard/mutex"
+)
+
+// A slot is one running call's place among the Policy.InFlight calls of
+// its key: a permit of the key's semaphore in Redis, or a place in this
+// process's count (Redis could not answer, and OnError or the Fallback let
+// the call run), or nothing when InFlight is off. The zero slot holds
+// nothing.
+type slot struct {
+	permit *mutex.Permit
+	local  *flights
+	key    string // the stored key, in local
+	// degraded is, for a place in local taken because Redis could not
+	// answer the permit's call, that call's error (ErrUnavailable).
+	degraded error
+}
+
+// context returns the context of the call running in s: cancelled when its
+// permit is lost, so that a call no longer counted learns it.
+func (s slot) context(parent context.Context) context.Context {
+	if s.permit == nil {
+		return parent
+	}
+	return s.permit.Context(parent)
+}
+
+// enter takes a slot for a call of the stored key sk, which an admission
+// let through (degraded: made without Redis, which the permit then is too).
+// It waits for a permit in the key's FIFO queue for Timeout at most. An
+// error means the call must not run: it matches ErrBusy (InFlight calls of
+// the key kept running; with ErrUnavailable, in this process while Redis
+// cannot answer), ErrUnavailable (failing closed), ErrRejected, or is
+// ctx's.
+func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, error) {
+	switch {
+	case g.p.InFlight == 0:
+		return slot{}, nil
+	case degraded:
+		return g.enterLocal(sk, nil)
+	}
+	p, err := g.acquire(ctx, sk)
+	switch {
+	case err == nil:
+		return slot{permit: p}, nil
+	case errors.Is(err, ErrUnavailable) && g.flights != nil:
+		return g.enterLocal(sk, err)
+	}
+	return slot{}, err
+}
+
+// acquire takes a permit of sk's semaphore: at once if one is free (one
+// round trip), else by waiting in its queue until Timeout ends (ErrBusy).
+// The permit's lease is renewed until it is given back.
+func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
+	sem, err := g.lim.Locker().Semaphore(sk, g.p.InFlight)
+	if err != nil { // New tried the Locker and the size: never, for a stored key
+		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, g.p.Timeout)
+	defer cancel()
+	p, err := sem.TryAcquire(cctx, 1, mutex.AutoRenew())
+	if errors.Is(err, mutex.ErrNoPermits) {
+		// Redis has just answered: a wait that ends without a permit is
+		// one for the calls running, not for Redis.
+		p, err = sem.Acquire(cctx, 1, mutex.AutoRenew())
+		if errors.Is(err, mutex.ErrNotObtained) && ctx.Err() == nil {
+			return nil, fmt.Errorf("%w: %d calls of the key ran through %v: %w", ErrBusy, g.p.InFlight, g.p.Timeout, err)
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		return nil, permitError(err)
+	}
+	return p, err
+}
+
+// permitError wraps an error of a semaphore's call: ErrRejected for a
+// semaphore Redis keeps with another size (a guard with another InFlight
+// shares the key), else as for every call to Redis.
+func permitError(err error) error {
+	if errors.Is(err, mutex.ErrInvalid) {
+		return fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	return redisError(err)
+}
+
+// enterLocal takes a place in this process's count of sk's calls, for a
+// call that runs while Redis cannot answer (uerr, the error that says so,
+// or nil when the admission was degraded already). A guard that fails
+// closed has no count: the call is refused with uerr.
+func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
+	if g.flights == nil {
+		if uerr == nil {
+			uerr = fmt.Errorf("%w: no permit without Redis", ErrUnavailable)
+		}
+		return slot{}, uerr
+	}
+	if !g.flights.enter(sk) {
+		return slot{}, fmt.Errorf("%w: %d calls of the key run in this process: %w", ErrBusy, g.p.InFlight, ErrUnavailable)
+	}
+	return slot{local: g.flights, key: sk, degraded: uerr}, nil
+}
+
+// leave gives s back: the permit (bounded by Timeout, whatever ctx says;
+// a permit whose release fails comes back when its lease ends, no longer
+// renewed) or the place in this process's count.
+func (g *Guard) leave(ctx context.Context, s slot) {
+	switch {
+	case s.permit != nil:
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.p.Timeout)
+		defer cancel()
+		_ = s.permit.Release(ctx)
+	case s.local != nil:
+		s.local.leave(s.key)
+	}
+}
+
+// busyDecision is the denial that stands for a call enter refused with
+// err: Degraded unless Redis answered (the key was busy in Redis, or ctx
+// ended).
+func (g *Guard) busyDecision(err error) Decision {
+	return Decision{RetryAfter: g.p.ErrorRetryAfter,
+		Degraded: errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected)}
+}
+
+// flights counts the calls of each key running in this process, for
+// InFlight while Redis cannot answer. A key has an entry only while calls
+// of it run, so it holds no more keys than there are calls running.
+type flights struct {
+	max int64
+	mu  sync.Mutex
+	n   map[string]int64
+}
+
+func newFlights(max int64) *flights {
+	return &flights{max: max, n: make(map[string]int64)}
+}
+
+// enter counts one more call of key, unless max run already.
+func (f *flights) enter(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n[key] >= f.max {
+		return false
+	}
+	f.n[key]++
+	return true
+}
+
+// leave counts one call of key less.
+func (f *flights) leave(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n[key] <= 1 {
+		delete(f.n, key)
+		return
+	}
+	f.n[key]--
+}
