@@ -42,9 +42,10 @@ const (
 //
 // An Acquire is two operations: its enqueue, within the interval from the
 // send of its first script to that script's reply (a go-redis hook,
-// semTrace, times them), and then either its grant, before Acquire
-// returned, or its cancel, before the last reply of its scripts (the
-// cancel may run after Acquire returned, dropWait).
+// semTrace, times them), and then either its grant, observed just before
+// Acquire returned, or its cancel, between the send of its cancel script
+// and the last reply of its scripts (the cancel may run after Acquire
+// returned, dropWait).
 func TestSemaphoreWaitLinearizable(t *testing.T) {
 	b := testutil.RealBackend(t)
 	trace := newSemTrace()
@@ -286,12 +287,25 @@ func (r *semWaitRun) history(traced map[int]semTraced) []porcupine.Operation {
 		in := a.in
 		in.kind, in.seq = swEnqueue, tr.seq
 		ops = append(ops, porcupine.Operation{ClientId: a.client, Input: in, Call: tr.sent, Output: true, Return: enq})
-		in.kind, in.seq = swCancel, 0
+		in.seq = 0
 		if a.granted {
+			// Granted before Acquire returned, it holds until its own
+			// Release (leases of a minute do not end here): the instant
+			// before the return is a point where it surely holds. An
+			// interval from the call on would leave porcupine every place
+			// in the wait to try.
 			in.kind = swGranted
-			end = a.ret
+			ops = append(ops, porcupine.Operation{ClientId: a.client, Input: in, Call: a.ret - 1, Output: true, Return: a.ret})
+			continue
 		}
-		ops = append(ops, porcupine.Operation{ClientId: a.client, Input: in, Call: a.call, Output: true, Return: end})
+		// The cancel takes effect in its script; before it the waiter
+		// stays queued (or holds a grant that raced the cancel).
+		in.kind = swCancel
+		call := a.call
+		if tr.cancel != 0 {
+			call = tr.cancel
+		}
+		ops = append(ops, porcupine.Operation{ClientId: a.client, Input: in, Call: call, Output: true, Return: end})
 	}
 	return ops
 }

@@ -19,12 +19,14 @@ const semWaitLeaseBase = time.Minute
 
 // semTraced is what semTrace saw of one Acquire's scripts, in nanoseconds
 // since the run's start: when the first was sent, when the first
-// successful reply came, and when the last reply (or error) came; and the
+// successful reply came, when the first cancel was sent, and when the
+// last reply (or error) came; and the
 // place in the queue that first reply gave (0 if it gave none: the
 // permits were granted at once).
 type semTraced struct {
 	sent, firstOK, last int64
 	seq                 int64
+	cancel              int64 // when the first cancel was sent (0: none was)
 }
 
 // semTrace is a go-redis hook that times the scripts of each Acquire of
@@ -109,8 +111,13 @@ func (h *semTrace) sent(cmds []redis.Cmder) {
 		if !ok {
 			continue
 		}
-		if h.ops[id] == nil {
-			h.ops[id] = &semTraced{sent: now}
+		op := h.ops[id]
+		if op == nil {
+			op = &semTraced{sent: now}
+			h.ops[id] = op
+		}
+		if len(argv) == 4 && argv[3] == "c" && op.cancel == 0 { // semaphore_release.lua's cancel
+			op.cancel = now
 		}
 	}
 }
