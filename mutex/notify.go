@@ -3,8 +3,8 @@ package mutex
 import (
 	"context"
 	"github.com/funnelguard/funnelguard/internal/keyspace"
+	"sync"
 
-	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,7 +21,16 @@ type subscription struct {
 	// sems are the semaphore waiters listening: channel -> token -> the
 	// waiter's grant; guarded by Locker.mu.
 	sems map[string]map[string]chan string
-	done chan struct{} // closed when the reader goroutine has exited
+	// ready: semaphore channel -> closed once its SUBSCRIBE was sent, so
+	// that a waiter that joins while another subscribes polls after it;
+	// guarded by Locker.mu.
+	ready map[string]chan struct{}
+	// calls serializes the SUBSCRIBE and UNSUBSCRIBE calls: an UNSUBSCRIBE
+	// of a channel nobody listened to any more, sent after Locker.mu was
+	// released, must not overtake the SUBSCRIBE of a waiter that came since
+	// (it checks again under calls), or that waiter hears nothing.
+	calls sync.Mutex
+	done  chan struct{} // closed when the reader goroutine has exited
 }
 
 // channel is the Pub/Sub channel on which releases of name are announced:
@@ -55,16 +64,39 @@ func (l *Locker) subscribe(ctx context.Context, name string) bool {
 	}
 	ch := l.channel(name)
 	l.sub.names[ch] = name
-	ps := l.sub.ps
+	sub := l.sub
+	ps := sub.ps
 	l.mu.Unlock()
 	// An error (the connection closed as the last waiter left, Redis down) only
 	// costs the early wake-up: the waiter's ticker still runs. A new Pub/Sub
 	// connection waits for the server's greeting: bounded by ctx like any
 	// call (ctxcall).
-	_, _ = ctxcall.Do(ctx, l.honours, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, ps.Subscribe(ctx, ch)
-	}, nil)
+	sub.subscribe(ctx, ps, ch, nil)
 	return true
+}
+
+// subscribe subscribes ps (the subscription's connection) to ch, then
+// closes ready (if not nil). The SUBSCRIBE does not stop when ctx ends:
+// the other waiters of the Locker on ch count on it (a waiter whose
+// context ended first would leave them deaf until their next poll); it is
+// bounded by unlockTimeout. The caller waits for it until ctx ends.
+func (sub *subscription) subscribe(ctx context.Context, ps *redis.PubSub, ch string, ready chan struct{}) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sub.calls.Lock()
+		defer sub.calls.Unlock()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+		defer cancel()
+		_ = ps.Subscribe(sctx, ch)
+		if ready != nil {
+			close(ready)
+		}
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // unsubscribeLocked stops listening for name; it returns what must run after
@@ -82,7 +114,7 @@ func (l *Locker) unsubscribeLocked(name string) func() {
 // openSubLocked opens the Locker's Pub/Sub connection and its reader.
 func (l *Locker) openSubLocked(ctx context.Context, s subscriber) {
 	sub := &subscription{ps: s.Subscribe(context.WithoutCancel(ctx)), names: map[string]string{},
-		sems: map[string]map[string]chan string{}, done: make(chan struct{})}
+		sems: map[string]map[string]chan string{}, ready: map[string]chan struct{}{}, done: make(chan struct{})}
 	l.sub = sub
 	go l.listen(sub)
 }
@@ -93,7 +125,17 @@ func (l *Locker) openSubLocked(ctx context.Context, s subscriber) {
 func (l *Locker) dropChannelLocked(ch string) func() {
 	sub := l.sub
 	if len(sub.names) > 0 || len(sub.sems) > 0 {
-		return func() { _ = sub.ps.Unsubscribe(context.Background(), ch) }
+		return func() {
+			sub.calls.Lock()
+			defer sub.calls.Unlock()
+			l.mu.Lock()
+			_, lock := sub.names[ch]
+			_, sem := sub.sems[ch]
+			l.mu.Unlock()
+			if !lock && !sem { // nobody came back to it since
+				_ = sub.ps.Unsubscribe(context.Background(), ch)
+			}
+		}
 	}
 	l.sub = nil
 	return func() {

@@ -5,8 +5,8 @@
 -- and as a queued waiter poll (Acquire), ARGV[6] a waiter's lease ms,
 -- ARGV[7] the grants' Pub/Sub channel
 -- Returns {1, now, lease end, fence} when the token holds its permits;
--- {0, now} when it does not (a try that does not fit, or a waiter still
--- queued); {-1, size} when the semaphore has another size in Redis;
+-- {0, now} when a try does not fit; {0, now, seq} for a waiter still queued,
+-- seq its place in the FIFO order (the queue's score); {-1, size} when the semaphore has another size in Redis;
 -- {-2, now} when the token was released or cancelled already.
 -- Safe to run again (a retry after a lost reply): a token that holds its
 -- permits is answered so, a queued one is not queued twice, and a token
@@ -27,10 +27,11 @@ if ends then
   touch()
   return {1, text(now), ends, redis.call('HGET', H, 'f:' .. tok)}
 end
-if redis.call('ZSCORE', QUEUE, tok) then
+local seq = redis.call('ZSCORE', QUEUE, tok)
+if seq then
   redis.call('ZADD', ALIVE, text(now + tonumber(ARGV[6])), tok)
   touch()
-  return {0, text(now)}
+  return {0, text(now), seq}
 end
 if redis.call('ZCARD', QUEUE) == 0 and num(redis.call('HGET', H, 'held')) + n <= size then
   local e, f = grant(tok, n, lease)
@@ -38,10 +39,12 @@ if redis.call('ZCARD', QUEUE) == 0 and num(redis.call('HGET', H, 'held')) + n <=
   return {1, text(now), text(e), text(f)}
 end
 if ARGV[5] == 'w' then
-  local seq = redis.call('HINCRBY', H, 'seq', 1)
+  seq = redis.call('HINCRBY', H, 'seq', 1)
   redis.call('ZADD', QUEUE, seq, tok)
   redis.call('ZADD', ALIVE, text(now + tonumber(ARGV[6])), tok)
   redis.call('HSET', H, 'n:' .. tok, ARGV[2], 'l:' .. tok, ARGV[4])
+  touch()
+  return {0, text(now), seq}
 end
 touch()
 return {0, text(now)}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,46 +77,129 @@ func TestSemaphoreLostReplies(t *testing.T) {
 	}
 }
 
-// TestSemaphoreKeysExpire: 10,000 names, each taken and released, some
-// with a waiter or an abandoned permit, leave no key without a TTL, and
-// none that outlives the longest lease or record.
+// semDynNames is how many names TestSemaphoreKeysExpire takes (the issue's
+// 100,000); every semDynAbandon-th is left with a waiter that died and a
+// holder that crashed.
+const (
+	semDynNames   = 100_000
+	semDynAbandon = 100
+)
+
+// TestSemaphoreKeysExpire: 100,000 dynamic names (10,000 with -short), each taken and released
+// by 32 goroutines sharing one Locker (its calls go in pipelines), 1 in 100
+// left with a dead waiter and a crashed holder, leave no key without a
+// TTL: a released name keeps only its counters and its release record, for
+// the record's 10 s at most; an abandoned one keeps its keys for the
+// holder's lease of 1 minute at most.
 func TestSemaphoreKeysExpire(t *testing.T) {
 	b := testutil.RealBackend(t)
 	ctx := context.Background()
 	l := newLocker(t, b)
-	for i := range 10000 {
-		s := mustSem(t, l, fmt.Sprint("dyn:", i), 2)
-		p, err := s.TryAcquire(ctx, 2, mutex.Lease(time.Minute))
+	names := semDynNames
+	if testing.Short() {
+		names /= 10
+	}
+	next := make(chan int, 1024)
+	go func() {
+		defer close(next)
+		for i := range names {
+			next <- i
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Go(func() {
+			for i := range next {
+				if err := semDynName(ctx, l, i); err != nil {
+					errs <- err
+					for range next { // let the feeder finish
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	released, abandoned := semScanKeys(t, b.Client(t), b.Prefix)
+	if released == 0 || abandoned == 0 {
+		t.Fatalf("%d keys of released names, %d of abandoned ones: the test checks nothing", released, abandoned)
+	}
+	t.Logf("%d names: %d keys of released names, %d of abandoned ones, each with a TTL", names, released, abandoned)
+}
+
+// semDynName takes the 2 permits of name dyn:<i> and releases them, or
+// (1 in semDynAbandon) abandons them and queues a waiter that never polls.
+func semDynName(ctx context.Context, l *mutex.Locker, i int) error {
+	s, err := l.Semaphore(fmt.Sprint("dyn:", i), 2)
+	if err != nil {
+		return err
+	}
+	p, err := s.TryAcquire(ctx, 2, mutex.Lease(time.Minute))
+	if err != nil {
+		return fmt.Errorf("name %d: %w", i, err)
+	}
+	if i%semDynAbandon == 0 {
+		_, err = mutex.SemEnqueue(ctx, s, 1)
+		return err
+	}
+	return p.Release(ctx)
+}
+
+// semScanKeys checks the TTL of every key under prefix, SCAN by SCAN with
+// the PTTLs of a batch in one pipeline, and counts the keys of released
+// and of abandoned names.
+func semScanKeys(t *testing.T, rc *redis.Client, prefix string) (released, abandoned int) {
+	ctx := context.Background()
+	for cursor := uint64(0); ; {
+		keys, next, err := rc.Scan(ctx, cursor, prefix+"*", 2000).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i%100 == 0 { // a waiter that died, and a holder that crashed
-			if _, err := mutex.SemEnqueue(ctx, s, 1); err != nil {
-				t.Fatal(err)
-			}
-			continue
+		pipe := rc.Pipeline()
+		ttls := make([]*redis.DurationCmd, len(keys))
+		for k, key := range keys {
+			ttls[k] = pipe.PTTL(ctx, key)
 		}
-		if err := p.Release(ctx); err != nil {
+		if _, err := pipe.Exec(ctx); err != nil && len(keys) > 0 {
 			t.Fatal(err)
 		}
-	}
-	rc := b.Client(t)
-	iter := rc.Scan(ctx, 0, b.Prefix+"*", 1000).Iterator()
-	keys := 0
-	for iter.Next(ctx) {
-		ttl := rc.PTTL(ctx, iter.Val()).Val()
-		if ttl == -2*time.Nanosecond { // expired since the scan saw it
-			continue
+		for k, key := range keys {
+			ttl := ttls[k].Val()
+			if ttl == -2*time.Nanosecond { // expired since the scan saw it
+				continue
+			}
+			if semDynAbandoned(t, prefix, key) {
+				abandoned++
+				if ttl < 0 || ttl > time.Minute { // -1 ns: no TTL; 0: expiring now
+					t.Fatalf("key %s of an abandoned name has TTL %v, want [0, 1m]", key, ttl)
+				}
+				continue
+			}
+			released++
+			kind := key[strings.LastIndex(key, "}:")+2:]
+			if kind != "sem" && kind != "sem:done" || ttl < 0 || ttl > 10*time.Second {
+				t.Fatalf("key %s of a released name has TTL %v: want only the counters and the release record, for [0, 10s]", key, ttl)
+			}
 		}
-		keys++
-		if ttl < 0 || ttl > time.Minute { // -1 ns: no TTL; 0: expiring now
-			t.Fatalf("key %s has TTL %v, want (0, 1m]", iter.Val(), ttl)
+		if cursor = next; cursor == 0 {
+			return released, abandoned
 		}
 	}
-	if keys == 0 {
-		t.Fatal("no keys seen: the test checks nothing")
+}
+
+// semDynAbandoned reports whether key belongs to an abandoned name.
+func semDynAbandoned(t *testing.T, prefix, key string) bool {
+	name := strings.TrimPrefix(key, prefix+"{dyn:")
+	i, err := strconv.Atoi(name[:strings.IndexByte(name, '}')])
+	if err != nil {
+		t.Fatalf("key %s: not a key of the test", key)
 	}
-	t.Logf("%d keys, each with a TTL", keys)
+	return i%semDynAbandon == 0
 }
 
 // TestSemaphoreRoundTrips counts commands: an uncontended TryAcquire and

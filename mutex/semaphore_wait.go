@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/funnelguard/funnelguard/internal/ctxcall"
 )
 
 // Acquire takes n permits, waiting in the semaphore's FIFO queue (shared by
@@ -63,7 +61,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*
 		w.start, w.now = start, r[1]
 		switch {
 		case w.listen(ctx):
-			pause = 0 // a grant before the subscription would go unheard
+			pause = 0 // a grant before the waiter listened went unheard
 		case w.subscribed:
 			pause = s.pollWait(cfg.ttl)
 		default:
@@ -135,8 +133,12 @@ func parseGrant(g string) (ends, fence int64, ok bool) {
 }
 
 // listen subscribes the waiter to the semaphore's grants on the Locker's
-// shared Pub/Sub connection, once; it reports whether it subscribed the
-// connection to the channel just now.
+// shared Pub/Sub connection, once; it reports whether it did so just now:
+// then the waiter must poll again, as a grant made between its last poll
+// and now went unheard. When another waiter of the Locker is subscribing
+// the connection to the channel, listen waits until it has sent that
+// SUBSCRIBE (bounded by ctx), so that the next poll comes after it; the
+// SUBSCRIBE goes on when the subscribing waiter's ctx ends (subscribe).
 func (w *semWaiter) listen(ctx context.Context) bool {
 	l := w.s.l
 	sub, ok := l.client.(subscriber)
@@ -149,21 +151,26 @@ func (w *semWaiter) listen(ctx context.Context) bool {
 	if l.sub == nil {
 		l.openSubLocked(ctx, sub)
 	}
-	waits := l.sub.sems[ch]
+	s := l.sub
+	waits := s.sems[ch]
 	fresh := waits == nil
 	if fresh {
 		waits = map[string]chan string{}
-		l.sub.sems[ch] = waits
+		s.sems[ch] = waits
+		s.ready[ch] = make(chan struct{})
 	}
 	waits[w.tok] = w.grant
-	ps := l.sub.ps
+	ready := s.ready[ch]
 	l.mu.Unlock()
-	if fresh {
-		_, _ = ctxcall.Do(ctx, l.honours, func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, ps.Subscribe(ctx, ch)
-		}, nil)
+	if !fresh {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+		}
+		return true
 	}
-	return fresh
+	s.subscribe(ctx, s.ps, ch, ready)
+	return true
 }
 
 // leave stops listening for the waiter's grants.
@@ -179,6 +186,7 @@ func (w *semWaiter) leave() {
 		delete(sub.sems[ch], w.tok)
 		if len(sub.sems[ch]) == 0 {
 			delete(sub.sems, ch)
+			delete(sub.ready, ch)
 			after = l.dropChannelLocked(ch)
 		}
 	}
