@@ -77,7 +77,8 @@ func TestSemaphoreLostReplies(t *testing.T) {
 
 // TestSemaphoreKeysExpire: 10,000 names, each taken and released, some
 // with a waiter or an abandoned permit, leave no key without a TTL, and
-// none that outlives the longest lease or record.
+// none that outlives the longest lease or record by more than a quarter of
+// it (semaphore.lua moves the expiry past an end with that much to spare).
 func TestSemaphoreKeysExpire(t *testing.T) {
 	b := testutil.RealBackend(t)
 	ctx := context.Background()
@@ -107,8 +108,8 @@ func TestSemaphoreKeysExpire(t *testing.T) {
 			continue
 		}
 		keys++
-		if ttl < 0 || ttl > time.Minute { // -1 ns: no TTL; 0: expiring now
-			t.Fatalf("key %s has TTL %v, want (0, 1m]", iter.Val(), ttl)
+		if ttl < 0 || ttl > time.Minute*5/4 { // -1 ns: no TTL; 0: expiring now
+			t.Fatalf("key %s has TTL %v, want (0, 1m15s]", iter.Val(), ttl)
 		}
 	}
 	if keys == 0 {
