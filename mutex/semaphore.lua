@@ -180,14 +180,14 @@ local function grant(tok, n, lease)
   return ends, S.fence
 end
 
--- record remembers tok as ended until r (server ms).
+-- record remembers tok as ended until r (server ms); the first record
+-- sets when done is swept (dd), later ones wait for the sweep dd names.
 local function record(tok, r)
   if S.d == 0 then
     fresh[DONE] = true
     S.dd = r
   end
   S.d = S.d + redis.call('ZADD', DONE, text(r), tok)
-  S.dd = math.min(S.dd, r)
   later(r)
 end
 

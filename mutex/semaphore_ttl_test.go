@@ -260,27 +260,121 @@ func TestSemaphoreIdleKeysGone(t *testing.T) {
 
 // TestSemaphoreRecordsSwept: records of released tokens are swept by later
 // calls once they end (a second at most after the last sweep), so the done
-// set does not grow under steady use.
+// set does not grow under steady use. Twice: the second time after a sweep
+// that left a record (then the next sweep is due a second later at most).
 func TestSemaphoreRecordsSwept(t *testing.T) {
 	b := testutil.RealBackend(t)
 	ctx := context.Background()
 	rc := b.Client(t)
 	s := mustSem(t, newLocker(t, b), "swept", 2)
-	cycle := func() {
+	cycle := func(record time.Duration) {
 		tok, ok, err := mutex.SemTake(ctx, s, 1, time.Minute)
 		if err != nil || !ok {
 			t.Fatalf("take: %v %v", ok, err)
 		}
-		if _, err := mutex.SemReleaseFor(ctx, s, tok, 10*time.Millisecond); err != nil {
+		if _, err := mutex.SemReleaseFor(ctx, s, tok, record); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for range 40 {
-		cycle()
+	for round, want := range []int64{2, 1} {
+		for range 40 {
+			cycle(10 * time.Millisecond)
+		}
+		if round == 0 {
+			cycle(2 * time.Second) // still recorded after the sweep below
+		}
+		time.Sleep(1500 * time.Millisecond) // past the short records' ends and the sweep gap (1 s)
+		cycle(10 * time.Millisecond)
+		if n := rc.ZCard(ctx, mutex.SemKey(s, "sem:done")).Val(); n != want {
+			t.Fatalf("round %d: done holds %d records after a call past the short ones' ends, want %d", round, n, want)
+		}
 	}
-	time.Sleep(1500 * time.Millisecond) // past the records' ends and the sweep gap (1 s)
-	cycle()
-	if n := rc.ZCard(ctx, mutex.SemKey(s, "sem:done")).Val(); n != 1 {
-		t.Fatalf("done holds %d records after a call past the others' ends, want 1 (its own)", n)
+}
+
+// TestSemaphoreCrashedHoldersTry: permits of holders that never release
+// come back at their leases' ends (not at the keys' expiry) to TryAcquire
+// alone (no waiter to wake a sweep): after one crashed holder is swept,
+// the next one's end is still due.
+func TestSemaphoreCrashedHoldersTry(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	s := mustSem(t, newLocker(t, b), "crashed", 2)
+	// a record of 30 s keeps the keys: the permits must come back at the
+	// leases' ends, not when the keys expire
+	tok, ok, err := mutex.SemTake(ctx, s, 1, time.Second)
+	if err != nil || !ok {
+		t.Fatalf("take: %v %v", ok, err)
 	}
+	if _, err := mutex.SemReleaseFor(ctx, s, tok, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, lease := range []time.Duration{200 * time.Millisecond, 600 * time.Millisecond} {
+		if _, ok, err := mutex.SemTake(ctx, s, 1, lease); err != nil || !ok {
+			t.Fatalf("take: %v %v", ok, err)
+		}
+	}
+	try := func(n int64) *mutex.Permit {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			p, err := s.TryAcquire(ctx, n, mutex.Lease(time.Minute))
+			if err == nil {
+				return p
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("TryAcquire(%d) 10 s after the crashed holders' leases: %v", n, err)
+			}
+		}
+	}
+	if err := try(1).Release(ctx); err != nil { // the first crashed holder swept
+		t.Fatal(err)
+	}
+	if err := try(2).Release(ctx); err != nil { // and the second
+		t.Fatal(err)
+	}
+}
+
+// TestSemaphoreFreshSetsGetTTL: a set created while the keys' expiry is
+// already past its end (no key's expiry moves) gets that expiry: the
+// holders after a release emptied them, the queue and alive sets of a
+// first waiter, the done set of a first record.
+func TestSemaphoreFreshSetsGetTTL(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	rc := b.Client(t)
+	s := mustSem(t, newLocker(t, b, mutex.WithRetryInterval(10*time.Millisecond)), "fresh", 2)
+	step := func(what string) {
+		t.Helper()
+		if err := mustReadSem(t, rc, s).check(2 * time.Second); err != nil {
+			t.Fatalf("after %s: %v", what, err)
+		}
+	}
+	take := func(lease time.Duration) string {
+		t.Helper()
+		tok, ok, err := mutex.SemTake(ctx, s, 1, lease)
+		if err != nil || !ok {
+			t.Fatalf("take: %v %v", ok, err)
+		}
+		return tok
+	}
+	release := func(tok string, record time.Duration) {
+		t.Helper()
+		if _, err := mutex.SemReleaseFor(ctx, s, tok, record); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := take(1900 * time.Millisecond) // the expiry: 2.4 s away
+	short := take(100 * time.Millisecond)
+	release(short, 100*time.Millisecond)
+	step("the first record (done created)")
+	release(long, 1900*time.Millisecond)
+	step("the last holder's release (holders gone)")
+	again := take(100 * time.Millisecond)
+	step("a grant after the holders were emptied (holders created)")
+	take(100 * time.Millisecond)
+	if _, err := mutex.SemEnqueue(ctx, s, 2); err != nil {
+		t.Fatal(err)
+	}
+	step("a first waiter (queue and alive created)")
+	release(again, 100*time.Millisecond)
+	step("a release")
 }
