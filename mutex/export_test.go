@@ -76,3 +76,26 @@ func SemRelease(ctx context.Context, s *Semaphore, tok string) (int64, error) {
 	}
 	return integer(reply)
 }
+
+// SemTake runs the acquire script for a new token of s in TryAcquire's mode
+// with the given lease, and returns the token and whether it holds n
+// permits: a holder that may never release (no Permit, no renewal).
+func SemTake(ctx context.Context, s *Semaphore, n int64, lease time.Duration) (string, bool, error) {
+	tok := newSemToken()
+	cfg, err := s.check(n, []LockOption{Lease(lease)})
+	if err != nil {
+		return "", false, err
+	}
+	r, err := s.acquireOnce(ctx, tok, n, cfg, "t")
+	return tok, err == nil && r[0] == semGranted, err
+}
+
+// SemReleaseFor is SemRelease whose record of tok lasts record (the
+// Permits' records last semRecordTTL).
+func SemReleaseFor(ctx context.Context, s *Semaphore, tok string, record time.Duration) (int64, error) {
+	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, record.Milliseconds(), ""}, nil)
+	if err != nil {
+		return 0, err
+	}
+	return integer(reply)
+}

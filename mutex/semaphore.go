@@ -47,8 +47,9 @@ const semRecordTTL = recordTTL
 // process died) is passed over once its wait lease ends (see Acquire).
 //
 // Every key has a TTL (the latest lease, wait lease or release record it
-// keeps) and all of them share the name's hash slot: <prefix>{<name>}:sem
-// and sem:holders, sem:queue, sem:alive, sem:done.
+// keeps, plus at most a quarter of that duration, so that most calls need
+// not move it) and all of them share the name's hash slot:
+// <prefix>{<name>}:sem and sem:holders, sem:queue, sem:alive, sem:done.
 //
 // On a quorum Locker (NewQuorum) of M nodes, each node keeps the semaphore
 // as above, and an acquisition holds when Q = SemaphoreQuorum(M, size) nodes

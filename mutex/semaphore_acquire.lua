@@ -12,39 +12,50 @@
 -- permits is answered so, a queued one is not queued twice, and a token
 -- that ended takes nothing.
 local tok, n, size, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local stored = redis.call('HGET', H, 'size')
-if stored and tonumber(stored) ~= size then
-  return {-1, tonumber(stored)}
+local v = load({'f:' .. tok})
+if S.stored and S.size ~= size then
+  return {-1, S.size}
 end
-if redis.call('ZSCORE', DONE, tok) then
+if S.d > 0 and redis.call('ZSCORE', DONE, tok) then
   return {-2, text(now)}
 end
-redis.call('HSET', H, 'size', ARGV[3])
+S.size = size
 drop_expired()
 pump(ARGV[7])
-local ends = redis.call('ZSCORE', HOLD, tok)
+local ends = S.held > 0 and redis.call('ZSCORE', HOLD, tok)
 if ends then
-  touch()
-  return {1, text(now), ends, redis.call('HGET', H, 'f:' .. tok)}
+  save()
+  if tonumber(ends) <= now then -- ended, not swept yet (a full sweep)
+    return {0, text(now)}
+  end
+  return {1, text(now), ends, put['f:' .. tok] or v[1]}
 end
-local seq = redis.call('ZSCORE', QUEUE, tok)
+local alive = now + tonumber(ARGV[6])
+local seq = S.w > 0 and redis.call('ZSCORE', QUEUE, tok)
 if seq then
-  redis.call('ZADD', ALIVE, text(now + tonumber(ARGV[6])), tok)
-  touch()
+  redis.call('ZADD', ALIVE, text(alive), tok)
+  later(alive)
+  save()
   return {0, text(now), seq}
 end
-if redis.call('ZCARD', QUEUE) == 0 and num(redis.call('HGET', H, 'held')) + n <= size then
+if S.w == 0 and S.held + n <= size then
   local e, f = grant(tok, n, lease)
-  touch()
+  save()
   return {1, text(now), text(e), text(f)}
 end
 if ARGV[5] == 'w' then
-  seq = redis.call('HINCRBY', H, 'seq', 1)
-  redis.call('ZADD', QUEUE, seq, tok)
-  redis.call('ZADD', ALIVE, text(now + tonumber(ARGV[6])), tok)
-  redis.call('HSET', H, 'n:' .. tok, ARGV[2], 'l:' .. tok, ARGV[4])
-  touch()
-  return {0, text(now), seq}
+  if S.w == 0 then
+    fresh[QUEUE], fresh[ALIVE] = true, true
+  end
+  S.seq = S.seq + 1
+  redis.call('ZADD', QUEUE, text(S.seq), tok)
+  redis.call('ZADD', ALIVE, text(alive), tok)
+  S.w = S.w + 1
+  S.due = math.min(S.due, alive)
+  later(alive)
+  put['n:' .. tok], put['l:' .. tok] = ARGV[2], ARGV[4]
+  save()
+  return {0, text(now), text(S.seq)}
 end
-touch()
+save()
 return {0, text(now)}

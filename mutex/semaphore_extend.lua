@@ -8,7 +8,10 @@ local ends = redis.call('ZSCORE', HOLD, tok)
 if not ends or tonumber(ends) <= now then
   return {0, text(now)}
 end
+load({})
 local e = now + tonumber(ARGV[2])
 redis.call('ZADD', HOLD, 'XX', text(e), tok)
-touch()
+S.due = math.min(S.due, e)
+later(e)
+save()
 return {1, text(now), text(e)}

@@ -8,28 +8,28 @@
 -- of this call that a retry repeats: the token's record), 2 when it was
 -- taken out of the queue, 0 when it held nothing (its lease ended).
 local tok = ARGV[1]
-local record = text(now + tonumber(ARGV[3]))
+local ends_record = now + tonumber(ARGV[3])
+local v = load({'n:' .. tok})
 drop_expired()
-local ends = redis.call('ZSCORE', HOLD, tok)
+local ends = S.held > 0 and redis.call('ZSCORE', HOLD, tok)
 local res = 0
 if ends and tonumber(ends) > now then
-  local n = num(redis.call('HGET', H, 'n:' .. tok))
   redis.call('ZREM', HOLD, tok)
+  S.held = S.held - num(v[1])
   forget(tok)
-  redis.call('HINCRBY', H, 'held', -n)
-  redis.call('ZADD', DONE, record, tok)
+  record(tok, ends_record)
   res = 1
-elseif redis.call('ZSCORE', QUEUE, tok) then
-  redis.call('ZREM', QUEUE, tok)
-  redis.call('ZREM', ALIVE, tok)
+elseif S.w > 0 and redis.call('ZREM', QUEUE, tok) == 1 then
+  S.w = S.w - redis.call('ZREM', ALIVE, tok)
   forget(tok)
-  redis.call('ZADD', DONE, record, tok)
+  record(tok, ends_record)
   res = 2
-elseif redis.call('ZSCORE', DONE, tok) then
+elseif S.d > 0 and redis.call('ZSCORE', DONE, tok) then
+  save()
   return 1
 elseif ARGV[4] == 'c' then
-  redis.call('ZADD', DONE, record, tok)
+  record(tok, ends_record)
 end
 pump(ARGV[2])
-touch()
+save()
 return res

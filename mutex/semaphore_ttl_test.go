@@ -1,0 +1,380 @@
+package mutex_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
+)
+
+// semKinds are the kinds of key a semaphore writes; the sorted sets scored
+// by an end (server ms) are holders, alive and done.
+var semKinds = []string{"sem", "sem:holders", "sem:queue", "sem:alive", "sem:done"}
+
+// semSnapshot is one atomic read (MULTI) of a semaphore's keys.
+type semSnapshot struct {
+	now     int64            // server ms
+	expires map[string]int64 // PEXPIRETIME: -2 no key, -1 no TTL
+	last    map[string]int64 // the latest score of a sorted set (0: empty)
+	card    map[string]int64
+	counts  []any // HMGET held w d
+}
+
+func readSem(rc *redis.Client, s *mutex.Semaphore) (semSnapshot, error) {
+	ctx := context.Background()
+	snap := semSnapshot{expires: map[string]int64{}, last: map[string]int64{}, card: map[string]int64{}}
+	var tm *redis.TimeCmd
+	var hm *redis.SliceCmd
+	exp, last, card := map[string]*redis.DurationCmd{}, map[string]*redis.ZSliceCmd{}, map[string]*redis.IntCmd{}
+	_, err := rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		tm = p.Time(ctx)
+		hm = p.HMGet(ctx, mutex.SemKey(s, "sem"), "held", "w", "d")
+		for _, k := range semKinds {
+			key := mutex.SemKey(s, k)
+			exp[k] = p.PExpireTime(ctx, key)
+			if k != "sem" {
+				last[k] = p.ZRangeWithScores(ctx, key, -1, -1)
+				card[k] = p.ZCard(ctx, key)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return snap, err
+	}
+	snap.now = tm.Val().UnixMilli()
+	snap.counts = hm.Val()
+	for k, c := range exp {
+		snap.expires[k] = int64(c.Val() / time.Millisecond)
+		if c.Val() < 0 {
+			snap.expires[k] = int64(c.Val())
+		}
+	}
+	for k, c := range last {
+		if z := c.Val(); len(z) == 1 {
+			snap.last[k] = int64(z[0].Score)
+		}
+		snap.card[k] = card[k].Val()
+	}
+	return snap, nil
+}
+
+// mustReadSem is readSem failing t on an error.
+func mustReadSem(t *testing.T, rc *redis.Client, s *mutex.Semaphore) semSnapshot {
+	t.Helper()
+	snap, err := readSem(rc, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+// check: no key without a TTL; no key expires before an end it records
+// (the hash, which keeps the count, before any); none lives longer than
+// 5/4 of the longest duration used past now; the hash's counts match the
+// sets.
+func (snap semSnapshot) check(longest time.Duration) error {
+	hash := snap.expires["sem"]
+	for k, e := range snap.expires {
+		switch {
+		case e == -1:
+			return fmt.Errorf("%s has no TTL", k)
+		case e >= 0 && e-snap.now > longest.Milliseconds()*5/4:
+			return fmt.Errorf("%s expires in %d ms, want at most 5/4 of %v", k, e-snap.now, longest)
+		case e >= 0 && hash < e:
+			return fmt.Errorf("the hash expires (%d) before %s (%d)", hash, k, e)
+		}
+	}
+	for k, m := range snap.last {
+		if m > snap.expires[k] || m > hash {
+			return fmt.Errorf("%s records an end at %d, past its key's expiry %d or the hash's %d", k, m, snap.expires[k], hash)
+		}
+	}
+	if snap.card["sem:alive"] > 0 && snap.expires["sem:queue"] < snap.last["sem:alive"] {
+		return fmt.Errorf("the queue expires at %d, before its waiters' end %d", snap.expires["sem:queue"], snap.last["sem:alive"])
+	}
+	num := func(v any) int64 {
+		s, _ := v.(string)
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	held, w, d := num(snap.counts[0]), num(snap.counts[1]), num(snap.counts[2])
+	if (held == 0) != (snap.card["sem:holders"] == 0) || w != snap.card["sem:queue"] || w != snap.card["sem:alive"] || d != snap.card["sem:done"] {
+		return fmt.Errorf("counts held %d w %d d %d, sets holders %d queue %d alive %d done %d", held, w, d,
+			snap.card["sem:holders"], snap.card["sem:queue"], snap.card["sem:alive"], snap.card["sem:done"])
+	}
+	return nil
+}
+
+// TestSemaphoreKeysCoverEntries: under a mixed workload (holders that
+// release, crash or extend; waiters that die, cancel or are granted;
+// records of many lengths), every atomic snapshot of the keys shows every
+// key with a TTL, none expiring before an end it records, none living
+// more than 5/4 of the longest duration past now, and the hash's counts
+// (held, w, d) matching the sets: the lazy touch and sweeps lose nothing.
+func TestSemaphoreKeysCoverEntries(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	rc := b.Client(t)
+	s := mustSem(t, newLocker(t, b, mutex.WithRetryInterval(10*time.Millisecond)), "cover", 3)
+	const longest = 10 * time.Second // a cancelled wait's record (semRecordTTL); leases, wait leases and the other records are 2 s at most
+	stop := make(chan struct{})
+	var checks int
+	var checkErr error
+	var checker sync.WaitGroup
+	checker.Add(1)
+	go func() {
+		defer checker.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			checks++
+			snap, err := readSem(rc, s)
+			if err == nil {
+				err = snap.check(longest)
+			}
+			if err != nil && checkErr == nil {
+				checkErr = err
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			// 3 s: past the leases and wait leases, so that sweeps run
+			for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+				semWorkOnce(ctx, t, s, r)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	checker.Wait()
+	if checkErr != nil {
+		t.Fatal(checkErr)
+	}
+	if err := mustReadSem(t, rc, s).check(longest); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d snapshots checked", checks)
+}
+
+// semWorkOnce runs one random operation of the mixed workload.
+func semWorkOnce(ctx context.Context, t *testing.T, s *mutex.Semaphore, r *rand.Rand) {
+	lease := time.Duration(20+r.IntN(1900)) * time.Millisecond
+	switch r.IntN(6) {
+	case 0, 1: // a holder that releases, its record of a random length
+		tok, ok, err := mutex.SemTake(ctx, s, 1+r.Int64N(2), lease)
+		if err == nil && ok {
+			_, err = mutex.SemReleaseFor(ctx, s, tok, time.Duration(1+r.IntN(1900))*time.Millisecond)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	case 2: // a holder that crashes
+		if _, _, err := mutex.SemTake(ctx, s, 1, lease); err != nil {
+			t.Error(err)
+		}
+	case 3: // a waiter that dies
+		if _, err := mutex.SemEnqueue(ctx, s, 1+r.Int64N(3)); err != nil {
+			t.Error(err)
+		}
+	case 4: // a waiter that gives up (cancel) or is granted, then extends
+		wctx, cancel := context.WithTimeout(ctx, time.Duration(r.IntN(30))*time.Millisecond)
+		p, err := s.Acquire(wctx, 1, mutex.Lease(lease))
+		cancel()
+		if err == nil {
+			_ = p.Extend(ctx, lease)
+			_, _ = mutex.SemReleaseFor(ctx, s, p.Token(), lease) // a Permit's record is 10 s
+		}
+	default: // a TryAcquire that may be refused behind the queue
+		if p, err := s.TryAcquire(ctx, 1, mutex.Lease(lease)); err == nil {
+			_, _ = mutex.SemReleaseFor(ctx, s, p.Token(), lease)
+		}
+	}
+}
+
+// TestSemaphoreIdleKeysGone: a semaphore left with a released holder (its
+// record), a crashed holder and a dead waiter, and no call after, has
+// every key with a TTL, and all of them gone once the last of those ends
+// (a 1 s wait lease, plus a quarter of it) without any further call.
+func TestSemaphoreIdleKeysGone(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	rc := b.Client(t)
+	s := mustSem(t, newLocker(t, b, mutex.WithRetryInterval(10*time.Millisecond)), "idle", 3)
+	tok, ok, err := mutex.SemTake(ctx, s, 1, 300*time.Millisecond)
+	if err != nil || !ok {
+		t.Fatalf("take: %v %v", ok, err)
+	}
+	if _, err := mutex.SemReleaseFor(ctx, s, tok, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err = mutex.SemTake(ctx, s, 1, 400*time.Millisecond); err != nil || !ok { // crashes
+		t.Fatalf("take: %v %v", ok, err)
+	}
+	if _, err := mutex.SemEnqueue(ctx, s, 3); err != nil { // queued behind it, dies
+		t.Fatal(err)
+	}
+	snap := mustReadSem(t, rc, s)
+	for _, k := range semKinds {
+		if snap.expires[k] < 0 {
+			t.Fatalf("%s: PEXPIRETIME %d, want a key with a TTL", k, snap.expires[k])
+		}
+	}
+	if err := snap.check(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		snap := mustReadSem(t, rc, s)
+		if err := snap.check(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		left := 0
+		for _, e := range snap.expires {
+			if e != -2 {
+				left++
+			}
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys left 20 s after the last end: %v", left, snap.expires)
+		}
+	}
+}
+
+// TestSemaphoreRecordsSwept: records of released tokens are swept by later
+// calls once they end (a second at most after the last sweep), so the done
+// set does not grow under steady use. Twice: the second time after a sweep
+// that left a record (then the next sweep is due a second later at most).
+func TestSemaphoreRecordsSwept(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	rc := b.Client(t)
+	s := mustSem(t, newLocker(t, b), "swept", 2)
+	cycle := func(record time.Duration) {
+		tok, ok, err := mutex.SemTake(ctx, s, 1, time.Minute)
+		if err != nil || !ok {
+			t.Fatalf("take: %v %v", ok, err)
+		}
+		if _, err := mutex.SemReleaseFor(ctx, s, tok, record); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round, want := range []int64{2, 1} {
+		for range 40 {
+			cycle(10 * time.Millisecond)
+		}
+		if round == 0 {
+			cycle(2 * time.Second) // still recorded after the sweep below
+		}
+		time.Sleep(1500 * time.Millisecond) // past the short records' ends and the sweep gap (1 s)
+		cycle(10 * time.Millisecond)
+		if n := rc.ZCard(ctx, mutex.SemKey(s, "sem:done")).Val(); n != want {
+			t.Fatalf("round %d: done holds %d records after a call past the short ones' ends, want %d", round, n, want)
+		}
+	}
+}
+
+// TestSemaphoreCrashedHoldersTry: permits of holders that never release
+// come back at their leases' ends (not at the keys' expiry) to TryAcquire
+// alone (no waiter to wake a sweep): after one crashed holder is swept,
+// the next one's end is still due.
+func TestSemaphoreCrashedHoldersTry(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	s := mustSem(t, newLocker(t, b), "crashed", 2)
+	// a record of 30 s keeps the keys: the permits must come back at the
+	// leases' ends, not when the keys expire
+	tok, ok, err := mutex.SemTake(ctx, s, 1, time.Second)
+	if err != nil || !ok {
+		t.Fatalf("take: %v %v", ok, err)
+	}
+	if _, err := mutex.SemReleaseFor(ctx, s, tok, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, lease := range []time.Duration{200 * time.Millisecond, 600 * time.Millisecond} {
+		if _, ok, err := mutex.SemTake(ctx, s, 1, lease); err != nil || !ok {
+			t.Fatalf("take: %v %v", ok, err)
+		}
+	}
+	try := func(n int64) *mutex.Permit {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			p, err := s.TryAcquire(ctx, n, mutex.Lease(time.Minute))
+			if err == nil {
+				return p
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("TryAcquire(%d) 10 s after the crashed holders' leases: %v", n, err)
+			}
+		}
+	}
+	if err := try(1).Release(ctx); err != nil { // the first crashed holder swept
+		t.Fatal(err)
+	}
+	if err := try(2).Release(ctx); err != nil { // and the second
+		t.Fatal(err)
+	}
+}
+
+// TestSemaphoreFreshSetsGetTTL: a set created while the keys' expiry is
+// already past its end (no key's expiry moves) gets that expiry: the
+// holders after a release emptied them, the queue and alive sets of a
+// first waiter, the done set of a first record.
+func TestSemaphoreFreshSetsGetTTL(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	rc := b.Client(t)
+	s := mustSem(t, newLocker(t, b, mutex.WithRetryInterval(10*time.Millisecond)), "fresh", 2)
+	step := func(what string) {
+		t.Helper()
+		if err := mustReadSem(t, rc, s).check(2 * time.Second); err != nil {
+			t.Fatalf("after %s: %v", what, err)
+		}
+	}
+	take := func(lease time.Duration) string {
+		t.Helper()
+		tok, ok, err := mutex.SemTake(ctx, s, 1, lease)
+		if err != nil || !ok {
+			t.Fatalf("take: %v %v", ok, err)
+		}
+		return tok
+	}
+	release := func(tok string, record time.Duration) {
+		t.Helper()
+		if _, err := mutex.SemReleaseFor(ctx, s, tok, record); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := take(1900 * time.Millisecond) // the expiry: 2.4 s away
+	short := take(100 * time.Millisecond)
+	release(short, 100*time.Millisecond)
+	step("the first record (done created)")
+	release(long, 1900*time.Millisecond)
+	step("the last holder's release (holders gone)")
+	again := take(100 * time.Millisecond)
+	step("a grant after the holders were emptied (holders created)")
+	take(100 * time.Millisecond)
+	if _, err := mutex.SemEnqueue(ctx, s, 2); err != nil {
+		t.Fatal(err)
+	}
+	step("a first waiter (queue and alive created)")
+	release(again, 100*time.Millisecond)
+	step("a release")
+}
