@@ -276,6 +276,55 @@ func TestSemaphoreRoundTrips(t *testing.T) {
 	_ = wp.Release(ctx)
 }
 
+// TestSemaphoreListeningWaiterPollsOnce: a waiter whose Locker already
+// listens to the semaphore's grants (another of its waiters subscribed)
+// listens before its first poll, so that one poll queues it and the
+// release's message grants it: a contended hand-off is one release round
+// trip and one Pub/Sub message, with no second poll per waiter.
+func TestSemaphoreListeningWaiterPollsOnce(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	var wait testutil.CommandRecorder
+	wc := b.Client(t)
+	wc.AddHook(&wait)
+	slow := mutex.WithRetryInterval(10 * time.Second) // waiters poll every ~50 s
+	hs := mustSem(t, mustNew(t, b.Client(t), mutex.WithPrefix(b.Prefix), slow), "once", 2)
+	ws := mustSem(t, mustNew(t, wc, mutex.WithPrefix(b.Prefix), slow), "once", 2)
+	p, err := hs.TryAcquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *mutex.Permit, 2)
+	acquire := func() {
+		wp, err := ws.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- wp
+	}
+	go acquire()
+	waitSemQueued(t, b, ws, 1)
+	for deadline := time.Now().Add(10 * time.Second); semScripts(wait.Commands()) < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first waiter made %d polls, want 2 (queue, subscribe, poll again)", semScripts(wait.Commands()))
+		}
+	}
+	wait.Reset()
+	go acquire()
+	waitSemQueued(t, b, ws, 2)
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if wp := <-got; wp != nil {
+			_ = wp.Release(ctx)
+		}
+	}
+	if n := semScripts(wait.Commands()); n != 1+2 { // its one poll; the two Releases
+		t.Errorf("the second waiter and the releases sent %d scripts %v, want 3: one poll, two releases", n, wait.Shapes())
+	}
+}
+
 // semScripts counts the script calls among cmds.
 func semScripts(cmds []testutil.Command) int {
 	n := 0

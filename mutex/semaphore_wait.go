@@ -40,6 +40,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*
 	}
 	w := semWaiter{s: s, tok: newSemToken(), n: n, cfg: cfg, grant: make(chan string, 1)}
 	defer w.leave()
+	w.listenIfHeard()
 	for pause := time.Duration(0); ; {
 		if p, done, err := w.sleep(ctx, pause); done {
 			return p, err
@@ -171,6 +172,33 @@ func (w *semWaiter) listen(ctx context.Context) bool {
 	}
 	s.subscribe(ctx, s.ps, ch, ready)
 	return true
+}
+
+// listenIfHeard makes the waiter listen before its first poll when the
+// Locker already listens to the semaphore's grants (another of its waiters
+// subscribed the channel, and that SUBSCRIBE was sent): every grant of the
+// token comes after that poll queued it, so none goes unheard, and the
+// waiter needs no second poll (a contended hand-off stays one release and
+// one Pub/Sub message). Otherwise listen does the work after the first
+// poll.
+func (w *semWaiter) listenIfHeard() {
+	l := w.s.l
+	if _, ok := l.client.(subscriber); !ok || !l.canNotify() {
+		return
+	}
+	ch := w.s.channel
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sub == nil || l.sub.sems[ch] == nil {
+		return
+	}
+	select {
+	case <-l.sub.ready[ch]:
+	default:
+		return // being subscribed: listen waits for it after the poll
+	}
+	l.sub.sems[ch][w.tok] = w.grant
+	w.subscribed = true
 }
 
 // leave stops listening for the waiter's grants.
