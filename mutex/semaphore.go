@@ -208,9 +208,10 @@ func mayHold(err error) bool {
 // cancel takes tok out of the queue, or gives back the permits it was
 // granted, and records it so that a late acquire of it takes nothing. It
 // runs even when ctx was cancelled, bounded as Unlock is, but the caller
-// waits for it dropWait at most (as for a dropped lock), so that a call
-// returns by its deadline plus that margin on a hung server too. An error
-// leaves the token to its wait lease or its permits' lease.
+// waits for it cancelWait at most, so that a call returns by its deadline
+// plus that margin on a hung server too (a healthy server answers well
+// within it; the cancel may run after the call returned). An error leaves
+// the token to its wait lease or its permits' lease.
 func (s *Semaphore) cancel(ctx context.Context, tok string) {
 	done := make(chan struct{})
 	go func() {
@@ -223,13 +224,16 @@ func (s *Semaphore) cancel(ctx context.Context, tok string) {
 		}
 		_, _ = s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), "c"}, nil)
 	}()
-	t := time.NewTimer(dropWait)
+	t := time.NewTimer(cancelWait)
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
 	}
 }
+
+// cancelWait is how long a call that gives up waits for its cancel.
+const cancelWait = 20 * time.Millisecond
 
 // waitLease is how long a queued waiter keeps its place without polling:
 // 20 retry intervals, at least a second. A waiter polls 4 times within it

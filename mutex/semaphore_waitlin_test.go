@@ -45,7 +45,7 @@ const (
 // semTrace, times them), and then either its grant, observed just before
 // Acquire returned, or its cancel, between the send of its cancel script
 // and the last reply of its scripts (the cancel may run after Acquire
-// returned, dropWait).
+// returned, cancelWait).
 func TestSemaphoreWaitLinearizable(t *testing.T) {
 	b := testutil.RealBackend(t)
 	trace := newSemTrace()

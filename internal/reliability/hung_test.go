@@ -396,3 +396,54 @@ func TestHungGuard(t *testing.T) {
 		})
 	}
 }
+
+// TestHungSemaphore: TryAcquire, Acquire (queued behind a holder of another
+// client, so that it listens on Pub/Sub) and, on a permit taken before the
+// server stopped, Extend and Release.
+func TestHungSemaphore(t *testing.T) {
+	for _, kind := range hungClients {
+		t.Run(kind.name, func(t *testing.T) {
+			srv, c := hungServer(t, kind.opts)
+			ctx := hungSetup(t)
+			prefix := testutil.NewPrefix()
+			l := mustLocker(t, c, mutex.WithPrefix(prefix))
+			faultWarm(t, l, prefix)
+			sem := func(l *mutex.Locker, name string) *mutex.Semaphore {
+				s, err := l.Semaphore(name, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			other := mustLocker(t, srv.Client(t), mutex.WithPrefix(prefix))
+			if _, err := sem(other, "full").TryAcquire(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			mine := map[string]*mutex.Permit{}
+			for _, name := range []string{"extend", "release"} {
+				p, err := sem(l, name).TryAcquire(ctx, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mine[name] = p
+			}
+
+			testutil.Freeze(t, srv.Pid())
+
+			hungCall(t, kind.name, "mutex Semaphore.TryAcquire", func(ctx context.Context) error {
+				_, err := sem(l, "free").TryAcquire(ctx, 1)
+				return err
+			}, nil)
+			hungCall(t, kind.name, "mutex Semaphore.Acquire (queued)", func(ctx context.Context) error {
+				_, err := sem(l, "full").Acquire(ctx, 1)
+				return err
+			}, nil)
+			hungCall(t, kind.name, "mutex Permit.Extend", func(ctx context.Context) error {
+				return mine["extend"].Extend(ctx, 10*time.Second)
+			}, nil)
+			hungCall(t, kind.name, "mutex Permit.Release", func(ctx context.Context) error {
+				return mine["release"].Release(ctx)
+			}, nil)
+		})
+	}
+}
