@@ -36,7 +36,11 @@ type benchCase struct {
 	// measure, if set, runs each round of each subject (lib) instead of
 	// the goroutine loop (the subjects' prepare is nil): a case whose
 	// set-up must happen inside the round, outside its timed window.
-	measure  func(ctx context.Context, addr, lib string, d time.Duration) (sample, error)
+	measure func(ctx context.Context, addr, lib string, d time.Duration) (sample, error)
+	// turns has the subjects take turns within each round (interleave.go):
+	// for cases whose calls are short and independent, so that the end of a
+	// turn leaves no wait behind.
+	turns    bool
 	subjects []subject
 }
 

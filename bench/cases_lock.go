@@ -47,7 +47,7 @@ func uncontendedCases() []benchCase {
 		if !parallel {
 			subjects = append(subjects, subject{libRawCommands, uncontended(false, rawFunnelguardLock)})
 		}
-		out = append(out, benchCase{name: "Lock+Unlock uncontended " + mode, parallel: parallel, subjects: subjects})
+		out = append(out, benchCase{name: "Lock+Unlock uncontended " + mode, parallel: parallel, turns: true, subjects: subjects})
 	}
 	return out
 }
@@ -66,8 +66,9 @@ func defaultClientCases() []benchCase {
 		}
 	}
 	return []benchCase{{
-		name: "Lock+Unlock uncontended serial, go-redis default client",
-		ref:  libRedislock,
+		name:  "Lock+Unlock uncontended serial, go-redis default client",
+		ref:   libRedislock,
+		turns: true,
 		subjects: []subject{
 			{libFunnelguard, on(funnelguardLock)},
 			{libRedislock, on(redislockLock)},
@@ -88,6 +89,7 @@ func replicaCases() []benchCase {
 	return []benchCase{{
 		name:       "Lock+Unlock uncontended serial, 1 replica acknowledged",
 		replicated: true,
+		turns:      true,
 		subjects: []subject{
 			{libFunnelguard, uncontended(false, acked)},
 			{libUnacked, uncontended(false, funnelguardLock)},

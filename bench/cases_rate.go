@@ -51,7 +51,7 @@ func rateCases() []benchCase {
 			parallel = append(parallel, subject{libFreshFloor, floorFreshAdmitted})
 		}
 		out = append(out,
-			benchCase{name: "Allow admitted serial, " + rs.name, subjects: serial},
+			benchCase{name: "Allow admitted serial, " + rs.name, turns: true, subjects: serial},
 			benchCase{name: "Allow admitted parallel, " + rs.name, parallel: true, subjects: parallel,
 				serverCmds: len(rs.rules) == 1, ref: libRedisRate},
 			benchCase{name: "Allow denied parallel, " + rs.name, parallel: true, subjects: []subject{

@@ -167,12 +167,12 @@ func spawnReplicated(cases []benchCase) (addr string, stop func(), err error) {
 // summary per subject; ping holds the PING cases' ops/s once measured.
 func runCase(ctx context.Context, cfg config, bc benchCase, addr string, ping map[bool]float64) ([]summary, error) {
 	samples := make([][]sample, len(bc.subjects))
-	for round := range cfg.rounds { // A B A B ...
-		for i, sub := range bc.subjects {
-			s, err := measureSubject(ctx, cfg, bc, sub, addr)
-			if err != nil {
-				return nil, fmt.Errorf("%s, %s, round %d: %w", bc.name, sub.lib, round+1, err)
-			}
+	for round := range cfg.rounds {
+		ss, err := measureRound(ctx, cfg, bc, addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s, round %d: %w", bc.name, round+1, err)
+		}
+		for i, s := range ss {
 			samples[i] = append(samples[i], s)
 		}
 	}
@@ -190,6 +190,23 @@ func runCase(ctx context.Context, cfg config, bc benchCase, addr string, ping ma
 		printProgress(s)
 	}
 	return sums, nil
+}
+
+// measureRound runs one round of every subject of bc: in turns within the
+// round (interleave.go), or one after the other (A B A B ... over rounds).
+func measureRound(ctx context.Context, cfg config, bc benchCase, addr string) ([]sample, error) {
+	if bc.interleaved() {
+		return measureTurns(ctx, cfg, bc, addr)
+	}
+	out := make([]sample, len(bc.subjects))
+	for i, sub := range bc.subjects {
+		s, err := measureSubject(ctx, cfg, bc, sub, addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sub.lib, err)
+		}
+		out[i] = s
+	}
+	return out, nil
 }
 
 // measureSubject runs one round of one subject, in this process or in

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"strconv"
 	"sync"
@@ -145,22 +144,15 @@ func measure(ctx context.Context, addr string, goroutines int, d time.Duration, 
 	if err != nil {
 		return sample{}, err
 	}
-	if ops == 0 {
-		return sample{}, fmt.Errorf("no operation completed in %v", d)
-	}
-	if w.after != nil {
-		if err := w.after(); err != nil {
-			return sample{}, err
-		}
-	}
-	return sample{
+	s := sample{
 		ops:     ops,
 		gaveUp:  gaveUp,
 		elapsed: elapsed,
 		mallocs: after.Mallocs - before.Mallocs,
 		cmds:    e.cmds() - cmds0,
 		server:  readServerStats(ctx, e.clients[0]).minus(server0),
-	}, nil
+	}
+	return s, finish(w, s, d)
 }
 
 // loop runs w's goroutines for d and counts the operations that completed

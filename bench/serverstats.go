@@ -30,6 +30,12 @@ func (s serverStats) minus(o serverStats) serverStats {
 		scriptUsec: s.scriptUsec - o.scriptUsec, publish: s.publish - o.publish, cpuUsec: s.cpuUsec - o.cpuUsec}
 }
 
+// plus is s with a later delta o added.
+func (s serverStats) plus(o serverStats) serverStats {
+	return serverStats{usec: s.usec + o.usec, inner: s.inner + o.inner, scripts: s.scripts + o.scripts,
+		scriptUsec: s.scriptUsec + o.scriptUsec, publish: s.publish + o.publish, cpuUsec: s.cpuUsec + o.cpuUsec}
+}
+
 // readServerStats reads INFO commandstats and cpu on c (the zero value if
 // it fails). The INFO is counted by the next reading, in usec only.
 func readServerStats(ctx context.Context, c *redis.Client) serverStats {
