@@ -52,10 +52,16 @@ func measureTurns(ctx context.Context, cfg config, bc benchCase, addr string) ([
 	}
 	runtime.GC()
 	out := make([]sample, len(bc.subjects))
+	// next[i][g] is goroutine g's next sequence number in subject i: it goes
+	// on from turn to turn (a call's key may depend on it).
+	next := make([][]int, len(bc.subjects))
+	for i, w := range loads {
+		next[i] = make([]int, w.goroutines)
+	}
 	slice := cfg.duration / turns
 	for range turns {
 		for i := range bc.subjects {
-			s, err := measureTurn(ctx, envs[i], loads[i], slice)
+			s, err := measureTurn(ctx, envs[i], loads[i], next[i], slice)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", bc.subjects[i].lib, err)
 			}
@@ -70,13 +76,14 @@ func measureTurns(ctx context.Context, cfg config, bc benchCase, addr string) ([
 	return out, nil
 }
 
-// measureTurn runs w, prepared in e, for d: one turn of one subject.
-func measureTurn(ctx context.Context, e *env, w workload, d time.Duration) (sample, error) {
+// measureTurn runs w, prepared in e, for d: one turn of one subject; next
+// holds each goroutine's next sequence number.
+func measureTurn(ctx context.Context, e *env, w workload, next []int, d time.Duration) (sample, error) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	cmds0 := e.cmds()
 	server0 := readServerStats(ctx, e.clients[0])
-	ops, gaveUp, elapsed, err := turn(ctx, w, d)
+	ops, gaveUp, elapsed, err := turn(ctx, w, next, d)
 	runtime.ReadMemStats(&after)
 	if err != nil {
 		return sample{}, err
@@ -101,8 +108,9 @@ const turnGrace = 2 * time.Second
 // turn runs w's goroutines until d has passed and returns the calls that
 // completed meanwhile and the time until the last of them returned: each
 // goroutine starts no call after d, and the calls under way then finish.
-// The first error of a call ends the turn early.
-func turn(ctx context.Context, w workload, d time.Duration) (ops, gaveUp int64, elapsed time.Duration, err error) {
+// Goroutine g numbers its calls from next[g] on, and leaves there the
+// number after its last. The first error of a call ends the turn early.
+func turn(ctx context.Context, w workload, next []int, d time.Duration) (ops, gaveUp int64, elapsed time.Duration, err error) {
 	octx, cancel := context.WithTimeout(ctx, d+turnGrace)
 	defer cancel()
 	var nOps, nGaveUp atomic.Int64
@@ -112,7 +120,9 @@ func turn(ctx context.Context, w workload, d time.Duration) (ops, gaveUp int64, 
 	end := start.Add(d)
 	for g := range w.goroutines {
 		wg.Go(func() {
-			for i := 0; time.Now().Before(end) && octx.Err() == nil; i++ {
+			i := next[g]
+			defer func() { next[g] = i }()
+			for ; time.Now().Before(end) && octx.Err() == nil; i++ {
 				switch opErr := w.op(octx, g, i); {
 				case opErr == nil:
 					nOps.Add(1)
