@@ -57,12 +57,20 @@ func uncontendedCases() []benchCase {
 // whose context can end in a goroutine of its own, so that it returns by the
 // deadline all the same (mutex's doc, "Deadlines and retries"); redislock
 // leaves such a call to go-redis's ReadTimeout. The case shows what that
-// hand-off costs.
+// hand-off costs: "funnelguard, no deadline" is the same cycle with a
+// context that cannot end (context.WithoutCancel), which runs in the
+// caller's goroutine.
 func defaultClientCases() []benchCase {
 	on := func(mk lockMaker) func(context.Context, *env) (workload, error) {
 		return func(_ context.Context, e *env) (workload, error) {
 			cycle := mk(e.defaultClient())(e.prefix + "u0")
 			return workload{goroutines: 1, op: func(ctx context.Context, _, _ int) error { return cycle(ctx) }}, nil
+		}
+	}
+	noDeadline := func(mk lockMaker) func(context.Context, *env) (workload, error) {
+		return func(_ context.Context, e *env) (workload, error) {
+			cycle := mk(e.defaultClient())(e.prefix + "u0")
+			return workload{goroutines: 1, op: func(ctx context.Context, _, _ int) error { return cycle(context.WithoutCancel(ctx)) }}, nil
 		}
 	}
 	return []benchCase{{
@@ -72,9 +80,14 @@ func defaultClientCases() []benchCase {
 		subjects: []subject{
 			{libFunnelguard, on(funnelguardLock)},
 			{libRedislock, on(redislockLock)},
+			{libNoDeadline, noDeadline(funnelguardLock)},
 		},
 	}}
 }
+
+// libNoDeadline is funnelguard called with a context that cannot end, in
+// the default client's case.
+const libNoDeadline = "funnelguard, no deadline"
 
 // libUnacked is funnelguard without WithReplicaAck, in the replicated case.
 const libUnacked = "funnelguard, no WAIT"
