@@ -102,11 +102,8 @@ func TestReplicaAckWritesReachTheReplica(t *testing.T) {
 // A replica that acknowledges nothing: grants fail with ErrNotReplicated and
 // are undone; a plain Unlock still works (it waits for no replica).
 func TestReplicaAckFrozenReplica(t *testing.T) {
-	r := testutil.StartReplicated(t, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	r, ctx, l := ackedRig(t, mutex.WithRetryInterval(5*time.Millisecond))
 	c := r.Master.Client(t)
-	l := mustNew(t, c, mutex.WithReplicaAck(1, ackBound), mutex.WithRetryInterval(5*time.Millisecond))
 	held, held2 := lockAcked(t, ctx, l, "held"), lockAcked(t, ctx, l, "held2")
 	thaw := testutil.Freeze(t, r.Replicas[0].Pid())
 	defer thaw()
@@ -148,11 +145,8 @@ func TestReplicaAckFrozenReplica(t *testing.T) {
 // A hand-over in Redis that no replica acknowledged is undone: the waiter
 // tries again, itself waiting for the replica, and fails.
 func TestReplicaAckHandOverUndone(t *testing.T) {
-	r := testutil.StartReplicated(t, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	r, ctx, l := ackedRig(t, mutex.WithRetryInterval(time.Hour))
 	c := r.Master.Client(t)
-	l := mustNew(t, c, mutex.WithReplicaAck(1, ackBound), mutex.WithRetryInterval(time.Hour))
 	lk := lockAcked(t, ctx, l, "h")
 	got := make(chan error, 1)
 	go func() {
@@ -385,11 +379,7 @@ func TestReplicaAckHungServer(t *testing.T) {
 // AckAtRelease: the acquisition waits for no replica, the UnlockWith that
 // ends the hold does, and reports what the replica did not acknowledge.
 func TestReplicaAckAtRelease(t *testing.T) {
-	r := testutil.StartReplicated(t, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c := r.Master.Client(t)
-	l := mustNew(t, c, mutex.WithReplicaAck(1, ackBound))
+	r, ctx, l := ackedRig(t)
 	lockAcked(t, ctx, l, "warm").Unlock(ctx) // the scripts loaded while the replica answers
 	thaw := testutil.Freeze(t, r.Replicas[0].Pid())
 	defer thaw()
@@ -403,4 +393,16 @@ func TestReplicaAckAtRelease(t *testing.T) {
 	if _, err := l.TryLock(ctx, "b"); !errors.Is(err, mutex.ErrNotReplicated) {
 		t.Fatalf("a TryLock without AckAtRelease: %v, want ErrNotReplicated", err)
 	}
+}
+
+// ackedRig starts a master with one replica in sync and returns it, a
+// context of 30 s, and a Locker on the master made with opts that waits
+// for the replica (WithReplicaAck(1, ackBound)).
+func ackedRig(t *testing.T, opts ...mutex.Option) (*testutil.Replicated, context.Context, *mutex.Locker) {
+	t.Helper()
+	r := testutil.StartReplicated(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	l := mustNew(t, r.Master.Client(t), append([]mutex.Option{mutex.WithReplicaAck(1, ackBound)}, opts...)...)
+	return r, ctx, l
 }

@@ -30,11 +30,8 @@ func permitAcked(t *testing.T, ctx context.Context, s *mutex.Semaphore, n int64)
 // ErrNotReplicated and give their permits back (Acquire at once), Extend
 // fails with it; a Release still works (it waits for no replica).
 func TestSemaphoreReplicaAckFrozenReplica(t *testing.T) {
-	r := testutil.StartReplicated(t, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	r, ctx, l := ackedRig(t, mutex.WithRetryInterval(5*time.Millisecond))
 	c := r.Master.Client(t)
-	l := mustNew(t, c, mutex.WithReplicaAck(1, ackBound), mutex.WithRetryInterval(5*time.Millisecond))
 	s := mustSem(t, l, "sms", 3)
 	held := permitAcked(t, ctx, s, 1)
 	thaw := testutil.Freeze(t, r.Replicas[0].Pid())
@@ -75,11 +72,8 @@ func TestSemaphoreReplicaAckFrozenReplica(t *testing.T) {
 // confirms the grant with its replicas before it returns: with the replica
 // frozen, Acquire fails with ErrNotReplicated and gives the permits back.
 func TestSemaphoreReplicaAckGrantUndone(t *testing.T) {
-	r := testutil.StartReplicated(t, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	r, ctx, l := ackedRig(t, mutex.WithRetryInterval(time.Hour))
 	c := r.Master.Client(t)
-	l := mustNew(t, c, mutex.WithReplicaAck(1, ackBound), mutex.WithRetryInterval(time.Hour))
 	s := mustSem(t, l, "sms", 2)
 	p := permitAcked(t, ctx, s, 2)
 	// Frozen first, so that each poll of the waiter takes the WAIT's bound:
