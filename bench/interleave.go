@@ -79,23 +79,7 @@ func measureTurns(ctx context.Context, cfg config, bc benchCase, addr string) ([
 // measureTurn runs w, prepared in e, for d: one turn of one subject; next
 // holds each goroutine's next sequence number.
 func measureTurn(ctx context.Context, e *env, w workload, next []int, d time.Duration) (sample, error) {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	cmds0 := e.cmds()
-	server0 := readServerStats(ctx, e.clients[0])
-	ops, gaveUp, elapsed, err := turn(ctx, w, next, d)
-	runtime.ReadMemStats(&after)
-	if err != nil {
-		return sample{}, err
-	}
-	return sample{
-		ops:     ops,
-		gaveUp:  gaveUp,
-		elapsed: elapsed,
-		mallocs: after.Mallocs - before.Mallocs,
-		cmds:    e.cmds() - cmds0,
-		server:  readServerStats(ctx, e.clients[0]).minus(server0),
-	}, nil
+	return timed(ctx, e, func() (int64, int64, time.Duration, error) { return turn(ctx, w, next, d) })
 }
 
 // turnGrace is how long after its turn's end a call may still run: its

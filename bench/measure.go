@@ -134,25 +134,34 @@ func measure(ctx context.Context, addr string, goroutines int, d time.Duration, 
 		return sample{}, err
 	}
 	runtime.GC()
+	s, err := timed(ctx, e, func() (int64, int64, time.Duration, error) { return loop(ctx, w, d) })
+	if err != nil {
+		return sample{}, err
+	}
+	return s, finish(w, s, d)
+}
+
+// timed runs run, which times calls made on e's clients, and returns its
+// sample: its counts and time, and what the process allocated, the clients
+// sent and Redis did meanwhile.
+func timed(ctx context.Context, e *env, run func() (ops, gaveUp int64, elapsed time.Duration, err error)) (sample, error) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	cmds0 := e.cmds()
 	server0 := readServerStats(ctx, e.clients[0])
-
-	ops, gaveUp, elapsed, err := loop(ctx, w, d)
+	ops, gaveUp, elapsed, err := run()
 	runtime.ReadMemStats(&after)
 	if err != nil {
 		return sample{}, err
 	}
-	s := sample{
+	return sample{
 		ops:     ops,
 		gaveUp:  gaveUp,
 		elapsed: elapsed,
 		mallocs: after.Mallocs - before.Mallocs,
 		cmds:    e.cmds() - cmds0,
 		server:  readServerStats(ctx, e.clients[0]).minus(server0),
-	}
-	return s, finish(w, s, d)
+	}, nil
 }
 
 // loop runs w's goroutines for d and counts the operations that completed
