@@ -52,7 +52,7 @@ func rateCases() []benchCase {
 		}
 		out = append(out,
 			benchCase{name: "Allow admitted serial, " + rs.name, turns: true, subjects: serial},
-			benchCase{name: "Allow admitted parallel, " + rs.name, parallel: true, subjects: parallel,
+			benchCase{name: "Allow admitted parallel, " + rs.name, parallel: true, turns: true, subjects: parallel,
 				serverCmds: len(rs.rules) == 1, ref: libRedisRate},
 			benchCase{name: "Allow denied parallel, " + rs.name, parallel: true, subjects: []subject{
 				{libFunnel, funnelDenied(rs.rules)}, {libRedisRate, rateDenied(rs.rules)}}},

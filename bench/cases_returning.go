@@ -33,7 +33,7 @@ const returningKeys = 4096
 // timed call is on a key with state. A denial fails the round.
 func returningCase() benchCase {
 	return benchCase{
-		name: "Allow admitted parallel, 1 rule, returning keys", parallel: true, serverCmds: true, ref: libRedisRate,
+		name: "Allow admitted parallel, 1 rule, returning keys", parallel: true, serverCmds: true, ref: libRedisRate, turns: true,
 		subjects: []subject{{libFunnel, returning(funnelAdmitter)}, {libRedisRate, returning(rateAdmitter)}},
 	}
 }

@@ -23,7 +23,8 @@ import (
 const turns = 20
 
 // interleaved reports whether bc's subjects take turns within each round:
-// a case that asks for it (the uncontended lock cycles, serial admissions),
+// a case that asks for it (the uncontended lock cycles, the admissions of
+// fresh keys and of returning keys: calls that wait for no one),
 // with several subjects that run in this process.
 func (bc benchCase) interleaved() bool {
 	return bc.turns && bc.procs == 0 && bc.measure == nil && len(bc.subjects) > 1
