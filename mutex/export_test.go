@@ -99,3 +99,7 @@ func SemReleaseFor(ctx context.Context, s *Semaphore, tok string, record time.Du
 	}
 	return integer(reply)
 }
+
+// MaxChain is how many local hand-overs in a row a lock makes before the next
+// goes through Redis.
+const MaxChain = maxChain

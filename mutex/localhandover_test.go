@@ -15,7 +15,7 @@ import (
 // TestLocalHandOverSendsNothing: an Unlock whose lock still has (nearly) the
 // waiter's lease passes it on without a command; the waiter holds it for real
 // (another Locker is refused), can re-enter, extend and unlock it, and the
-// chain goes back through Redis after 8 hand-overs.
+// chain goes back through Redis after MaxChain hand-overs.
 func TestLocalHandOverSendsNothing(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
@@ -124,8 +124,8 @@ func TestLocalHandOverNeedsTheLease(t *testing.T) {
 	})
 }
 
-// TestLocalHandOverChainIsBounded: 20 waiters of one Locker behind a holder;
-// at most 8 hand-overs in a row keep the token (skip Redis), then one goes
+// TestLocalHandOverChainIsBounded: 2*MaxChain+4 waiters of one Locker behind
+// a holder; at most MaxChain hand-overs in a row keep the token (skip Redis), then one goes
 // through Redis under a fresh token, where a waiter of another Locker that
 // marked the lock would get its turn (TestChainYieldsToOtherLocker).
 func TestLocalHandOverChainIsBounded(t *testing.T) {
@@ -136,7 +136,7 @@ func TestLocalHandOverChainIsBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		const n = 20
+		const n = 2*mutex.MaxChain + 4
 		tokens := make(chan string, n)
 		var wg sync.WaitGroup
 		defer wg.Wait()
@@ -163,20 +163,20 @@ func TestLocalHandOverChainIsBounded(t *testing.T) {
 			if tok != prev {
 				prev, run, distinct = tok, 0, distinct+1
 			}
-			if run++; run > 9 {
-				t.Fatalf("one token held by %d holders in a row: the local chain is not bounded at 8 hand-overs", run)
+			if run++; run > mutex.MaxChain+1 {
+				t.Fatalf("one token held by %d holders in a row: the local chain is not bounded at %d hand-overs", run, mutex.MaxChain)
 			}
 		}
-		// 21 holders in chains of 9: 3 tokens.
+		// n+1 holders in chains of MaxChain+1: 3 tokens.
 		if distinct < 3 {
-			t.Fatalf("%d tokens for 21 holders; want 3 or more", distinct)
+			t.Fatalf("%d tokens for %d holders; want 3 or more", distinct, n+1)
 		}
 	})
 }
 
 // TestChainYieldsToOtherLocker: a waiter of another Locker (another process)
 // that marked the lock gets it at the end of the holder's Locker's chain of
-// hand-overs, not after all of that Locker's 20 waiters.
+// hand-overs, not after all of that Locker's MaxChain+12 waiters.
 func TestChainYieldsToOtherLocker(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
@@ -199,7 +199,7 @@ func TestChainYieldsToOtherLocker(t *testing.T) {
 				t.Error(err)
 			}
 		}
-		const n = 20
+		const n = mutex.MaxChain + 12
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			lk, err := other.Lock(ctx, "yield")

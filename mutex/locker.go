@@ -47,7 +47,7 @@ const (
 // less the drift margin) is at least 90% of the waiter's lease, the waiter
 // takes over the holder's Redis lock as it is, with no round trip; otherwise
 // the release script hands it over with a fresh token and lease, in one round
-// trip. After 8 hand-overs in a row the next goes through Redis, and yields
+// trip. After 16 hand-overs in a row the next goes through Redis, and yields
 // to waiters of other Lockers (the lock is released to all comers) if one
 // marked the lock, so that waiters in other processes are not starved.
 //
