@@ -10,9 +10,9 @@ import (
 // maxChain is how many times in a row a lock passes between goroutines of one
 // Locker before the next hand-over yields to waiters of other Lockers, if
 // any marked the lock. A waiter of another Locker so waits at most that many
-// local hand-overs (each a few µs to tens of µs) past its own wait; the
-// Locker's own waiters pay one round trip per maxChain+1 acquisitions (16:
-// 64 goroutines on one name acquire 20-45% more often than with 8).
+// local hand-overs past its own wait (none has a round trip); the Locker's
+// own waiters pay one round trip per maxChain+1 acquisitions
+// (BenchmarkContended measures what the length buys).
 const maxChain = 16
 
 // A passing is how a releaser hands the lock to a local waiter.
