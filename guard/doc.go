@@ -23,9 +23,14 @@
 // When Redis cannot answer within Policy.Timeout, a Guard fails closed by
 // default (an SMS costs money): it denies with RetryAfter and an error
 // matching ErrUnavailable. A Redis that refuses connections is decided so
-// at once (the error matches funnel.ErrUnreachable too); go-redis itself
-// spends 1.7 s on a refused command with its default options, so set
-// DialerRetries: 1 and MinRetryBackoff: -1 for an immediate refusal. FailOpen decides with the Policy's rules in this
+// at once (the error matches funnel.ErrUnreachable too), whatever the
+// client's options: go-redis spends up to 1.7 s on a refused command with
+// its defaults, so a Guard on a *redis.Client dials, with the client's own
+// dialer, once a call has run for 50 ms; a refused dial ends that call and
+// the next ones until a dial connects (one of them dials every 20 ms). A
+// dial that connects or times out is no refusal: a hung server costs the
+// Timeout. DialerRetries: 1 and MinRetryBackoff: -1 make go-redis itself
+// answer a refusal at once. FailOpen decides with the Policy's rules in this
 // process (funnel.Local) instead, so it is never unlimited: each process
 // admits at most the rules' bound per key. A Fallback decides with an
 // in-process token bucket per key. An answer that will not change (NOPERM,

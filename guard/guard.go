@@ -11,6 +11,7 @@ import (
 
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/nilcheck"
+	"github.com/funnelguard/funnelguard/internal/outage"
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
@@ -25,6 +26,9 @@ type Guard struct {
 	// Redis cannot answer; nil unless InFlight is set and the guard fails
 	// open (FailOpen or a Fallback).
 	flights *flights
+	// watch ends calls at once while Redis refuses connections (nil for a
+	// client other than *redis.Client: see internal/outage).
+	watch *outage.Watch
 }
 
 // Decision is the outcome of Allow.
@@ -95,7 +99,7 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	if err := checkInFlight(lim.Locker(), p.InFlight); err != nil {
 		return nil, err
 	}
-	g := &Guard{p: p, lim: lim}
+	g := &Guard{p: p, lim: lim, watch: outage.For(client, p.Timeout)}
 	switch {
 	case p.Fallback != nil:
 		g.fb = newFallback(*p.Fallback)
@@ -163,9 +167,11 @@ func (g *Guard) allowObserved(ctx context.Context, key string, n int64) (Decisio
 
 // allow decides for the stored key sk.
 func (g *Guard) allow(ctx context.Context, sk string, n int64) (Decision, error) {
-	cctx, cancel := context.WithTimeout(ctx, g.p.Timeout)
-	defer cancel()
-	res, err := g.lim.AllowN(cctx, sk, n, g.p.Rules...)
+	var res funnel.Result
+	err := g.call(ctx, func(cctx context.Context) (err error) {
+		res, err = g.lim.AllowN(cctx, sk, n, g.p.Rules...)
+		return err
+	})
 	if err == nil {
 		return decision(res), nil
 	}
@@ -201,9 +207,11 @@ func (g *Guard) Peek(ctx context.Context, key string) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, g.p.Timeout)
-	defer cancel()
-	res, err := g.lim.Peek(cctx, sk, g.p.Rules...)
+	var res funnel.Result
+	err = g.call(ctx, func(cctx context.Context) (err error) {
+		res, err = g.lim.Peek(cctx, sk, g.p.Rules...)
+		return err
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return Decision{}, err
@@ -235,15 +243,23 @@ func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
 
 // refund is RefundN for the stored key sk.
 func (g *Guard) refund(ctx context.Context, sk string, n int64) error {
-	cctx, cancel := context.WithTimeout(ctx, g.p.Timeout)
-	defer cancel()
-	if err := g.lim.Refund(cctx, sk, n, g.p.Rules...); err != nil {
+	err := g.call(ctx, func(cctx context.Context) error {
+		return g.lim.Refund(cctx, sk, n, g.p.Rules...)
+	})
+	if err != nil {
 		if errors.Is(err, funnel.ErrInvalidN) || ctx.Err() != nil {
 			return err
 		}
 		return redisError(err)
 	}
 	return nil
+}
+
+// call runs f, a call to Redis, bounded by Timeout and watched: while
+// Redis refuses connections it ends at once with an error matching
+// mutex.ErrUnreachable (see internal/outage).
+func (g *Guard) call(ctx context.Context, f func(context.Context) error) error {
+	return g.watch.Run(ctx, g.p.Timeout, f)
 }
 
 // redisError wraps an error of a call to Redis: ErrUnavailable when Redis

@@ -64,21 +64,25 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	if err != nil { // New tried the Locker and the size: never, for a stored key
 		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, g.p.Timeout)
-	defer cancel()
-	p, err := sem.TryAcquire(cctx, 1, mutex.AutoRenew())
-	if errors.Is(err, mutex.ErrNoPermits) {
-		// Redis has just answered: a wait that ends without a permit is
-		// one for the calls running, not for Redis.
-		p, err = sem.Acquire(cctx, 1, mutex.AutoRenew())
-		if errors.Is(err, mutex.ErrNotObtained) && ctx.Err() == nil {
-			return nil, fmt.Errorf("%w: %d calls of the key ran through %v: %w", ErrBusy, g.p.InFlight, g.p.Timeout, err)
+	var p *mutex.Permit
+	busy := false
+	err = g.call(ctx, func(cctx context.Context) (err error) {
+		p, err = sem.TryAcquire(cctx, 1, mutex.AutoRenew())
+		if errors.Is(err, mutex.ErrNoPermits) {
+			// Redis has just answered: a wait that ends without a permit
+			// is one for the calls running, not for Redis.
+			p, err = sem.Acquire(cctx, 1, mutex.AutoRenew())
+			busy = errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded)
 		}
+		return err
+	})
+	switch {
+	case err == nil || ctx.Err() != nil:
+		return p, err
+	case busy && !errors.Is(err, mutex.ErrUnreachable):
+		return nil, fmt.Errorf("%w: %d calls of the key ran through %v: %w", ErrBusy, g.p.InFlight, g.p.Timeout, err)
 	}
-	if err != nil && ctx.Err() == nil {
-		return nil, permitError(err)
-	}
-	return p, err
+	return nil, permitError(err)
 }
 
 // permitError wraps an error of a semaphore's call: ErrRejected for a
@@ -114,9 +118,7 @@ func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
 func (g *Guard) leave(ctx context.Context, s slot) {
 	switch {
 	case s.permit != nil:
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.p.Timeout)
-		defer cancel()
-		_ = s.permit.Release(ctx)
+		_ = g.call(context.WithoutCancel(ctx), s.permit.Release)
 	case s.local != nil:
 		s.local.leave(s.key)
 	}

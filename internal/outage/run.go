@@ -1,0 +1,108 @@
+package outage
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/reach"
+	"github.com/redis/go-redis/v9"
+)
+
+// Run runs f, a call to the watched server, with ctx bounded by d, and
+// returns its error. If w saw the server refuse connections, the call may
+// end at once with a refusal (see admit); while f runs, w checks every
+// Every and, on a refusal, cancels f's context and returns the refusal in
+// place of f's error (unless ctx itself ended). An error of f that says the
+// server cannot be reached (reach.Unreachable, not a closed client) makes
+// w down. A refusal matches reach.ErrUnreachable and holds the dial's
+// error.
+func (w *Watch) Run(ctx context.Context, d time.Duration, f func(context.Context) error) error {
+	cctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if w == nil {
+		return f(cctx)
+	}
+	ups, err := w.admit(cctx)
+	if err != nil {
+		return err
+	}
+	c := &call{w: w, ctx: cctx, cancel: cancel}
+	c.arm()
+	err = f(cctx)
+	cut := c.end()
+	switch {
+	case err == nil:
+		return nil
+	case cut != nil && ctx.Err() == nil:
+		return cut
+	case reach.Unreachable(err) && !errors.Is(err, redis.ErrClosed):
+		w.saw(err, ups)
+	}
+	return err
+}
+
+// A call is one Run's f while it runs: a timer checks w every Every.
+type call struct {
+	w      *Watch
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	t     *time.Timer
+	ended bool
+	cut   error // the refusal that cancelled ctx
+}
+
+// arm sets the timer of the next check, unless the call ended.
+func (c *call) arm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ended {
+		c.t = time.AfterFunc(Every, c.fire)
+	}
+}
+
+// fire checks w; on a refusal it cancels the call, else arms the next check.
+func (c *call) fire() {
+	c.mu.Lock()
+	ended := c.ended
+	c.mu.Unlock()
+	if ended {
+		return
+	}
+	err := c.w.check(c.ctx)
+	if err == nil {
+		c.arm()
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ended {
+		c.cut = err
+		c.cancel()
+	}
+}
+
+// end stops the checks and returns the refusal that cut the call, or nil.
+func (c *call) end() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ended = true
+	c.t.Stop()
+	return c.cut
+}
+
+// refused returns err, a refusal, as the error of a call a Watch ended.
+func refused(err error) error {
+	return &refusal{reach.Mark(err)}
+}
+
+// A refusal is the error of a call that a Watch ended because the server
+// refused a connection.
+type refusal struct{ err error }
+
+func (r *refusal) Error() string { return "redis refuses connections: " + r.err.Error() }
+
+func (r *refusal) Unwrap() error { return r.err }
