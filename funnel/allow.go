@@ -52,7 +52,12 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	if !lim.alone {
 		return lim.allowBatched(ctx, c, n)
 	}
-	// Alone: a batch of one, led by this call.
+	return lim.allowAlone(ctx, c, n)
+}
+
+// allowAlone is AllowN's path without batching: a batch of one, led by this
+// call, whose outcome is final (a leader never runs again).
+func (lim *Limiter) allowAlone(ctx context.Context, c call, n int64) (Result, error) {
 	d, _ := ctx.Deadline()
 	w := &waiter{n: n, deadline: d}
 	lim.lead(ctx, c, batchKey{}, &batch{waiters: []*waiter{w}}, n)

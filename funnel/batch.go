@@ -52,8 +52,10 @@ type batch struct {
 type batches struct {
 	mu   sync.Mutex
 	open map[batchKey]*batch
-	// onJoin, if set, runs when a call joins a batch (tests).
+	// onJoin, if set, runs when a call joins a batch; onLead, with the
+	// call's units, when one opens a batch (tests).
 	onJoin func()
+	onLead func(n int64)
 }
 
 // join adds w to the open batch of k, or opens one with w as its leader.
@@ -73,6 +75,9 @@ func (bs *batches) join(k batchKey, w *waiter) (*batch, bool) {
 	}
 	b := &batch{waiters: []*waiter{w}}
 	bs.open[k] = b
+	if bs.onLead != nil {
+		bs.onLead(w.n)
+	}
 	return b, true
 }
 
@@ -176,12 +181,20 @@ func (ws sealed) wake() {
 	}
 }
 
+// maxReruns bounds how many times a call runs again because the leader of
+// its batch ran out of its own time (its context ended, or no time was
+// left for its write): then it leads a batch of its own. A rerun is no
+// lost commit (those are lead's to count), so it never ends in
+// ErrConflict: on a Redis that does not answer, leaders that end one after
+// another would make a call with time left fail as if it had lost races.
+const maxReruns = 8
+
 // allowBatched is AllowN's path with batching: it joins or leads a batch and
 // returns the call's outcome.
 func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, error) {
 	k := batchKey{c.key, c.set}
 	d, _ := ctx.Deadline()
-	for range maxCommits {
+	for range maxReruns {
 		w := &waiter{n: n, deadline: d}
 		b, lead := lim.batches.join(k, w)
 		if lead {
@@ -201,7 +214,9 @@ func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, 
 			return outcome(ctx, Result{}, errLate)
 		}
 	}
-	return Result{}, ErrConflict
+	// Its leaders kept running out of time before it: it leads alone,
+	// under its own context, and nobody else's end can send it round.
+	return lim.allowAlone(ctx, c, n)
 }
 
 // wait waits until w's batch has decided it, or ctx ends: then w leaves its

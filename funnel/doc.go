@@ -134,8 +134,11 @@
 // one after another at the server time of the read. A call whose context
 // ends while it waits in a batch returns at once, and its batch takes
 // nothing for it unless it was decided first; when the leader's context
-// ends, the others run again under their own. A batch whose lease lapsed
-// before its write is decided again, every call of it, on fresh state.
+// ends, the others run again under their own (a call sent round so 8 times
+// then leads alone), and when its lock attempt fails otherwise (a refusal,
+// a lost connection, an error reply), they end with its error. A batch
+// whose lease lapsed before its write is decided again, every call of it,
+// on fresh state.
 //
 // # Deny cache
 //

@@ -25,6 +25,8 @@ var (
 	ErrCorruptState = errors.New("funnel: corrupt state")
 	// ErrConflict means the commit kept failing because the lock's lease
 	// lapsed before each commit (the lease is too short for the round trips).
+	// It never stands for an outage: a call on a Redis that refuses or does
+	// not answer ends with ErrUnreachable or its context's error.
 	ErrConflict = errors.New("funnel: commit kept losing the lock")
 	// ErrInvalidOption means a nil client or a bad option to New; it is
 	// wrapped with what was wrong.

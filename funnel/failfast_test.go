@@ -75,3 +75,37 @@ func TestUnreachableEverywhere(t *testing.T) {
 		}
 	}
 }
+
+// A leader's error that is not the end of its own time is the whole
+// batch's: 16 calls of a key whose state another program overwrote with a
+// string all get ErrCorruptState from the leader's one lock attempt. They
+// used to run again, one leader after another, each paying an attempt of
+// its own, and those that ran again 8 times ended in ErrConflict.
+func TestLeaderErrorFailsTheWholeBatch(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		const calls = 16
+		rule := funnel.Rule{Name: "r", Capacity: 100, Leak: 1, Per: time.Second}
+		lim, counter, release, joined := heldLimiter(t, b, rule, "hot")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang's bound
+		defer cancel()
+		if err := b.Client(t).Set(ctx, b.Prefix+"{hot}:f", "not a hash", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		errs := make([]error, calls)
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() { _, errs[i] = lim.Allow(ctx, "hot", rule) })
+		}
+		awaitJoins(t, joined, calls-1)
+		release()
+		wg.Wait()
+		for i, err := range errs {
+			if !errors.Is(err, funnel.ErrCorruptState) {
+				t.Errorf("call %d: %v; want ErrCorruptState", i, err)
+			}
+		}
+		if n := counter.N.Load(); n != 1 {
+			t.Errorf("%d commands for one batch of %d calls; want the leader's lock attempt alone", n, calls)
+		}
+	})
+}

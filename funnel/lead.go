@@ -165,7 +165,7 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 		return false
 	}
 	if err != nil && !declined {
-		l.failed(ws, err)
+		l.failed(ctx, ws, err)
 		return false
 	}
 	r, err := l.lim.read(l.c, res)
@@ -191,21 +191,32 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 	return l.commit(ctx, ws, lk, r)
 }
 
-// failed answers the calls ws after the lock attempt failed with err.
-func (l *leader) failed(ws sealed, err error) {
+// failed answers the calls ws after the lock attempt failed with err. Only
+// the end of the leader's own time is the leader's alone: then the others
+// run again, each under its own context. Any other error (a refusal, a
+// connection lost, an error reply of Redis) is what the others, asking the
+// same at the same time, would hear one after another: they get it too,
+// and took nothing.
+func (l *leader) failed(ctx context.Context, ws sealed, err error) {
+	err = corrupt(err)
 	switch {
-	case errors.Is(err, ErrUnreachable):
-		// Redis cannot be reached: the others would hear the same, one
-		// after another.
+	case errors.Is(err, ErrUnreachable) || !ranOutOfTime(ctx, err):
 		ws.failAll(err)
 	case l.carried:
 		ws.rerunAll() // the leader's own call is decided; they run again
 	default:
-		// The leader's error, perhaps its context's: the others run again,
-		// each under its own context.
-		ws[0].err = corrupt(err)
+		ws[0].err = err
 		ws.rerunOthers()
 	}
+}
+
+// ranOutOfTime reports whether err, a leader's, may have come from the end
+// of its own time: its context ended, or a time-out (the client's, which
+// with ContextTimeoutEnabled is the context's deadline).
+func ranOutOfTime(ctx context.Context, err error) bool {
+	var timeout interface{ Timeout() bool }
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.As(err, &timeout) && timeout.Timeout()
 }
 
 // acquire tries the key's lock with a gate that reads the state, and waits

@@ -85,3 +85,18 @@ func (r *Refused) dial(ctx context.Context, network, addr string) (net.Conn, err
 	var d net.Dialer
 	return d.DialContext(ctx, network, addr)
 }
+
+// ClientOpts returns a client of the address with the options o (nil: go-redis's
+// defaults) but for its address and dialer, which dials as Client's does:
+// with go-redis's defaults, a refused command dials again and is retried,
+// each dial waiting Delay. t closes it when it ends.
+func (r *Refused) ClientOpts(t testing.TB, o *redis.Options) *redis.Client {
+	opts := redis.Options{}
+	if o != nil {
+		opts = *o
+	}
+	opts.Addr, opts.Dialer = r.Addr, r.dial
+	c := redis.NewClient(&opts)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
