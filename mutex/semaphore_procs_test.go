@@ -213,10 +213,13 @@ func TestSemaphoreProcesses(t *testing.T) {
 	time.Sleep(semProcRun / 4)
 	seen(1)
 	_ = cmds[1].Process.Kill()
+	// Every line read before Wait: Wait closes the pipe once the helper
+	// exits, and a line not yet read then is lost (a loaded machine lost a
+	// helper's "done" so).
+	readers.Wait()
 	for _, c := range cmds {
 		_ = c.Wait()
 	}
-	readers.Wait()
 	close(lines)
 	<-collect
 	checkSemHolds(t, collected)
