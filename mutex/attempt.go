@@ -37,10 +37,20 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 }
 
 // take makes one attempt to acquire name under a new token, or under the
-// token of an earlier attempt whose outcome is unknown (orphans.go). The
-// hold is made only once the lock is obtained: a denial or a failed attempt
-// needs none.
+// token of an earlier attempt whose outcome is unknown (orphans.go). When
+// it finds the lock held under a token this Locker has spent (spent.go), it
+// deletes that lock and makes the attempt once more.
 func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
+	lk, pttl, res, err := l.takeToken(ctx, name, cfg, call, mode)
+	if err == ErrLocked && l.clearSpent(ctx, name) {
+		return l.takeToken(ctx, name, cfg, call, mode)
+	}
+	return lk, pttl, res, err
+}
+
+// takeToken is one attempt of take. The hold is made only once the lock is
+// obtained: a denial or a failed attempt needs none.
+func (l *Locker) takeToken(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
 	n, adopting := l.orphans.take(name)
 	if adopting {
 		mode = mode.scripted(l.canNotify())
@@ -62,6 +72,7 @@ func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Ca
 		return nil, time.Duration(r[1]) * time.Millisecond, res, ErrLocked
 	}
 	lk := newRoot(l, name, n, value, r[2])
+	lk.hold.adopted = adopting
 	lk.hold.add(lk, start, time.Duration(r[1])*time.Millisecond)
 	if cfg.renew {
 		lk.hold.startRenew(cfg.ttl)

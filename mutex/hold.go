@@ -19,7 +19,10 @@ type hold struct {
 	// argument.
 	valueArg any
 	fence    int64 // set before the hold is shared
-	nextID   atomic.Uint64
+	// adopted: the token came from the orphan memory (orphans.go); the
+	// hold's release spends it (spent.go). Set before the hold is shared.
+	adopted bool
+	nextID  atomic.Uint64
 
 	mu       sync.Mutex
 	deadline time.Time   // the lease surely lasts until then (if not deleted)
@@ -105,7 +108,7 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 		h.mu.Unlock()
 		return nil
 	}
-	nh := &hold{locker: h.locker, name: h.name, names: h.names, valueArg: h.valueArg, deadline: h.deadline}
+	nh := &hold{locker: h.locker, name: h.name, names: h.names, valueArg: h.valueArg, deadline: h.deadline, adopted: h.adopted}
 	nh.nextID.Store(h.nextID.Load()) // re-entries must not reuse a live handle's field
 	nlk := &Lock{hold: nh, id: lk.id}
 	nh.one[0] = nlk
@@ -155,14 +158,18 @@ func (h *hold) exit() {
 }
 
 // release closes one handle after Redis released it; last is true when the
-// key was deleted.
+// key was deleted (or handed on under another token): an adopted token is
+// then spent.
 func (h *hold) release(lk *Lock, last bool) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.handles = slices.DeleteFunc(h.handles, func(x *Lock) bool { return x == lk })
 	lk.endLocked(released)
 	if last {
 		h.endLocked(released)
+	}
+	h.mu.Unlock()
+	if last {
+		h.locker.spend(h)
 	}
 }
 

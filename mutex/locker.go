@@ -101,6 +101,9 @@ type Locker struct {
 	// orphans are the tokens of attempts whose caller left before the reply
 	// (orphans.go).
 	orphans orphans
+	// spent are the orphans' tokens its handles released, looked for on
+	// the lock in case their abandoned attempt runs late (spent.go).
+	spent spent
 }
 
 // An Option configures a Locker made by New: a CommonOption, WithFencing

@@ -27,10 +27,11 @@ import (
 // is never released or handed on behind its holder. A handle that got a
 // remembered token owns it, as it owns a fresh one.
 //
-// What remains: an orphan's command that runs after the adopting handle
-// released the lock (a server paused for longer than that) takes the lock
-// again under a token nobody remembers: it holds until its lease ends, as
-// before. Other Lockers (other processes) cannot adopt: they wait for the
+// An orphan's command that runs only after the adopting handle released
+// the lock (a starved or stopped server read it late) takes the lock again
+// under the adopted token: the Locker keeps that token as spent, and its
+// next attempt that finds the lock held under it deletes it (spent.go).
+// Other Lockers (other processes) cannot adopt or delete: they wait for the
 // lease, or for the release of the Locker that adopted it.
 
 // maxOrphans bounds the names a Locker remembers, and maxTokens the tokens
