@@ -166,31 +166,46 @@ func TestRefusedDefaultClient(t *testing.T) {
 // others answered or failed with ErrUnavailable. It returns them.
 func outageDown(t *testing.T, calls []outageCall, killed, restarting time.Time) []outageCall {
 	t.Helper()
-	var down []outageCall
-	bad := 0
-	for _, c := range calls {
-		if c.end().Before(killed) || c.end().After(restarting) {
-			continue
-		}
-		down = append(down, c)
+	return outageJudge(t, calls, "while down", func(c outageCall) bool {
+		return !c.end().Before(killed) && !c.end().After(restarting)
+	}, func(c outageCall) string {
 		ok := c.err == nil || errors.Is(c.err, guard.ErrUnavailable)
 		if c.start.After(killed) {
 			ok = !c.d.Allowed && errors.Is(c.err, guard.ErrUnavailable) && errors.Is(c.err, mutex.ErrUnreachable)
 		}
-		if !ok || c.took > 400*time.Millisecond {
+		if ok && c.took <= 400*time.Millisecond {
+			return ""
+		}
+		return fmt.Sprintf("call begun %v after the kill: %+v, %v after %v; want a denial with ErrUnavailable and ErrUnreachable within 400ms",
+			c.start.Sub(killed).Round(time.Millisecond), c.d, c.err, c.took.Round(time.Millisecond))
+	})
+}
+
+// outageJudge returns the calls that in selects, and fails t if fewer than
+// outageCallers were, or if wrong says anything of one of them (the first
+// 5 said, then the count).
+func outageJudge(t *testing.T, calls []outageCall, what string, in func(outageCall) bool, wrong func(outageCall) string) []outageCall {
+	t.Helper()
+	var sel []outageCall
+	bad := 0
+	for _, c := range calls {
+		if !in(c) {
+			continue
+		}
+		sel = append(sel, c)
+		if msg := wrong(c); msg != "" {
 			if bad++; bad <= 5 {
-				t.Errorf("call begun %v after the kill: %+v, %v after %v; want a denial with ErrUnavailable and ErrUnreachable within 400ms",
-					c.start.Sub(killed).Round(time.Millisecond), c.d, c.err, c.took.Round(time.Millisecond))
+				t.Error(msg)
 			}
 		}
 	}
-	if len(down) < outageCallers {
-		t.Errorf("only %d calls while the server was down", len(down))
+	if len(sel) < outageCallers {
+		t.Errorf("only %d calls %s", len(sel), what)
 	}
 	if bad > 0 {
-		t.Errorf("%d of %d calls while down failed the check", bad, len(down))
+		t.Errorf("%d of %d calls %s failed the check", bad, len(sel), what)
 	}
-	return down
+	return sel
 }
 
 // outageUp checks that every call begun 50 ms after back succeeded, and
@@ -242,27 +257,16 @@ func TestHungServerIsNoRefusal(t *testing.T) {
 			thaw()
 			time.Sleep(300 * time.Millisecond)
 			close(stop)
-			var hung []outageCall
-			bad := 0
-			for _, c := range wait() {
-				if c.start.Before(frozen) || c.end().After(thawing) {
-					continue
-				}
-				hung = append(hung, c)
+			hung := outageJudge(t, wait(), "while the server was stopped", func(c outageCall) bool {
+				return !c.start.Before(frozen) && !c.end().After(thawing)
+			}, func(c outageCall) string {
 				// The Timeout is a context deadline: no call can end by it sooner.
-				if c.d.Allowed || !errors.Is(c.err, guard.ErrUnavailable) || errors.Is(c.err, mutex.ErrUnreachable) || c.took < 500*time.Millisecond {
-					if bad++; bad <= 5 {
-						t.Errorf("call begun %v after SIGSTOP: %+v, %v after %v; want ErrUnavailable, not ErrUnreachable, at the 500ms Timeout",
-							c.start.Sub(frozen).Round(time.Millisecond), c.d, c.err, c.took.Round(time.Millisecond))
-					}
+				if !c.d.Allowed && errors.Is(c.err, guard.ErrUnavailable) && !errors.Is(c.err, mutex.ErrUnreachable) && c.took >= 500*time.Millisecond {
+					return ""
 				}
-			}
-			if len(hung) < outageCallers {
-				t.Errorf("only %d calls began and ended while the server was stopped", len(hung))
-			}
-			if bad > 0 {
-				t.Errorf("%d of %d calls while the server was stopped failed the check", bad, len(hung))
-			}
+				return fmt.Sprintf("call begun %v after SIGSTOP: %+v, %v after %v; want ErrUnavailable, not ErrUnreachable, at the 500ms Timeout",
+					c.start.Sub(frozen).Round(time.Millisecond), c.d, c.err, c.took.Round(time.Millisecond))
+			})
 			faultFigure(t, "calls to a stopped server (FailClosed, Timeout 500ms)", fmt.Sprintf("SIGSTOP, ContextTimeoutEnabled %v", ctxTimeout),
 				"%s", outageSpread(hung, 510*time.Millisecond))
 		})
