@@ -90,7 +90,7 @@ func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, value 
 		return l.setNX.SetNX(ctx, n.key, value, cfg.ttl).Result()
 	}
 	key := n.key
-	return ctxcall.Do(ctx, false, func(ctx context.Context) (bool, error) {
+	return ctxcall.Do(ctx, l.runner.Workers(), func(ctx context.Context) (bool, error) {
 		return l.setNX.SetNX(ctx, key, value, cfg.ttl).Result()
 	}, l.undoLateSetNX(newHold(l, name, *n)))
 }
@@ -123,7 +123,7 @@ func (l *Locker) setFreeGetAlone(ctx context.Context, name string, n *names, val
 		return l.setNX.SetArgs(ctx, n.key, value, setGetArgs(cfg)).Result()
 	}
 	key := n.key
-	return ctxcall.Do(ctx, false, func(ctx context.Context) (string, error) {
+	return ctxcall.Do(ctx, l.runner.Workers(), func(ctx context.Context) (string, error) {
 		return l.setNX.SetArgs(ctx, key, value, setGetArgs(cfg)).Result()
 	}, l.undoLateSet(newHold(l, name, *n)))
 }

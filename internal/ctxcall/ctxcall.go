@@ -5,33 +5,44 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Honours reports whether client is known to bound its commands by their
 // context's deadline: a go-redis Client, ClusterClient or Ring made with
-// ContextTimeoutEnabled. Anything else (another client type, a wrapper) is
-// taken not to.
+// ContextTimeoutEnabled and no negative read or write timeout (go-redis then
+// sets no deadline on the socket at all). Anything else (another client
+// type, a wrapper) is taken not to.
 func Honours(client any) bool {
 	switch c := client.(type) {
 	case interface{ Options() *redis.Options }:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return bounds(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	case interface{ Options() *redis.ClusterOptions }:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return bounds(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	case interface{ Options() *redis.RingOptions }:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return bounds(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	}
 	return false
 }
 
-// Do returns f(ctx). When the client does not honour deadlines (honours is
-// false) and ctx can end, f runs in a goroutine of its own and Do returns
+// bounds reports whether go-redis bounds a socket read and write by the
+// context's deadline under these options.
+func bounds(enabled bool, read, write time.Duration) bool {
+	return enabled && read >= 0 && write >= 0
+}
+
+// Do returns f(ctx). When w is not nil (the client does not honour
+// deadlines) and ctx can end, f runs in one of w's goroutines and Do returns
 // when ctx ends, if that comes first, with an error matching ctx.Err(); late,
 // if not nil, then receives f's outcome when it arrives (to undo what f did,
 // for example), in that goroutine.
-func Do[T any](ctx context.Context, honours bool, f func(context.Context) (T, error), late func(T, error)) (T, error) {
-	if honours || ctx.Done() == nil {
+func Do[T any](ctx context.Context, w *Workers, f func(context.Context) (T, error), late func(T, error)) (T, error) {
+	if w == nil || ctx.Done() == nil {
 		return f(ctx)
 	}
 	var zero T
@@ -47,7 +58,7 @@ func Do[T any](ctx context.Context, honours bool, f func(context.Context) (T, er
 	var mu sync.Mutex
 	abandoned := false
 	done := make(chan outcome, 1)
-	go func() {
+	w.run(func() {
 		v, err := f(ctx)
 		mu.Lock()
 		if !abandoned {
@@ -59,7 +70,7 @@ func Do[T any](ctx context.Context, honours bool, f func(context.Context) (T, er
 		if late != nil {
 			late(v, err)
 		}
-	}()
+	})
 	select {
 	case o := <-done:
 		return o.v, o.err

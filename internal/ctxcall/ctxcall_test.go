@@ -22,7 +22,7 @@ func TestAbandoned(t *testing.T) {
 	lateGot := make(chan int, 1)
 	started := make(chan struct{})
 	go func() { <-started; cancel() }()
-	v, err := ctxcall.Do(ctx, false, func(context.Context) (int, error) {
+	v, err := ctxcall.Do(ctx, ctxcall.NewWorkers(), func(context.Context) (int, error) {
 		close(started)
 		<-release // blocked until Do has returned
 		return 42, nil
@@ -40,7 +40,7 @@ func TestAbandoned(t *testing.T) {
 func TestFinished(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	v, err := ctxcall.Do(ctx, false, func(context.Context) (string, error) { return "ok", nil }, func(string, error) {
+	v, err := ctxcall.Do(ctx, ctxcall.NewWorkers(), func(context.Context) (string, error) { return "ok", nil }, func(string, error) {
 		t.Error("late ran for a call whose caller got the outcome")
 	})
 	if v != "ok" || err != nil {
@@ -49,20 +49,20 @@ func TestFinished(t *testing.T) {
 	// A client that honours deadlines, or a ctx that cannot end: called in
 	// the caller's goroutine.
 	for _, c := range []struct {
-		ctx     context.Context
-		honours bool
-	}{{ctx, true}, {context.Background(), false}} {
+		ctx context.Context
+		w   *ctxcall.Workers
+	}{{ctx, nil}, {context.Background(), ctxcall.NewWorkers()}} {
 		done := false
-		v, err := ctxcall.Do(c.ctx, c.honours, func(context.Context) (int, error) { done = true; return 1, nil }, nil)
+		v, err := ctxcall.Do(c.ctx, c.w, func(context.Context) (int, error) { done = true; return 1, nil }, nil)
 		// Read without synchronisation: the race detector objects if f
 		// ran in another goroutine.
 		if v != 1 || err != nil || !done {
-			t.Fatalf("Do(honours %v) = %v, %v", c.honours, v, err)
+			t.Fatalf("Do(workers %v) = %v, %v", c.w != nil, v, err)
 		}
 	}
 	// An ended ctx: nothing runs.
 	cancel()
-	if _, err := ctxcall.Do(ctx, false, func(context.Context) (int, error) { t.Error("ran with an ended ctx"); return 0, nil }, nil); !errors.Is(err, context.Canceled) {
+	if _, err := ctxcall.Do(ctx, ctxcall.NewWorkers(), func(context.Context) (int, error) { t.Error("ran with an ended ctx"); return 0, nil }, nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Do with an ended ctx = %v", err)
 	}
 }

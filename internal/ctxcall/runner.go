@@ -11,13 +11,21 @@ import (
 // context cannot end, else under Do.
 type Runner struct {
 	scripter redis.Scripter
-	honours  bool // the client bounds commands by ctx's deadline
+	workers  *Workers // nil: the client bounds commands by ctx's deadline
 }
 
 // NewRunner returns the Runner of client.
 func NewRunner(client redis.Scripter) Runner {
-	return Runner{scripter: client, honours: Honours(client)}
+	r := Runner{scripter: client}
+	if !Honours(client) {
+		r.workers = NewWorkers()
+	}
+	return r
 }
+
+// Workers is what Do needs for a call on the client: nil when the client
+// honours deadlines.
+func (r Runner) Workers() *Workers { return r.workers }
 
 // Scripter is the client to send a command on when Direct reports true.
 func (r Runner) Scripter() redis.Scripter { return r.scripter }
@@ -25,7 +33,7 @@ func (r Runner) Scripter() redis.Scripter { return r.scripter }
 // Direct reports whether a command sent on Scripter from the caller's
 // goroutine ends by ctx's end.
 func (r Runner) Direct(ctx context.Context) bool {
-	return r.honours || ctx.Done() == nil
+	return r.workers == nil || ctx.Done() == nil
 }
 
 // Run runs script, from the caller's goroutine when Direct, else under Do
@@ -34,7 +42,7 @@ func (r Runner) Run(ctx context.Context, script *redis.Script, keys []string, ar
 	if r.Direct(ctx) {
 		return script.Run(ctx, r.scripter, keys, args...).Result()
 	}
-	return Do(ctx, false, func(ctx context.Context) (any, error) {
+	return Do(ctx, r.workers, func(ctx context.Context) (any, error) {
 		return script.Run(ctx, r.scripter, keys, args...).Result()
 	}, late)
 }
