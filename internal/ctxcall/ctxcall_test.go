@@ -76,6 +76,8 @@ func TestHonours(t *testing.T) {
 	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { cl.Close() })
 	type wrapper struct{ redis.Scripter }
+	noDeadline := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, ReadTimeout: -2})
+	t.Cleanup(func() { noDeadline.Close() })
 	cases := []struct {
 		name   string
 		client any
@@ -85,6 +87,7 @@ func TestHonours(t *testing.T) {
 		{"ContextTimeoutEnabled", mk(true), true},
 		{"cluster with ContextTimeoutEnabled", cl, true},
 		{"a wrapper that hides the options", wrapper{mk(true)}, false},
+		{"ContextTimeoutEnabled, ReadTimeout -2 (no socket deadline)", noDeadline, false},
 		{"nil", nil, false},
 	}
 	for _, c := range cases {
