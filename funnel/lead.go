@@ -170,7 +170,7 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 	}
 	r, err := l.lim.read(l.c, res)
 	if err != nil {
-		_ = lk.Unlock(ctx)
+		_, _ = unlock(ctx, lk, nil)
 		ws.failAll(err)
 		return false
 	}
@@ -179,7 +179,7 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 	l.saw(res)
 	taken := l.decide(ws, r)
 	if taken == 0 || ws[0].err != nil {
-		_ = lk.Unlock(ctx) // nil when declined
+		_, _ = unlock(ctx, lk, nil) // nil when declined
 		if ws[0].err != nil && taken > 0 {
 			// The leader has no time left to write: the others run again.
 			ws.rerunOthers()
@@ -412,7 +412,13 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 	if lk == nil {
 		return l.commitFree(ctx, ws, args)
 	}
-	reply, err := lk.UnlockWith(ctx, mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: args})
+	if ended(ctx) != nil {
+		// The leader's time ran out before its commit (a reply that came
+		// late): nothing is written, and the lock is released without it.
+		_, _ = unlock(ctx, lk, nil)
+		return ws.late()
+	}
+	reply, err := unlock(ctx, lk, &mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: args})
 	switch {
 	case errors.Is(err, mutex.ErrNotHeld):
 		return true

@@ -174,6 +174,34 @@ func TestUnlockWithCancelledContext(t *testing.T) {
 	})
 }
 
+// lateTimer is a context whose deadline has passed but whose timer has not
+// fired yet (on a loaded machine it fires late): Err is still nil.
+type lateTimer struct{ context.Context }
+
+func (lateTimer) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+func (lateTimer) Done() <-chan struct{}       { return make(chan struct{}) }
+
+// Unlock with a context whose deadline has passed releases the lock, as it
+// does with one that has ended, even before the context's timer says so:
+// it used to fail at once with a deadline in the past, and the lock lasted
+// its lease (a funnel leader whose lock's reply came just after its
+// deadline left its key locked for 3 s).
+func TestUnlockPastDeadlineBeforeItsTimer(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		l := newLocker(t, b)
+		lk, err := l.TryLock(context.Background(), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lk.Unlock(lateTimer{context.Background()}); err != nil {
+			t.Fatalf("Unlock past its deadline = %v, want the lock released", err)
+		}
+		if _, err := l.TryLock(context.Background(), "x"); err != nil {
+			t.Fatalf("lock still held after Unlock past its deadline: %v", err)
+		}
+	})
+}
+
 func TestExtendAndTTL(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()

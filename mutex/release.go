@@ -415,8 +415,11 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Done() == nil {
 		return ctx, func() {}
 	}
+	// A deadline that has passed has ended ctx, though its timer may not
+	// have fired yet (a loaded machine): the release would fail at once and
+	// leave the lock for its lease.
 	d, ok := ctx.Deadline()
-	if !ok || ctx.Err() != nil {
+	if !ok || ctx.Err() != nil || !time.Now().Before(d) {
 		d = time.Now().Add(unlockTimeout)
 	}
 	return context.WithDeadline(context.WithoutCancel(ctx), d)

@@ -1,0 +1,61 @@
+package funnel_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/redis/go-redis/v9"
+)
+
+// A leader whose time runs out between its lock and its commit (the lock's
+// reply came late: the server stopped just after it ran the attempt, or a
+// starved process read the reply late) returns by its deadline, without
+// waiting for the server, and leaves no lock behind: the lock is released
+// as soon as the server answers again, not when its lease ends. It used to
+// release with its ended context (2 s of the mutex's own, the caller
+// waiting) and, past those, leave the key locked for its lease: every call
+// of the key failed meanwhile (TestRecoveryAfterPause under load).
+func TestLateCommitLeavesNoLock(t *testing.T) {
+	srv := testutil.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	lim := mustLimiter(t, c, funnel.WithPrefix(testutil.NewPrefix()), funnel.WithUniformCost(), funnel.WithLease(10*time.Second))
+	rule := funnel.Rule{Name: "r", Capacity: 1000, Leak: 1, Per: time.Second}
+	warm, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := lim.Allow(warm, "k", rule); err != nil {
+		t.Fatal(err)
+	}
+	var thaw func()
+	var once sync.Once
+	funnel.SetBeforeCommit(lim, func() {
+		once.Do(func() {
+			thaw = testutil.Freeze(t, srv.Pid())
+			time.Sleep(300 * time.Millisecond) // past the call's deadline
+		})
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := lim.Allow(ctx, "k", rule)
+	took := time.Since(start)
+	thaw()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Allow whose time ran out before its commit = %v, want its deadline's error", err)
+	}
+	// 100 ms of deadline and 300 ms in the hook; the release with an ended
+	// context waited 2 s for the stopped server.
+	if took > 1500*time.Millisecond {
+		t.Errorf("Allow took %v: it waited for the stopped server", took.Round(time.Millisecond))
+	}
+	next, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := lim.Allow(next, "k", rule); err != nil {
+		t.Fatalf("Allow after the server answered again = %v: the late leader's lock was left (lease 10 s)", err)
+	}
+}

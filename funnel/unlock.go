@@ -1,0 +1,60 @@
+package funnel
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/funnelguard/funnelguard/mutex"
+)
+
+// releaseTimeout bounds a release that finishes after its call returned.
+const releaseTimeout = 2 * time.Second
+
+// unlock releases lk, running call (nil: none) as it does: from the
+// caller's goroutine while ctx has time left, then, if that release failed
+// without saying the lock is gone, once more in a goroutine of its own,
+// bounded by releaseTimeout (the same call: the first may have run, and its
+// record answers the second). With no time left, only a plain release, in
+// that goroutine. Either way the call returns by its deadline, and a lock it
+// took is released as soon as Redis answers again rather than when its
+// lease ends (a reply that came just before a server stopped, or a
+// starved process that read it late, left locks for the lease before).
+func unlock(ctx context.Context, lk *mutex.Lock, call *mutex.Call) (any, error) {
+	if err := ended(ctx); err != nil {
+		go finishRelease(ctx, lk, nil)
+		return nil, err
+	}
+	reply, err := releaseWith(ctx, lk, call)
+	if err != nil && !errors.Is(err, mutex.ErrNotHeld) {
+		go finishRelease(ctx, lk, call)
+	}
+	return reply, err
+}
+
+// finishRelease releases lk after its caller left, detached from ctx's end.
+func finishRelease(ctx context.Context, lk *mutex.Lock, call *mutex.Call) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	_, _ = releaseWith(ctx, lk, call)
+}
+
+// releaseWith is lk.UnlockWith(call), or lk.Unlock for no call.
+func releaseWith(ctx context.Context, lk *mutex.Lock, call *mutex.Call) (any, error) {
+	if call == nil {
+		return nil, lk.Unlock(ctx)
+	}
+	return lk.UnlockWith(ctx, *call)
+}
+
+// ended returns ctx's error once ctx has ended or its deadline has passed
+// (a deadline's timer may fire late on a loaded machine), else nil.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
