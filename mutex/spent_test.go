@@ -36,6 +36,9 @@ func TestLateOrphanAfterAdoptionIsCleared(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d, admin, l, other := lateOrphan(t)
 			ctx := context.Background()
+			if err := adopt(t, l).Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
 			// Held by another owner: the spent token's check leaves it.
 			olk, err := other.TryLock(ctx, "name")
 			if err != nil {
@@ -48,12 +51,7 @@ func TestLateOrphanAfterAdoptionIsCleared(t *testing.T) {
 				t.Fatalf("the other owner's Unlock: %v (its lock was deleted)", err)
 			}
 			// The abandoned attempt runs now, and takes the lock, held by nobody.
-			if n := d.deliver(t); n == 0 {
-				t.Fatal("no command was held back: the test proves nothing")
-			}
-			if admin.Exists(ctx, l.LockKey("name")).Val() != 1 {
-				t.Fatal("the late attempt took no lock: the test proves nothing")
-			}
+			runLate(t, d, admin, l)
 			lk, err := tc.lock(ctx, l)
 			if err != nil {
 				t.Fatalf("after the late orphan ran: %v; want the lock at once (the orphan's token was spent)", err)
@@ -70,10 +68,9 @@ func TestLateOrphanAfterAdoptionIsCleared(t *testing.T) {
 
 // lateOrphan sets up an orphan that runs late: on a server of the test's
 // own, through a staleDialer, a TryLock of "name" whose command is held
-// back while its caller leaves, then the next TryLock, which adopts its
-// token, takes the lock fresh and releases it. It returns the dialer, whose
-// deliver runs the orphan, an admin client, the Locker and another Locker
-// of the same keys (another process).
+// back while its caller leaves. It returns the dialer, whose deliver runs
+// the orphan (runLate), an admin client, the Locker and another Locker of
+// the same keys (another process).
 func lateOrphan(t *testing.T) (*staleDialer, *redis.Client, *mutex.Locker, *mutex.Locker) {
 	t.Helper()
 	testutil.NeedServer(t)
@@ -99,14 +96,69 @@ func lateOrphan(t *testing.T) (*staleDialer, *redis.Client, *mutex.Locker, *mute
 	if err == nil || errors.Is(err, mutex.ErrLocked) {
 		t.Fatalf("TryLock whose command was held back = %v, want its deadline", err)
 	}
-	lk, err := l.TryLock(ctx, "name")
+	return d, admin, l, mustNew(t, srv.Client(t), mutex.WithPrefix(prefix), mutex.WithTTL(orphanLease))
+}
+
+// adopt is the attempt after lateOrphan's abandoned one: it adopts its
+// token and takes the free lock fresh.
+func adopt(t *testing.T, l *mutex.Locker) *mutex.Lock {
+	t.Helper()
+	lk, err := l.TryLock(context.Background(), "name")
 	if err != nil {
 		t.Fatalf("TryLock after the abandoned attempt: %v", err)
+	}
+	return lk
+}
+
+// runLate runs the orphan that d held back, and checks that it took the
+// lock: else the test proves nothing.
+func runLate(t *testing.T, d *staleDialer, admin *redis.Client, l *mutex.Locker) {
+	t.Helper()
+	if n := d.deliver(t); n == 0 {
+		t.Fatal("no command was held back: the test proves nothing")
+	}
+	if admin.Exists(context.Background(), l.LockKey("name")).Val() != 1 {
+		t.Fatal("the late attempt took no lock: the test proves nothing")
+	}
+}
+
+// The adopted token handed to a local waiter without a round trip lives on
+// in the waiter's handle: it is spent when that handle releases the lock.
+func TestLateOrphanAfterLocalHandOverIsCleared(t *testing.T) {
+	d, admin, l, _ := lateOrphan(t)
+	ctx := context.Background()
+	lk := adopt(t, l)
+	got := make(chan *mutex.Lock, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		w, err := l.Lock(wctx, "name")
+		if err != nil {
+			t.Errorf("the waiter: %v", err)
+		}
+		got <- w
+	}()
+	for l.Waiters("name") == 0 {
+		time.Sleep(time.Millisecond)
 	}
 	if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return d, admin, l, mustNew(t, srv.Client(t), mutex.WithPrefix(prefix), mutex.WithTTL(orphanLease))
+	w := <-got
+	if w == nil {
+		t.FailNow()
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runLate(t, d, admin, l)
+	lk, err := l.TryLock(ctx, "name")
+	if err != nil {
+		t.Fatalf("TryLock after the late orphan ran: %v; want the lock at once (the token the waiter released was spent)", err)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A staleDialer dials connections whose writes, while it holds, are kept
