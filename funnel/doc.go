@@ -115,6 +115,13 @@
 // Redis, and a first call of a Limiter, or of a Limiter idle for a minute,
 // goes through the lock (two round trips) to take a sample.
 //
+// A call whose time runs out while it holds its key's lock (the lock's
+// reply came late: a server stopped just after it ran the attempt, a
+// starved process) writes nothing and returns by its deadline; the lock is
+// released by a goroutine of its own, bounded by 2 s, as soon as Redis
+// answers again, so the key's next calls do not wait for the lease. That
+// goroutine, and nothing else, may outlive a call.
+//
 // Every state key expires when all its funnels would be empty (its windows
 // hold no unit, its calendar rules' periods have ended). An active
 // key with one rule takes 136 bytes of Redis memory: the hash
