@@ -119,8 +119,7 @@
 // reply came late: a server stopped just after it ran the attempt, a
 // starved process) writes nothing and returns by its deadline; the lock is
 // released by a goroutine of its own, bounded by 2 s, as soon as Redis
-// answers again, so the key's next calls do not wait for the lease. That
-// goroutine, and nothing else, may outlive a call.
+// answers again, so the key's next calls do not wait for the lease.
 //
 // Every state key expires when all its funnels would be empty (its windows
 // hold no unit, its calendar rules' periods have ended). An active
