@@ -397,6 +397,53 @@ func TestHungGuard(t *testing.T) {
 	}
 }
 
+// TestHungGuardInFlight: Do with Policy.InFlight, the server stopped inside
+// fn (after the admission and the permit): Do returns within Policy.Timeout
+// + hungMargin of fn's end, with fn's own result (the permit's release, on
+// the hung server, cannot make it wait or fail), and fn ran once. Then a Do
+// with the server still stopped: refused with ErrUnavailable in the same
+// time, fn not run.
+func TestHungGuardInFlight(t *testing.T) {
+	for _, kind := range hungClients {
+		t.Run(kind.name, func(t *testing.T) {
+			srv, c := hungServer(t, kind.opts)
+			g, err := guard.New(c, guard.Policy{Prefix: testutil.NewPrefix(), Rules: []funnel.Rule{funnel.AtMost(100, time.Hour)}, Timeout: hungDeadline, InFlight: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.Do(context.Background(), "+447700900123", func(context.Context) error { return nil }); err != nil {
+				t.Fatalf("Do before the stop: %v", err)
+			}
+			ran := 0
+			var fnEnd time.Time
+			var d guard.Decision
+			_, starved, err := hungTime(t, func() (err error) {
+				d, err = g.Do(context.Background(), "+447700900123", func(context.Context) error {
+					ran++
+					testutil.Freeze(t, srv.Pid())
+					fnEnd = time.Now()
+					return nil
+				})
+				return err
+			})
+			after := time.Since(fnEnd)
+			if ran != 1 || err != nil || !d.Allowed {
+				t.Fatalf("Do with the server stopped in fn: ran %d, %+v, %v; want fn run once and its nil", ran, d, err)
+			}
+			// hungTime returned: after is measured past Do's return.
+			hungJudge(t, kind.name, "guard Do (InFlight), stopped in fn, after fn", after, starved)
+			took, starved, err := hungTime(t, func() error {
+				_, err := g.Do(context.Background(), "+447700900123", func(context.Context) error { ran++; return nil })
+				return err
+			})
+			hungJudge(t, kind.name, "guard Do (InFlight)", took, starved)
+			if ran != 1 || !errors.Is(err, guard.ErrUnavailable) {
+				t.Errorf("Do on a hung server: fn ran %d times in all, %v; want it not run and ErrUnavailable", ran, err)
+			}
+		})
+	}
+}
+
 // TestHungSemaphore: TryAcquire, Acquire (queued behind a holder of another
 // client, so that it listens on Pub/Sub) and, on a permit taken before the
 // server stopped, Extend and Release.
