@@ -53,8 +53,10 @@ if deadline > 0 and now >= deadline then
 elseif r[1] == 0 then
   return r -- a rule has no room for one unit
 end
+local present = false -- the key held one of these fields
 for i = 1, k do
   local b, v = 8 * (i - 1), r[i + 2]
+  present = present or v ~= false -- HMGET's nil is false in Lua
   if v and v ~= a[b + 1] then
     return r -- changed by another process
   elseif v and now < tonumber(a[b + 2]) then
@@ -96,6 +98,14 @@ else
   redis.call('HSET', KEYS[1], unpack(args))
 end
 -- The key's TTL only grows: other rules' fields may need the longer one.
+-- The key's TTL only grows: other rules' fields may need the longer one.
+-- A key that held one of these fields has a TTL (every write gives one):
+-- PEXPIRE GT keeps the longer in one command (Redis 7.0 on; before, an
+-- error, and PTTL's test below). A key that may be new gets it from that
+-- test (a key without a TTL reads -1).
+if present and type(redis.pcall('PEXPIRE', KEYS[1], ttl, 'GT')) ~= 'table' then
+  return {0, now, 'admitted', table.concat(how)}
+end
 if redis.call('PTTL', KEYS[1]) < ttl then
   redis.call('PEXPIRE', KEYS[1], ttl)
 end

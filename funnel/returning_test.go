@@ -252,3 +252,64 @@ func TestReturningHotKeyNoStarvation(t *testing.T) {
 		t.Fatalf("Peek = %+v; want 6400 taken", p)
 	}
 }
+
+// The returning key's gate keeps the key's TTL as every write does: it
+// grows with the state (one unit of a rule of 1000 an hour holds 3.6 s), it
+// never shrinks below what another rule set's field on the key needs, and a
+// key that expired under the gate (its values gone) gets one. Each
+// admission here is the gate's one command (EVALSHA).
+func TestReturningKeepsTheTTL(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		cmds := &testutil.CommandCounter{}
+		c.AddHook(cmds)
+		lim := mustLimiter(t, c, funnel.WithPrefix(b.Prefix))
+		key := b.Prefix + "{k}:f"
+		pttl := func() time.Duration {
+			t.Helper()
+			return b.Client(t).PTTL(ctx, key).Val()
+		}
+		allowKey := func(k string, returning bool, rules ...funnel.Rule) {
+			t.Helper()
+			before := cmds.N.Load()
+			if res, err := lim.Allow(ctx, k, rules...); err != nil || !res.Allowed {
+				t.Fatalf("Allow = %+v, %v", res, err)
+			}
+			if used := cmds.N.Load() - before; returning && used != 1 {
+				t.Fatalf("a returning admission took %d commands; want the gate's 1", used)
+			}
+		}
+		allow := func(returning bool, rules ...funnel.Rule) { t.Helper(); allowKey("k", returning, rules...) }
+		for range 2 { // the scripts loaded, on another key
+			allowKey("warm-up", false, funnel.AtMost(1000, time.Hour))
+		}
+		grows := funnel.Rule{Name: "grows", Capacity: 100000, Leak: 1000, Per: time.Hour}
+		allow(false, grows)
+		allow(true, grows)
+		allow(true, grows)
+		if d := pttl(); d < 10*time.Second || d > 11*time.Second {
+			t.Fatalf("PTTL = %v after 3 units of 1000/h; want 10.8 s: the gate must grow the TTL", d)
+		}
+
+		// Another rule set's field needs an hour: a returning admission of
+		// a rule that needs a minute leaves it.
+		allow(false, funnel.AtMost(1, time.Hour))
+		minute := funnel.AtMost(100, time.Minute)
+		allow(false, minute)
+		allow(true, minute)
+		if d := pttl(); d < 59*time.Minute {
+			t.Fatalf("PTTL = %v after a minute rule's returning admission; want the hour another rule needs", d)
+		}
+
+		// The key gone under the gate (expired, deleted): what the gate
+		// writes gets a TTL.
+		if err := b.Client(t).Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		allow(true, minute)
+		if d := pttl(); d <= 0 || d > time.Minute {
+			t.Fatalf("PTTL = %v after the gate wrote a key that was gone; want at most a minute", d)
+		}
+	})
+}
