@@ -178,7 +178,7 @@ func (lim *Limiter) refundOnce(ctx context.Context, c call, n int64) (done bool,
 	}
 	args, err := refundArgs(c.rules, res, n)
 	if err != nil {
-		_, _ = unlock(ctx, lk, nil)
+		_, _ = lim.unlock(ctx, lk, nil)
 		return true, err
 	}
 	return lim.release(ctx, c, lk, writeBack, args)
@@ -222,7 +222,7 @@ func (lim *Limiter) Reset(ctx context.Context, key string) error {
 // forgets the key. done is false when the lease lapsed first: nothing was
 // written.
 func (lim *Limiter) release(ctx context.Context, c call, lk *mutex.Lock, f *mutex.Fragment, args []any) (done bool, err error) {
-	_, err = unlock(ctx, lk, &mutex.Call{Fragment: f, Keys: []string{c.key}, Args: args})
+	_, err = lim.unlock(ctx, lk, &mutex.Call{Fragment: f, Keys: []string{c.key}, Args: args})
 	lim.denials.forget(c.key) // after the commit, and after an error: it may have committed
 	if errors.Is(err, mutex.ErrNotHeld) {
 		return false, nil

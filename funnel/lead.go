@@ -170,7 +170,7 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 	}
 	r, err := l.lim.read(l.c, res)
 	if err != nil {
-		_, _ = unlock(ctx, lk, nil)
+		_, _ = l.lim.unlock(ctx, lk, nil)
 		ws.failAll(err)
 		return false
 	}
@@ -179,7 +179,7 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 	l.saw(res)
 	taken := l.decide(ws, r)
 	if taken == 0 || ws[0].err != nil {
-		_, _ = unlock(ctx, lk, nil) // nil when declined
+		_, _ = l.lim.unlock(ctx, lk, nil) // nil when declined
 		if ws[0].err != nil && taken > 0 {
 			// The leader has no time left to write: the others run again.
 			ws.rerunOthers()
@@ -415,10 +415,10 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 	if ended(ctx) != nil {
 		// The leader's time ran out before its commit (a reply that came
 		// late): nothing is written, and the lock is released without it.
-		_, _ = unlock(ctx, lk, nil)
+		_, _ = l.lim.unlock(ctx, lk, nil)
 		return ws.late()
 	}
-	reply, err := unlock(ctx, lk, &mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: args})
+	reply, err := l.lim.unlock(ctx, lk, &mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: args})
 	switch {
 	case errors.Is(err, mutex.ErrNotHeld):
 		return true

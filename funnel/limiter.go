@@ -12,6 +12,7 @@ import (
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/nilcheck"
+	"github.com/funnelguard/funnelguard/internal/outage"
 	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
 )
@@ -78,6 +79,9 @@ type Limiter struct {
 	// read and commit) so that they end by their context's end, whatever the
 	// client's options (the Locker does the same for its own).
 	runner ctxcall.Runner
+	// dial connects as the client does (nil for a cluster or a ring): a
+	// release after its call left waits for it to connect (unlock.go).
+	dial outage.Dial
 
 	// compiled caches validated rules: a Rule is a small comparable value,
 	// and callers pass the same few on every call.
@@ -312,7 +316,7 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 	if nilcheck.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
 	}
-	lim := &Limiter{client: client, prefix: DefaultPrefix, lease: DefaultLease, runner: ctxcall.NewRunner(client)}
+	lim := &Limiter{client: client, prefix: DefaultPrefix, lease: DefaultLease, runner: ctxcall.NewRunner(client), dial: outage.DialOf(client)}
 	lim.clock.base = time.Now()
 	lim.states = newStateCache(DefaultStateCache)
 	for _, o := range opts {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/outage"
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
@@ -20,22 +21,28 @@ const releaseTimeout = 2 * time.Second
 // took is released as soon as Redis answers again rather than when its
 // lease ends (a reply that came just before a server stopped, or a
 // starved process that read it late, left locks for the lease before).
-func unlock(ctx context.Context, lk *mutex.Lock, call *mutex.Call) (any, error) {
+func (lim *Limiter) unlock(ctx context.Context, lk *mutex.Lock, call *mutex.Call) (any, error) {
 	if err := ended(ctx); err != nil {
-		go finishRelease(ctx, lk, nil)
+		go lim.finishRelease(ctx, lk, nil)
 		return nil, err
 	}
 	reply, err := releaseWith(ctx, lk, call)
 	if err != nil && !errors.Is(err, mutex.ErrNotHeld) {
-		go finishRelease(ctx, lk, call)
+		go lim.finishRelease(ctx, lk, call)
 	}
 	return reply, err
 }
 
 // finishRelease releases lk after its caller left, detached from ctx's end.
-func finishRelease(ctx context.Context, lk *mutex.Lock, call *mutex.Call) {
+// While the server refuses connections it waits, dialling itself
+// (outage.Accepting), and sends nothing: go-redis would count each of its
+// failed dials toward its dial breaker.
+func (lim *Limiter) finishRelease(ctx context.Context, lk *mutex.Lock, call *mutex.Call) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
+	if lim.dial != nil && outage.Accepting(ctx, lim.dial) != nil {
+		return // refused for releaseTimeout: the lease ends the lock
+	}
 	_, _ = releaseWith(ctx, lk, call)
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/nilcheck"
+	"github.com/funnelguard/funnelguard/internal/outage"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -80,6 +81,7 @@ type Locker struct {
 	// runner sends the Locker's lone scripts so.
 	honours bool
 	runner  ctxcall.Runner
+	dial    outage.Dial // the client's dialer (nil: not a *redis.Client), for releaseOrphan
 	// acks replicas must acknowledge each write that grants or keeps a
 	// lock within ackTimeout (WithReplicaAck); 0: no WAIT.
 	acks       int
@@ -252,6 +254,7 @@ func New(client Client, opts ...Option) (*Locker, error) {
 func (l *Locker) wire() {
 	l.honours = ctxcall.Honours(l.client)
 	l.runner = ctxcall.NewRunner(l.client)
+	l.dial = outage.DialOf(l.client)
 	if s, ok := l.runner.Scripter().(nativeSetter); ok && l.fenceTTL == 0 && l.acks == 0 {
 		l.setNX = s
 	}

@@ -137,7 +137,7 @@ func setGetArgs(cfg lockConfig) redis.SetArgs {
 // that found the lock held may be a retry of its own SET.
 func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
 	return func(_ bool, err error) {
-		if (err == nil || unknownOutcome(err)) && l.mayUndo(h) {
+		if (err == nil || mayHaveRun(err)) && l.mayUndo(h) {
 			l.releaseOrphan(h)
 		}
 	}
@@ -146,7 +146,7 @@ func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
 // undoLateSet is undoLate for takeFree.
 func (l *Locker) undoLateSet(h *hold) func(string, error) {
 	return func(old string, err error) {
-		if (err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && unknownOutcome(err))) && l.mayUndo(h) {
+		if (err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && mayHaveRun(err))) && l.mayUndo(h) {
 			l.releaseOrphan(h)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/funnelguard/funnelguard/internal/outage"
 	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
@@ -67,7 +68,7 @@ func grants(reply any) bool {
 // nobody) if the attempt took it, or may have.
 func (l *Locker) undoLate(h *hold) func(any, error) {
 	return func(reply any, err error) {
-		if err != nil && !unknownOutcome(err) {
+		if err != nil && !mayHaveRun(err) {
 			return
 		}
 		if r, _, aerr := acquired(reply); err != nil || (aerr == nil && r[0] == 1) {
@@ -83,11 +84,26 @@ func unknownOutcome(err error) bool {
 	return err != nil && err != redis.Nil && !errors.As(err, &reply)
 }
 
+// mayHaveRun reports whether an attempt that failed with err may have taken
+// its lock: an unknown outcome, but not a refused connection (a refused
+// dial sent nothing, as remember has it). Releasing after a refusal would
+// only feed go-redis's dial breaker: 2 s of failed dials, up to four of
+// its PoolSize, for each abandoned attempt of an outage.
+func mayHaveRun(err error) bool {
+	return unknownOutcome(err) && !reach.Unreachable(err)
+}
+
 // releaseOrphan releases the root handle of h, a lock that an attempt took
 // after its caller gave up.
+// While the server refuses connections it waits, dialling itself
+// (outage.Accepting), and sends nothing: each failed dial of go-redis counts
+// toward its dial breaker, which a 2 s release would feed several times.
 func (l *Locker) releaseOrphan(h *hold) {
 	ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
 	defer cancel()
+	if l.dial != nil && outage.Accepting(ctx, l.dial) != nil {
+		return // refused throughout: the lease ends the orphan
+	}
 	l.releaseRoot(ctx, h)
 }
 

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Times of a Watch.
@@ -49,16 +47,11 @@ func New(dial Dial, bound time.Duration) *Watch {
 // so that custom dialers, TLS and test dialers agree with the client. It
 // returns nil for other clients (a cluster, a ring): they are not watched.
 func For(client any, bound time.Duration) *Watch {
-	c, ok := client.(interface{ Options() *redis.Options })
-	if !ok {
+	dial := DialOf(client)
+	if dial == nil {
 		return nil
 	}
-	o := c.Options()
-	if o == nil || o.Dialer == nil {
-		return nil
-	}
-	dialer, network, addr := o.Dialer, o.Network, o.Addr
-	return New(func(ctx context.Context) (net.Conn, error) { return dialer(ctx, network, addr) }, bound)
+	return New(dial, bound)
 }
 
 // Down reports whether the last thing w saw was a refusal.
