@@ -41,13 +41,17 @@ func StartReplicatedCluster(t testing.TB) *ReplicatedCluster {
 	if out, err := exec.CommandContext(ctx, cliPath(), args...).CombinedOutput(); err != nil {
 		t.Fatalf("--cluster create with replicas: %v: %s", err, tail(out, 600))
 	}
-	err = waitFor(30*time.Second, "a cluster of 3 masters, each with a replica in sync", func(ctx context.Context) (bool, string) {
+	err = waitFor(60*time.Second, "a cluster of 3 masters, each with a replica in sync", func(ctx context.Context) (bool, string) {
 		for _, addr := range c.Addrs {
 			info, err := nodeCmd(ctx, addr, "CLUSTER", "INFO")
 			if err != nil {
 				return false, fmt.Sprintf("%s: %v", addr, err)
 			}
 			if s := info.(string); !strings.Contains(s, "cluster_state:ok") || !strings.Contains(s, fmt.Sprintf("cluster_known_nodes:%d", 2*clusterSize)) {
+				// A loaded machine can lose a node's handshake (one node
+				// knew 5 of 6 after 30 s): meet them all again (a node
+				// already known is a no-op).
+				meetAll(ctx, addr, c.Addrs)
 				return false, addr + ": " + s
 			}
 			repl, err := nodeCmd(ctx, addr, "INFO", "replication")
@@ -99,4 +103,13 @@ func (c *ReplicatedCluster) ReplicaOf(t testing.TB, key string) *Server {
 	}
 	t.Fatalf("no replica of %s, the master of %q: %s", m.Options().Addr, key, strings.Join(seen, "; "))
 	return nil
+}
+
+// meetAll has the node at addr meet every node of addrs.
+func meetAll(ctx context.Context, addr string, addrs []string) {
+	for _, other := range addrs {
+		if host, port, err := net.SplitHostPort(other); err == nil && other != addr {
+			_, _ = nodeCmd(ctx, addr, "CLUSTER", "MEET", host, port)
+		}
+	}
 }
