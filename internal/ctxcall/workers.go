@@ -1,6 +1,7 @@
 package ctxcall
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -43,8 +44,10 @@ func (w *Workers) work(job func()) {
 	var ran atomic.Uint64
 	quit := make(chan struct{})
 	var seen uint64
+	// Armed only once check is set: a timer that fired before the
+	// assignment (a worker descheduled for Idle) would read it unset.
 	var check *time.Timer
-	check = time.AfterFunc(Idle, func() {
+	check = time.AfterFunc(time.Duration(math.MaxInt64), func() {
 		if n := ran.Load(); n != seen {
 			seen = n
 			check.Reset(Idle)
@@ -52,6 +55,7 @@ func (w *Workers) work(job func()) {
 		}
 		close(quit)
 	})
+	check.Reset(Idle)
 	for {
 		job()
 		ran.Add(1)
