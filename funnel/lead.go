@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
@@ -412,7 +413,7 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 	if lk == nil {
 		return l.commitFree(ctx, ws, args)
 	}
-	if ended(ctx) != nil {
+	if ctxcall.Ended(ctx) != nil {
 		// The leader's time ran out before its commit (a reply that came
 		// late): nothing is written, and the lock is released without it.
 		_, _ = l.lim.unlock(ctx, lk, nil)

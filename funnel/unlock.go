@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/outage"
 	"github.com/funnelguard/funnelguard/mutex"
 )
@@ -22,7 +23,7 @@ const releaseTimeout = 2 * time.Second
 // lease ends (a reply that came just before a server stopped, or a
 // starved process that read it late, left locks for the lease before).
 func (lim *Limiter) unlock(ctx context.Context, lk *mutex.Lock, call *mutex.Call) (any, error) {
-	if err := ended(ctx); err != nil {
+	if err := ctxcall.Ended(ctx); err != nil {
 		go lim.finishRelease(ctx, lk, nil)
 		return nil, err
 	}
@@ -52,16 +53,4 @@ func releaseWith(ctx context.Context, lk *mutex.Lock, call *mutex.Call) (any, er
 		return nil, lk.Unlock(ctx)
 	}
 	return lk.UnlockWith(ctx, *call)
-}
-
-// ended returns ctx's error once ctx has ended or its deadline has passed
-// (a deadline's timer may fire late on a loaded machine), else nil.
-func ended(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 )
 
 // unlockTimeout bounds an Unlock, which runs detached from its ctx's
@@ -419,7 +421,7 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 	// have fired yet (a loaded machine): the release would fail at once and
 	// leave the lock for its lease.
 	d, ok := ctx.Deadline()
-	if !ok || ctx.Err() != nil || !time.Now().Before(d) {
+	if !ok || ctxcall.Ended(ctx) != nil {
 		d = time.Now().Add(unlockTimeout)
 	}
 	return context.WithDeadline(context.WithoutCancel(ctx), d)

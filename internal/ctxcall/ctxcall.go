@@ -90,3 +90,16 @@ func Do[T any](ctx context.Context, w *Workers, f func(context.Context) (T, erro
 // ErrAbandoned is joined with ctx.Err() when Do returned before f did: f's
 // outcome goes to late.
 var ErrAbandoned = errors.New("outcome unknown: the call was abandoned at its context's end (the Redis client ignores context deadlines; set ContextTimeoutEnabled in its options)")
+
+// Ended returns ctx's error once ctx has ended or its deadline has passed
+// (a deadline's timer may fire late on a loaded machine, and Err stays nil
+// until it does), else nil.
+func Ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}

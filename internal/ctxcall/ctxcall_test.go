@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/redis/go-redis/v9"
@@ -93,6 +94,34 @@ func TestHonours(t *testing.T) {
 	for _, c := range cases {
 		if got := ctxcall.Honours(c.client); got != c.want {
 			t.Errorf("%s: Honours = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// lateTimer's deadline has passed but its timer has not fired: Err is nil.
+type lateTimer struct{ context.Context }
+
+func (lateTimer) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// Ended: nil while ctx has time or no deadline; ctx's error once it ended;
+// DeadlineExceeded once the deadline passed, before the timer says so.
+func TestEnded(t *testing.T) {
+	live, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	cancelled, stop := context.WithCancel(context.Background())
+	stop()
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		want error
+	}{
+		{"no deadline", context.Background(), nil},
+		{"time left", live, nil},
+		{"cancelled", cancelled, context.Canceled},
+		{"deadline passed, timer not fired", lateTimer{context.Background()}, context.DeadlineExceeded},
+	} {
+		if got := ctxcall.Ended(c.ctx); !errors.Is(got, c.want) || (c.want == nil) != (got == nil) {
+			t.Errorf("%s: Ended = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
