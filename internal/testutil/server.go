@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -157,7 +158,8 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// start runs the server binary on s.Addr and waits until it answers PING.
+// start runs the server binary on s.Addr and waits until it answers, as itself
+// (answers).
 func (s *Server) start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
 	var conf string
@@ -191,7 +193,7 @@ func (s *Server) start() error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
+		err := answers(ctx, c, cmd.Process.Pid)
 		cancel()
 		if err == nil {
 			return nil
@@ -208,6 +210,31 @@ func (s *Server) start() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// errOtherServer is answers' error when another process serves the address:
+// two spawns that probed the same free port, or a port taken while its server
+// was down for a Restart. The server we started cannot bind it and exits.
+var errOtherServer = errors.New("another server answers on this address")
+
+// answers reports whether the server on c's address answers PING and is the
+// process pid: a PING alone would take another server on the same port for
+// ours while ours is still starting (and about to fail to bind), and the test
+// would then kill or restart a process that serves nothing.
+func answers(ctx context.Context, c *redis.Client, pid int) error {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return err
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			if v != strconv.Itoa(pid) {
+				return fmt.Errorf("%w: pid %s, not %d", errOtherServer, v, pid)
+			}
+			return nil
+		}
+	}
+	return errors.New("INFO server has no process_id")
 }
 
 func tail(b []byte, n int) string {
