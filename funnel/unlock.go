@@ -35,14 +35,14 @@ func (lim *Limiter) unlock(ctx context.Context, lk *mutex.Lock, call *mutex.Call
 }
 
 // finishRelease releases lk after its caller left, detached from ctx's end.
-// While the server refuses connections it waits, dialling itself
-// (outage.Accepting), and sends nothing: go-redis would count each of its
-// failed dials toward its dial breaker.
+// Until the server answers a PING of its own (outage.Answering) it waits and
+// sends nothing: go-redis would count each of its failed dials toward its
+// dial breaker.
 func (lim *Limiter) finishRelease(ctx context.Context, lk *mutex.Lock, call *mutex.Call) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if lim.dial != nil && outage.Accepting(ctx, lim.dial) != nil {
-		return // refused for releaseTimeout: the lease ends the lock
+	if lim.dial != nil && outage.Answering(ctx, lim.dial) != nil {
+		return // no answer for releaseTimeout: the lease ends the lock
 	}
 	_, _ = releaseWith(ctx, lk, call)
 }

@@ -95,14 +95,15 @@ func mayHaveRun(err error) bool {
 
 // releaseOrphan releases the root handle of h, a lock that an attempt took
 // after its caller gave up.
-// While the server refuses connections it waits, dialling itself
-// (outage.Accepting), and sends nothing: each failed dial of go-redis counts
-// toward its dial breaker, which a 2 s release would feed several times.
+// Until the server answers a PING of its own (outage.Answering) it waits and
+// sends nothing: each failed dial of go-redis counts toward its dial
+// breaker, which a 2 s release would feed several times, on a server that
+// refuses or on a hung one killed while the release waited for it.
 func (l *Locker) releaseOrphan(h *hold) {
 	ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
 	defer cancel()
-	if l.dial != nil && outage.Accepting(ctx, l.dial) != nil {
-		return // refused throughout: the lease ends the orphan
+	if l.dial != nil && outage.Answering(ctx, l.dial) != nil {
+		return // no answer throughout: the lease ends the orphan
 	}
 	l.releaseRoot(ctx, h)
 }
