@@ -42,33 +42,40 @@ func StartReplicatedCluster(t testing.TB) *ReplicatedCluster {
 		t.Fatalf("--cluster create with replicas: %v: %s", err, tail(out, 600))
 	}
 	err = waitFor(60*time.Second, "a cluster of 3 masters, each with a replica in sync", func(ctx context.Context) (bool, string) {
-		for _, addr := range c.Addrs {
-			info, err := nodeCmd(ctx, addr, "CLUSTER", "INFO")
-			if err != nil {
-				return false, fmt.Sprintf("%s: %v", addr, err)
-			}
-			if s := info.(string); !strings.Contains(s, "cluster_state:ok") {
-				return false, addr + ": " + s
-			}
-			if ok, why := knowsAll(ctx, addr, c.Addrs); !ok {
-				return false, why
-			}
-			repl, err := nodeCmd(ctx, addr, "INFO", "replication")
-			if err != nil {
-				return false, fmt.Sprintf("%s: %v", addr, err)
-			}
-			s := repl.(string)
-			if strings.Contains(s, "role:master") && !strings.Contains(s, "connected_slaves:1") ||
-				strings.Contains(s, "role:slave") && !strings.Contains(s, "master_link_status:up") {
-				return false, addr + ": " + s
-			}
-		}
-		return true, ""
+		return replicatedReady(ctx, c.Addrs)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// replicatedReady reports whether every node of addrs has the cluster in
+// state ok, knows every other node, and, as a master, has its replica
+// connected or, as a replica, its master's link up; else what is not yet.
+func replicatedReady(ctx context.Context, addrs []string) (bool, string) {
+	for _, addr := range addrs {
+		info, err := nodeCmd(ctx, addr, "CLUSTER", "INFO")
+		if err != nil {
+			return false, fmt.Sprintf("%s: %v", addr, err)
+		}
+		if s := info.(string); !strings.Contains(s, "cluster_state:ok") {
+			return false, addr + ": " + s
+		}
+		if ok, why := knowsAll(ctx, addr, addrs); !ok {
+			return false, why
+		}
+		repl, err := nodeCmd(ctx, addr, "INFO", "replication")
+		if err != nil {
+			return false, fmt.Sprintf("%s: %v", addr, err)
+		}
+		s := repl.(string)
+		if strings.Contains(s, "role:master") && !strings.Contains(s, "connected_slaves:1") ||
+			strings.Contains(s, "role:slave") && !strings.Contains(s, "master_link_status:up") {
+			return false, addr + ": " + s
+		}
+	}
+	return true, ""
 }
 
 // Client returns a cluster client that t closes when it ends.
