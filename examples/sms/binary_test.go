@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -15,15 +14,6 @@ import (
 	"testing"
 	"time"
 )
-
-// goTool returns the go command that builds the binary.
-func goTool(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return "/usr/local/go/bin/go"
-}
 
 // lines collects a process's output and hands out complete lines.
 type lines struct {
@@ -87,16 +77,12 @@ type process struct {
 	waitErr        error         // its exit status, once exited is closed
 }
 
-// startBinary builds the service and runs it on a free loopback port with
+// startBinary runs the service (serviceBinary) on a free loopback port with
 // args, and env (KEY=value) added to the test's environment; it waits until
 // the service serves. The process is killed when t ends, if still running.
 func startBinary(t *testing.T, env []string, args ...string) *process {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sms")
-	build := exec.Command(goTool(t), "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := serviceBinary(t)
 
 	p := &process{stdout: &lines{}, stderr: &lines{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(bin, append([]string{"-addr", "127.0.0.1:0"}, args...)...) // the kernel's free port, no race for it

@@ -6,4 +6,4 @@ import (
 	"github.com/funnelguard/funnelguard/internal/testutil"
 )
 
-func TestMain(m *testing.M) { testutil.Main(m) }
+func TestMain(m *testing.M) { testutil.Main(m, removeBinary) }

@@ -67,15 +67,19 @@ func Real(t testing.TB) *Server {
 	return shared.srv
 }
 
-// Main runs a package's tests, stops the shared server (and the cluster and
-// sentinel group, if a test started them), and fails the binary
-// when goroutines are left running. Call it from TestMain:
+// Main runs a package's tests, then each of after (a package's own
+// clean-up), stops the shared server (and the cluster and sentinel group, if
+// a test started them), and fails the binary when goroutines are left
+// running. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { testutil.Main(m) }
-func Main(m *testing.M) {
+func Main(m *testing.M, after ...func()) {
 	// go-redis logs every failed dial; tests that stop servers make many.
 	redis.SetLogger(quietLogger{})
 	code := m.Run()
+	for _, f := range after {
+		f()
+	}
 	if shared.srv != nil {
 		shared.srv.Stop()
 	}
