@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"os"
 	"testing"
 	"time"
 
@@ -51,8 +52,15 @@ func Backends(t *testing.T, f func(t *testing.T, b *Backend)) {
 	t.Run("redis", func(t *testing.T) { f(t, RealBackend(t)) })
 }
 
-// Mini returns a backend on a fresh miniredis, closed when t ends.
+// ServerTestsOnlyEnv, set to 1, has Mini skip its test (doc.go).
+const ServerTestsOnlyEnv = "FUNNELGUARD_SERVER_TESTS_ONLY"
+
+// Mini returns a backend on a fresh miniredis, closed when t ends; it skips
+// t when ServerTestsOnlyEnv is 1.
 func Mini(t testing.TB) *Backend {
+	if os.Getenv(ServerTestsOnlyEnv) == "1" {
+		t.Skip("a miniredis test: " + ServerTestsOnlyEnv + "=1 runs only the tests on a real server")
+	}
 	m := miniredis.RunT(t)
 	return &Backend{Name: "miniredis", Mini: m, Prefix: NewPrefix(), addr: m.Addr()}
 }

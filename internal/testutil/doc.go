@@ -15,4 +15,8 @@
 // real-server tests on Valkey:
 //
 //	FUNNELGUARD_REDIS_SERVER=valkey-server FUNNELGUARD_REDIS_CLI=valkey-cli go test ./...
+//
+// FUNNELGUARD_SERVER_TESTS_ONLY=1 skips the tests on miniredis (Mini, and
+// Backends' miniredis half), which no choice of server binary changes: CI's
+// second pass, on Valkey, runs only the tests that a server's kind can move.
 package testutil
