@@ -10,7 +10,7 @@ import (
 )
 
 // built is the service's binary, built once for the whole test run: each
-// link of it costs about 1.5 s of CPU, and 15 tests run it.
+// link of it costs about 1.5 s of CPU, and 16 places in the tests run it.
 var built struct {
 	once sync.Once
 	dir  string // removed by TestMain when the run ends
