@@ -13,8 +13,7 @@ import (
 // link of it costs about 1.5 s of CPU, and 16 places in the tests run it.
 var built struct {
 	once sync.Once
-	dir  string // removed by TestMain when the run ends
-	bin  string
+	dir  string // holds the binary, "sms"; removed by TestMain when the run ends
 	err  error
 }
 
@@ -27,15 +26,14 @@ func serviceBinary(t *testing.T) string {
 		if built.err != nil {
 			return
 		}
-		built.bin = filepath.Join(built.dir, "sms")
-		if out, err := exec.Command(goTool(), "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
+		if out, err := exec.Command(goTool(), "build", "-o", filepath.Join(built.dir, "sms"), ".").CombinedOutput(); err != nil {
 			built.err = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	if built.err != nil {
 		t.Fatal(built.err)
 	}
-	return built.bin
+	return filepath.Join(built.dir, "sms")
 }
 
 // removeBinary removes what serviceBinary built, if anything.
