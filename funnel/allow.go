@@ -39,6 +39,9 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 // ends while it waits returns ctx's error at once; if its batch decided it
 // meanwhile, that outcome is returned instead.
 func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Rule) (Result, error) {
+	if ctx == nil {
+		return Result{}, ErrNilContext
+	}
 	c, err := lim.prepare(key, rules)
 	if err != nil {
 		return Result{}, err
@@ -96,6 +99,9 @@ func corrupt(err error) error {
 // Peek reports what Allow would decide for key now, changing nothing and
 // taking no lock: one round trip.
 func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result, error) {
+	if ctx == nil {
+		return Result{}, ErrNilContext
+	}
 	c, err := lim.prepare(key, rules)
 	if err != nil {
 		return Result{}, err
@@ -153,6 +159,9 @@ func afterProceed(reply any, script string) (any, error) {
 // call that was admitted but did not happen (the SMS provider refused the
 // message). A Window rule gives back its newest n units. It takes the lock like an admission.
 func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Rule) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	c, err := lim.prepare(key, rules)
 	if err != nil {
 		return err
@@ -201,6 +210,9 @@ func refundArgs(rules []rule, res any, n int64) ([]any, error) {
 
 // Reset forgets every rule's state for key, under its lock.
 func (lim *Limiter) Reset(ctx context.Context, key string) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	if err := lim.check(key); err != nil {
 		return err
 	}

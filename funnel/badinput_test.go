@@ -313,6 +313,8 @@ func TestBadInputNilAndLockers(t *testing.T) {
 			"a quorum Locker":     funnel.WithLocker(q),
 			"WithLease(-1)":       funnel.WithLease(-1),
 			"WithLease(MinInt64)": funnel.WithLease(math.MinInt64),
+			"WithLease(MaxInt64)": funnel.WithLease(math.MaxInt64),
+			"WithLease(MaxTTL+1)": funnel.WithLease(mutex.MaxTTL + time.Millisecond),
 			"a 257-byte prefix":   funnel.WithPrefix(strings.Repeat("p", 257)),
 		} {
 			var lim *funnel.Limiter
@@ -321,9 +323,9 @@ func TestBadInputNilAndLockers(t *testing.T) {
 				t.Errorf("%s: New with %s = %v, %v; want nil, ErrInvalidOption", s.Name, desc, lim, err)
 			}
 		}
-		lim := mustLimiter(t, s.Client, nil, funnel.WithPrefix(s.Prefix), nil, funnel.WithLease(math.MaxInt64))
+		lim := mustLimiter(t, s.Client, nil, funnel.WithPrefix(s.Prefix), nil, funnel.WithLease(mutex.MaxTTL))
 		if res, err := lim.Allow(ctx, "long lease", badRule); err != nil || !res.Allowed {
-			t.Errorf("%s: Allow with WithLease(MaxInt64) = %+v, %v", s.Name, res, err)
+			t.Errorf("%s: Allow with WithLease(mutex.MaxTTL) = %+v, %v", s.Name, res, err)
 		}
 		s.CheckKeys(t, "Lockers and options")
 	}

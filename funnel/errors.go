@@ -36,6 +36,9 @@ var (
 	// once, and so do the calls batched with it (they would hear the same);
 	// a hung server costs a call its deadline instead.
 	ErrUnreachable = mutex.ErrUnreachable
+	// ErrNilContext is mutex.ErrNilContext: a call given a nil context,
+	// which it refuses before anything else (it changes nothing).
+	ErrNilContext = mutex.ErrNilContext
 )
 
 // errNilLimiter is the error of a call on a nil *Limiter (New failed, and

@@ -187,11 +187,11 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithLease sets the lease of the lock around one read-modify-write
-// (DefaultLease if unset).
+// (DefaultLease if unset): 1 ms to mutex.MaxTTL.
 func WithLease(d time.Duration) Option {
 	return func(lim *Limiter) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: lease %v: want at least 1ms", ErrInvalidOption, d)
+		if d < time.Millisecond || d > mutex.MaxTTL {
+			return fmt.Errorf("%w: lease %v: want 1ms to %v", ErrInvalidOption, d, mutex.MaxTTL)
 		}
 		lim.lease = d
 		return nil

@@ -3,6 +3,8 @@ package guard
 import (
 	"errors"
 	"fmt"
+
+	"github.com/funnelguard/funnelguard/mutex"
 )
 
 // Errors returned by this package; match them with errors.Is. Errors of the
@@ -38,6 +40,9 @@ var (
 	// it is wrapped with the cause, such as funnel.ErrInvalidRule for a bad
 	// rule or funnel.ErrInvalidOption for a bad Policy.Funnel option.
 	ErrInvalidPolicy = errors.New("guard: invalid policy")
+	// ErrNilContext is mutex.ErrNilContext: a call given a nil context,
+	// which it refuses before anything else (it takes and runs nothing).
+	ErrNilContext = mutex.ErrNilContext
 
 	// Errors of the KeyFuncs of this package, each wrapped in a
 	// RequestError that says what the client can fix. None quotes what the

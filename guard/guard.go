@@ -153,6 +153,9 @@ func (g *Guard) AllowN(ctx context.Context, key string, n int64) (Decision, erro
 // allowObserved is AllowN that also returns the stored key ("" when the
 // key is invalid), for Middleware's RateLimit field.
 func (g *Guard) allowObserved(ctx context.Context, key string, n int64) (Decision, string, error) {
+	if ctx == nil {
+		return Decision{}, "", ErrNilContext
+	}
 	start := time.Now()
 	sk, err := g.storedKey(key)
 	var d Decision
@@ -203,6 +206,9 @@ func (g *Guard) allow(ctx context.Context, sk string, n int64) (Decision, error)
 // (RetryAfter). If Redis cannot answer it returns an error matching
 // ErrUnavailable and a denial.
 func (g *Guard) Peek(ctx context.Context, key string) (Decision, error) {
+	if ctx == nil {
+		return Decision{}, ErrNilContext
+	}
 	sk, err := g.storedKey(key)
 	if err != nil {
 		return Decision{}, err
@@ -234,6 +240,9 @@ func (g *Guard) Refund(ctx context.Context, key string) error {
 
 // RefundN gives n units back to every rule for key, never below empty.
 func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	sk, err := g.storedKey(key)
 	if err != nil {
 		return err

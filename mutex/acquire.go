@@ -18,6 +18,9 @@ import (
 // name twice fails like any other contention, even in one goroutine: Go has
 // no goroutine identity, so ownership is explicit.
 func (l *Locker) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	if ctx == nil {
+		return nil, ErrNilContext
+	}
 	cfg, err := l.config(name, opts)
 	if err != nil {
 		return nil, err
@@ -30,6 +33,9 @@ func (l *Locker) TryLock(ctx context.Context, name string, opts ...LockOption) (
 // the acquire attempt, and returns its result whether or not the lock was
 // obtained (with ErrLocked when it was not). See Fragment.
 func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts ...LockOption) (*Lock, any, error) {
+	if ctx == nil {
+		return nil, nil, ErrNilContext
+	}
 	if err := call.check(); err != nil {
 		return nil, nil, err
 	}
@@ -61,6 +67,9 @@ func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts .
 // ends if that is sooner; a release notification or a local hand-over ends the
 // wait early (see Locker).
 func (l *Locker) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	if ctx == nil {
+		return nil, ErrNilContext
+	}
 	cfg, err := l.config(name, opts)
 	if err != nil {
 		return nil, err
@@ -99,6 +108,9 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...LockOption) (*Lo
 // With a gate (NewGate) that declines, it stops waiting and returns
 // ErrDeclined and the gate's result, holding no lock.
 func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...LockOption) (*Lock, any, error) {
+	if ctx == nil {
+		return nil, nil, ErrNilContext
+	}
 	if err := call.check(); err != nil {
 		return nil, nil, err
 	}

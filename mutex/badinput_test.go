@@ -202,9 +202,9 @@ func TestBadInputKeyKindsDoNotCollide(t *testing.T) {
 }
 
 // TestBadInputDurations: leases and retry intervals below a millisecond,
-// negative or the most negative Duration are refused; the longest ones
-// (100 years, math.MaxInt64) are accepted, and the lock key still gets a
-// finite TTL; an Extend that is refused leaves the lease as it was.
+// negative, the most negative Duration, or over MaxTTL (100 years,
+// math.MaxInt64) are refused; the longest accepted (MaxTTL) gives the lock
+// key that TTL; an Extend that is refused leaves the lease as it was.
 func TestBadInputDurations(t *testing.T) {
 	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
@@ -214,6 +214,10 @@ func TestBadInputDurations(t *testing.T) {
 			"WithTTL(MinInt64)":           mutex.WithTTL(math.MinInt64),
 			"WithRetryInterval(999µs)":    mutex.WithRetryInterval(999 * time.Microsecond),
 			"WithRetryInterval(MinInt64)": mutex.WithRetryInterval(math.MinInt64),
+			"WithTTL(100 years)":          mutex.WithTTL(100 * 365 * 24 * time.Hour),
+			"WithTTL(MaxInt64)":           mutex.WithTTL(math.MaxInt64),
+			"WithRetryInterval(MaxInt64)": mutex.WithRetryInterval(math.MaxInt64),
+			"WithTTL(MaxTTL+1ms)":         mutex.WithTTL(mutex.MaxTTL + time.Millisecond),
 		} {
 			if l, err := mutex.New(s.Client, opt, o); !errors.Is(err, mutex.ErrInvalid) || l != nil {
 				t.Errorf("%s: New with %s = %v, %v; want nil, ErrInvalid", s.Name, desc, l, err)
@@ -228,6 +232,9 @@ func TestBadInputDurations(t *testing.T) {
 			{"Lease(999µs)", []mutex.LockOption{mutex.Lease(999 * time.Microsecond)}},
 			{"Lease(MinInt64)", []mutex.LockOption{mutex.Lease(math.MinInt64), mutex.AutoRenew()}},
 			{"a valid Lease after a bad one", []mutex.LockOption{mutex.Lease(0), mutex.Lease(time.Second)}},
+			{"Lease(MaxInt64)", []mutex.LockOption{mutex.Lease(math.MaxInt64)}},
+			{"Lease(MaxInt64), AutoRenew", []mutex.LockOption{mutex.Lease(math.MaxInt64), mutex.AutoRenew()}},
+			{"Lease(MaxTTL+1ms)", []mutex.LockOption{mutex.Lease(mutex.MaxTTL + time.Millisecond)}},
 		}
 		for _, tc := range refused {
 			for _, a := range acquirers {
@@ -240,7 +247,6 @@ func TestBadInputDurations(t *testing.T) {
 		}
 		s.CheckKeys(t, "refused durations")
 
-		const century = 100 * 365 * 24 * time.Hour
 		accepted := []struct {
 			desc   string
 			locker *mutex.Locker
@@ -248,12 +254,10 @@ func TestBadInputDurations(t *testing.T) {
 			lease  time.Duration
 		}{
 			{"WithTTL(1ms)", mustNew(t, s.Client, opt, mutex.WithTTL(time.Millisecond)), nil, time.Millisecond},
-			{"WithTTL(100 years)", mustNew(t, s.Client, opt, mutex.WithTTL(century)), nil, century},
-			{"WithTTL(MaxInt64)", mustNew(t, s.Client, opt, mutex.WithTTL(math.MaxInt64)), nil, math.MaxInt64},
-			{"Lease(MaxInt64)", mustNew(t, s.Client, opt), []mutex.LockOption{mutex.Lease(math.MaxInt64)}, math.MaxInt64},
-			{"Lease(MaxInt64), AutoRenew", mustNew(t, s.Client, opt), []mutex.LockOption{mutex.Lease(math.MaxInt64), mutex.AutoRenew()}, math.MaxInt64},
-			{"WithRetryInterval(100 years)", mustNew(t, s.Client, opt, mutex.WithRetryInterval(century)), nil, mutex.DefaultTTL},
-			{"WithRetryInterval(MaxInt64)", mustNew(t, s.Client, opt, mutex.WithRetryInterval(math.MaxInt64)), nil, mutex.DefaultTTL},
+			{"WithTTL(MaxTTL)", mustNew(t, s.Client, opt, mutex.WithTTL(mutex.MaxTTL)), nil, mutex.MaxTTL},
+			{"Lease(MaxTTL)", mustNew(t, s.Client, opt), []mutex.LockOption{mutex.Lease(mutex.MaxTTL)}, mutex.MaxTTL},
+			{"Lease(MaxTTL), AutoRenew", mustNew(t, s.Client, opt), []mutex.LockOption{mutex.Lease(mutex.MaxTTL), mutex.AutoRenew()}, mutex.MaxTTL},
+			{"WithRetryInterval(MaxTTL)", mustNew(t, s.Client, opt, mutex.WithRetryInterval(mutex.MaxTTL)), nil, mutex.DefaultTTL},
 		}
 		for _, tc := range accepted {
 			for _, a := range acquirers {
@@ -285,7 +289,7 @@ func TestBadInputDurations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, d := range []time.Duration{0, -1, -time.Hour, 999 * time.Microsecond, math.MinInt64} {
+		for _, d := range []time.Duration{0, -1, -time.Hour, 999 * time.Microsecond, math.MinInt64, mutex.MaxTTL + time.Millisecond, math.MaxInt64} {
 			if err := lk.Extend(ctx, d); !errors.Is(err, mutex.ErrInvalid) {
 				t.Errorf("%s: Extend(%v) = %v, want ErrInvalid", s.Name, d, err)
 			}
@@ -293,36 +297,27 @@ func TestBadInputDurations(t *testing.T) {
 		if ttl, err := lk.TTL(ctx); err != nil || ttl <= 50*time.Second || ttl > time.Minute {
 			t.Errorf("%s: TTL after refused Extends = %v, %v; want the minute it had", s.Name, ttl, err)
 		}
-		if err := lk.Extend(ctx, math.MaxInt64); err != nil {
-			t.Errorf("%s: Extend(MaxInt64) = %v", s.Name, err)
+		if err := lk.Extend(ctx, mutex.MaxTTL); err != nil {
+			t.Errorf("%s: Extend(MaxTTL) = %v", s.Name, err)
 		}
-		if ttl, err := lk.TTL(ctx); err != nil || ttl < 290*365*24*time.Hour {
-			t.Errorf("%s: TTL after Extend(MaxInt64) = %v, %v; want about 292 years", s.Name, ttl, err)
+		if ttl, err := lk.TTL(ctx); err != nil || ttl < mutex.MaxTTL-time.Minute {
+			t.Errorf("%s: TTL after Extend(MaxTTL) = %v, %v; want about a day", s.Name, ttl, err)
 		}
-		s.CheckKeys(t, "Extend(MaxInt64)")
+		s.CheckKeys(t, "Extend(MaxTTL)")
 		if err := lk.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
-// TestBadInputRetryOfACentury: a Lock waiting with a retry interval of 100
-// years still tries again just after the holder's lease ends, without
-// release notifications, as WithRetryInterval documents.
-func TestBadInputRetryOfACentury(t *testing.T) {
-	s := testutil.Stores(t)[1]
-	century := 100 * 365 * 24 * time.Hour
-	waitForLeaseEnd(t, s, century)
-}
-
-// TestBadInputBugRetryIntervalOverflow is the same for the longest retry
-// interval, math.MaxInt64: Locker.nextWait computes retry/2 + rand(retry),
-// which overflows to a negative wait for half the draws; the wait loop then
-// arms no timer at all, so the waiter ignores the holder's lease end and
-// sleeps until ctx ends (or a notification comes). Fixed: the
-// regression test.
-func TestBadInputBugRetryIntervalOverflow(t *testing.T) {
-	waitForLeaseEnd(t, testutil.Stores(t)[1], math.MaxInt64)
+// TestBadInputRetryOfADay: a Lock waiting with the longest retry interval
+// accepted (MaxTTL) still tries again just after the holder's lease ends,
+// without release notifications, as WithRetryInterval documents. (Before
+// MaxTTL, math.MaxInt64 was accepted and Locker.nextWait's retry/2 +
+// rand(retry) overflowed to a negative wait for half the draws: the waiter
+// then slept until ctx ended.)
+func TestBadInputRetryOfADay(t *testing.T) {
+	waitForLeaseEnd(t, testutil.Stores(t)[1], mutex.MaxTTL)
 }
 
 // waitForLeaseEnd holds 8 names with a 50 ms lease and no Unlock, and waits

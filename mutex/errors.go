@@ -10,12 +10,14 @@ import (
 // Errors returned by this package. Match them with errors.Is: a call may wrap
 // or join them with the cause (a Redis error, ctx.Err()).
 var (
-	// ErrInvalid means a bad argument: a nil client, a bad option to New or
-	// NewQuorum (a lease or retry interval under 1 ms, a prefix with a brace
-	// or over 256 bytes, too few or repeated quorum clients, a bad replica
-	// acknowledgement), an empty name or one over MaxNameLen, a Call without a
-	// Fragment. It is wrapped with what was wrong: the error says which
-	// argument, the sentinel is for errors.Is.
+	// ErrInvalid means a bad argument: a nil client or context, a bad
+	// option to New or NewQuorum (a lease or retry interval under 1 ms or
+	// over MaxTTL, a prefix with a brace or over 256 bytes, too few or
+	// repeated quorum clients, a bad replica acknowledgement), a lease out
+	// of those bounds, an empty name or one over MaxNameLen, a semaphore
+	// size under 1 or over MaxSemaphoreSize, a Call without a Fragment. It
+	// is wrapped with what was wrong: the error says which argument, the
+	// sentinel is for errors.Is.
 	ErrInvalid = errors.New("mutex: invalid argument")
 	// ErrLocked means another owner holds the lock (TryLock).
 	ErrLocked = errors.New("mutex: locked by another owner")
@@ -63,6 +65,11 @@ var (
 	// until its context ends. A quorum Locker's errors never match it.
 	ErrUnreachable = reach.ErrUnreachable
 )
+
+// ErrNilContext is the error of a call given a nil context; it matches
+// ErrInvalid. The call checked it before anything else: it changed nothing,
+// in Redis or in the handle.
+var ErrNilContext = fmt.Errorf("%w: nil context", ErrInvalid)
 
 // errNilLocker is the error of a call on a nil *Locker (New failed, and its
 // error was not checked).

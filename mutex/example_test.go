@@ -52,7 +52,7 @@ func ExampleNew() {
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, mutex.ErrInvalid))
 	// Output:
-	// mutex: invalid argument: lease 1µs: want at least 1ms
+	// mutex: invalid argument: lease 1µs: want 1ms to 24h0m0s
 	// true
 }
 

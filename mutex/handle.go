@@ -1,6 +1,9 @@
 package mutex
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // A phase is where a handle is in its life. Only held and releasing are
 // open. Every change of phase happens under its hold's mu, so racing calls
@@ -37,9 +40,8 @@ type Lock struct {
 
 	// Guarded by hold.mu.
 	phase  phase
-	life   context.Context
-	cancel context.CancelCauseFunc
-	unsure *unsure // a release of this handle may have run
+	sig    lifeSignal // Done's channel and Context's contexts
+	unsure *unsure    // a release of this handle may have run
 }
 
 // Name returns the name the lock was taken on ("" for a nil Lock).
@@ -80,7 +82,7 @@ func (lk *Lock) use() error {
 	h := lk.hold
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if lk.phase != held {
+	if lk.endedLocked() != nil || lk.phase != held {
 		return ErrNotHeld
 	}
 	h.busy++
@@ -125,38 +127,67 @@ func (lk *Lock) endLocked(p phase) {
 		return
 	}
 	lk.phase = p
-	if lk.cancel != nil {
-		lk.cancel(p.cause())
-	}
+	lk.sig.fireLocked(p.cause())
 }
 
-// lifeLocked returns the context that ends with the handle; h.mu must be held.
-func (lk *Lock) lifeLocked() context.Context {
-	if lk.life == nil {
-		lk.life, lk.cancel = context.WithCancelCause(context.Background())
-		if lk.phase >= released {
-			lk.cancel(lk.phase.cause())
-		} else {
-			lk.hold.watchLocked()
-		}
+// endedLocked returns the handle's cause once it has ended, else nil; it
+// ends the hold first if its lease has passed (hold.expireLocked), so that
+// every answer is the one of the moment it is asked. h.mu must be held.
+func (lk *Lock) endedLocked() error {
+	lk.hold.expireLocked()
+	if lk.phase >= released {
+		return lk.phase.cause()
 	}
-	return lk.life
+	return nil
+}
+
+// watchedLocked is endedLocked for a watcher (Done, Context): while the
+// handle is open, the deadline timer runs, to end it when the lease passes.
+func (lk *Lock) watchedLocked() error {
+	err := lk.endedLocked()
+	if err == nil {
+		lk.hold.watchLocked()
+	}
+	return err
 }
 
 // closedChan is what Done of a nil Lock returns.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// Done returns a channel that is closed when this handle ends: after Unlock,
-// or when the lock is lost (its lease passed on the client's clock without an
-// Extend, or Redis reported it gone). The first call starts a timer at the end
-// of the lease; a lock whose Done is never called costs no timer.
+// Done returns a channel that is closed when this handle ends: after Unlock
+// (before it returns), or when the lock is lost (its lease passed on the
+// client's clock without an Extend, or Redis reported it gone). A call made
+// once the lease has passed returns a closed channel. The first call starts
+// a timer at the end of the lease, which closes a channel taken earlier: in
+// a process paused past the lease, that timer runs only after the process
+// resumes, so a holder about to act checks Deadline, or calls Done again.
+// A lock whose Done is never called costs no timer.
 func (lk *Lock) Done() <-chan struct{} {
 	if lk == nil {
 		return closedChan
 	}
 	lk.hold.mu.Lock()
 	defer lk.hold.mu.Unlock()
-	return lk.lifeLocked().Done()
+	return lk.sig.doneLocked(lk.watchedLocked())
+}
+
+// Deadline returns the time until which this handle surely holds the lock,
+// on the client's clock: the end of the lease Redis confirmed (by the
+// acquisition or the last Extend, or a renewal), less the drift margin. ok
+// is false once the handle has ended, as it has when that time has passed.
+// Check it right before an action that must run under the lock: a deadline
+// in the past, or too near for the action, means the lock may be gone.
+func (lk *Lock) Deadline() (deadline time.Time, ok bool) {
+	if lk == nil {
+		return time.Time{}, false
+	}
+	h := lk.hold
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if lk.endedLocked() != nil {
+		return h.deadline, false
+	}
+	return h.deadline, true
 }
 
 // Context returns a context derived from parent that carries the ownership of
@@ -172,15 +203,8 @@ func (lk *Lock) Context(parent context.Context) context.Context {
 	}
 	next, _ := parent.Value(ownerKey{}).(*owner)
 	ctx := context.WithValue(parent, ownerKey{}, &owner{hold: lk.hold, next: next})
-	ctx, cancel := context.WithCancelCause(ctx)
-	lk.hold.mu.Lock()
-	life := lk.lifeLocked()
-	lk.hold.mu.Unlock()
-	if life.Err() != nil { // ended already: cancelled before it is returned
-		cancel(context.Cause(life))
-		return ctx
-	}
-	stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
-	context.AfterFunc(ctx, func() { stop() }) // forget ctx once it ends on its own
-	return ctx
+	h := lk.hold
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return lk.sig.deriveLocked(&h.mu, ctx, lk.watchedLocked())
 }

@@ -136,7 +136,7 @@ func (h *hold) setLease(start time.Time, lease time.Duration) {
 func (h *hold) enter() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ended {
+	if h.expireLocked() {
 		return ErrNotHeld
 	}
 	h.busy++
@@ -211,6 +211,17 @@ func (h *hold) endLocked(p phase) {
 	if h.renew != nil {
 		h.renew.stopLocked()
 	}
+}
+
+// expireLocked ends the hold as lost if its lease has passed on the client's
+// clock, without waiting for the deadline timer (which fires late on a
+// loaded machine, and runs only once someone watches); it reports whether
+// the hold has ended.
+func (h *hold) expireLocked() bool {
+	if !h.ended && !time.Now().Before(h.deadline) {
+		h.endLocked(lost)
+	}
+	return h.ended
 }
 
 // armLocked makes sure a timer will check the lease at its deadline; it runs

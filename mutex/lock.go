@@ -15,6 +15,9 @@ import (
 // fragment twice, so give Run fragments that read, or writes that can run
 // twice (a SET, not an INCR).
 func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
+	if ctx == nil {
+		return nil, ErrNilContext
+	}
 	if err := call.check(); err != nil {
 		return nil, err
 	}
@@ -55,13 +58,16 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 // Extend sets the remaining lease of the lock to ttl (which may shorten it).
 // It returns ErrNotHeld when the lock is no longer held by this handle.
 func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
+	if err := checkDuration("lease", ttl); err != nil {
+		return err
+	}
 	if err := lk.use(); err != nil {
 		return err
 	}
 	defer lk.unuse()
-	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: lease %v: want at least 1ms", ErrInvalid, ttl)
-	}
 	start := time.Now()
 	ok, err := lk.hold.extend(ctx, handleID(lk.id), ttl, start)
 	if err != nil {
@@ -77,6 +83,9 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // TTL returns the remaining lease of the lock as Redis sees it, or ErrNotHeld.
 func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if ctx == nil {
+		return 0, ErrNilContext
+	}
 	if err := lk.use(); err != nil {
 		return 0, err
 	}

@@ -23,7 +23,20 @@ const (
 	DefaultFenceTTL = 7 * 24 * time.Hour
 	// MaxNameLen is the longest lock name accepted, in bytes.
 	MaxNameLen = 1024
+	// MaxTTL is the longest lease (WithTTL, Lease, Extend) and retry
+	// interval accepted: a lock meant to outlive a day is held with
+	// AutoRenew, so that a holder that died frees it within a lease.
+	MaxTTL = 24 * time.Hour
 )
+
+// checkDuration refuses a lease or interval (what names it) under 1 ms,
+// the scripts' unit, or over MaxTTL.
+func checkDuration(what string, d time.Duration) error {
+	if d < time.Millisecond || d > MaxTTL {
+		return fmt.Errorf("%w: %s %v: want 1ms to %v", ErrInvalid, what, d, MaxTTL)
+	}
+	return nil
+}
 
 // A Locker hands out locks on names, kept in one Redis deployment (a single
 // server, a failover group or a cluster). The zero value is not usable; call
@@ -142,11 +155,11 @@ func (o lockerOption) applyLocker(l *Locker) error { return o(l) }
 
 // WithTTL sets the default lease of a lock (DefaultTTL if unset). A holder
 // that neither unlocks nor extends loses the lock when the lease ends. The
-// lease is kept in whole milliseconds; it must be at least one.
+// lease is kept in whole milliseconds; it must be 1 ms to MaxTTL.
 func WithTTL(d time.Duration) CommonOption {
 	return func(l *Locker) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: lease %v: want at least 1ms", ErrInvalid, d)
+		if err := checkDuration("lease", d); err != nil {
+			return err
 		}
 		l.ttl = d
 		return nil
@@ -156,11 +169,11 @@ func WithTTL(d time.Duration) CommonOption {
 // WithRetryInterval sets the mean time between two attempts of a waiting Lock
 // (DefaultRetryInterval if unset). Each wait is drawn uniformly from
 // [d/2, 3d/2) so that waiters spread out, and is cut short when the holder's
-// lease ends sooner or its release is announced.
+// lease ends sooner or its release is announced. It must be 1 ms to MaxTTL.
 func WithRetryInterval(d time.Duration) CommonOption {
 	return func(l *Locker) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: retry interval %v: want at least 1ms", ErrInvalid, d)
+		if err := checkDuration("retry interval", d); err != nil {
+			return err
 		}
 		l.retry = d
 		return nil
@@ -289,10 +302,11 @@ type lockConfig struct {
 	err      error
 }
 
-// Lease sets the lease of this acquisition instead of the Locker's TTL.
+// Lease sets the lease of this acquisition instead of the Locker's TTL:
+// 1 ms to MaxTTL, or the acquisition fails with ErrInvalid.
 func Lease(d time.Duration) LockOption {
-	if d < time.Millisecond {
-		return &lockOption{err: fmt.Errorf("%w: lease %v: want at least 1ms", ErrInvalid, d)}
+	if err := checkDuration("lease", d); err != nil {
+		return &lockOption{err: err}
 	}
 	return &lockOption{ttl: d, ttlMS: d.Milliseconds()}
 }

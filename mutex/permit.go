@@ -21,9 +21,8 @@ type Permit struct {
 
 	mu       sync.Mutex
 	phase    phase
-	deadline time.Time // the lease surely lasts until then, on the local clock
-	life     context.Context
-	cancel   context.CancelCauseFunc
+	deadline time.Time  // the lease surely lasts until then, on the local clock
+	sig      lifeSignal // Done's channel and Context's contexts
 	timer    *time.Timer
 	renew    *renewal
 }
@@ -87,6 +86,9 @@ func (p *Permit) Token() string {
 // ErrNotHeld when too many no longer had them, else an error matching
 // ErrNoQuorum, after which the Permit stays held as after a Redis error.
 func (p *Permit) Release(ctx context.Context) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	if p == nil {
 		return ErrNotHeld
 	}
@@ -128,18 +130,21 @@ func (s *Semaphore) release(ctx context.Context, tok string) (int64, error) {
 	return integer(reply)
 }
 
-// Extend sets the lease of the permits to d from now (at least 1 ms). It
+// Extend sets the lease of the permits to d from now (1 ms to MaxTTL). It
 // returns ErrNotHeld when the Permit has ended or Redis no longer has it.
 // On a quorum it needs Q nodes, as an acquisition does (else ErrNoQuorum,
 // or ErrNotHeld when too many nodes no longer have the permits); with
 // WithReplicaAck, the replicas' acknowledgement (else ErrNotReplicated: the
 // Permit counts on its old lease).
 func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
-	if d < time.Millisecond {
-		return fmt.Errorf("%w: lease %v: want at least 1ms", ErrInvalid, d)
+	if ctx == nil {
+		return ErrNilContext
+	}
+	if err := checkDuration("lease", d); err != nil {
+		return err
 	}
 	if p == nil || p.ended() {
-		return ErrNotHeld
+		return ErrNotHeld // a lease that has passed is so too (ended)
 	}
 	held, err := p.extend(ctx, d)
 	switch {
@@ -192,31 +197,47 @@ func (p *Permit) renewOnce(ctx context.Context, lease time.Duration) (bool, erro
 	return p.extend(ctx, lease)
 }
 
-// Done returns a channel that is closed when the Permit ends: after Release,
-// or when it is lost (its lease passed on the client's clock, with a drift
-// margin, without an Extend; or Redis reported it gone).
+// Done returns a channel that is closed when the Permit ends: after Release
+// (before it returns), or when it is lost (its lease passed on the client's
+// clock, with a drift margin, without an Extend; or Redis reported it
+// gone). A call made once the lease has passed returns a closed channel. A
+// channel taken earlier is closed by a timer at the end of the lease, which
+// in a process paused past the lease runs only after the process resumes:
+// a holder about to act checks Deadline, or calls Done again.
 func (p *Permit) Done() <-chan struct{} {
 	if p == nil {
 		return closedChan
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.lifeLocked().Done()
+	return p.sig.doneLocked(p.watchedLocked())
+}
+
+// Deadline returns the time until which the permits are surely held, on the
+// client's clock: the end of the lease Redis granted (or set by the last
+// Extend or renewal), less the drift margin. ok is false once the Permit has
+// ended, as it has when that time has passed. Check it right before an
+// action that must run holding the permits.
+func (p *Permit) Deadline() (deadline time.Time, ok bool) {
+	if p == nil {
+		return time.Time{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deadline, p.endedLocked() == nil
 }
 
 // Context returns a context derived from parent that is cancelled when the
-// Permit ends: with cause ErrLockLost when it was lost, ErrNotHeld after
-// Release (read it with context.Cause).
+// Permit ends (before the Release that ends it returns, at once if it has
+// ended): with cause ErrLockLost when it was lost, ErrNotHeld after Release
+// (read it with context.Cause).
 func (p *Permit) Context(parent context.Context) context.Context {
-	ctx, cancel := context.WithCancelCause(parent)
 	if p == nil {
+		ctx, cancel := context.WithCancelCause(parent)
 		cancel(ErrNotHeld)
 		return ctx
 	}
 	p.mu.Lock()
-	life := p.lifeLocked()
-	p.mu.Unlock()
-	stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
-	context.AfterFunc(ctx, func() { stop() })
-	return ctx
+	defer p.mu.Unlock()
+	return p.sig.deriveLocked(&p.mu, parent, p.watchedLocked())
 }

@@ -1,15 +1,40 @@
 package mutex
 
 import (
-	"context"
 	"time"
 )
 
-// ended reports whether the Permit has ended (released or lost).
+// ended reports whether the Permit has ended (released or lost, as it is
+// once its lease has passed).
 func (p *Permit) ended() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.phase >= released
+	return p.endedLocked() != nil
+}
+
+// endedLocked returns the Permit's cause once it has ended, else nil; it
+// ends the Permit first if its lease has passed on the client's clock,
+// without waiting for the deadline timer (which fires late on a loaded
+// machine, and runs only once someone watches), so that every answer is
+// the one of the moment it is asked.
+func (p *Permit) endedLocked() error {
+	if p.phase < released && !time.Now().Before(p.deadline) {
+		p.endLocked(lost)
+	}
+	if p.phase >= released {
+		return p.phase.cause()
+	}
+	return nil
+}
+
+// watchedLocked is endedLocked for a watcher (Done, Context): while the
+// Permit is open, the deadline timer runs, to end it when the lease passes.
+func (p *Permit) watchedLocked() error {
+	err := p.endedLocked()
+	if err == nil {
+		p.watchLocked()
+	}
+	return err
 }
 
 // end ends the Permit in phase ph (released or lost), once.
@@ -24,9 +49,7 @@ func (p *Permit) endLocked(ph phase) {
 		return
 	}
 	p.phase = ph
-	if p.cancel != nil {
-		p.cancel(ph.cause())
-	}
+	p.sig.fireLocked(ph.cause())
 	if p.timer != nil {
 		p.timer.Stop()
 	}
@@ -43,20 +66,6 @@ func (p *Permit) lose() {
 	if p.phase == held {
 		p.endLocked(lost)
 	}
-}
-
-// lifeLocked returns the context that ends with the Permit, starting the
-// deadline timer on first use.
-func (p *Permit) lifeLocked() context.Context {
-	if p.life == nil {
-		p.life, p.cancel = context.WithCancelCause(context.Background())
-		if p.phase >= released {
-			p.cancel(p.phase.cause())
-		} else {
-			p.watchLocked()
-		}
-	}
-	return p.life
 }
 
 // watchLocked starts the deadline timer, once.

@@ -29,6 +29,9 @@ const unlockTimeout = 2 * time.Second
 // gone from Redis already), and a hand-over the first made in Redis goes to
 // the waiter now first in line, or is released.
 func (lk *Lock) Unlock(ctx context.Context) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	_, err := lk.release(ctx, nil)
 	return err
 }
@@ -44,6 +47,9 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 // did not. go-redis makes that second call by itself when a reply is lost.
 // See Fragment.
 func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
+	if ctx == nil {
+		return nil, ErrNilContext
+	}
 	if err := call.check(); err != nil {
 		return nil, err
 	}

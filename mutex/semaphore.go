@@ -15,6 +15,11 @@ import (
 // or waiters queued before it (it never jumps the queue).
 var ErrNoPermits = errors.New("mutex: not enough free permits")
 
+// MaxSemaphoreSize is the largest size of a Semaphore, 2^53 - 1: its
+// scripts count permits in Lua, whose numbers are doubles, exact up to
+// that bound.
+const MaxSemaphoreSize = 1<<53 - 1
+
 // The kinds of key a Semaphore writes (semaphore.lua), and its channel.
 const (
 	kindSem        = "sem"
@@ -94,7 +99,8 @@ type Semaphore struct {
 // of one name must have the same size: an acquisition under another size
 // than the one Redis keeps for a semaphore in use fails with ErrInvalid (the
 // size may change once the name has been idle long enough for its keys to
-// expire). A bad name or a size under 1 is an error matching ErrInvalid; a
+// expire). A bad name or a size under 1 or over MaxSemaphoreSize is an
+// error matching ErrInvalid; a
 // quorum Locker made WithRejoinDelay cannot keep semaphores
 // (ErrUnsupported; see Semaphore for quorums and replica acknowledgement).
 func (l *Locker) Semaphore(name string, size int64) (*Semaphore, error) {
@@ -104,8 +110,8 @@ func (l *Locker) Semaphore(name string, size int64) (*Semaphore, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	if size < 1 {
-		return nil, fmt.Errorf("%w: semaphore size %d: want at least 1", ErrInvalid, size)
+	if size < 1 || size > MaxSemaphoreSize {
+		return nil, fmt.Errorf("%w: semaphore size %d: want 1 to %d", ErrInvalid, size, int64(MaxSemaphoreSize))
 	}
 	s := &Semaphore{l: l, name: name, size: size, need: 1, channel: keyspace.Key(l.prefix, name, kindSemGranted)}
 	if q := l.q; q != nil {
@@ -134,6 +140,9 @@ func (s *Semaphore) Size() int64 { return s.size }
 // (ErrInvalid). The options are a lock's: Lease (the Locker's TTL if
 // unset) and AutoRenew.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...LockOption) (*Permit, error) {
+	if ctx == nil {
+		return nil, ErrNilContext
+	}
 	cfg, err := s.check(n, opts)
 	if err != nil {
 		return nil, err

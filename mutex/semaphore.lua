@@ -20,6 +20,10 @@
 -- record and at most a quarter of that end's lease after it: it is moved
 -- (every key touched) only when an end passes it, and a set created by a
 -- call gets it then. An idle semaphore leaves nothing behind.
+-- Every number is an integer below 2^53, so Lua's doubles hold it exactly:
+-- size and the weights are at most 2^53 - 1 (refused above by the Go side),
+-- held never exceeds size (a grant is tested as n <= size - held, which
+-- cannot round), and times are server ms plus leases of at most a day.
 -- The counts (held, w, d) let a call skip what is empty: a call that finds
 -- nothing due, no waiter and its end within exp runs no sweep, no pump and
 -- no PEXPIREAT.
@@ -208,7 +212,7 @@ local function pump(channel)
     end
     local v = redis.call('HMGET', H, 'n:' .. head, 'l:' .. head)
     local n = num(v[1])
-    if S.held + n > S.size then
+    if n > S.size - S.held then
       break
     end
     redis.call('ZREM', QUEUE, head)

@@ -38,7 +38,7 @@ if seq then
   save()
   return {0, text(now), seq}
 end
-if S.w == 0 and S.held + n <= size then
+if S.w == 0 and n <= size - S.held then
   local e, f = grant(tok, n, lease)
   save()
   return {1, text(now), text(e), text(f)}
