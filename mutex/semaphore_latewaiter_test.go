@@ -1,0 +1,154 @@
+package mutex_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
+)
+
+// stallPolls is a go-redis hook that, once armed, holds a waiter's polls
+// (the acquire script in a waiting mode) until it is let go: a waiter
+// whose process is paused, or whose network is slow, for as long as the
+// test likes.
+type stallPolls struct {
+	mu   sync.Mutex
+	gate chan struct{} // nil while not armed
+	held chan struct{} // closed when a poll is held
+	once sync.Once
+}
+
+func newStallPolls() *stallPolls { return &stallPolls{held: make(chan struct{})} }
+
+// arm holds every poll from now on; the returned function lets them go.
+func (h *stallPolls) arm() (letGo func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	gate := make(chan struct{})
+	h.gate = gate
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			h.gate = nil
+			h.mu.Unlock()
+			close(gate)
+		})
+	}
+}
+
+func (h *stallPolls) hold(cmds []redis.Cmder) {
+	h.mu.Lock()
+	gate := h.gate
+	h.mu.Unlock()
+	if gate == nil {
+		return
+	}
+	for _, c := range cmds {
+		if argv := semScriptArgs(c); len(argv) == 7 { // semaphore_acquire.lua: ARGV[5] is the mode
+			if mode, _ := argv[4].(string); strings.HasPrefix(mode, "w") {
+				h.once.Do(func() { close(h.held) })
+				<-gate
+				return
+			}
+		}
+	}
+}
+
+func (h *stallPolls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *stallPolls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.hold([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (h *stallPolls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.hold(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+// TestSemaphoreLateWaiterKeepsPlace: the head waiter A's polls are held
+// (a pause) until the waiter B behind it has passed it over (its wait
+// lease ended); let go, A's next poll queues it again at the place it had,
+// ahead of B, and the next release grants A, not B. Queued again at the
+// tail, as a new waiter, A would wait behind B: the test fails so.
+func TestSemaphoreLateWaiterKeepsPlace(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	rc := b.Client(t)
+	stall := newStallPolls()
+	ca := b.Client(t)
+	ca.AddHook(stall)
+	sa := mustSem(t, mustNew(t, ca, mutex.WithPrefix(b.Prefix)), "late", 1)
+	sb := mustSem(t, newLocker(t, b), "late", 1)
+	holder, err := sb.TryAcquire(ctx, 1, mutex.Lease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := mutex.SemKey(sa, "sem:queue")
+	wait := func(s *mutex.Semaphore) <-chan *mutex.Permit {
+		got := make(chan *mutex.Permit, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			p, err := s.Acquire(wctx, 1, mutex.Lease(time.Minute))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- p
+		}()
+		return got
+	}
+	aGot := wait(sa)
+	a := waitQueue(t, rc, queue, 1)[0]
+	bGot := wait(sb)
+	order := waitQueue(t, rc, queue, 2)
+	letGo := stall.arm()
+	defer letGo()
+	<-stall.held
+	for deadline := time.Now().Add(10 * time.Second); slices.Contains(order, a); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("A, its polls held for 10 s, is still queued: %v", order)
+		}
+		order, _ = rc.ZRange(ctx, queue, 0, -1).Result()
+	}
+	letGo()
+	for deadline := time.Now().Add(10 * time.Second); len(order) != 2; time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("A did not queue again: %v", order)
+		}
+		order, _ = rc.ZRange(ctx, queue, 0, -1).Result()
+	}
+	if order[0] != a {
+		t.Errorf("A queued again behind B: %v, want A first", order)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-aGot:
+		if p != nil {
+			_ = p.Release(ctx)
+		}
+	case p := <-bGot:
+		t.Errorf("the release granted B, queued behind the late A")
+		if p != nil {
+			_ = p.Release(ctx)
+		}
+		<-aGot
+		return
+	}
+	if p := <-bGot; p != nil {
+		_ = p.Release(ctx)
+	}
+}
