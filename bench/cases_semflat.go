@@ -12,12 +12,12 @@ import (
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
-// The hand-off cases' Locker and permits: with a retry interval of 5 s a
-// queued waiter's wait lease is 100 s and it polls every 25-30 s (see
+// The hand-off cases' Locker and permits: with a retry interval of 30 s a
+// queued waiter's wait lease is 90 s and it polls every 30-60 s (see
 // Semaphore.Acquire), so no poll falls within a round shorter than that:
 // a round's scripts are releases and the re-queueing of the released.
 const (
-	handoffRetry = 5 * time.Second
+	handoffRetry = 30 * time.Second
 	handoffLease = 10 * time.Minute
 )
 

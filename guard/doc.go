@@ -46,7 +46,10 @@
 // With Policy.InFlight, Do and Middleware also bound the calls of a key that
 // run at once, across the fleet: each holds a permit of the key's
 // mutex.Semaphore while it runs, and one that gets none within Timeout is
-// refused with ErrBusy (503 with Retry-After), its units given back.
+// refused with ErrBusy (503 with Retry-After), its units given back. A
+// permit's lease, Policy.InFlightLease (3 s by default), is renewed while
+// the call runs: a process killed mid-call or while its calls wait has its
+// permits back within 3.15 s.
 //
 // The package does not log and imports no metrics library: Policy.Observe
 // receives every decision, its error and latency, for Prometheus or

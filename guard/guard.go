@@ -29,6 +29,8 @@ type Guard struct {
 	// watch ends calls at once while Redis refuses connections (nil for a
 	// client other than *redis.Client: see internal/outage).
 	watch *outage.Watch
+	// permit is how an InFlight permit is held: InFlightLease, renewed.
+	permit []mutex.LockOption
 }
 
 // Decision is the outcome of Allow.
@@ -99,7 +101,8 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	if err := checkInFlight(lim.Locker(), p.InFlight); err != nil {
 		return nil, err
 	}
-	g := &Guard{p: p, lim: lim, watch: outage.For(client, p.Timeout)}
+	g := &Guard{p: p, lim: lim, watch: outage.For(client, p.Timeout),
+		permit: []mutex.LockOption{mutex.Lease(p.InFlightLease), mutex.AutoRenew()}}
 	switch {
 	case p.Fallback != nil:
 		g.fb = newFallback(*p.Fallback)

@@ -58,7 +58,7 @@ func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, erro
 
 // acquire takes a permit of sk's semaphore: at once if one is free (one
 // round trip), else by waiting in its queue until Timeout ends (ErrBusy).
-// The permit's lease is renewed until it is given back.
+// The permit's lease, InFlightLease, is renewed until it is given back.
 func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	sem, err := g.lim.Locker().Semaphore(sk, g.p.InFlight)
 	if err != nil { // New tried the Locker and the size: never, for a stored key
@@ -67,11 +67,11 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	var p *mutex.Permit
 	busy := false
 	err = g.call(ctx, func(cctx context.Context) (err error) {
-		p, err = sem.TryAcquire(cctx, 1, mutex.AutoRenew())
+		p, err = sem.TryAcquire(cctx, 1, g.permit...)
 		if errors.Is(err, mutex.ErrNoPermits) {
 			// Redis has just answered: a wait that ends without a permit
 			// is one for the calls running, not for Redis.
-			p, err = sem.Acquire(cctx, 1, mutex.AutoRenew())
+			p, err = sem.Acquire(cctx, 1, g.permit...)
 			busy = errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded)
 		}
 		return err

@@ -6,6 +6,7 @@ import (
 
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/keyspace"
+	"github.com/funnelguard/funnelguard/mutex"
 	"golang.org/x/time/rate"
 )
 
@@ -31,6 +32,24 @@ const (
 	DefaultTimeout     = 500 * time.Millisecond
 	DefaultErrorRetry  = time.Second
 	DefaultFallbackMax = 10000
+	// DefaultInFlightLease is the lease of an InFlight permit unless
+	// Policy.InFlightLease says otherwise, picked for one call of an
+	// SMS-send endpoint: the provider's API answers in 0.1 to 2 s, rarely
+	// in more than 10. The lease is renewed while the call runs, so it need
+	// not cover the call; it is how long a process killed mid-call keeps
+	// its slots, and its third is how often a running call renews. At 3 s a
+	// call under 1 s (most sends) makes no renewal and a 10 s one makes 9
+	// (one round trip each); a renewal has 1 s to land, twice
+	// DefaultTimeout, before the permit may be lost; and a user whose send
+	// died with its process finds the key's slots free within about 3 s,
+	// less than any "resend in N s" countdown. A longer lease only keeps a
+	// dead process's slots longer; a shorter one costs more renewals and
+	// loses running calls' permits on shorter Redis stalls.
+	DefaultInFlightLease = 3 * time.Second
+	// MinInFlightLease is the shortest Policy.InFlightLease: renewals every
+	// 33 ms, each with 33 ms to land. Below it, a garbage-collection pause
+	// or a busy server would lose the permits of calls that still run.
+	MinInFlightLease = 100 * time.Millisecond
 	// MaxKeyLen is the longest key a Guard accepts, in bytes.
 	MaxKeyLen = 4096
 	// maxPlainKey is the longest key stored as it is; longer ones are hashed.
@@ -63,10 +82,11 @@ type Policy struct {
 	// state) while fn or the handler runs. A call that finds none free waits
 	// for one in the semaphore's FIFO queue, for Timeout at most, and is then
 	// refused with ErrBusy (Middleware: 503 with Retry-After), and the units
-	// its admission took are given back. The permit's lease, the Locker's
-	// TTL, is renewed while the call runs (mutex.AutoRenew); fn's context
-	// (the handler's request context) is cancelled if the permit is lost,
-	// and a process that dies mid-call frees its permit when the lease ends.
+	// its admission took are given back. The permit's lease, InFlightLease,
+	// is renewed while the call runs (mutex.AutoRenew); fn's context (the
+	// handler's request context) is cancelled if the permit is lost, and a
+	// process that dies mid-call frees its permit when the lease ends (see
+	// InFlightLease for the bound, waiting calls included).
 	// Allow and AllowN only decide: they take no permit. Zero is no bound;
 	// a negative InFlight is ErrInvalidPolicy, and so is InFlight on a
 	// Locker that cannot keep semaphores (a quorum WithRejoinDelay, given
@@ -81,6 +101,26 @@ type Policy struct {
 	// key running in this process to InFlight. A permit costs two round
 	// trips per call, taken after the admission and given back after fn.
 	InFlight int64
+	// InFlightLease is the lease of an InFlight permit
+	// (DefaultInFlightLease if zero; under MinInFlightLease, negative, or
+	// over mutex.MaxTTL, ErrInvalidPolicy). It is renewed every third of it while the call
+	// runs, however long that is: it bounds not the call but how long a
+	// dead process's permits stay taken. Each renewal is one round trip
+	// with a third of the lease to land; if none lands before the lease
+	// ends (Redis answered nothing for about a third of it or more), the
+	// permit is lost and fn's context cancelled.
+	//
+	// A process killed mid-call frees its calls' permits within
+	// InFlightLease. Its calls still waiting for a permit keep their places
+	// by polling every 1 to 2 of the Locker's retry intervals and are passed
+	// over 3 retry intervals after their last poll at most (their wait
+	// lease); a permit granted to one before that is held, unrenewed, for
+	// InFlightLease. So a killed process's permits are all back within 3
+	// retry intervals + InFlightLease of its death: 3.15 s with the
+	// defaults (mutex.DefaultRetryInterval, the guard's own Locker's, and
+	// DefaultInFlightLease). A Locker given with funnel.WithLocker brings its
+	// own retry interval; its TTL plays no part.
+	InFlightLease time.Duration
 	// Normalize, if set, maps a key to its canonical form (for example a
 	// phone number to E.164) before anything else; an error rejects the key
 	// with ErrInvalidKey.
@@ -187,6 +227,12 @@ func (p Policy) check() (Policy, error) {
 	}
 	if p.Timeout < 0 || p.ErrorRetryAfter < 0 {
 		return bad("negative Timeout or ErrorRetryAfter")
+	}
+	switch {
+	case p.InFlightLease == 0:
+		p.InFlightLease = DefaultInFlightLease
+	case p.InFlightLease < MinInFlightLease || p.InFlightLease > mutex.MaxTTL:
+		return bad("InFlightLease %v: want %v to %v (or 0 for %v)", p.InFlightLease, MinInFlightLease, mutex.MaxTTL, DefaultInFlightLease)
 	}
 	if f := p.Fallback; f != nil {
 		if f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0 {

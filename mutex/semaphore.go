@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/keyspace"
@@ -49,7 +50,11 @@ const semRecordTTL = recordTTL
 // fit, and stops at the first that does not, so a large request is not
 // starved by small ones; a granted waiter wakes holding its permits (one
 // Pub/Sub message, no further round trip). A waiter that stops polling (its
-// process died) is passed over once its wait lease ends (see Acquire).
+// process died) is passed over once its wait lease ends, 3 retry intervals
+// after its last poll at most; permits granted to it before that come back
+// when their lease ends: a process that dies while it waits has them back
+// at most 3 retry intervals plus the lease after it died (10.15 s with
+// DefaultRetryInterval and DefaultTTL; see Acquire).
 //
 // Every key has a TTL (the latest lease, wait lease or release record it
 // keeps, plus at most a quarter of that duration, so that most calls need
@@ -245,11 +250,12 @@ func (s *Semaphore) cancel(ctx context.Context, tok string) {
 const cancelWait = 20 * time.Millisecond
 
 // waitLease is how long a queued waiter keeps its place without polling:
-// 20 retry intervals, at least a second. A waiter polls 4 times within it
-// (a lost grant message is found by the next poll); a dead waiter is
-// passed over when it ends.
+// 3 retry intervals (saturated). A waiter polls every 1 to 2 retry
+// intervals (pollWait), so one that misses a poll is passed over one retry
+// interval after the poll was due: a dead waiter at most 3 retry intervals
+// after it died. A live one that was late queues again at its place.
 func (s *Semaphore) waitLease() time.Duration {
-	return max(20*s.l.retry, time.Second)
+	return min(s.l.retry, math.MaxInt64/3) * 3
 }
 
 // newSemToken returns 128 random bits as hex: one acquisition's token.

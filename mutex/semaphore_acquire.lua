@@ -2,8 +2,11 @@
 -- (after semaphore.lua, whose KEYS it takes).
 -- ARGV[1] token, ARGV[2] n, ARGV[3] size N, ARGV[4] lease ms,
 -- ARGV[5] mode: "t" take only if free now (TryAcquire), "w" take or queue,
--- and as a queued waiter poll (Acquire), ARGV[6] a waiter's lease ms,
--- ARGV[7] the grants' Pub/Sub channel
+-- and as a queued waiter poll (Acquire); "w<seq>" is "w" for a waiter that
+-- was queued at place seq: passed over for polling late (its wait lease
+-- ended), it queues again at that place, not at the tail (a place from
+-- before the queue's numbering restarted, above seq, is the tail),
+-- ARGV[6] a waiter's lease ms, ARGV[7] the grants' Pub/Sub channel
 -- Returns {1, now, lease end, fence} when the token holds its permits;
 -- {0, now} when a try does not fit; {0, now, seq} for a waiter still queued,
 -- seq its place in the FIFO order (the queue's score); {-1, size} when the semaphore has another size in Redis;
@@ -12,6 +15,7 @@
 -- permits is answered so, a queued one is not queued twice, and a token
 -- that ended takes nothing.
 local tok, n, size, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local mode, had = string.sub(ARGV[5], 1, 1), tonumber(string.sub(ARGV[5], 2)) or 0
 local v = load({'f:' .. tok})
 if S.stored and S.size ~= size then
   return {-1, S.size}
@@ -38,24 +42,31 @@ if seq then
   save()
   return {0, text(now), seq}
 end
-if S.w == 0 and n <= size - S.held then
+-- back: a waiter passed over for polling late, queued again at its place;
+-- it takes its permits now if they fit and that place is ahead of the
+-- queue's head (at which pump stopped), as pump would have granted them.
+local back = mode == 'w' and had >= 1 and had <= S.seq
+if n <= size - S.held and (S.w == 0 or back and had < first(QUEUE)) then
   local e, f = grant(tok, n, lease)
   save()
   return {1, text(now), text(e), text(f)}
 end
-if ARGV[5] == 'w' then
+if mode == 'w' then
   if S.w == 0 then
     fresh[QUEUE], fresh[ALIVE] = true, true
   end
-  S.seq = S.seq + 1
-  redis.call('ZADD', QUEUE, text(S.seq), tok)
+  if not back then
+    S.seq = S.seq + 1
+    had = S.seq
+  end
+  redis.call('ZADD', QUEUE, text(had), tok)
   redis.call('ZADD', ALIVE, text(alive), tok)
   S.w = S.w + 1
   S.due = math.min(S.due, alive)
   later(alive)
   put['n:' .. tok], put['l:' .. tok] = ARGV[2], ARGV[4]
   save()
-  return {0, text(now), text(S.seq)}
+  return {0, text(now), text(had)}
 end
 save()
 return {0, text(now)}

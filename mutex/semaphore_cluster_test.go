@@ -18,8 +18,8 @@ func TestClusterSemaphore(t *testing.T) {
 	c := testutil.Cluster(t)
 	ctx := context.Background()
 	prefix := c.Prefix(t)
-	a := mustNew(t, c.Client(t), mutex.WithPrefix(prefix), mutex.WithRetryInterval(time.Second))
-	b := mustNew(t, c.Client(t), mutex.WithPrefix(prefix), mutex.WithRetryInterval(time.Second))
+	a := mustNew(t, c.Client(t), mutex.WithPrefix(prefix), mutex.WithRetryInterval(10*time.Second))
+	b := mustNew(t, c.Client(t), mutex.WithPrefix(prefix), mutex.WithRetryInterval(10*time.Second))
 	for _, name := range append(braceNames, "plain", "other") {
 		sa, sb := mustSem(t, a, name, 2), mustSem(t, b, name, 2)
 		p, err := sa.TryAcquire(ctx, 2)
@@ -31,9 +31,9 @@ func TestClusterSemaphore(t *testing.T) {
 		}
 		got := make(chan error, 1)
 		go func() {
-			wctx, cancel := context.WithTimeout(ctx, 3*time.Second) // polls every 5 s
+			wctx, cancel := context.WithTimeout(ctx, 3*time.Second) // polls every 10 to 20 s
 			defer cancel()
-			q, err := sb.Acquire(wctx, 1)
+			q, err := sb.Acquire(wctx, 1, mutex.Lease(time.Minute))
 			if err == nil {
 				err = q.Release(ctx)
 			}

@@ -70,8 +70,8 @@ func waitSemQueued(t *testing.T, b *testutil.Backend, s *mutex.Semaphore, n int6
 }
 
 // TestSemaphoreDeadHeadWaiter: the head waiter stops polling (its process
-// died); once its wait lease (1 s here) ends, a release passes it over and
-// grants the live waiter behind it.
+// died); once its wait lease (3 retry intervals: 150 ms here) ends, a
+// release passes it over and grants the live waiter behind it.
 func TestSemaphoreDeadHeadWaiter(t *testing.T) {
 	b := testutil.RealBackend(t)
 	ctx := context.Background()
@@ -95,7 +95,7 @@ func TestSemaphoreDeadHeadWaiter(t *testing.T) {
 		got <- err
 	}()
 	waitSemQueued(t, b, s, 2)
-	time.Sleep(1500 * time.Millisecond) // past the dead waiter's wait lease
+	time.Sleep(500 * time.Millisecond) // past the dead waiter's wait lease
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -110,12 +110,12 @@ func TestSemaphoreDeadHeadWaiter(t *testing.T) {
 // TestSemaphoreCancelWakesNext: a queued Acquire(2) blocks an Acquire(1)
 // behind it (FIFO) although one permit is free; cancelling it takes it out
 // of the queue and grants the next waiter in the same script, which wakes
-// on the grant's message long before its next poll (20 s wait lease: polls
-// every 5 s).
+// on the grant's message long before its next poll (a retry interval of
+// 10 s and a lease of a minute: it polls every 10 to 20 s).
 func TestSemaphoreCancelWakesNext(t *testing.T) {
 	b := testutil.RealBackend(t)
 	ctx := context.Background()
-	slow := mutex.WithRetryInterval(time.Second)
+	slow := mutex.WithRetryInterval(10 * time.Second)
 	s := mustSem(t, newLocker(t, b, slow), "cancel", 2)
 	holder, err := s.TryAcquire(ctx, 1)
 	if err != nil {
@@ -136,7 +136,7 @@ func TestSemaphoreCancelWakesNext(t *testing.T) {
 	go func() {
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		p, err := s.Acquire(c, 1)
+		p, err := s.Acquire(c, 1, mutex.Lease(time.Minute))
 		if err == nil {
 			err = p.Release(ctx)
 		}

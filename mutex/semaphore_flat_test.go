@@ -52,7 +52,9 @@ func TestSemaphoreFlatCost(t *testing.T) {
 	const cycles = 100
 	var perCycle []int64
 	for _, waiters := range []int{10, 1000} {
-		l := mustNew(t, srv.Client(t), mutex.WithPrefix(testutil.NewPrefix()), mutex.WithRetryInterval(time.Second))
+		// A wait lease of 30 s (3 retry intervals): no waiter is passed over
+		// while the 1,100 are queued one by one on a loaded machine.
+		l := mustNew(t, srv.Client(t), mutex.WithPrefix(testutil.NewPrefix()), mutex.WithRetryInterval(10*time.Second))
 		s := mustSem(t, l, fmt.Sprint("flat", waiters), 1)
 		holder, err := s.TryAcquire(ctx, 1, mutex.Lease(time.Minute))
 		if err != nil {

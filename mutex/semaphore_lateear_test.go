@@ -57,7 +57,7 @@ func (h *semHoldReply) hold(cmds []redis.Cmder) {
 // TestSemaphoreGrantBeforeListening: a waiter is granted between its first
 // poll (which queued it) and the moment it listens for grants, while
 // other waiters of its Locker already listen on the channel: it must not
-// sleep until its next poll (15 s here) but poll once more at once and
+// sleep until its next poll (10 s or more here) but poll once more at once and
 // find the grant. Its context of 5 s fails it otherwise.
 func TestSemaphoreGrantBeforeListening(t *testing.T) {
 	b := testutil.RealBackend(t)
@@ -67,7 +67,7 @@ func TestSemaphoreGrantBeforeListening(t *testing.T) {
 	var rec testutil.CommandRecorder
 	c.AddHook(&rec)
 	c.AddHook(hook)
-	slow := mutex.WithRetryInterval(10 * time.Second) // polls every 15 s
+	slow := mutex.WithRetryInterval(10 * time.Second) // polls every 10 to 20 s (a lease of a minute)
 	ws := mustSem(t, mustNew(t, c, mutex.WithPrefix(b.Prefix), slow), "late", 2)
 	hs := mustSem(t, newLocker(t, b), "late", 2)
 	holder, err := hs.TryAcquire(ctx, 2)

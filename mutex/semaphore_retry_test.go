@@ -215,7 +215,7 @@ func TestSemaphoreRoundTrips(t *testing.T) {
 	hc, wc := b.Client(t), b.Client(t)
 	hc.AddHook(&hold)
 	wc.AddHook(&wait)
-	slow := mutex.WithRetryInterval(time.Second) // the waiter polls every 5 s
+	slow := mutex.WithRetryInterval(10 * time.Second) // the waiter polls every 2.5 to 12.5 s (a quarter of its 10 s lease, plus up to a retry interval)
 	hs := mustSem(t, mustNew(t, hc, mutex.WithPrefix(b.Prefix), slow), "trips", 2)
 	ws := mustSem(t, mustNew(t, wc, mutex.WithPrefix(b.Prefix), slow), "trips", 2)
 	wait.Reset()
@@ -287,7 +287,7 @@ func TestSemaphoreListeningWaiterPollsOnce(t *testing.T) {
 	var wait testutil.CommandRecorder
 	wc := b.Client(t)
 	wc.AddHook(&wait)
-	slow := mutex.WithRetryInterval(10 * time.Second) // waiters poll every ~50 s
+	slow := mutex.WithRetryInterval(10 * time.Second) // waiters poll every 2.5 to 12.5 s
 	hs := mustSem(t, mustNew(t, b.Client(t), mutex.WithPrefix(b.Prefix), slow), "once", 2)
 	ws := mustSem(t, mustNew(t, wc, mutex.WithPrefix(b.Prefix), slow), "once", 2)
 	p, err := hs.TryAcquire(ctx, 2)

@@ -210,7 +210,8 @@ func semWorkOnce(ctx context.Context, t *testing.T, s *mutex.Semaphore, r *rand.
 // TestSemaphoreIdleKeysGone: a semaphore left with a released holder (its
 // record), a crashed holder and a dead waiter, and no call after, has
 // every key with a TTL, and all of them gone once the last of those ends
-// (a 1 s wait lease, plus a quarter of it) without any further call.
+// (the crashed holder's 400 ms lease, plus a quarter of it) without any
+// further call.
 func TestSemaphoreIdleKeysGone(t *testing.T) {
 	b := testutil.RealBackend(t)
 	ctx := context.Background()

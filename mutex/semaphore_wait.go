@@ -3,6 +3,8 @@ package mutex
 import (
 	"context"
 	"errors"
+	"math"
+	mathrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -12,12 +14,22 @@ import (
 // every process) while they are not free or others wait before it. It
 // returns when Redis granted them: a release grants the head waiters in the
 // same script and announces it on Pub/Sub, so the waiter wakes holding its
-// permits; while it waits it polls every quarter of its wait lease (20
-// retry intervals, at least 1 s) or of its lease, whichever is shorter,
-// which keeps its place and finds a grant whose message was lost (without
-// notifications, see WithoutNotifications, it polls every retry interval).
-// A waiter that stops polling (its process died or froze) is passed over
-// once its wait lease ends. When ctx ends first,
+// permits; while it waits it polls every 1 to 2 retry intervals (every
+// quarter of its lease, plus up to a retry interval, when that is
+// shorter), which keeps its place and finds a grant whose message was lost
+// (without notifications, see WithoutNotifications, every retry interval,
+// jittered as a Lock's). Each poll keeps its place for a wait lease of 3
+// retry intervals: a waiter that stops polling (its process died or froze)
+// is passed over one retry interval after its next poll was due, at most 3
+// retry intervals after its last one (150 ms with DefaultRetryInterval),
+// and a live waiter whose poll came later than that (a pause, a slow
+// network) queues again at the place it had: only the permits freed while
+// it was out go to the waiters behind it. Permits granted to a dead waiter
+// before its wait lease ended are held, unrenewed, until their lease ends:
+// a process that dies while it waits has all it was granted back at most a
+// wait lease plus the lease after it died (3 retry intervals + Lease:
+// 10.15 s with DefaultRetryInterval and DefaultTTL; a shorter Lease, renewed
+// with AutoRenew while the permits are used, shortens it). When ctx ends first,
 // Acquire leaves the queue (giving back permits granted meanwhile, and
 // letting the next waiters in) and returns an error matching both
 // ErrNotObtained and ctx.Err() (at once, with no round trip, when ctx has
@@ -49,7 +61,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*
 			return p, err
 		}
 		start := time.Now()
-		r, err := s.acquireOnce(ctx, w.tok, n, cfg, "w")
+		r, err := s.acquireOnce(ctx, w.tok, n, cfg, w.mode())
 		switch {
 		case err != nil:
 			if mayHold(err) { // it may have queued the token, or granted it permits
@@ -63,6 +75,9 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*
 			return s.newPermit(w.tok, n, cfg, start, r[1], r[2], r[3]), nil
 		}
 		w.start, w.now = start, r[1]
+		if len(r) > 2 {
+			w.seq = r[2]
+		}
 		switch {
 		case w.listen(ctx):
 			pause = 0 // a grant before the waiter listened went unheard
@@ -75,11 +90,26 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*
 }
 
 // pollWait is the pause between two polls of a waiter that asks for a
-// lease of lease: a quarter of its wait lease or of that lease, whichever
-// is shorter (a grant whose message was lost is found before its lease is
-// half gone), jittered by up to a retry interval.
+// lease of lease: a retry interval, or a quarter of that lease when it is
+// shorter (a grant whose message was lost is found before its lease is
+// half gone), plus up to a retry interval of jitter (saturated). So polls
+// come at most 2 retry intervals apart, one less than the wait lease.
 func (s *Semaphore) pollWait(lease time.Duration) time.Duration {
-	return min(s.waitLease(), lease)/4 - s.l.retry/2 + s.l.nextWait(-1)
+	base, jitter := min(s.l.retry, lease/4), time.Duration(mathrand.Int64N(int64(s.l.retry)))
+	if jitter > math.MaxInt64-base {
+		return math.MaxInt64
+	}
+	return base + jitter
+}
+
+// mode is the acquire script's mode for the waiter's next poll: "w", or
+// "w<seq>" once Redis has queued it at place seq, so that a poll that
+// finds it passed over (it polled late) queues it again at that place.
+func (w *semWaiter) mode() string {
+	if w.seq == 0 {
+		return "w"
+	}
+	return "w" + strconv.FormatInt(w.seq, 10)
 }
 
 // A semWaiter is one Acquire in the queue.
@@ -92,6 +122,7 @@ type semWaiter struct {
 	subscribed bool
 	start      time.Time // when the last poll was sent,
 	now        int64     // and the server's time in its reply
+	seq        int64     // its place in the queue (0 until Redis queued it)
 }
 
 // sleep waits for the pause, a grant or the end of ctx; done reports that

@@ -53,10 +53,11 @@ func TestSemaphoreWaitLinearizable(t *testing.T) {
 	for range semWaitLockers {
 		c := b.Client(t)
 		c.AddHook(trace)
-		// A retry interval of 500 ms gives waiters a wait lease of 10 s:
-		// none is passed over for polling late on a loaded machine (the
-		// model has no wait leases).
-		l := mustNew(t, c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(500*time.Millisecond))
+		// A retry interval of 3 s gives waiters a wait lease of 9 s, 3 s
+		// more than the longest pause between their polls: none is passed
+		// over for polling late on a loaded machine (the model has no
+		// wait leases).
+		l := mustNew(t, c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(3*time.Second))
 		lockers = append(lockers, l)
 		semWarmUp(t, mustSem(t, l, "waitlin-warm", semWaitSize))
 	}
