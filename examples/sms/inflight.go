@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/funnelguard/funnelguard/guard"
 	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
 )
@@ -20,12 +21,14 @@ var errInFlightRedis = errors.New("taking a provider permit")
 // newProviderCalls returns the semaphore of the provider's calls in flight
 // across the fleet: a permit per call, Config.ProviderInFlight of them; nil
 // when the bound is off. Its keys are sms:inflight:{provider}:sem and
-// sem:*, with TTLs, in one cluster slot.
+// sem:*, with TTLs, in one cluster slot. A permit's lease is guard's
+// DefaultInFlightLease (3 s), renewed while the call runs: a replica killed
+// mid-send frees its permits within it, not within mutex.DefaultTTL.
 func newProviderCalls(client redis.UniversalClient, n int64) (*mutex.Semaphore, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	l, err := mutex.New(client, mutex.WithPrefix("sms:inflight:"))
+	l, err := mutex.New(client, mutex.WithPrefix("sms:inflight:"), mutex.WithTTL(guard.DefaultInFlightLease))
 	if err != nil {
 		return nil, err
 	}
