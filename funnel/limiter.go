@@ -64,11 +64,15 @@ var (
 )
 
 // A Limiter decides calls against funnels kept in Redis. Each key's state is
-// one hash, read with the attempt to lock the key and written, only while the
-// lock is still held, in the script that releases it: an admission costs two
-// round trips when the key is not locked, and a call that is deniable when it
-// arrives costs one, without waiting for the lock. The zero value is not usable; call New. A Limiter is
-// safe for concurrent use.
+// one hash, written only by a script that knows nobody else is writing it: a
+// call that is deniable when it arrives costs one round trip, without waiting
+// for the lock; an admission of a key with no state, or of a returning key
+// whose state is still the one this Limiter last read or wrote, costs one
+// (one script decides and writes; see the package documentation for the
+// exceptions, WithUniformCost among them); any other admission costs two: the
+// state read with the attempt to lock the key, then written, only while the
+// lock is still held, in the script that releases it. The zero value is not
+// usable; call New. A Limiter is safe for concurrent use.
 type Limiter struct {
 	client mutex.Client
 	locker *mutex.Locker

@@ -229,8 +229,9 @@ func refund(rules []rule, states []level, now, n int64) (fills, ats []int64, log
 type Result struct {
 	// Allowed reports whether the call was admitted (Peek: would be).
 	Allowed bool
-	// Rule names the rule that denied the call: the one that admits it last.
-	// Empty when allowed.
+	// Rule names the rule that denied the call; when several deny, the one
+	// that admits it last (its wait is RetryAfter; the first of the call's
+	// rules among equal waits). Empty when allowed.
 	Rule string
 	// Remaining is how many units the tightest rule would still admit right
 	// after this call (a window: its n less the units in it).

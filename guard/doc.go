@@ -6,9 +6,9 @@
 //	g, err := guard.New(client, guard.Policy{
 //		Prefix: "sms:phone:",
 //		Rules: []funnel.Rule{
-//			funnel.AtMost(1, time.Minute),    // cooldown
-//			funnel.AtMost(5, time.Hour),
-//			funnel.AtMost(10, 24*time.Hour),
+//			funnel.AtMost(1, time.Minute),   // cooldown: 60 s between codes
+//			funnel.Window(5, time.Hour),     // 5 in any hour
+//			funnel.Window(10, 24*time.Hour), // 10 in any 24 h
 //		},
 //		Secret: hmacKey, // phone numbers never sit in Redis in clear text
 //	})

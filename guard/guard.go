@@ -40,7 +40,9 @@ type Decision struct {
 	// RetryAfter is, when denied, how long until the call would be admitted
 	// by every rule; 0 when allowed.
 	RetryAfter time.Duration
-	// Rule names the rule that denied; empty when allowed.
+	// Rule names the rule that denied; when several deny, the one that
+	// admits the call last (its wait is RetryAfter; the first of
+	// Policy.Rules among equal waits). Empty when allowed.
 	Rule string
 	// Remaining is how many more calls the tightest rule, named Tightest,
 	// admits right now: the rule with the fewest units left (among several,
