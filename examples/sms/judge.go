@@ -57,6 +57,14 @@ func (p poolPolicy) usualPPM(country tally) int64 {
 	return min(country.Verified, country.judged()) * 1_000_000 / country.judged()
 }
 
+// usual is usualPPM as a fraction, or -1.
+func (p poolPolicy) usual(country tally) float64 {
+	if u := p.usualPPM(country); u >= 0 {
+		return float64(u) / 1e6
+	}
+	return -1
+}
+
 // barPPM is the conversion a scope of the country must not be shown to be
 // below: minPPM, or relativePPM of what the country usually converts.
 func (p poolPolicy) barPPM(country tally) int64 {
@@ -104,13 +112,13 @@ func (p poolPolicy) judge(v poolView) (unproven bool, r *poolRefusal) {
 	}
 	for _, s := range scopes {
 		if r := p.below(s.name, s.t, bar); r != nil {
-			r.Usual = float64(p.usualPPM(v.country)) / 1e6
+			r.Usual = p.usual(v.country)
 			return unproven, r
 		}
 	}
 	if limit := p.velocityLimit(v.older); unproven && v.recent >= limit {
 		return unproven, &poolRefusal{Scope: "country", Rule: ruleVelocity, Tally: v.country,
-			Upper: float64(v.recent), Bar: float64(limit), Usual: float64(p.usualPPM(v.country)) / 1e6}
+			Upper: float64(v.recent), Bar: float64(limit), Usual: p.usual(v.country)}
 	}
 	return unproven, nil
 }

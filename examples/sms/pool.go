@@ -96,7 +96,8 @@ const (
 	poolRecent  = 3         // the window a scope is judged on: a campaign is a change
 	// poolIndex is the sorted set of the scopes refused lately (for the
 	// operators), by the time of their last refusal; at most poolIndexMax.
-	poolIndex    = "sms:pool:refused"
+	poolIndex    = "sms:pool:{refused}:index"
+	poolWhy      = "sms:pool:{refused}:why" // member -> the last refusal, JSON
 	poolIndexMax = 1000
 )
 
@@ -235,7 +236,8 @@ func (p *pools) add(ctx context.Context, dest destination, kind string, hour int
 	return err
 }
 
-// refused records a refusal of scope for the operators' listing.
+// refused records a refusal of scope, with its figures, for the
+// operators' listing (GET /api/pools).
 func (p *pools) refused(ctx context.Context, dest destination, r *poolRefusal, now time.Time) {
 	member := r.Scope + "|" + dest.Region + "|"
 	switch r.Scope {
@@ -244,10 +246,14 @@ func (p *pools) refused(ctx context.Context, dest destination, r *poolRefusal, n
 	case "group":
 		member += p.group(dest)
 	}
+	member += "|" + p.pauseKeys(dest)[r.Scope]
+	why, _ := json.Marshal(r)
 	_, _ = p.client.TxPipelined(ctx, func(pl redis.Pipeliner) error {
 		pl.ZAdd(ctx, poolIndex, redis.Z{Score: float64(now.Unix()), Member: member})
+		pl.HSet(ctx, poolWhy, member, why)
 		pl.ZRemRangeByRank(ctx, poolIndex, 0, -poolIndexMax-1)
 		pl.Expire(ctx, poolIndex, poolBuckets*poolBucket)
+		pl.Expire(ctx, poolWhy, poolBuckets*poolBucket)
 		return nil
 	})
 }
