@@ -32,7 +32,8 @@ import (
 //
 // prints the table of README.md ("Campaigns"). -campaign.seed replays
 // another draw; -campaign.off=pools,spend,credit,conversion replays them
-// without those defences.
+// without those defences (credit: the unit a verified code gives back to
+// its address).
 
 var (
 	campaignSeed = flag.Uint64("campaign.seed", 43, "the campaigns' random seed")
@@ -200,8 +201,8 @@ func runCampaign(t *testing.T, c campaign) campaignResult {
 	s := &sim{t: t, b: b, svc: svc, h: svc.Handler(), codes: codes, result: campaignResult{name: c.name},
 		rng: rand.New(rand.NewPCG(*campaignSeed, uint64(len(c.name)))), real: map[string][]string{}}
 	if strings.Contains(*campaignOff, "credit") {
-		creditOff = true
-		defer func() { creditOff = false }()
+		addressCreditOff = true
+		defer func() { addressCreditOff = false }()
 	}
 	s.inSlice = func() bool { return s.now >= campaignWarmUp }
 	for _, r := range userRegions {
