@@ -88,6 +88,8 @@ func (s *Service) AdminHandler(token string) http.Handler {
 	api.HandleFunc("GET /api/prefixes", s.adminPrefixes)
 	api.HandleFunc("POST /api/prefixes/resume", s.adminResume)
 	api.HandleFunc("GET /api/budget", s.adminBudget)
+	api.HandleFunc("GET /api/spend", s.adminSpend)
+	api.HandleFunc("GET /api/pools", s.adminPools)
 	mux := http.NewServeMux()
 	mux.Handle("/api/", bearer(token, s, jsonErrors(api)))
 	page, err := fs.Sub(webFS, "web/admin")

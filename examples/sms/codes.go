@@ -70,12 +70,12 @@ func (s *codeStore) key(phone string) string {
 
 // put stores a new code for phone, replacing any earlier one, and the
 // replies check.lua kept for the earlier one (see check.lua for the hash's
-// fields).
-func (s *codeStore) put(ctx context.Context, phone, code string) error {
+// fields), with a note of its send (n: see sendNote).
+func (s *codeStore) put(ctx context.Context, phone, code, note string) error {
 	key := s.key(phone)
 	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, key)
-		p.HSet(ctx, key, "m", hex.EncodeToString(s.mac("code", phone, code)), "a", 0)
+		p.HSet(ctx, key, "m", hex.EncodeToString(s.mac("code", phone, code)), "a", 0, "n", note)
 		p.Expire(ctx, key, s.ttl)
 		return nil
 	})

@@ -39,6 +39,8 @@ type Config struct {
 	ProviderInFlightWait time.Duration
 
 	Conversion ConversionConfig // the conversion guard (conversion.go)
+	Spend      SpendConfig      // the money guards (spend.go)
+	Pools      PoolConfig       // pooled conversion and velocity (pool.go)
 }
 
 // DefaultConfig returns the default policy: mobile numbers of CN only;
@@ -53,7 +55,7 @@ func DefaultConfig() Config {
 		DailyBudget: 1000, IPVerifyHourly: 30, CodeTTL: 5 * time.Minute, MaxAttempts: 5,
 		MaxDailyFailures: 10, Timeout: 500 * time.Millisecond,
 		ProviderTimeout: 5 * time.Second, ProviderInFlight: 10, ProviderInFlightWait: 2 * time.Second,
-		Conversion: defaultConversion(),
+		Conversion: defaultConversion(), Spend: defaultSpend(), Pools: defaultPools(),
 	}
 }
 
@@ -160,6 +162,12 @@ func (c Config) check() error {
 		return fmt.Errorf("%w: the daily budget must be positive", errConfig)
 	}
 	if err := c.Conversion.check(); err != nil {
+		return err
+	}
+	if err := c.Spend.check(); err != nil {
+		return err
+	}
+	if err := c.Pools.check(c.PrefixDigits); err != nil {
 		return err
 	}
 	for _, rs := range [][]funnel.Rule{c.phoneRules(), c.ipRules(), c.prefixRules(), {c.budgetRule()}, c.ipVerifyRules(), {c.failureRule()}} {

@@ -61,7 +61,8 @@ func TestBinaryConversionPumping(t *testing.T) {
 	b.Mini.SetTime(t0)
 	p := startBinary(t, nil, "-redis", "redis://"+b.Mini.Addr()+"/0", "-redis-timeout", "10s", "-trust-proxy",
 		"-ip-hourly", "1000", "-ip-daily", "1000", "-ip-verify-hourly", "100000",
-		"-prefix-hourly", "100000", "-prefix-daily", "100000", "-daily-budget", "10000000")
+		"-prefix-hourly", "100000", "-prefix-daily", "100000", "-daily-budget", "10000000",
+		"-pools-off", "-daily-spend", "0") // the conversion guard alone: the pools would hold the pump at 16 (campaign_test.go)
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
 	post := func(path, body, ip string) (int, reply, http.Header) {

@@ -160,6 +160,8 @@ func testConfig() Config {
 	// set them.
 	cfg.PrefixHourly, cfg.PrefixDaily, cfg.DailyBudget = 100_000, 100_000, 10_000_000
 	cfg.Conversion.MinRate = 0 // the conversion guard too (conversion_test.go)
+	cfg.Spend.Daily = 0        // and the money guards (spend_test.go)
+	cfg.Pools.Off = true       // and the pools (pool_test.go)
 	// And the bound on the provider's calls in flight, which a test of 64
 	// sends at once under -race would meet (inflight_test.go).
 	cfg.ProviderInFlight = 0

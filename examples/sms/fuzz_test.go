@@ -145,7 +145,7 @@ func FuzzVerifyRequest(f *testing.F) {
 	}
 	fz.seed(f, "/api/sms/verify", bodies...)
 	f.Fuzz(func(t *testing.T, body []byte, contentType, xff string) {
-		if err := fz.e.svc.codes.put(context.Background(), uk, "123456"); err != nil {
+		if err := fz.e.svc.codes.put(context.Background(), uk, "123456", ""); err != nil {
 			t.Fatal(err)
 		}
 		status, _ := fz.serve(t, "/api/sms/verify", body, contentType, xff)

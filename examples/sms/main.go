@@ -71,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	limits := defaultServerLimits()
 	limits.flags(fl)
 	conversionFlags(fl, &cfg.Conversion)
+	spendFlags(fl, &cfg.Spend)
+	poolFlags(fl, &cfg.Pools)
 	admin := adminFlags(fl)
 	metricsAddr := fl.String("metrics-addr", "", "serve /metrics on this address only (default: on -addr)")
 	providerName := fl.String("provider", envOr("SMS_PROVIDER", "console"), "who delivers the codes: console (stderr, and the page's outbox on loopback) "+

@@ -14,6 +14,8 @@ type metrics struct {
 	redisErrors prometheus.Counter       // calls Redis could not answer
 	latency     *prometheus.HistogramVec // guard decision latency, by guard
 	reports     *prometheus.CounterVec   // delivery reports, by result
+	spend       *prometheus.CounterVec   // micros spent on sends delivered, by country
+	spentToday  *prometheus.GaugeVec     // micros spent today (the budget's day), by country
 }
 
 func newMetrics() *metrics {
@@ -39,7 +41,13 @@ func newMetrics() *metrics {
 			Name: "sms_delivery_reports_total", Help: "Delivery reports by result: undelivered (refunded), other (a status that is no failure), unknown (a message not sent or already refunded), forbidden (bad signature).",
 		}, []string{"result"}),
 	}
-	m.reg.MustRegister(m.sends, m.denials, m.verifies, m.redisErrors, m.latency, m.reports)
+	m.spend = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sms_spend_micros_total", Help: "Money spent on codes delivered, in millionths of the prices' currency, by country.",
+	}, []string{"country"})
+	m.spentToday = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sms_spend_today_micros", Help: "Money spent today (the budget's day), in millionths of the prices' currency, by country, as of the last send.",
+	}, []string{"country"})
+	m.reg.MustRegister(m.sends, m.denials, m.verifies, m.redisErrors, m.latency, m.reports, m.spend, m.spentToday)
 	return m
 }
 

@@ -28,10 +28,12 @@ type limiter interface {
 
 // scopeWords is how a 429 names each scope for people.
 var scopeWords = map[string]string{
-	"number": "too many codes for this number",
-	"ip":     "too many requests from your address",
-	"prefix": "too many codes to numbers like this one",
-	"budget": "the service has sent all the codes it may today",
+	"number":  "too many codes for this number",
+	"ip":      "too many requests from your address",
+	"prefix":  "too many codes to numbers like this one",
+	"budget":  "the service has sent all the codes it may today",
+	"country": "codes to this country are not being used",
+	"group":   "codes to numbers like this one are not being used",
 }
 
 // A numberRequest names a phone number: the body of a send, of the demo's
@@ -58,12 +60,12 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 	if s.lockedOut(ctx, w, dest) {
 		return
 	}
-	charges := s.charge(w, r, dest)
+	charges, note := s.charge(w, r, dest)
 	if charges == nil {
 		return
 	}
 	code := newCode()
-	if err := s.bounded(ctx, func(ctx context.Context) error { return s.codes.put(ctx, dest.E164, code) }); err != nil {
+	if err := s.bounded(ctx, func(ctx context.Context) error { return s.codes.put(ctx, dest.E164, code, note.String()) }); err != nil {
 		s.refundAll(ctx, charges)
 		s.metrics.sends.WithLabelValues("unavailable").Inc()
 		s.metrics.redisErrors.Inc()
@@ -79,40 +81,69 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.sends.WithLabelValues("sent").Inc()
+	s.spent(ctx, dest, note.price)
 	s.log.Info("code sent", "to", maskPhone(dest.E164))
 	next, _ := s.phone.Peek(ctx, dest.E164) // when the page may offer "resend"
 	writeJSON(w, http.StatusAccepted, reply{RetryAfter: seconds(next.RetryAfter), Number: dest.E164, Country: dest.Region})
 }
 
-// charge takes a unit from every guard a send to dest must pass, and returns
-// what it took; a send a guard denies is answered here, and charge returns
-// nil.
-func (s *Service) charge(w http.ResponseWriter, r *http.Request, dest destination) []charge {
+// charge takes a unit from every guard a send to dest must pass, and its
+// price from the money guards, and returns what it took and the note its
+// code keeps (sendNote); a send a guard denies is answered here, and charge
+// returns nil.
+func (s *Service) charge(w http.ResponseWriter, r *http.Request, dest destination) ([]charge, sendNote) {
 	// Every guard or none: a send denied by one takes nothing from those
 	// before it (they are refunded) and never reaches those after it. The
-	// one hot key, the budget, is charged last, only for sends every other
-	// guard admitted.
+	// hot keys, the budget and the money, are charged last, only for sends
+	// every other guard admitted.
 	charges := []charge{
 		{"ip", s.ip, clientIP(r, s.cfg.TrustProxy)},
 		{"number", s.phone, dest.E164},
 		{"prefix", s.prefix, dest.Prefix},
 		{"budget", s.budget, budgetKey},
 	}
+	note := sendNote{unproven: true, price: s.prices.price(dest.Region)}
+	var pool *poolSend
+	if s.pools != nil {
+		// Before the counting guards: a refused send costs one read.
+		pool = &poolSend{p: s.pools, dest: dest}
+		charges = append([]charge{{"prefix", pool, ""}}, charges...)
+	}
 	if s.conversion != nil {
 		// First: a paused prefix's sends cost one script, and take nothing
 		// that would have to be given back.
 		charges = append([]charge{{"prefix", s.conversion.send(dest), ""}}, charges...)
 	}
+	if !s.take(w, r, charges, nil) {
+		return nil, note
+	}
+	if pool != nil {
+		note.hour, note.unproven = pool.hour, pool.unproven
+	}
+	money := s.moneyCharges(dest, note.price, note.unproven)
+	if !s.take(w, r, money, charges) {
+		return nil, note
+	}
+	return append(charges, money...), note
+}
+
+// take charges each of charges in turn; at the first denial it gives back
+// what it took and what taken holds, answers the send, and returns false.
+func (s *Service) take(w http.ResponseWriter, r *http.Request, charges, taken []charge) bool {
 	for i, c := range charges {
 		d, err := c.g.Allow(r.Context(), c.key)
 		if !d.Allowed {
-			s.refundAll(r.Context(), charges[:i])
+			s.refundAll(r.Context(), append(taken[:len(taken):len(taken)], charges[:i]...))
 			s.metrics.sends.WithLabelValues(result(d, err)).Inc()
-			s.denied(w, c.scope, d, err)
-			return nil
+			scope := c.scope
+			if sc, ok := c.g.(interface{ scope() string }); ok {
+				scope = sc.scope()
+			}
+			s.denied(w, scope, d, err)
+			return false
 		}
 	}
-	return charges
+	return true
 }
 
 // lockedOut answers a send to a number locked out of verification, which

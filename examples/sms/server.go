@@ -46,6 +46,9 @@ type Service struct {
 	metrics       *metrics
 
 	conversion *conversionGuard // pauses the prefixes whose codes are not verified; nil when off
+	pools      *pools           // pooled conversion and velocity; nil when off
+	money      *spendGuards     // the money guards; nil when off
+	prices     *priceTable
 }
 
 // budgetKey is the one key of the budget guard.
@@ -111,6 +114,16 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 		return nil, err
 	}
 	s.conversion = newConversionGuard(s)
+	s.pools = newPools(s)
+	if s.prices, err = loadPrices(cfg.Spend.PricesFile); err != nil {
+		return nil, err
+	}
+	if s.money, err = newSpendGuards(s); err != nil {
+		return nil, err
+	}
+	if t, ok := provider.(*Twilio); ok {
+		t.onPrice = s.learnPrice
+	}
 	return s, nil
 }
 

@@ -35,6 +35,9 @@ type Twilio struct {
 	service  string
 	callback string // StatusCallback; "" when none
 	client   *http.Client
+	// onPrice, when set (by NewService, before any send), takes the price
+	// Twilio reports for a message to a number, in its currency.
+	onPrice func(to, currency string, price micros)
 }
 
 // NewTwilio returns a Twilio provider, or an error matching errTwilioConfig
@@ -108,11 +111,14 @@ func (t *Twilio) SendMessage(ctx context.Context, to, text string) (string, erro
 	}
 	if res.StatusCode >= 200 && res.StatusCode < 300 {
 		var msg struct {
-			SID string `json:"sid"`
+			SID       string  `json:"sid"`
+			Price     *string `json:"price"` // "-0.00750", or null until Twilio knows it
+			PriceUnit string  `json:"price_unit"`
 		}
 		if json.Unmarshal(body, &msg) != nil || msg.SID == "" {
 			return "", fmt.Errorf("twilio: HTTP %d without a message sid: not known to be sent", res.StatusCode)
 		}
+		t.reportPrice(to, msg.Price, msg.PriceUnit)
 		return msg.SID, nil
 	}
 	e := &TwilioError{Status: res.StatusCode}
@@ -127,6 +133,17 @@ func (t *Twilio) SendMessage(ctx context.Context, to, text string) (string, erro
 		e.MoreInfo = t.scrub(answer.MoreInfo, to)
 	}
 	return "", e
+}
+
+// reportPrice hands a message's price, as Twilio writes it (negative: a
+// charge), to onPrice.
+func (t *Twilio) reportPrice(to string, price *string, unit string) {
+	if t.onPrice == nil || price == nil {
+		return
+	}
+	if m, err := parseMoney(strings.TrimPrefix(*price, "-")); err == nil && m > 0 {
+		t.onPrice(to, unit, m)
+	}
 }
 
 // scrub readies a text of Twilio's for an error, which the service logs: it

@@ -58,6 +58,7 @@ func (s *Service) verify(w http.ResponseWriter, r *http.Request) {
 	v, err := s.check(ctx, g, !lock.Allowed)
 	if err == nil && v == verified {
 		s.converted(ctx, dest)
+		s.credit(ctx, dest, g.key, clientIP(r, s.cfg.TrustProxy))
 	}
 	if err != nil || (v != wrongCode && v != spentCode) {
 		// A right code costs the number nothing, nor does a guess with no

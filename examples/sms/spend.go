@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/guard"
+)
+
+// SpendConfig caps what the service spends on SMS in money, per calendar
+// day of Config.BudgetZone, beside -daily-budget's count of messages. Each
+// send is charged its destination's price (priceTable) in micros:
+//
+//   - spend: every send, at most Daily a day;
+//   - spend-open: the sends to destinations that are not converting (see
+//     pools.go: a prefix none of whose recent codes were verified, or too
+//     few), at most Daily less the reserve: the reserve is left to the
+//     destinations whose codes keep being verified, which a flood of sends
+//     elsewhere cannot spend;
+//   - country-share: those sends again, per country, at most Share of Daily
+//     a day counted in money not (yet) verified: a verified code gives its
+//     price back to its country's share, so a country whose codes are used
+//     is never held by it, and one whose codes are not spends its own share
+//     only, not the day's budget.
+type SpendConfig struct {
+	Daily      micros // per calendar day; 0: the money guards are off
+	ReservePPM int64  // millionths of Daily kept for converting destinations
+	SharePPM   int64  // millionths of Daily one country may spend unverified
+	PricesFile string // read over the shipped prices.json
+}
+
+// defaultSpend is 100 units of the currency a day, half of it reserved
+// for converting destinations, 5% of it (5.00) a country's unverified share.
+func defaultSpend() SpendConfig {
+	return SpendConfig{Daily: 100_000_000, ReservePPM: 500_000, SharePPM: 50_000}
+}
+
+// spendFlags binds the money flags to c.
+func spendFlags(fl *flag.FlagSet, c *SpendConfig) {
+	fl.Func("daily-spend", "money the service spends on SMS per calendar day of -budget-tz, in units of the prices' currency "+
+		"(default 100; 0: the money guards are off)", moneyFlag(&c.Daily))
+	fl.Func("spend-reserve", "the part of -daily-spend only destinations whose codes are verified may spend (default 0.5)", ppmFlag(&c.ReservePPM))
+	fl.Func("country-share", "the part of -daily-spend one country may spend on codes not verified, per day (default 0.05)", ppmFlag(&c.SharePPM))
+	fl.StringVar(&c.PricesFile, "prices", "", "a JSON file of prices per country, read over the shipped table (see prices.json)")
+}
+
+func moneyFlag(to *micros) func(string) error {
+	return func(s string) (err error) {
+		*to, err = parseMoney(s)
+		return err
+	}
+}
+
+// ppmFlag reads a fraction from 0 to 1, to 6 decimals, in millionths.
+func ppmFlag(to *int64) func(string) error {
+	return func(s string) error {
+		m, err := parseMoney(s)
+		if err != nil || m > 1_000_000 {
+			return fmt.Errorf("%q: want a fraction from 0 to 1", s)
+		}
+		*to = int64(m)
+		return nil
+	}
+}
+
+func (c SpendConfig) enabled() bool { return c.Daily > 0 }
+
+func (c SpendConfig) check() error {
+	if !c.enabled() {
+		return nil
+	}
+	if c.Daily > maxMoney || c.ReservePPM < 0 || c.ReservePPM >= 1_000_000 || c.SharePPM <= 0 || c.SharePPM > 1_000_000 {
+		return fmt.Errorf("%w: -daily-spend up to %s, -spend-reserve from 0 to below 1, -country-share above 0 to 1", errConfig, maxMoney)
+	}
+	if c.Daily.share(c.SharePPM) < 1 || c.Daily-c.Daily.share(c.ReservePPM) < 1 {
+		return fmt.Errorf("%w: -daily-spend %s leaves nothing to a country's share or outside the reserve", errConfig, c.Daily)
+	}
+	return nil
+}
+
+// The money rules: all calendar days of zone, in micros.
+func (c SpendConfig) spendRule(zone *time.Location) funnel.Rule {
+	return named("spend", funnel.PerDay(int64(c.Daily), zone))
+}
+
+func (c SpendConfig) openRule(zone *time.Location) funnel.Rule {
+	return named("spend-open", funnel.PerDay(int64(c.Daily-c.Daily.share(c.ReservePPM)), zone))
+}
+
+func (c SpendConfig) shareRule(zone *time.Location) funnel.Rule {
+	return named("country-share", funnel.PerDay(int64(c.Daily.share(c.SharePPM)), zone))
+}
+
+// spendGuards are the three money guards of a Service.
+type spendGuards struct {
+	spend, open, share *guard.Guard
+	limits             map[*guard.Guard]funnel.Rule // each guard's rule
+}
+
+// priced is a charge of n micros to a money guard: a price that no day of
+// the guard's rule could hold is denied by that rule, as a day spent.
+type priced struct {
+	g    *guard.Guard
+	rule funnel.Rule
+	n    int64
+}
+
+func (p priced) Allow(ctx context.Context, key string) (guard.Decision, error) {
+	if p.n > p.rule.Capacity {
+		return guard.Decision{Rule: p.rule.Name, RetryAfter: 24 * time.Hour}, nil
+	}
+	return p.g.AllowN(ctx, key, p.n)
+}
+
+func (p priced) Refund(ctx context.Context, key string) error {
+	if p.n > p.rule.Capacity {
+		return nil
+	}
+	return p.g.RefundN(ctx, key, p.n)
+}
+
+// moneyCharges are the money guards' charges of a send to dest at price:
+// spend, and for a destination that is not converting spend-open and its
+// country's share.
+func (s *Service) moneyCharges(dest destination, price micros, unproven bool) []charge {
+	if s.money == nil {
+		return nil
+	}
+	m := s.money
+	out := []charge{{"budget", priced{m.spend, m.limits[m.spend], int64(price)}, budgetKey}}
+	if unproven {
+		out = append(out, charge{"budget", priced{m.open, m.limits[m.open], int64(price)}, budgetKey},
+			charge{"country", priced{m.share, m.limits[m.share], int64(price)}, dest.Region})
+	}
+	return out
+}
+
+// newSpendGuards returns the money guards of s, or nil when they are off.
+func newSpendGuards(s *Service) (*spendGuards, error) {
+	c := s.cfg.Spend
+	if !c.enabled() {
+		return nil, nil
+	}
+	m := &spendGuards{limits: map[*guard.Guard]funnel.Rule{}}
+	for _, g := range []struct {
+		to     **guard.Guard
+		name   string
+		prefix string
+		rule   funnel.Rule
+	}{
+		{&m.spend, "spend", "sms:spend:", c.spendRule(s.cfg.BudgetZone)},
+		{&m.open, "spend-open", "sms:open:", c.openRule(s.cfg.BudgetZone)},
+		{&m.share, "country-share", "sms:share:", c.shareRule(s.cfg.BudgetZone)},
+	} {
+		var err error
+		*g.to, err = guard.New(s.client, guard.Policy{Prefix: g.prefix, Rules: []funnel.Rule{g.rule},
+			Funnel: []funnel.Option{funnel.WithUniformCost()}, Secret: s.cfg.Secret, Timeout: s.cfg.Timeout,
+			Observe: s.metrics.observe(g.name)})
+		if err != nil {
+			return nil, err
+		}
+		m.limits[*g.to] = g.rule
+	}
+	return m, nil
+}
+
+// learnPrice takes the price the provider reported for a message to e164.
+func (s *Service) learnPrice(e164, currency string, price micros) {
+	dest, err := s.numbers.parse(e164, "", s.cfg.PrefixDigits)
+	if err == nil && s.prices.learn(dest.Region, currency, price) {
+		s.log.Info("price learnt from the provider", "country", dest.Region, "price", price.String(), "currency", currency)
+	}
+}
