@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -635,5 +636,72 @@ func TestTwilioFlags(t *testing.T) {
 	twilioFlags(fl, func(string) string { return "" })
 	if err := fl.Parse([]string{"-twilio-auth-token", twilioTestToken}); err == nil {
 		t.Error("-twilio-auth-token is a flag: a secret in every process listing")
+	}
+}
+
+// onPrice takes the price Twilio reports: in the create reply when it has
+// one, in a genuine status callback's Price and PriceUnit, never from an
+// unsigned report, a null price or one that is not an amount.
+func TestTwilioOnPrice(t *testing.T) {
+	type got struct {
+		to, unit string
+		price    micros
+	}
+	created := func(price string) string {
+		return strings.Replace(twilioCreated(number, twilioTestFrom, "x"), `"price": null`, `"price": `+price, 1)
+	}
+	for _, tc := range []struct {
+		name, answer string
+		want         []got
+	}{
+		{"null", created("null"), nil},
+		{"charged", created(`"-0.07850"`), []got{{number, "USD", 78_500}}},
+		{"not an amount", created(`"-0.0785x"`), nil},
+	} {
+		t.Run("create "+tc.name, func(t *testing.T) {
+			srv, _ := twilioServer(t, twilioAnswer(201, tc.answer))
+			tw := newTestTwilio(t, TwilioConfig{BaseURL: srv.URL})
+			var seen []got
+			tw.onPrice = func(to, unit string, p micros) { seen = append(seen, got{to, unit, p}) }
+			if err := tw.Send(context.Background(), number, "x"); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(seen, tc.want) {
+				t.Fatalf("onPrice got %v; want %v", seen, tc.want)
+			}
+		})
+	}
+	const callback = "https://sms.example/api/sms/delivery-report"
+	for _, tc := range []struct {
+		name   string
+		form   url.Values
+		signed bool
+		want   []got
+	}{
+		{"report with a price", url.Values{"Price": {"-0.30"}, "PriceUnit": {"EUR"}}, true, []got{{number, "EUR", 300_000}}},
+		{"report without", url.Values{}, true, nil},
+		{"report with an empty price", url.Values{"Price": {""}, "PriceUnit": {"USD"}}, true, nil},
+		{"unsigned report", url.Values{"Price": {"-0.30"}, "PriceUnit": {"EUR"}}, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tw := newTestTwilio(t, TwilioConfig{StatusCallback: callback})
+			var seen []got
+			tw.onPrice = func(to, unit string, p micros) { seen = append(seen, got{to, unit, p}) }
+			form := url.Values{"MessageSid": {"SM" + strings.Repeat("a", 32)}, "MessageStatus": {"delivered"}, "To": {number}}
+			for k, v := range tc.form {
+				form[k] = v
+			}
+			sig := "forged"
+			if tc.signed {
+				sig = twilioSignature(twilioTestToken, callback, form)
+			}
+			_, err := tw.Report(reportRequest(callback, form, sig))
+			if tc.signed != (err == nil) {
+				t.Fatalf("Report: %v", err)
+			}
+			if !slices.Equal(seen, tc.want) {
+				t.Fatalf("onPrice got %v; want %v", seen, tc.want)
+			}
+		})
 	}
 }

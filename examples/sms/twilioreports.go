@@ -32,7 +32,8 @@ func (t *Twilio) Reports() bool { return t.callback != "" }
 // MessageStatus is failed or undelivered; an error matching errBadReport
 // when its X-Twilio-Signature is missing or is not Twilio's signature of
 // the StatusCallback URL (with r's query, if any) and r's POST parameters,
-// with the auth token, or when it names no message.
+// with the auth token, or when it names no message. A genuine report's
+// Price, when it has one, goes to onPrice.
 func (t *Twilio) Report(r *http.Request) (report, error) {
 	r.Body = http.MaxBytesReader(nil, r.Body, twilioMaxReport)
 	if err := r.ParseForm(); err != nil {
@@ -51,6 +52,12 @@ func (t *Twilio) Report(r *http.Request) (report, error) {
 		return report{}, fmt.Errorf("%w: no message sid", errBadReport)
 	}
 	st := r.PostForm.Get("MessageStatus")
+	// A status callback may carry the message's price (Price, PriceUnit),
+	// which the create reply rarely does: Twilio knows it once the carrier
+	// has taken the message.
+	if p, ok := r.PostForm["Price"]; ok && len(p) == 1 && p[0] != "" {
+		t.reportPrice(r.PostForm.Get("To"), &p[0], r.PostForm.Get("PriceUnit"))
+	}
 	return report{id: sid, to: r.PostForm.Get("To"), undelivered: st == "failed" || st == "undelivered"}, nil
 }
 
