@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -82,4 +84,48 @@ func TestBrowserAdmin(t *testing.T) {
 	if strings.Contains(logs, number) || strings.Contains(logs, code) {
 		t.Errorf("the logs hold the number or the code:\n%s", logs)
 	}
+}
+
+// The page shows today's spend by country with each country's share, and
+// the scopes the pools refused with the figures behind each refusal, as
+// GET /api/spend and GET /api/pools give them.
+func TestBrowserAdminSpendAndPools(t *testing.T) {
+	a := newAdminEnv(t, moneyOn, func(c *Config) { c.Pools, c.Spend = defaultPools(), defaultSpend() })
+	for i := range 30 { // one prefix, nothing verified: held by the pools
+		a.send(fmt.Sprintf("+86138005%05d", i), "X-Forwarded-For", fmt.Sprintf("192.0.2.%d", i))
+	}
+	var spend spendState
+	a.api("GET", "/api/spend", "", &spend)
+	var pools struct {
+		On    bool        `json:"on"`
+		Pools []poolState `json:"pools"`
+	}
+	a.api("GET", "/api/pools", "", &pools)
+	if len(spend.Countries) != 1 || len(pools.Pools) == 0 || pools.Pools[0].Why == nil {
+		t.Fatalf("spend %+v, pools %+v: want CN spent and a refusal", spend, pools)
+	}
+	cn, why := spend.Countries[0], pools.Pools[0].Why
+
+	b := newBrowser(t, a.logs)
+	b.do("open the page", chromedp.Navigate(a.admin.URL+"/"), chromedp.WaitVisible(chromedp.ID("token")))
+	b.do("the token", chromedp.SendKeys(chromedp.ID("token"), adminToken), chromedp.Click(chromedp.ID("token-use")))
+	b.waitText("spend", spend.Left+" USD left of 100.00 today ("+spend.Day+"), "+spend.OpenLeft+
+		" of it outside the reserve; a country may spend 5.00 on codes not verified.")
+	if got, want := eval[string](b, `document.getElementById("spend-countries").innerText`),
+		"CN\t"+cn.Spent+"\t0.05\t"+cn.ShareLeft+" of 5.00"; got != want {
+		t.Errorf("spend by country %q; want %q", got, want)
+	}
+	b.waitText("pools-none", fmt.Sprintf("%d refused lately, 0 paused.", len(pools.Pools)))
+	row := eval[string](b, `document.querySelector("#pools tr").innerText`)
+	if why.Rule != rulePooledPending {
+		t.Fatalf("the first refusal is %+v; want %s", why, rulePooledPending)
+	}
+	want := fmt.Sprintf("%s\tCN\t%s\theld\tpooled-conversion-pending: codes not verified yet\t%d / %d (%d open)\t%d%% / %d%%\tnot known",
+		pools.Pools[0].Scope, pools.Pools[0].Prefix, why.Tally.Verified, why.Tally.Sent, why.Tally.Open,
+		int(math.Round(100*why.Upper)), int(math.Round(100*why.Bar)))
+	if row != want {
+		t.Errorf("the first refusal reads %q; want %q", row, want)
+	}
+	b.shot("admin-spend-pools-1280", 1280)
+	b.shot("admin-spend-pools-360", 360)
 }

@@ -65,6 +65,69 @@
       b.left + " left; resets in " + wait(b.resets_in) + ".";
   }
 
+  // loadSpend shows today's spend by country and each country's share of
+  // the day's money for codes not verified (GET /api/spend).
+  async function loadSpend() {
+    const s = await api("GET", "/api/spend");
+    const body = $("spend-countries");
+    body.replaceChildren();
+    if (!s.on) {
+      $("spend").textContent = "The money guards are off.";
+      $("spend-table").hidden = true;
+      return;
+    }
+    $("spend").textContent = s.left + " " + s.currency + " left of " + s.limit + " today (" + s.day + "), " +
+      s.open_left + " of it outside the reserve; a country may spend " + s.share + " on codes not verified.";
+    for (const c of s.countries) {
+      const row = document.createElement("tr");
+      cell(row, c.country);
+      cell(row, c.spent);
+      cell(row, c.price);
+      const spent = Number(c.share_left) <= 0;
+      cell(row, spent ? "none: only codes verified" : c.share_left + " of " + s.share, spent ? "denied" : "");
+      body.appendChild(row);
+    }
+    $("spend-table").hidden = s.countries.length === 0;
+  }
+
+  const pct = (f) => Math.round(100 * f) + "%";
+  const WHY = {
+    "pooled-conversion": "codes not verified",
+    "pooled-conversion-pending": "codes not verified yet",
+    "velocity": "far above its usual rate",
+  };
+
+  // loadPools shows the scopes the pools refused lately, paused or held,
+  // with the figures behind each refusal (GET /api/pools).
+  async function loadPools() {
+    const p = await api("GET", "/api/pools");
+    const body = $("pools");
+    body.replaceChildren();
+    let paused = 0;
+    for (const x of p.pools) {
+      const w = x.why || { tally: {} };
+      const row = document.createElement("tr");
+      cell(row, x.scope);
+      cell(row, x.country);
+      cell(row, x.prefix || "");
+      if (x.paused) paused++;
+      cell(row, x.paused ? "paused, " + wait(x.left) + " left" : "held", x.paused ? "denied" : "");
+      cell(row, (w.rule || "") + (WHY[w.rule] ? ": " + WHY[w.rule] : ""));
+      if (w.rule === "velocity") {
+        cell(row, w.tally.verified + " / " + w.tally.sent + " today");
+        cell(row, w.upper + " sent in 2 h / " + w.bar);
+      } else {
+        cell(row, w.tally.verified + " / " + w.tally.sent + (w.tally.open ? " (" + w.tally.open + " open)" : ""));
+        cell(row, pct(w.upper) + " / " + pct(w.bar));
+      }
+      cell(row, w.usual >= 0 ? pct(w.usual) : "not known");
+      body.appendChild(row);
+    }
+    $("pools-table").hidden = p.pools.length === 0;
+    $("pools-none").textContent = !p.on ? "The pools are off."
+      : p.pools.length === 0 ? "Nothing refused lately." : p.pools.length + " refused lately, " + paused + " paused.";
+  }
+
   function showNumber(n) {
     const facts = [n.number + " (" + n.country + ", prefix " + n.prefix + ")"];
     facts.push(n.locked_out ? "locked out of verification" : "not locked out");
@@ -128,6 +191,8 @@
   function loadAll() {
     run(async () => {
       await loadBudget();
+      await loadSpend();
+      await loadPools();
       await loadPrefixes();
       if (current) await lookUp();
     });
@@ -147,6 +212,8 @@
   });
   $("budget-refresh").addEventListener("click", () => run(loadBudget));
   $("prefixes-refresh").addEventListener("click", () => run(loadPrefixes));
+  $("spend-refresh").addEventListener("click", () => run(loadSpend));
+  $("pools-refresh").addEventListener("click", () => run(loadPools));
   $("number-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     current = { phone: $("phone").value, country: $("country").value };
