@@ -140,7 +140,7 @@ func (l *Locker) acquireScript(ctx context.Context, name string, n *names, cfg l
 		script = call.Fragment.acquire
 	}
 	var late func(any, error)
-	if !reenter && !l.honours {
+	if !reenter && !l.runner.Direct(ctx) { // a call that can be abandoned
 		late = l.undoLate(newHold(l, name, *n))
 	}
 	reply, short, err := l.acquireRun(ctx, script, keys, args, call != nil, reenter || cfg.ackLater, late)
