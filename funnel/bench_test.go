@@ -126,6 +126,44 @@ func BenchmarkAllow(b *testing.B) {
 	}
 }
 
+// BenchmarkAllowHandOff measures what a ctx that can be cancelled before
+// its deadline costs on a client with ContextTimeoutEnabled: each command
+// is handed to a worker goroutine (ctxcall), so that a cancellation ends the
+// call at once; under a ctx that cannot end, the commands go from the
+// caller's goroutine. Serial admissions of 1 rule, on fresh keys (2 round
+// trips) and on returning keys (1).
+func BenchmarkAllowHandOff(b *testing.B) {
+	for _, fresh := range []bool{true, false} {
+		for _, cancellable := range []bool{false, true} {
+			name := map[bool]string{true: "admitted", false: "returning"}[fresh] + "-serial-1rule-" + map[bool]string{false: "background", true: "cancellable"}[cancellable]
+			b.Run(name, func(b *testing.B) {
+				be := testutil.RealBackend(b)
+				c := be.ClientOpts(b, &redis.Options{PoolSize: 64, ContextTimeoutEnabled: true})
+				lim := mustLimiter(b, c, funnel.WithPrefix(be.Prefix))
+				ctx := context.Background()
+				if cancellable {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, time.Hour)
+					defer cancel()
+				}
+				keys := benchKeys("", 256)
+				if fresh {
+					keys = benchKeys("", b.N)
+				}
+				big := []funnel.Rule{{Name: "big", Capacity: 1 << 20, Leak: 1, Per: time.Hour}}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					res, err := lim.Allow(ctx, keys[i%len(keys)], big...)
+					if err != nil || !res.Allowed {
+						b.Fatalf("Allow = %+v, %v", res, err)
+					}
+				}
+			})
+		}
+	}
+}
+
 // BenchmarkRedisRate is the peer: the same traffic through redis_rate, one
 // AllowN (one round trip) per rule, on a key per rule.
 func BenchmarkRedisRate(b *testing.B) {

@@ -107,7 +107,10 @@
 // while its call still has time is decided again on a fresh read; a late
 // one-round-trip admission also takes no lock. This does not hold for: a
 // call with no deadline whose write was sent before an error (a lost
-// connection; the write may run); a write that ran in time whose reply was
+// connection; the write may run); a call cancelled before its deadline
+// whose write the server still runs in time (the call returns at the
+// cancellation, its write on its way: a stopped server runs it when it
+// continues); a write that ran in time whose reply was
 // lost or came more than the margin late (the server stopped between them);
 // a server clock that steps back between the sample and the write; a
 // commit not acknowledged by replicas (WithReplicaAck); Refund and Reset;

@@ -75,6 +75,42 @@ func BenchmarkAllow(b *testing.B) {
 	}
 }
 
+// BenchmarkAllowHandOff measures what a caller's ctx that can be cancelled
+// costs on a client with ContextTimeoutEnabled: the guard's calls are then
+// handed to a worker goroutine (internal/ctxcall), so that a cancellation
+// ends them at once; under a ctx that cannot end, the guard's own Timeout
+// ends them and they go from the caller's goroutine. Serial admissions of
+// fresh keys, 1 rule:
+//
+//	go test -run '^$' -bench AllowHandOff ./guard/
+func BenchmarkAllowHandOff(b *testing.B) {
+	be := testutil.RealBackend(b)
+	c := be.ClientOpts(b, &redis.Options{PoolSize: 64, ContextTimeoutEnabled: true})
+	roomy := []funnel.Rule{{Name: "a", Capacity: 1 << 20, Leak: 1, Per: time.Hour}}
+	var seq atomic.Int64
+	for _, cancellable := range []bool{false, true} {
+		name := map[bool]string{false: "admitted-1rule-serial-background", true: "admitted-1rule-serial-cancellable"}[cancellable]
+		g, err := guard.New(c, guard.Policy{Prefix: be.Prefix + name + ":", Rules: roomy})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			if cancellable {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+			}
+			b.ReportAllocs()
+			for range b.N {
+				if d, err := g.Allow(ctx, strconv.FormatInt(seq.Add(1), 36)); err != nil || !d.Allowed {
+					b.Fatalf("%+v, %v", d, err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkDoInFlight measures Guard.Do with and without Policy.InFlight on
 // a real server: new keys serially (a permit free at once: two more round
 // trips), and 16 goroutines on one key with InFlight 4 (waits in the

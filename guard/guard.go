@@ -27,8 +27,10 @@ type Guard struct {
 	// open (FailOpen or a Fallback).
 	flights *flights
 	// watch ends calls at once while Redis refuses connections (nil for a
-	// client other than *redis.Client: see internal/outage).
-	watch *outage.Watch
+	// client other than *redis.Client: see internal/outage), and tells when
+	// to detour (detour.go).
+	watch  *outage.Watch
+	detour detour
 	// permit is how an InFlight permit is held: InFlightLease, renewed.
 	permit []mutex.LockOption
 }
@@ -91,7 +93,7 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	}
 	// A Limiter that can never decide would make every call fail: under
 	// FailOpen, an admission for everyone. funnel.New refuses it here.
-	lim, err := funnel.New(client, append([]funnel.Option{funnel.WithPrefix(p.Prefix)}, p.Funnel...)...)
+	lim, err := funnel.New(client, funnelOptions(p)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 	}
@@ -116,6 +118,14 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	}
 	return g, nil
 }
+
+// funnelOptions are the options of the Limiters of a guard with Policy p.
+func funnelOptions(p Policy) []funnel.Option {
+	return append([]funnel.Option{funnel.WithPrefix(p.Prefix)}, p.Funnel...)
+}
+
+// funnelOptions are the options of g's Limiters.
+func (g *Guard) funnelOptions() []funnel.Option { return funnelOptions(g.p) }
 
 // checkInFlight refuses a negative InFlight, and one that l cannot keep
 // (Locker.Semaphore refuses it).
@@ -176,8 +186,8 @@ func (g *Guard) allowObserved(ctx context.Context, key string, n int64) (Decisio
 // allow decides for the stored key sk.
 func (g *Guard) allow(ctx context.Context, sk string, n int64) (Decision, error) {
 	var res funnel.Result
-	err := g.call(ctx, func(cctx context.Context) (err error) {
-		res, err = g.lim.AllowN(cctx, sk, n, g.p.Rules...)
+	err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (err error) {
+		res, err = lim.AllowN(cctx, sk, n, g.p.Rules...)
 		return err
 	})
 	if err == nil {
@@ -219,8 +229,8 @@ func (g *Guard) Peek(ctx context.Context, key string) (Decision, error) {
 		return Decision{}, err
 	}
 	var res funnel.Result
-	err = g.call(ctx, func(cctx context.Context) (err error) {
-		res, err = g.lim.Peek(cctx, sk, g.p.Rules...)
+	err = g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (err error) {
+		res, err = lim.Peek(cctx, sk, g.p.Rules...)
 		return err
 	})
 	if err != nil {
@@ -257,8 +267,8 @@ func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
 
 // refund is RefundN for the stored key sk.
 func (g *Guard) refund(ctx context.Context, sk string, n int64) error {
-	err := g.call(ctx, func(cctx context.Context) error {
-		return g.lim.Refund(cctx, sk, n, g.p.Rules...)
+	err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) error {
+		return lim.Refund(cctx, sk, n, g.p.Rules...)
 	})
 	if err != nil {
 		if errors.Is(err, funnel.ErrInvalidN) || ctx.Err() != nil {

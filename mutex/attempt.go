@@ -83,9 +83,12 @@ func (l *Locker) takeToken(ctx context.Context, name string, cfg lockConfig, cal
 // remember keeps n, the names of an attempt on name that got no lock, for
 // the next attempt (orphans.go): when the attempt used a remembered token
 // (adopting), or failed with err of unknown outcome (it may yet run) on a
-// client that honours deadlines. On another client, an abandoned attempt's
-// late reply releases what it took (undoLate), as the memory would not
-// know when. A refused connection sent nothing: nothing to remember.
+// client that honours deadlines; there a reply that comes after its caller
+// left at a cancellation (a hand-off, ctxcall) releases what it took only
+// if it takes the token back first (mayUndo). On another client, an
+// abandoned attempt's late reply releases what it took (undoLate), as the
+// memory would not know when. A refused connection sent nothing: nothing
+// to remember.
 func (l *Locker) remember(name string, n names, adopting bool, err error) {
 	if adopting || (l.honours && unknownOutcome(err) && !errors.Is(err, ErrUnreachable)) {
 		l.orphans.put(name, n)
@@ -140,7 +143,7 @@ func (l *Locker) acquireScript(ctx context.Context, name string, n *names, cfg l
 		script = call.Fragment.acquire
 	}
 	var late func(any, error)
-	if !reenter && !l.honours {
+	if !reenter && !l.runner.Direct(ctx) { // a call that can be abandoned
 		late = l.undoLate(newHold(l, name, *n))
 	}
 	reply, short, err := l.acquireRun(ctx, script, keys, args, call != nil, reenter || cfg.ackLater, late)

@@ -5,9 +5,11 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
 )
 
 // benchNames is how many names one goroutine cycles through: each lock is
@@ -25,9 +27,8 @@ func benchLockNames(g int64) []string {
 }
 
 // serialCycles is b's loop of Lock and Unlock through l, one goroutine,
-// on names in turn.
-func serialCycles(b *testing.B, l *mutex.Locker, names []string) {
-	ctx := context.Background()
+// on names in turn, under ctx.
+func serialCycles(b *testing.B, ctx context.Context, l *mutex.Locker, names []string) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		lk, err := l.Lock(ctx, names[i%len(names)])
@@ -47,7 +48,21 @@ func BenchmarkLockUnlock(b *testing.B) {
 	l := mustNew(b, be.Client(b), mutex.WithPrefix(be.Prefix))
 	ctx := context.Background()
 
-	b.Run("serial", func(b *testing.B) { serialCycles(b, l, benchLockNames(0)) })
+	b.Run("serial", func(b *testing.B) { serialCycles(b, ctx, l, benchLockNames(0)) })
+
+	// A client with ContextTimeoutEnabled. Under a ctx that cannot end,
+	// every command goes from the caller's goroutine; under one that can be
+	// cancelled before its deadline, Lock hands its command to a worker
+	// goroutine (ctxcall) so that a cancellation ends it at once, and Unlock,
+	// detached from the cancellation, sends its own: the difference is the
+	// hand-off's cost.
+	timed := mustNew(b, be.ClientOpts(b, &redis.Options{ContextTimeoutEnabled: true}), mutex.WithPrefix(be.Prefix))
+	b.Run("serial-ctxtimeout", func(b *testing.B) { serialCycles(b, ctx, timed, benchLockNames(0)) })
+	b.Run("serial-ctxtimeout-cancellable", func(b *testing.B) {
+		cctx, cancel := context.WithTimeout(ctx, time.Hour)
+		defer cancel()
+		serialCycles(b, cctx, timed, benchLockNames(0))
+	})
 
 	b.Run("parallel", func(b *testing.B) {
 		var next atomic.Int64 // goroutine ids; names of distinct goroutines never collide

@@ -52,7 +52,7 @@ func BenchmarkClientCPU(b *testing.B) {
 	c.AddHook(answerer{})
 	ns := benchLockNames(0)
 
-	b.Run("library", func(b *testing.B) { serialCycles(b, mustNew(b, c), ns) })
+	b.Run("library", func(b *testing.B) { serialCycles(b, context.Background(), mustNew(b, c), ns) })
 
 	b.Run("go-redis", func(b *testing.B) {
 		ctx := context.Background()

@@ -90,8 +90,11 @@ type Locker struct {
 	// releases numbers this Locker's releases for their records (stamp.go).
 	releases *releases
 	// honours is set when the client bounds commands by their context's
-	// deadline (ContextTimeoutEnabled); otherwise calls run under ctxcall.
-	// runner sends the Locker's lone scripts so.
+	// deadline (ContextTimeoutEnabled): an attempt's unknown outcome is then
+	// remembered (orphans.go). runner sends the Locker's lone scripts: from
+	// the caller's goroutine when the command ends by ctx's end, else under
+	// ctxcall (a client without the option, or a ctx that can be cancelled
+	// before its deadline).
 	honours bool
 	runner  ctxcall.Runner
 	dial    outage.Dial // the client's dialer (nil: not a *redis.Client), for releaseOrphan

@@ -90,7 +90,7 @@ func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, value 
 		return l.setNX.SetNX(ctx, n.key, value, cfg.ttl).Result()
 	}
 	key := n.key
-	return ctxcall.Do(ctx, l.runner.Workers(), func(ctx context.Context) (bool, error) {
+	return ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (bool, error) {
 		return l.setNX.SetNX(ctx, key, value, cfg.ttl).Result()
 	}, l.undoLateSetNX(newHold(l, name, *n)))
 }
@@ -123,7 +123,7 @@ func (l *Locker) setFreeGetAlone(ctx context.Context, name string, n *names, val
 		return l.setNX.SetArgs(ctx, n.key, value, setGetArgs(cfg)).Result()
 	}
 	key := n.key
-	return ctxcall.Do(ctx, l.runner.Workers(), func(ctx context.Context) (string, error) {
+	return ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (string, error) {
 		return l.setNX.SetArgs(ctx, key, value, setGetArgs(cfg)).Result()
 	}, l.undoLateSet(newHold(l, name, *n)))
 }
@@ -137,7 +137,7 @@ func setGetArgs(cfg lockConfig) redis.SetArgs {
 // that found the lock held may be a retry of its own SET.
 func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
 	return func(_ bool, err error) {
-		if (err == nil || mayHaveRun(err)) && l.mayUndo(h) {
+		if (err == nil || l.lateUnknown(err)) && l.mayUndo(h) {
 			l.releaseOrphan(h)
 		}
 	}
@@ -146,7 +146,7 @@ func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
 // undoLateSet is undoLate for takeFree.
 func (l *Locker) undoLateSet(h *hold) func(string, error) {
 	return func(old string, err error) {
-		if (err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && mayHaveRun(err))) && l.mayUndo(h) {
+		if (err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && l.lateUnknown(err))) && l.mayUndo(h) {
 			l.releaseOrphan(h)
 		}
 	}

@@ -403,7 +403,7 @@ func (lk *Lock) drop() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+		ctx, cancel := ctxcall.DeadlineOnly(context.Background(), time.Now().Add(unlockTimeout))
 		defer cancel()
 		_ = lk.Unlock(ctx)
 	}()
@@ -430,5 +430,5 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 	if !ok || ctxcall.Ended(ctx) != nil {
 		d = time.Now().Add(unlockTimeout)
 	}
-	return context.WithDeadline(context.WithoutCancel(ctx), d)
+	return ctxcall.DeadlineOnly(context.WithoutCancel(ctx), d)
 }

@@ -3,6 +3,8 @@ package mutex
 import (
 	"context"
 	"time"
+
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 )
 
 // A renewal is the goroutine that keeps an AutoRenew lock's lease alive.
@@ -66,7 +68,7 @@ func renewLoop(x renewer, r *renewal, lease time.Duration) {
 		}
 		// One attempt may take at most a period, so a slow Redis delays the
 		// next attempt but never hides the deadline.
-		ctx, cancel := context.WithTimeout(context.Background(), period)
+		ctx, cancel := ctxcall.DeadlineOnly(context.Background(), time.Now().Add(period))
 		held, err := x.renewOnce(ctx, lease)
 		cancel()
 		if err == nil && !held {

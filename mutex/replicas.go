@@ -118,7 +118,7 @@ func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []stri
 		reply, err = l.run(ctx, script, keys, args, late)
 		return reply, nil, err
 	}
-	a, err := ctxcall.Do(ctx, l.runner.Workers(), func(ctx context.Context) (acked, error) {
+	a, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (acked, error) {
 		return l.pipeWait(ctx, script, keys, args)
 	}, lateReply(late))
 	return a.reply, a.short, reach.Mark(err)
@@ -159,7 +159,7 @@ func (l *Locker) pipeWait(ctx context.Context, script *redis.Script, keys []stri
 // when granted reports that its reply grants something, sends WAIT on that
 // connection: a reply that grants nothing costs no wait.
 func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []string, args []any, granted func(any) bool, late func(any, error)) (reply any, short, err error) {
-	a, err := ctxcall.Do(ctx, l.runner.Workers(), func(ctx context.Context) (acked, error) {
+	a, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (acked, error) {
 		n, err := l.nodeOf(ctx, keys[0])
 		if err != nil {
 			return acked{}, err

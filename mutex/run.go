@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/outage"
 	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
@@ -65,16 +67,28 @@ func grants(reply any) bool {
 
 // undoLate returns what to do with an acquire script's reply that came after
 // its caller left: release the lock of h (the attempt's token, held by
-// nobody) if the attempt took it, or may have.
+// nobody) if the attempt took it, or may have (lateUnknown), and no attempt
+// adopted it meanwhile (mayUndo).
 func (l *Locker) undoLate(h *hold) func(any, error) {
 	return func(reply any, err error) {
-		if err != nil && !mayHaveRun(err) {
+		if err != nil && !l.lateUnknown(err) {
 			return
 		}
-		if r, _, aerr := acquired(reply); err != nil || (aerr == nil && r[0] == 1) {
+		if r, _, aerr := acquired(reply); (err != nil || (aerr == nil && r[0] == 1)) && l.mayUndo(h) {
 			l.releaseOrphan(h)
 		}
 	}
+}
+
+// lateUnknown reports whether a late outcome err, an error of unknown
+// outcome rather than a reply, is undone as if the attempt took the lock:
+// on a client that ignores deadlines, when it may have run. On one that
+// honours them the caller remembered the token (remember), and the next
+// attempt adopts whatever the attempt did: a release on an unknown outcome
+// would take the token from the memory and, on a server stopped past its 2
+// s, leave the lock to its lease.
+func (l *Locker) lateUnknown(err error) bool {
+	return !l.honours && mayHaveRun(err)
 }
 
 // unknownOutcome reports whether a command that failed with err may have
@@ -100,7 +114,7 @@ func mayHaveRun(err error) bool {
 // breaker, which a 2 s release would feed several times, on a server that
 // refuses or on a hung one killed while the release waited for it.
 func (l *Locker) releaseOrphan(h *hold) {
-	ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+	ctx, cancel := ctxcall.DeadlineOnly(context.Background(), time.Now().Add(unlockTimeout))
 	defer cancel()
 	if l.dial != nil && outage.Answering(ctx, l.dial) != nil {
 		return // no answer throughout: the lease ends the orphan

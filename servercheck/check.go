@@ -56,7 +56,7 @@ func Check(ctx context.Context, c redis.UniversalClient) ([]Finding, error) {
 		return nil, ErrNilClient
 	}
 	col := &collector{}
-	_, err := ctxcall.Do(ctx, ctxcall.NewRunner(c).Workers(), func(ctx context.Context) (struct{}, error) {
+	_, err := ctxcall.Do(ctx, ctxcall.NewRunner(c).Workers(ctx), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, askAll(ctx, c, col)
 	}, nil)
 	findings := col.close(err)

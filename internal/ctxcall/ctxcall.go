@@ -36,11 +36,11 @@ func bounds(enabled bool, read, write time.Duration) bool {
 	return enabled && read >= 0 && write >= 0
 }
 
-// Do returns f(ctx). When w is not nil (the client does not honour
-// deadlines) and ctx can end, f runs in one of w's goroutines and Do returns
-// when ctx ends, if that comes first, with an error matching ctx.Err(); late,
-// if not nil, then receives f's outcome when it arrives (to undo what f did,
-// for example), in that goroutine.
+// Do returns f(ctx). When w is not nil (Runner.Workers: the client does not
+// bound f by ctx's end) and ctx can end, f runs in one of w's goroutines and
+// Do returns when ctx ends, if that comes first, with an error matching
+// ErrAbandoned and ctx.Err(); late, if not nil, then receives f's outcome
+// when it arrives (to undo what f did, for example), in that goroutine.
 func Do[T any](ctx context.Context, w *Workers, f func(context.Context) (T, error), late func(T, error)) (T, error) {
 	if w == nil || ctx.Done() == nil {
 		return f(ctx)
@@ -88,8 +88,10 @@ func Do[T any](ctx context.Context, w *Workers, f func(context.Context) (T, erro
 }
 
 // ErrAbandoned is joined with ctx.Err() when Do returned before f did: f's
-// outcome goes to late.
-var ErrAbandoned = errors.New("outcome unknown: the call was abandoned at its context's end (the Redis client ignores context deadlines; set ContextTimeoutEnabled in its options)")
+// outcome goes to late. A ctx cancelled before its deadline ends a call so
+// on any client; a deadline does only on a client without
+// ContextTimeoutEnabled, which the message names.
+var ErrAbandoned = errors.New("outcome unknown: the call was abandoned at its context's end (a cancellation, or a deadline that the Redis client does not bound its commands by: set ContextTimeoutEnabled in its options)")
 
 // Ended returns ctx's error once ctx has ended or its deadline has passed
 // (a deadline's timer may fire late on a loaded machine, and Err stays nil

@@ -19,8 +19,9 @@ const Idle = 20 * time.Millisecond
 // 64 µs handed to Workers, 70 µs to a new goroutine per call). Nothing runs
 // once calls stop: the last worker ends at most twice Idle after its call.
 //
-// A nil *Workers stands for a client that bounds its commands by their
-// context's deadline: Do then runs every call from the caller's goroutine.
+// A nil *Workers stands for a call that needs no hand-off (Runner.Workers:
+// its command ends by its context's end as it is): Do then runs it from the
+// caller's goroutine.
 type Workers struct {
 	jobs chan func() // unbuffered: a send succeeds only into an idle worker
 }

@@ -11,5 +11,8 @@
 //
 // Only a refusal (reach.Unreachable: refused, no route, a name that does not
 // resolve) counts. A dial that connects, or that times out, is not one: a
-// hung server may still answer, and costs a call its deadline.
+// hung server may still answer, and costs a call its deadline. Once refused,
+// only a dial that connects ends the outage; then, for Detour, the Watch
+// tells its calls to go to a client of their own (Detouring, Spare), which
+// go-redis's dial breaker on the watched client cannot hold up.
 package outage

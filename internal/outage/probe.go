@@ -26,8 +26,11 @@ func (w *Watch) start(ctx context.Context) *probe {
 
 // run dials once, bounded by w.bound rather than by the call that started
 // it (other calls wait for it too), closes the connection and records the
-// outcome: only a refusal makes w down; a dial that connects or times out
-// makes it up.
+// outcome: only a refusal makes w down, and only a dial that connects makes
+// it up again (opening a detour, see Detour). A dial that fails otherwise (a
+// time-out) changes nothing: a hung server is no refusal, and a refusing
+// server whose refusal came late (a starved process, whose dial ran out of
+// its time before it ran) is not back.
 func (w *Watch) run(ctx context.Context, p *probe) {
 	ctx, cancel := context.WithTimeout(ctx, w.bound)
 	defer cancel()
@@ -43,9 +46,10 @@ func (w *Watch) run(ctx context.Context, p *probe) {
 	case p.refused:
 		w.err = err
 		w.down.Store(true)
-	case w.down.Load():
+	case err == nil && w.down.Load():
 		w.down.Store(false)
 		w.ups.Add(1)
+		w.detour.Store(time.Now().Add(Detour).UnixNano())
 	}
 	close(p.done)
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
@@ -17,9 +18,11 @@ import (
 // place of f's error (unless ctx itself ended). An error of f that says the
 // server cannot be reached (reach.Unreachable, not a closed client) makes
 // w down. A refusal matches reach.ErrUnreachable and holds the dial's
-// error.
+// error. When ctx cannot end, f's context is one that only its deadline
+// ends (ctxcall.DeadlineOnly: no hand-off on a client that honours
+// deadlines), but for the Watch's cut.
 func (w *Watch) Run(ctx context.Context, d time.Duration, f func(context.Context) error) error {
-	cctx, cancel := context.WithTimeout(ctx, d)
+	cctx, cancel := ctxcall.DeadlineOnly(ctx, time.Now().Add(d))
 	defer cancel()
 	if w == nil {
 		return f(cctx)

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Times of a Watch.
@@ -17,6 +19,15 @@ const (
 	// Every is how often a running call checks for a refusal; a probe that
 	// began less than Every ago answers for every call.
 	Every = 50 * time.Millisecond
+	// Detour is how long, after a probe found the server back from
+	// refusing, calls are told to go to another client (Detouring).
+	// go-redis's pools open a dial breaker after PoolSize failed dials (one
+	// outage's first burst can make them: the commands in flight at a kill
+	// retry inside go-redis, each a failed dial, before anything outside it
+	// hears of the outage), and then refuse every new connection until their
+	// probe, once a second, connects: up to a second after the server is
+	// back. The detour outlasts that second.
+	Detour = 1100 * time.Millisecond
 )
 
 // A Dial connects to the watched server.
@@ -29,6 +40,14 @@ type Watch struct {
 	bound time.Duration // a probe's time limit
 	down  atomic.Bool   // the last thing seen was a refusal
 	ups   atomic.Uint64 // counts the times down was cleared
+	// detour is when the detour that began when down was last cleared ends
+	// (Unix ns; 0: none yet).
+	detour atomic.Int64
+	opts   *redis.Options // the client's, for Spare; nil for New
+	spare  struct {
+		once   sync.Once
+		client *redis.Client
+	}
 
 	mu     sync.Mutex
 	seen   time.Time // when the last probe began, or a call last saw a refusal
@@ -51,7 +70,9 @@ func For(client any, bound time.Duration) *Watch {
 	if dial == nil {
 		return nil
 	}
-	return New(dial, bound)
+	w := New(dial, bound)
+	w.opts = client.(interface{ Options() *redis.Options }).Options()
+	return w
 }
 
 // Down reports whether the last thing w saw was a refusal.
@@ -78,6 +99,12 @@ func (w *Watch) admit(ctx context.Context) (uint64, error) {
 		return 0, ctx.Err()
 	} else if err != nil {
 		return 0, err
+	}
+	if w.down.Load() { // the probe neither connected nor was refused: not back
+		w.mu.Lock()
+		err := w.err
+		w.mu.Unlock()
+		return 0, refused(err)
 	}
 	return w.ups.Load(), nil
 }
