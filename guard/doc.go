@@ -30,11 +30,12 @@
 // the next ones until a dial connects (one of them dials every 20 ms). A
 // dial that connects or times out is no refusal: a hung server costs the
 // Timeout. DialerRetries: 1 and MinRetryBackoff: -1 make go-redis itself
-// answer a refusal at once. For 1.1 s after a dial connects again, a Guard
-// decides on a client of its own, made from the client's options (without
-// its hooks): go-redis's dial breaker, which an outage's first failed dials
-// can open, refuses the client's new connections for up to a second after
-// the server is back. A Policy whose Funnel options bring their own Locker
+// answer a refusal at once. For 1.1 s after a dial connects again, a call
+// that the client refuses without sending it is made again on a client of
+// the Guard's own, made from the client's options (without its hooks, which
+// see the refused attempt but not the detoured command): go-redis's dial
+// breaker, which an outage's first failed dials can open, refuses the
+// client's new connections for up to a second after the server is back. A Policy whose Funnel options bring their own Locker
 // (funnel.WithLocker), and InFlight's permits, take no such detour. FailOpen decides with the Policy's rules in this
 // process (funnel.Local) instead, so it is never unlimited: each process
 // admits at most the rules' bound per key. A Fallback decides with an
