@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -202,6 +203,20 @@ type Fallback struct {
 	MaxKeys int
 }
 
+// durations validates p's durations and fills in their defaults.
+func (p Policy) durations() (Policy, error) {
+	p.Timeout = cmp.Or(p.Timeout, DefaultTimeout)
+	p.ErrorRetryAfter = cmp.Or(p.ErrorRetryAfter, DefaultErrorRetry)
+	p.InFlightLease = cmp.Or(p.InFlightLease, DefaultInFlightLease)
+	switch {
+	case p.Timeout < 0 || p.ErrorRetryAfter < 0:
+		return p, fmt.Errorf("%w: negative Timeout or ErrorRetryAfter", ErrInvalidPolicy)
+	case p.InFlightLease < MinInFlightLease || p.InFlightLease > mutex.MaxTTL:
+		return p, fmt.Errorf("%w: InFlightLease %v: want %v to %v (or 0 for %v)", ErrInvalidPolicy, p.InFlightLease, MinInFlightLease, mutex.MaxTTL, DefaultInFlightLease)
+	}
+	return p, nil
+}
+
 // check validates p and fills in its defaults.
 func (p Policy) check() (Policy, error) {
 	bad := func(format string, a ...any) (Policy, error) {
@@ -219,20 +234,9 @@ func (p Policy) check() (Policy, error) {
 	if p.OnError != FailClosed && p.OnError != FailOpen {
 		return bad("OnError %d", p.OnError)
 	}
-	if p.Timeout == 0 {
-		p.Timeout = DefaultTimeout
-	}
-	if p.ErrorRetryAfter == 0 {
-		p.ErrorRetryAfter = DefaultErrorRetry
-	}
-	if p.Timeout < 0 || p.ErrorRetryAfter < 0 {
-		return bad("negative Timeout or ErrorRetryAfter")
-	}
-	switch {
-	case p.InFlightLease == 0:
-		p.InFlightLease = DefaultInFlightLease
-	case p.InFlightLease < MinInFlightLease || p.InFlightLease > mutex.MaxTTL:
-		return bad("InFlightLease %v: want %v to %v (or 0 for %v)", p.InFlightLease, MinInFlightLease, mutex.MaxTTL, DefaultInFlightLease)
+	p, err := p.durations()
+	if err != nil {
+		return p, err
 	}
 	if f := p.Fallback; f != nil {
 		if f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0 {

@@ -49,7 +49,7 @@ func InternalKey(l *Locker, name, kind string) string {
 // waiter whose process died. It returns the waiter's token.
 func SemEnqueue(ctx context.Context, s *Semaphore, n int64) (string, error) {
 	tok := newSemToken()
-	cfg, err := s.check(n, nil)
+	cfg, err := s.check(ctx, n, nil)
 	if err != nil {
 		return "", err
 	}
@@ -82,7 +82,7 @@ func SemRelease(ctx context.Context, s *Semaphore, tok string) (int64, error) {
 // permits: a holder that may never release (no Permit, no renewal).
 func SemTake(ctx context.Context, s *Semaphore, n int64, lease time.Duration) (string, bool, error) {
 	tok := newSemToken()
-	cfg, err := s.check(n, []LockOption{Lease(lease)})
+	cfg, err := s.check(ctx, n, []LockOption{Lease(lease)})
 	if err != nil {
 		return "", false, err
 	}

@@ -145,10 +145,7 @@ func (s *Semaphore) Size() int64 { return s.size }
 // (ErrInvalid). The options are a lock's: Lease (the Locker's TTL if
 // unset) and AutoRenew.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...LockOption) (*Permit, error) {
-	if ctx == nil {
-		return nil, ErrNilContext
-	}
-	cfg, err := s.check(n, opts)
+	cfg, err := s.check(ctx, n, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +168,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...LockOption)
 }
 
 // check validates an acquisition.
-func (s *Semaphore) check(n int64, opts []LockOption) (lockConfig, error) {
+func (s *Semaphore) check(ctx context.Context, n int64, opts []LockOption) (lockConfig, error) {
+	if ctx == nil {
+		return lockConfig{}, ErrNilContext
+	}
 	if s == nil {
 		return lockConfig{}, fmt.Errorf("%w: nil Semaphore", ErrInvalid)
 	}

@@ -40,10 +40,7 @@ import (
 // TryAcquire does every jittered retry interval (no FIFO, see Semaphore),
 // and returns at once an error of TryAcquire other than ErrNoPermits.
 func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*Permit, error) {
-	if ctx == nil {
-		return nil, ErrNilContext
-	}
-	cfg, err := s.check(n, opts)
+	cfg, err := s.check(ctx, n, opts)
 	if err != nil {
 		return nil, err
 	}
