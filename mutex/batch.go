@@ -218,9 +218,10 @@ func (b *batcher) send(batch []*queued) {
 	}
 	b.evalMissing(ctx, batch)
 	if late := b.answer(batch); len(late) > 0 {
-		// Not on this slot: a late function may call the Locker again
-		// (releasing what the call took), and would queue behind itself.
-		go runLate(late)
+		// Each in a goroutine, not on this slot: a late function may call
+		// the Locker again (releasing what the call took), and would queue
+		// behind itself.
+		runLate(late)
 	}
 }
 
@@ -273,11 +274,15 @@ func (b *batcher) answer(batch []*queued) []*queued {
 	return late
 }
 
-// runLate hands each late reply to its call's late function.
+// runLate hands each late reply to its call's late function, each in a
+// goroutine of its own: a late function may wait (an abandoned attempt's
+// undo waits up to 2 s for a refusing server), and each is bounded by its
+// own bound, not by the sum of a batch's (a batch of 8 abandoned attempts
+// kept releasing orphans, one after another, for 16 s).
 func runLate(late []*queued) {
 	for _, q := range late {
 		if q.late != nil {
-			q.late(q.cmd)
+			go q.late(q.cmd)
 		}
 	}
 }
