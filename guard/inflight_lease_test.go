@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -62,13 +61,7 @@ func TestInFlightHelperProcess(t *testing.T) {
 // once its killSlots calls run.
 func startInFlightHelper(t *testing.T, addr, prefix string) *exec.Cmd {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^TestInFlightHelperProcess$", "-test.timeout=90s")
-	cmd.Env = append(os.Environ(), inflightHelperEnv+"="+addr+","+prefix)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd := testutil.HelperCommand(t, "TestInFlightHelperProcess", 90*time.Second, inflightHelperEnv+"="+addr+","+prefix)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +69,6 @@ func startInFlightHelper(t *testing.T, addr, prefix string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() }) // by pid; harmless once it has exited
 	lines := make(chan string, 8)
 	go func() {
 		defer close(lines)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -47,13 +46,7 @@ func TestSemaphoreWaiterHelperProcess(t *testing.T) {
 // once it has printed that it waits.
 func startSemWaiter(t *testing.T, addr, prefix string) *exec.Cmd {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^TestSemaphoreWaiterHelperProcess$", "-test.timeout=60s")
-	cmd.Env = append(os.Environ(), semWaiterEnv+"="+addr+","+prefix)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd := testutil.HelperCommand(t, "TestSemaphoreWaiterHelperProcess", time.Minute, semWaiterEnv+"="+addr+","+prefix)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +54,6 @@ func startSemWaiter(t *testing.T, addr, prefix string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() }) // by pid; harmless once it has exited
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "waiting\n" {
 		t.Fatalf("helper said %q, %v", line, err)
 	}

@@ -134,13 +134,7 @@ type semHold struct {
 // to 10 ms more; its lines go to lines, tagged.
 func startSemHelper(t *testing.T, addr, prefix string, proc int, hold time.Duration, lines chan<- string, readers *sync.WaitGroup) *exec.Cmd {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^TestSemaphoreHelperProcess$", "-test.timeout=60s")
-	cmd.Env = append(os.Environ(), semHelperEnv+"="+addr+","+prefix+","+hold.String())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd := testutil.HelperCommand(t, "TestSemaphoreHelperProcess", time.Minute, semHelperEnv+"="+addr+","+prefix+","+hold.String())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -153,10 +147,6 @@ func startSemHelper(t *testing.T, addr, prefix string, proc int, hold time.Durat
 		for s.Scan() {
 			lines <- strconv.Itoa(proc) + " " + s.Text()
 		}
-	})
-	t.Cleanup(func() {
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
-		_ = cmd.Process.Kill() // by pid; harmless once it has exited
 	})
 	return cmd
 }

@@ -216,13 +216,7 @@ type faultHelper struct {
 // the server at addr; the helper is continued and killed, by pid, when t ends.
 func startFaultHelper(t *testing.T, mode, addr, prefix string) *faultHelper {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^TestHelperProcess$", "-test.timeout=30s")
-	cmd.Env = append(os.Environ(), helperEnv+"="+mode, helperAddrEnv+"="+addr, helperPrefixEnv+"="+prefix)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd := testutil.HelperCommand(t, "TestHelperProcess", 30*time.Second, helperEnv+"="+mode, helperAddrEnv+"="+addr, helperPrefixEnv+"="+prefix)
 	h := &faultHelper{cmd: cmd, lines: make(chan string, 16), stderr: new(bytes.Buffer)}
 	cmd.Stderr = h.stderr
 	in, err := cmd.StdinPipe()
