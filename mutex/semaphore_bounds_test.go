@@ -232,3 +232,38 @@ func TestSemaphoreLongLeaseKeysShrink(t *testing.T) {
 		}
 	})
 }
+
+// TestSemaphoreShrinkKeepsRecords: the expiry an idle release pulls back
+// still covers every record the done set keeps, not only the release's
+// own: a record of 10 s, then a release whose record lasts 1 ms after a
+// long lease, leaves the keys at least until the 10 s record ends. (Pulled
+// back to the release's own record, the keys expired 10 s too early:
+// TestSemaphoreKeysCoverEntries found it under -race in a CI run.)
+func TestSemaphoreShrinkKeepsRecords(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		l := newLocker(t, b)
+		s := mustSem(t, l, "keep", 2)
+		long, ok, err := mutex.SemTake(ctx, s, 1, 10*time.Second)
+		if err != nil || !ok {
+			t.Fatalf("SemTake: %v, %v", ok, err)
+		}
+		if _, err := mutex.SemReleaseFor(ctx, s, long, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		day, ok, err := mutex.SemTake(ctx, s, 1, mutex.MaxTTL)
+		if err != nil || !ok {
+			t.Fatalf("SemTake: %v, %v", ok, err)
+		}
+		if _, err := mutex.SemReleaseFor(ctx, s, day, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		c := b.Client(t)
+		for _, kind := range []string{"sem", "sem:done"} {
+			ttl := c.PTTL(ctx, mutex.SemKey(s, kind)).Val()
+			if ttl < 9*time.Second || ttl > time.Minute {
+				t.Errorf("TTL of %s after the releases: %v, want the 10 s record's end (and a quarter), not the day's lease", kind, ttl)
+			}
+		}
+	})
+}

@@ -31,14 +31,18 @@ elseif ARGV[4] == 'c' then
   record(tok, ends_record)
 end
 pump(ARGV[2])
--- Idle now (nothing held, nobody queued): only the records are left, all
--- ending by ends_record, so a far exp that a long lease set comes back to
--- theirs (a semaphore released after a lease of a day does not keep its
--- keys for a day).
-local idle = ends_record + math.floor((ends_record - now) / 4)
-if S.held == 0 and S.w == 0 and S.exp - idle > tonumber(ARGV[3]) then
-  S.exp = idle
-  every = true
+-- Idle now (nothing held, nobody queued): only the records are left, so a
+-- far exp that a long lease set comes back to the latest record's end (a
+-- semaphore released after a lease of a day does not keep its keys for a
+-- day). Tested first against this release's record, with no command.
+if S.held == 0 and S.w == 0 and S.exp - ends_record > 2 * tonumber(ARGV[3]) then
+  local last = redis.call('ZRANGE', DONE, -1, -1, 'WITHSCORES')[2]
+  local e = math.max(ends_record, tonumber(last) or 0)
+  local idle = e + math.floor((e - now) / 4)
+  if S.exp - idle > tonumber(ARGV[3]) then
+    S.exp = idle
+    every = true
+  end
 end
 save()
 return res
