@@ -51,13 +51,22 @@ var (
 )
 
 const (
-	usersPerHour   = 35
-	userVerifies   = 0.85
-	realPrefixes   = 25  // real users' numbers fall in 25 prefixes per country
-	widePrefixes   = 500 // or, in the wide campaigns, 500: 1 or 2 users each a day
-	campaignSlice  = 6 * time.Hour
-	campaignWarmUp = 24 * time.Hour
+	usersPerHour  = 35
+	userVerifies  = 0.85
+	realPrefixes  = 25  // real users' numbers fall in 25 prefixes per country
+	widePrefixes  = 500 // or, in the wide campaigns, 500: 1 or 2 users each a day
+	campaignSlice = 6 * time.Hour
 )
+
+// campaignWarmUp is the normal day, run whole before the campaigns' day.
+func campaignWarmUp() time.Duration { return 24 * time.Hour }
+
+// campaignHistory is the days the service ran before the normal day: of
+// them, only what the service keeps for a month is written, the prefixes
+// its real users verified codes from (-prefix-memory), as the service
+// writes them (pools.verified); replaying each request would take a
+// minute a day.
+var campaignHistory = flag.Int("campaign.history", 29, "the days the service ran before the normal day")
 
 // t0 of the campaigns: a midnight, so that the slice is the start of a day.
 var campaignT0 = time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
@@ -151,29 +160,28 @@ func TestCampaigns(t *testing.T) {
 	}
 }
 
-// knownGaps are the campaigns whose targets are not met yet: their rows
-// are reported, not checked.
+// knownGaps are the campaigns whose blocked share is not met yet: it is
+// reported, not checked (their spend and real users are).
 var knownGaps = map[string]string{
-	// The drip's codes and real users' look alike (a new prefix, a new
-	// address, one code each); with real users spread over 500 prefixes
-	// most of theirs are not proven, so the country's pool that refuses the
-	// drip refuses them too, and a country paused for 6 hours costs them
-	// more than the 5% allowed.
-	"drip, users over 500 prefixes a country": "real users in unproven prefixes share the drip's pool",
+	// The real users are served (97.8-98.6% over seeds 43-45) but the
+	// blocked share is 70-83%: their 500 German prefixes are 29% of
+	// Germany's mobile ranges, known to the service from a month of real
+	// codes, and the drip's codes that land on them look like theirs.
+	"drip, users over 500 prefixes a country": "a third of the German drip lands on prefixes real users verify from",
 }
 
 // checkCampaign checks the targets of issue 43.
 func checkCampaign(t *testing.T, r campaignResult) {
 	t.Helper()
-	if gap, ok := knownGaps[r.name]; ok {
-		t.Logf("KNOWN GAP %s: %s (not checked)", r.name, gap)
-		return
-	}
 	if r.spend > 10_000_000 {
 		t.Errorf("%s: the attacker spent $%s; want at most $10", r.name, r.spend)
 	}
 	want := map[string]float64{"burst": .94, "drip": .80, "expensive": .80}
 	for prefix, min := range want {
+		if gap, ok := knownGaps[r.name]; ok && strings.HasPrefix(r.name, prefix) {
+			t.Logf("KNOWN GAP %s: %.1f%% blocked, %.0f%% not checked: %s", r.name, 100*r.blocked(), 100*min, gap)
+			continue
+		}
 		if strings.HasPrefix(r.name, prefix) && r.blocked() < min {
 			t.Errorf("%s: %.1f%% blocked; want at least %.0f%%", r.name, 100*r.blocked(), 100*min)
 		}
@@ -270,10 +278,13 @@ func normalDay(t *testing.T, spread int) *dayCopy {
 			s.real[r] = append(s.real[r], s.prefixOf(s.number(r, "")))
 		}
 	}
-	s.users(0, campaignWarmUp-3*time.Minute)
-	s.runEvents(campaignWarmUp)
-	b.Mini.FastForward(s.expired + campaignWarmUp - s.now)
-	b.Mini.SetTime(campaignT0.Add(campaignWarmUp))
+	start := time.Now()
+	s.history(time.Duration(*campaignHistory) * 24 * time.Hour)
+	s.users(0, campaignWarmUp()-3*time.Minute)
+	s.runEvents(campaignWarmUp())
+	t.Logf("%d+1 days of real users, %d prefixes a country: %v", *campaignHistory, spread, time.Since(start).Round(time.Millisecond))
+	b.Mini.FastForward(s.expired + campaignWarmUp() - s.now)
+	b.Mini.SetTime(campaignT0.Add(campaignWarmUp()))
 	day := &dayCopy{real: s.real, ips: s.ips}
 	m := b.Mini
 	for _, k := range m.Keys() {
@@ -344,25 +355,43 @@ func newSim(t *testing.T, b *testutil.Backend, name string) *sim {
 	}
 	s := &sim{t: t, b: b, svc: svc, h: svc.Handler(), codes: codes, result: campaignResult{name: name},
 		rng: rand.New(rand.NewPCG(*campaignSeed, uint64(len(name)))), real: map[string][]string{}}
-	s.inSlice = func() bool { return s.now >= campaignWarmUp }
+	s.inSlice = func() bool { return s.now >= campaignWarmUp() }
 	return s
 }
 
 // runCampaign runs c, and the real users of the slice, on a copy of day.
 func runCampaign(t *testing.T, c campaign, day *dayCopy) campaignResult {
 	b := testutil.Mini(t)
-	b.Mini.SetTime(campaignT0.Add(campaignWarmUp))
+	b.Mini.SetTime(campaignT0.Add(campaignWarmUp()))
 	day.restore(t, b.Mini)
 	s := newSim(t, b, c.name)
 	if strings.Contains(*campaignOff, "credit") {
 		addressCreditOff = true
 		defer func() { addressCreditOff = false }()
 	}
-	s.real, s.ips, s.now = day.real, day.ips, campaignWarmUp
-	s.users(campaignWarmUp, campaignWarmUp+campaignSlice)
+	s.real, s.ips, s.now = day.real, day.ips, campaignWarmUp()
+	s.users(campaignWarmUp(), campaignWarmUp()+campaignSlice)
 	c.run(s)
-	s.runEvents(campaignWarmUp + campaignSlice)
+	s.runEvents(campaignWarmUp() + campaignSlice)
 	return s.result
+}
+
+// history records the real users' verified codes of the days d before the
+// slice's first day (t0), as the service records each: their prefixes
+// known for -prefix-memory.
+func (s *sim) history(d time.Duration) {
+	if s.svc.pools == nil {
+		return
+	}
+	for at := -d; at < 0; at += time.Duration(s.rng.ExpFloat64() * float64(time.Hour) / usersPerHour) {
+		region := s.pickRegion()
+		dest := destination{Region: region, Prefix: s.real[region][s.rng.IntN(len(s.real[region]))]}
+		if s.rng.Float64() < userVerifies {
+			if err := s.svc.pools.verified(context.Background(), dest, hourOf(campaignT0.Add(at))); err != nil {
+				s.t.Fatal(err)
+			}
+		}
+	}
 }
 
 // users schedules real users from from to to.

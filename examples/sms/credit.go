@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -70,7 +71,7 @@ func (s *Service) credit(ctx context.Context, dest destination, codeKey, ip stri
 	}
 	if s.pools != nil && note.hour > 0 {
 		s.logged("pools", s.bounded(ctx, func(ctx context.Context) error {
-			return s.pools.add(ctx, dest, "v", note.hour, note.unproven, 1)
+			return errors.Join(s.pools.add(ctx, dest, "v", note.hour, note.unproven, 1), s.pools.verified(ctx, dest, note.hour))
 		}))
 	}
 	if s.money != nil && note.unproven {

@@ -42,6 +42,7 @@ type poolPolicy struct {
 type poolView struct {
 	country   tally // the country's sends of the day: its usual conversion
 	prefixDay tally // the prefix's sends of the day: its proof
+	known     bool  // a code to the prefix was verified within the memory (-prefix-memory)
 	// The last hours' sends: the country's to destinations not proven, the
 	// group's and the prefix's.
 	unproven, group, prefix tally
@@ -71,11 +72,14 @@ func (p poolPolicy) barPPM(country tally) int64 {
 	return max(p.minPPM, p.usualPPM(country)*p.relativePPM/1_000_000)
 }
 
-// proven reports a destination that keeps converting: some of its codes
-// verified, and as many as the bar of those judged. Its sends spend the
-// reserve and are not judged with the country's and group's others.
-func proven(prefix tally, barPPM int64) bool {
-	return prefix.Verified > 0 && prefix.Verified*1_000_000 >= barPPM*prefix.judged()
+// proven reports a destination that keeps converting: a code to it
+// verified today or within the memory (known), and as many of today's
+// codes verified as the bar of those judged. Its sends spend the reserve
+// and are not judged with the country's and group's others. Real users'
+// numbers fall in the prefixes that real users verified from before; a
+// pumping ring's, drawn over the country's ranges, mostly do not.
+func proven(prefix tally, known bool, barPPM int64) bool {
+	return (known || prefix.Verified > 0) && prefix.Verified*1_000_000 >= barPPM*prefix.judged()
 }
 
 // A poolRefusal says which scope and rule refused a send, with the figures.
@@ -101,7 +105,7 @@ const (
 // and spend outside the reserve).
 func (p poolPolicy) judge(v poolView) (unproven bool, r *poolRefusal) {
 	bar := p.barPPM(v.country)
-	unproven = !proven(v.prefixDay, bar)
+	unproven = !proven(v.prefixDay, v.known, bar)
 	type scoped struct {
 		name string
 		t    tally

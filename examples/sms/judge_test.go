@@ -38,6 +38,10 @@ func TestJudge(t *testing.T) {
 		{"30% in a country at 85%", poolView{country: usual, prefix: tally{Sent: 80, Verified: 24}}, true, "prefix", rulePooled},
 		{"30% at the fixed bar alone", poolView{prefix: tally{Sent: 80, Verified: 24}}, true, "", ""},
 		{"velocity", poolView{country: usual, recent: 61, older: 220}, true, "country", ruleVelocity},
+		{"a known prefix, nothing sent today, a country pumped", poolView{country: usual, known: true,
+			unproven: tally{Sent: 30}}, false, "", ""},
+		{"a known prefix whose code today was not used", poolView{country: usual, known: true,
+			prefixDay: tally{Sent: 1}, unproven: tally{Sent: 30}}, true, "country", rulePooled},
 	} {
 		unproven, r := p.judge(tc.v)
 		scope, rule := "", ""

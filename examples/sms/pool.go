@@ -22,10 +22,13 @@ import (
 // country, group and prefix the pools count, per hour of the last 24, the
 // sends and the verified codes; each send is judged on them:
 //
-//   - a prefix that keeps converting (proven: some codes verified, and at
-//     least the bar of those judged) is judged on its own tally only: its
-//     sends are the reserve that an attack elsewhere in its country cannot
-//     close;
+//   - a prefix that keeps converting (proven: a code verified today or
+//     within Memory, and at least the bar of today's judged codes) is
+//     judged on its own tally only: its sends are the reserve that an
+//     attack elsewhere in its country cannot close. Real users' numbers
+//     fall in the prefixes real users verified from before, over a month
+//     nearly all of them however thinly spread; a pumping ring's, drawn
+//     over the country's ranges, mostly do not;
 //   - any other send is judged on its prefix, its group (the country code
 //     and GroupDigits digits) and its country's sends to destinations that
 //     are not proven;
@@ -53,12 +56,15 @@ type PoolConfig struct {
 	Velocity    float64       // a country's 2 hours: at most this times its usual
 	Floor       int64         // and at least this many sends
 	Pause       time.Duration // how long a scope shown to be below the bar stays refused
+	Memory      time.Duration // how long a verified code keeps its prefix known
 }
 
 // defaultPools: groups of 2 digits, bar max(0.2, 0.5 × usual) at z 1.96,
-// velocity 3 × usual and at least 40 sends in 2 hours, pauses of 6 hours.
+// velocity 3 × usual and at least 40 sends in 2 hours, pauses of 6 hours,
+// prefixes known for 30 days after a verified code.
 func defaultPools() PoolConfig {
-	return PoolConfig{GroupDigits: 2, MinRate: 0.2, Relative: 0.5, Z: 1.96, Velocity: 3, Floor: 40, Pause: 6 * time.Hour}
+	return PoolConfig{GroupDigits: 2, MinRate: 0.2, Relative: 0.5, Z: 1.645, Velocity: 3, Floor: 40, Pause: 6 * time.Hour,
+		Memory: 30 * 24 * time.Hour}
 }
 
 func poolFlags(fl *flag.FlagSet, c *PoolConfig) {
@@ -70,6 +76,7 @@ func poolFlags(fl *flag.FlagSet, c *PoolConfig) {
 	fl.Float64Var(&c.Velocity, "country-velocity", c.Velocity, "a country's codes of 2 hours: at most this many times its usual (to destinations not converting)")
 	fl.Int64Var(&c.Floor, "velocity-floor", c.Floor, "the velocity limit is never below this many codes in 2 hours")
 	fl.DurationVar(&c.Pause, "pool-pause", c.Pause, "how long a prefix, group or country whose codes are shown not to convert is refused")
+	fl.DurationVar(&c.Memory, "prefix-memory", c.Memory, "how long a verified code keeps its prefix known (judged on its own while it converts), 24h to 8760h")
 }
 
 func (c PoolConfig) check(prefixDigits int) error {
@@ -78,8 +85,9 @@ func (c PoolConfig) check(prefixDigits int) error {
 		return nil
 	}
 	if c.GroupDigits < 0 || c.GroupDigits > prefixDigits || bad(c.MinRate) || c.MinRate > 1 || bad(c.Relative) || c.Relative > 1 ||
-		bad(c.Z) || c.Z > 10 || bad(c.Velocity) || c.Velocity > 1000 || c.Floor < 1 || c.Pause < time.Second {
-		return fmt.Errorf("%w: pools: -group-digits 0 to -prefix-digits, conversions 0 to 1, confidence 0 to 10, velocity 0 to 1000, floor 1 or more, pause 1s or more", errConfig)
+		bad(c.Z) || c.Z > 10 || bad(c.Velocity) || c.Velocity > 1000 || c.Floor < 1 || c.Pause < time.Second ||
+		c.Memory < poolBuckets*poolBucket || c.Memory > 365*24*time.Hour {
+		return fmt.Errorf("%w: pools: -group-digits 0 to -prefix-digits, conversions 0 to 1, confidence 0 to 10, velocity 0 to 1000, floor 1 or more, pause 1s or more, prefix memory 24h to 8760h", errConfig)
 	}
 	return nil
 }
@@ -105,7 +113,10 @@ const (
 // {<region>}, holding the country's hashes (a: all sends, c: sends to
 // destinations not proven) and those of its groups and prefixes (g:, p:
 // and their HMAC). Fields s<hour> and v<hour>: sends and verified codes of
-// the sends of that hour (hours since the epoch). Safe for concurrent use.
+// the sends of that hour (hours since the epoch). The sorted set k holds
+// the country's known prefixes (their HMAC) by the hour of their latest
+// verified send: at most one member per prefix of the country, none older
+// than Memory. Safe for concurrent use.
 type pools struct {
 	client  redis.UniversalClient
 	policy  poolPolicy
@@ -126,6 +137,9 @@ func (p *pools) scopeKeys(dest destination) []string {
 	base := "sms:pool:{" + dest.Region + "}:"
 	return []string{base + "a", base + "c", base + "g:" + p.id("g", p.group(dest)), base + "p:" + p.id("p", dest.Prefix)}
 }
+
+// knownKey is the sorted set of dest's country's known prefixes.
+func knownKey(dest destination) string { return "sms:pool:{" + dest.Region + "}:k" }
 
 // pauseKeys are the keys of the pauses of dest's scopes: prefix, group,
 // country (each holds the refusal that paused it, as JSON).
@@ -151,8 +165,10 @@ func (p *pools) read(ctx context.Context, dest destination) (poolView, map[strin
 	cmds := make([]*redis.MapStringStringCmd, len(keys))
 	pauses := map[string]*redis.StringCmd{}
 	var now *redis.TimeCmd
+	var known *redis.FloatCmd
 	_, err := p.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		now = pl.Time(ctx)
+		known = pl.ZScore(ctx, knownKey(dest), p.id("p", dest.Prefix))
 		for i, k := range keys {
 			cmds[i] = pl.HGetAll(ctx, k)
 		}
@@ -167,7 +183,8 @@ func (p *pools) read(ctx context.Context, dest destination) (poolView, map[strin
 	t := now.Val()
 	recent := func(i int) tally { return p.tally(cmds[i].Val(), t, poolRecent) }
 	v := poolView{country: p.tally(cmds[0].Val(), t, poolBuckets), unproven: recent(1), group: recent(2),
-		prefix: recent(3), prefixDay: p.tally(cmds[3].Val(), t, poolBuckets)}
+		prefix: recent(3), prefixDay: p.tally(cmds[3].Val(), t, poolBuckets),
+		known: known.Err() == nil && int64(known.Val()) > hourOf(t.Add(-p.cfg.Pools.Memory))}
 	v.recent, v.older = sendsByAge(cmds[0].Val(), hourOf(t))
 	paused := map[string]*poolRefusal{}
 	for scope, c := range pauses {
@@ -231,6 +248,20 @@ func (p *pools) add(ctx context.Context, dest destination, kind string, hour int
 			pl.HIncrBy(ctx, k, field, n)
 			pl.Expire(ctx, k, poolBuckets*poolBucket+p.cfg.CodeTTL)
 		}
+		return nil
+	})
+	return err
+}
+
+// verified records a verified code of dest's send of hour: its prefix is
+// known until Memory after that hour. The set drops the members older
+// than that on each write.
+func (p *pools) verified(ctx context.Context, dest destination, hour int64) error {
+	key, memory := knownKey(dest), int64(p.cfg.Pools.Memory/poolBucket)
+	_, err := p.client.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+		pl.ZAddGT(ctx, key, redis.Z{Score: float64(hour), Member: p.id("p", dest.Prefix)})
+		pl.ZRemRangeByScore(ctx, key, "-inf", "("+strconv.FormatInt(hour-memory, 10))
+		pl.Expire(ctx, key, p.cfg.Pools.Memory+poolBucket)
 		return nil
 	})
 	return err
