@@ -39,7 +39,7 @@
 // it out. The interceptors decide with guard.Guard.AllowN, which takes no
 // InFlight permit, so they never meet it today.
 //
-// Two of guard.Guard.Middleware's behaviours are not the interceptors':
+// Three of guard.Guard.Middleware's behaviours are not the interceptors':
 // they decide with AllowN, which cannot tell them the Policy, so
 // Policy.Shadow does not let denied calls through (as guard.Guard.Do does
 // not) and Policy.InFlight does not bound running calls; and a denial made
