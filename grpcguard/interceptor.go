@@ -58,67 +58,73 @@ func StreamServerInterceptor(g *guard.Guard, opts ...Option) grpc.StreamServerIn
 
 // Unary returns the interceptor of unary calls. A call that WithSkip skips
 // goes to the handler undecided. Otherwise it is keyed, costed (WithCost)
-// and decided with guard.Guard.AllowN: admitted, it goes to the handler with
-// the Decision in its context (FromContext); refused, it ends with the
-// status of the package's table (see the package documentation) and the
-// handler does not run. Nothing is refunded when the handler fails, as
-// guard.Guard.Middleware refunds nothing: a failed attempt counts.
+// and decided with guard.Guard.Enter, as guard.Guard.Middleware decides a
+// request: admitted (under Policy.Shadow, denied calls too), it goes to the
+// handler with the Decision in its context (FromContext), holding its
+// Policy.InFlight permit until the handler returns (its context is
+// cancelled if the permit is lost); refused, it ends with the status of
+// the package's table (see the package documentation) and the handler
+// does not run. Nothing is refunded when the handler fails, as Middleware
+// refunds nothing: a failed attempt counts.
 func (ic *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if ic.skip(ctx, info.FullMethod) {
 			return handler(ctx, req)
 		}
-		ctx, err := ic.admit(ctx, info.FullMethod, func() (int64, error) { return ic.unaryCost(ctx, info.FullMethod, req) })
+		call, err := ic.admit(ctx, info.FullMethod, func() (int64, error) { return ic.unaryCost(ctx, info.FullMethod, req) })
 		if err != nil {
 			return nil, err
 		}
-		return handler(ctx, req)
+		defer call.Done()
+		return handler(newContext(call), req)
 	}
 }
 
 // Stream returns the interceptor of streams. A stream is decided once, when
 // it opens and before its handler reads a message, as Unary decides a call
 // (WithStreamCost instead of WithCost); the handler's stream has the
-// Decision in its context. A refused stream ends before the handler runs,
-// with the status of the package's table: the client sees it at its first
-// receive.
+// Decision in its context, and holds the stream's Policy.InFlight permit
+// for the stream's whole life, until the handler returns. A refused stream
+// ends before the handler runs, with the status of the package's table:
+// the client sees it at its first receive.
 func (ic *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
 		if ic.skip(ctx, info.FullMethod) {
 			return handler(srv, ss)
 		}
-		ctx, err := ic.admit(ctx, info.FullMethod, func() (int64, error) { return ic.streamCost(ctx, info.FullMethod) })
+		call, err := ic.admit(ctx, info.FullMethod, func() (int64, error) { return ic.streamCost(ctx, info.FullMethod) })
 		if err != nil {
 			return err
 		}
-		return handler(srv, &decidedStream{ServerStream: ss, ctx: ctx})
+		defer call.Done()
+		return handler(srv, &decidedStream{ServerStream: ss, ctx: newContext(call)})
 	}
 }
 
-// admit decides the call of method in ctx at the cost cost returns. It
-// returns the handler's context, with the Decision in it, or the status
-// error the call ends with.
-func (ic *Interceptor) admit(ctx context.Context, method string, cost func() (int64, error)) (context.Context, error) {
+// admit decides the call of method in ctx at the cost cost returns, with
+// guard.Guard.Enter. It returns the admitted Call, for the handler to run
+// in and to end with Done, or the status error the call ends with.
+func (ic *Interceptor) admit(ctx context.Context, method string, cost func() (int64, error)) (guard.Call, error) {
 	if ic.g == nil {
-		return nil, status.Error(codes.Internal, "grpcguard: misconfigured interceptor")
+		return guard.Call{}, status.Error(codes.Internal, "grpcguard: misconfigured interceptor")
 	}
 	key, err := ic.c.key(ctx, method)
 	if err != nil {
-		return nil, keyFailed(err)
+		return guard.Call{}, keyFailed(err)
 	}
 	n, err := cost()
 	if err != nil || n < 1 {
-		return nil, status.Error(codes.InvalidArgument, "invalid request cost")
+		return guard.Call{}, status.Error(codes.InvalidArgument, "invalid request cost")
 	}
-	d, err := ic.g.AllowN(ctx, key, n)
+	call, err := ic.g.Enter(ctx, key, n)
 	switch {
-	case d.Allowed: // with FailOpen or a Fallback, err says it was decided without Redis
-		return newContext(ctx, d), nil
-	case err != nil:
-		return nil, failed(ctx, d, err)
+	case err != nil: // ErrBusy's Decision is the denial that stands for it: ErrorRetryAfter
+		return guard.Call{}, failed(ctx, call.Decision, err)
+	case !call.Admitted(): // by the rules, or, while Redis cannot answer, FailOpen's or the Fallback's
+		return guard.Call{}, ic.denied(ctx, method, call.Decision)
 	}
-	return nil, ic.denied(ctx, method, d)
+	return call, nil
 }
 
 // denied is the status error of the denial d: the denied handler's, or the
@@ -159,8 +165,10 @@ func (s *decidedStream) Context() context.Context { return s.ctx }
 // decisionKey is the context key of the Decision.
 type decisionKey struct{}
 
-func newContext(ctx context.Context, d guard.Decision) context.Context {
-	return context.WithValue(ctx, decisionKey{}, d)
+// newContext is the context of the handler of call: call.Context() with
+// call's Decision for FromContext.
+func newContext(call guard.Call) context.Context {
+	return context.WithValue(call.Context(), decisionKey{}, call.Decision)
 }
 
 // FromContext returns the Decision an Interceptor made for the call whose

@@ -15,15 +15,20 @@ import (
 // nil), with the method that grpc.Method finds in the call's context ("" on
 // the client side).
 //
-// Limit returns nil when g admits the call (with FailOpen or a Fallback,
-// also while Redis cannot answer). Otherwise its error is the
-// status error an Interceptor would end the call with, and sets the same
-// retry-after metadata; but ratelimit's interceptors end every refused
-// call with codes.ResourceExhausted and the error's text in the message,
-// so the client sees neither that code nor the RetryInfo detail: use the
-// Interceptor for those. The text is the status's message alone
-// ("too many requests"), never the guard's error. With a nil g, every call
-// is refused.
+// Limit decides with guard.Guard.Enter, as an Interceptor does, and
+// returns nil when g admits the call (with FailOpen or a Fallback, also
+// while Redis cannot answer; under Policy.Shadow, denied calls too).
+// Otherwise its error is the status error an Interceptor would end the
+// call with, and sets the same retry-after metadata; but ratelimit's
+// interceptors end every refused call with codes.ResourceExhausted and the
+// error's text in the message, so the client sees neither that code nor
+// the RetryInfo detail: use the Interceptor for those. The text is the
+// status's message alone ("too many requests"), never the guard's error.
+// With a nil g, every call is refused.
+//
+// A ratelimit.Limiter learns nothing of the call's end, so Limit gives a
+// Policy.InFlight permit back as soon as it has it: it bounds no running
+// calls (the Interceptor does), and costs two more round trips.
 func Limiter(g *guard.Guard, key KeyFunc) ratelimit.Limiter {
 	if key == nil {
 		key = PeerAddr(guard.ClientIPConfig{})
@@ -36,10 +41,11 @@ type limiter struct{ ic *Interceptor }
 
 func (l limiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	_, err := l.ic.admit(ctx, method, func() (int64, error) { return 1, nil })
+	call, err := l.ic.admit(ctx, method, func() (int64, error) { return 1, nil })
 	if err != nil {
 		return limitError{status.Convert(err)}
 	}
+	call.Done() // Limit learns nothing of the call's end: it holds no permit through it
 	return nil
 }
 

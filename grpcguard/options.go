@@ -59,9 +59,9 @@ func WithKey(key KeyFunc) Option {
 }
 
 // WithCost charges each unary call the units cost returns for its request
-// (guard.Guard.AllowN) instead of one. An error or a cost below 1 ends the
-// call with codes.InvalidArgument, and so does a cost over a rule's
-// capacity, which no wait would admit.
+// (the n of guard.Guard.Enter) instead of one. An error or a cost below 1
+// ends the call with codes.InvalidArgument, and so does a cost over a
+// rule's capacity, which no wait would admit.
 func WithCost(cost func(ctx context.Context, fullMethod string, req any) (int64, error)) Option {
 	return func(c *config) error {
 		c.cost = cost

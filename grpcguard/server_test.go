@@ -103,7 +103,8 @@ func perHour(n int64) guard.Policy {
 }
 
 // echo is the test service: its unary methods Say and Ping, and its
-// stream Chat, answer with the Decision in their context (describe).
+// streams Chat and Hold, answer with the Decision in their context
+// (describe).
 type echo struct {
 	calls atomic.Int64 // handler runs
 }
@@ -145,12 +146,32 @@ func (e *echo) chat(_ any, ss grpc.ServerStream) error {
 	return ss.SendMsg(wrapperspb.String(describe(ss.Context())))
 }
 
+// hold answers each message of the stream with describe until the client
+// closes its side: a stream that lives as long as the client wants.
+func (e *echo) hold(_ any, ss grpc.ServerStream) error {
+	e.calls.Add(1)
+	for {
+		if err := ss.RecvMsg(new(wrapperspb.StringValue)); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if err := ss.SendMsg(wrapperspb.String(describe(ss.Context()))); err != nil {
+			return err
+		}
+	}
+}
+
 func (e *echo) desc() *grpc.ServiceDesc {
 	return &grpc.ServiceDesc{
 		ServiceName: "test.Echo",
 		HandlerType: (*any)(nil),
 		Methods:     []grpc.MethodDesc{e.unary("Say"), e.unary("Ping")},
-		Streams:     []grpc.StreamDesc{{StreamName: "Chat", Handler: e.chat, ServerStreams: true, ClientStreams: true}},
+		Streams: []grpc.StreamDesc{
+			{StreamName: "Chat", Handler: e.chat, ServerStreams: true, ClientStreams: true},
+			{StreamName: "Hold", Handler: e.hold, ServerStreams: true, ClientStreams: true},
+		},
 	}
 }
 

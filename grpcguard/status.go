@@ -27,9 +27,9 @@ func deniedStatus(ctx context.Context, _ string, d guard.Decision) error {
 	return retryable(ctx, codes.ResourceExhausted, "too many requests", d.RetryAfter)
 }
 
-// failed is the status error of a call that the guard could not decide
-// (AllowN's error err, with the denial d that stands for it), or ctx's
-// error. Only fixed texts reach the client: err is for the server.
+// failed is the status error of a call that the guard refused (Enter's
+// error err, with the denial d that stands for it), or ctx's error. Only
+// fixed texts reach the client: err is for the server.
 func failed(ctx context.Context, d guard.Decision, err error) error {
 	switch {
 	case errors.Is(err, guard.ErrInvalidKey):
