@@ -9,12 +9,20 @@
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(ic.Unary()), grpc.ChainStreamInterceptor(ic.Stream()))
 //
 // The key is the peer's address by default (PeerAddr); FullMethod,
-// Metadata, PeerAddr behind trusted proxies and Join make others. An
-// admitted call reaches the handler with its guard.Decision in the context
-// (FromContext). A refused call never reaches it, and ends with:
+// Metadata, PeerAddr behind trusted proxies and Join make others. Calls
+// are decided with guard.Guard.Enter, as guard.Guard.Middleware decides
+// requests. An admitted call reaches the handler with its guard.Decision
+// in the context (FromContext, and guard.FromContext). With
+// Policy.InFlight it holds a permit of its key's semaphore until the
+// handler returns (a stream: for its whole life), and the handler's
+// context is cancelled if the permit is lost. With Policy.Shadow, denied
+// calls reach the handler too, with the denial as their Decision. A
+// refused call never reaches it, and ends with:
 //
 //	what happened                                    code               RetryInfo, retry-after
-//	denied by the rules (the default denial)         ResourceExhausted  yes
+//	denied by the rules (the default denial); while  ResourceExhausted  yes
+//	  Redis cannot answer, by a Fallback or
+//	  FailOpen's in-process rules
 //	Redis could not answer, failing closed           Unavailable        yes (Policy.ErrorRetryAfter)
 //	  (guard.ErrUnavailable); Redis refused the
 //	  call (guard.ErrRejected)
@@ -36,17 +44,9 @@
 //
 // ErrBusy is Unavailable, as guard.Guard.Middleware answers it 503: the
 // call was admitted by the rules, and only the calls already running keep
-// it out. The interceptors decide with guard.Guard.AllowN, which takes no
-// InFlight permit, so they never meet it today.
-//
-// Three of guard.Guard.Middleware's behaviours are not the interceptors':
-// they decide with AllowN, which cannot tell them the Policy, so
-// Policy.Shadow does not let denied calls through (as guard.Guard.Do does
-// not) and Policy.InFlight does not bound running calls; and a denial made
-// while Redis cannot answer is Unavailable whether OnError denied it or a
-// Fallback's or FailOpen's in-process rules did (Middleware answers those
-// 429), since AllowN returns the same error for both. Nothing is refunded
-// when a handler fails, as in Middleware.
+// it out; its units are given back, and its RetryInfo is
+// Policy.ErrorRetryAfter. Nothing is refunded when a handler fails, as in
+// Middleware: a failed attempt counts.
 //
 // Limiter adapts a Guard to go-grpc-middleware's ratelimit.Limiter.
 //
