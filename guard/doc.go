@@ -49,13 +49,17 @@
 // q=5;w=3600) and the state of the rule with the least room, or of the one
 // that denied (RateLimit: its own r and t, not the whole key's).
 //
-// With Policy.InFlight, Do and Middleware also bound the calls of a key that
+// With Policy.InFlight, Do, Middleware and Enter also bound the calls of a key that
 // run at once, across the fleet: each holds a permit of the key's
 // mutex.Semaphore while it runs, and one that gets none within Timeout is
 // refused with ErrBusy (503 with Retry-After), its units given back. A
 // permit's lease, Policy.InFlightLease (3 s by default), is renewed while
 // the call runs: a process killed mid-call or while its calls wait has its
 // permits back within 3.15 s.
+//
+// Enter decides a call as Middleware decides a request (Shadow, InFlight,
+// FailOpen's and the Fallback's denials alike), for servers of other
+// transports: it returns a Call to run if Admitted and to end with Done.
 //
 // The package does not log and imports no metrics library: Policy.Observe
 // receives every decision, its error and latency, for Prometheus or

@@ -31,7 +31,7 @@ var (
 	// ErrBusy means a call that found Policy.InFlight calls of its key
 	// running, and none ending within Policy.Timeout: it did not run, and
 	// the units its admission took were given back. Middleware answers 503
-	// with Retry-After (ErrorRetryAfter).
+	// with Retry-After (ErrorRetryAfter); Enter returns it with that denial.
 	ErrBusy = errors.New("guard: too many calls in flight")
 	// ErrInvalidKey means an empty key, one over MaxKeyLen, or one the
 	// Policy's Normalize rejected.

@@ -86,3 +86,45 @@ func ExamplePolicy_inFlight() {
 	// second export: false true 1s
 	// after the first: true <nil>
 }
+
+// Enter decides a call of any transport as Middleware decides a request:
+// here a job of a queue consumer, one unit per job and at most one job
+// per tenant running at once. The call runs only if Admitted, in its
+// Context, and Done gives its InFlight permit back.
+func ExampleGuard_Enter() {
+	m, _ := miniredis.Run()
+	defer m.Close()
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	g, _ := guard.New(client, guard.Policy{
+		Prefix:   "jobs:",
+		Rules:    []funnel.Rule{funnel.Window(2, time.Hour)},
+		InFlight: 1,
+	})
+	handle := func(tenant string) {
+		call, err := g.Enter(ctx, tenant, 1)
+		defer call.Done()
+		switch {
+		case errors.Is(err, guard.ErrBusy):
+			fmt.Println("busy, retry in", call.Decision.RetryAfter)
+		case err != nil:
+			fmt.Println("error:", err)
+		case !call.Admitted():
+			fmt.Println("denied by", call.Decision.Rule)
+		default:
+			d, _ := guard.FromContext(call.Context()) // what the job itself sees
+			fmt.Println("run,", d.Remaining, "left")
+		}
+	}
+	first, _ := g.Enter(ctx, "tenant-7", 1) // a job of tenant-7 still running
+	handle("tenant-7")
+	first.Done()
+	handle("tenant-7")
+	handle("tenant-7")
+	// Output:
+	// busy, retry in 1s
+	// run, 0 left
+	// denied by 2 in 1h0m0s
+}

@@ -71,42 +71,26 @@ func (h *guarded) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// guard decides for r, and passes it on or answers it.
+// guard decides for r with Enter, and passes it on or answers it.
 func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
 	key, n, err := h.request(r)
 	if err != nil {
 		h.mc.failed(w, r, Decision{}, err)
 		return
 	}
-	d, sk, err := h.g.allowObserved(r.Context(), key, n)
-	if h.g.p.RateLimitHeaders && err == nil {
-		h.g.rateLimitHeaders(w.Header(), d, h.g.partitionKey(sk))
+	c, err := h.g.Enter(r.Context(), key, n)
+	defer c.Done()
+	if h.g.p.RateLimitHeaders && c.answered {
+		h.g.rateLimitHeaders(w.Header(), c.allowed, h.g.partitionKey(c.sk))
 	}
-	switch h.g.judge(d, err) {
-	case admitted:
-		h.run(w, r, d, sk, n)
-	case denied:
-		h.mc.denied(w, r, d)
+	switch {
+	case err != nil:
+		h.mc.failed(w, r, c.Decision, err)
+	case c.Admitted():
+		h.next.ServeHTTP(w, r.WithContext(c.Context()))
 	default:
-		h.mc.failed(w, r, d, err)
+		h.mc.denied(w, r, c.Decision)
 	}
-}
-
-// run passes r, admitted by d for the stored key sk at a cost of n units,
-// on to the next handler, which runs holding a slot of Policy.InFlight. A
-// request refused one gets its units back and is answered by the error
-// handler (503 with Retry-After by default); in Shadow it goes on without
-// one.
-func (h *guarded) run(w http.ResponseWriter, r *http.Request, d Decision, sk string, n int64) {
-	ctx := r.Context()
-	s, err := h.g.enter(ctx, sk, d.Degraded)
-	if err != nil && !h.g.p.Shadow {
-		_ = h.g.giveBack(ctx, sk, d, n) // nothing to tell the client: it waits ErrorRetryAfter either way
-		h.mc.failed(w, r, h.g.busyDecision(err), err)
-		return
-	}
-	defer h.g.leave(ctx, s)
-	h.next.ServeHTTP(w, r.WithContext(context.WithValue(s.context(ctx), decisionKey{}, d)))
 }
 
 // request is the key of r and the units it costs.
@@ -117,37 +101,6 @@ func (h *guarded) request(r *http.Request) (string, int64, error) {
 	}
 	n, err := h.mc.units(r)
 	return key, n, err
-}
-
-// A verdict is what Middleware does with a request the guard has decided
-// on; the zero value, undecided, lets nothing through.
-type verdict int
-
-const (
-	undecided verdict = iota // answered by the error handler
-	admitted                 // passed on to the next handler
-	denied                   // answered by the denied handler
-)
-
-// judge is the verdict on the decision d and the error err of AllowN.
-func (g *Guard) judge(d Decision, err error) verdict {
-	switch {
-	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
-		return undecided
-	case d.Allowed || g.p.Shadow:
-		return admitted
-	case g.failingClosed(d, err):
-		return undecided
-	case err != nil && !d.Degraded: // the request's context ended
-		return undecided
-	}
-	return denied
-}
-
-// failingClosed reports whether the denial d stands for a refusal of Redis,
-// or for an answer Redis could not give and no fallback replaced.
-func (g *Guard) failingClosed(d Decision, err error) bool {
-	return errors.Is(err, ErrRejected) || d.Degraded && g.fb == nil && g.local == nil
 }
 
 // A MiddlewareOption configures Middleware.
@@ -226,8 +179,9 @@ func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, d Decision,
 type decisionKey struct{}
 
 // FromContext returns the Decision Middleware made for the request whose
-// context ctx is (the handler's r.Context()); false when it made none (a
-// skipped request, or no Middleware).
+// context ctx is (the handler's r.Context()), or Enter for the call whose
+// context ctx is (Call.Context); false when none was made (a skipped
+// request, or no Middleware).
 func FromContext(ctx context.Context) (Decision, bool) {
 	d, ok := ctx.Value(decisionKey{}).(Decision)
 	return d, ok

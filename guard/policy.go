@@ -77,10 +77,10 @@ type Policy struct {
 	// Redis cannot stall an endpoint (DefaultTimeout if zero).
 	Timeout time.Duration
 	// InFlight, if positive, bounds the calls of one key that run at once,
-	// across every process of the fleet: Do and Middleware hold one permit
-	// of the key's semaphore of InFlight permits (a mutex.Semaphore on the
+	// across every process of the fleet: Do, Middleware and Enter hold one
+	// permit of the key's semaphore of InFlight permits (a mutex.Semaphore on the
 	// Locker of the guard's funnel, in the cluster slot of the key's lock and
-	// state) while fn or the handler runs. A call that finds none free waits
+	// state) while fn or the handler runs (an entered Call, until Done). A call that finds none free waits
 	// for one in the semaphore's FIFO queue, for Timeout at most, and is then
 	// refused with ErrBusy (Middleware: 503 with Retry-After), and the units
 	// its admission took are given back. The permit's lease, InFlightLease,
@@ -186,7 +186,8 @@ type Policy struct {
 	RateLimitHeaders bool
 	// Shadow decides, counts and observes every call as usual but blocks
 	// none: Middleware lets denied requests through (with the RateLimit
-	// fields, if on, and the real Decision in FromContext), and each
+	// fields, if on, and the real Decision in FromContext), Enter admits
+	// denied calls (with the real Decision in Call.Decision), and each
 	// Observation has Shadow set. Allow and AllowN still return the real
 	// Decision. Use it to roll a new limit out dark and watch what it
 	// would deny first.
