@@ -28,3 +28,26 @@ func TestNoPhoneLibrary(t *testing.T) {
 		}
 	}
 }
+
+// TestNoAdapterModules: the library's module requires neither grpc nor
+// OpenTelemetry, so a module that imports guard gets neither in its module
+// graph: the adapters (grpcguard, otelguard) are modules of their own.
+func TestNoAdapterModules(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is not on PATH: cannot list the module graph")
+	}
+	out, err := exec.Command(gobin, "list", "-m", "all").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -m all: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "github.com/redis/go-redis/v9 ") {
+		t.Fatalf("go list -m all listed no go-redis:\n%s", out)
+	}
+	for _, m := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(m, "google.golang.org/grpc ") || strings.HasPrefix(m, "go.opentelemetry.io/") ||
+			strings.HasPrefix(m, "github.com/funnelguard/funnelguard/grpcguard") || strings.HasPrefix(m, "github.com/funnelguard/funnelguard/otelguard") {
+			t.Errorf("the library's module graph holds %s", m)
+		}
+	}
+}
