@@ -1,5 +1,5 @@
 // Package otelguard reports funnelguard's decisions and waits to
-// OpenTelemetry: metrics of a guard's decisions through Policy.Observe
+// OpenTelemetry: metrics of a guard's decisions through guard.Policy.Observe
 // (Observer), and spans around a guard's calls, a lock's and a semaphore's
 // acquisitions (Tracer), under which the spans of the Redis commands nest.
 //

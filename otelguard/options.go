@@ -25,7 +25,9 @@ const (
 	// Observer), and "ok", "not_obtained" or "error" on a lock or semaphore
 	// wait.
 	AttrOutcome = attribute.Key("funnelguard.outcome")
-	// AttrRule is the name of the rule that denied; empty when allowed.
+	// AttrRule is Decision.Rule, the name of the rule that denied: empty
+	// when allowed or when no rule decided (Redis unavailable and failing
+	// closed). A span has it only when it is not empty.
 	AttrRule = attribute.Key("funnelguard.rule")
 	// AttrPrefix is the guard's Policy.Prefix (guard.DefaultPrefix when the
 	// Policy left it empty).
