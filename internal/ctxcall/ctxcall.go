@@ -43,7 +43,8 @@ func bounds(enabled bool, read, write time.Duration) bool {
 // when it arrives (to undo what f did, for example), in that goroutine.
 func Do[T any](ctx context.Context, w *Workers, f func(context.Context) (T, error), late func(T, error)) (T, error) {
 	if w == nil || ctx.Done() == nil {
-		return f(ctx)
+		v, err := f(ctx)
+		return v, settled(ctx, err)
 	}
 	var zero T
 	if err := ctx.Err(); err != nil {
@@ -73,14 +74,14 @@ func Do[T any](ctx context.Context, w *Workers, f func(context.Context) (T, erro
 	})
 	select {
 	case o := <-done:
-		return o.v, o.err
+		return o.v, settled(ctx, o.err)
 	case <-ctx.Done():
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	select {
 	case o := <-done: // both ready: the outcome is known, so report it
-		return o.v, o.err
+		return o.v, settled(ctx, o.err)
 	default:
 	}
 	abandoned = true
@@ -92,6 +93,22 @@ func Do[T any](ctx context.Context, w *Workers, f func(context.Context) (T, erro
 // on any client; a deadline does only on a client without
 // ContextTimeoutEnabled, which the message names.
 var ErrAbandoned = errors.New("outcome unknown: the call was abandoned at its context's end (a cancellation, or a deadline that the Redis client does not bound its commands by: set ContextTimeoutEnabled in its options)")
+
+// settled is err, f's error, joined with ctx's deadline error when it is a
+// time-out and ctx's deadline has passed: go-redis's socket deadline (the
+// context's deadline, ContextTimeoutEnabled) can fire before ctx's own
+// timer runs on a loaded machine, and the caller must still see that its
+// deadline ended the call.
+func settled(ctx context.Context, err error) error {
+	var te interface{ Timeout() bool }
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &te) || !te.Timeout() {
+		return err
+	}
+	if cerr := Ended(ctx); cerr != nil {
+		return fmt.Errorf("%w: %w", err, cerr)
+	}
+	return err
+}
 
 // Ended returns ctx's error once ctx has ended or its deadline has passed
 // (a deadline's timer may fire late on a loaded machine, and Err stays nil

@@ -125,3 +125,37 @@ func TestEnded(t *testing.T) {
 		}
 	}
 }
+
+// ioTimeout is a socket's time-out, as go-redis returns it when the
+// context's deadline (its socket deadline) passes.
+type ioTimeout struct{}
+
+func (ioTimeout) Error() string { return "i/o timeout" }
+func (ioTimeout) Timeout() bool { return true }
+
+// A call that timed out at its context's deadline matches
+// context.DeadlineExceeded even when ctx's timer has not fired yet (a
+// loaded machine): the socket deadline go-redis set from it fired first.
+// Another error, or a time-out before the deadline, is left alone.
+func TestTimeoutAtDeadline(t *testing.T) {
+	live, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	late := lateTimer{live} // Done is live's: not nil, never closed here
+	for _, w := range []*ctxcall.Workers{nil, ctxcall.NewWorkers()} {
+		for _, c := range []struct {
+			name string
+			ctx  context.Context
+			err  error
+			want bool
+		}{
+			{"a time-out past the deadline", late, ioTimeout{}, true},
+			{"a time-out before the deadline", live, ioTimeout{}, false},
+			{"another error past the deadline", late, errors.New("ERR"), false},
+		} {
+			_, err := ctxcall.Do(c.ctx, w, func(context.Context) (int, error) { return 0, c.err }, nil)
+			if got := errors.Is(err, context.DeadlineExceeded); got != c.want || !errors.Is(err, c.err) {
+				t.Errorf("workers %v, %s: %v; want DeadlineExceeded %v, wrapping %v", w != nil, c.name, err, c.want, c.err)
+			}
+		}
+	}
+}
