@@ -66,8 +66,8 @@ func (r Rule) compileCalendar() rule {
 	if c.month {
 		kind = "/month/"
 	}
-	id := fieldOf(r.Name + kind + strconv.FormatInt(r.Capacity, 10) + "/" + c.loc.String())
-	return rule{name: r.Name, id: id, arg: id, per: 1, full: r.Capacity, leak: 1, cal: c}
+	id := fieldOf(r.stateName(r.Name + kind + strconv.FormatInt(r.Capacity, 10) + "/" + c.loc.String()))
+	return rule{name: r.Name, id: id, arg: id, per: 1, full: r.Capacity, leak: 1, cal: c, shared: r.shared}
 }
 
 // A calendar is the zone and the length (a day or a month) of a PerDay or

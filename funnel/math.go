@@ -261,7 +261,7 @@ func (d decision) result(rules []rule) Result {
 	}
 	var reset, tight int64
 	for i, r := range rules {
-		left := (r.full - d.fills[i]) / r.per
+		left := max(r.full-d.fills[i], 0) / r.per
 		empty := r.emptyIn(d, i)
 		if i == 0 || left < res.Remaining || left == res.Remaining && empty > tight {
 			res.Remaining, res.Tightest, tight = left, r.name, empty

@@ -44,7 +44,7 @@ type expectation struct {
 // twice; a server clock behind est (stepped back) makes the gate read
 // instead.
 func (r rule) expect(seen string, n, est int64) (expectation, bool) {
-	if r.window > 0 || r.cal != nil {
+	if r.window > 0 || r.cal != nil || r.shared {
 		return expectation{}, false
 	}
 	if seen == "" {
@@ -77,7 +77,7 @@ func (r rule) fresh(n int64) (string, int64) {
 		return string(r.appendWindow(nil, withUnits(nil, 0, n), 0)), ceilDiv(r.window, 1000)
 	}
 	fill := n * r.per
-	b := strconv.AppendInt(nil, r.wait(fill, 1), 36)
+	b := strconv.AppendInt(nil, r.gate(r.wait(fill, 1)), 36)
 	b = append(b, ':')
 	b = strconv.AppendInt(b, fill, 36)
 	return string(append(b, ':')), min(ceilDiv(ceilDiv(fill, r.leak), 1000), maxTTL)

@@ -51,6 +51,43 @@ type Rule struct {
 	// a calendar day or month (see PerDay: Capacity units in each, in loc).
 	kind ruleKind
 	loc  *time.Location
+	// share names the state the rule keeps, if shared (Sharing); else
+	// it keeps it under its name and figures.
+	share  string
+	shared bool
+}
+
+// Sharing returns r keeping its state under the name state instead of
+// under its own name and figures: rules of one kind (a funnel, a window, a
+// calendar day or month) and one Per (and zone) that share a state name
+// keep one state in a key, whatever their Capacity and Leak. A key decided
+// by one of them and then by another (a tenant moved to a smaller plan,
+// see guard.Policy.Plans) is decided by the second on what the first
+// took: moved from Window(1000, time.Minute) after 500 calls in the minute
+// to Window(10, time.Minute), it is denied until the minute has passed.
+// r's Name is unchanged: it names the rule in a Result. state is 1 to
+// MaxRuleName bytes; two rules of one call cannot share one state.
+func (r Rule) Sharing(state string) Rule {
+	r.share, r.shared = state, true
+	return r
+}
+
+// stateName is the name of r's state: its Sharing name and the figures
+// that make the unit of its level (kind, period, zone), or base, its name
+// and all its figures.
+func (r Rule) stateName(base string) string {
+	if !r.shared {
+		return base
+	}
+	return "shared/" + r.share + "/" + strconv.Itoa(int(r.kind)) + "/" + strconv.FormatInt(int64(r.Per/time.Microsecond), 10) + "/" + r.zoneName()
+}
+
+// zoneName is a calendar rule's zone, "" for the others.
+func (r Rule) zoneName() string {
+	if r.loc == nil {
+		return ""
+	}
+	return r.loc.String()
 }
 
 // A ruleKind tells a funnel from the rules that count units otherwise.
@@ -125,6 +162,10 @@ type rule struct {
 	// cal is a calendar rule's zone and period, nil for the others. It
 	// counts units too: per and leak are 1 and full is its n.
 	cal *calendar
+	// shared: the rule's state may hold what rules of other capacities
+	// took (Rule.Sharing), more than full; its stored wait is 0 (no gate:
+	// the gate of another capacity would be wrong for it).
+	shared bool
 }
 
 // compile returns r in exact units, or an error matching ErrInvalidRule.
@@ -140,15 +181,15 @@ func (r Rule) compile() (rule, error) {
 		return r.compileCalendar(), nil
 	}
 	if r.kind == kindWindow {
-		id := fieldOf(r.Name + "/window/" + strconv.FormatInt(r.Capacity, 10) + "/" + strconv.FormatInt(per, 10))
-		return rule{name: r.Name, id: id, arg: id, per: 1, full: r.Capacity, leak: 1, window: per}, nil
+		id := fieldOf(r.stateName(r.Name + "/window/" + strconv.FormatInt(r.Capacity, 10) + "/" + strconv.FormatInt(per, 10)))
+		return rule{name: r.Name, id: id, arg: id, per: 1, full: r.Capacity, leak: 1, window: per, shared: r.shared}, nil
 	}
 	hi, full := bits.Mul64(uint64(r.Capacity), uint64(per))
 	if hi != 0 || full > maxScaled {
 		return bad("Capacity * Per (in µs) exceeds 2^61")
 	}
-	id := fieldOf(r.Name + "/" + strconv.FormatInt(r.Capacity, 10) + "/" + strconv.FormatInt(r.Leak, 10) + "/" + strconv.FormatInt(per, 10))
-	return rule{name: r.Name, id: id, arg: id, per: per, full: int64(full), leak: r.Leak}, nil
+	id := fieldOf(r.stateName(r.Name + "/" + strconv.FormatInt(r.Capacity, 10) + "/" + strconv.FormatInt(r.Leak, 10) + "/" + strconv.FormatInt(per, 10)))
+	return rule{name: r.Name, id: id, arg: id, per: per, full: int64(full), leak: r.Leak, shared: r.shared}, nil
 }
 
 // invalid returns why a field of r is out of range, "" if none is. (Their
@@ -157,6 +198,8 @@ func (r Rule) invalid() string {
 	switch {
 	case r.Name == "" || len(r.Name) > MaxRuleName:
 		return fmt.Sprintf("the name must have 1 to %d bytes", MaxRuleName)
+	case r.shared && (r.share == "" || len(r.share) > MaxRuleName):
+		return fmt.Sprintf("a Sharing state name must have 1 to %d bytes", MaxRuleName)
 	case r.Capacity <= 0:
 		return "Capacity must be positive"
 	case r.kind == kindDay || r.kind == kindMonth:
@@ -218,6 +261,9 @@ func compileRules(rules []Rule, compile func(Rule) (rule, error)) ([]rule, error
 		}
 		if slices.ContainsFunc(out[:i], func(prev rule) bool { return prev.name == c.name }) {
 			return nil, fmt.Errorf("%w: two rules named %q", ErrInvalidRule, c.name)
+		}
+		if j := slices.IndexFunc(out[:i], func(prev rule) bool { return prev.id == c.id }); j >= 0 {
+			return nil, fmt.Errorf("%w: rules %q and %q share one state (Sharing)", ErrInvalidRule, out[j].name, c.name)
 		}
 		out[i] = c
 	}

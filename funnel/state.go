@@ -36,7 +36,10 @@ import (
 // server time at.
 func (r rule) encode(fill, at int64) string {
 	wait := r.wait(fill, 1)
-	if r.cal != nil {
+	switch {
+	case r.shared:
+		wait = 0
+	case r.cal != nil:
 		wait = r.calendarWait(fill, at, 1)
 	}
 	b := make([]byte, 0, 32)
@@ -51,7 +54,7 @@ func (r rule) encode(fill, at int64) string {
 // appendWindow appends the stored value of window r holding the units log
 // (live at at, ascending) at server time at, but <at>: "<wait>:<log>:".
 func (r rule) appendWindow(b []byte, log []int64, at int64) []byte {
-	b = strconv.AppendInt(b, r.windowWait(log, at, 1), 36)
+	b = strconv.AppendInt(b, r.gate(r.windowWait(log, at, 1)), 36)
 	b = append(b, ':')
 	for i := 0; i < len(log); {
 		j := i + 1
@@ -99,7 +102,7 @@ func (r rule) parseWindow(s string) (level, bool) {
 			count, ok2 = parseBase36(counts)
 			ok = ok && ok2 && count >= 1
 		}
-		if !ok || off > prev || off > at || count > r.full-int64(len(log)) {
+		if !ok || off > prev || off > at || count > r.most()-int64(len(log)) {
 			return level{}, false
 		}
 		prev = off
@@ -127,10 +130,27 @@ func (r rule) decode(v any) (level, error) {
 		return lv, nil
 	}
 	lv, ok := parseLevel(s)
-	if !ok || lv.fill > r.full {
+	if !ok || lv.fill > r.full && !r.shared {
 		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
 	}
 	return lv, nil
+}
+
+// gate is the stored wait of r for the wait w: 0 for a shared rule.
+func (r rule) gate(w int64) int64 {
+	if r.shared {
+		return 0
+	}
+	return w
+}
+
+// most is the most units a stored window may hold for r: its n, or for a
+// shared rule the most any window holds.
+func (r rule) most() int64 {
+	if r.shared {
+		return MaxWindow
+	}
+	return r.full
 }
 
 // parseLevel reads the level in a stored value, and reports whether it has
