@@ -27,6 +27,7 @@
 //	  (guard.ErrUnavailable); Redis refused the
 //	  call (guard.ErrRejected)
 //	no InFlight permit in time (guard.ErrBusy)       Unavailable        yes
+//	no plan for the key (guard.ErrPlan)              Unavailable        yes
 //	the key function failed, the key is invalid      InvalidArgument    no
 //	  (guard.ErrInvalidKey), the cost is below 1,
 //	  failed or is over a rule's capacity

@@ -40,6 +40,8 @@ func failed(ctx context.Context, d guard.Decision, err error) error {
 		return retryable(ctx, codes.Unavailable, "too many requests in flight", d.RetryAfter)
 	case errors.Is(err, guard.ErrUnavailable), errors.Is(err, guard.ErrRejected):
 		return retryable(ctx, codes.Unavailable, "rate limiter unavailable", d.RetryAfter)
+	case errors.Is(err, guard.ErrPlan):
+		return retryable(ctx, codes.Unavailable, "no plan for the request's key", d.RetryAfter)
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err()).Err()
 	}

@@ -23,9 +23,9 @@ type Call struct {
 	ctx      context.Context
 	held     *held // nil unless the call holds an InFlight slot
 	// For Middleware's RateLimit field: the stored key ("" for an invalid
-	// one), AllowN's decision (Decision before ErrBusy replaced it), and
-	// whether Redis made it (AllowN returned no error).
-	sk       string
+	// one) and the plan, AllowN's decision (Decision before ErrBusy
+	// replaced it), and whether Redis made it (AllowN returned no error).
+	k        keyed
 	allowed  Decision
 	answered bool
 }
@@ -68,8 +68,8 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	if ctx == nil {
 		return Call{}, ErrNilContext
 	}
-	d, sk, err := g.allowObserved(ctx, key, n)
-	c := Call{Decision: d, sk: sk, allowed: d, answered: err == nil}
+	d, k, err := g.allowObserved(ctx, key, n)
+	c := Call{Decision: d, k: k, allowed: d, answered: err == nil}
 	switch g.judge(d, err) {
 	case admitted:
 		return g.hold(ctx, c, n)
@@ -84,9 +84,9 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 // ErrUnavailable, ErrRejected, ctx's) error; under Shadow it runs without
 // one.
 func (g *Guard) hold(ctx context.Context, c Call, n int64) (Call, error) {
-	s, err := g.enter(ctx, c.sk, c.Decision.Degraded)
+	s, err := g.enter(ctx, c.k.sk, c.Decision.Degraded)
 	if err != nil && !g.p.Shadow {
-		_ = g.giveBack(ctx, c.sk, c.Decision, n) // nothing to tell the client: it waits ErrorRetryAfter either way
+		_ = g.giveBack(ctx, c.k, c.Decision, n) // nothing to tell the client: it waits ErrorRetryAfter either way
 		c.Decision = g.busyDecision(err)
 		return c.in(ctx), err
 	}

@@ -61,6 +61,11 @@
 // FailOpen's and the Fallback's denials alike), for servers of other
 // transports: it returns a Call to run if Admitted and to end with Done.
 //
+// With Policy.Plans and Policy.PlanOf, each key is decided by the rules of
+// its plan at the call (a tenant's "free" or "pro"), one Guard for every
+// plan; a changed plan takes effect on the next call, with what the key
+// took kept (see Policy.Plans).
+//
 // The package does not log and imports no metrics library: Policy.Observe
 // receives every decision, its error and latency, for Prometheus or
 // OpenTelemetry.

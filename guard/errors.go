@@ -40,6 +40,10 @@ var (
 	// it is wrapped with the cause, such as funnel.ErrInvalidRule for a bad
 	// rule or funnel.ErrInvalidOption for a bad Policy.Funnel option.
 	ErrInvalidPolicy = errors.New("guard: invalid policy")
+	// ErrPlan wraps the error of Policy.PlanOf, or a plan name that
+	// Policy.Plans does not hold: the call is denied (RetryAfter
+	// ErrorRetryAfter) and nothing is taken.
+	ErrPlan = errors.New("guard: no plan for the key")
 	// ErrNilContext is mutex.ErrNilContext: a call given a nil context,
 	// which it refuses before anything else (it takes and runs nothing).
 	ErrNilContext = mutex.ErrNilContext

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -127,4 +128,42 @@ func ExampleGuard_Enter() {
 	// busy, retry in 1s
 	// run, 0 left
 	// denied by 2 in 1h0m0s
+}
+
+// Plans per tenant: the rules of each call are its tenant's plan at the
+// call, so an upgrade or a downgrade takes effect on the next call, with
+// what the tenant took kept.
+func ExamplePolicy_plans() {
+	m, _ := miniredis.Run()
+	defer m.Close()
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	var mu sync.Mutex
+	plans := map[string]string{"acme": "pro"} // kept in memory, changed at run time
+	g, _ := guard.New(client, guard.Policy{
+		Prefix: "api:tenant:",
+		Rules:  []funnel.Rule{funnel.Window(10, time.Minute)}, // a tenant of plan ""
+		Plans: map[string][]funnel.Rule{
+			"free": {funnel.Window(10, time.Minute)},
+			"pro":  {funnel.Window(1000, time.Minute)},
+		},
+		PlanOf: func(_ context.Context, tenant string) (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return plans[tenant], nil
+		},
+	})
+	d, _ := g.AllowN(ctx, "acme", 50)
+	fmt.Println("50 calls on pro:", d.Allowed)
+
+	mu.Lock()
+	plans["acme"] = "free"
+	mu.Unlock()
+	d, _ = g.Allow(ctx, "acme")
+	fmt.Println("then on free:", d.Allowed, d.Rule)
+	// Output:
+	// 50 calls on pro: true
+	// then on free: false 10 in 1m0s
 }

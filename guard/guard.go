@@ -67,6 +67,7 @@ type Decision struct {
 // for metrics and traces, and never the key itself.
 type Observation struct {
 	Prefix   string // the guard's
+	Plan     string // the key's plan (Policy.Plans), "" for Rules
 	N        int64
 	Decision Decision
 	Err      error
@@ -165,29 +166,50 @@ func (g *Guard) AllowN(ctx context.Context, key string, n int64) (Decision, erro
 	return d, err
 }
 
-// allowObserved is AllowN that also returns the stored key ("" when the
-// key is invalid), for Middleware's RateLimit field.
-func (g *Guard) allowObserved(ctx context.Context, key string, n int64) (Decision, string, error) {
-	if ctx == nil {
-		return Decision{}, "", ErrNilContext
-	}
-	start := time.Now()
-	sk, err := g.storedKey(key)
-	var d Decision
-	if err == nil {
-		d, err = g.allow(ctx, sk, n)
-	}
-	if g.p.Observe != nil {
-		g.p.Observe(Observation{Prefix: g.p.Prefix, N: n, Decision: d, Err: err, Latency: time.Since(start), Shadow: g.p.Shadow})
-	}
-	return d, sk, err
+// A keyed call is a call's stored key ("" when the key is invalid) and
+// its plan.
+type keyed struct {
+	sk   string
+	plan plan
 }
 
-// allow decides for the stored key sk.
-func (g *Guard) allow(ctx context.Context, sk string, n int64) (Decision, error) {
+// key returns the keyed call of key: its stored key and its plan.
+func (g *Guard) key(ctx context.Context, key string) (keyed, error) {
+	sk, err := g.storedKey(key)
+	if err != nil {
+		return keyed{}, err
+	}
+	p, err := g.planOf(ctx, key)
+	return keyed{sk: sk, plan: p}, err
+}
+
+// allowObserved is AllowN that also returns the keyed call, for Enter and
+// Middleware's RateLimit fields.
+func (g *Guard) allowObserved(ctx context.Context, key string, n int64) (Decision, keyed, error) {
+	if ctx == nil {
+		return Decision{}, keyed{}, ErrNilContext
+	}
+	start := time.Now()
+	k, err := g.key(ctx, key)
+	var d Decision
+	switch {
+	case err == nil:
+		d, err = g.allow(ctx, k, n)
+	case errors.Is(err, ErrPlan):
+		d = Decision{RetryAfter: g.p.ErrorRetryAfter}
+	}
+	if g.p.Observe != nil {
+		g.p.Observe(Observation{Prefix: g.p.Prefix, Plan: k.plan.name, N: n, Decision: d, Err: err,
+			Latency: time.Since(start), Shadow: g.p.Shadow})
+	}
+	return d, k, err
+}
+
+// allow decides for the keyed call k.
+func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
 	var res funnel.Result
 	err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (err error) {
-		res, err = lim.AllowN(cctx, sk, n, g.p.Rules...)
+		res, err = lim.AllowN(cctx, k.sk, n, k.plan.rules...)
 		return err
 	})
 	if err == nil {
@@ -202,10 +224,10 @@ func (g *Guard) allow(ctx context.Context, sk string, n int64) (Decision, error)
 	uerr := fmt.Errorf("%w: %w", ErrUnavailable, err)
 	switch {
 	case g.fb != nil:
-		ok, wait := g.fb.allow(sk, n)
+		ok, wait := g.fb.allow(k.sk, n)
 		return Decision{Allowed: ok, RetryAfter: wait, Degraded: true}, uerr
 	case g.local != nil:
-		res, lerr := g.local.AllowN(time.Now(), sk, n, g.p.Rules...)
+		res, lerr := g.local.AllowN(time.Now(), k.sk, n, k.plan.rules...)
 		if lerr != nil { // the rules passed New's checks: n is the only cause
 			return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, errors.Join(uerr, lerr)
 		}
@@ -224,13 +246,13 @@ func (g *Guard) Peek(ctx context.Context, key string) (Decision, error) {
 	if ctx == nil {
 		return Decision{}, ErrNilContext
 	}
-	sk, err := g.storedKey(key)
+	k, err := g.key(ctx, key)
 	if err != nil {
 		return Decision{}, err
 	}
 	var res funnel.Result
 	err = g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (err error) {
-		res, err = lim.Peek(cctx, sk, g.p.Rules...)
+		res, err = lim.Peek(cctx, k.sk, k.plan.rules...)
 		return err
 	})
 	if err != nil {
@@ -258,17 +280,17 @@ func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
 	if ctx == nil {
 		return ErrNilContext
 	}
-	sk, err := g.storedKey(key)
+	k, err := g.key(ctx, key)
 	if err != nil {
 		return err
 	}
-	return g.refund(ctx, sk, n)
+	return g.refund(ctx, k, n)
 }
 
-// refund is RefundN for the stored key sk.
-func (g *Guard) refund(ctx context.Context, sk string, n int64) error {
+// refund is RefundN for the keyed call k.
+func (g *Guard) refund(ctx context.Context, k keyed, n int64) error {
 	err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) error {
-		return lim.Refund(cctx, sk, n, g.p.Rules...)
+		return lim.Refund(cctx, k.sk, n, k.plan.rules...)
 	})
 	if err != nil {
 		if errors.Is(err, funnel.ErrInvalidN) || ctx.Err() != nil {
@@ -308,18 +330,18 @@ func redisError(err error) error {
 // ErrorRetryAfter) with an error matching ErrBusy (or ErrUnavailable,
 // ErrRejected: see Policy.InFlight).
 func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) error) (Decision, error) {
-	d, sk, err := g.allowObserved(ctx, key, 1)
+	d, k, err := g.allowObserved(ctx, key, 1)
 	if !d.Allowed {
 		return d, err
 	}
-	s, serr := g.enter(ctx, sk, d.Degraded)
+	s, serr := g.enter(ctx, k.sk, d.Degraded)
 	if serr != nil {
-		return g.busyDecision(serr), errors.Join(serr, g.giveBack(ctx, sk, d, 1))
+		return g.busyDecision(serr), errors.Join(serr, g.giveBack(ctx, k, d, 1))
 	}
 	defer g.leave(ctx, s)
 	err = errors.Join(err, s.degraded)
 	if ferr := fn(s.context(ctx)); ferr != nil {
-		rerr := g.giveBack(ctx, sk, d, 1)
+		rerr := g.giveBack(ctx, k, d, 1)
 		if rerr == nil && err == nil {
 			return d, ferr
 		}
@@ -328,14 +350,14 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) err
 	return d, err
 }
 
-// giveBack refunds the n units the admission d of the stored key sk took
+// giveBack refunds the n units the admission d of the keyed call k took
 // in Redis (none when d was Degraded), for a call that did not happen,
 // whatever happened to ctx.
-func (g *Guard) giveBack(ctx context.Context, sk string, d Decision, n int64) error {
+func (g *Guard) giveBack(ctx context.Context, k keyed, d Decision, n int64) error {
 	if d.Degraded || !d.Allowed {
 		return nil
 	}
-	return g.refund(context.WithoutCancel(ctx), sk, n)
+	return g.refund(context.WithoutCancel(ctx), k, n)
 }
 
 // storedKey maps a caller's key to the key kept in Redis: normalized, then

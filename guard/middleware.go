@@ -81,7 +81,7 @@ func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
 	c, err := h.g.Enter(r.Context(), key, n)
 	defer c.Done()
 	if h.g.p.RateLimitHeaders && c.answered {
-		h.g.rateLimitHeaders(w.Header(), c.allowed, h.g.partitionKey(c.sk))
+		h.g.rateLimitHeaders(w.Header(), c.allowed, c.k.plan.rules, h.g.partitionKey(c.k.sk))
 	}
 	switch {
 	case err != nil:
@@ -213,6 +213,8 @@ func errorJSON(w http.ResponseWriter, r *http.Request, d Decision, err error) {
 		unavailableJSON(w, d, "too many requests in flight")
 	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrRejected):
 		unavailableJSON(w, d, "rate limiter unavailable")
+	case errors.Is(err, ErrPlan):
+		unavailableJSON(w, d, "no plan for the request's key")
 	default:
 		writeJSON(w, http.StatusServiceUnavailable, body{Error: "request cancelled"})
 	}
@@ -265,10 +267,10 @@ func writeJSON(w http.ResponseWriter, status int, b body) {
 // same for every request of one key of this guard and tells nothing of the
 // key (the first 9 bytes of a SHA-256 of the guard's prefix and its stored
 // key, which is itself an HMAC with Policy.Secret).
-func (g *Guard) rateLimitHeaders(h http.Header, d Decision, pk string) {
+func (g *Guard) rateLimitHeaders(h http.Header, d Decision, rules []funnel.Rule, pk string) {
 	now := time.Now()
-	pol := make([]string, len(g.p.Rules))
-	for i, r := range g.p.Rules {
+	pol := make([]string, len(rules))
+	for i, r := range rules {
 		q, w := r.Quota(now)
 		pol[i] = sfString(r.Name) + ";q=" + strconv.FormatInt(q, 10) + ";w=" + strconv.FormatInt(max(ceilSeconds(w), 1), 10)
 	}
@@ -276,16 +278,11 @@ func (g *Guard) rateLimitHeaders(h http.Header, d Decision, pk string) {
 	name, left, t := d.Tightest, d.Remaining, d.TightestReset
 	if !d.Allowed {
 		left, t = 0, d.RetryAfter
-		if g.hasRule(d.Rule) {
+		if slices.ContainsFunc(rules, func(r funnel.Rule) bool { return r.Name == d.Rule }) {
 			name = d.Rule
 		}
 	}
 	h.Set("RateLimit", sfString(name)+";r="+strconv.FormatInt(left, 10)+";t="+strconv.FormatInt(ceilSeconds(t), 10)+pk)
-}
-
-// hasRule reports whether one of the Policy's rules is named name.
-func (g *Guard) hasRule(name string) bool {
-	return slices.ContainsFunc(g.p.Rules, func(r funnel.Rule) bool { return r.Name == name })
 }
 
 // partitionKey is the pk parameter of the RateLimit field of the stored key

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"time"
 
@@ -136,6 +137,30 @@ type Policy struct {
 	// Observe, if set, is called after every decision (see Observation). It
 	// must be fast and safe for concurrent use.
 	Observe func(Observation)
+	// Plans, if set, are rule sets by name for keys whose limits depend on
+	// whose they are (a tenant's plan: "free", 10 a minute; "pro", 1,000):
+	// PlanOf names the plan of each call's key, at the call, and that
+	// plan's rules decide it instead of Rules, which decide the keys whose
+	// plan is "". A plan changed (a tenant upgraded) takes effect on the
+	// key's next call; Middleware's RateLimit-Policy lists the plan's rules.
+	//
+	// The i-th rule of every plan (and of Rules) keeps one state in a key
+	// where their kinds and periods match (funnel.Rule.Sharing): a key
+	// moved to a smaller plan is decided by it at once on what it took
+	// under the larger (500 calls of the last minute deny it under "free"
+	// until they are a minute old), and one moved up has the larger plan's
+	// room less what it took. List the plans' rules in one order: Window
+	// per minute first, PerDay second. A rule of a plan keeps no gate in
+	// Redis (another plan's capacity could not read it), so its denials
+	// take the two round trips of an admission.
+	Plans map[string][]funnel.Rule
+	// PlanOf names the plan of key, the key as the caller gave it (before
+	// Normalize), on every call (Allow, Peek, Refund, Do, Enter,
+	// Middleware): "" is Rules. It must be fast (keep the tenants' plans
+	// in memory) and safe for concurrent use. An error of it, or a name
+	// Plans does not hold, refuses the call with ErrPlan (Middleware: 503
+	// with Retry-After ErrorRetryAfter). Plans and PlanOf go together.
+	PlanOf func(ctx context.Context, key string) (string, error)
 	// Funnel configures the guard's funnel.Limiter: New passes
 	// funnel.WithPrefix(Prefix) and then these options to funnel.New, and a
 	// bad one is New's error (ErrInvalidPolicy and funnel.ErrInvalidOption).
@@ -251,6 +276,9 @@ func (p Policy) check() (Policy, error) {
 	}
 	// The caller may reuse its slices.
 	p.Rules = append([]funnel.Rule(nil), p.Rules...)
+	if p, err = p.checkPlans(); err != nil {
+		return p, err
+	}
 	p.Funnel = append([]funnel.Option(nil), p.Funnel...)
 	return p, nil
 }

@@ -12,8 +12,8 @@ import (
 // Metric names.
 const (
 	// MetricDecisions counts decisions ({decision}), with AttrOutcome,
-	// AttrRule, AttrPrefix, AttrDegraded, AttrShadow and, on an error,
-	// AttrErrorType.
+	// AttrRule, AttrPrefix, AttrDegraded, AttrShadow, AttrPlan (with
+	// plans) and, on an error, AttrErrorType.
 	MetricDecisions = "funnelguard.decisions"
 	// MetricDecisionDuration is the latency of decisions in seconds, with
 	// the attributes of MetricDecisions.
@@ -109,6 +109,9 @@ func (o *Observer) decisionAttrs(obs guard.Observation) []attribute.KeyValue {
 		AttrPrefix.String(prefixOf(obs.Prefix)),
 		AttrDegraded.Bool(obs.Decision.Degraded),
 		AttrShadow.Bool(obs.Shadow))
+	if obs.Plan != "" {
+		attrs = append(attrs, AttrPlan.String(obs.Plan))
+	}
 	if obs.Err != nil {
 		attrs = append(attrs, AttrErrorType.String(errorType(obs.Err)))
 	}

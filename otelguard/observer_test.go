@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/guard"
 	"github.com/funnelguard/funnelguard/otelguard"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -131,5 +132,33 @@ func total(t *testing.T, rm metricdata.ResourceMetrics, name string) int64 {
 func TestNewObserverNilProvider(t *testing.T) {
 	if _, err := otelguard.NewObserver(nil); !errors.Is(err, otelguard.ErrNilProvider) {
 		t.Errorf("NewObserver(nil): %v", err)
+	}
+}
+
+// A guard with plans: each decision names its key's plan; a key without
+// one is an error of type no_plan.
+func TestObserverPlans(t *testing.T) {
+	e := newEnv(t)
+	g := e.guard(t, guard.Policy{Plans: map[string][]funnel.Rule{"pro": {twoAnHour}},
+		PlanOf: func(_ context.Context, key string) (string, error) {
+			if key == phone {
+				return "pro", nil
+			}
+			return "", errors.New("unknown tenant")
+		}})
+	ctx := context.Background()
+	if d, err := g.Allow(ctx, phone); err != nil || !d.Allowed {
+		t.Fatalf("Allow on pro: %+v, %v", d, err)
+	}
+	if _, err := g.Allow(ctx, "+8613800138001"); !errors.Is(err, guard.ErrPlan) {
+		t.Fatalf("Allow without a plan: %v; want ErrPlan", err)
+	}
+	got := map[string]int64{}
+	for _, p := range counter(t, e.collect(t), otelguard.MetricDecisions) {
+		a := attrs(p.Attributes)
+		got[a["funnelguard.outcome"]+"/"+a["funnelguard.plan"]+"/"+a["error.type"]] += p.Value
+	}
+	if got["allowed/pro/"] != 1 || got["error//no_plan"] != 1 || len(got) != 2 {
+		t.Errorf("decisions by outcome/plan/error.type %v; want allowed/pro/ 1 and error//no_plan 1", got)
 	}
 }

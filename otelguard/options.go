@@ -32,6 +32,9 @@ const (
 	// AttrPrefix is the guard's Policy.Prefix (guard.DefaultPrefix when the
 	// Policy left it empty).
 	AttrPrefix = attribute.Key("funnelguard.prefix")
+	// AttrPlan is Observation.Plan: the key's plan (guard.Policy.Plans), on
+	// decisions of a guard with plans only.
+	AttrPlan = attribute.Key("funnelguard.plan")
 	// AttrDegraded is Decision.Degraded: decided without Redis.
 	AttrDegraded = attribute.Key("funnelguard.degraded")
 	// AttrShadow is Observation.Shadow: the Policy blocks nothing.
@@ -96,6 +99,7 @@ var errorTypes = []struct {
 	{guard.ErrUnavailable, "unavailable"},
 	{guard.ErrRejected, "rejected"},
 	{guard.ErrBusy, "busy"},
+	{guard.ErrPlan, "no_plan"},
 	{guard.ErrInvalidKey, "invalid_key"},
 	{mutex.ErrInvalid, "invalid"},
 	{mutex.ErrNotObtained, "not_obtained"},

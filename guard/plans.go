@@ -1,0 +1,70 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/funnelguard/funnelguard/funnel"
+)
+
+// A plan is the rules that decide one call, and their plan's name.
+type plan struct {
+	name  string // "" for Policy.Rules
+	rules []funnel.Rule
+}
+
+// planOf returns the plan of key (the caller's key, before Normalize):
+// Policy.Rules, or the Plans entry PlanOf names. An error of PlanOf, or a
+// name that Plans does not hold, matches ErrPlan.
+func (g *Guard) planOf(ctx context.Context, key string) (plan, error) {
+	if g.p.PlanOf == nil {
+		return plan{rules: g.p.Rules}, nil
+	}
+	name, err := g.p.PlanOf(ctx, key)
+	switch {
+	case err != nil:
+		return plan{name: name}, fmt.Errorf("%w: %w", ErrPlan, err)
+	case name == "":
+		return plan{rules: g.p.Rules}, nil
+	}
+	rules, ok := g.p.Plans[name]
+	if !ok {
+		return plan{name: name}, fmt.Errorf("%w: %q is not one of Policy.Plans", ErrPlan, name)
+	}
+	return plan{name: name, rules: rules}, nil
+}
+
+// checkPlans validates p's plans and makes the i-th rule of every plan,
+// Rules among them, share one state (funnel.Rule.Sharing) where their
+// kinds and periods match: a key whose plan changes keeps what it took.
+func (p Policy) checkPlans() (Policy, error) {
+	if (p.PlanOf == nil) != (len(p.Plans) == 0) {
+		return p, fmt.Errorf("%w: Plans and PlanOf go together", ErrInvalidPolicy)
+	}
+	if p.PlanOf == nil {
+		return p, nil
+	}
+	p.Rules = sharing(p.Rules)
+	plans := make(map[string][]funnel.Rule, len(p.Plans))
+	for name, rules := range p.Plans {
+		if name == "" || len(rules) == 0 {
+			return p, fmt.Errorf("%w: plan %q: a plan has a name and at least one rule (the plan \"\" is Rules)", ErrInvalidPolicy, name)
+		}
+		if err := funnel.Validate(rules...); err != nil {
+			return p, fmt.Errorf("%w: plan %q: %w", ErrInvalidPolicy, name, err)
+		}
+		plans[name] = sharing(rules)
+	}
+	p.Plans = plans
+	return p, nil
+}
+
+// sharing returns a copy of rules, the i-th sharing the state named i.
+func sharing(rules []funnel.Rule) []funnel.Rule {
+	out := make([]funnel.Rule, len(rules))
+	for i, r := range rules {
+		out[i] = r.Sharing("plan rule " + strconv.Itoa(i))
+	}
+	return out
+}

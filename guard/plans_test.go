@@ -1,0 +1,155 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/guard"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+)
+
+// tenants is a PlanOf over plans kept in memory, changed at run time.
+type tenants struct {
+	mu   sync.Mutex
+	plan map[string]string
+}
+
+func (t *tenants) set(key, plan string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.plan[key] = plan
+}
+
+func (t *tenants) planOf(_ context.Context, key string) (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.plan[key]
+	if !ok {
+		return "", errors.New("unknown tenant")
+	}
+	return p, nil
+}
+
+var (
+	freeRules = []funnel.Rule{funnel.Window(10, time.Minute), funnel.PerDay(100, time.UTC)}
+	proRules  = []funnel.Rule{funnel.Window(1000, time.Minute), funnel.PerDay(100_000, time.UTC)}
+)
+
+func plansGuard(t *testing.T, b *testutil.Backend, ts *tenants, observe func(guard.Observation)) *guard.Guard {
+	return newGuard(t, b, guard.Policy{Rules: freeRules, RateLimitHeaders: true, Observe: observe,
+		Plans: map[string][]funnel.Rule{"free": freeRules, "pro": proRules}, PlanOf: ts.planOf})
+}
+
+// A key's plan is read at each call: moved to a smaller plan it is judged by
+// it at once on what it took under the larger one; moved back, it has the
+// larger plan's room less what it took. (50 calls of the minute deny it
+// under free, 10 a minute and 100 a day, until they are a minute old.)
+func TestPlansMoveKeepsUsage(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		ts := &tenants{plan: map[string]string{"acme": "pro", "tiny": "free"}}
+		var mu sync.Mutex
+		var plans []string
+		g := plansGuard(t, b, ts, func(o guard.Observation) {
+			mu.Lock()
+			defer mu.Unlock()
+			plans = append(plans, o.Plan)
+		})
+		if d, err := g.AllowN(ctx, "acme", 50); err != nil || !d.Allowed {
+			t.Fatalf("50 calls under pro: %+v, %v", d, err)
+		}
+		if d, err := g.AllowN(ctx, "tiny", 11); err == nil || d.Allowed {
+			t.Fatalf("11 calls under free: %+v, %v; want refused (over its capacity)", d, err)
+		}
+		ts.set("acme", "free")
+		d, err := g.Allow(ctx, "acme")
+		if err != nil || d.Allowed || d.Rule != freeRules[0].Name || d.RetryAfter <= 0 || d.RetryAfter > time.Minute {
+			t.Fatalf("the next call under free: %+v, %v; want a denial by %q within the minute", d, err, freeRules[0].Name)
+		}
+		ts.set("acme", "pro")
+		d, err = g.Allow(ctx, "acme")
+		if err != nil || !d.Allowed || d.Remaining != 949 {
+			t.Fatalf("back under pro: %+v, %v; want admitted with 949 left", d, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"pro", "free", "free", "pro"}; strings.Join(plans, ",") != strings.Join(want, ",") {
+			t.Errorf("observed plans %q; want %q", plans, want)
+		}
+	})
+}
+
+// Middleware's RateLimit-Policy lists the rules of the key's plan.
+func TestPlansRateLimitPolicy(t *testing.T) {
+	b := testutil.Mini(t)
+	ts := &tenants{plan: map[string]string{"acme": "pro", "tiny": "free", "new": ""}}
+	g := plansGuard(t, b, ts, nil)
+	h := g.Middleware(guard.Header("X-Tenant"))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for tenant, want := range map[string]string{"acme": `"1000 in 1m0s";q=1000`, "tiny": `"10 in 1m0s";q=10`, "new": `"10 in 1m0s";q=10`} {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-Tenant", tenant)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if got := rec.Header().Get("RateLimit-Policy"); rec.Code != http.StatusOK || !strings.HasPrefix(got, want) {
+			t.Errorf("%s: %d, RateLimit-Policy %s; want it to start %s", tenant, rec.Code, got, want)
+		}
+	}
+}
+
+// A key without a plan (PlanOf's error, or a name not in Plans) is refused
+// with ErrPlan and takes nothing; Middleware answers 503 with Retry-After.
+func TestPlansUnknown(t *testing.T) {
+	b := testutil.Mini(t)
+	ctx := context.Background()
+	ts := &tenants{plan: map[string]string{"ghost": "enterprise"}}
+	g := plansGuard(t, b, ts, nil)
+	for _, key := range []string{"ghost", "stranger"} {
+		d, err := g.Allow(ctx, key)
+		if !errors.Is(err, guard.ErrPlan) || d.Allowed || d.RetryAfter <= 0 {
+			t.Errorf("Allow(%q) = %+v, %v; want ErrPlan and a denial with RetryAfter", key, d, err)
+		}
+		if _, err := g.Peek(ctx, key); !errors.Is(err, guard.ErrPlan) {
+			t.Errorf("Peek(%q): %v; want ErrPlan", key, err)
+		}
+		if err := g.Refund(ctx, key); !errors.Is(err, guard.ErrPlan) {
+			t.Errorf("Refund(%q): %v; want ErrPlan", key, err)
+		}
+	}
+	if keys := b.Mini.Keys(); len(keys) != 0 {
+		t.Errorf("keys written for calls without a plan: %q", keys)
+	}
+	h := g.Middleware(guard.Header("X-Tenant"))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		t.Error("a request without a plan reached the handler")
+	}))
+	req := httptest.NewRequest("GET", "/", nil)
+	req.Header.Set("X-Tenant", "ghost")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("Middleware for a key without a plan: %d %q; want 503 with Retry-After", rec.Code, rec.Body)
+	}
+}
+
+// Plans and PlanOf go together, and every plan's rules are checked.
+func TestPlansInvalid(t *testing.T) {
+	b := testutil.Mini(t)
+	planOf := func(context.Context, string) (string, error) { return "", nil }
+	for name, p := range map[string]guard.Policy{
+		"Plans without PlanOf": {Rules: freeRules, Plans: map[string][]funnel.Rule{"pro": proRules}},
+		"PlanOf without Plans": {Rules: freeRules, PlanOf: planOf},
+		"an empty plan":        {Rules: freeRules, Plans: map[string][]funnel.Rule{"pro": nil}, PlanOf: planOf},
+		"a plan named \"\"":    {Rules: freeRules, Plans: map[string][]funnel.Rule{"": proRules}, PlanOf: planOf},
+		"a bad rule":           {Rules: freeRules, Plans: map[string][]funnel.Rule{"pro": {{Name: "x", Capacity: -1}}}, PlanOf: planOf},
+	} {
+		if _, err := guard.New(b.Client(t), p); !errors.Is(err, guard.ErrInvalidPolicy) {
+			t.Errorf("%s: %v; want ErrInvalidPolicy", name, err)
+		}
+	}
+}
