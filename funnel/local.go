@@ -3,6 +3,8 @@ package funnel
 import (
 	"sync"
 	"time"
+
+	"github.com/funnelguard/funnelguard/internal/forgetful"
 )
 
 // DefaultLocalKeys is how many keys a Local remembers when NewLocal is given
@@ -23,12 +25,10 @@ const DefaultLocalKeys = 10000
 // is safe for concurrent use, starts no goroutine, and its zero value is not
 // usable: call NewLocal.
 type Local struct {
-	max  int
 	base time.Time
 
-	mu    sync.Mutex
-	keys  map[string]map[string]level // key -> rule id -> level
-	order []string                    // keys in the order they were added
+	mu   sync.Mutex
+	keys *forgetful.Map[string, map[string]level] // key -> rule id -> level
 	// compiled caches validated rules, as in a Limiter.
 	compiled map[Rule]rule
 }
@@ -39,7 +39,7 @@ func NewLocal(maxKeys int) *Local {
 	if maxKeys < 1 {
 		maxKeys = DefaultLocalKeys
 	}
-	return &Local{max: maxKeys, base: time.Now(), keys: make(map[string]map[string]level), compiled: make(map[Rule]rule)}
+	return &Local{base: time.Now(), keys: forgetful.New[string, map[string]level](maxKeys), compiled: make(map[Rule]rule)}
 }
 
 // Allow is shorthand for AllowN(time.Now(), key, 1, rules...).
@@ -65,7 +65,7 @@ func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Resul
 		return Result{}, err
 	}
 	us := l.base.Add(max(now.Sub(l.base), 0)).UnixMicro()
-	st := l.keys[key]
+	st, _ := l.keys.Get(key)
 	d := decide(rs, levelsOf(st, rs), us, n)
 	if !d.allowed {
 		d.retry = max(d.retry, 1) // never "retry now" on a denial
@@ -112,16 +112,8 @@ func (l *Local) compile(r Rule) (rule, error) {
 
 // add makes room for key and returns its empty state; l.mu is held.
 func (l *Local) add(key string) map[string]level {
-	if len(l.keys) >= l.max {
-		half := max(len(l.order)/2, 1)
-		for _, k := range l.order[:half] {
-			delete(l.keys, k)
-		}
-		l.order = append(l.order[:0:0], l.order[half:]...)
-	}
 	st := make(map[string]level, 1)
-	l.keys[key] = st
-	l.order = append(l.order, key)
+	l.keys.Put(key, st)
 	return st
 }
 
@@ -129,5 +121,5 @@ func (l *Local) add(key string) map[string]level {
 func (l *Local) Len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.keys)
+	return l.keys.Len()
 }
