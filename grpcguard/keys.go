@@ -114,28 +114,15 @@ func Join(parts ...KeyFunc) KeyFunc {
 	}
 	parts = slices.Clone(parts)
 	return func(ctx context.Context, fullMethod string) (string, error) {
-		var b strings.Builder
+		keys := make([]string, len(parts))
 		for i, p := range parts {
 			k, err := p(ctx, fullMethod)
 			if err != nil {
 				return "", err
 			}
-			if i > 0 {
-				b.WriteByte('|')
-			}
-			writeEscaped(&b, k)
+			keys[i] = k
 		}
-		return b.String(), nil
-	}
-}
-
-// writeEscaped writes k with '\' and '|' escaped, as guard.Join does.
-func writeEscaped(b *strings.Builder, k string) {
-	for i := 0; i < len(k); i++ {
-		if c := k[i]; c == '\\' || c == '|' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(k[i])
+		return guard.JoinKeys(keys...), nil
 	}
 }
 

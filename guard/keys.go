@@ -118,30 +118,36 @@ func Join(parts ...KeyFunc) KeyFunc {
 	}
 	parts = slices.Clone(parts)
 	return func(r *http.Request) (string, error) {
-		var b strings.Builder
+		keys := make([]string, len(parts))
 		for i, part := range parts {
 			k, err := part(r)
 			if err != nil {
 				return "", err
 			}
-			if i > 0 {
-				b.WriteByte('|')
-			}
-			writeEscaped(&b, k)
+			keys[i] = k
 		}
-		return b.String(), nil
+		return JoinKeys(keys...), nil
 	}
 }
 
-// writeEscaped writes k to b with a '\' before each '\' and '|', so that
-// an unescaped '|' in b separates two keys.
-func writeEscaped(b *strings.Builder, k string) {
-	for i := range len(k) {
-		if k[i] == '\\' || k[i] == '|' {
-			b.WriteByte('\\')
+// JoinKeys is the key of keys together, as Join makes it: each key with a
+// '\' before each '\' and '|', joined with '|'; two different lists of keys
+// never make the same key. Key functions of other transports (grpcguard)
+// join their parts with it.
+func JoinKeys(keys ...string) string {
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte('|')
 		}
-		b.WriteByte(k[i])
+		for j := range len(k) {
+			if k[j] == '\\' || k[j] == '|' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(k[j])
+		}
 	}
+	return b.String()
 }
 
 // badKeyFunc is the KeyFunc of a constructor given bad arguments: every call
