@@ -47,7 +47,9 @@ func rateCases() []benchCase {
 		serial := []subject{{libFunnel, funnelAdmitted(rs.rules, false)}, {libRedisRate, rateAdmitted(rs.rules, false)}}
 		parallel := []subject{{libFunnel, funnelAdmitted(rs.rules, true)}, {libRedisRate, rateAdmitted(rs.rules, true)}}
 		if len(rs.rules) == 1 {
-			serial = append(serial, subject{libFloor, floorAdmitted})
+			// The library called as its benchmarks call it, with
+			// context.Background()'s kind of context: no hand-off.
+			serial = append(serial, subject{libFloor, floorAdmitted}, subject{libNoDeadline, funnelAdmittedNoDeadline(rs.rules)})
 			parallel = append(parallel, subject{libFreshFloor, floorFreshAdmitted})
 		}
 		out = append(out,
@@ -58,7 +60,7 @@ func rateCases() []benchCase {
 				{libFunnel, funnelDenied(rs.rules)}, {libRedisRate, rateDenied(rs.rules)}}},
 		)
 	}
-	out = append(out, returningCase())
+	out = append(out, returningCase(), peersCase())
 	// 3 rules over 1, each a subject of one case so that they alternate
 	// (between separate cases the VM's drift is in the ratio).
 	for _, m := range []struct {
@@ -108,6 +110,19 @@ func funnelAdmitted(rules []funnel.Rule, parallel bool) func(context.Context, *e
 			}
 			return err
 		}}, nil
+	}
+}
+
+// funnelAdmittedNoDeadline is funnelAdmitted serial with a context that
+// cannot end (context.WithoutCancel of the round's): the call runs in the
+// caller's goroutine, as with context.Background().
+func funnelAdmittedNoDeadline(rules []funnel.Rule) func(context.Context, *env) (workload, error) {
+	admitted := funnelAdmitted(rules, false)
+	return func(ctx context.Context, e *env) (workload, error) {
+		w, err := admitted(ctx, e)
+		op := w.op
+		w.op = func(ctx context.Context, g, i int) error { return op(context.WithoutCancel(ctx), g, i) }
+		return w, err
 	}
 }
 

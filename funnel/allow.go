@@ -62,9 +62,9 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 // call, whose outcome is final (a leader never runs again).
 func (lim *Limiter) allowAlone(ctx context.Context, c call, n int64) (Result, error) {
 	d, _ := ctx.Deadline()
-	w := &waiter{n: n, deadline: d}
-	lim.lead(ctx, c, batchKey{}, &batch{waiters: []*waiter{w}}, n)
-	return outcome(ctx, w.res, w.err)
+	b := newBatch(n, d)
+	lim.lead(ctx, c, batchKey{}, b, n)
+	return outcome(ctx, b.leader.res, b.leader.err)
 }
 
 // checkKey reports an error matching ErrInvalidKey unless key has 1 to

@@ -43,9 +43,13 @@ type batchKey struct {
 	set *ruleSet
 }
 
-// A batch is the calls waiting for one lock hold, in arrival order.
+// A batch is the calls waiting for one lock hold, in arrival order. It
+// holds its leader's waiter and the first slot of waiters, so that a call
+// that leads alone (most) allocates once.
 type batch struct {
 	waiters []*waiter
+	first   [1]*waiter
+	leader  waiter
 }
 
 // batches holds the open batch of each key.
@@ -58,27 +62,37 @@ type batches struct {
 	onLead func(n int64)
 }
 
-// join adds w to the open batch of k, or opens one with w as its leader.
-func (bs *batches) join(k batchKey, w *waiter) (*batch, bool) {
+// join adds a call of n units with deadline d to the open batch of k, or
+// opens one with it as its leader, and returns the call's waiter.
+func (bs *batches) join(k batchKey, n int64, d time.Time) (*batch, *waiter, bool) {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	if b := bs.open[k]; b != nil {
-		w.done = make(chan struct{})
+		w := &waiter{n: n, deadline: d, done: make(chan struct{})}
 		b.waiters = append(b.waiters, w)
 		if bs.onJoin != nil {
 			bs.onJoin()
 		}
-		return b, false
+		return b, w, false
 	}
 	if bs.open == nil {
 		bs.open = make(map[batchKey]*batch)
 	}
-	b := &batch{waiters: []*waiter{w}}
+	b := newBatch(n, d)
 	bs.open[k] = b
 	if bs.onLead != nil {
-		bs.onLead(w.n)
+		bs.onLead(n)
 	}
-	return b, true
+	return b, &b.leader, true
+}
+
+// newBatch returns a batch of one call, its leader's, of n units with
+// deadline d.
+func newBatch(n int64, d time.Time) *batch {
+	b := &batch{leader: waiter{n: n, deadline: d}}
+	b.first[0] = &b.leader
+	b.waiters = b.first[:]
+	return b
 }
 
 // seal closes b to new calls and returns its calls. A batch of a zero key
@@ -207,8 +221,7 @@ func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, 
 	k := batchKey{c.key, c.set}
 	d, _ := ctx.Deadline()
 	for range maxReruns {
-		w := &waiter{n: n, deadline: d}
-		b, lead := lim.batches.join(k, w)
+		b, w, lead := lim.batches.join(k, n, d)
 		if lead {
 			lim.lead(ctx, c, k, b, n)
 		} else if err := w.wait(ctx); err != nil {

@@ -75,7 +75,10 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 	defer func() { ws.wake() }()
 	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
 	if !lim.uniform && !c.set.calendar {
-		l.lock = lim.locker.LockKey(c.name)
+		l.lock = c.lock
+		if l.lock == "" {
+			l.lock = lim.locker.LockKey(c.name)
+		}
 	}
 	if l.cache = l.lock != "" && c.set.funnels && lim.states != nil; l.cache {
 		l.lockKey = l.lock

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,6 +120,9 @@ type Limiter struct {
 	// Locker; acks is 0 without it.
 	acks       int
 	ackTimeout time.Duration
+
+	// lockKeys: the Locker's lock keys are built as keys builds them.
+	lockKeys bool
 
 	// clock is the latest sample of the server's clock: it bounds the
 	// one-round-trip admission's write (serverclock.go).
@@ -337,6 +341,9 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	lim.holdOptions()
+	// keys makes the lock's key itself only where it is the Locker's.
+	lim.lockKeys = lim.locker.LockKey("k") == keyspace.Key(lim.prefix, "k", lockKind) &&
+		lim.locker.LockKey("{a}~") == keyspace.Key(lim.prefix, "{a}~", lockKind)
 	return lim, nil
 }
 
@@ -398,6 +405,7 @@ func (lim *Limiter) Locker() *mutex.Locker {
 type call struct {
 	key   string // the state key
 	name  string // the lock name
+	lock  string // the lock's key, when made with key (else "")
 	set   *ruleSet
 	rules []rule
 	ids   []any
@@ -424,8 +432,37 @@ func (lim *Limiter) prepare(key string, rules []Rule) (call, error) {
 	if err != nil {
 		return call{}, err
 	}
-	return call{key: lim.stateKey(key), name: key, set: s, rules: s.rules, ids: s.ids}, nil
+	c := call{name: key, set: s, rules: s.rules, ids: s.ids}
+	c.key, c.lock = lim.keys(key)
+	return c, nil
 }
+
+// keys returns the state key of key and, when the Limiter's Locker keys
+// its locks under the Limiter's prefix (its own Locker does), the key of
+// key's lock, both cut from one string: one allocation for the two.
+func (lim *Limiter) keys(key string) (state, lock string) {
+	if !lim.lockKeys {
+		return lim.stateKey(key), ""
+	}
+	tag := keyspace.Tag(key)
+	var b strings.Builder
+	b.Grow(2*(len(lim.prefix)+len(tag)+3) + len("f") + len(lockKind))
+	b.WriteString(lim.prefix)
+	b.WriteByte('{')
+	b.WriteString(tag)
+	b.WriteString("}:f")
+	cut := b.Len()
+	b.WriteString(lim.prefix)
+	b.WriteByte('{')
+	b.WriteString(tag)
+	b.WriteString("}:" + lockKind)
+	s := b.String()
+	return s[:cut], s[cut:]
+}
+
+// lockKind is the kind of the lock's key (mutex.Locker.LockKey's), checked
+// in New against the Locker's own (lockKeys).
+const lockKind = "lock"
 
 // setMax is the most rules of a call whose compiled set is cached.
 const setMax = 4
@@ -524,10 +561,13 @@ func (c call) read(f *mutex.Fragment) mutex.Call {
 	return mutex.Call{Fragment: f, Keys: []string{c.key}, Args: c.ids}
 }
 
-// admitTail is the last arguments of admit.lua, one allocation passed as
-// pointers (go-redis writes *int64 and *string as their values): boxing
-// each would allocate twice.
-type admitTail struct {
+// admitCall holds what admit returns for a call of one unit on up to
+// setMax rules, in one allocation: the arguments (admit.lua's, then the
+// deadline and the nonce, passed as pointers: go-redis writes *int64 and
+// *string as their values, where boxing each would allocate), the keys.
+type admitCall struct {
+	args     [2*setMax + 3]any
+	keys     [2]string
 	deadline int64
 	nonce    string
 }
@@ -536,15 +576,16 @@ type admitTail struct {
 // checks that lock, the key's lock, is free, and writes only before the
 // server time deadline (see serverclock.go).
 func (c call) admit(n int64, lock string, deadline int64, nonce string) mutex.Call {
+	m := &admitCall{deadline: deadline, nonce: nonce}
 	var args []any
-	if n == 1 {
-		args = append(make([]any, 0, len(c.set.admit1)+2), c.set.admit1...)
+	if n == 1 && len(c.set.admit1)+2 <= len(m.args) {
+		args = append(m.args[:0], c.set.admit1...)
 	} else {
 		args = admitArgs(c.rules, c.ids, n)
 	}
-	tail := &admitTail{deadline: deadline, nonce: nonce}
-	args = append(args, &tail.deadline, &tail.nonce)
-	return mutex.Call{Fragment: admitGate, Keys: []string{c.key, lock}, Args: args}
+	args = append(args, &m.deadline, &m.nonce)
+	m.keys[0], m.keys[1] = c.key, lock
+	return mutex.Call{Fragment: admitGate, Keys: m.keys[:], Args: args}
 }
 
 // newNonce returns a gate's nonce: 41 random bits, so that another call's

@@ -57,7 +57,13 @@ func (l *Locker) takeToken(ctx context.Context, name string, cfg lockConfig, cal
 	} else {
 		n = l.names(name)
 	}
-	value := any(n.value) // boxed once: the SET's argument and the hold's
+	// Boxed once, the SET's argument and the hold's; after the attempt when
+	// it runs a fragment (no SET): a declined gate, or one refused, needs
+	// none.
+	var value any
+	if call == nil {
+		value = n.value
+	}
 	start := time.Now()
 	r, res, err := l.takeOnce(ctx, name, &n, value, cfg, call, mode, start)
 	switch {
@@ -70,6 +76,9 @@ func (l *Locker) takeToken(ctx context.Context, name string, cfg lockConfig, cal
 	case r[0] != 1:
 		l.remember(name, n, adopting, nil)
 		return nil, time.Duration(r[1]) * time.Millisecond, res, ErrLocked
+	}
+	if value == nil {
+		value = n.value
 	}
 	lk := newRoot(l, name, n, value, r[2])
 	lk.hold.adopted = adopting
