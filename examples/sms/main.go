@@ -170,7 +170,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {
-		go func() { errc <- srv.Serve(listeners[i]) }()
+		go func() { errc <- srv.Serve(limits.listener(listeners[i])) }()
 	}
 	select {
 	case err := <-errc:
