@@ -140,7 +140,7 @@ func (s *Service) peekGuard(ctx context.Context, lim *funnel.Limiter, key string
 // start afresh. Its outstanding code, if any, stays as it is.
 func (s *Service) adminReset(w http.ResponseWriter, r *http.Request) {
 	var req numberRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(r, &req, "phone"); err != nil {
 		badRequest(w, err)
 		return
 	}

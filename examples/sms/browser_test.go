@@ -485,9 +485,17 @@ func TestBrowserCountryPicker(t *testing.T) {
 	b.shot("initial-1280", 1280)
 	b.shot("initial-360", 360)
 
+	// What the server cannot read as a number gets no preview: no "Read as
+	// +86" under letters, or under a number with a letter in it.
+	for _, typed := range []string{"abc", "138 0013 800O"} {
+		b.typeNumber(typed)
+		b.wait("no preview of "+typed, `document.getElementById("e164-line").hidden`)
+	}
+
 	// A number typed with + wins over the picker.
 	b.typeNumber("+44 7911 123456")
 	b.waitText("e164", "+44 7911123456")
+	b.wait("the preview", `!document.getElementById("e164-line").hidden`)
 
 	// 415 555 2673 is a landline in China, and a mobile-or-fixed number
 	// (allowed) in the United States: the 202 and the message to

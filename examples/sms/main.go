@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 	_ "time/tzdata" // -budget-tz on a host without a zone database
@@ -41,9 +42,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl := flag.NewFlagSet("sms", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	addr := fl.String("addr", "127.0.0.1:8080", "listen address")
-	redisURL := fl.String("redis", os.Getenv("REDIS_URL"), "Redis URL (default $REDIS_URL; empty: an embedded miniredis). "+
+	redisURL := fl.String("redis", "", "Redis URL (default $REDIS_URL; empty: an embedded miniredis). "+
 		"redis://host:port/db; with ?master_name=NAME a Sentinel group (addr= more sentinels); with addr= more nodes a Cluster")
-	secret := fl.String("secret", os.Getenv("SMS_SECRET"), "HMAC secret, 16+ bytes (default $SMS_SECRET; empty: random per run)")
+	secret := fl.String("secret", "", "HMAC secret, 16+ bytes (default $SMS_SECRET; empty: random per run)")
 	fl.StringVar(&cfg.Region, "region", cfg.Region, "default region of numbers without +<country> (ISO 3166-1 code)")
 	countries := fl.String("countries", "", "comma-separated regions whose mobile numbers get codes, or * for all "+
 		"(default: the -region only; in a local demo, the console provider on loopback: US,GB,DE,FR,IN,CN and the -region)")
@@ -75,9 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	poolFlags(fl, &cfg.Pools)
 	admin := adminFlags(fl)
 	metricsAddr := fl.String("metrics-addr", "", "serve /metrics on this address only (default: on -addr)")
-	providerName := fl.String("provider", envOr("SMS_PROVIDER", "console"), "who delivers the codes: console (stderr, and the page's outbox on loopback) "+
-		"or twilio (Messages API; $TWILIO_ACCOUNT_SID, $TWILIO_AUTH_TOKEN or an API key's secret with $TWILIO_API_KEY_SID, "+
-		"and $TWILIO_FROM or $TWILIO_MESSAGING_SERVICE_SID) (default $SMS_PROVIDER)")
+	providerName := fl.String("provider", "", "who delivers the codes: console (stderr, and the page's outbox on loopback) "+
+		"or twilio (Messages API: see the -twilio flags) (default $SMS_PROVIDER, else console)")
 	twilioConfig := twilioFlags(fl, os.Getenv)
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -85,11 +85,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
+	fromEnv(fl, os.Getenv, map[string]string{"redis": "REDIS_URL", "secret": "SMS_SECRET", "provider": "SMS_PROVIDER"})
+	if *providerName == "" {
+		*providerName = "console"
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	if err := limits.check(cfg.ProviderTimeout, cfg.inFlightWait()); err != nil {
 		return err
 	}
 	if err := admin.check(); err != nil {
+		return err
+	}
+	if err := checkAddrs(listenFlag{"-addr", *addr}, listenFlag{"-metrics-addr", *metricsAddr}, listenFlag{"-admin-addr", admin.addr}); err != nil {
 		return err
 	}
 
@@ -170,7 +177,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {
-		go func() { errc <- srv.Serve(listeners[i]) }()
+		go func() { errc <- srv.Serve(limits.listener(listeners[i])) }()
 	}
 	select {
 	case err := <-errc:
@@ -195,12 +202,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return errors.Join(errs...)
 }
 
-// envOr returns the environment variable name, or def if it is empty.
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
+// fromEnv gives each flag of vars (flag name: environment variable) that
+// the command line did not set the variable's value, when it has one. The
+// flag's usage names the variable; its default is not the variable's
+// value, which -h would print (a secret, a Redis URL's password) beside
+// the usage's own "(default $VAR)".
+func fromEnv(fl *flag.FlagSet, getenv func(string) string, vars map[string]string) {
+	set := map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, env := range vars {
+		if v := getenv(env); v != "" && !set[name] {
+			if err := fl.Set(name, v); err != nil {
+				panic(err) // a flag not defined: a bug of this file
+			}
+		}
 	}
-	return def
 }
 
 // loopback reports whether addr is a loopback address: a service only its
@@ -278,4 +294,55 @@ func refuseAtOnce(dialerRetries *int, minRetryBackoff *time.Duration) {
 	if *minRetryBackoff == 0 {
 		*minRetryBackoff = -1
 	}
+}
+
+// listenFlag is a flag that names an address to listen on, and its value.
+type listenFlag struct{ name, addr string }
+
+// checkAddrs refuses two listen flags that name one address: the second
+// listener would fail with "bind: address already in use", naming neither
+// flag. Two addresses are one when their ports are one (port 0, the
+// kernel's pick, never is) and so are their hosts: the same name or IP, or
+// a wildcard ("", 0.0.0.0 for IPv4, :: for both) beside any host of its
+// family, or localhost beside a loopback IP. A flag that is not set ("")
+// is not compared; an address that does not parse is left for the listener
+// to refuse.
+func checkAddrs(flags ...listenFlag) error {
+	for i, a := range flags {
+		for _, b := range flags[i+1:] {
+			if a.addr != "" && b.addr != "" && sameAddr(a.addr, b.addr) {
+				return fmt.Errorf("%w: %s %q and %s %q are one address: give each its own port", errConfig, a.name, a.addr, b.name, b.addr)
+			}
+		}
+	}
+	return nil
+}
+
+func sameAddr(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil {
+		return false
+	}
+	na, errA := net.LookupPort("tcp", pa)
+	nb, errB := net.LookupPort("tcp", pb)
+	if errA != nil || errB != nil || na != nb || na == 0 {
+		return false
+	}
+	return sameHost(ha, hb) || sameHost(hb, ha)
+}
+
+// sameHost reports whether listening on host a takes the port of host b.
+func sameHost(a, b string) bool {
+	ipb := net.ParseIP(b)
+	switch {
+	case strings.EqualFold(a, b), a == "", a == "::":
+		return true
+	case a == "0.0.0.0":
+		return b == "localhost" || ipb != nil && ipb.To4() != nil
+	case strings.EqualFold(a, "localhost"):
+		return ipb != nil && ipb.IsLoopback()
+	}
+	ipa := net.ParseIP(a)
+	return ipa != nil && ipa.Equal(ipb)
 }

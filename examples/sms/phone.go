@@ -11,7 +11,9 @@ import (
 	"github.com/nyaruka/phonenumbers"
 )
 
-var errInvalidPhone = errors.New("invalid phone number")
+// errInvalidCountry reports a request's country that is not a region with
+// phone numbers; a number that is not one is phonekey.ErrInvalidNumber.
+var errInvalidCountry = errors.New("invalid country")
 
 // parsePhone returns number in E.164, and parsed, so that every spelling of one
 // number ("138 0013 8000", "+86 138-0013-8000", "008613800138000", full-width
@@ -19,11 +21,12 @@ var errInvalidPhone = errors.New("invalid phone number")
 // It is phonekey.Parse, the guard's own reading of a number: input with
 // anything but the characters of a written number is refused, not dug out
 // ("tel:+44…", "1-800-FLOWERS"), and so is a number not valid in its
-// country's numbering plan.
+// country's numbering plan. Its error is phonekey's, a guard.RequestError
+// whose Fix says why and how to write the number, without quoting it.
 func parsePhone(number, region string) (string, *phonenumbers.PhoneNumber, error) {
 	n, err := phonekey.Parse(number, region)
 	if err != nil {
-		return "", nil, errInvalidPhone
+		return "", nil, err
 	}
 	return phonenumbers.Format(n, phonenumbers.E164), n, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/funnelguard/funnelguard/guard"
 	"github.com/nyaruka/phonenumbers"
 	"golang.org/x/text/language"
 	"golang.org/x/text/language/display"
@@ -85,6 +86,14 @@ func supportedRegion(r string) bool {
 	return r != "" && r != "001" && phonenumbers.GetCountryCodeForRegion(r) != 0
 }
 
+// errCountryField is parse's error for a region that is not one ("XX",
+// "France"): the field's fault, not the number's. It names the field, not
+// what the client wrote.
+var errCountryField error = &guard.RequestError{
+	Fix: `field "country" is not a region code this service knows: give two letters of ISO 3166-1, such as "FR"`,
+	Err: fmt.Errorf("%w: not a region with phone numbers", errInvalidCountry),
+}
+
 // destination is a number the policy accepted.
 type destination struct {
 	E164   string // +8613800138000
@@ -94,7 +103,9 @@ type destination struct {
 
 // parse reads number as written in region (the default region if empty),
 // normalised to E.164 (see parsePhone), and applies the policy. It
-// returns errInvalidPhone for what is not a phone number, and a *refusal
+// returns, in a guard.RequestError that says what to fix, an error
+// matching errInvalidCountry for a region that is not one and
+// phonekey.ErrInvalidNumber for what is not a phone number; and a *refusal
 // (matching errNumberRefused) for a number the policy will not text.
 // prefixDigits is how many digits of the national number the destination's
 // Prefix keeps.
@@ -105,7 +116,7 @@ func (p *numberPolicy) parse(number, region string, prefixDigits int) (destinati
 	}
 	region = strings.ToUpper(region)
 	if !supportedRegion(region) {
-		return destination{}, errInvalidPhone
+		return destination{}, errCountryField
 	}
 	e164, n, err := parsePhone(number, region)
 	if err != nil {

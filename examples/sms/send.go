@@ -46,7 +46,7 @@ type numberRequest struct {
 func (s *Service) send(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	var req numberRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(r, &req, "phone"); err != nil {
 		s.metrics.sends.WithLabelValues("invalid").Inc()
 		badRequest(w, err)
 		return
@@ -198,7 +198,8 @@ func (s *Service) notDelivered(w http.ResponseWriter, dest destination, err erro
 	}
 }
 
-// refused answers a number that is not one (400) or that the number policy
+// refused answers a number that is not one, or a country that is not a
+// region, with what to fix (400), or a number that the number policy
 // refuses (422, with the reason).
 func (s *Service) refused(w http.ResponseWriter, err error) {
 	var ref *refusal
@@ -206,7 +207,7 @@ func (s *Service) refused(w http.ResponseWriter, err error) {
 		writeJSON(w, http.StatusUnprocessableEntity, reply{Error: ref.Detail, Reason: ref.Reason, Number: ref.Number, Country: ref.Region})
 		return
 	}
-	writeJSON(w, http.StatusBadRequest, reply{Error: "invalid phone number"})
+	writeJSON(w, http.StatusBadRequest, reply{Error: fixOf(err, "invalid phone number")})
 }
 
 // refundAll gives back the unit each charge took, for a send that did not

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"embed"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -198,58 +195,4 @@ func writeJSON(w http.ResponseWriter, status int, r reply) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(r)
-}
-
-// maxBody is the largest request body accepted, in bytes.
-const maxBody = 4096
-
-// errMediaType reports a body not declared as JSON.
-var errMediaType = errors.New("body not declared as application/json")
-
-// decode reads a small JSON body into v: one object, known fields only, and
-// nothing after it but white space, all within maxBody bytes. The body must
-// be declared as application/json: a cross-site form or a fetch with a
-// text/plain body is sent by browsers without asking the server first (no
-// CORS preflight), and would let any web page make its visitors request
-// codes, each from their own address.
-func decode(r *http.Request, v any) error {
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		return errMediaType
-	}
-	if r.ContentLength > maxBody {
-		return &http.MaxBytesError{Limit: maxBody} // refused unread
-	}
-	body := http.MaxBytesReader(nil, r.Body, maxBody)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data")
-	}
-	// More stops at the first error: read to the end, so that white space
-	// past the limit is refused too.
-	rest, err := io.ReadAll(io.MultiReader(dec.Buffered(), body))
-	if err != nil {
-		return err
-	}
-	if len(bytes.TrimSpace(rest)) > 0 {
-		return errors.New("trailing data")
-	}
-	return nil
-}
-
-// badRequest answers a body that decode refused: 415 when it is not
-// declared as JSON, 413 when it is too large, 400 otherwise.
-func badRequest(w http.ResponseWriter, err error) {
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.Is(err, errMediaType):
-		writeJSON(w, http.StatusUnsupportedMediaType, reply{Error: "Content-Type must be application/json"})
-	case errors.As(err, &tooLarge):
-		writeJSON(w, http.StatusRequestEntityTooLarge, reply{Error: "request too large"})
-	default:
-		writeJSON(w, http.StatusBadRequest, reply{Error: "bad request"})
-	}
 }

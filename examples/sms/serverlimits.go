@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -70,11 +75,100 @@ func (l serverLimits) check(providerTimeout, inFlightWait time.Duration) error {
 	return nil
 }
 
-// server returns a server of h with the limits. net/http answers a header
-// block over MaxHeaderBytes (plus its own 4 KiB of slack) with 431 and
-// closes the connection; a request not read within Read fails the
+// server returns a server of h with the limits, to serve on listener(ln).
+// net/http answers a header block over MaxHeaderBytes (plus its own 4 KiB
+// of slack) with 431 and closes the connection; a request not read within Read fails the
 // handler's body read, and the connection is closed.
 func (l serverLimits) server(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: l.ReadHeader, ReadTimeout: l.Read,
 		WriteTimeout: l.Write, IdleTimeout: l.Idle, MaxHeaderBytes: l.MaxHeaderBytes}
+}
+
+// listener returns ln whose connections answer in JSON the requests that
+// net/http refuses before any handler sees them: a header block over
+// MaxHeaderBytes (431), and a request it cannot read (400, 501, 505).
+// net/http writes those answers itself, in plain text, straight to the
+// connection, so no handler or middleware can change them. A middleware
+// could answer 431 in JSON only if MaxHeaderBytes were raised above the
+// limit, and a header block past that raised limit would still get the
+// plain text; rewriting net/http's one canned write keeps its limit exact
+// and every answer JSON. The rewrite matches the whole canned answer
+// (status line, then exactly net/http's text/plain header and Connection:
+// close, then the status again as the body), which no answer of a handler
+// matches: net/http adds a Date header to every one of those.
+func (l serverLimits) listener(ln net.Listener) net.Listener {
+	return refusalListener{Listener: ln, maxHeader: l.MaxHeaderBytes}
+}
+
+type refusalListener struct {
+	net.Listener
+	maxHeader int
+}
+
+func (l refusalListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &refusalConn{Conn: c, maxHeader: l.maxHeader}, nil
+}
+
+// refusalConn is a connection whose writes of net/http's canned refusals
+// are written as JSON answers.
+type refusalConn struct {
+	net.Conn
+	maxHeader int
+}
+
+func (c *refusalConn) Write(p []byte) (int, error) {
+	j := jsonRefusal(p, c.maxHeader)
+	if j == nil {
+		return c.Conn.Write(p)
+	}
+	if _, err := c.Conn.Write(j); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// CloseWrite lets net/http half-close the connection after a 431, as it
+// does on a bare TCP connection, so that the client reads the answer
+// before the connection is reset.
+func (c *refusalConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// cannedHeader is the header of net/http's canned answers (net/http
+// server.go, errorHeaders).
+const cannedHeader = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+
+// jsonRefusal returns p, if it is one of net/http's canned answers ("HTTP/1.1
+// 431 Request Header Fields Too Large" cannedHeader "431 Request Header
+// Fields Too Large"), as a JSON answer of the same status; nil otherwise.
+func jsonRefusal(p []byte, maxHeader int) []byte {
+	const proto = "HTTP/1.1 "
+	line, body, ok := bytes.Cut(p, []byte(cannedHeader))
+	if !ok || !bytes.HasPrefix(line, []byte(proto)) || bytes.ContainsAny(line, "\r\n") || len(line) < len(proto)+4 {
+		return nil
+	}
+	status, err := strconv.Atoi(string(line[len(proto) : len(proto)+3]))
+	if err != nil || !bytes.HasPrefix(body, line[len(proto):len(proto)+4]) {
+		return nil
+	}
+	// "Bad Request: missing required Host header": "bad request: missing..."
+	text := http.StatusText(status)
+	msg := strings.ToLower(text) + strings.TrimPrefix(string(body[4:]), text)
+	if status == http.StatusRequestHeaderFieldsTooLarge {
+		msg = fmt.Sprintf("request header fields too large: the request line and header may have %d bytes (-max-header-bytes)", maxHeader)
+	}
+	j, _ := json.Marshal(reply{Error: msg})
+	j = append(j, '\n')
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"+
+		"Connection: close\r\nContent-Length: %d\r\n\r\n", line, len(j))
+	b.Write(j)
+	return b.Bytes()
 }

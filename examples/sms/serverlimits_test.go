@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -82,6 +83,13 @@ func TestSlowBodyCutByDefault(t *testing.T) {
 // status of the answer and the size of the header block sent.
 func headers(t *testing.T, base string, n, size int) (int, int) {
 	t.Helper()
+	res, size := headersAnswer(t, base, n, size)
+	return res.status, size
+}
+
+// headersAnswer is headers, with the whole answer.
+func headersAnswer(t *testing.T, base string, n, size int) (response, int) {
+	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -101,8 +109,14 @@ func headers(t *testing.T, base string, n, size int) (int, int) {
 	if err != nil {
 		t.Fatalf("%d headers (%d bytes): no answer: %v", n, b.Len(), err)
 	}
-	res.Body.Close()
-	return res.StatusCode, b.Len()
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%d headers (%d bytes): reading the answer: %v", n, b.Len(), err)
+	}
+	r := response{status: res.StatusCode, header: res.Header, raw: string(raw)}
+	_ = json.Unmarshal(raw, &r.body)
+	return r, b.Len()
 }
 
 // A header block over -max-header-bytes is answered 431 by the binary, at
@@ -111,10 +125,10 @@ func headers(t *testing.T, base string, n, size int) (int, int) {
 func TestHeaderTooLarge(t *testing.T) {
 	t.Parallel()
 	p := startBinary(t, nil)
-	if status, size := headers(t, p.base, 10_000, 2); status != http.StatusRequestHeaderFieldsTooLarge {
-		t.Errorf("%d bytes of header = %d; want 431", size, status)
+	if r, size := headersAnswer(t, p.base, 10_000, 2); r.status != http.StatusRequestHeaderFieldsTooLarge || !jsonError(r) {
+		t.Errorf("%d bytes of header = %v (Content-Type %q); want 431 in JSON", size, r, r.header.Get("Content-Type"))
 	} else {
-		t.Logf("%d bytes of header = %d", size, status)
+		t.Logf("%d bytes of header = %v", size, r)
 	}
 	if status, size := headers(t, p.base, 3, 4<<10); status != http.StatusOK {
 		t.Errorf("%d bytes of header = %d; want 200", size, status)
@@ -152,5 +166,62 @@ func TestServerLimitsFlags(t *testing.T) {
 		if err := bad.check(5*time.Second, 0); !errors.Is(err, errServerLimits) {
 			t.Errorf("check(%+v) = %v; want errServerLimits", bad, err)
 		}
+	}
+}
+
+// jsonError reports whether r is an error answered in JSON, as every answer
+// of the API is.
+func jsonError(r response) bool {
+	return r.header.Get("Content-Type") == "application/json" && r.body.Error != "" && json.Valid([]byte(r.raw))
+}
+
+// The answers net/http gives before any handler sees the request are JSON,
+// as the API's are: a header block over -max-header-bytes (431), at the
+// limit and far over it, and a request without a Host header (400); a
+// header block within the limit is served. On a real listener: net/http
+// writes these answers to the connection itself.
+func TestRefusalsBeforeTheHandlerAreJSON(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := defaultServerLimits()
+	l.MaxHeaderBytes = 4 << 10
+	srv := l.server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, reply{Status: "ok"}) }))
+	go func() { _ = srv.Serve(l.listener(ln)) }()
+	t.Cleanup(func() { srv.Close() })
+	base := "http://" + ln.Addr().String()
+
+	want := "request header fields too large: the request line and header may have 4096 bytes (-max-header-bytes)"
+	for _, n := range []int{100, 10_000} { // 10 KB, over the limit and its 4 KiB of slack; 1 MB
+		r, size := headersAnswer(t, base, n, 90)
+		if r.status != http.StatusRequestHeaderFieldsTooLarge || !jsonError(r) || r.body.Error != want ||
+			r.header.Get("X-Content-Type-Options") != "nosniff" || r.header.Get("Cache-Control") != "no-store" {
+			t.Errorf("%d bytes of header = %v, header %v; want 431 {\"error\": %q}", size, r, r.header, want)
+		}
+	}
+	if r, size := headersAnswer(t, base, 3, 1<<10); r.status != http.StatusOK || r.body.Status != "ok" {
+		t.Errorf("%d bytes of header = %v; want 200", size, r)
+	}
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	var body reply
+	if res.StatusCode != http.StatusBadRequest || res.Header.Get("Content-Type") != "application/json" ||
+		json.Unmarshal(raw, &body) != nil || body.Error != "bad request: missing required Host header" {
+		t.Errorf("no Host header = %d %q %s; want 400 in JSON", res.StatusCode, res.Header.Get("Content-Type"), raw)
 	}
 }

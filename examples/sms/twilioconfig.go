@@ -68,21 +68,25 @@ const (
 )
 
 // twilioFlags registers the Twilio provider's flags on fl, each defaulting
-// to its environment variable (read with getenv), and returns a function
-// that gives their TwilioConfig once fl is parsed. The auth token is read
+// to its environment variable (read with getenv once fl is parsed, see
+// fromEnv), and returns a function that gives their TwilioConfig once fl is
+// parsed. The auth token is read
 // from TWILIO_AUTH_TOKEN only. With a public URL, the status callback is
 // that URL's reportPath.
 func twilioFlags(fl *flag.FlagSet, getenv func(string) string) func() TwilioConfig {
 	c := TwilioConfig{AuthToken: getenv("TWILIO_AUTH_TOKEN")}
-	fl.StringVar(&c.BaseURL, "twilio-url", getenv("TWILIO_API_URL"), "base URL of Twilio's REST API (default $TWILIO_API_URL, else https://api.twilio.com)")
-	fl.StringVar(&c.AccountSID, "twilio-account-sid", getenv("TWILIO_ACCOUNT_SID"), "Twilio account SID, AC... (default $TWILIO_ACCOUNT_SID; the token: $TWILIO_AUTH_TOKEN only)")
-	fl.StringVar(&c.APIKeySID, "twilio-api-key-sid", getenv("TWILIO_API_KEY_SID"), "Twilio API key SID, SK..., whose secret is $TWILIO_AUTH_TOKEN (default $TWILIO_API_KEY_SID)")
-	fl.StringVar(&c.From, "twilio-from", getenv("TWILIO_FROM"), "sender: a Twilio number in E.164 or an alphanumeric sender ID (default $TWILIO_FROM)")
-	fl.StringVar(&c.MessagingServiceSID, "twilio-messaging-service-sid", getenv("TWILIO_MESSAGING_SERVICE_SID"),
+	fl.StringVar(&c.BaseURL, "twilio-url", "", "base URL of Twilio's REST API (default $TWILIO_API_URL, else https://api.twilio.com)")
+	fl.StringVar(&c.AccountSID, "twilio-account-sid", "", "Twilio account SID, AC... (default $TWILIO_ACCOUNT_SID; the token: $TWILIO_AUTH_TOKEN only)")
+	fl.StringVar(&c.APIKeySID, "twilio-api-key-sid", "", "Twilio API key SID, SK..., whose secret is $TWILIO_AUTH_TOKEN (default $TWILIO_API_KEY_SID)")
+	fl.StringVar(&c.From, "twilio-from", "", "sender: a Twilio number in E.164 or an alphanumeric sender ID (default $TWILIO_FROM)")
+	fl.StringVar(&c.MessagingServiceSID, "twilio-messaging-service-sid", "",
 		"Twilio Messaging Service SID, MG..., instead of -twilio-from (default $TWILIO_MESSAGING_SERVICE_SID)")
-	public := fl.String("public-url", getenv("SMS_PUBLIC_URL"), "the service's public base URL, as Twilio reaches it: "+
+	public := fl.String("public-url", "", "the service's public base URL, as Twilio reaches it: "+
 		"Twilio then posts delivery reports to it, and an undelivered code is refunded from the budget (default $SMS_PUBLIC_URL; empty: off)")
 	return func() TwilioConfig {
+		fromEnv(fl, getenv, map[string]string{"twilio-url": "TWILIO_API_URL", "twilio-account-sid": "TWILIO_ACCOUNT_SID",
+			"twilio-api-key-sid": "TWILIO_API_KEY_SID", "twilio-from": "TWILIO_FROM",
+			"twilio-messaging-service-sid": "TWILIO_MESSAGING_SERVICE_SID", "public-url": "SMS_PUBLIC_URL"})
 		out := c
 		if *public != "" {
 			out.StatusCallback = strings.TrimRight(*public, "/") + reportPath

@@ -15,14 +15,14 @@ func (s *Service) verify(w http.ResponseWriter, r *http.Request) {
 		Country string `json:"country"`
 		Code    string `json:"code"`
 	}
-	if err := decode(r, &req); err != nil {
+	if err := decode(r, &req, "phone", "code"); err != nil {
 		s.metrics.verifies.WithLabelValues("invalid").Inc()
 		badRequest(w, err)
 		return
 	}
 	if !sixDigits(req.Code) {
 		s.metrics.verifies.WithLabelValues("invalid").Inc()
-		writeJSON(w, http.StatusBadRequest, reply{Error: "bad request"})
+		writeJSON(w, http.StatusBadRequest, reply{Error: `field "code" must be 6 digits (0 to 9)`})
 		return
 	}
 	dest, err := s.numbers.parse(req.Phone, req.Country, s.cfg.PrefixDigits)

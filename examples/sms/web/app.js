@@ -80,6 +80,14 @@
   // it is not 0 (none in Italy and San Marino, 1 in the NANP).
   const trunks = { 1: "1", 39: "", 378: "" };
 
+  // readable reports whether the server could read s as a number: it has a
+  // digit, and only the characters of a written number, as phonekey takes
+  // them (digits of any script, a plus, spaces, - . ( ) and their full-width
+  // forms). The preview is shown only then: "Read as +86" under "abc" would
+  // say the page read a number where the server reads none.
+  const NUMBER_CHARS = /^[\p{Nd}+\uff0b \u00a0\u3000\-\u2010-\u2014\u2212\uff0d.\uff0e()\uff08\uff09]*$/u;
+  function readable(s) { return ND.test(s) && NUMBER_CHARS.test(s); }
+
   // preview returns the number as the server will read it, in E.164 with a
   // space after the country code: a number typed with + as it is (the
   // picker is ignored), otherwise the picked country's code and the
@@ -139,7 +147,7 @@
   function numberChanged() {
     const n = preview();
     e164.textContent = n;
-    $("e164-line").hidden = phone.value.trim() === "";
+    $("e164-line").hidden = !readable(phone.value);
     // A wait for one number does not hold another one back (the server
     // still has the last word); a wait for this address or the service does.
     if (countdown && countdown.number && countdown.number !== n) stopCountdown();
