@@ -1,15 +1,19 @@
 -- semaphore: Lua functions prepended to the semaphore scripts (semaphore_*.lua).
 -- All keys of one semaphore share the name's hash tag:
--- KEYS[1] a hash: size (N), held (the sum of the holders' weights), fence
---   (the last fencing number), seq (the waiters' last sequence number), w
---   (the waiters queued), d (the records in done), due (at most the earliest
---   end among holders and waiters, 0 for none), dd (when done is swept next),
---   exp (when every key expires), and one field per token (the token itself,
+-- KEYS[1] a hash: held (the sum of the holders' weights), w (the waiters
+--   queued), d (the records in done), m: the other scalars in one value
+--   "<size>:<fence>:<seq>:<due>:<dd>:<exp>" (size N; fence the last fencing
+--   number; seq the waiters' last sequence number; due at most the earliest
+--   end among holders and waiters, 0 for none; dd when done is swept next;
+--   exp when every key expires), and one field per token (the token itself,
 --   32 hex digits, never a scalar's name), its state in one value:
 --   "h<n>:<fence>:<lease end>" a holder of n permits, "w<n>:<lease>:<seq>" a
 --   waiter for n permits (lease: the ms it asked for; seq: its place),
---   "d" a token released or cancelled (recorded in done). One HMGET reads
---   the scalars and the caller's token; no call looks a token up in a set.
+--   "d" a token released or cancelled (recorded in done). One HMGET of five
+--   fields reads the scalars and the caller's token; no call looks a token
+--   up in a set. (Redis spends about half a microsecond per field a script
+--   reads or writes, and as much to format a Lua number given to
+--   redis.call: the scripts pass text, and read few fields.)
 -- KEYS[2] holders: a sorted set of tokens scored by the end of their lease
 --   (server ms)
 -- KEYS[3] queue: waiters scored by their sequence number (FIFO)
@@ -27,9 +31,10 @@
 -- size and the weights are at most 2^53 - 1 (refused above by the Go side),
 -- held never exceeds size (a grant is tested as n <= size - held, which
 -- cannot round), and times are server ms plus leases of at most a day.
--- Numbers go to redis.call and to replies as numbers (Redis writes them
--- with 17 digits, or as integers: exact); only text built in Lua uses
--- string.format('%d') (concatenation would keep 14 digits).
+-- Numbers go to redis.call as text (text: string.format('%d'), exact, and
+-- cheaper than Redis's formatting of a Lua number) and to replies as
+-- numbers (Redis sends them as integers: exact); concatenation would keep
+-- 14 digits only.
 -- The counts (held, w, d) let a call skip what is empty: a call that finds
 -- nothing due, no waiter and its end within exp runs no sweep, no pump and
 -- no PEXPIREAT. The common paths are straight-line: the scripts' cost is
@@ -45,31 +50,40 @@ local sweep = 64
 local gap = 1000
 local none = math.huge
 
+-- text formats an integer-valued number for redis.call.
+local function text(x)
+  return string.format('%d', x)
+end
+
 -- S: the hash's scalars (S0 as stored), read by load and written back by
 -- save; put: the token fields to write (false: delete); fresh: the sets
 -- this call created (they get exp); every: exp moved, touch every key;
 -- held: whether the holders set has members.
-local names = {'size', 'held', 'fence', 'seq', 'w', 'd', 'due', 'dd', 'exp'}
 local S, S0, put, fresh = {}, {}, {}, {}
 local every, held = false, false
+
+-- meta is the packed field m of S's values.
+local function meta()
+  return string.format('%d:%d:%d:%d:%d:%d', S.size, S.fence, S.seq, S.due == none and 0 or S.due, S.dd, S.exp)
+end
 
 -- load reads the scalars and tok's field with one HMGET; it returns the
 -- field (false when tok is unknown). S.sized: the hash keeps a size (a
 -- cancel's record alone does not); S.exists: it keeps any scalar.
 local function load(tok)
-  local v = redis.call('HMGET', H, 'size', 'held', 'fence', 'seq', 'w', 'd', 'due', 'dd', 'exp', tok)
-  S.sized, S.exists = v[1] ~= false, false
-  for i = 1, 9 do
-    local x = v[i]
-    S.exists = S.exists or x ~= false
-    x = tonumber(x) or 0
-    S[names[i]], S0[names[i]] = x, x
-  end
+  local v = redis.call('HMGET', H, 'held', 'w', 'd', 'm', tok)
+  S.exists = v[1] or v[2] or v[3] or v[4]
+  S.held, S.w, S.d = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  S0.held, S0.w, S0.d, S0.m = S.held, S.w, S.d, v[4]
+  local size, fence, seq, due, dd, exp = string.match(v[4] or '', '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  S.size, S.fence, S.seq = tonumber(size) or 0, tonumber(fence) or 0, tonumber(seq) or 0
+  S.due, S.dd, S.exp = tonumber(due) or 0, tonumber(dd) or 0, tonumber(exp) or 0
+  S.sized = S.size > 0
   if S.due == 0 then
     S.due = none
   end
   held = S.held > 0
-  return v[10]
+  return v[5]
 end
 
 -- state is tok's field now: as loaded (v), or as this call changed it
@@ -106,7 +120,7 @@ end
 -- drop_holders gives back the permits of holders whose lease ended, at most
 -- sweep of them.
 local function drop_holders()
-  local gone = redis.call('ZRANGEBYSCORE', HOLD, '-inf', now, 'LIMIT', 0, sweep)
+  local gone = redis.call('ZRANGEBYSCORE', HOLD, '-inf', text(now), 'LIMIT', 0, sweep)
   if #gone == 0 then
     return
   end
@@ -120,7 +134,7 @@ end
 
 -- drop_waiters removes waiters that stopped polling, at most sweep.
 local function drop_waiters()
-  local dead = redis.call('ZRANGEBYSCORE', ALIVE, '-inf', now, 'LIMIT', 0, sweep)
+  local dead = redis.call('ZRANGEBYSCORE', ALIVE, '-inf', text(now), 'LIMIT', 0, sweep)
   if #dead == 0 then
     return
   end
@@ -133,7 +147,7 @@ end
 
 -- drop_records removes records that ended, at most sweep, once per gap.
 local function drop_records()
-  local old = redis.call('ZRANGEBYSCORE', DONE, '-inf', now, 'LIMIT', 0, sweep)
+  local old = redis.call('ZRANGEBYSCORE', DONE, '-inf', text(now), 'LIMIT', 0, sweep)
   if #old > 0 then
     S.d = S.d - redis.call('ZREM', DONE, unpack(old))
     for _, tok in ipairs(old) do
@@ -181,7 +195,7 @@ local function grant(tok, n, lease)
   if not held then
     fresh[HOLD], held = true, true
   end
-  redis.call('ZADD', HOLD, ends, tok)
+  redis.call('ZADD', HOLD, text(ends), tok)
   S.held = S.held + n
   S.due = math.min(S.due, ends)
   later(ends)
@@ -196,7 +210,7 @@ local function record(tok, r)
     fresh[DONE] = true
     S.dd = r
   end
-  S.d = S.d + redis.call('ZADD', DONE, r, tok)
+  S.d = S.d + redis.call('ZADD', DONE, text(r), tok)
   put[tok] = 'd'
   later(r)
 end
@@ -240,12 +254,12 @@ end
 -- call created.
 local function expire()
   if every then
-    redis.call('PEXPIREAT', H, S.exp)
+    redis.call('PEXPIREAT', H, text(S.exp))
   end
   local live = {[HOLD] = S.held > 0, [QUEUE] = S.w > 0, [ALIVE] = S.w > 0, [DONE] = S.d > 0}
   for _, k in ipairs({HOLD, QUEUE, ALIVE, DONE}) do
     if live[k] and (every or fresh[k]) then
-      redis.call('PEXPIREAT', k, S.exp)
+      redis.call('PEXPIREAT', k, text(S.exp))
     end
   end
 end
@@ -260,9 +274,6 @@ local function save()
     end
     return
   end
-  if S.due == none then
-    S.due = 0
-  end
   local args, gone = {}, {}
   for f, v in pairs(put) do
     if v then
@@ -275,12 +286,16 @@ local function save()
   if #gone > 0 then
     redis.call('HDEL', H, unpack(gone))
   end
-  for i = 1, 9 do
-    local f = names[i]
+  for _, f in ipairs({'held', 'w', 'd'}) do
     if S[f] ~= S0[f] then
       args[#args + 1] = f
-      args[#args + 1] = S[f]
+      args[#args + 1] = text(S[f])
     end
+  end
+  local m = meta()
+  if m ~= S0.m then
+    args[#args + 1] = 'm'
+    args[#args + 1] = m
   end
   if #args > 0 then
     redis.call('HSET', H, unpack(args))

@@ -40,7 +40,7 @@ if kind == 'h' then
 end
 local alive = now + tonumber(ARGV[6])
 if kind == 'w' then
-  redis.call('ZADD', ALIVE, alive, tok)
+  redis.call('ZADD', ALIVE, text(alive), tok)
   later(alive)
   save()
   return {0, now, tonumber(string.match(v, '(%d+)$'))}
@@ -62,8 +62,8 @@ if mode == 'w' then
     S.seq = S.seq + 1
     had = S.seq
   end
-  redis.call('ZADD', QUEUE, had, tok)
-  redis.call('ZADD', ALIVE, alive, tok)
+  redis.call('ZADD', QUEUE, text(had), tok)
+  redis.call('ZADD', ALIVE, text(alive), tok)
   S.w = S.w + 1
   S.due = math.min(S.due, alive)
   later(alive)
