@@ -40,7 +40,8 @@
 -- no PEXPIREAT. The common paths are straight-line: the scripts' cost is
 -- mostly Lua's own work (tables, strings, closures), so they make few.
 local H, HOLD, QUEUE, ALIVE, DONE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local t = redis.call('TIME')
+local call, format, match = redis.call, string.format, string.match
+local t = call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- sweep bounds the expired entries one call removes, and the waiters one
 -- call grants: the work of a call does not grow with the queue.
@@ -52,32 +53,33 @@ local none = math.huge
 
 -- text formats an integer-valued number for redis.call.
 local function text(x)
-  return string.format('%d', x)
+  return format('%d', x)
 end
 
--- S: the hash's scalars (S0 as stored), read by load and written back by
--- save; put: the token fields to write (false: delete); fresh: the sets
--- this call created (they get exp); every: exp moved, touch every key;
--- held: whether the holders set has members.
-local S, S0, put, fresh = {}, {}, {}, {}
+-- S: the hash's scalars, read by load and written back by save (S0: held,
+-- w, d and m as stored); put: the token fields to write (false: delete);
+-- fresh: the sets this call created (they get exp); every: exp moved,
+-- touch every key; held: whether the holders set has members. The tables
+-- are made with their fields: no call grows them.
+local S = {held = 0, w = 0, d = 0, size = 0, fence = 0, seq = 0, due = 0, dd = 0, exp = 0, exists = false, sized = false}
+local S0 = {held = 0, w = 0, d = 0, m = false}
+local fresh = {hold = false, queue = false, alive = false, done = false}
+local put = {}
 local every, held = false, false
-
--- meta is the packed field m of S's values.
-local function meta()
-  return string.format('%d:%d:%d:%d:%d:%d', S.size, S.fence, S.seq, S.due == none and 0 or S.due, S.dd, S.exp)
-end
 
 -- load reads the scalars and tok's field with one HMGET; it returns the
 -- field (false when tok is unknown). S.sized: the hash keeps a size (a
 -- cancel's record alone does not); S.exists: it keeps any scalar.
 local function load(tok)
-  local v = redis.call('HMGET', H, 'held', 'w', 'd', 'm', tok)
+  local v = call('HMGET', H, 'held', 'w', 'd', 'm', tok)
   S.exists = v[1] or v[2] or v[3] or v[4]
   S.held, S.w, S.d = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
   S0.held, S0.w, S0.d, S0.m = S.held, S.w, S.d, v[4]
-  local size, fence, seq, due, dd, exp = string.match(v[4] or '', '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
-  S.size, S.fence, S.seq = tonumber(size) or 0, tonumber(fence) or 0, tonumber(seq) or 0
-  S.due, S.dd, S.exp = tonumber(due) or 0, tonumber(dd) or 0, tonumber(exp) or 0
+  if v[4] then
+    local size, fence, seq, due, dd, exp = match(v[4], '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
+    S.size, S.fence, S.seq = tonumber(size), tonumber(fence), tonumber(seq)
+    S.due, S.dd, S.exp = tonumber(due), tonumber(dd), tonumber(exp)
+  end
   S.sized = S.size > 0
   if S.due == 0 then
     S.due = none
@@ -99,7 +101,7 @@ end
 -- holder reads a holder's field: its weight, fence and lease end (nil
 -- for another state).
 local function holder(v)
-  local n, f, e = string.match(v or '', '^h(%d+):(%d+):(%d+)$')
+  local n, f, e = match(v or '', '^h(%d+):(%d+):(%d+)$')
   return tonumber(n), tonumber(f), tonumber(e)
 end
 
@@ -113,43 +115,43 @@ local function later(e)
 end
 
 local function first(key)
-  local r = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local r = call('ZRANGE', key, 0, 0, 'WITHSCORES')
   return r[2] and tonumber(r[2]) or none
 end
 
 -- drop_holders gives back the permits of holders whose lease ended, at most
 -- sweep of them.
 local function drop_holders()
-  local gone = redis.call('ZRANGEBYSCORE', HOLD, '-inf', text(now), 'LIMIT', 0, sweep)
+  local gone = call('ZRANGEBYSCORE', HOLD, '-inf', text(now), 'LIMIT', 0, sweep)
   if #gone == 0 then
     return
   end
-  for i, v in ipairs(redis.call('HMGET', H, unpack(gone))) do
+  for i, v in ipairs(call('HMGET', H, unpack(gone))) do
     S.held = S.held - (holder(v) or 0)
     put[gone[i]] = false
   end
-  redis.call('ZREM', HOLD, unpack(gone))
+  call('ZREM', HOLD, unpack(gone))
   held = S.held > 0
 end
 
 -- drop_waiters removes waiters that stopped polling, at most sweep.
 local function drop_waiters()
-  local dead = redis.call('ZRANGEBYSCORE', ALIVE, '-inf', text(now), 'LIMIT', 0, sweep)
+  local dead = call('ZRANGEBYSCORE', ALIVE, '-inf', text(now), 'LIMIT', 0, sweep)
   if #dead == 0 then
     return
   end
   for _, tok in ipairs(dead) do
     put[tok] = false
   end
-  redis.call('ZREM', QUEUE, unpack(dead))
-  S.w = S.w - redis.call('ZREM', ALIVE, unpack(dead))
+  call('ZREM', QUEUE, unpack(dead))
+  S.w = S.w - call('ZREM', ALIVE, unpack(dead))
 end
 
 -- drop_records removes records that ended, at most sweep, once per gap.
 local function drop_records()
-  local old = redis.call('ZRANGEBYSCORE', DONE, '-inf', text(now), 'LIMIT', 0, sweep)
+  local old = call('ZRANGEBYSCORE', DONE, '-inf', text(now), 'LIMIT', 0, sweep)
   if #old > 0 then
-    S.d = S.d - redis.call('ZREM', DONE, unpack(old))
+    S.d = S.d - call('ZREM', DONE, unpack(old))
     for _, tok in ipairs(old) do
       put[tok] = false
     end
@@ -193,13 +195,15 @@ local function grant(tok, n, lease)
   S.fence = math.max(S.fence + 1, now)
   local ends = now + lease
   if not held then
-    fresh[HOLD], held = true, true
+    fresh.hold, held = true, true
   end
-  redis.call('ZADD', HOLD, text(ends), tok)
+  call('ZADD', HOLD, text(ends), tok)
   S.held = S.held + n
-  S.due = math.min(S.due, ends)
+  if ends < S.due then
+    S.due = ends
+  end
   later(ends)
-  put[tok] = string.format('h%d:%d:%d', n, S.fence, ends)
+  put[tok] = format('h%d:%d:%d', n, S.fence, ends)
   return ends, S.fence
 end
 
@@ -207,10 +211,10 @@ end
 -- sets when done is swept (dd), later ones wait for the sweep dd names.
 local function record(tok, r)
   if S.d == 0 then
-    fresh[DONE] = true
+    fresh.done = true
     S.dd = r
   end
-  S.d = S.d + redis.call('ZADD', DONE, text(r), tok)
+  S.d = S.d + call('ZADD', DONE, text(r), tok)
   put[tok] = 'd'
   later(r)
 end
@@ -226,41 +230,48 @@ local function pump(channel)
     if S.w == 0 or S.held >= S.size then
       break
     end
-    local head = redis.call('ZPOPMIN', QUEUE)
+    local head = call('ZPOPMIN', QUEUE)
     local tok = head[1]
     if not tok then
       break
     end
-    local n, lease = string.match(redis.call('HGET', H, tok) or '', '^w(%d+):(%d+):')
+    local n, lease = match(call('HGET', H, tok) or '', '^w(%d+):(%d+):')
     n = tonumber(n) or 0
     if n > S.size - S.held then
-      fresh[QUEUE] = fresh[QUEUE] or S.w == 1 -- popping the last one deleted it
-      redis.call('ZADD', QUEUE, head[2], tok)
+      fresh.queue = fresh.queue or S.w == 1 -- popping the last one deleted it
+      call('ZADD', QUEUE, head[2], tok)
       break
     end
-    S.w = S.w - redis.call('ZREM', ALIVE, tok)
+    S.w = S.w - call('ZREM', ALIVE, tok)
     if n > 0 then
       local ends, fence = grant(tok, n, tonumber(lease))
       out = out or {}
-      out[#out + 1] = string.format('%s:%d:%d', tok, ends, fence)
+      out[#out + 1] = format('%s:%d:%d', tok, ends, fence)
     end
   end
   if out then
-    redis.call('PUBLISH', channel, table.concat(out, ','))
+    call('PUBLISH', channel, table.concat(out, ','))
   end
 end
 
 -- expire sets exp on every key that exists (every), or on the sets this
 -- call created.
 local function expire()
+  local e = text(S.exp)
   if every then
-    redis.call('PEXPIREAT', H, text(S.exp))
+    call('PEXPIREAT', H, e)
   end
-  local live = {[HOLD] = S.held > 0, [QUEUE] = S.w > 0, [ALIVE] = S.w > 0, [DONE] = S.d > 0}
-  for _, k in ipairs({HOLD, QUEUE, ALIVE, DONE}) do
-    if live[k] and (every or fresh[k]) then
-      redis.call('PEXPIREAT', k, text(S.exp))
-    end
+  if S.held > 0 and (every or fresh.hold) then
+    call('PEXPIREAT', HOLD, e)
+  end
+  if S.w > 0 and (every or fresh.queue) then
+    call('PEXPIREAT', QUEUE, e)
+  end
+  if S.w > 0 and (every or fresh.alive) then
+    call('PEXPIREAT', ALIVE, e)
+  end
+  if S.d > 0 and (every or fresh.done) then
+    call('PEXPIREAT', DONE, e)
   end
 end
 
@@ -270,38 +281,45 @@ end
 local function save()
   if S.held <= 0 and S.w <= 0 and S.d <= 0 then
     if S.exists then
-      redis.call('DEL', H)
+      call('DEL', H)
     end
     return
   end
-  local args, gone = {}, {}
+  local args, gone = {}, nil
   for f, v in pairs(put) do
     if v then
       args[#args + 1] = f
       args[#args + 1] = v
     else
+      gone = gone or {}
       gone[#gone + 1] = f
     end
   end
-  if #gone > 0 then
-    redis.call('HDEL', H, unpack(gone))
+  if gone then
+    call('HDEL', H, unpack(gone))
   end
-  for _, f in ipairs({'held', 'w', 'd'}) do
-    if S[f] ~= S0[f] then
-      args[#args + 1] = f
-      args[#args + 1] = text(S[f])
-    end
+  if S.held ~= S0.held then
+    args[#args + 1] = 'held'
+    args[#args + 1] = text(S.held)
   end
-  local m = meta()
+  if S.w ~= S0.w then
+    args[#args + 1] = 'w'
+    args[#args + 1] = text(S.w)
+  end
+  if S.d ~= S0.d then
+    args[#args + 1] = 'd'
+    args[#args + 1] = text(S.d)
+  end
+  local m = format('%d:%d:%d:%d:%d:%d', S.size, S.fence, S.seq, S.due == none and 0 or S.due, S.dd, S.exp)
   if m ~= S0.m then
     args[#args + 1] = 'm'
     args[#args + 1] = m
   end
   if #args > 0 then
-    redis.call('HSET', H, unpack(args))
+    call('HSET', H, unpack(args))
   end
   every = every or not S.exists
-  if every or next(fresh) then
+  if every or fresh.hold or fresh.queue or fresh.alive or fresh.done then
     expire()
   end
 end

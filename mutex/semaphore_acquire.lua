@@ -40,7 +40,7 @@ if kind == 'h' then
 end
 local alive = now + tonumber(ARGV[6])
 if kind == 'w' then
-  redis.call('ZADD', ALIVE, text(alive), tok)
+  call('ZADD', ALIVE, text(alive), tok)
   later(alive)
   save()
   return {0, now, tonumber(string.match(v, '(%d+)$'))}
@@ -56,14 +56,14 @@ if n <= size - S.held and (S.w == 0 or back and had < first(QUEUE)) then
 end
 if mode == 'w' then
   if S.w == 0 then
-    fresh[QUEUE], fresh[ALIVE] = true, true
+    fresh.queue, fresh.alive = true, true
   end
   if not back then
     S.seq = S.seq + 1
     had = S.seq
   end
-  redis.call('ZADD', QUEUE, text(had), tok)
-  redis.call('ZADD', ALIVE, text(alive), tok)
+  call('ZADD', QUEUE, text(had), tok)
+  call('ZADD', ALIVE, text(alive), tok)
   S.w = S.w + 1
   S.due = math.min(S.due, alive)
   later(alive)

@@ -9,7 +9,7 @@ if not ends or ends <= now then
   return {0, now}
 end
 local e = now + tonumber(ARGV[2])
-redis.call('ZADD', HOLD, 'XX', text(e), tok)
+call('ZADD', HOLD, 'XX', text(e), tok)
 put[tok] = string.format('h%d:%d:%d', n, fence, e)
 S.due = math.min(S.due, e)
 later(e)

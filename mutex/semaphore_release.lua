@@ -30,8 +30,8 @@ if kind == 'h' then
     put[tok] = false
   end
 elseif kind == 'w' then
-  redis.call('ZREM', QUEUE, tok)
-  S.w = S.w - redis.call('ZREM', ALIVE, tok)
+  call('ZREM', QUEUE, tok)
+  S.w = S.w - call('ZREM', ALIVE, tok)
   record(tok, ends_record)
   res = 2
 end
@@ -40,7 +40,7 @@ if res == 0 and ARGV[4] == 'c' then
 end
 pump(ARGV[2])
 if leave then
-  redis.call('ZREM', HOLD, tok)
+  call('ZREM', HOLD, tok)
   held = S.held > 0
 end
 -- Idle now (nothing held, nobody queued): only the records are left, so a
@@ -48,7 +48,7 @@ end
 -- semaphore released after a lease of a day does not keep its keys for a
 -- day). Tested first against this release's record, with no command.
 if S.held == 0 and S.w == 0 and S.exp - ends_record > 2 * rec then
-  local last = redis.call('ZRANGE', DONE, -1, -1, 'WITHSCORES')[2]
+  local last = call('ZRANGE', DONE, -1, -1, 'WITHSCORES')[2]
   local e = math.max(ends_record, tonumber(last) or 0)
   local idle = e + math.floor((e - now) / 4)
   if S.exp - idle > rec then
