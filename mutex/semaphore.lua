@@ -1,12 +1,19 @@
 -- semaphore: Lua functions prepended to the semaphore scripts (semaphore_*.lua).
 -- All keys of one semaphore share the name's hash tag:
--- KEYS[1] a hash: size (N), held (the sum of the holders' weights), fence
---   (the last fencing number), seq (the waiters' last sequence number), w
---   (the waiters queued), d (the records in done), due (at most the earliest
---   end among holders and waiters, 0 for none), dd (when done is swept next),
---   exp (when every key expires), and per token n:<token> (its weight),
---   f:<token> (a holder's fencing number), l:<token> (the lease in ms a
---   waiter asked for)
+-- KEYS[1] a hash: held (the sum of the holders' weights), w (the waiters
+--   queued), d (the records in done), m: the other scalars in one value
+--   "<size>:<fence>:<seq>:<due>:<dd>:<exp>" (size N; fence the last fencing
+--   number; seq the waiters' last sequence number; due at most the earliest
+--   end among holders and waiters, 0 for none; dd when done is swept next;
+--   exp when every key expires), and one field per token (the token itself,
+--   32 hex digits, never a scalar's name), its state in one value:
+--   "h<n>:<fence>:<lease end>" a holder of n permits, "w<n>:<lease>:<seq>" a
+--   waiter for n permits (lease: the ms it asked for; seq: its place),
+--   "d" a token released or cancelled (recorded in done). One HMGET of five
+--   fields reads the scalars and the caller's token; no call looks a token
+--   up in a set. (Redis spends about half a microsecond per field a script
+--   reads or writes, and as much to format a Lua number given to
+--   redis.call: the scripts pass text, and read few fields.)
 -- KEYS[2] holders: a sorted set of tokens scored by the end of their lease
 --   (server ms)
 -- KEYS[3] queue: waiters scored by their sequence number (FIFO)
@@ -24,12 +31,18 @@
 -- size and the weights are at most 2^53 - 1 (refused above by the Go side),
 -- held never exceeds size (a grant is tested as n <= size - held, which
 -- cannot round), and times are server ms plus leases of at most a day.
+-- Numbers go to redis.call as text (text: string.format('%d'), exact, and
+-- cheaper than Redis's formatting of a Lua number) and to replies as
+-- numbers (Redis sends them as integers: exact); concatenation would keep
+-- 14 digits only.
 -- The counts (held, w, d) let a call skip what is empty: a call that finds
 -- nothing due, no waiter and its end within exp runs no sweep, no pump and
--- no PEXPIREAT.
+-- no PEXPIREAT. The common paths are straight-line: the scripts' cost is
+-- mostly Lua's own work (tables, strings, closures), so they make few.
 local H, HOLD, QUEUE, ALIVE, DONE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local call, format, match = redis.call, string.format, string.match
+local t = call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- sweep bounds the expired entries one call removes, and the waiters one
 -- call grants: the work of a call does not grow with the queue.
 local sweep = 64
@@ -38,54 +51,58 @@ local sweep = 64
 local gap = 1000
 local none = math.huge
 
--- text formats an integer-valued number for redis.call and replies (a Lua
--- number would be formatted with 14 digits at most).
+-- text formats an integer-valued number for redis.call.
 local function text(x)
-  return string.format('%d', x)
+  return format('%d', x)
 end
 
-local function num(v)
-  return tonumber(v) or 0
-end
+-- S: the hash's scalars, read by load and written back by save (S0: held,
+-- w, d and m as stored); put: the token fields to write (false: delete);
+-- fresh: the sets this call created (they get exp); every: exp moved,
+-- touch every key; held: whether the holders set has members. The tables
+-- are made with their fields: no call grows them.
+local S = {held = 0, w = 0, d = 0, size = 0, fence = 0, seq = 0, due = 0, dd = 0, exp = 0, exists = false, sized = false}
+local S0 = {held = 0, w = 0, d = 0, m = false}
+local fresh = {hold = false, queue = false, alive = false, done = false}
+local put = {}
+local every, held = false, false
 
--- S: the hash's scalars, read by load and written back by save; put: the
--- per-token fields to write, drop: those to delete; fresh: the sets this
--- call created (they get exp); every: exp moved, touch every key.
-local names = {'size', 'held', 'fence', 'seq', 'w', 'd', 'due', 'dd', 'exp'}
-local S, S0, put, drop, fresh = {}, {}, {}, {}, {}
-local every = false
-
--- load reads the scalars and the fields named in extra (returned in order)
--- with one HMGET.
-local function load(extra)
-  local fields = {unpack(names)}
-  for _, f in ipairs(extra) do
-    fields[#fields + 1] = f
+-- load reads the scalars and tok's field with one HMGET; it returns the
+-- field (false when tok is unknown). S.sized: the hash keeps a size (a
+-- cancel's record alone does not); S.exists: it keeps any scalar.
+local function load(tok)
+  local v = call('HMGET', H, 'held', 'w', 'd', 'm', tok)
+  S.exists = v[1] or v[2] or v[3] or v[4]
+  S.held, S.w, S.d = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  S0.held, S0.w, S0.d, S0.m = S.held, S.w, S.d, v[4]
+  if v[4] then
+    local size, fence, seq, due, dd, exp = match(v[4], '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
+    S.size, S.fence, S.seq = tonumber(size), tonumber(fence), tonumber(seq)
+    S.due, S.dd, S.exp = tonumber(due), tonumber(dd), tonumber(exp)
   end
-  local v = redis.call('HMGET', H, unpack(fields))
-  for i, f in ipairs(names) do
-    S[f] = num(v[i])
-    S0[f] = S[f]
-  end
-  S.stored = v[1]
-  S.exists = false
-  for i = 1, #names do
-    S.exists = S.exists or v[i] ~= false
-  end
+  S.sized = S.size > 0
   if S.due == 0 then
     S.due = none
   end
-  local out = {}
-  for i = 1, #extra do
-    out[i] = v[#names + i]
-  end
-  return out
+  held = S.held > 0
+  return v[5]
 end
 
-local function forget(tok)
-  drop[#drop + 1] = 'n:' .. tok
-  drop[#drop + 1] = 'f:' .. tok
-  drop[#drop + 1] = 'l:' .. tok
+-- state is tok's field now: as loaded (v), or as this call changed it
+-- (nil when a sweep dropped it).
+local function state(tok, v)
+  local p = put[tok]
+  if p == nil then
+    return v or nil
+  end
+  return p or nil
+end
+
+-- holder reads a holder's field: its weight, fence and lease end (nil
+-- for another state).
+local function holder(v)
+  local n, f, e = match(v or '', '^h(%d+):(%d+):(%d+)$')
+  return tonumber(n), tonumber(f), tonumber(e)
 end
 
 -- later notes that an end e is recorded: exp moves past it (with a quarter
@@ -98,39 +115,53 @@ local function later(e)
 end
 
 local function first(key)
-  local r = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local r = call('ZRANGE', key, 0, 0, 'WITHSCORES')
   return r[2] and tonumber(r[2]) or none
 end
 
 -- drop_holders gives back the permits of holders whose lease ended, at most
 -- sweep of them.
 local function drop_holders()
-  local gone = redis.call('ZRANGEBYSCORE', HOLD, '-inf', text(now), 'LIMIT', 0, sweep)
+  local gone = call('ZRANGEBYSCORE', HOLD, '-inf', text(now), 'LIMIT', 0, sweep)
   if #gone == 0 then
     return
   end
-  local f = {}
-  for i, tok in ipairs(gone) do
-    f[i] = 'n:' .. tok
-    forget(tok)
+  for i, v in ipairs(call('HMGET', H, unpack(gone))) do
+    S.held = S.held - (holder(v) or 0)
+    put[gone[i]] = false
   end
-  for _, n in ipairs(redis.call('HMGET', H, unpack(f))) do
-    S.held = S.held - num(n)
-  end
-  redis.call('ZREM', HOLD, unpack(gone))
+  call('ZREM', HOLD, unpack(gone))
+  held = S.held > 0
 end
 
 -- drop_waiters removes waiters that stopped polling, at most sweep.
 local function drop_waiters()
-  local dead = redis.call('ZRANGEBYSCORE', ALIVE, '-inf', text(now), 'LIMIT', 0, sweep)
+  local dead = call('ZRANGEBYSCORE', ALIVE, '-inf', text(now), 'LIMIT', 0, sweep)
   if #dead == 0 then
     return
   end
   for _, tok in ipairs(dead) do
-    forget(tok)
+    put[tok] = false
   end
-  redis.call('ZREM', QUEUE, unpack(dead))
-  S.w = S.w - redis.call('ZREM', ALIVE, unpack(dead))
+  call('ZREM', QUEUE, unpack(dead))
+  S.w = S.w - call('ZREM', ALIVE, unpack(dead))
+end
+
+-- drop_records removes records that ended, at most sweep, once per gap.
+local function drop_records()
+  local old = call('ZRANGEBYSCORE', DONE, '-inf', text(now), 'LIMIT', 0, sweep)
+  if #old > 0 then
+    S.d = S.d - call('ZREM', DONE, unpack(old))
+    for _, tok in ipairs(old) do
+      put[tok] = false
+    end
+  end
+  S.dd = now
+  if #old < sweep and S.d > 0 then
+    local f = first(DONE)
+    S.d = f == none and 0 or S.d
+    S.dd = math.max(f == none and now or f, now + gap)
+  end
 end
 
 -- drop_expired runs the sweeps that are due: holders and waiters when due
@@ -152,16 +183,7 @@ local function drop_expired()
     end
   end
   if S.d > 0 and S.dd <= now then
-    local old = redis.call('ZRANGEBYSCORE', DONE, '-inf', text(now), 'LIMIT', 0, sweep)
-    if #old > 0 then
-      S.d = S.d - redis.call('ZREM', DONE, unpack(old))
-    end
-    S.dd = now
-    if #old < sweep and S.d > 0 then
-      local f = first(DONE)
-      S.d = f == none and 0 or S.d
-      S.dd = math.max(f == none and now or f, now + gap)
-    end
+    drop_records()
   end
 end
 
@@ -172,15 +194,16 @@ end
 local function grant(tok, n, lease)
   S.fence = math.max(S.fence + 1, now)
   local ends = now + lease
-  if S.held == 0 then
-    fresh[HOLD] = true
+  if not held then
+    fresh.hold, held = true, true
   end
-  redis.call('ZADD', HOLD, text(ends), tok)
+  call('ZADD', HOLD, text(ends), tok)
   S.held = S.held + n
-  S.due = math.min(S.due, ends)
+  if ends < S.due then
+    S.due = ends
+  end
   later(ends)
-  put['n:' .. tok] = text(n)
-  put['f:' .. tok] = text(S.fence)
+  put[tok] = format('h%d:%d:%d', n, S.fence, ends)
   return ends, S.fence
 end
 
@@ -188,55 +211,67 @@ end
 -- sets when done is swept (dd), later ones wait for the sweep dd names.
 local function record(tok, r)
   if S.d == 0 then
-    fresh[DONE] = true
+    fresh.done = true
     S.dd = r
   end
-  S.d = S.d + redis.call('ZADD', DONE, text(r), tok)
+  S.d = S.d + call('ZADD', DONE, text(r), tok)
+  put[tok] = 'd'
   later(r)
 end
 
 -- pump grants permits to the head waiters in order while they fit (strict
--- FIFO: it stops at the first that does not, so a large request is not
--- starved), and announces each grant on channel as
--- "<token>:<lease end>:<fence>", comma-separated: the waiters wake holding
--- their permits.
+-- FIFO: it stops at the first that does not, and puts it back at its
+-- place, so a large request is not starved), and announces each grant on
+-- channel as "<token>:<lease end>:<fence>", comma-separated: the waiters
+-- wake holding their permits.
 local function pump(channel)
-  local out = {}
+  local out
   for _ = 1, sweep do
     if S.w == 0 or S.held >= S.size then
       break
     end
-    local head = redis.call('ZRANGE', QUEUE, 0, 0)[1]
-    if not head then
+    local head = call('ZPOPMIN', QUEUE)
+    local tok = head[1]
+    if not tok then
       break
     end
-    local v = redis.call('HMGET', H, 'n:' .. head, 'l:' .. head)
-    local n = num(v[1])
+    local n, lease = match(call('HGET', H, tok) or '', '^w(%d+):(%d+):')
+    n = tonumber(n) or 0
     if n > S.size - S.held then
+      fresh.queue = fresh.queue or S.w == 1 -- popping the last one deleted it
+      call('ZADD', QUEUE, head[2], tok)
       break
     end
-    redis.call('ZREM', QUEUE, head)
-    S.w = S.w - redis.call('ZREM', ALIVE, head)
-    drop[#drop + 1] = 'l:' .. head
-    local ends, fence = grant(head, n, num(v[2]))
-    out[#out + 1] = head .. ':' .. text(ends) .. ':' .. text(fence)
+    S.w = S.w - call('ZREM', ALIVE, tok)
+    if n > 0 then
+      local ends, fence = grant(tok, n, tonumber(lease))
+      out = out or {}
+      out[#out + 1] = format('%s:%d:%d', tok, ends, fence)
+    end
   end
-  if #out > 0 then
-    redis.call('PUBLISH', channel, table.concat(out, ','))
+  if out then
+    call('PUBLISH', channel, table.concat(out, ','))
   end
 end
 
 -- expire sets exp on every key that exists (every), or on the sets this
 -- call created.
 local function expire()
-  local live = {[HOLD] = S.held > 0, [QUEUE] = S.w > 0, [ALIVE] = S.w > 0, [DONE] = S.d > 0}
+  local e = text(S.exp)
   if every then
-    redis.call('PEXPIREAT', H, text(S.exp))
+    call('PEXPIREAT', H, e)
   end
-  for _, k in ipairs({HOLD, QUEUE, ALIVE, DONE}) do
-    if live[k] and (every or fresh[k]) then
-      redis.call('PEXPIREAT', k, text(S.exp))
-    end
+  if S.held > 0 and (every or fresh.hold) then
+    call('PEXPIREAT', HOLD, e)
+  end
+  if S.w > 0 and (every or fresh.queue) then
+    call('PEXPIREAT', QUEUE, e)
+  end
+  if S.w > 0 and (every or fresh.alive) then
+    call('PEXPIREAT', ALIVE, e)
+  end
+  if S.d > 0 and (every or fresh.done) then
+    call('PEXPIREAT', DONE, e)
   end
 end
 
@@ -246,30 +281,45 @@ end
 local function save()
   if S.held <= 0 and S.w <= 0 and S.d <= 0 then
     if S.exists then
-      redis.call('DEL', H)
+      call('DEL', H)
     end
     return
   end
-  if #drop > 0 then
-    redis.call('HDEL', H, unpack(drop))
-  end
-  if S.due == none then
-    S.due = 0
-  end
-  local args = {}
-  for _, f in ipairs(names) do
-    if S[f] ~= S0[f] then
+  local args, gone = {}, nil
+  for f, v in pairs(put) do
+    if v then
       args[#args + 1] = f
-      args[#args + 1] = text(S[f])
+      args[#args + 1] = v
+    else
+      gone = gone or {}
+      gone[#gone + 1] = f
     end
   end
-  for f, v in pairs(put) do
-    args[#args + 1] = f
-    args[#args + 1] = v
+  if gone then
+    call('HDEL', H, unpack(gone))
+  end
+  if S.held ~= S0.held then
+    args[#args + 1] = 'held'
+    args[#args + 1] = text(S.held)
+  end
+  if S.w ~= S0.w then
+    args[#args + 1] = 'w'
+    args[#args + 1] = text(S.w)
+  end
+  if S.d ~= S0.d then
+    args[#args + 1] = 'd'
+    args[#args + 1] = text(S.d)
+  end
+  local m = format('%d:%d:%d:%d:%d:%d', S.size, S.fence, S.seq, S.due == none and 0 or S.due, S.dd, S.exp)
+  if m ~= S0.m then
+    args[#args + 1] = 'm'
+    args[#args + 1] = m
   end
   if #args > 0 then
-    redis.call('HSET', H, unpack(args))
+    call('HSET', H, unpack(args))
   end
   every = every or not S.exists
-  expire()
+  if every or fresh.hold or fresh.queue or fresh.alive or fresh.done then
+    expire()
+  end
 end

@@ -13,34 +13,37 @@
 -- {-2, now} when the token was released or cancelled already.
 -- Safe to run again (a retry after a lost reply): a token that holds its
 -- permits is answered so, a queued one is not queued twice, and a token
--- that ended takes nothing.
+-- that ended takes nothing. The token's state is its field in the hash,
+-- read with the scalars: the uncontended path runs TIME, HMGET, ZADD and
+-- HSET (and PEXPIREAT on the holders set it creates).
 local tok, n, size, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local mode, had = string.sub(ARGV[5], 1, 1), tonumber(string.sub(ARGV[5], 2)) or 0
-local v = load({'f:' .. tok})
-if S.stored and S.size ~= size then
+local v = load(tok)
+if S.sized and S.size ~= size then
   return {-1, S.size}
 end
-if S.d > 0 and redis.call('ZSCORE', DONE, tok) then
-  return {-2, text(now)}
+if v == 'd' then
+  return {-2, now}
 end
 S.size = size
 drop_expired()
 pump(ARGV[7])
-local ends = S.held > 0 and redis.call('ZSCORE', HOLD, tok)
-if ends then
+v = state(tok, v)
+local kind = v and string.sub(v, 1, 1)
+if kind == 'h' then
+  local _, fence, ends = holder(v)
   save()
-  if tonumber(ends) <= now then -- ended, not swept yet (a full sweep)
-    return {0, text(now)}
+  if ends <= now then -- ended, not swept yet (a full sweep)
+    return {0, now}
   end
-  return {1, text(now), ends, put['f:' .. tok] or v[1]}
+  return {1, now, ends, fence}
 end
 local alive = now + tonumber(ARGV[6])
-local seq = S.w > 0 and redis.call('ZSCORE', QUEUE, tok)
-if seq then
-  redis.call('ZADD', ALIVE, text(alive), tok)
+if kind == 'w' then
+  call('ZADD', ALIVE, text(alive), tok)
   later(alive)
   save()
-  return {0, text(now), seq}
+  return {0, now, tonumber(string.match(v, '(%d+)$'))}
 end
 -- back: a waiter passed over for polling late, queued again at its place;
 -- it takes its permits now if they fit and that place is ahead of the
@@ -49,24 +52,24 @@ local back = mode == 'w' and had >= 1 and had <= S.seq
 if n <= size - S.held and (S.w == 0 or back and had < first(QUEUE)) then
   local e, f = grant(tok, n, lease)
   save()
-  return {1, text(now), text(e), text(f)}
+  return {1, now, e, f}
 end
 if mode == 'w' then
   if S.w == 0 then
-    fresh[QUEUE], fresh[ALIVE] = true, true
+    fresh.queue, fresh.alive = true, true
   end
   if not back then
     S.seq = S.seq + 1
     had = S.seq
   end
-  redis.call('ZADD', QUEUE, text(had), tok)
-  redis.call('ZADD', ALIVE, text(alive), tok)
+  call('ZADD', QUEUE, text(had), tok)
+  call('ZADD', ALIVE, text(alive), tok)
   S.w = S.w + 1
   S.due = math.min(S.due, alive)
   later(alive)
-  put['n:' .. tok], put['l:' .. tok] = ARGV[2], ARGV[4]
+  put[tok] = string.format('w%d:%d:%d', n, lease, had)
   save()
-  return {0, text(now), text(had)}
+  return {0, now, had}
 end
 save()
-return {0, text(now)}
+return {0, now}

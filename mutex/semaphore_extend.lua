@@ -4,14 +4,14 @@
 -- (its lease ended, or it was released). Running it twice sets the same
 -- lease, from a later now.
 local tok = ARGV[1]
-local ends = redis.call('ZSCORE', HOLD, tok)
-if not ends or tonumber(ends) <= now then
-  return {0, text(now)}
+local n, fence, ends = holder(load(tok))
+if not ends or ends <= now then
+  return {0, now}
 end
-load({})
 local e = now + tonumber(ARGV[2])
-redis.call('ZADD', HOLD, 'XX', text(e), tok)
+call('ZADD', HOLD, 'XX', text(e), tok)
+put[tok] = string.format('h%d:%d:%d', n, fence, e)
 S.due = math.min(S.due, e)
 later(e)
 save()
-return {1, text(now), text(e)}
+return {1, now, e}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -378,4 +379,64 @@ func TestSemaphoreFreshSetsGetTTL(t *testing.T) {
 	step("a first waiter (queue and alive created)")
 	release(again, 100*time.Millisecond)
 	step("a release")
+}
+
+// TestSemaphoreHeadPutBack: a release pops the head waiter to grant it;
+// one that does not fit goes back at its place (strict FIFO), and the
+// queue it re-creates (it was the only waiter) gets the keys' expiry; the
+// waiter behind it, which would fit, still waits for it.
+func TestSemaphoreHeadPutBack(t *testing.T) {
+	b := testutil.RealBackend(t)
+	ctx := context.Background()
+	rc := b.Client(t)
+	// A wait lease of 30 s (3 retry intervals): the waiters, which never
+	// poll, are not passed over during the test.
+	s := mustSem(t, newLocker(t, b, mutex.WithRetryInterval(10*time.Second)), "putback", 3)
+	queue := mutex.SemKey(s, "sem:queue")
+	step := func(what string, want ...string) {
+		t.Helper()
+		if err := mustReadSem(t, rc, s).check(30 * time.Second); err != nil {
+			t.Fatalf("after %s: %v", what, err)
+		}
+		if got := rc.ZRange(ctx, queue, 0, -1).Val(); !slices.Equal(got, want) {
+			t.Fatalf("after %s: queue %v, want %v", what, got, want)
+		}
+	}
+	take := func(n int64) string {
+		t.Helper()
+		tok, ok, err := mutex.SemTake(ctx, s, n, 20*time.Second)
+		if err != nil || !ok {
+			t.Fatalf("take %d: %v %v", n, ok, err)
+		}
+		return tok
+	}
+	enqueue := func(n int64) string {
+		t.Helper()
+		tok, err := mutex.SemEnqueue(ctx, s, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	release := func(tok string) {
+		t.Helper()
+		if res, err := mutex.SemReleaseFor(ctx, s, tok, time.Second); err != nil || res != 1 {
+			t.Fatalf("release: %d, %v", res, err)
+		}
+	}
+	two, one := take(2), take(1)
+	big := enqueue(3)
+	step("a waiter for 3 of 3 permits", big)
+	release(one) // 1 free: big does not fit
+	step("a release that frees too little for the head", big)
+	small := enqueue(1)
+	step("a second waiter, which would fit", big, small)
+	release(two)
+	step("the release that frees enough for the head", small)
+	if _, err := rc.ZScore(ctx, mutex.SemKey(s, "sem:holders"), big).Result(); err != nil {
+		t.Fatalf("the head is not a holder after the release: %v", err)
+	}
+	if _, ok, err := mutex.SemTake(ctx, s, 1, time.Second); err != nil || ok {
+		t.Fatalf("a TryAcquire while the head holds every permit and a waiter queues: %v %v", ok, err)
+	}
 }
