@@ -83,11 +83,13 @@ const recoverySlow = 100 * time.Millisecond
 
 // recoveryCheck fails t if a call begun 50 ms or more after back failed or
 // took over recoverySlow, or if no call before failed (the outage was not
-// felt). It reports false, failing nothing, when a control call failed or
-// took over recoverySlow too: a call begun 50 ms
-// after back on keys and a client the outage never touched (its own guard
-// and pool), which nothing left behind can delay. Then the machine, not a
-// leftover, failed the calls (on a loaded 2-core VM the test process and
+// felt). The control calls are calls begun 50 ms after back on keys and a
+// client the outage never touched (its own guard and pool), which nothing
+// left behind can delay: what the machine itself costs a call then. When
+// the slowest of them took over recoverySlow (a loaded 2-core VM), a call
+// may take that much more than recoverySlow. It reports false, failing
+// nothing, when a control call failed or took over 3 times recoverySlow:
+// then the machine, not a leftover, failed the calls (the test process and
 // the server waited up to 1 s for a CPU after SIGCONT), and the run proves
 // nothing either way.
 func recoveryCheck(t *testing.T, calls, control []recoveryCall, back time.Time) bool {
@@ -119,8 +121,12 @@ func recoveryCheck(t *testing.T, calls, control []recoveryCall, back time.Time) 
 		}
 	}
 	t.Logf("%d calls failed in the outage; %d of %d calls begun after it failed, the slowest took %v; %d of %d control calls failed, the slowest took %v", during, failedAfter, after, slowest.Round(time.Millisecond), controlFailed, len(control), controlSlowest.Round(time.Millisecond))
-	if controlFailed > 0 || controlSlowest > recoverySlow {
+	if controlFailed > 0 || controlSlowest > 3*recoverySlow {
 		return false
+	}
+	allowed := recoverySlow
+	if controlSlowest > recoverySlow {
+		allowed += controlSlowest
 	}
 	for _, f := range first {
 		t.Error(f)
@@ -134,15 +140,16 @@ func recoveryCheck(t *testing.T, calls, control []recoveryCall, back time.Time) 
 	if failedAfter > 0 {
 		t.Errorf("%d calls begun after the server answered again failed; want none", failedAfter)
 	}
-	if slowest > recoverySlow {
-		t.Errorf("a call begun after the server answered again took %v; want none over %v", slowest.Round(time.Millisecond), recoverySlow)
+	if slowest > allowed {
+		t.Errorf("a call begun after the server answered again took %v; want none over %v (the control calls' slowest %v)",
+			slowest.Round(time.Millisecond), allowed, controlSlowest.Round(time.Millisecond))
 	}
 	return true
 }
 
 // recoveryAttempts is how many times a recovery test runs its outage while
 // control calls fail too (see recoveryCheck).
-const recoveryAttempts = 3
+const recoveryAttempts = 5
 
 // recoveryRun runs outage, which makes the server unavailable and returns
 // when it answers again, under the callers of a guard on c, and checks the
@@ -168,7 +175,7 @@ func recoveryRun(t *testing.T, c func() *redis.Client, outage func() (time.Time,
 			return
 		}
 	}
-	t.Errorf("control calls on untouched keys and a fresh client failed or took over %v in each of %d runs: the machine could not serve fresh calls, so the test could not tell", recoverySlow, recoveryAttempts)
+	t.Errorf("control calls on untouched keys and a fresh client failed or took over %v in each of %d runs: the machine could not serve fresh calls, so the test could not tell", 3*recoverySlow, recoveryAttempts)
 }
 
 func TestRecoveryAfterPause(t *testing.T) {
