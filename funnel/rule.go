@@ -72,6 +72,11 @@ func (r Rule) Sharing(state string) Rule {
 	return r
 }
 
+// badShare reports a Sharing state name that is empty or too long.
+func (r Rule) badShare() bool {
+	return r.shared && (r.share == "" || len(r.share) > MaxRuleName)
+}
+
 // stateName is the name of r's state: its Sharing name and the figures
 // that make the unit of its level (kind, period, zone), or base, its name
 // and all its figures.
@@ -198,7 +203,7 @@ func (r Rule) invalid() string {
 	switch {
 	case r.Name == "" || len(r.Name) > MaxRuleName:
 		return fmt.Sprintf("the name must have 1 to %d bytes", MaxRuleName)
-	case r.shared && (r.share == "" || len(r.share) > MaxRuleName):
+	case r.badShare():
 		return fmt.Sprintf("a Sharing state name must have 1 to %d bytes", MaxRuleName)
 	case r.Capacity <= 0:
 		return "Capacity must be positive"
