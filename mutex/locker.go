@@ -46,31 +46,18 @@ func checkDuration(what string, d time.Duration) error {
 // (see below), and one per lock or permit taken with AutoRenew. Share one
 // Locker among the goroutines of a process.
 //
-// Calls of one Locker that overlap share round trips: a call that finds
-// four commands of the Locker in flight queues its command, and the queue
-// goes to Redis as one pipeline when one of them returns, so 64 goroutines
-// locking their own names pay one write and one read for dozens of
-// commands. A lone call is sent at once, as it would be without batching;
-// each call gets its own reply and returns by its own context's deadline (a
-// call that leaves while queued is never sent). WithoutPipelining turns it off.
-//
-// Goroutines of one Locker that wait for the same name queue in FIFO order,
-// and only the head of the queue polls Redis. When a holder unlocks while a
-// local waiter is queued, the lock passes to that waiter without being
-// released. If the lease the holder still surely has (on the client's clock,
-// less the drift margin) is at least 90% of the waiter's lease, the waiter
-// takes over the holder's Redis lock as it is, with no round trip; otherwise
-// the release script hands it over with a fresh token and lease, in one round
-// trip. After 16 hand-overs in a row the next goes through Redis, and yields
-// to waiters of other Lockers (the lock is released to all comers) if one
-// marked the lock, so that waiters in other processes are not starved.
-//
-// A hand-over without a round trip trusts the lease Redis confirmed to the
-// first holder of the chain: like that holder, the chain as a whole never
-// outlives that lease, but it does not notice a lock deleted behind its back
-// (a FLUSHALL, a restart without persistence) before the lease ends. Writes
-// through Lock.UnlockWith are checked in Redis all the same; WithFencing
-// turns local hand-overs off (each holder needs its own fencing number).
+// Calls of one Locker that overlap share round trips: commands queued
+// while others are in flight go to Redis as one pipeline, each call still
+// getting its own reply by its own deadline (WithoutPipelining turns it
+// off). Goroutines of one Locker waiting for one name queue in FIFO order,
+// only the head polling Redis; an Unlock passes the lock to the next of
+// them, with no round trip while enough of the lease is left, and now and
+// then releases it to all comers so that waiters in other processes are
+// not starved (PROTOCOL.md gives the figures). A hand-over without a round
+// trip trusts the lease Redis confirmed to the chain's first holder: the
+// chain never outlives it, but does not notice a lock deleted behind its
+// back (a FLUSHALL) before it ends. Lock.UnlockWith checks in Redis all the
+// same; WithFencing turns those hand-overs off.
 type Locker struct {
 	client   Client
 	prefix   string

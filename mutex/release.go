@@ -12,22 +12,13 @@ import (
 // cancellation so that a lock is released even when the caller gave up.
 const unlockTimeout = 2 * time.Second
 
-// Unlock releases this handle; releasing the last handle of a lock deletes it,
-// or passes the lock to a goroutine of this Locker waiting for it (see
-// Locker). A cancellation of ctx does not stop it, but its deadline bounds
-// it; with a ctx that has ended already, or one that can be cancelled but has
-// no deadline, it still runs, bounded by 2 s of its own. It returns ErrNotHeld
-// when the handle was unlocked already, is being unlocked by another call, or
-// the lock is gone (its lease ended, another owner has it): it never touches
-// another owner's lock. A hand-over without a round trip cannot see a lock
-// deleted in Redis before its lease ended; the waiter's own Unlock or
-// UnlockWith will. After a Redis error the handle stays open and Unlock can
-// be called again: if the first call did release it (its reply was lost),
-// the second reports success from the release's record (see the package
-// documentation), within 10 s. The second makes the first one's call again:
-// it never passes the lock to a local waiter without Redis (the lock may be
-// gone from Redis already), and a hand-over the first made in Redis goes to
-// the waiter now first in line, or is released.
+// Unlock releases the lock, or passes it to a goroutine of this Locker
+// waiting for it (see Locker). It returns ErrNotHeld when the handle is
+// unlocked already or the lock is no longer its own (its lease ended); it
+// never touches another owner's lock. ctx's deadline bounds it (without
+// one, 2 s do); a cancellation does not stop it. After a Redis error,
+// call it again: a release whose reply was lost reports success (within
+// 10 s, from its record in Redis).
 func (lk *Lock) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return ErrNilContext
