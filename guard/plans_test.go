@@ -153,3 +153,64 @@ func TestPlansInvalid(t *testing.T) {
 		}
 	}
 }
+
+// planKey carries a call's plan in its context, for the race below.
+type planKey struct{}
+
+// Calls of one key under two plans at once, each call's plan its own: every
+// admission is one step of the key's one window (the count after it, its
+// plan's capacity less Remaining, is 1, 2, 3... with no step twice or
+// missing), and no admission under free came past its 10th unit.
+func TestPlansRace(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		free, pro := funnel.Window(10, time.Minute), funnel.Window(1000, time.Minute)
+		g := newGuard(t, b, guard.Policy{Rules: []funnel.Rule{free}, Timeout: 10 * time.Second,
+			Plans: map[string][]funnel.Rule{"free": {free}, "pro": {pro}},
+			PlanOf: func(ctx context.Context, _ string) (string, error) {
+				p, _ := ctx.Value(planKey{}).(string)
+				return p, nil
+			}})
+		const goroutines, calls = 16, 20
+		var mu sync.Mutex
+		counts := map[int64]string{}
+		var wg sync.WaitGroup
+		for i := range goroutines {
+			wg.Go(func() {
+				for j := range calls {
+					plan, capacity := "free", free.Capacity
+					if (i+j)%2 == 0 {
+						plan, capacity = "pro", pro.Capacity
+					}
+					d, err := g.Allow(context.WithValue(context.Background(), planKey{}, plan), "acme")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !d.Allowed {
+						continue
+					}
+					mu.Lock()
+					n := capacity - d.Remaining
+					if prev, dup := counts[n]; dup {
+						t.Errorf("two admissions (%s and %s) left the window at %d units", prev, plan, n)
+					}
+					counts[n] = plan
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		for n := int64(1); n <= int64(len(counts)); n++ {
+			plan, ok := counts[n]
+			switch {
+			case !ok:
+				t.Errorf("no admission left the window at %d units of %d admissions", n, len(counts))
+			case plan == "free" && n > free.Capacity:
+				t.Errorf("an admission under free left %d units in its window of %d", n, free.Capacity)
+			}
+		}
+		if len(counts) < goroutines*calls/2 {
+			t.Errorf("%d admissions; want every one of the %d under pro at least", len(counts), goroutines*calls/2)
+		}
+	})
+}
