@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
-	"github.com/go-redis/redis_rate/v10"
 	"github.com/ulule/limiter/v3"
 	sredis "github.com/ulule/limiter/v3/drivers/store/redis"
 )
@@ -45,34 +44,12 @@ func peersCase() benchCase {
 		name: fmt.Sprintf("Allow admitted parallel, 5 a second per key, %d calls a key", perKeyCalls), parallel: true, serverCmds: true,
 		ref: libUlule, turns: true,
 		subjects: []subject{
-			{libFunnel, perKey(funnelPerSecond, false)},
+			{libFunnel, perKey(funnelAdmitter(perSecond), false)},
 			{libUlule, perKey(ulule, false)},
-			{libRedisRate, perKey(ratePerSecond, false)},
-			{libNoDeadline, perKey(funnelPerSecond, true)},
+			{libRedisRate, perKey(rateAdmitter(perSecond), false)},
+			{libNoDeadline, perKey(funnelAdmitter(perSecond), true)},
 		},
 	}
-}
-
-// funnelPerSecond admits through a funnel Limiter with perSecond.
-func funnelPerSecond(e *env) (admitter, error) {
-	lim, err := funnel.New(e.client(), funnel.WithPrefix(e.prefix))
-	if err != nil {
-		return admitter{}, err
-	}
-	return admitter{admit: func(ctx context.Context, key string) (bool, error) {
-		res, err := lim.Allow(ctx, key, perSecond)
-		return res.Allowed, err
-	}}, nil
-}
-
-// ratePerSecond admits through redis_rate.PerSecond(5).
-func ratePerSecond(e *env) (admitter, error) {
-	rl := redis_rate.NewLimiter(e.client())
-	limit := redis_rate.PerSecond(5)
-	return admitter{prefix: e.prefix, admit: func(ctx context.Context, key string) (bool, error) {
-		res, err := rl.Allow(ctx, key, limit)
-		return err == nil && res.Allowed == 1, err
-	}}, nil
 }
 
 // ulule admits through ulule/limiter at 5 a second, its store's keys under

@@ -34,7 +34,7 @@ const returningKeys = 4096
 func returningCase() benchCase {
 	return benchCase{
 		name: "Allow admitted parallel, 1 rule, returning keys", parallel: true, serverCmds: true, ref: libRedisRate, turns: true,
-		subjects: []subject{{libFunnel, returning(funnelAdmitter)}, {libRedisRate, returning(rateAdmitter)}},
+		subjects: []subject{{libFunnel, returning(funnelAdmitter(returningRule))}, {libRedisRate, returning(rateAdmitter(returningRule))}},
 	}
 }
 
@@ -46,26 +46,31 @@ type admitter struct {
 	prefix string
 }
 
-// funnelAdmitter admits through a funnel Limiter with returningRule.
-func funnelAdmitter(e *env) (admitter, error) {
-	lim, err := funnel.New(e.client(), funnel.WithPrefix(e.prefix))
-	if err != nil {
-		return admitter{}, err
+// funnelAdmitter admits through a funnel Limiter with rule.
+func funnelAdmitter(rule funnel.Rule) func(*env) (admitter, error) {
+	return func(e *env) (admitter, error) {
+		lim, err := funnel.New(e.client(), funnel.WithPrefix(e.prefix))
+		if err != nil {
+			return admitter{}, err
+		}
+		return admitter{admit: func(ctx context.Context, key string) (bool, error) {
+			res, err := lim.Allow(ctx, key, rule)
+			return res.Allowed, err
+		}}, nil
 	}
-	return admitter{admit: func(ctx context.Context, key string) (bool, error) {
-		res, err := lim.Allow(ctx, key, returningRule)
-		return res.Allowed, err
-	}}, nil
 }
 
-// rateAdmitter admits through redis_rate with returningRule's limit.
-func rateAdmitter(e *env) (admitter, error) {
-	rl := redis_rate.NewLimiter(e.client())
-	limit := rateLimits([]funnel.Rule{returningRule})[0]
-	return admitter{prefix: e.prefix, admit: func(ctx context.Context, key string) (bool, error) {
-		res, err := rl.AllowN(ctx, key, limit, 1)
-		return err == nil && res.Allowed == 1, err
-	}}, nil
+// rateAdmitter admits through redis_rate with rule's limit (the same
+// decisions: Burst Capacity, Rate Leak, Period Per).
+func rateAdmitter(rule funnel.Rule) func(*env) (admitter, error) {
+	return func(e *env) (admitter, error) {
+		rl := redis_rate.NewLimiter(e.client())
+		limit := rateLimits([]funnel.Rule{rule})[0]
+		return admitter{prefix: e.prefix, admit: func(ctx context.Context, key string) (bool, error) {
+			res, err := rl.AllowN(ctx, key, limit, 1)
+			return err == nil && res.Allowed == 1, err
+		}}, nil
+	}
 }
 
 // returning is the returning keys workload on mk's admitter: the
