@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
@@ -78,28 +77,11 @@ func perKey(mk func(*env) (admitter, error), noDeadline bool) func(context.Conte
 		if err != nil {
 			return workload{}, err
 		}
-		var next, calls, denied atomic.Int64
-		return workload{goroutines: e.goroutines,
-			op: func(ctx context.Context, _, _ int) error {
-				if noDeadline {
-					ctx = context.WithoutCancel(ctx)
-				}
-				i := next.Add(1) - 1
-				group, slot := i/(perKeyCalls*perKeySpan), i%perKeySpan
-				ok, err := a.admit(ctx, perKeyName(a.prefix, group, slot))
-				if err == nil && !ok {
-					denied.Add(1)
-				}
-				calls.Add(1)
-				return err
-			},
-			after: func() error {
-				if n := denied.Load(); n > 0 {
-					return fmt.Errorf("%d of %d calls denied: 5 a second must admit %d calls a key", n, calls.Load(), perKeyCalls)
-				}
-				return nil
-			},
-		}, nil
+		key := func(n int64) string {
+			i := n - 1
+			return perKeyName(a.prefix, i/(perKeyCalls*perKeySpan), i%perKeySpan)
+		}
+		return admitEvery(e, a, key, noDeadline, fmt.Sprintf("5 a second must admit %d calls a key", perKeyCalls)), nil
 	}
 }
 

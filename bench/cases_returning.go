@@ -89,23 +89,34 @@ func returning(mk func(*env) (admitter, error)) func(context.Context, *env) (wor
 		if err := warm(ctx, a, keys); err != nil {
 			return workload{}, err
 		}
-		var next, calls, denied atomic.Int64
-		return workload{goroutines: e.goroutines,
-			op: func(ctx context.Context, _, _ int) error {
-				ok, err := a.admit(ctx, keys[next.Add(1)%returningKeys])
-				if err == nil && !ok {
-					denied.Add(1)
-				}
-				calls.Add(1)
-				return err
-			},
-			after: func() error {
-				if n := denied.Load(); n > 0 {
-					return fmt.Errorf("%d of %d calls denied: the rule must admit every call of the case", n, calls.Load())
-				}
-				return nil
-			},
-		}, nil
+		key := func(i int64) string { return keys[i%returningKeys] }
+		return admitEvery(e, a, key, false, "the rule must admit every call of the case"), nil
+	}
+}
+
+// admitEvery is the workload of a that admits call i (from one counter) on
+// key(i+1), with a context that cannot end if noDeadline; the round fails
+// if any call is denied (why says what should have admitted it).
+func admitEvery(e *env, a admitter, key func(i int64) string, noDeadline bool, why string) workload {
+	var next, calls, denied atomic.Int64
+	return workload{goroutines: e.goroutines,
+		op: func(ctx context.Context, _, _ int) error {
+			if noDeadline {
+				ctx = context.WithoutCancel(ctx)
+			}
+			ok, err := a.admit(ctx, key(next.Add(1)))
+			if err == nil && !ok {
+				denied.Add(1)
+			}
+			calls.Add(1)
+			return err
+		},
+		after: func() error {
+			if n := denied.Load(); n > 0 {
+				return fmt.Errorf("%d of %d calls denied: %s", n, calls.Load(), why)
+			}
+			return nil
+		},
 	}
 }
 
