@@ -77,17 +77,22 @@ func recoveryGuard(t *testing.T, c *redis.Client) *guard.Guard {
 	return g
 }
 
-// recoverySlow is the longest a call begun 50 ms after the outage may take
-// (issue 31: no error and no answer over 100 ms).
+// recoverySlow is how much longer than the machine's slowest control call a
+// call begun 50 ms after the outage may take (issue 31: no error and no
+// answer over 100 ms, on a machine that answers its control calls at once).
 const recoverySlow = 100 * time.Millisecond
 
 // recoveryCheck fails t if a call begun 50 ms or more after back failed or
-// took over recoverySlow, or if no call before failed (the outage was not
+// took recoverySlow more than the slowest control call, or if no call before failed (the outage was not
 // felt). The control calls are calls begun 50 ms after back on keys and a
 // client the outage never touched (its own guard and pool), which nothing
-// left behind can delay: what the machine itself costs a call then. When
-// the slowest of them took over recoverySlow (a loaded 2-core VM), a call
-// may take that much more than recoverySlow. It reports false, failing
+// left behind can delay: what the machine itself costs a call then. A call
+// may take recoverySlow more than the slowest of them: on a loaded 2-core
+// VM under the race detector the slowest of 1,500 calls and the slowest of
+// 1,500 others differ by tens of milliseconds (CI saw 142 ms beside 69 ms)
+// with nothing left behind, while what a leftover costs (a lock it holds
+// for the funnel's 3 s lease, a dial refused until the breaker's probe)
+// is an error or a second. It reports false, failing
 // nothing, when a control call failed or took over 3 times recoverySlow:
 // then the machine, not a leftover, failed the calls (the test process and
 // the server waited up to 1 s for a CPU after SIGCONT), and the run proves
@@ -124,10 +129,7 @@ func recoveryCheck(t *testing.T, calls, control []recoveryCall, back time.Time) 
 	if controlFailed > 0 || controlSlowest > 3*recoverySlow {
 		return false
 	}
-	allowed := recoverySlow
-	if controlSlowest > recoverySlow {
-		allowed += controlSlowest
-	}
+	allowed := recoverySlow + controlSlowest
 	for _, f := range first {
 		t.Error(f)
 	}
