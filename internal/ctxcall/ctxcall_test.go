@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
+	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testutil.Main(m) }
 
 // A call that outlives its context is left behind: Do returns at the
 // context's end (before the call does: it is still blocked then), with an

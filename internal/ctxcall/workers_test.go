@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
-	"go.uber.org/goleak"
+	"github.com/funnelguard/funnelguard/internal/testutil"
 )
 
 // goid is the id of the calling goroutine, from its stack's first line.
@@ -90,7 +90,8 @@ func TestWorkersEndWhenIdle(t *testing.T) {
 	if v, err := ctxcall.Do(live, w, func(context.Context) (int, error) { return 8, nil }, nil); v != 8 || err != nil {
 		t.Fatalf("Do after an abandoned call = %v, %v", v, err)
 	}
-	// goleak retries for about half a second; a worker ends Idle after
-	// its last call.
-	goleak.VerifyNone(t)
+	// A worker ends Idle after its last call.
+	if err := testutil.Leaks(time.Second); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 type quietLogger struct{}
@@ -93,16 +92,8 @@ func Main(m *testing.M, after ...func()) {
 	os.Exit(code)
 }
 
-// findLeaks is goleak.Find, tried again for up to 3 s: a release that
-// outlives its call (funnel's after a call whose time ran out, mutex's of an
-// abandoned attempt) is bounded by 2 s and may still wait for a server a
-// test stopped. A goroutine still running after that is a leak.
-func findLeaks() error {
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		err := goleak.Find()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-	}
-}
+// findLeaks is Leaks for up to 3 s: a release that outlives its call
+// (funnel's after a call whose time ran out, mutex's of an abandoned
+// attempt) is bounded by 2 s and may still wait for a server a test
+// stopped. A goroutine still running after that is a leak.
+func findLeaks() error { return Leaks(3 * time.Second) }
