@@ -9,7 +9,6 @@ import (
 
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/testutil"
-	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,35 +16,19 @@ import (
 // CPUs, bound these calls, so many goroutines keep the server busy.
 const benchParallelism = 8
 
-// The SMS rules of the design, as funnel rules and as the redis_rate limits
-// that make the same decisions (Burst: Capacity, Rate: Leak, Period: Per).
+// The SMS rules of the design. The peers (redis_rate, with the same
+// decisions as Burst: Capacity, Rate: Leak, Period: Per) run in the bench
+// program (bench/), interleaved with the funnel in one run.
 var (
 	benchOne   = []funnel.Rule{funnel.AtMost(5, time.Hour)}
 	benchThree = []funnel.Rule{funnel.AtMost(1, time.Minute), funnel.AtMost(5, time.Hour), funnel.AtMost(10, 24*time.Hour)}
 )
 
-func rateLimits(rules []funnel.Rule) []redis_rate.Limit {
-	out := make([]redis_rate.Limit, len(rules))
-	for i, r := range rules {
-		out[i] = redis_rate.Limit{Rate: int(r.Leak), Burst: int(r.Capacity), Period: r.Per}
-	}
-	return out
-}
-
 // benchBackend returns the real server with a client whose pool serves every
-// RunParallel goroutine, and deletes redis_rate's keys (always "rate:"+key)
-// when b ends.
+// RunParallel goroutine.
 func benchBackend(b *testing.B) (*testutil.Backend, *redis.Client) {
 	be := testutil.RealBackend(b)
-	c := be.ClientOpts(b, &redis.Options{PoolSize: 64})
-	b.Cleanup(func() {
-		ctx := context.Background()
-		iter := c.Scan(ctx, 0, "rate:"+be.Prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Unlink(ctx, iter.Val())
-		}
-	})
-	return be, c
+	return be, be.ClientOpts(b, &redis.Options{PoolSize: 64})
 }
 
 // benchKeys returns n distinct keys under prefix, built before the timer.
@@ -59,7 +42,8 @@ func benchKeys(prefix string, n int) []string {
 
 // BenchmarkAllow measures admissions (2 round trips) on fresh keys and
 // denials (1 round trip, the gate) on a flooded key; compare with
-// BenchmarkRedisRate and BenchmarkPing on the same server and client.
+// BenchmarkPing on the same server and client, and with redis_rate in the
+// bench program (bench/).
 func BenchmarkAllow(b *testing.B) {
 	ctx := context.Background()
 	for _, rs := range []struct {
@@ -161,95 +145,6 @@ func BenchmarkAllowHandOff(b *testing.B) {
 				}
 			})
 		}
-	}
-}
-
-// BenchmarkRedisRate is the peer: the same traffic through redis_rate, one
-// AllowN (one round trip) per rule, on a key per rule.
-func BenchmarkRedisRate(b *testing.B) {
-	ctx := context.Background()
-	for _, rs := range []struct {
-		name  string
-		rules []funnel.Rule
-	}{{"1rule", benchOne}, {"3rules", benchThree}} {
-		limits := rateLimits(rs.rules)
-		// allow runs every limit for key, as a caller of redis_rate with
-		// several rules must, and reports how many admitted.
-		allow := func(rate *redis_rate.Limiter, keys []string) (int, error) {
-			admitted := 0
-			for i, l := range limits {
-				res, err := rate.AllowN(ctx, keys[i], l, 1)
-				if err != nil {
-					return 0, err
-				}
-				admitted += res.Allowed
-			}
-			return admitted, nil
-		}
-		ruleKeys := func(key string) []string {
-			ks := make([]string, len(limits))
-			for i := range ks {
-				ks[i] = key + ":" + strconv.Itoa(i)
-			}
-			return ks
-		}
-		perKey := func(prefix string, n int) [][]string {
-			out := make([][]string, n)
-			for i, k := range benchKeys(prefix, n) {
-				out[i] = ruleKeys(k)
-			}
-			return out
-		}
-		b.Run("admitted-serial-"+rs.name, func(b *testing.B) {
-			be, c := benchBackend(b)
-			rate := redis_rate.NewLimiter(c)
-			keys := perKey(be.Prefix, b.N)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				if n, err := allow(rate, keys[i]); err != nil || n != len(limits) {
-					b.Fatalf("AllowN: %d of %d admitted, %v", n, len(limits), err)
-				}
-			}
-		})
-		b.Run("admitted-parallel-"+rs.name, func(b *testing.B) {
-			be, c := benchBackend(b)
-			rate := redis_rate.NewLimiter(c)
-			keys := perKey(be.Prefix, b.N)
-			var next atomic.Int64
-			b.ReportAllocs()
-			b.SetParallelism(benchParallelism)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if n, err := allow(rate, keys[next.Add(1)-1]); err != nil || n != len(limits) {
-						b.Errorf("AllowN: %d of %d admitted, %v", n, len(limits), err)
-						return
-					}
-				}
-			})
-		})
-		b.Run("denied-parallel-"+rs.name, func(b *testing.B) {
-			be, c := benchBackend(b)
-			rate := redis_rate.NewLimiter(c)
-			keys := ruleKeys(be.Prefix + "flood")
-			for i, l := range limits { // flood every rule's key
-				if _, err := rate.AllowN(ctx, keys[i], l, l.Burst); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportAllocs()
-			b.SetParallelism(benchParallelism)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if n, err := allow(rate, keys); err != nil || n != 0 {
-						b.Errorf("AllowN: %d admitted, %v", n, err)
-						return
-					}
-				}
-			})
-		})
 	}
 }
 

@@ -31,15 +31,15 @@ func TestLocalMatchesModel(t *testing.T) {
 			if err != nil {
 				t.Fatalf("round %d step %d: %v", round, step, err)
 			}
-			want := model.admits(now, n)
+			want := model.Admits(now, n)
 			if res.Allowed != want {
 				t.Fatalf("round %d step %d (t=%dµs, n=%d, %+v): Allowed = %v, model says %v", round, step, now, n, rules, res.Allowed, want)
 			}
 			if want {
-				model.take(now, n)
+				model.Take(now, n)
 				continue
 			}
-			_, wait := model.waits(now, n)
+			_, wait := model.Waits(now, n)
 			if got := res.RetryAfter; got != time.Duration(wait)*time.Microsecond {
 				t.Fatalf("round %d step %d: RetryAfter = %v, model says %dµs", round, step, got, wait)
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/funnelmodel"
 	"github.com/funnelguard/funnelguard/internal/testutil"
 )
 
@@ -19,25 +20,25 @@ import (
 // key with state takes one command (the gate admitted it), even with the
 // server's clock standing still between calls, and so does every denial.
 func TestReturningMatchesTwoRoundTrips(t *testing.T) {
-	o := newOracle(t)
+	o := funnelmodel.NewOracle(t, "./funnel/")
 	ctx := context.Background()
-	fastClient, slowClient := o.b.Client(t), o.b.Client(t)
+	fastClient, slowClient := o.B.Client(t), o.B.Client(t)
 	cmds := &testutil.CommandCounter{}
 	fastClient.AddHook(cmds)
-	fast := mustLimiter(t, fastClient, funnel.WithPrefix(o.b.Prefix+"fast:"))
-	slow := mustLimiter(t, slowClient, funnel.WithPrefix(o.b.Prefix+"slow:"), funnel.WithStateCache(0))
+	fast := mustLimiter(t, fastClient, funnel.WithPrefix(o.B.Prefix+"fast:"))
+	slow := mustLimiter(t, slowClient, funnel.WithPrefix(o.B.Prefix+"slow:"), funnel.WithStateCache(0))
 	var onePass, returning int
 	now := int64(0)
-	o.at(now)
+	o.At(now)
 	for range 2 { // the gates' scripts loaded (EVALSHA, NOSCRIPT, EVAL: 2 commands)
 		if _, err := fast.Allow(ctx, "warm-up", funnel.AtMost(1, time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for k := range 12 {
-		rules := make([]funnel.Rule, 1+o.rng.IntN(3))
+		rules := make([]funnel.Rule, 1+o.Rng.IntN(3))
 		for i := range rules {
-			rules[i] = o.rule(fmt.Sprintf("r%d", i))
+			rules[i] = o.Rule(fmt.Sprintf("r%d", i))
 		}
 		most := rules[0].Capacity
 		for _, r := range rules {
@@ -45,9 +46,9 @@ func TestReturningMatchesTwoRoundTrips(t *testing.T) {
 		}
 		key := fmt.Sprintf("k%d", k)
 		for step := range 60 {
-			now += o.gap(rules[o.rng.IntN(len(rules))])
-			o.at(now)
-			n := o.n(most)
+			now += o.Gap(rules[o.Rng.IntN(len(rules))])
+			o.At(now)
+			n := o.N(most)
 			before := cmds.N.Load()
 			got, err1 := fast.AllowN(ctx, key, n, rules...)
 			used := cmds.N.Load() - before

@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	_ "time/tzdata" // the zones of the calendar tests, with Go alone
+
 	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/funnelmodel"
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/testutil"
-	_ "time/tzdata" // the zones of the calendar tests, with Go alone
 )
 
 // The window tests play random schedules of calls on keys with 1 to 4 rules
@@ -155,7 +157,7 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 	for k := 0; k < keys || (k < 3*keys && !c.covered()); k++ {
 		rules, least := windowRules(rng)
 		key := fmt.Sprintf("w%d", k)
-		model := newRefKey(rules).since(tg.base)
+		model := newRefKey(rules).Since(tg.base)
 		var now, n, retry int64
 		for i := range steps {
 			switch p := rng.IntN(10); {
@@ -173,11 +175,7 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 				}
 			}
 			where := fmt.Sprintf("key %d (rules %+v), step %d at +%dµs, n=%d", k, rules, i, now, n)
-			for _, m := range model {
-				if m.loc != nil && m.count > 0 && m.periodOf(now) != m.period {
-					c.newPeriod++
-				}
-			}
+			c.newPeriod += model.NewPeriods(now)
 			if tg.peek != nil && rng.IntN(8) == 0 {
 				res, err := tg.peek(now, key, rules)
 				if err != nil {
@@ -191,7 +189,7 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 				if err := tg.refund(now, key, m, rules); err != nil {
 					t.Fatalf("%s: refund: %v", where, err)
 				}
-				model.refund(now, m)
+				model.Refund(now, m)
 				c.refunds++
 			}
 			res, err := tg.allowN(now, key, n, rules)
@@ -199,28 +197,28 @@ func playWindow(t *testing.T, rng *rand.Rand, tg windowTarget, keys, steps int) 
 				t.Fatalf("%s: %v", where, err)
 			}
 			c.calls++
-			if tg.asOfDenial && !res.Allowed && !model.admits(now, n) {
+			if tg.asOfDenial && !res.Allowed && !model.Admits(now, n) {
 				// A cached denial, perhaps of fewer units: its wait is
 				// at most the model's; the rest is checked.
-				_, least := model.remaining(now)
-				tight, _ := model.tightest(now)
+				_, least := model.Remaining(now)
+				tight, _ := model.Tightest(now)
 				res.Remaining, res.Tightest = least, rules[tight].Name
-				waits, most := model.waits(now, n)
+				waits, most := model.Waits(now, n)
 				if res.RetryAfter <= 0 || res.RetryAfter > time.Duration(most)*time.Microsecond {
 					t.Fatalf("%s: RetryAfter %v, model %dµs", where, res.RetryAfter, most)
 				}
 				res.RetryAfter, res.Rule = time.Duration(most)*time.Microsecond, rules[slices.Index(waits, most)].Name
 				// As of the denial too: a smaller call admitted since
 				// (not answered from the cache) makes it later.
-				if reset := time.Duration(model.reset(now)) * time.Microsecond; res.ResetAfter > reset {
+				if reset := time.Duration(model.Reset(now)) * time.Microsecond; res.ResetAfter > reset {
 					t.Fatalf("%s: ResetAfter %v, model %v", where, res.ResetAfter, reset)
 				} else {
 					res.ResetAfter = reset
 				}
-				if reset := time.Duration(model.reset(now)) * time.Microsecond; res.TightestReset > reset {
+				if reset := time.Duration(model.Reset(now)) * time.Microsecond; res.TightestReset > reset {
 					t.Fatalf("%s: TightestReset %v, past the model's ResetAfter %v", where, res.TightestReset, reset)
 				}
-				_, empty := model.tightest(now)
+				_, empty := model.Tightest(now)
 				res.TightestReset = time.Duration(empty) * time.Microsecond
 			}
 			retry = checkModel(t, where, rules, model, now, n, res, true)
@@ -256,45 +254,45 @@ func isCalendar(r funnel.Rule) bool {
 // the model, and returns its exact wait (0: admitted): Allowed, RetryAfter,
 // Rule, Remaining, Tightest (the fewest units left, then the last to be
 // empty), ResetAfter and TightestReset, all exact to the µs.
-func checkModel(t *testing.T, where string, rules []funnel.Rule, model refKey, now, n int64, res funnel.Result, take bool) int64 {
+func checkModel(t *testing.T, where string, rules []funnel.Rule, model funnelmodel.Key, now, n int64, res funnel.Result, take bool) int64 {
 	t.Helper()
-	want := model.admits(now, n)
+	want := model.Admits(now, n)
 	if res.Allowed != want {
 		t.Fatalf("%s: allowed=%v (%+v), model: %v", where, res.Allowed, res, want)
 	}
 	var most int64
 	if want {
 		if take {
-			model.take(now, n)
+			model.Take(now, n)
 		}
 		if res.Rule != "" || res.RetryAfter != 0 {
 			t.Fatalf("%s: admitted with %+v", where, res)
 		}
 	} else {
 		var waits []int64
-		waits, most = model.waits(now, n)
+		waits, most = model.Waits(now, n)
 		if got := res.RetryAfter; got != time.Duration(most)*time.Microsecond {
 			t.Fatalf("%s: RetryAfter %v, model %dµs (waits %v)", where, got, most, waits)
 		}
-		if !model.admits(now+most, n) || model.admits(now+most-1, n) {
+		if !model.Admits(now+most, n) || model.Admits(now+most-1, n) {
 			t.Fatalf("%s: RetryAfter %v, but the model admits first at another µs", where, res.RetryAfter)
 		}
 		if i := ruleIndex(rules, res.Rule); i < 0 || waits[i] != most {
 			t.Fatalf("%s: denied by %q, but the longest waits (%dµs) are of %v (waits %v)", where, res.Rule, most, rules, waits)
 		}
 	}
-	left, least := model.remaining(now)
+	left, least := model.Remaining(now)
 	if res.Remaining != least {
 		t.Fatalf("%s: Remaining %d, model %d (%v)", where, res.Remaining, least, left)
 	}
-	tight, empty := model.tightest(now)
+	tight, empty := model.Tightest(now)
 	if res.Tightest != rules[tight].Name {
 		t.Fatalf("%s: Tightest %q, but the fewest units left (%d), the last to be empty, are in %q (%v)", where, res.Tightest, least, rules[tight].Name, left)
 	}
 	if got, want := res.TightestReset, time.Duration(empty)*time.Microsecond; got != want {
 		t.Fatalf("%s: TightestReset %v, model %v", where, got, want)
 	}
-	if got, want := res.ResetAfter, time.Duration(model.reset(now))*time.Microsecond; got != want {
+	if got, want := res.ResetAfter, time.Duration(model.Reset(now))*time.Microsecond; got != want {
 		t.Fatalf("%s: ResetAfter %v, model %v", where, got, want)
 	}
 	return most
@@ -320,41 +318,41 @@ func TestWindowLocalModel(t *testing.T) {
 func TestWindowOracle(t *testing.T) {
 	for _, v := range []string{"default", "uniform", "alone", "denycache"} {
 		t.Run(v, func(t *testing.T) {
-			o := newOracle(t)
+			o := funnelmodel.NewOracle(t, "./funnel/")
 			ctx := context.Background()
 			clock := &denyClock{}
 			var tg windowTarget
 			switch v {
 			case "uniform":
-				o.lim = newLimiter(t, o.b, funnel.WithUniformCost())
+				o.Lim = newLimiter(t, o.B, funnel.WithUniformCost())
 			case "alone":
-				o.lim = newLimiter(t, o.b, funnel.WithoutBatching())
+				o.Lim = newLimiter(t, o.B, funnel.WithoutBatching())
 			case "denycache":
-				o.lim = newLimiter(t, o.b, funnel.WithDenyCache(100))
-				funnel.SetDenyClock(o.lim, clock.Now)
+				o.Lim = newLimiter(t, o.B, funnel.WithDenyCache(100))
+				funnel.SetDenyClock(o.Lim, clock.Now)
 			}
 			tg.asOfDenial = v == "denycache"
 			at := func(now int64) {
-				o.at(now)
-				clock.Set(o.t0.Add(time.Duration(now) * time.Microsecond))
+				o.At(now)
+				clock.Set(o.T0.Add(time.Duration(now) * time.Microsecond))
 			}
 			tg = windowTarget{
 				asOfDenial: tg.asOfDenial,
-				base:       o.t0.UnixMicro(),
+				base:       o.T0.UnixMicro(),
 				allowN: func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error) {
 					at(now)
-					return o.lim.AllowN(ctx, key, n, rules...)
+					return o.Lim.AllowN(ctx, key, n, rules...)
 				},
 				peek: func(now int64, key string, rules []funnel.Rule) (funnel.Result, error) {
 					at(now)
-					return o.lim.Peek(ctx, key, rules...)
+					return o.Lim.Peek(ctx, key, rules...)
 				},
 				refund: func(now int64, key string, n int64, rules []funnel.Rule) error {
 					at(now)
-					return o.lim.Refund(ctx, key, n, rules...)
+					return o.Lim.Refund(ctx, key, n, rules...)
 				},
 			}
-			c := playWindow(t, o.rng, tg, 20, 100)
+			c := playWindow(t, o.Rng, tg, 20, 100)
 			t.Logf("%+v", c)
 		})
 	}
@@ -406,7 +404,7 @@ func TestWindowRealServer(t *testing.T) {
 	// state it wrote, and the returning key's gate anchors a funnel's new
 	// level at an estimate of that time instead (see returning.go).
 	lim := newLimiter(t, b, funnel.WithStateCache(0))
-	seed := *oracleSeed
+	seed := *funnelmodel.Seed
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
@@ -510,17 +508,17 @@ func TestWindowRealServer(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if straddles(model, before, after) {
+				if model.Straddles(before, after) {
 					continue // its time cannot be told; the next call is checked
 				}
 				now := after
 				switch {
 				case !res.Allowed:
 					j := ruleIndex(rules, res.Rule)
-					waits, _ := model.waits(before, 1)
+					waits, _ := model.Waits(before, 1)
 					now = before + waits[j] - res.RetryAfter.Microseconds()
 				case res.ResetAfter > 0:
-					now = before + model.reset(before) - res.ResetAfter.Microseconds()
+					now = before + model.Reset(before) - res.ResetAfter.Microseconds()
 				}
 				within(where+" (peek)", now, before, after)
 				checkModel(t, where+" (peek)", rules, model, now, 1, res, false)
@@ -538,16 +536,12 @@ func TestWindowRealServer(t *testing.T) {
 					now = after
 				}
 				within(where+" (refund)", now, before, after)
-				model.refund(now, m)
-				expiry = max(expiry, after+model.reset(now)) // see below
+				model.Refund(now, m)
+				expiry = max(expiry, after+model.Reset(now)) // see below
 				refunds++
 			}
 			before := serverNow()
-			for _, m := range model {
-				if m.loc != nil && m.count > 0 && m.periodOf(before) != m.period {
-					newPeriod++
-				}
-			}
+			newPeriod += model.NewPeriods(before)
 			res, err := lim.AllowN(ctx, key, n, rules...)
 			after := serverNow()
 			if err != nil {
@@ -561,7 +555,7 @@ func TestWindowRealServer(t *testing.T) {
 				if j < 0 {
 					t.Fatalf("%s: denied by %q", where, res.Rule)
 				}
-				waits, _ := model.waits(before, n)
+				waits, _ := model.Waits(before, n)
 				now = before + waits[j] - res.RetryAfter.Microseconds()
 				denied++
 				if len(rules) > 1 {
@@ -580,7 +574,7 @@ func TestWindowRealServer(t *testing.T) {
 				// late. (A calendar rule's end stays put while the key's
 				// calls run, so an earlier write's lateness stays in the
 				// TTL, which only grows.)
-				expiry = max(expiry, after+model.reset(now))
+				expiry = max(expiry, after+model.Reset(now))
 				pttl, err := c.PTTL(ctx, keyspace.Key(b.Prefix, key, "f")).Result()
 				if err != nil {
 					t.Fatal(err)
@@ -602,18 +596,6 @@ func TestWindowRealServer(t *testing.T) {
 		t.Fatalf("%d of %d calls denied (%d over several rules, %d by a calendar rule; %d in a new period): the schedules test nothing", denied, calls, several, byCalendar, newPeriod)
 	}
 	t.Logf("on %s: %d calls agreed (%d denied, %d over several rules, %d by a calendar rule; %d found a new period), %d peeks, %d refunds", testutil.ServerName(), calls, denied, several, byCalendar, newPeriod, peeks, refunds)
-}
-
-// straddles reports whether a calendar rule of model changes periods
-// between before and after: a Peek's time found from its ResetAfter there
-// is not where the model would look for it.
-func straddles(model refKey, before, after int64) bool {
-	for _, m := range model {
-		if m.loc != nil && m.periodOf(before) != m.periodOf(after) {
-			return true
-		}
-	}
-	return false
 }
 
 // The memory of an active key with one Window(n, w) (MEMORY USAGE, key

@@ -1,7 +1,10 @@
 package guard_test
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -29,25 +32,63 @@ func TestNoPhoneLibrary(t *testing.T) {
 	}
 }
 
-// TestNoAdapterModules: the library's module requires neither grpc nor
-// OpenTelemetry, so a module that imports guard gets neither in its module
-// graph: the adapters (grpcguard, otelguard) are modules of their own.
-func TestNoAdapterModules(t *testing.T) {
+// TestFreshImporter: a new module that imports only mutex, or only guard,
+// and runs go mod tidy gets at most mostModules modules in go list -m all
+// (its own and the library's among them), and none of the workshop's: the
+// example service, the phone library, the adapters, the reliability suite
+// and the bench are modules of their own.
+func TestFreshImporter(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("the go command is not on PATH: cannot list the module graph")
+		t.Skip("the go command is not on PATH: cannot build an importer's module graph")
 	}
-	out, err := exec.Command(gobin, "list", "-m", "all").CombinedOutput()
+	root, err := filepath.Abs("..")
 	if err != nil {
-		t.Fatalf("go list -m all: %v\n%s", err, out)
+		t.Fatal(err)
 	}
-	if !strings.Contains(string(out), "github.com/redis/go-redis/v9 ") {
-		t.Fatalf("go list -m all listed no go-redis:\n%s", out)
-	}
-	for _, m := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(m, "google.golang.org/grpc ") || strings.HasPrefix(m, "go.opentelemetry.io/") ||
-			strings.HasPrefix(m, "github.com/funnelguard/funnelguard/grpcguard") || strings.HasPrefix(m, "github.com/funnelguard/funnelguard/otelguard") {
-			t.Errorf("the library's module graph holds %s", m)
-		}
+	// go-redis alone gives 11 (with the importer's own line); the library
+	// itself, x/time and miniredis (with gopher-lua: the runnable Examples
+	// and the tests' embedded server) the other 4.
+	const mostModules = 16 // 15 once mutex drops x/sync
+	for _, pkg := range []string{"mutex", "guard"} {
+		t.Run(pkg, func(t *testing.T) {
+			dir := t.TempDir()
+			write := func(name, text string) {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write("go.mod", "module importer\n\ngo 1.26.0\n\nrequire github.com/funnelguard/funnelguard v0.0.0\n\n"+
+				"replace github.com/funnelguard/funnelguard => "+root+"\n")
+			write("main.go", "package main\n\nimport _ \"github.com/funnelguard/funnelguard/"+pkg+"\"\n\nfunc main() {}\n")
+			run := func(args ...string) string {
+				cmd := exec.Command(gobin, args...)
+				cmd.Dir = dir
+				cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+				}
+				return string(out)
+			}
+			run("mod", "tidy")
+			mods := strings.Fields(run("list", "-m", "-f", "{{.Path}}", "all"))
+			if !slices.Contains(mods, "github.com/redis/go-redis/v9") {
+				t.Fatalf("go list -m all listed no go-redis: %q", mods)
+			}
+			for _, m := range mods {
+				for _, bad := range []string{"google.golang.org/grpc", "go.opentelemetry.io/", "github.com/nyaruka/phonenumbers",
+					"github.com/chromedp/", "github.com/prometheus/", "github.com/Shopify/toxiproxy", "github.com/anishathalye/porcupine",
+					"go.uber.org/goleak", "github.com/rs/zerolog", "github.com/funnelguard/funnelguard/"} {
+					if strings.HasPrefix(m, bad) {
+						t.Errorf("an importer of %s gets %s", pkg, m)
+					}
+				}
+			}
+			if len(mods) > mostModules {
+				t.Errorf("an importer of %s gets %d modules, want at most %d: %q", pkg, len(mods), mostModules, mods)
+			}
+			t.Logf("an importer of %s gets %d modules", pkg, len(mods))
+		})
 	}
 }

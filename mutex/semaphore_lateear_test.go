@@ -42,7 +42,7 @@ func (h *semHoldReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 
 func (h *semHoldReply) hold(cmds []redis.Cmder) {
 	for _, cmd := range cmds {
-		if argv := semScriptArgs(cmd); len(argv) == 7 && argv[3] == h.lease {
+		if argv := testutil.ScriptArgs(cmd); len(argv) == 7 && argv[3] == h.lease {
 			first := false
 			h.once.Do(func() { first = true })
 			if first {

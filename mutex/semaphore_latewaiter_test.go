@@ -57,7 +57,7 @@ func (h *stallPolls) hold(cmds []redis.Cmder) *redis.Cmd {
 		return nil
 	}
 	for _, c := range cmds {
-		if argv := semScriptArgs(c); len(argv) == 7 { // semaphore_acquire.lua: ARGV[5] is the mode
+		if argv := testutil.ScriptArgs(c); len(argv) == 7 { // semaphore_acquire.lua: ARGV[5] is the mode
 			if mode, _ := argv[4].(string); strings.HasPrefix(mode, "w") {
 				h.once.Do(func() { close(h.held) })
 				<-gate

@@ -7,17 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/testmust"
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
 func mustSem(t testing.TB, l *mutex.Locker, name string, size int64) *mutex.Semaphore {
 	t.Helper()
-	s, err := l.Semaphore(name, size)
-	if err != nil {
-		t.Fatalf("Semaphore(%q, %d): %v", name, size, err)
-	}
-	return s
+	return testmust.Semaphore(t, l, name, size)
 }
 
 // TestSemaphoreTryAcquire counts permits on both backends: what fits is

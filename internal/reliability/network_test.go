@@ -16,7 +16,7 @@ import (
 )
 
 // Network faults between the client and Redis, through an in-process
-// toxiproxy (testutil.Toxi). The holder talks to Redis through the proxy; the
+// toxiproxy (Toxi). The holder talks to Redis through the proxy; the
 // checker (a contender for the same lock) and the test's own reads go to the
 // server directly, so they see what really happened.
 
@@ -73,7 +73,7 @@ func TestNetLatencyDuringAutoRenew(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			srv, admin := faultServer(t)
-			x := testutil.StartToxi(t, srv.Addr)
+			x := StartToxi(t, srv.Addr)
 			prefix := testutil.NewPrefix()
 			_, _, lockKey := faultKeys(prefix, "job")
 			holder := mustLocker(t, x.Client(t, tc.opts()), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
@@ -149,7 +149,7 @@ func TestNetUnknownOutcome(t *testing.T) {
 		const lease, extended = 400 * time.Millisecond, 1500 * time.Millisecond
 		ctx := context.Background()
 		srv, admin := faultServer(t)
-		x := testutil.StartToxi(t, srv.Addr)
+		x := StartToxi(t, srv.Addr)
 		prefix := testutil.NewPrefix()
 		_, _, lockKey := faultKeys(prefix, "job")
 		holder := mustLocker(t, x.Client(t, ctxClient()), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
@@ -203,7 +203,7 @@ func TestNetUnknownOutcome(t *testing.T) {
 		const lease = 2 * time.Second
 		ctx := context.Background()
 		srv, admin := faultServer(t)
-		x := testutil.StartToxi(t, srv.Addr)
+		x := StartToxi(t, srv.Addr)
 		prefix := testutil.NewPrefix()
 		counter, log, lockKey := faultKeys(prefix, "job")
 		holder := mustLocker(t, x.Client(t, ctxClient()), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
@@ -262,7 +262,7 @@ func TestNetUnknownOutcome(t *testing.T) {
 		const lease = 500 * time.Millisecond
 		ctx := context.Background()
 		srv, admin := faultServer(t)
-		x := testutil.StartToxi(t, srv.Addr)
+		x := StartToxi(t, srv.Addr)
 		prefix := testutil.NewPrefix()
 		_, _, lockKey := faultKeys(prefix, "job")
 		holder := mustLocker(t, x.Client(t, ctxClient()), mutex.WithPrefix(prefix), mutex.WithTTL(lease))
@@ -306,7 +306,7 @@ func TestNetUnknownOutcome(t *testing.T) {
 		const lease = 500 * time.Millisecond
 		const deadline = 300 * time.Millisecond
 		srv, admin := faultServer(t)
-		x := testutil.StartToxi(t, srv.Addr)
+		x := StartToxi(t, srv.Addr)
 		prefix := testutil.NewPrefix()
 		_, _, lockKey := faultKeys(prefix, "job")
 		for _, cfg := range []struct {
@@ -342,7 +342,7 @@ func TestNetUnknownOutcome(t *testing.T) {
 // closed within 200 ms.
 type netRig struct {
 	admin   *redis.Client
-	x       *testutil.Toxi
+	x       *Toxi
 	prefix  string
 	lockKey string // the lock on "job"
 	holder  *mutex.Locker
@@ -352,7 +352,7 @@ type netRig struct {
 func newNetRig(t *testing.T, lease time.Duration, o *redis.Options) *netRig {
 	t.Helper()
 	srv, admin := faultServer(t)
-	r := &netRig{admin: admin, x: testutil.StartToxi(t, srv.Addr), prefix: testutil.NewPrefix()}
+	r := &netRig{admin: admin, x: StartToxi(t, srv.Addr), prefix: testutil.NewPrefix()}
 	_, _, r.lockKey = faultKeys(r.prefix, "job")
 	pc := r.x.Client(t, o)
 	r.holder = mustLocker(t, pc, mutex.WithPrefix(r.prefix), mutex.WithTTL(lease))

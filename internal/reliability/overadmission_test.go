@@ -127,7 +127,7 @@ func TestOverAdmission(t *testing.T) {
 	}
 
 	t.Run("latency", func(t *testing.T) {
-		x := testutil.StartToxi(t, srv.Addr)
+		x := StartToxi(t, srv.Addr)
 		x.Latency(t, "downstream", 2*time.Millisecond, time.Millisecond)
 		x.Latency(t, "upstream", time.Millisecond, time.Millisecond)
 		lims := limiters(func() *redis.Client { return x.Client(t, nil) })
@@ -184,7 +184,7 @@ func TestGuardBurstOnOneKey(t *testing.T) {
 	const calls = 300
 	rule := funnel.Rule{Name: "five", Capacity: 5, Leak: 1, Per: time.Minute}
 	srv, admin := faultServer(t)
-	x := testutil.StartToxi(t, srv.Addr)
+	x := StartToxi(t, srv.Addr)
 	x.Latency(t, "downstream", 3*time.Millisecond, 0)
 	for _, mode := range []guard.FailureMode{guard.FailClosed, guard.FailOpen} {
 		name := map[guard.FailureMode]string{guard.FailClosed: "FailClosed", guard.FailOpen: "FailOpen"}[mode]

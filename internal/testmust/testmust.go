@@ -39,3 +39,13 @@ func Key(t testing.TB, l *mutex.Locker, name, kind string) string {
 	}
 	return k
 }
+
+// Semaphore is l.Semaphore, failing t on an error.
+func Semaphore(t testing.TB, l *mutex.Locker, name string, size int64) *mutex.Semaphore {
+	t.Helper()
+	s, err := l.Semaphore(name, size)
+	if err != nil {
+		t.Fatalf("Semaphore(%q, %d): %v", name, size, err)
+	}
+	return s
+}

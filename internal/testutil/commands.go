@@ -169,3 +169,17 @@ func (h *CommandRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 		return err
 	}
 }
+
+// ScriptArgs returns the ARGV of an EVAL or EVALSHA command, nil for other
+// commands.
+func ScriptArgs(cmd redis.Cmder) []any {
+	args := cmd.Args()
+	if name := strings.ToLower(cmd.Name()); name != "evalsha" && name != "eval" || len(args) < 4 {
+		return nil
+	}
+	keys, ok := args[2].(int)
+	if !ok || 3+keys >= len(args) {
+		return nil
+	}
+	return args[3+keys:]
+}

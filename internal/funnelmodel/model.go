@@ -1,4 +1,4 @@
-package funnel_test
+package funnelmodel
 
 import (
 	"fmt"
@@ -8,16 +8,16 @@ import (
 	"github.com/funnelguard/funnelguard/funnel"
 )
 
-// refRule is the exact model of one rule: its funnel held level units (a
+// Rule is the exact model of one rule: its funnel held level units (a
 // rational) at time at (µs) and drains rate units per µs. A Window rule's
 // model is a sliding log instead: units holds the time of every unit ever
 // taken and not refunded, and a unit taken at t counts at now while
 // now < t + win. A calendar rule's model counts the units of the local date
 // (or month) of the last call, found by formatting each instant in the zone.
-type refRule struct {
+type Rule struct {
 	c     *big.Rat // Capacity
-	rate  *big.Rat // Leak / Per
-	level *big.Rat
+	Rate  *big.Rat // Leak / Per
+	Level *big.Rat
 	at    int64
 
 	win   int64 // µs; 0 for a funnel
@@ -33,21 +33,32 @@ type refRule struct {
 	period string
 }
 
-func newRefRule(r funnel.Rule) *refRule {
-	m := &refRule{
+// Kind is what a rule counts, which funnel.Rule keeps to itself: a funnel
+// (the zero Kind), a sliding window, or a calendar day or month in Zone.
+// funnel's own tests read it from the rule (export_test.go).
+type Kind struct {
+	Window bool
+	Zone   *time.Location // a calendar rule's zone; nil otherwise
+	Month  bool           // a calendar rule counts months, not days
+}
+
+// NewRule returns the model of r, of kind k, empty at time 0.
+func NewRule(r funnel.Rule, k Kind) *Rule {
+	m := &Rule{
 		c:     new(big.Rat).SetInt64(r.Capacity),
-		rate:  big.NewRat(r.Leak, r.Per.Microseconds()),
-		level: new(big.Rat),
+		Rate:  big.NewRat(r.Leak, r.Per.Microseconds()),
+		Level: new(big.Rat),
+		loc:   k.Zone,
+		month: k.Month,
 	}
-	if funnel.IsWindow(r) {
+	if k.Window {
 		m.win = r.Per.Microseconds()
 	}
-	m.loc, m.month, _ = funnel.Calendar(r)
 	return m
 }
 
 // periodOf names the calendar period of now: its local date, or month.
-func (m *refRule) periodOf(now int64) string {
+func (m *Rule) periodOf(now int64) string {
 	layout := "2006-01-02"
 	if m.month {
 		layout = "2006-01"
@@ -57,7 +68,7 @@ func (m *refRule) periodOf(now int64) string {
 
 // countAt is a calendar rule's count at now: 0 in a period after the
 // count's.
-func (m *refRule) countAt(now int64) int64 {
+func (m *Rule) countAt(now int64) int64 {
 	if m.periodOf(now) != m.period {
 		return 0
 	}
@@ -67,7 +78,7 @@ func (m *refRule) countAt(now int64) int64 {
 // nextPeriod returns the first µs after now in another period than now's:
 // by bisection on the local date of each instant, which the zones the
 // tests use never set back across midnight.
-func (m *refRule) nextPeriod(now int64) int64 {
+func (m *Rule) nextPeriod(now int64) int64 {
 	p := m.periodOf(now)
 	lo, hi := now, now+1 // periodOf(lo) == p, periodOf(hi) != p
 	for m.periodOf(hi) == p {
@@ -85,7 +96,7 @@ func (m *refRule) nextPeriod(now int64) int64 {
 }
 
 // inWindow returns the units of a window counted at now, oldest first.
-func (m *refRule) inWindow(now int64) []int64 {
+func (m *Rule) inWindow(now int64) []int64 {
 	var in []int64
 	for _, t := range m.units {
 		if t <= now && now < t+m.win {
@@ -97,7 +108,7 @@ func (m *refRule) inWindow(now int64) []int64 {
 
 // levelAt is the level at now >= at: what leaked since at is gone, down to
 // empty (a window: its units counted at now).
-func (m *refRule) levelAt(now int64) *big.Rat {
+func (m *Rule) levelAt(now int64) *big.Rat {
 	if now < m.at {
 		panic(fmt.Sprintf("model time went back from %d to %d", m.at, now))
 	}
@@ -107,31 +118,31 @@ func (m *refRule) levelAt(now int64) *big.Rat {
 	if m.loc != nil {
 		return new(big.Rat).SetInt64(m.countAt(now))
 	}
-	leaked := new(big.Rat).Mul(m.rate, new(big.Rat).SetInt64(now-m.at))
-	l := new(big.Rat).Sub(m.level, leaked)
+	leaked := new(big.Rat).Mul(m.Rate, new(big.Rat).SetInt64(now-m.at))
+	l := new(big.Rat).Sub(m.Level, leaked)
 	if l.Sign() < 0 {
 		l.SetInt64(0)
 	}
 	return l
 }
 
-// slack is the room left at now after n more units: negative when they do
+// Slack is the room left at now after n more units: negative when they do
 // not fit.
-func (m *refRule) slack(now, n int64) *big.Rat {
+func (m *Rule) Slack(now, n int64) *big.Rat {
 	s := new(big.Rat).Sub(m.c, m.levelAt(now))
 	return s.Sub(s, new(big.Rat).SetInt64(n))
 }
 
 // wait is the exact time in µs from now until n more units fit.
-func (m *refRule) wait(now, n int64) *big.Rat {
-	s := m.slack(now, n)
+func (m *Rule) wait(now, n int64) *big.Rat {
+	s := m.Slack(now, n)
 	if s.Sign() >= 0 {
 		return new(big.Rat)
 	}
 	if m.win > 0 { // by brute force: the first µs at which they fit
 		in := m.inWindow(now)
 		for _, t := range in {
-			if m.slack(t+m.win, n).Sign() >= 0 {
+			if m.Slack(t+m.win, n).Sign() >= 0 {
 				return new(big.Rat).SetInt64(t + m.win - now)
 			}
 		}
@@ -141,11 +152,11 @@ func (m *refRule) wait(now, n int64) *big.Rat {
 		return new(big.Rat).SetInt64(m.nextPeriod(now) - now)
 	}
 	s.Neg(s)
-	return s.Quo(s, m.rate)
+	return s.Quo(s, m.Rate)
 }
 
-// take adds n units at now.
-func (m *refRule) take(now, n int64) {
+// Take adds n units at now.
+func (m *Rule) Take(now, n int64) {
 	if m.win > 0 {
 		for range n {
 			m.units = append(m.units, now)
@@ -157,58 +168,59 @@ func (m *refRule) take(now, n int64) {
 		m.count, m.period, m.at = m.countAt(now)+n, m.periodOf(now), now
 		return
 	}
-	m.level = m.levelAt(now)
-	m.level.Add(m.level, new(big.Rat).SetInt64(n))
+	m.Level = m.levelAt(now)
+	m.Level.Add(m.Level, new(big.Rat).SetInt64(n))
 	m.at = now
 }
 
-// refKey is the model of the rules of one key: all or nothing.
-type refKey []*refRule
+// Key is the model of the rules of one key: all or nothing.
+type Key []*Rule
 
-func newRefKey(rules []funnel.Rule) refKey {
-	k := make(refKey, len(rules))
+// NewKey returns the model of rules, each of the kind kindOf gives.
+func NewKey(rules []funnel.Rule, kindOf func(funnel.Rule) Kind) Key {
+	k := make(Key, len(rules))
 	for i, r := range rules {
-		k[i] = newRefRule(r)
+		k[i] = NewRule(r, kindOf(r))
 	}
 	return k
 }
 
-// since sets the Unix time in µs of k's time 0, which calendar rules count
+// Since sets the Unix time in µs of k's time 0, which calendar rules count
 // their periods by (0 by default: k's times are Unix times).
-func (k refKey) since(base int64) refKey {
+func (k Key) Since(base int64) Key {
 	for _, m := range k {
 		m.base = base
 	}
 	return k
 }
 
-// admits reports whether n units fit in every rule at now.
-func (k refKey) admits(now, n int64) bool {
+// Admits reports whether n units fit in every rule at now.
+func (k Key) Admits(now, n int64) bool {
 	for _, m := range k {
-		if m.slack(now, n).Sign() < 0 {
+		if m.Slack(now, n).Sign() < 0 {
 			return false
 		}
 	}
 	return true
 }
 
-// waits returns each rule's wait for n units at now rounded up to the µs,
+// Waits returns each rule's wait for n units at now rounded up to the µs,
 // and the longest.
-func (k refKey) waits(now, n int64) (waits []int64, most int64) {
+func (k Key) Waits(now, n int64) (waits []int64, most int64) {
 	waits = make([]int64, len(k))
 	for i, m := range k {
-		waits[i] = ratCeil(m.wait(now, n))
+		waits[i] = RatCeil(m.wait(now, n))
 		most = max(most, waits[i])
 	}
 	return waits, most
 }
 
-// remaining returns the whole units each rule would still admit at now, and
+// Remaining returns the whole units each rule would still admit at now, and
 // the fewest.
-func (k refKey) remaining(now int64) (left []int64, least int64) {
+func (k Key) Remaining(now int64) (left []int64, least int64) {
 	left = make([]int64, len(k))
 	for i, m := range k {
-		left[i] = ratFloor(new(big.Rat).Sub(m.c, m.levelAt(now)))
+		left[i] = RatFloor(new(big.Rat).Sub(m.c, m.levelAt(now)))
 		if i == 0 || left[i] < least {
 			least = left[i]
 		}
@@ -216,9 +228,9 @@ func (k refKey) remaining(now int64) (left []int64, least int64) {
 	return left, least
 }
 
-// refund gives n units back at now: a funnel's level drops by n, down to
+// Refund gives n units back at now: a funnel's level drops by n, down to
 // empty; a window forgets its newest n units still in it.
-func (m *refRule) refund(now, n int64) {
+func (m *Rule) Refund(now, n int64) {
 	if m.win > 0 {
 		in := m.inWindow(now)
 		m.units = in[:len(in)-int(min(n, int64(len(in))))]
@@ -234,17 +246,18 @@ func (m *refRule) refund(now, n int64) {
 	if l.Sign() < 0 {
 		l.SetInt64(0)
 	}
-	m.level, m.at = l, now
+	m.Level, m.at = l, now
 }
 
-func (k refKey) refund(now, n int64) {
+// Refund gives n units back to every rule of k at now.
+func (k Key) Refund(now, n int64) {
 	for _, m := range k {
-		m.refund(now, n)
+		m.Refund(now, n)
 	}
 }
 
-// reset is the time until every rule is empty, rounded up to the µs.
-func (k refKey) reset(now int64) int64 {
+// Reset is the time until every rule is empty, rounded up to the µs.
+func (k Key) Reset(now int64) int64 {
 	var most int64
 	for _, m := range k {
 		most = max(most, m.empty(now))
@@ -254,7 +267,7 @@ func (k refKey) reset(now int64) int64 {
 
 // empty is the time until the rule is empty, rounded up to the µs: a
 // window's newest unit leaves it, a funnel has drained.
-func (m *refRule) empty(now int64) int64 {
+func (m *Rule) empty(now int64) int64 {
 	if m.win > 0 {
 		if in := m.inWindow(now); len(in) > 0 {
 			return in[len(in)-1] + m.win - now
@@ -268,14 +281,14 @@ func (m *refRule) empty(now int64) int64 {
 		return 0
 	}
 	l := m.levelAt(now)
-	return ratCeil(l.Quo(l, m.rate))
+	return RatCeil(l.Quo(l, m.Rate))
 }
 
-// tightest returns the index of the rule with the fewest whole units left
+// Tightest returns the index of the rule with the fewest whole units left
 // at now; among several, the one empty last, then the first; and how long
 // until it is empty.
-func (k refKey) tightest(now int64) (i int, empty int64) {
-	left, least := k.remaining(now)
+func (k Key) Tightest(now int64) (i int, empty int64) {
+	left, least := k.Remaining(now)
 	i = -1
 	for j, m := range k {
 		if e := m.empty(now); left[j] == least && (i < 0 || e > empty) {
@@ -285,14 +298,15 @@ func (k refKey) tightest(now int64) (i int, empty int64) {
 	return i, empty
 }
 
-func (k refKey) take(now, n int64) {
+// Take takes n units from every rule of k at now.
+func (k Key) Take(now, n int64) {
 	for _, m := range k {
-		m.take(now, n)
+		m.Take(now, n)
 	}
 }
 
-// ratCeil returns ⌈r⌉ for r >= 0.
-func ratCeil(r *big.Rat) int64 {
+// RatCeil returns ⌈r⌉ for r >= 0.
+func RatCeil(r *big.Rat) int64 {
 	q, m := new(big.Int).QuoRem(r.Num(), r.Denom(), new(big.Int))
 	if m.Sign() > 0 {
 		q.Add(q, big.NewInt(1))
@@ -300,7 +314,31 @@ func ratCeil(r *big.Rat) int64 {
 	return q.Int64()
 }
 
-// ratFloor returns ⌊r⌋ for r >= 0.
-func ratFloor(r *big.Rat) int64 {
+// RatFloor returns ⌊r⌋ for r >= 0.
+func RatFloor(r *big.Rat) int64 {
 	return new(big.Int).Quo(r.Num(), r.Denom()).Int64()
+}
+
+// NewPeriods counts the calendar rules of k that hold units of a period
+// that has ended by now.
+func (k Key) NewPeriods(now int64) int {
+	n := 0
+	for _, m := range k {
+		if m.loc != nil && m.count > 0 && m.periodOf(now) != m.period {
+			n++
+		}
+	}
+	return n
+}
+
+// Straddles reports whether a calendar rule of k changes periods between
+// before and after: a Peek's time found from its ResetAfter there is not
+// where the model would look for it.
+func (k Key) Straddles(before, after int64) bool {
+	for _, m := range k {
+		if m.loc != nil && m.periodOf(before) != m.periodOf(after) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,4 +1,4 @@
-package mutex_test
+package reliability
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/funnelguard/funnelguard/internal/testmust"
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
 )
@@ -75,8 +76,8 @@ var semLinModel = porcupine.Model{
 func TestSemaphoreLinearizable(t *testing.T) {
 	b := testutil.RealBackend(t)
 	sems := []*mutex.Semaphore{
-		mustSem(t, newLocker(t, b), "lin", semLinSize),
-		mustSem(t, newLocker(t, b), "lin", semLinSize),
+		testmust.Semaphore(t, mustLocker(t, b.Client(t), mutex.WithPrefix(b.Prefix)), "lin", semLinSize),
+		testmust.Semaphore(t, mustLocker(t, b.Client(t), mutex.WithPrefix(b.Prefix)), "lin", semLinSize),
 	}
 	start := time.Now()
 	var mu sync.Mutex

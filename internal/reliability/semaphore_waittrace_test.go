@@ -1,13 +1,13 @@
-package mutex_test
+package reliability
 
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -76,19 +76,6 @@ func (h *semTrace) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// semScriptArgs returns a semaphore script's ARGV, nil for other commands.
-func semScriptArgs(cmd redis.Cmder) []any {
-	args := cmd.Args()
-	if name := strings.ToLower(cmd.Name()); name != "evalsha" && name != "eval" || len(args) < 4 {
-		return nil
-	}
-	keys, ok := args[2].(int)
-	if !ok || 3+keys >= len(args) {
-		return nil
-	}
-	return args[3+keys:]
-}
-
 // sent records the first send of each traced Acquire's scripts.
 func (h *semTrace) sent(cmds []redis.Cmder) {
 	h.mu.Lock()
@@ -96,7 +83,7 @@ func (h *semTrace) sent(cmds []redis.Cmder) {
 	now := int64(time.Since(h.start))
 	h.inflight++
 	for _, cmd := range cmds {
-		argv := semScriptArgs(cmd)
+		argv := testutil.ScriptArgs(cmd)
 		if len(argv) == 0 {
 			continue
 		}
@@ -129,7 +116,7 @@ func (h *semTrace) replied(cmds []redis.Cmder, err error) {
 	now := int64(time.Since(h.start))
 	h.inflight--
 	for _, cmd := range cmds {
-		argv := semScriptArgs(cmd)
+		argv := testutil.ScriptArgs(cmd)
 		if len(argv) == 0 {
 			continue
 		}

@@ -1,4 +1,4 @@
-package mutex_test
+package reliability
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/funnelguard/funnelguard/internal/testmust"
 	"github.com/funnelguard/funnelguard/internal/testutil"
 	"github.com/funnelguard/funnelguard/mutex"
 )
@@ -57,9 +58,9 @@ func TestSemaphoreWaitLinearizable(t *testing.T) {
 		// more than the longest pause between their polls: none is passed
 		// over for polling late on a loaded machine (the model has no
 		// wait leases).
-		l := mustNew(t, c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(3*time.Second))
+		l := mustLocker(t, c, mutex.WithPrefix(b.Prefix), mutex.WithRetryInterval(3*time.Second))
 		lockers = append(lockers, l)
-		semWarmUp(t, mustSem(t, l, "waitlin-warm", semWaitSize))
+		semWarmUp(t, testmust.Semaphore(t, l, "waitlin-warm", semWaitSize))
 	}
 	start := time.Now()
 	trace.begin(start)
@@ -68,7 +69,7 @@ func TestSemaphoreWaitLinearizable(t *testing.T) {
 	for e := range semWaitEpisodes {
 		var sems []*mutex.Semaphore
 		for _, l := range lockers {
-			sems = append(sems, mustSem(t, l, fmt.Sprint("waitlin-", e), semWaitSize))
+			sems = append(sems, testmust.Semaphore(t, l, fmt.Sprint("waitlin-", e), semWaitSize))
 		}
 		run := &semWaitRun{start: start, ids: e * 1000}
 		history := run.episode(t, sems, trace)

@@ -1,4 +1,4 @@
-package mutex_test
+package reliability
 
 import (
 	"fmt"
