@@ -151,8 +151,10 @@ type Policy struct {
 	// until they are a minute old), and one moved up has the larger plan's
 	// room less what it took. List the plans' rules in one order: Window
 	// per minute first, PerDay second. A rule of a plan keeps no gate in
-	// Redis (another plan's capacity could not read it), so its denials
-	// take the two round trips of an admission.
+	// Redis (another plan's capacity could not read it): after a key's
+	// first call, each of its calls, admitted or denied, takes two round
+	// trips (without plans, a denial and a returning key's admission under
+	// AtMost take one).
 	Plans map[string][]funnel.Rule
 	// PlanOf names the plan of key, the key as the caller gave it (before
 	// Normalize), on every call (Allow, Peek, Refund, Do, Enter,
