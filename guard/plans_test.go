@@ -152,6 +152,12 @@ func TestPlansInvalid(t *testing.T) {
 			t.Errorf("%s: %v; want ErrInvalidPolicy", name, err)
 		}
 	}
+	// Plans without Rules: the error says what Rules are for (a new user
+	// gave only Plans and read "no rules").
+	_, err := guard.New(b.Client(t), guard.Policy{Plans: map[string][]funnel.Rule{"free": freeRules}, PlanOf: planOf})
+	if !errors.Is(err, guard.ErrInvalidPolicy) || !strings.Contains(err.Error(), `Rules decide the keys whose plan is ""`) {
+		t.Errorf("Plans without Rules: %v; want ErrInvalidPolicy saying what Rules decide", err)
+	}
 }
 
 // planKey carries a call's plan in its context, for the race below.

@@ -64,7 +64,9 @@ type Policy struct {
 	// DefaultPrefix if empty. Guards with different prefixes never share
 	// state, whatever their keys.
 	Prefix string
-	// Rules are decided all or nothing on every call (at least one).
+	// Rules are decided all or nothing on every call (at least one). With
+	// Plans, they decide the keys whose plan is "" (give them even when
+	// every key has a plan: a free plan's rules, say).
 	Rules []funnel.Rule
 	// OnError is what to decide when Redis cannot answer: FailClosed (the
 	// zero value) or FailOpen. An answer that refuses the call (ErrRejected)
@@ -255,6 +257,9 @@ func (p Policy) check() (Policy, error) {
 	}
 	if err := keyspace.CheckPrefix(p.Prefix); err != nil {
 		return bad("prefix %q: %v", p.Prefix, err)
+	}
+	if len(p.Rules) == 0 && len(p.Plans) > 0 {
+		return bad("no Rules: with Plans too, Rules decide the keys whose plan is \"\"")
 	}
 	if len(p.Rules) == 0 {
 		return bad("no rules")
