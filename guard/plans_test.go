@@ -103,6 +103,40 @@ func TestPlansRateLimitPolicy(t *testing.T) {
 	}
 }
 
+// A plan's rules named after it make RateLimit-Policy name the plan; the
+// names do not part the key's state (the i-th rules share it whatever
+// their names): moved from pro after 50 calls, a key is denied by "free".
+func TestPlansNamedRules(t *testing.T) {
+	b := testutil.Mini(t)
+	named := func(r funnel.Rule, name string) funnel.Rule { r.Name = name; return r }
+	free := []funnel.Rule{named(funnel.Window(10, time.Minute), "free")}
+	pro := []funnel.Rule{named(funnel.Window(1000, time.Minute), "pro")}
+	ts := &tenants{plan: map[string]string{"acme": "pro"}}
+	g := newGuard(t, b, guard.Policy{Rules: free, RateLimitHeaders: true,
+		Plans: map[string][]funnel.Rule{"free": free, "pro": pro}, PlanOf: ts.planOf})
+	h := g.Middleware(guard.Header("X-Tenant"))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	serve := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-Tenant", "acme")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := serve(); rec.Code != http.StatusOK || rec.Header().Get("RateLimit-Policy") != `"pro";q=1000;w=60` {
+		t.Fatalf("under pro: %d, RateLimit-Policy %q", rec.Code, rec.Header().Get("RateLimit-Policy"))
+	}
+	if d, err := g.AllowN(context.Background(), "acme", 49); err != nil || !d.Allowed {
+		t.Fatalf("49 more under pro: %+v, %v", d, err)
+	}
+	ts.set("acme", "free")
+	rec := serve()
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("RateLimit-Policy") != `"free";q=10;w=60` ||
+		!strings.HasPrefix(rec.Header().Get("RateLimit"), `"free";r=0;`) {
+		t.Fatalf("under free after 50: %d, RateLimit-Policy %q, RateLimit %q; want 429 by \"free\"",
+			rec.Code, rec.Header().Get("RateLimit-Policy"), rec.Header().Get("RateLimit"))
+	}
+}
+
 // A key without a plan (PlanOf's error, or a name not in Plans) is refused
 // with ErrPlan and takes nothing; Middleware answers 503 with Retry-After.
 func TestPlansUnknown(t *testing.T) {

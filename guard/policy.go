@@ -152,7 +152,9 @@ type Policy struct {
 	// under the larger (500 calls of the last minute deny it under "free"
 	// until they are a minute old), and one moved up has the larger plan's
 	// room less what it took. List the plans' rules in one order: Window
-	// per minute first, PerDay second. A rule of a plan keeps no gate in
+	// per minute first, PerDay second. Their names do not part their state:
+	// name a plan's rules after it (Name "free") and RateLimit-Policy names
+	// the plan. A rule of a plan keeps no gate in
 	// Redis (another plan's capacity could not read it): after a key's
 	// first call, each of its calls, admitted or denied, takes two round
 	// trips (without plans, a denial and a returning key's admission under
