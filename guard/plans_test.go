@@ -103,6 +103,28 @@ func TestPlansRateLimitPolicy(t *testing.T) {
 	}
 }
 
+// The plans' rules of one kind and period share a key's state whatever
+// their order: free lists its day first, pro its minute first, and a key
+// that took 40 under pro is denied by free's 30 a day at once (listed in
+// another order, the day's count would start again from 0).
+func TestPlansShareByKindNotOrder(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		day := funnel.PerDay(30, time.UTC)
+		free := []funnel.Rule{day, funnel.Window(100, time.Minute)}
+		pro := []funnel.Rule{funnel.Window(1000, time.Minute), funnel.PerDay(100_000, time.UTC)}
+		ts := &tenants{plan: map[string]string{"acme": "pro"}}
+		g := newGuard(t, b, guard.Policy{Rules: free, Plans: map[string][]funnel.Rule{"free": free, "pro": pro}, PlanOf: ts.planOf})
+		if d, err := g.AllowN(ctx, "acme", 40); err != nil || !d.Allowed {
+			t.Fatalf("40 under pro: %+v, %v", d, err)
+		}
+		ts.set("acme", "free")
+		if d, err := g.Allow(ctx, "acme"); err != nil || d.Allowed || d.Rule != day.Name {
+			t.Fatalf("the next call under free: %+v, %v; want a denial by %q, on the 40 taken under pro", d, err, day.Name)
+		}
+	})
+}
+
 // A plan's rules named after it make RateLimit-Policy name the plan; the
 // names do not part the key's state (the i-th rules share it whatever
 // their names): moved from pro after 50 calls, a key is denied by "free".

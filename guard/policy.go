@@ -146,16 +146,18 @@ type Policy struct {
 	// plan is "". A plan changed (a tenant upgraded) takes effect on the
 	// key's next call; Middleware's RateLimit-Policy lists the plan's rules.
 	//
-	// The i-th rule of every plan (and of Rules) keeps one state in a key
-	// where their kinds and periods match (funnel.Rule.Sharing): a key
-	// moved to a smaller plan is decided by it at once on what it took
-	// under the larger (500 calls of the last minute deny it under "free"
-	// until they are a minute old), and one moved up has the larger plan's
-	// room less what it took. List the plans' rules in one order: Window
-	// per minute first, PerDay second. Their names do not part their state:
-	// name a plan's rules after it (Name "free") and RateLimit-Policy names
-	// the plan. A rule of a plan keeps no gate in
-	// Redis (another plan's capacity could not read it): after a key's
+	// The rules of every plan (and of Rules) of one kind (a funnel or
+	// AtMost, a Window, a PerDay, a PerMonth) and one period (and zone)
+	// keep one state in a key, in whatever order the plans list them (the
+	// first of that kind and period in each plan shares with the first,
+	// the second with the second; funnel.Rule.Sharing): a key moved to a
+	// smaller plan is decided by it at once on what it took under the
+	// larger (500 calls of the last minute deny it under "free" until they
+	// are a minute old), and one moved up has the larger plan's room less
+	// what it took. A rule no other plan has a match for starts from what
+	// the key took under it, if ever. Names do not part the state: name a
+	// plan's rules after it (Name "free") and RateLimit-Policy names the
+	// plan. A rule of a plan keeps no gate in Redis (another plan's capacity could not read it): after a key's
 	// first call, each of its calls, admitted or denied, takes two round
 	// trips (without plans, a denial and a returning key's admission under
 	// AtMost take one).
