@@ -136,8 +136,9 @@ type Policy struct {
 	// Fallback, if set, decides locally while Redis cannot answer, instead of
 	// OnError: a token bucket per key in this process.
 	Fallback *Fallback
-	// Observe, if set, is called after every decision (see Observation). It
-	// must be fast and safe for concurrent use.
+	// Observe, if set, is called after every decision (see Observation),
+	// once its InFlight permit is known (Do, Enter, Middleware). It must be
+	// fast and safe for concurrent use.
 	Observe func(Observation)
 	// Plans, if set, are rule sets by name for keys whose limits depend on
 	// whose they are (a tenant's plan: "free", 10 a minute; "pro", 1,000):
