@@ -82,7 +82,10 @@
 // over on fresh state.
 //
 // A returning key (a phone number, an IP, a tenant) costs one round trip
-// too: the Limiter remembers the state it last read or wrote per key
+// too, when every rule of the call is a funnel (AtMost, a Rule; not
+// Window, PerDay, PerMonth, nor a rule made with Sharing, whose returning
+// admissions take two, and a Sharing rule's denials too, as it keeps no
+// gate): the Limiter remembers the state it last read or wrote per key
 // (WithStateCache), decides the call on it in advance, and sends times and
 // values; Redis admits the call if the lock is free and the state is the
 // one remembered, comparing its TIME with those times (no arithmetic in

@@ -67,10 +67,12 @@ var (
 // A Limiter decides calls against funnels kept in Redis. Each key's state is
 // one hash, written only by a script that knows nobody else is writing it: a
 // call that is deniable when it arrives costs one round trip, without waiting
-// for the lock; an admission of a key with no state, or of a returning key
-// whose state is still the one this Limiter last read or wrote, costs one
-// (one script decides and writes; see the package documentation for the
-// exceptions, WithUniformCost among them); any other admission costs two: the
+// for the lock (not under a rule made with Sharing, which keeps no gate); an
+// admission of a key with no state, or of a returning key whose state is
+// still the one this Limiter last read or wrote, costs one (one script
+// decides and writes; see the package documentation for the exceptions:
+// WithUniformCost, PerDay and PerMonth rules, and a returning key under
+// Window or Sharing rules); any other admission costs two: the
 // state read with the attempt to lock the key, then written, only while the
 // lock is still held, in the script that releases it. The zero value is not
 // usable; call New. A Limiter is safe for concurrent use.

@@ -26,6 +26,10 @@ import (
 // status's message alone ("too many requests"), never the guard's error.
 // With a nil g, every call is refused.
 //
+// A ratelimit.Limiter cannot change the call's context: the handler of a
+// call it admits finds no Decision (FromContext reports false; use the
+// Interceptor for it).
+//
 // A ratelimit.Limiter learns nothing of the call's end, so Limit gives a
 // Policy.InFlight permit back as soon as it has it: it bounds no running
 // calls (the Interceptor does), and costs two more round trips.

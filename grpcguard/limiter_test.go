@@ -19,7 +19,11 @@ func TestLimiterAdapter(t *testing.T) {
 	e, cc := serve(t, grpc.UnaryInterceptor(ratelimit.UnaryServerInterceptor(lim)),
 		grpc.StreamInterceptor(ratelimit.StreamServerInterceptor(lim)))
 	for range 2 {
-		call(t, cc, "Say", "").wantCode(t, codes.OK)
+		r := call(t, cc, "Say", "")
+		r.wantCode(t, codes.OK)
+		if r.value != "no decision" { // a Limiter cannot change the call's context
+			t.Fatalf("the handler found %q; want no decision, as Limiter's doc says", r.value)
+		}
 	}
 	r := call(t, cc, "Say", "")
 	r.wantCode(t, codes.ResourceExhausted)

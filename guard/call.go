@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
 )
@@ -68,11 +69,15 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	if ctx == nil {
 		return Call{}, ErrNilContext
 	}
-	d, k, err := g.allowObserved(ctx, key, n)
+	d, k, err, ob := g.allowPending(ctx, key, n)
+	defer ob.report(g)
 	c := Call{Decision: d, k: k, allowed: d, answered: err == nil}
 	switch g.judge(d, err) {
 	case admitted:
-		return g.hold(ctx, c, n)
+		t0 := time.Now()
+		c, err := g.hold(ctx, c, n)
+		ob.waited(g, t0, c.Decision, err)
+		return c, err
 	case denied:
 		return c.in(ctx), nil
 	}

@@ -75,6 +75,13 @@ type Observation struct {
 	// Shadow is set when the Policy is in shadow mode (Policy.Shadow): a
 	// denial here blocked nothing.
 	Shadow bool
+	// Permit is set when the rules admitted a call of Do, Enter or
+	// Middleware under Policy.InFlight, which then waited PermitWait for
+	// a permit of its key (Latency includes it). A call that got none has
+	// the refusal as its Decision and the permit's error as Err (ErrBusy:
+	// none free within Timeout), not the admission.
+	Permit     bool
+	PermitWait time.Duration
 }
 
 // New returns a Guard for the Policy p on client, with a funnel.Limiter of
@@ -183,11 +190,47 @@ func (g *Guard) key(ctx context.Context, key string) (keyed, error) {
 	return keyed{sk: sk, plan: p}, err
 }
 
-// allowObserved is AllowN that also returns the keyed call, for Enter and
-// Middleware's RateLimit fields.
+// allowObserved is AllowN that also returns the keyed call.
 func (g *Guard) allowObserved(ctx context.Context, key string, n int64) (Decision, keyed, error) {
+	d, k, err, ob := g.allowPending(ctx, key, n)
+	ob.report(g)
+	return d, k, err
+}
+
+// A pending Observation is reported (report) once the call's permit, if it
+// takes one, is known, with the Latency since start.
+type pending struct {
+	o     Observation
+	start time.Time
+	none  bool // a nil ctx: nothing to report
+}
+
+// report passes p's Observation to Policy.Observe.
+func (p *pending) report(g *Guard) {
+	if p.none || g.p.Observe == nil {
+		return
+	}
+	p.o.Latency = time.Since(p.start)
+	g.p.Observe(p.o)
+}
+
+// waited records in p the wait for an InFlight permit since t0, and, if
+// the call got none (err, not under Shadow), its refusal d.
+func (p *pending) waited(g *Guard, t0 time.Time, d Decision, err error) {
+	if g.p.InFlight == 0 {
+		return
+	}
+	p.o.Permit, p.o.PermitWait = true, time.Since(t0)
+	if err != nil && !g.p.Shadow {
+		p.o.Decision, p.o.Err = d, err
+	}
+}
+
+// allowPending is AllowN that also returns the keyed call, for Enter, Do
+// and Middleware's RateLimit fields, and the Observation to report.
+func (g *Guard) allowPending(ctx context.Context, key string, n int64) (Decision, keyed, error, *pending) {
 	if ctx == nil {
-		return Decision{}, keyed{}, ErrNilContext
+		return Decision{}, keyed{}, ErrNilContext, &pending{none: true}
 	}
 	start := time.Now()
 	k, err := g.key(ctx, key)
@@ -198,11 +241,8 @@ func (g *Guard) allowObserved(ctx context.Context, key string, n int64) (Decisio
 	case errors.Is(err, ErrPlan):
 		d = Decision{RetryAfter: g.p.ErrorRetryAfter}
 	}
-	if g.p.Observe != nil {
-		g.p.Observe(Observation{Prefix: g.p.Prefix, Plan: k.plan.name, N: n, Decision: d, Err: err,
-			Latency: time.Since(start), Shadow: g.p.Shadow})
-	}
-	return d, k, err
+	return d, k, err, &pending{start: start,
+		o: Observation{Prefix: g.p.Prefix, Plan: k.plan.name, N: n, Decision: d, Err: err, Shadow: g.p.Shadow}}
 }
 
 // allow decides for the keyed call k.
@@ -330,14 +370,21 @@ func redisError(err error) error {
 // ErrorRetryAfter) with an error matching ErrBusy (or ErrUnavailable,
 // ErrRejected: see Policy.InFlight).
 func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) error) (Decision, error) {
-	d, k, err := g.allowObserved(ctx, key, 1)
+	d, k, err, ob := g.allowPending(ctx, key, 1)
 	if !d.Allowed {
+		ob.report(g)
 		return d, err
 	}
+	t0 := time.Now()
 	s, serr := g.enter(ctx, k.sk, d.Degraded)
 	if serr != nil {
-		return g.busyDecision(serr), errors.Join(serr, g.giveBack(ctx, k, d, 1))
+		bd := g.busyDecision(serr)
+		ob.waited(g, t0, bd, serr)
+		ob.report(g)
+		return bd, errors.Join(serr, g.giveBack(ctx, k, d, 1))
 	}
+	ob.waited(g, t0, d, nil)
+	ob.report(g)
 	defer g.leave(ctx, s)
 	err = errors.Join(err, s.degraded)
 	if ferr := fn(s.context(ctx)); ferr != nil {

@@ -35,7 +35,7 @@ func (g *Guard) planOf(ctx context.Context, key string) (plan, error) {
 	return plan{name: name, rules: rules}, nil
 }
 
-// checkPlans validates p's plans and makes the i-th rule of every plan,
+// checkPlans validates p's plans and makes the rules of every plan,
 // Rules among them, share one state (funnel.Rule.Sharing) where their
 // kinds and periods match: a key whose plan changes keeps what it took.
 func (p Policy) checkPlans() (Policy, error) {
@@ -60,11 +60,23 @@ func (p Policy) checkPlans() (Policy, error) {
 	return p, nil
 }
 
-// sharing returns a copy of rules, the i-th sharing the state named i.
+// sharing returns a copy of rules, each sharing the state "plan rule j",
+// j the least that no earlier rule of the same kind, period and zone took
+// (funnel keeps a shared state per name, kind, period and zone, and
+// Validate refuses two rules of one call in one state): the first rule of
+// a kind and period in every plan shares one state, the second another,
+// whatever the order the plans list them in. A rule Validate refuses for
+// another reason keeps "plan rule i", and New reports it.
 func sharing(rules []funnel.Rule) []funnel.Rule {
 	out := make([]funnel.Rule, len(rules))
 	for i, r := range rules {
 		out[i] = r.Sharing("plan rule " + strconv.Itoa(i))
+		for j := range i {
+			if s := r.Sharing("plan rule " + strconv.Itoa(j)); funnel.Validate(append(out[:i:i], s)...) == nil {
+				out[i] = s
+				break
+			}
+		}
 	}
 	return out
 }

@@ -103,6 +103,62 @@ func TestPlansRateLimitPolicy(t *testing.T) {
 	}
 }
 
+// The plans' rules of one kind and period share a key's state whatever
+// their order: free lists its day first, pro its minute first, and a key
+// that took 40 under pro is denied by free's 30 a day at once (listed in
+// another order, the day's count would start again from 0).
+func TestPlansShareByKindNotOrder(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		day := funnel.PerDay(30, time.UTC)
+		free := []funnel.Rule{day, funnel.Window(100, time.Minute)}
+		pro := []funnel.Rule{funnel.Window(1000, time.Minute), funnel.PerDay(100_000, time.UTC)}
+		ts := &tenants{plan: map[string]string{"acme": "pro"}}
+		g := newGuard(t, b, guard.Policy{Rules: free, Plans: map[string][]funnel.Rule{"free": free, "pro": pro}, PlanOf: ts.planOf})
+		if d, err := g.AllowN(ctx, "acme", 40); err != nil || !d.Allowed {
+			t.Fatalf("40 under pro: %+v, %v", d, err)
+		}
+		ts.set("acme", "free")
+		if d, err := g.Allow(ctx, "acme"); err != nil || d.Allowed || d.Rule != day.Name {
+			t.Fatalf("the next call under free: %+v, %v; want a denial by %q, on the 40 taken under pro", d, err, day.Name)
+		}
+	})
+}
+
+// A plan's rules named after it make RateLimit-Policy name the plan; the
+// names do not part the key's state (the i-th rules share it whatever
+// their names): moved from pro after 50 calls, a key is denied by "free".
+func TestPlansNamedRules(t *testing.T) {
+	b := testutil.Mini(t)
+	named := func(r funnel.Rule, name string) funnel.Rule { r.Name = name; return r }
+	free := []funnel.Rule{named(funnel.Window(10, time.Minute), "free")}
+	pro := []funnel.Rule{named(funnel.Window(1000, time.Minute), "pro")}
+	ts := &tenants{plan: map[string]string{"acme": "pro"}}
+	g := newGuard(t, b, guard.Policy{Rules: free, RateLimitHeaders: true,
+		Plans: map[string][]funnel.Rule{"free": free, "pro": pro}, PlanOf: ts.planOf})
+	h := g.Middleware(guard.Header("X-Tenant"))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	serve := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-Tenant", "acme")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := serve(); rec.Code != http.StatusOK || rec.Header().Get("RateLimit-Policy") != `"pro";q=1000;w=60` {
+		t.Fatalf("under pro: %d, RateLimit-Policy %q", rec.Code, rec.Header().Get("RateLimit-Policy"))
+	}
+	if d, err := g.AllowN(context.Background(), "acme", 49); err != nil || !d.Allowed {
+		t.Fatalf("49 more under pro: %+v, %v", d, err)
+	}
+	ts.set("acme", "free")
+	rec := serve()
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("RateLimit-Policy") != `"free";q=10;w=60` ||
+		!strings.HasPrefix(rec.Header().Get("RateLimit"), `"free";r=0;`) {
+		t.Fatalf("under free after 50: %d, RateLimit-Policy %q, RateLimit %q; want 429 by \"free\"",
+			rec.Code, rec.Header().Get("RateLimit-Policy"), rec.Header().Get("RateLimit"))
+	}
+}
+
 // A key without a plan (PlanOf's error, or a name not in Plans) is refused
 // with ErrPlan and takes nothing; Middleware answers 503 with Retry-After.
 func TestPlansUnknown(t *testing.T) {
@@ -151,6 +207,12 @@ func TestPlansInvalid(t *testing.T) {
 		if _, err := guard.New(b.Client(t), p); !errors.Is(err, guard.ErrInvalidPolicy) {
 			t.Errorf("%s: %v; want ErrInvalidPolicy", name, err)
 		}
+	}
+	// Plans without Rules: the error says what Rules are for (a new user
+	// gave only Plans and read "no rules").
+	_, err := guard.New(b.Client(t), guard.Policy{Plans: map[string][]funnel.Rule{"free": freeRules}, PlanOf: planOf})
+	if !errors.Is(err, guard.ErrInvalidPolicy) || !strings.Contains(err.Error(), `Rules decide the keys whose plan is ""`) {
+		t.Errorf("Plans without Rules: %v; want ErrInvalidPolicy saying what Rules decide", err)
 	}
 }
 

@@ -64,7 +64,9 @@ type Policy struct {
 	// DefaultPrefix if empty. Guards with different prefixes never share
 	// state, whatever their keys.
 	Prefix string
-	// Rules are decided all or nothing on every call (at least one).
+	// Rules are decided all or nothing on every call (at least one). With
+	// Plans, they decide the keys whose plan is "" (give them even when
+	// every key has a plan: a free plan's rules, say).
 	Rules []funnel.Rule
 	// OnError is what to decide when Redis cannot answer: FailClosed (the
 	// zero value) or FailOpen. An answer that refuses the call (ErrRejected)
@@ -134,8 +136,9 @@ type Policy struct {
 	// Fallback, if set, decides locally while Redis cannot answer, instead of
 	// OnError: a token bucket per key in this process.
 	Fallback *Fallback
-	// Observe, if set, is called after every decision (see Observation). It
-	// must be fast and safe for concurrent use.
+	// Observe, if set, is called after every decision (see Observation),
+	// once its InFlight permit is known (Do, Enter, Middleware). It must be
+	// fast and safe for concurrent use.
 	Observe func(Observation)
 	// Plans, if set, are rule sets by name for keys whose limits depend on
 	// whose they are (a tenant's plan: "free", 10 a minute; "pro", 1,000):
@@ -144,15 +147,21 @@ type Policy struct {
 	// plan is "". A plan changed (a tenant upgraded) takes effect on the
 	// key's next call; Middleware's RateLimit-Policy lists the plan's rules.
 	//
-	// The i-th rule of every plan (and of Rules) keeps one state in a key
-	// where their kinds and periods match (funnel.Rule.Sharing): a key
-	// moved to a smaller plan is decided by it at once on what it took
-	// under the larger (500 calls of the last minute deny it under "free"
-	// until they are a minute old), and one moved up has the larger plan's
-	// room less what it took. List the plans' rules in one order: Window
-	// per minute first, PerDay second. A rule of a plan keeps no gate in
-	// Redis (another plan's capacity could not read it), so its denials
-	// take the two round trips of an admission.
+	// The rules of every plan (and of Rules) of one kind (a funnel or
+	// AtMost, a Window, a PerDay, a PerMonth) and one period (and zone)
+	// keep one state in a key, in whatever order the plans list them (the
+	// first of that kind and period in each plan shares with the first,
+	// the second with the second; funnel.Rule.Sharing): a key moved to a
+	// smaller plan is decided by it at once on what it took under the
+	// larger (500 calls of the last minute deny it under "free" until they
+	// are a minute old), and one moved up has the larger plan's room less
+	// what it took. A rule no other plan has a match for starts from what
+	// the key took under it, if ever. Names do not part the state: name a
+	// plan's rules after it (Name "free") and RateLimit-Policy names the
+	// plan. A rule of a plan keeps no gate in Redis (another plan's capacity could not read it): after a key's
+	// first call, each of its calls, admitted or denied, takes two round
+	// trips (without plans, a denial and a returning key's admission under
+	// AtMost take one).
 	Plans map[string][]funnel.Rule
 	// PlanOf names the plan of key, the key as the caller gave it (before
 	// Normalize), on every call (Allow, Peek, Refund, Do, Enter,
@@ -253,6 +262,9 @@ func (p Policy) check() (Policy, error) {
 	}
 	if err := keyspace.CheckPrefix(p.Prefix); err != nil {
 		return bad("prefix %q: %v", p.Prefix, err)
+	}
+	if len(p.Rules) == 0 && len(p.Plans) > 0 {
+		return bad("no Rules: with Plans too, Rules decide the keys whose plan is \"\"")
 	}
 	if len(p.Rules) == 0 {
 		return bad("no rules")

@@ -19,6 +19,11 @@
 // funnelguard.lock.wait and funnelguard.semaphore.wait (see the Metric
 // constants for their attributes).
 //
+// The Tracer spans Allow, AllowN and Do. guard.Guard.Middleware, Enter and
+// grpcguard's interceptors have no span of the guard's: they decide in the
+// request's context, so the Redis commands of their decisions nest under the
+// request's span (otelhttp's, otelgrpc's), and the Observer counts them.
+//
 // No metric or span carries a key, a lock's name or a semaphore's name (phone
 // numbers, addresses), nor an error's text, which may quote one: errors are
 // named by error.type. WithKeyAttributes adds an attribute of the caller's

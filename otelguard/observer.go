@@ -28,9 +28,17 @@ const (
 	// AttrOutcome.
 	MetricLockWait = "funnelguard.lock.wait"
 	// MetricSemaphoreWait is how long Tracer.Acquire waited, in seconds,
-	// with AttrOutcome.
+	// with AttrOutcome; and, recorded by an Observer, how long a guard's
+	// call admitted under Policy.InFlight waited for its key's permit
+	// (guard.Observation.PermitWait), with AttrOutcome (ok, not_obtained
+	// for ErrBusy, error) and AttrPrefix.
 	MetricSemaphoreWait = "funnelguard.semaphore.wait"
 )
+
+// semaphoreWaitDescription describes MetricSemaphoreWait, which a Tracer
+// and an Observer both record: one description, so that the SDK sees one
+// instrument.
+const semaphoreWaitDescription = "Time waited for semaphore permits (Tracer.Acquire, a guard's InFlight permit), by outcome."
 
 // Explicit bucket boundaries, in seconds: a decision takes one or two round
 // trips (well under a millisecond on a LAN) up to its Policy.Timeout; a lock
@@ -54,6 +62,7 @@ type Observer struct {
 	duration  metric.Float64Histogram
 	degraded  metric.Int64Counter
 	failOpen  metric.Int64Counter
+	permit    metric.Float64Histogram
 	attrs     []attribute.KeyValue
 }
 
@@ -66,7 +75,7 @@ func NewObserver(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	}
 	m := mp.Meter(ScopeName)
 	o := &Observer{attrs: newConfig(opts).attrs}
-	var errs [4]error
+	var errs [5]error
 	o.decisions, errs[0] = m.Int64Counter(MetricDecisions, metric.WithUnit("{decision}"),
 		metric.WithDescription("Rate-limit decisions, by outcome and denying rule."))
 	o.duration, errs[1] = m.Float64Histogram(MetricDecisionDuration, metric.WithUnit("s"),
@@ -76,6 +85,9 @@ func NewObserver(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		metric.WithDescription("Decisions made without Redis, or denied because Redis refused the call."))
 	o.failOpen, errs[3] = m.Int64Counter(MetricFailOpen, metric.WithUnit("{decision}"),
 		metric.WithDescription("Admissions made without Redis (fail-open or fallback)."))
+	o.permit, errs[4] = m.Float64Histogram(MetricSemaphoreWait, metric.WithUnit("s"),
+		metric.WithDescription(semaphoreWaitDescription),
+		metric.WithExplicitBucketBoundaries(waitBuckets...))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
@@ -98,6 +110,18 @@ func (o *Observer) Observe(obs guard.Observation) {
 		if obs.Decision.Allowed {
 			o.failOpen.Add(ctx, 1, set)
 		}
+	}
+	if obs.Permit {
+		out := "ok"
+		switch {
+		case errors.Is(obs.Err, guard.ErrBusy):
+			out = "not_obtained"
+		case obs.Err != nil:
+			out = "error"
+		}
+		attrs := append(append(make([]attribute.KeyValue, 0, len(o.attrs)+2), o.attrs...),
+			AttrOutcome.String(out), AttrPrefix.String(prefixOf(obs.Prefix)))
+		o.permit.Record(ctx, obs.PermitWait.Seconds(), metric.WithAttributes(attrs...))
 	}
 }
 

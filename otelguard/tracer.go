@@ -50,7 +50,7 @@ func NewTracer(tp trace.TracerProvider, mp metric.MeterProvider, opts ...Option)
 		metric.WithDescription("Time Lock waited for a mutex, by outcome."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
 	t.semWait, err2 = m.Float64Histogram(MetricSemaphoreWait, metric.WithUnit("s"),
-		metric.WithDescription("Time Acquire waited for semaphore permits, by outcome."),
+		metric.WithDescription(semaphoreWaitDescription),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, err

@@ -1,0 +1,68 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/guard"
+	"github.com/funnelguard/funnelguard/internal/testutil"
+)
+
+// Under InFlight, Observe sees a call once its permit is known: an
+// admitted Do or Enter with Permit set and its wait; a call that got no
+// permit as the ErrBusy refusal it was, not as the admission (metrics
+// counted busy calls as allowed, and no wait for a permit). AllowN takes no
+// permit and says none.
+func TestInFlightObserved(t *testing.T) {
+	b := testutil.Mini(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var obs []guard.Observation
+	g := newGuard(t, b, guard.Policy{InFlight: 1, Rules: []funnel.Rule{funnel.AtMost(10, time.Hour)}, Timeout: 300 * time.Millisecond,
+		Observe: func(o guard.Observation) {
+			mu.Lock()
+			defer mu.Unlock()
+			obs = append(obs, o)
+		}})
+	last := func() guard.Observation {
+		mu.Lock()
+		defer mu.Unlock()
+		return obs[len(obs)-1]
+	}
+	held, err := g.Enter(ctx, "k", 1)
+	if err != nil || !held.Admitted() {
+		t.Fatalf("Enter: %+v, %v", held, err)
+	}
+	if o := last(); !o.Permit || o.Err != nil || !o.Decision.Allowed || o.PermitWait <= 0 || o.Latency < o.PermitWait {
+		t.Errorf("admitted Enter observed %+v; want Permit, its wait within Latency, allowed", o)
+	}
+	d, err := g.Do(ctx, "k", func(context.Context) error { return nil })
+	if !errors.Is(err, guard.ErrBusy) || d.Allowed {
+		t.Fatalf("Do while the permit is held: %+v, %v; want ErrBusy", d, err)
+	}
+	if o := last(); !o.Permit || !errors.Is(o.Err, guard.ErrBusy) || o.Decision.Allowed || o.PermitWait < 200*time.Millisecond {
+		t.Errorf("busy Do observed %+v; want Permit, ErrBusy, a denial, a wait of about the Timeout", o)
+	}
+	if _, err := g.Enter(ctx, "k", 1); !errors.Is(err, guard.ErrBusy) {
+		t.Fatalf("Enter while the permit is held: %v; want ErrBusy", err)
+	}
+	if o := last(); !o.Permit || !errors.Is(o.Err, guard.ErrBusy) || o.Decision.Allowed {
+		t.Errorf("busy Enter observed %+v; want Permit, ErrBusy, a denial", o)
+	}
+	held.Done()
+	if _, err := g.Allow(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if o := last(); o.Permit || o.PermitWait != 0 {
+		t.Errorf("Allow observed %+v; want no permit", o)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(obs) != 4 {
+		t.Errorf("%d observations; want 4, one per call", len(obs))
+	}
+}
