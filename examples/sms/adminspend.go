@@ -23,6 +23,8 @@ type countrySpend struct {
 	Spent     string `json:"spent"`      // today, in units of the currency
 	Price     string `json:"price"`      // what one SMS costs now
 	ShareLeft string `json:"share_left"` // of its unverified share
+	ShareCap  string `json:"share_cap"`  // its share today: Share, widened by its verified codes
+	Verified  int64  `json:"verified"`   // its codes verified in the last 24 hours (the pools' tally)
 }
 
 type spendState struct {
@@ -32,7 +34,7 @@ type spendState struct {
 	Limit     string         `json:"limit"`
 	Left      string         `json:"left"`
 	OpenLeft  string         `json:"open_left"` // outside the reserve
-	Share     string         `json:"share"`     // each country's
+	Share     string         `json:"share"`     // each country's at least
 	Countries []countrySpend `json:"countries"`
 }
 
@@ -65,13 +67,22 @@ func (s *Service) adminSpend(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Left, out.OpenLeft = micros(left.Remaining).String(), micros(open.Remaining).String()
 		for region, v := range spent {
-			share, err := s.money.share.Peek(ctx, region)
+			var verified int64
+			if s.pools != nil {
+				if verified, err = s.pools.verifiedOf(ctx, region, now); err != nil {
+					return err
+				}
+			}
+			price := s.prices.price(region)
+			c := s.money.shareCharge(s.cfg, price, verified)
+			share, err := c.g.Peek(context.WithValue(ctx, shareTierKey{}, c.tier), region)
 			if err != nil {
 				return err
 			}
 			n, _ := strconv.ParseInt(v, 10, 64)
 			out.Countries = append(out.Countries, countrySpend{Country: region, Spent: micros(n).String(),
-				Price: s.prices.price(region).String(), ShareLeft: micros(share.Remaining).String()})
+				Price: price.String(), ShareLeft: micros(share.Remaining).String(),
+				ShareCap: micros(c.rule.Capacity).String(), Verified: verified})
 		}
 		return nil
 	})

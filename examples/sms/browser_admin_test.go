@@ -110,9 +110,9 @@ func TestBrowserAdminSpendAndPools(t *testing.T) {
 	b.do("open the page", chromedp.Navigate(a.admin.URL+"/"), chromedp.WaitVisible(chromedp.ID("token")))
 	b.do("the token", chromedp.SendKeys(chromedp.ID("token"), adminToken), chromedp.Click(chromedp.ID("token-use")))
 	b.waitText("spend", spend.Left+" USD left of 100.00 today ("+spend.Day+"), "+spend.OpenLeft+
-		" of it outside the reserve; a country may spend 5.00 on codes not verified.")
+		" of it outside the reserve; a country may spend 5.00 on codes not verified, and up to 16 times that as its codes are verified.")
 	if got, want := eval[string](b, `document.getElementById("spend-countries").innerText`),
-		"CN\t"+cn.Spent+"\t0.05\t"+cn.ShareLeft+" of 5.00"; got != want {
+		"CN\t"+cn.Spent+"\t0.05\t"+cn.ShareLeft+" of "+cn.ShareCap; got != want {
 		t.Errorf("spend by country %q; want %q", got, want)
 	}
 	b.waitText("pools-none", fmt.Sprintf("%d refused lately, 0 paused.", len(pools.Pools)))

@@ -75,7 +75,7 @@ func (s *Service) credit(ctx context.Context, dest destination, codeKey, ip stri
 		}))
 	}
 	if s.money != nil && note.unproven {
-		c := priced{s.money.share, s.money.limits[s.money.share], int64(note.price)}
+		c := priced{g: s.money.share, rule: s.money.limits[s.money.share], n: int64(note.price)}
 		s.logged("country-share", c.Refund(ctx, dest.Region))
 	}
 	if !addressCreditOff {

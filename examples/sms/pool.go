@@ -135,8 +135,11 @@ func newPools(s *Service) *pools {
 // scopeKeys are the keys of dest's tallies: country, unproven, group, prefix.
 func (p *pools) scopeKeys(dest destination) []string {
 	base := "sms:pool:{" + dest.Region + "}:"
-	return []string{base + "a", base + "c", base + "g:" + p.id("g", p.group(dest)), base + "p:" + p.id("p", dest.Prefix)}
+	return []string{countryKey(dest.Region), base + "c", base + "g:" + p.id("g", p.group(dest)), base + "p:" + p.id("p", dest.Prefix)}
 }
+
+// countryKey is the key of region's tally.
+func countryKey(region string) string { return "sms:pool:{" + region + "}:a" }
 
 // knownKey is the sorted set of dest's country's known prefixes.
 func knownKey(dest destination) string { return "sms:pool:{" + dest.Region + "}:k" }
@@ -194,6 +197,13 @@ func (p *pools) read(ctx context.Context, dest destination) (poolView, map[strin
 		}
 	}
 	return v, paused, t, nil
+}
+
+// verifiedOf is how many codes to region were verified in the 24 hours
+// before now.
+func (p *pools) verifiedOf(ctx context.Context, region string, now time.Time) (int64, error) {
+	fields, err := p.client.HGetAll(ctx, countryKey(region)).Result()
+	return p.tally(fields, now, poolBuckets).Verified, err
 }
 
 func hourOf(t time.Time) int64 { return t.Unix() / int64(poolBucket/time.Second) }
@@ -315,6 +325,7 @@ type poolSend struct {
 	dest     destination
 	hour     int64
 	unproven bool
+	verified int64 // the country's codes verified in the last 24 hours
 	refusal  *poolRefusal
 }
 
@@ -326,7 +337,7 @@ func (ps *poolSend) Allow(ctx context.Context, _ string) (guard.Decision, error)
 		p.metrics.redisErrors.Inc()
 		return guard.Decision{Degraded: true}, err
 	}
-	ps.hour = hourOf(now)
+	ps.hour, ps.verified = hourOf(now), v.country.Verified
 	ps.unproven, ps.refusal = p.policy.judge(v)
 	p.metrics.latency.WithLabelValues("pools").Observe(time.Since(start).Seconds())
 	if r := pausedScope(paused, ps.unproven); r != nil {

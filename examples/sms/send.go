@@ -117,10 +117,11 @@ func (s *Service) charge(w http.ResponseWriter, r *http.Request, dest destinatio
 	if !s.take(w, r, charges, nil) {
 		return nil, note
 	}
+	var verified int64 // the country's codes verified in the last 24 hours
 	if pool != nil {
-		note.hour, note.unproven = pool.hour, pool.unproven
+		note.hour, note.unproven, verified = pool.hour, pool.unproven, pool.verified
 	}
-	money := s.moneyCharges(dest, note.price, note.unproven)
+	money := s.moneyCharges(dest, note.price, note.unproven, verified)
 	if !s.take(w, r, money, charges) {
 		return nil, note
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 )
 
 // moneyOn turns the money guards on with a day of 1.00 (testConfig turns
@@ -91,5 +92,69 @@ func TestSharedAddress(t *testing.T) {
 	}
 	if sent != 10 {
 		t.Fatalf("one address, numbers that never verify: %d sent; want 10", sent)
+	}
+}
+
+// A country's share widens with its codes verified in the last 24 hours,
+// by PerVerified of their price: five CN codes verified (5 x 0.05 x 0.5 =
+// 0.125, over the share of 0.10) double it, and four unverified CN codes
+// fit where two did; with -share-per-verified 0 it stays at two. The
+// admin API shows the widened share.
+func TestCountryShareGrowsWithVerified(t *testing.T) {
+	for _, c := range []struct {
+		perVerified int64
+		fit         int
+		shareCap    string
+	}{{500_000, 4, "0.20"}, {0, 2, "0.10"}} {
+		t.Run(fmt.Sprint(c.perVerified), func(t *testing.T) {
+			e := newAdminEnv(t, moneyOn, func(cfg *Config) {
+				cfg.Pools = defaultPools()
+				cfg.Spend.SharePPM, cfg.Spend.PerVerifiedPPM = 100_000, c.perVerified // 0.10: two CN codes
+			})
+			for i := range 5 { // real users of one prefix, each code verified
+				phone := fmt.Sprintf("+86138001%05d", i)
+				e.want(e.send(phone, "X-Forwarded-For", "192.0.2.1"), http.StatusAccepted, fmt.Sprintf("CN send %d", i+1))
+				e.want(e.verify(phone, e.sms.code(t, phone)), http.StatusOK, fmt.Sprintf("verify CN code %d", i+1))
+			}
+			for i := range c.fit { // codes nobody verifies, to a prefix not proven
+				e.want(e.send(fmt.Sprintf("+86139002%05d", i), "X-Forwarded-For", "192.0.2.2"), http.StatusAccepted,
+					fmt.Sprintf("unverified CN send %d", i+1))
+			}
+			r := e.send(fmt.Sprintf("+86139002%05d", c.fit), "X-Forwarded-For", "192.0.2.2")
+			if r.status != http.StatusTooManyRequests || r.body.Scope != "country" || r.body.Rule != "country-share" {
+				t.Fatalf("unverified CN send %d = %v; want scope country, rule country-share", c.fit+1, r)
+			}
+			var spend spendState
+			e.api("GET", "/api/spend", "", &spend)
+			if len(spend.Countries) != 1 || spend.Countries[0].ShareCap != c.shareCap || spend.Countries[0].Verified != 5 ||
+				spend.Countries[0].ShareLeft != "0.00" {
+				t.Fatalf("GET /api/spend countries = %+v; want CN with share %s, 5 verified, 0.00 left", spend.Countries, c.shareCap)
+			}
+		})
+	}
+}
+
+// The tier of a share is the least that holds PerVerified of the verified
+// codes' price, at most the last; no product overflows.
+func TestShareTier(t *testing.T) {
+	c := SpendConfig{Daily: 100_000_000, SharePPM: 50_000, PerVerifiedPPM: 500_000} // share 5.00
+	for _, x := range []struct {
+		price    micros
+		verified int64
+		want     int
+	}{
+		{50_000, 0, 0}, {50_000, 200, 0}, {50_000, 201, 1}, {50_000, 400, 1}, {50_000, 401, 2},
+		{50_000, 3200, 4}, {50_000, 1 << 40, 4}, {maxMoney, 1 << 62, 4}, {0, 1000, 0},
+	} {
+		if got := c.shareTier(x.price, x.verified); got != x.want {
+			t.Errorf("shareTier(%s, %d) = %d, want %d", x.price, x.verified, got, x.want)
+		}
+	}
+	if got := c.shareRule(time.UTC, 4).Capacity; got != 80_000_000 {
+		t.Errorf("the widest share = %d micros, want 80.00", got)
+	}
+	full := SpendConfig{Daily: 100_000_000, SharePPM: 1_000_000}
+	if got := full.shareRule(time.UTC, 4).Capacity; got != 100_000_000 {
+		t.Errorf("a share of the whole day, widened = %d micros, want the day's 100.00", got)
 	}
 }

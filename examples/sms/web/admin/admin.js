@@ -77,14 +77,14 @@
       return;
     }
     $("spend").textContent = s.left + " " + s.currency + " left of " + s.limit + " today (" + s.day + "), " +
-      s.open_left + " of it outside the reserve; a country may spend " + s.share + " on codes not verified.";
+      s.open_left + " of it outside the reserve; a country may spend " + s.share + " on codes not verified, and up to 16 times that as its codes are verified.";
     for (const c of s.countries) {
       const row = document.createElement("tr");
       cell(row, c.country);
       cell(row, c.spent);
       cell(row, c.price);
       const spent = Number(c.share_left) <= 0;
-      cell(row, spent ? "none: only codes verified" : c.share_left + " of " + s.share, spent ? "denied" : "");
+      cell(row, spent ? "none: only codes verified" : c.share_left + " of " + c.share_cap, spent ? "denied" : "");
       body.appendChild(row);
     }
     $("spend-table").hidden = s.countries.length === 0;
