@@ -200,6 +200,21 @@ func (r Rule) compile() (rule, error) {
 // invalid returns why a field of r is out of range, "" if none is. (Their
 // product, Capacity * Per, is compile's to check.)
 func (r Rule) invalid() string {
+	if why := r.invalidCommon(); why != "" {
+		return why
+	}
+	switch r.kind {
+	case kindDay, kindMonth:
+		return r.invalidCalendar()
+	case kindWindow:
+		return r.invalidWindow()
+	}
+	return r.invalidFunnel()
+}
+
+// invalidCommon returns why the fields every kind of rule uses (the name,
+// a Sharing state, Capacity) are out of range, "" if none is.
+func (r Rule) invalidCommon() string {
 	switch {
 	case r.Name == "" || len(r.Name) > MaxRuleName:
 		return fmt.Sprintf("the name must have 1 to %d bytes", MaxRuleName)
@@ -207,12 +222,27 @@ func (r Rule) invalid() string {
 		return fmt.Sprintf("a Sharing state name must have 1 to %d bytes", MaxRuleName)
 	case r.Capacity <= 0:
 		return "Capacity must be positive"
-	case r.kind == kindDay || r.kind == kindMonth:
-		return r.invalidCalendar()
-	case r.kind == kindWindow && r.Capacity > MaxWindow:
+	}
+	return ""
+}
+
+// invalidWindow returns why window rule r, whose name and Capacity are
+// positive, is out of range: a window's Leak is not used, unless its Per is
+// out of range too (then it is judged as a funnel's).
+func (r Rule) invalidWindow() string {
+	switch {
+	case r.Capacity > MaxWindow:
 		return fmt.Sprintf("a window holds at most %d units", MaxWindow)
-	case r.kind == kindWindow && r.Per%time.Microsecond == 0 && r.Per >= time.Microsecond:
-		return "" // a window's Leak is not used
+	case r.Per%time.Microsecond == 0 && r.Per >= time.Microsecond:
+		return ""
+	}
+	return r.invalidFunnel()
+}
+
+// invalidFunnel returns why the Leak and Per of funnel rule r are out of
+// range, "" if they are not.
+func (r Rule) invalidFunnel() string {
+	switch {
 	case r.Leak <= 0:
 		return "Leak must be positive"
 	case r.Per < time.Microsecond:

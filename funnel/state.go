@@ -85,23 +85,14 @@ func (r rule) encodeWindow(log []int64, at int64) string {
 // whether it has the stored values' shape with at most r.full units, in
 // order, none after <at>.
 func (r rule) parseWindow(s string) (level, bool) {
-	_, rest, ok := strings.Cut(s, ":")
-	logs, ats, ok2 := strings.Cut(rest, ":")
-	ats, nonce, _ := strings.Cut(ats, ":")
-	at, ok3 := parseBase36(ats)
-	if !ok || !ok2 || !ok3 || strings.Contains(nonce, ":") || logs == "" {
+	logs, at, ok := parseWindowHead(s)
+	if !ok {
 		return level{}, false
 	}
 	var log []int64
 	prev := int64(math.MaxInt64)
 	for e := range strings.SplitSeq(logs, ",") {
-		offs, counts, several := strings.Cut(e, "*")
-		off, ok := parseBase36(offs)
-		count := int64(1)
-		if several {
-			count, ok2 = parseBase36(counts)
-			ok = ok && ok2 && count >= 1
-		}
+		off, count, ok := parseLogEntry(e)
 		if !ok || off > prev || off > at || count > r.most()-int64(len(log)) {
 			return level{}, false
 		}
@@ -111,6 +102,28 @@ func (r rule) parseWindow(s string) (level, bool) {
 		}
 	}
 	return level{fill: int64(len(log)), at: at, log: &log}, true
+}
+
+// parseWindowHead splits a window's stored value, <tag>:<log>:<at>[:<nonce>],
+// into its log (not empty) and its time.
+func parseWindowHead(s string) (logs string, at int64, ok bool) {
+	_, rest, ok1 := strings.Cut(s, ":")
+	logs, ats, ok2 := strings.Cut(rest, ":")
+	ats, nonce, _ := strings.Cut(ats, ":")
+	at, ok3 := parseBase36(ats)
+	return logs, at, ok1 && ok2 && ok3 && !strings.Contains(nonce, ":") && logs != ""
+}
+
+// parseLogEntry reads one entry of a window's log: <offset>, or
+// <offset>*<count> for count >= 1 units at one time.
+func parseLogEntry(e string) (off, count int64, ok bool) {
+	offs, counts, several := strings.Cut(e, "*")
+	off, ok = parseBase36(offs)
+	if !several {
+		return off, 1, ok
+	}
+	count, ok2 := parseBase36(counts)
+	return off, count, ok && ok2 && count >= 1
 }
 
 // decode reads a stored value; a missing one (nil) is an empty funnel.
