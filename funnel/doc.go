@@ -64,131 +64,41 @@
 //
 // # Cost
 //
-// An admission costs two round trips when the key is not locked: the state is
-// read with the lock attempt, and written, only while the lock is still held,
-// in the script that releases it. A key none of whose rules has state (its
-// first call, or one after every funnel emptied and expired) is admitted in
-// one: when its lock is free, the script that reads the state writes the new
-// one itself, exactly what the two round trips would write, with a nonce
-// that makes a retried script answer as its first run. (WithUniformCost
-// turns this off, where a key's first call must not be told apart by its
-// timing; nor does it apply to a call with a calendar rule, whose first
-// admission takes two.) A call that is deniable when it arrives
-// costs one round trip and never waits for the lock, even while another
-// caller holds it: the read script itself sees that no unit fits. A call that
-// waits for the lock re-reads the state with every attempt and is denied as
-// soon as it says so. A commit
-// whose lock lease lapsed (a paused process) is rejected and the call starts
-// over on fresh state.
-//
-// A returning key (a phone number, an IP, a tenant) costs one round trip
-// too, when every rule of the call is a funnel (AtMost, a Rule; not
-// Window, PerDay, PerMonth, nor a rule made with Sharing, whose returning
-// admissions take two, and a Sharing rule's denials too, as it keeps no
-// gate): the Limiter remembers the state it last read or wrote per key
-// (WithStateCache), decides the call on it in advance, and sends times and
-// values; Redis admits the call if the lock is free and the state is the
-// one remembered, comparing its TIME with those times (no arithmetic in
-// Lua). A key whose admissions in this process have others waiting (a hot
-// key, a global budget shared by a fleet) is crowded: each batch reads the
-// state and commits its decisions without the lock, if the state is still
-// what it read and the lock is free; otherwise it is decided again on the
-// state the commit found, at once. That is what the lock guarantees (no
-// write between a batch's read and its write), without a lock hold to hand
-// between processes. Every such write carries a nonce, so a retried script
-// answers as its first run.
+// A call that is deniable when it arrives costs one round trip and never
+// waits for the lock (not under a rule made with Sharing, which keeps no
+// gate). An admission of a new key, or of a returning key
+// whose every rule is a funnel (Rule, AtMost), costs one when its lock is
+// free; any other admission costs two (the state read with the lock, then
+// written, while the lock is held, in the script that releases it).
+// Concurrent admissions of one key in one Limiter share a lock hold
+// (WithoutBatching turns this off). DESIGN.md in this directory says how,
+// and the exceptions (WithUniformCost, calendar rules, Window and Sharing
+// rules on a returning key).
 //
 // # A failed call is not charged
 //
 // A call with a ctx deadline that is answered with an error took nothing,
-// even if its write, stuck in a stopped server or a slow network, runs
-// later: every write of an admission carries a server time past which
-// Redis refuses it, which the server's clock reaches before the caller's
-// deadline. It is taken from the Limiter's sample of the server's clock
-// (the TIME of a recent reply, and the local monotonic time it came) less 1
-// ms and 1/1000 of the time to the deadline, for drift. A write refused
-// while its call still has time is decided again on a fresh read; a late
-// one-round-trip admission also takes no lock. This does not hold for: a
-// call with no deadline whose write was sent before an error (a lost
-// connection; the write may run); a call cancelled before its deadline
-// whose write the server still runs in time (the call returns at the
-// cancellation, its write on its way: a stopped server runs it when it
-// continues); a write that ran in time whose reply was
-// lost or came more than the margin late (the server stopped between them);
-// a server clock that steps back between the sample and the write; a
-// commit not acknowledged by replicas (WithReplicaAck); Refund and Reset;
-// and a penalty box's count of a denial. It costs the commit one TIME in
-// Redis, and a first call of a Limiter, or of a Limiter idle for a minute,
-// goes through the lock (two round trips) to take a sample.
+// even if its write runs later: every write carries a server time past
+// which Redis refuses it, reached before the caller's deadline. A call
+// whose time runs out while it holds its key's lock writes nothing and
+// returns by its deadline; the lock is released by a goroutine of its own,
+// bounded by 2 s. DESIGN.md lists the cases this does not cover (a call
+// with no deadline, a lost reply, a server clock that steps back, Refund,
+// Reset).
 //
-// A call whose time runs out while it holds its key's lock (the lock's
-// reply came late: a server stopped just after it ran the attempt, a
-// starved process) writes nothing and returns by its deadline; the lock is
-// released by a goroutine of its own, bounded by 2 s, as soon as Redis
-// answers again, so the key's next calls do not wait for the lease.
-//
-// Every state key expires when all its funnels would be empty (its windows
-// hold no unit, its calendar rules' periods have ended). An active
+// Every state key expires when all its funnels would be empty. An active
 // key with one rule takes 136 bytes of Redis memory: the hash
-// <prefix>{<key>}:f, one field per rule (48 bits of the rule's definition,
-// base64url) holding "<gate>:<fill>:<at>" in base 36.
-//
-// # Hot keys
-//
-// Concurrent admissions of one key with the same rules in one Limiter share
-// a lock hold (WithoutBatching turns this off): while one call takes the
-// lock and reads the state, the calls that arrive join it; when the state
-// comes back they are decided in arrival order on it, each all or nothing
-// and each seeing the units taken before it, and one script writes the
-// result and releases the lock. A key that every admission of a fleet goes
-// through (a global budget, a destination prefix, a tenant) so costs two
-// round trips per batch, not per call, with the decisions of the calls run
-// one after another at the server time of the read. A call whose context
-// ends while it waits in a batch returns at once, and its batch takes
-// nothing for it unless it was decided first; when the leader's context
-// ends, the others run again under their own (a call sent round so 8 times
-// then leads alone), and when its lock attempt fails otherwise (a refusal,
-// a lost connection, an error reply), they end with its error. A batch
-// whose lease lapsed before its write is decided again, every call of it,
-// on fresh state.
+// <prefix>{<key>}:f, one field per rule.
 //
 // # Deny cache
 //
 // WithDenyCache(maxKeys) (off by default) answers a flooded key in this
-// process. When Redis denies a call, it says when the same call would be
-// admitted: the gate time T, on the server's clock, as the wait RetryAfter.
-// The Limiter keeps that wait as a deadline on its own monotonic clock,
-// counted from before the call was sent (so before Redis read its clock),
-// and until then denies the key's calls with the same rules (the same
-// Rules in the same order) and at least as many units without asking
-// Redis. A hit returns the denial's Result as Redis gave it, with
-// RetryAfter, ResetAfter and TightestReset counting down: Allowed false,
-// and Rule, Remaining and Tightest as of the denial. (For a call of one unit, Redis
-// would give the same Rule and Remaining 0 until T; with several full
-// rules, Tightest may name one that has since drained; a call of more
-// units than the cached one is denied at least until T, but Redis would
-// give it a longer RetryAfter.)
-//
-// The cache never denies past T, given clocks that run at the same rate:
-// the deadline falls before T by the time the denied call took to reach
-// Redis's clock (part of a round trip; longer if it waited for the lock),
-// so a call may go to Redis a little early and be denied there once more.
-// Only durations cross from the server: the clocks of Redis and of this
-// process need not agree.
-//
-// A Refund or Reset through the same Limiter clears the key's entry as it
-// commits, and a denial read before it is not cached after it. A refund or
-// reset in another process (or through another Limiter in this one), or any
-// other change of the key in Redis, takes effect there at once and here at
-// T at the latest: until T this Limiter keeps denying the key, though Redis
-// would admit it; the first call at or after T asks Redis and sees the new
-// state. Peek always reads Redis.
-//
-// The cache holds the latest denial of the maxKeys keys most recently
-// denied by Redis (the oldest are evicted first) and runs no goroutine: an
-// expired entry is a miss, and its room is reused. A hit takes a read lock
-// and a map lookup, allocates nothing, and answers even while Redis is
-// down. Calls
-// of more than four rules, or of rule sets past the Limiter's first 256
-// distinct ones, are never answered from the cache.
+// process: after Redis denies a call, the key's calls with the same rules
+// and at least as many units are denied here, with the denial's Result
+// counting down, until the moment Redis said the call would be admitted
+// (never later, on clocks that run at the same rate). A Refund or Reset
+// through the same Limiter clears the key's entry; a change made elsewhere
+// takes effect here at that moment at the latest. The cache holds the
+// latest denials of the maxKeys keys most recently denied and runs no
+// goroutine; DESIGN.md has its details.
 package funnel
