@@ -254,32 +254,17 @@ func (p Policy) durations() (Policy, error) {
 
 // check validates p and fills in its defaults.
 func (p Policy) check() (Policy, error) {
-	bad := func(format string, a ...any) (Policy, error) {
-		return p, fmt.Errorf("%w: "+format, append([]any{ErrInvalidPolicy}, a...)...)
-	}
 	if p.Prefix == "" {
 		p.Prefix = DefaultPrefix
 	}
-	if err := keyspace.CheckPrefix(p.Prefix); err != nil {
-		return bad("prefix %q: %v", p.Prefix, err)
-	}
-	if len(p.Rules) == 0 && len(p.Plans) > 0 {
-		return bad("no Rules: with Plans too, Rules decide the keys whose plan is \"\"")
-	}
-	if len(p.Rules) == 0 {
-		return bad("no rules")
-	}
-	if p.OnError != FailClosed && p.OnError != FailOpen {
-		return bad("OnError %d", p.OnError)
+	if why := p.invalid(); why != "" {
+		return p, fmt.Errorf("%w: %s", ErrInvalidPolicy, why)
 	}
 	p, err := p.durations()
 	if err != nil {
 		return p, err
 	}
 	if f := p.Fallback; f != nil {
-		if f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0 {
-			return bad("Fallback needs a positive Limit and Burst")
-		}
 		fc := *f
 		if fc.MaxKeys == 0 {
 			fc.MaxKeys = DefaultFallbackMax
@@ -293,4 +278,23 @@ func (p Policy) check() (Policy, error) {
 	}
 	p.Funnel = append([]funnel.Option(nil), p.Funnel...)
 	return p, nil
+}
+
+// invalid returns why p's prefix, rules, OnError or Fallback cannot be
+// used, "" if they can (durations and plans are checked apart).
+func (p Policy) invalid() string {
+	if err := keyspace.CheckPrefix(p.Prefix); err != nil {
+		return fmt.Sprintf("prefix %q: %v", p.Prefix, err)
+	}
+	switch f := p.Fallback; {
+	case len(p.Rules) == 0 && len(p.Plans) > 0:
+		return "no Rules: with Plans too, Rules decide the keys whose plan is \"\""
+	case len(p.Rules) == 0:
+		return "no rules"
+	case p.OnError != FailClosed && p.OnError != FailOpen:
+		return fmt.Sprintf("OnError %d", p.OnError)
+	case f != nil && (f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0):
+		return "Fallback needs a positive Limit and Burst"
+	}
+	return ""
 }
