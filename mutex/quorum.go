@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/errgroup"
 )
 
 // Defaults and limits of a quorum Locker.
@@ -57,19 +57,18 @@ type nodeReply struct {
 // timeout, and returns the replies in node order. Errors name their node.
 func (q *quorum) fan(ctx context.Context, script *redis.Script, keys []string, args []any) []nodeReply {
 	out := make([]nodeReply, len(q.nodes))
-	var g errgroup.Group
+	var wg sync.WaitGroup
 	for i, c := range q.nodes {
-		g.Go(func() error {
+		wg.Go(func() {
 			nctx, cancel := context.WithTimeout(ctx, q.timeout)
 			defer cancel()
 			out[i].reply, out[i].err = script.Run(nctx, c, keys, args...).Result()
 			if out[i].err != nil {
 				out[i].err = fmt.Errorf("node %d%s: %w", i, addr(c), out[i].err)
 			}
-			return nil
 		})
 	}
-	_ = g.Wait() // the goroutines never fail: each reply carries its error
+	wg.Wait()
 	return out
 }
 
@@ -97,25 +96,19 @@ func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease t
 		sendArgs = append(append(make([]any, 0, len(q.up.Args)+len(args)), q.up.Args...), args...)
 		script = q.up.Fragment.acquire
 	}
-	v := votes{wait: -1}
-	for _, nr := range q.fan(ctx, script, sendKeys, sendArgs) {
-		v.count(nr)
-	}
+	v := q.poll(ctx, script, sendKeys, sendArgs, readAcquire)
 	elapsed := time.Since(start)
-	if len(v.leases) >= q.need && elapsed < lease-drift(lease) {
-		slices.Sort(v.leases)
+	if len(v.yes) >= q.need && elapsed < lease-drift(lease) {
 		// The lease a majority still has: the need-th longest.
-		return [3]int64{1, v.leases[len(v.leases)-q.need], 0}, nil
+		return [3]int64{1, v.nth(q.need), 0}, nil
 	}
 	// No majority in time: undo this attempt everywhere (nodes that erred
 	// may have granted it too).
 	q.undo(ctx, n, args[1])
-	switch {
-	case len(v.errs) > len(q.nodes)-q.need:
-		return [3]int64{}, noQuorum(fmt.Sprintf("%d of %d nodes failed", len(v.errs), len(q.nodes)), v.errs)
-	case len(v.leases) >= q.need:
-		return [3]int64{}, noQuorum(fmt.Sprintf("acquiring took %v of a %v lease", elapsed, lease), v.errs)
-	case reenter:
+	if err := v.refusal(len(q.nodes), q.need, elapsed, lease); err != nil {
+		return [3]int64{}, err
+	}
+	if reenter {
 		return [3]int64{0, -2, 0}, nil
 	}
 	return [3]int64{0, v.wait, 0}, nil
@@ -129,63 +122,22 @@ func (q *quorum) undo(ctx context.Context, n *names, id any) {
 	q.fan(ctx, releaseScript, []string{n.key, n.nkey, n.tkey}, []any{n.token, id, "", 0, 0, o, s, m})
 }
 
-// tally runs a holder's script on every node: held are the values of the
-// nodes where the handle holds the lock (value >= 0), lost counts the nodes
-// where it does not (value == notHeld).
-func (q *quorum) tally(ctx context.Context, script *redis.Script, keys []string, args []any, notHeld int64) (held []int64, lost int, errs []error) {
-	for _, nr := range q.fan(ctx, script, keys, args) {
-		err := nr.err
-		var v int64
-		if err == nil {
-			if arr, ok := nr.reply.([]any); ok {
-				var r [3]int64
-				if r, _, err = ints(arr, 1); err == nil {
-					v = r[0]
-				}
-			} else {
-				v, err = integer(nr.reply)
-			}
-		}
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case v == notHeld:
-			lost++
-		default:
-			held = append(held, v)
-		}
-	}
-	return held, lost, errs
-}
-
-// verdict reads a tally: ok when a majority holds the handle, ErrNotHeld
-// when a majority cannot (the lock is lost), otherwise ErrNoQuorum.
-func (q *quorum) verdict(what string, held []int64, lost int, errs []error) error {
-	switch {
-	case len(held) >= q.need:
-		return nil
-	case lost > len(q.nodes)-q.need:
-		return ErrNotHeld
-	}
-	return noQuorum(fmt.Sprintf("%s: %d of %d nodes hold the lock, %d failed", what, len(held), len(q.nodes), len(errs)), errs)
-}
-
 // release closes one handle on every node and returns how many handles are
 // left open (the most any node reports).
 func (q *quorum) release(ctx context.Context, h *hold, id string) (int64, error) {
 	o, s, m := noStamp.releaseArgs()
-	held, lost, errs := q.tally(ctx, releaseScript, []string{h.key, h.nkey, h.tkey}, []any{h.token, id, "", 0, 0, o, s, m}, -1)
-	if err := q.verdict("unlock", held, lost, errs); err != nil {
+	v := q.poll(ctx, releaseScript, []string{h.key, h.nkey, h.tkey}, []any{h.token, id, "", 0, 0, o, s, m}, readHolder(-1))
+	if err := v.verdict(len(q.nodes), q.need, "unlock", "hold the lock"); err != nil {
 		return -1, err
 	}
-	return slices.Max(held), nil
+	return slices.Max(v.yes), nil
 }
 
 // extend sets the lease on every node; it succeeds when a majority has it
 // and the call left the lease valid.
 func (q *quorum) extend(ctx context.Context, h *hold, id string, lease time.Duration, start time.Time) error {
-	held, lost, errs := q.tally(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, 0)
-	if err := q.verdict("extend", held, lost, errs); err != nil {
+	v := q.poll(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, readHolder(0))
+	if err := v.verdict(len(q.nodes), q.need, "extend", "hold the lock"); err != nil {
 		return err
 	}
 	if elapsed := time.Since(start); elapsed >= lease-drift(lease) {
@@ -196,12 +148,11 @@ func (q *quorum) extend(ctx context.Context, h *hold, id string, lease time.Dura
 
 // pttl returns the lease a majority of nodes still has.
 func (q *quorum) pttl(ctx context.Context, h *hold, id string) (time.Duration, error) {
-	held, lost, errs := q.tally(ctx, pttlScript, []string{h.key}, []any{h.token, id}, -3)
-	if err := q.verdict("ttl", held, lost, errs); err != nil {
+	v := q.poll(ctx, pttlScript, []string{h.key}, []any{h.token, id}, readHolder(-3))
+	if err := v.verdict(len(q.nodes), q.need, "ttl", "hold the lock"); err != nil {
 		return 0, err
 	}
-	slices.Sort(held)
-	return time.Duration(held[len(held)-q.need]) * time.Millisecond, nil
+	return time.Duration(v.nth(q.need)) * time.Millisecond, nil
 }
 
 // extend sets the lease of handle id ("" for any handle: renewal) on the
