@@ -34,16 +34,22 @@ func SemaphoreQuorum(nodes int, size int64) (int, error) {
 	return int(m - (m+n1-1)/n1 + 1), nil
 }
 
-// tryQuorum is TryAcquire on a quorum Locker: the acquire script on every
-// node at once, granted when need nodes grant it and the lease they all
-// still have outlasts the time the call took (less the drift margin);
-// otherwise given back on every node.
-func (s *Semaphore) tryQuorum(ctx context.Context, tok string, n int64, cfg lockConfig) (*Permit, error) {
-	q := s.l.q
+// semQuorum keeps a semaphore on a quorum: each node keeps it as one Redis
+// does, and an acquisition holds when need nodes granted it in time.
+type semQuorum struct {
+	q    *quorum
+	need int // SemaphoreQuorum's
+}
+
+// semTry is TryAcquire on a quorum: the acquire script on every node at
+// once, granted when need nodes grant it and the lease they all still have
+// outlasts the time the call took (less the drift margin); otherwise given
+// back on every node.
+func (sq semQuorum) semTry(ctx context.Context, s *Semaphore, tok string, n int64, cfg lockConfig) (*Permit, error) {
 	start := time.Now()
 	args := []any{tok, n, s.size, cfg.ttl.Milliseconds(), "t", s.waitLease().Milliseconds(), s.channel}
-	v := q.poll(ctx, semAcquireScript, s.keys, args, readSemAcquire)
-	left := v.nth(s.need)
+	v := sq.q.poll(ctx, semAcquireScript, s.keys, args, readSemAcquire)
+	left := v.nth(sq.need)
 	if left > 0 && time.Now().Before(serverDeadline(start, 0, left)) && v.bad == nil {
 		return s.newPermit(tok, n, cfg, start, 0, left, 0), nil
 	}
@@ -52,7 +58,7 @@ func (s *Semaphore) tryQuorum(ctx context.Context, tok string, n int64, cfg lock
 	}
 	err := v.bad
 	if err == nil {
-		err = v.refusal(len(q.nodes), s.need, time.Since(start), cfg.ttl)
+		err = v.refusal(len(sq.q.nodes), sq.need, time.Since(start), cfg.ttl)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, err)
@@ -77,13 +83,13 @@ func readSemAcquire(v *votes, reply any) error {
 	return nil
 }
 
-// acquireQuorum is Acquire on a quorum Locker: tryQuorum, again every
-// jittered retry interval while the permits are not free. Each node keeps
-// its own queue, so a quorum has no FIFO order to offer; its waiters do not
-// queue, they poll.
-func (s *Semaphore) acquireQuorum(ctx context.Context, n int64, cfg lockConfig) (*Permit, error) {
+// semWait is Acquire on a quorum: semTry, again every jittered retry
+// interval while the permits are not free. Each node keeps its own queue,
+// so a quorum has no FIFO order to offer; its waiters do not queue, they
+// poll.
+func (sq semQuorum) semWait(ctx context.Context, s *Semaphore, n int64, cfg lockConfig) (*Permit, error) {
 	for {
-		p, err := s.tryQuorum(ctx, newSemToken(), n, cfg)
+		p, err := sq.semTry(ctx, s, newSemToken(), n, cfg)
 		if !errors.Is(err, ErrNoPermits) {
 			if err != nil && ctx.Err() != nil {
 				err = errors.Join(ErrNotObtained, ctx.Err(), err)
@@ -100,19 +106,14 @@ func (s *Semaphore) acquireQuorum(ctx context.Context, n int64, cfg lockConfig) 
 	}
 }
 
-// cancelQuorum runs the release script in its cancel mode for tok on every
-// node: the permits a node granted come back, and a node that has not run
-// the acquisition yet records tok, so it grants nothing when it does.
-func (s *Semaphore) cancelQuorum(ctx context.Context, tok string) {
-	s.l.q.fan(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), "c"})
-}
-
-// releaseQuorum releases tok's permits on every node. It answers
-// semReleased when need nodes released them, semNotHolder when too many
-// nodes no longer had them for need to, and ErrNoQuorum otherwise.
-func (s *Semaphore) releaseQuorum(ctx context.Context, tok string) (int64, error) {
-	v := s.l.q.poll(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), ""}, readSemRelease)
-	switch err := v.verdict(len(s.l.q.nodes), s.need, "release", "released the permits"); {
+// semRelease runs the release script for tok on every node, in mode ""
+// (release) or "c" (cancel: a node that has not run the acquisition yet
+// records tok, so it grants nothing when it does). It answers semReleased
+// when need nodes released the permits, semNotHolder when too many nodes no
+// longer had them for need to, and ErrNoQuorum otherwise.
+func (sq semQuorum) semRelease(ctx context.Context, s *Semaphore, tok, mode string) (int64, error) {
+	v := sq.q.poll(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), mode}, readSemRelease)
+	switch err := v.verdict(len(sq.q.nodes), sq.need, "release", "released the permits"); {
 	case errors.Is(err, ErrNotHeld):
 		return semNotHolder, nil
 	case err != nil:
@@ -135,19 +136,19 @@ func readSemRelease(v *votes, reply any) error {
 	return nil
 }
 
-// extendQuorum sets the lease of p's permits on every node. It reports
-// false when too many nodes no longer have them, and ErrNoQuorum when too
-// many failed or the call took the new lease.
-func (p *Permit) extendQuorum(ctx context.Context, d time.Duration) (bool, error) {
-	s, q, start := p.s, p.s.l.q, time.Now()
-	v := q.poll(ctx, semExtendScript, s.keys, []any{p.token, d.Milliseconds()}, readSemExtend)
-	switch err := v.verdict(len(q.nodes), s.need, "extend", "extended the permits"); {
+// semExtend sets the lease of p's permits on every node. It reports false
+// when too many nodes no longer have them, and ErrNoQuorum when too many
+// failed or the call took the new lease.
+func (sq semQuorum) semExtend(ctx context.Context, p *Permit, d time.Duration) (bool, error) {
+	s, start := p.s, time.Now()
+	v := sq.q.poll(ctx, semExtendScript, s.keys, []any{p.token, d.Milliseconds()}, readSemExtend)
+	switch err := v.verdict(len(sq.q.nodes), sq.need, "extend", "extended the permits"); {
 	case errors.Is(err, ErrNotHeld):
 		return false, nil
 	case err != nil:
 		return false, err
 	}
-	left := v.nth(s.need)
+	left := v.nth(sq.need)
 	deadline := serverDeadline(start, 0, left)
 	if left <= 0 || !time.Now().Before(deadline) {
 		return false, noQuorum(fmt.Sprintf("extending took %v of a %v lease", time.Since(start), d), v.errs)
