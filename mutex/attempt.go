@@ -132,21 +132,18 @@ func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any,
 	if mode == pollMarked || (mode == first && l.canNotify()) {
 		mark = argMark
 	}
-	return l.acquireScript(ctx, name, n, cfg, call, mark, start)
+	return l.dep.acquire(ctx, l, name, n, cfg, call, mark, start)
 }
 
-// acquireScript runs the acquire script (a fragment's, a quorum's) for n's
-// token; arg is acquire.lua's ARGV[2]: argFresh or argMark for a fresh
-// token (argMark: mark a held lock), a handle id for a re-entry. It returns the
-// script's reply, {1, lease, fence} or {0, pttl, 0}, and the fragment's
-// result.
-func (l *Locker) acquireScript(ctx context.Context, name string, n *names, cfg lockConfig, call *Call, arg any, start time.Time) ([3]int64, any, error) {
+// reentering reports whether arg, acquire.lua's ARGV[2], is a handle id:
+// the attempt is a re-entry.
+func reentering(arg any) bool { return arg != argFresh && arg != argMark }
+
+// acquire runs the acquire script (or a fragment's) in the Locker's Redis,
+// with a WAIT after it when the Locker asks replicas to acknowledge.
+func (single) acquire(ctx context.Context, l *Locker, name string, n *names, cfg lockConfig, call *Call, arg any, _ time.Time) ([3]int64, any, error) {
 	keys, args := scriptCall(call, n, false, n.token, arg, cfg.ttlMS, l.fenceMS)
-	reenter := arg != argFresh && arg != argMark // a handle id
-	if l.q != nil {                              // no fragment: NewQuorum refuses them
-		r, err := l.q.acquire(ctx, keys, args, cfg.ttl, reenter, start, n)
-		return r, nil, err
-	}
+	reenter := reentering(arg)
 	script := acquireScript
 	if call != nil {
 		script = call.Fragment.acquire

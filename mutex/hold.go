@@ -169,7 +169,7 @@ func (h *hold) release(lk *Lock, last bool) {
 	}
 	h.mu.Unlock()
 	if last {
-		h.locker.spend(h)
+		h.locker.dep.spend(h)
 	}
 }
 

@@ -69,7 +69,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	defer lk.unuse()
 	start := time.Now()
-	ok, err := lk.hold.extend(ctx, handleID(lk.id), ttl, start)
+	ok, err := lk.hold.locker.dep.extend(ctx, lk.hold, handleID(lk.id), ttl, start)
 	if err != nil {
 		return fmt.Errorf("mutex: extend %q: %w", lk.hold.name, err)
 	}
@@ -90,7 +90,7 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	defer lk.unuse()
-	d, err := lk.pttl(ctx)
+	d, err := lk.hold.locker.dep.pttl(ctx, lk)
 	switch {
 	case errors.Is(err, ErrNotHeld):
 		lk.hold.lose()
@@ -101,11 +101,8 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	return d, nil
 }
 
-// pttl reads the lease left, from a quorum or the Locker's Redis.
-func (lk *Lock) pttl(ctx context.Context) (time.Duration, error) {
-	if q := lk.hold.locker.q; q != nil {
-		return q.pttl(ctx, lk.hold, handleID(lk.id))
-	}
+// pttl reads the lease lk's lock has left in Redis.
+func (single) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	reply, err := lk.hold.locker.run(ctx, pttlScript, []string{lk.hold.key}, []any{lk.hold.token, argID(lk.id)}, nil)
 	if err != nil {
 		return 0, err
@@ -118,4 +115,18 @@ func (lk *Lock) pttl(ctx context.Context) (time.Duration, error) {
 		return 0, ErrNotHeld
 	}
 	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// extend sets the lease of h's handle id ("" for any handle: renewal) in
+// the Locker's Redis. It reports false when the lock is no longer held.
+func (single) extend(ctx context.Context, h *hold, id string, lease time.Duration, _ time.Time) (bool, error) {
+	reply, short, err := h.locker.runAcked(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, nil)
+	if err != nil {
+		return false, err
+	}
+	n, err := integer(reply)
+	if err == nil && n == 1 && short != nil {
+		return true, short // extended on the master alone
+	}
+	return n == 1, err
 }

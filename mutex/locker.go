@@ -65,8 +65,8 @@ type Locker struct {
 	retry    time.Duration
 	fenceTTL time.Duration // 0: no fencing
 	notify   bool
-	q        *quorum // nil unless NewQuorum
-	ttlMS    any     // ttl in ms and fenceTTL in ms, boxed once for the scripts
+	dep      deployment // single (New) or *quorum (NewQuorum)
+	ttlMS    any        // ttl in ms and fenceTTL in ms, boxed once for the scripts
 	fenceMS  any
 	// setNX takes a free lock with a native SET NX PX GET; nil when the
 	// client has none, or the Locker needs the script (fencing, a quorum).
@@ -122,14 +122,14 @@ type Option interface {
 // (WithFencing, WithReplicaAck) are not QuorumOptions, and the quorum's own
 // are not Options, so the compiler refuses either where it does not fit.
 type QuorumOption interface {
-	applyQuorum(*Locker) error
+	applyQuorum(*Locker, *quorum) error
 }
 
 // A CommonOption configures a Locker made by New or by NewQuorum.
 type CommonOption func(*Locker) error
 
-func (o CommonOption) applyLocker(l *Locker) error { return o.apply(l) }
-func (o CommonOption) applyQuorum(l *Locker) error { return o.apply(l) }
+func (o CommonOption) applyLocker(l *Locker) error            { return o.apply(l) }
+func (o CommonOption) applyQuorum(l *Locker, _ *quorum) error { return o.apply(l) }
 
 func (o CommonOption) apply(l *Locker) error {
 	if o == nil {
@@ -233,7 +233,7 @@ func New(client Client, opts ...Option) (*Locker, error) {
 	if nilcheck.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalid)
 	}
-	l := &Locker{client: client, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, notify: true, releases: newReleases()}
+	l := &Locker{client: client, dep: single{}, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, notify: true, releases: newReleases()}
 	for _, o := range opts {
 		if nilcheck.IsNil(o) {
 			continue

@@ -42,7 +42,7 @@ func (l *Locker) channel(name string) string {
 // canNotify reports whether waiters can hear of releases.
 func (l *Locker) canNotify() bool {
 	_, ok := l.client.(subscriber)
-	return l.notify && ok && l.q == nil
+	return l.notify && ok
 }
 
 // subscribe starts listening for releases of name, for its queue's lifetime.

@@ -103,7 +103,7 @@ func (p *Permit) Release(ctx context.Context) error {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	s := p.s
-	res, err := s.release(ctx, p.token)
+	res, err := s.dep.semRelease(ctx, s, p.token, "")
 	if err != nil {
 		p.mu.Lock()
 		p.phase = held // to be released again; renewal does not restart
@@ -118,12 +118,10 @@ func (p *Permit) Release(ctx context.Context) error {
 	return nil
 }
 
-// release runs semaphore_release.lua for tok, on every node of a quorum.
-func (s *Semaphore) release(ctx context.Context, tok string) (int64, error) {
-	if s.l.q != nil {
-		return s.releaseQuorum(ctx, tok)
-	}
-	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), ""}, nil)
+// semRelease runs semaphore_release.lua for tok in mode ("": release,
+// "c": cancel).
+func (single) semRelease(ctx context.Context, s *Semaphore, tok, mode string) (int64, error) {
+	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), mode}, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -146,7 +144,7 @@ func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
 	if p == nil || p.ended() {
 		return ErrNotHeld // a lease that has passed is so too (ended)
 	}
-	held, err := p.extend(ctx, d)
+	held, err := p.s.dep.semExtend(ctx, p, d)
 	switch {
 	case err != nil:
 		return fmt.Errorf("mutex: extend semaphore %q: %w", p.s.name, err)
@@ -157,16 +155,12 @@ func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// extend runs semaphore_extend.lua (on every node of a quorum) and records
-// the new lease. With replica acknowledgement (WithReplicaAck) WAIT follows
-// in the same round trip; when too few replicas acknowledge, the Permit
-// keeps counting on its old lease and the error matches ErrNotReplicated.
-func (p *Permit) extend(ctx context.Context, d time.Duration) (bool, error) {
-	s := p.s
-	if s.l.q != nil {
-		return p.extendQuorum(ctx, d)
-	}
-	start := time.Now()
+// semExtend runs semaphore_extend.lua and records the new lease. With
+// replica acknowledgement (WithReplicaAck) WAIT follows in the same round
+// trip; when too few replicas acknowledge, the Permit keeps counting on its
+// old lease and the error matches ErrNotReplicated.
+func (single) semExtend(ctx context.Context, p *Permit, d time.Duration) (bool, error) {
+	s, start := p.s, time.Now()
 	reply, short, err := s.l.runAcked(ctx, semExtendScript, s.keys, []any{p.token, d.Milliseconds()}, nil)
 	if err != nil {
 		return false, err
@@ -194,7 +188,7 @@ func (p *Permit) setDeadline(d time.Time) {
 
 // renewOnce is the Permit's renewer step (AutoRenew).
 func (p *Permit) renewOnce(ctx context.Context, lease time.Duration) (bool, error) {
-	return p.extend(ctx, lease)
+	return p.s.dep.semExtend(ctx, p, lease)
 }
 
 // Done returns a channel that is closed when the Permit ends: after Release

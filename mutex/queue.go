@@ -95,9 +95,6 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 	s := waitState{l: l, name: name, cfg: cfg, call: call, primed: primed, pttl: pttl, mode: pollMarked}
 	s.w = l.enqueue(name, cfg, call)
 	s.notify = l.canNotify()
-	if l.q != nil {
-		s.mode = poll // a quorum's releases neither publish nor yield
-	}
 	defer s.stopTimer()
 	for {
 		t := l.headOf(name, s.w)

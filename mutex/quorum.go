@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/errgroup"
 )
 
 // Defaults and limits of a quorum Locker.
@@ -39,13 +39,17 @@ var rejoinSrc string
 // than the delay ago.
 var rejoinGate = NewGate(rejoinSrc)
 
-// unsupported rejects the calls a quorum Locker cannot make.
-func (l *Locker) unsupported(what string) error {
-	if l != nil && l.q != nil {
-		return fmt.Errorf("%w: %s on a quorum (the data must live in the lock's Redis)", ErrUnsupported, what)
-	}
-	return nil
+func (q *quorum) nodeCount() int { return len(q.nodes) }
+
+// unsupported refuses what needs the lock and its data in one Redis.
+func (*quorum) unsupported(what string) error {
+	return fmt.Errorf("%w: %s on a quorum (the data must live in the lock's Redis)", ErrUnsupported, what)
 }
+
+// spend keeps nothing on a quorum (the spent memory serves one Redis, where
+// spent.lua runs): clearSpent finds no token, and an attempt deletes no
+// lock.
+func (*quorum) spend(*hold) {}
 
 // nodeReply is one node's answer to a script.
 type nodeReply struct {
@@ -57,19 +61,18 @@ type nodeReply struct {
 // timeout, and returns the replies in node order. Errors name their node.
 func (q *quorum) fan(ctx context.Context, script *redis.Script, keys []string, args []any) []nodeReply {
 	out := make([]nodeReply, len(q.nodes))
-	var g errgroup.Group
+	var wg sync.WaitGroup
 	for i, c := range q.nodes {
-		g.Go(func() error {
+		wg.Go(func() {
 			nctx, cancel := context.WithTimeout(ctx, q.timeout)
 			defer cancel()
 			out[i].reply, out[i].err = script.Run(nctx, c, keys, args...).Result()
 			if out[i].err != nil {
 				out[i].err = fmt.Errorf("node %d%s: %w", i, addr(c), out[i].err)
 			}
-			return nil
 		})
 	}
-	_ = g.Wait() // the goroutines never fail: each reply carries its error
+	wg.Wait()
 	return out
 }
 
@@ -86,10 +89,15 @@ func noQuorum(what string, errs []error) error {
 	return errors.Join(append([]error{fmt.Errorf("%w: %s", ErrNoQuorum, what)}, errs...)...)
 }
 
-// acquire runs the acquire script on every node. It returns the reply a
-// single Redis would have given, {1, lease ms, 0} or {0, pttl ms, 0}; or
-// ErrNoQuorum joined with the failed nodes' errors.
-func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease time.Duration, reenter bool, start time.Time, n *names) ([3]int64, error) {
+// acquire runs the acquire script on every node (call is nil: NewQuorum
+// refuses fragments). It returns the reply a single Redis would have given,
+// {1, lease ms, 0} or {0, pttl ms, 0}; or ErrNoQuorum joined with the
+// failed nodes' errors.
+func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg lockConfig, _ *Call, arg any, start time.Time) ([3]int64, any, error) {
+	if arg == argMark {
+		arg = argFresh // a quorum's releases neither publish nor yield: a mark serves nothing
+	}
+	keys, args := scriptCall(nil, n, false, n.token, arg, cfg.ttlMS, l.fenceMS)
 	script, sendKeys, sendArgs := acquireScript, keys, args
 	if q.up != nil {
 		// The gate's keys and arguments first (fragment.go).
@@ -97,28 +105,22 @@ func (q *quorum) acquire(ctx context.Context, keys []string, args []any, lease t
 		sendArgs = append(append(make([]any, 0, len(q.up.Args)+len(args)), q.up.Args...), args...)
 		script = q.up.Fragment.acquire
 	}
-	v := votes{wait: -1}
-	for _, nr := range q.fan(ctx, script, sendKeys, sendArgs) {
-		v.count(nr)
-	}
-	elapsed := time.Since(start)
-	if len(v.leases) >= q.need && elapsed < lease-drift(lease) {
-		slices.Sort(v.leases)
+	v := q.poll(ctx, script, sendKeys, sendArgs, readAcquire)
+	elapsed, lease := time.Since(start), cfg.ttl
+	if len(v.yes) >= q.need && elapsed < lease-drift(lease) {
 		// The lease a majority still has: the need-th longest.
-		return [3]int64{1, v.leases[len(v.leases)-q.need], 0}, nil
+		return [3]int64{1, v.nth(q.need), 0}, nil, nil
 	}
 	// No majority in time: undo this attempt everywhere (nodes that erred
 	// may have granted it too).
-	q.undo(ctx, n, args[1])
-	switch {
-	case len(v.errs) > len(q.nodes)-q.need:
-		return [3]int64{}, noQuorum(fmt.Sprintf("%d of %d nodes failed", len(v.errs), len(q.nodes)), v.errs)
-	case len(v.leases) >= q.need:
-		return [3]int64{}, noQuorum(fmt.Sprintf("acquiring took %v of a %v lease", elapsed, lease), v.errs)
-	case reenter:
-		return [3]int64{0, -2, 0}, nil
+	q.undo(ctx, n, arg)
+	if err := v.refusal(len(q.nodes), q.need, elapsed, lease); err != nil {
+		return [3]int64{}, nil, err
 	}
-	return [3]int64{0, v.wait, 0}, nil
+	if reentering(arg) {
+		return [3]int64{0, -2, 0}, nil, nil
+	}
+	return [3]int64{0, v.wait, 0}, nil, nil
 }
 
 // undo releases one handle (id) of n's token on every node, for an attempt
@@ -129,117 +131,61 @@ func (q *quorum) undo(ctx context.Context, n *names, id any) {
 	q.fan(ctx, releaseScript, []string{n.key, n.nkey, n.tkey}, []any{n.token, id, "", 0, 0, o, s, m})
 }
 
-// tally runs a holder's script on every node: held are the values of the
-// nodes where the handle holds the lock (value >= 0), lost counts the nodes
-// where it does not (value == notHeld).
-func (q *quorum) tally(ctx context.Context, script *redis.Script, keys []string, args []any, notHeld int64) (held []int64, lost int, errs []error) {
-	for _, nr := range q.fan(ctx, script, keys, args) {
-		err := nr.err
-		var v int64
-		if err == nil {
-			if arr, ok := nr.reply.([]any); ok {
-				var r [3]int64
-				if r, _, err = ints(arr, 1); err == nil {
-					v = r[0]
-				}
-			} else {
-				v, err = integer(nr.reply)
-			}
-		}
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case v == notHeld:
-			lost++
-		default:
-			held = append(held, v)
-		}
-	}
-	return held, lost, errs
-}
-
-// verdict reads a tally: ok when a majority holds the handle, ErrNotHeld
-// when a majority cannot (the lock is lost), otherwise ErrNoQuorum.
-func (q *quorum) verdict(what string, held []int64, lost int, errs []error) error {
-	switch {
-	case len(held) >= q.need:
-		return nil
-	case lost > len(q.nodes)-q.need:
-		return ErrNotHeld
-	}
-	return noQuorum(fmt.Sprintf("%s: %d of %d nodes hold the lock, %d failed", what, len(held), len(q.nodes), len(errs)), errs)
-}
-
-// release closes one handle on every node and returns how many handles are
-// left open (the most any node reports).
-func (q *quorum) release(ctx context.Context, h *hold, id string) (int64, error) {
+// release closes the handle of r on every node: the hold ends when no node
+// reports a handle left open.
+func (q *quorum) release(ctx context.Context, r *release) (any, error) {
+	h := r.h
 	o, s, m := noStamp.releaseArgs()
-	held, lost, errs := q.tally(ctx, releaseScript, []string{h.key, h.nkey, h.tkey}, []any{h.token, id, "", 0, 0, o, s, m}, -1)
-	if err := q.verdict("unlock", held, lost, errs); err != nil {
-		return -1, err
+	v := q.poll(ctx, releaseScript, []string{h.key, h.nkey, h.tkey}, []any{h.token, handleID(r.lk.id), "", 0, 0, o, s, m}, readHolder(-1))
+	err := v.verdict(len(q.nodes), q.need, "unlock", "hold the lock")
+	switch {
+	case errors.Is(err, ErrNotHeld):
+		h.end(lost)
+		return nil, ErrNotHeld
+	case err != nil:
+		return nil, fmt.Errorf("mutex: unlock %q: %w", h.name, err)
 	}
-	return slices.Max(held), nil
+	left := slices.Max(v.yes) // the handles left open: the most any node reports
+	h.release(r.lk, left == 0)
+	if left == 0 {
+		r.l.released(h.name)
+	}
+	return nil, nil
 }
 
 // extend sets the lease on every node; it succeeds when a majority has it
-// and the call left the lease valid.
-func (q *quorum) extend(ctx context.Context, h *hold, id string, lease time.Duration, start time.Time) error {
-	held, lost, errs := q.tally(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, 0)
-	if err := q.verdict("extend", held, lost, errs); err != nil {
-		return err
+// and the call left the lease valid, and reports false when a majority
+// cannot (the lock is lost).
+func (q *quorum) extend(ctx context.Context, h *hold, id string, lease time.Duration, start time.Time) (bool, error) {
+	v := q.poll(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, readHolder(0))
+	switch err := v.verdict(len(q.nodes), q.need, "extend", "hold the lock"); {
+	case errors.Is(err, ErrNotHeld):
+		return false, nil
+	case err != nil:
+		return false, err
 	}
 	if elapsed := time.Since(start); elapsed >= lease-drift(lease) {
-		return noQuorum(fmt.Sprintf("extending took %v of a %v lease", elapsed, lease), nil)
+		return false, noQuorum(fmt.Sprintf("extending took %v of a %v lease", elapsed, lease), nil)
 	}
-	return nil
+	return true, nil
 }
 
 // pttl returns the lease a majority of nodes still has.
-func (q *quorum) pttl(ctx context.Context, h *hold, id string) (time.Duration, error) {
-	held, lost, errs := q.tally(ctx, pttlScript, []string{h.key}, []any{h.token, id}, -3)
-	if err := q.verdict("ttl", held, lost, errs); err != nil {
+func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
+	h := lk.hold
+	v := q.poll(ctx, pttlScript, []string{h.key}, []any{h.token, handleID(lk.id)}, readHolder(-3))
+	if err := v.verdict(len(q.nodes), q.need, "ttl", "hold the lock"); err != nil {
 		return 0, err
 	}
-	slices.Sort(held)
-	return time.Duration(held[len(held)-q.need]) * time.Millisecond, nil
+	return time.Duration(v.nth(q.need)) * time.Millisecond, nil
 }
 
-// extend sets the lease of handle id ("" for any handle: renewal) on the
-// hold's Redis, or on a majority of a quorum's nodes. It reports false when
-// the lock is no longer held.
-func (h *hold) extend(ctx context.Context, id string, lease time.Duration, start time.Time) (bool, error) {
-	if q := h.locker.q; q != nil {
-		err := q.extend(ctx, h, id, lease, start)
-		if errors.Is(err, ErrNotHeld) {
-			return false, nil
-		}
-		return err == nil, err
+// semaphores keeps a semaphore on SemaphoreQuorum's nodes, unless the
+// quorum has a rejoin gate, which the semaphore's scripts do not run.
+func (q *quorum) semaphores(size int64) (semDeployment, error) {
+	if q.up != nil {
+		return nil, fmt.Errorf("%w: a semaphore on a quorum WithRejoinDelay (its scripts do not run the rejoin gate)", ErrUnsupported)
 	}
-	reply, short, err := h.locker.runAcked(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, nil)
-	if err != nil {
-		return false, err
-	}
-	n, err := integer(reply)
-	if err == nil && n == 1 && short != nil {
-		return true, short // extended on the master alone
-	}
-	return n == 1, err
-}
-
-// unlockQuorum releases a quorum lock's handle on every node.
-func (lk *Lock) unlockQuorum(ctx context.Context) error {
-	h, l := lk.hold, lk.hold.locker
-	left, err := l.q.release(ctx, h, handleID(lk.id))
-	if errors.Is(err, ErrNotHeld) {
-		h.end(lost)
-		return ErrNotHeld
-	}
-	if err != nil {
-		return fmt.Errorf("mutex: unlock %q: %w", h.name, err)
-	}
-	h.release(lk, left == 0)
-	if left == 0 {
-		l.released(h.name)
-	}
-	return nil
+	need, err := SemaphoreQuorum(len(q.nodes), size)
+	return semQuorum{q: q, need: need}, err
 }

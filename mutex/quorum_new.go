@@ -48,12 +48,13 @@ func NewQuorum(clients []Client, opts ...QuorumOption) (*Locker, error) {
 		return nil, err
 	}
 	q := &quorum{nodes: slices.Clone(clients), need: len(clients)/2 + 1}
-	l := &Locker{client: clients[0], prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, q: q, honours: true, runner: ctxcall.NewRunner(clients[0]), releases: newReleases()}
+	// notify stays false: a quorum's releases announce nothing.
+	l := &Locker{client: clients[0], dep: q, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, honours: true, runner: ctxcall.NewRunner(clients[0]), releases: newReleases()}
 	for _, o := range opts {
 		if nilcheck.IsNil(o) {
 			continue
 		}
-		if err := o.applyQuorum(l); err != nil {
+		if err := o.applyQuorum(l, q); err != nil {
 			return nil, err
 		}
 	}
@@ -98,7 +99,7 @@ func checkNode(clients []Client, i int, c Client) error {
 // quorumOption is a QuorumOption that only NewQuorum accepts.
 type quorumOption func(*quorum) error
 
-func (o quorumOption) applyQuorum(l *Locker) error { return o(l.q) }
+func (o quorumOption) applyQuorum(_ *Locker, q *quorum) error { return o(q) }
 
 // WithNodeTimeout bounds each node's part of a quorum call (DefaultNodeTimeout
 // if unset, or the TTL/10 when that is less). Keep it far below the lease:
@@ -129,13 +130,4 @@ func WithRejoinDelay(d time.Duration) QuorumOption {
 		q.rejoin = d
 		return nil
 	})
-}
-
-// Nodes reports how many Redis deployments the Locker keeps its locks on: 1
-// for New, N for NewQuorum.
-func (l *Locker) Nodes() int {
-	if l.q == nil {
-		return 1
-	}
-	return len(l.q.nodes)
 }

@@ -37,7 +37,7 @@ func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Cal
 	defer h.exit()
 	id := h.nextID.Add(1)
 	start := time.Now()
-	r, res, err := l.acquireScript(ctx, h.name, &h.names, cfg, call, argID(id), start)
+	r, res, err := l.dep.acquire(ctx, l, h.name, &h.names, cfg, call, argID(id), start)
 	switch {
 	case err != nil && h.hasEnded():
 		// The owning lock ended meanwhile (its lease ran out; a ctx it

@@ -93,15 +93,12 @@ func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
 		return nil, err
 	}
 	r := release{lk: lk, h: lk.hold, l: lk.hold.locker, call: call, again: again, last: last}
-	if last {
-		if renews {
-			r.h.stopRenew() // no renewal runs after Unlock returns
-		}
-		r.pickWaiter()
+	if last && renews {
+		r.h.stopRenew() // no renewal runs after Unlock returns
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	res, err := r.run(ctx)
+	res, err := r.l.dep.release(ctx, &r)
 	if err != nil {
 		lk.abortRelease() // a no-op once the handle has ended
 	}
@@ -112,7 +109,6 @@ func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
 // the lock to, if any.
 func (r *release) pickWaiter() {
 	switch {
-	case r.l.q != nil: // a quorum hands nothing over: its release is not one script
 	case r.again == nil:
 		// A fragment's release cannot yield: its reply is the fragment's.
 		if r.next, r.pass = r.l.nextWaiter(r.h.name, r.call == nil); r.next != nil {
@@ -129,11 +125,12 @@ func (r *release) pickWaiter() {
 	}
 }
 
-// run releases through the first path that applies: a quorum's, a local
-// hand-over, unlock.lua for the plain case, release.lua for the rest.
-func (r *release) run(ctx context.Context) (any, error) {
-	if r.l.q != nil {
-		return nil, r.lk.unlockQuorum(ctx)
+// release on one Redis picks the local waiter the last handle hands the
+// lock to, if any, and releases through the first path that applies: a
+// local hand-over, unlock.lua for the plain case, release.lua for the rest.
+func (single) release(ctx context.Context, r *release) (any, error) {
+	if r.last {
+		r.pickWaiter()
 	}
 	if r.handOverLocally() {
 		return nil, nil

@@ -47,7 +47,7 @@ type renewer interface {
 // renewOnce is the hold's renewer step: one extend script.
 func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (bool, error) {
 	start := time.Now()
-	held, err := h.extend(ctx, "", lease, start)
+	held, err := h.locker.dep.extend(ctx, h, "", lease, start)
 	if err == nil && held {
 		h.setLease(start, lease)
 	}

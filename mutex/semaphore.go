@@ -95,9 +95,9 @@ type Semaphore struct {
 	l       *Locker
 	name    string
 	size    int64
-	need    int      // the nodes that must grant an acquisition: 1, or SemaphoreQuorum's
-	keys    []string // semaphore.lua's KEYS
-	channel string   // where grants to waiters are announced
+	dep     semDeployment // single, or semQuorum on a quorum Locker
+	keys    []string      // semaphore.lua's KEYS
+	channel string        // where grants to waiters are announced
 }
 
 // Semaphore returns the semaphore of size permits on name. Every Semaphore
@@ -118,13 +118,11 @@ func (l *Locker) Semaphore(name string, size int64) (*Semaphore, error) {
 	if size < 1 || size > MaxSemaphoreSize {
 		return nil, fmt.Errorf("%w: semaphore size %d: want 1 to %d", ErrInvalid, size, int64(MaxSemaphoreSize))
 	}
-	s := &Semaphore{l: l, name: name, size: size, need: 1, channel: keyspace.Key(l.prefix, name, kindSemGranted)}
-	if q := l.q; q != nil {
-		if q.up != nil {
-			return nil, fmt.Errorf("%w: a semaphore on a quorum WithRejoinDelay (its scripts do not run the rejoin gate)", ErrUnsupported)
-		}
-		s.need, _ = SemaphoreQuorum(len(q.nodes), size)
+	dep, err := l.dep.semaphores(size)
+	if err != nil {
+		return nil, err
 	}
+	s := &Semaphore{l: l, name: name, size: size, dep: dep, channel: keyspace.Key(l.prefix, name, kindSemGranted)}
 	for _, kind := range []string{kindSem, kindSemHolders, kindSemQueue, kindSemAlive, kindSemDone} {
 		s.keys = append(s.keys, keyspace.Key(l.prefix, name, kind))
 	}
@@ -149,10 +147,11 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...LockOption)
 	if err != nil {
 		return nil, err
 	}
-	tok := newSemToken()
-	if s.l.q != nil {
-		return s.tryQuorum(ctx, tok, n, cfg)
-	}
+	return s.dep.semTry(ctx, s, newSemToken(), n, cfg)
+}
+
+// semTry is TryAcquire on one Redis: one run of the acquire script.
+func (single) semTry(ctx context.Context, s *Semaphore, tok string, n int64, cfg lockConfig) (*Permit, error) {
 	start := time.Now()
 	r, err := s.acquireOnce(ctx, tok, n, cfg, "t")
 	switch {
@@ -232,11 +231,7 @@ func (s *Semaphore) cancel(ctx context.Context, tok string) {
 		defer close(done)
 		ctx, stop := detach(ctx)
 		defer stop()
-		if s.l.q != nil {
-			s.cancelQuorum(ctx, tok)
-			return
-		}
-		_, _ = s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), "c"}, nil)
+		_, _ = s.dep.semRelease(ctx, s, tok, "c")
 	}()
 	t := time.NewTimer(cancelWait)
 	defer t.Stop()

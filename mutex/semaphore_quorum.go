@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -35,80 +34,62 @@ func SemaphoreQuorum(nodes int, size int64) (int, error) {
 	return int(m - (m+n1-1)/n1 + 1), nil
 }
 
-// semVotes are the nodes' answers to one acquisition of a quorum
-// semaphore: the lease (ms) each granting node gave, the errors, and a
-// node's report of another size.
-type semVotes struct {
-	lefts []int64
-	errs  []error
-	bad   error
+// semQuorum keeps a semaphore on a quorum: each node keeps it as one Redis
+// does, and an acquisition holds when need nodes granted it in time.
+type semQuorum struct {
+	q    *quorum
+	need int // SemaphoreQuorum's
 }
 
-// count adds one node's reply to the acquire script.
-func (v *semVotes) count(nr nodeReply) {
-	if nr.err != nil {
-		v.errs = append(v.errs, nr.err)
-		return
-	}
-	r, err := semNums(nr.reply)
-	switch {
-	case err != nil:
-		v.errs = append(v.errs, err)
-	case r[0] == semBadSize:
-		v.bad = fmt.Errorf("%w: semaphore has size %d in Redis on a node", ErrInvalid, r[1])
-	case r[0] == semGranted && len(r) >= 4:
-		v.lefts = append(v.lefts, r[2]-r[1])
-	}
-}
-
-// atLeast returns the lease that need of the leases still have (the
-// need-th longest), or -1 when fewer than need nodes gave one.
-func atLeast(lefts []int64, need int) int64 {
-	if len(lefts) < need {
-		return -1
-	}
-	lefts = slices.Clone(lefts)
-	slices.Sort(lefts)
-	return lefts[len(lefts)-need]
-}
-
-// tryQuorum is TryAcquire on a quorum Locker: the acquire script on every
-// node at once, granted when need nodes grant it and the lease they all
-// still have outlasts the time the call took (less the drift margin);
-// otherwise given back on every node.
-func (s *Semaphore) tryQuorum(ctx context.Context, tok string, n int64, cfg lockConfig) (*Permit, error) {
-	q := s.l.q
+// semTry is TryAcquire on a quorum: the acquire script on every node at
+// once, granted when need nodes grant it and the lease they all still have
+// outlasts the time the call took (less the drift margin); otherwise given
+// back on every node.
+func (sq semQuorum) semTry(ctx context.Context, s *Semaphore, tok string, n int64, cfg lockConfig) (*Permit, error) {
 	start := time.Now()
 	args := []any{tok, n, s.size, cfg.ttl.Milliseconds(), "t", s.waitLease().Milliseconds(), s.channel}
-	var v semVotes
-	for _, nr := range q.fan(ctx, semAcquireScript, s.keys, args) {
-		v.count(nr)
-	}
-	left := atLeast(v.lefts, s.need)
+	v := sq.q.poll(ctx, semAcquireScript, s.keys, args, readSemAcquire)
+	left := v.nth(sq.need)
 	if left > 0 && time.Now().Before(serverDeadline(start, 0, left)) && v.bad == nil {
 		return s.newPermit(tok, n, cfg, start, 0, left, 0), nil
 	}
-	if len(v.lefts) > 0 || len(v.errs) > 0 {
+	if len(v.yes) > 0 || len(v.errs) > 0 {
 		s.cancel(ctx, tok) // nodes that failed may have granted it too
 	}
-	switch {
-	case v.bad != nil:
-		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, v.bad)
-	case len(v.errs) > len(q.nodes)-s.need:
-		return nil, noQuorum(fmt.Sprintf("semaphore %q: %d of %d nodes failed, %d must grant", s.name, len(v.errs), len(q.nodes), s.need), v.errs)
-	case len(v.lefts) >= s.need:
-		return nil, noQuorum(fmt.Sprintf("semaphore %q: acquiring took %v of a %v lease", s.name, time.Since(start), cfg.ttl), v.errs)
+	err := v.bad
+	if err == nil {
+		err = v.refusal(len(sq.q.nodes), sq.need, time.Since(start), cfg.ttl)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, err)
 	}
 	return nil, ErrNoPermits
 }
 
-// acquireQuorum is Acquire on a quorum Locker: tryQuorum, again every
-// jittered retry interval while the permits are not free. Each node keeps
-// its own queue, so a quorum has no FIFO order to offer; its waiters do not
-// queue, they poll.
-func (s *Semaphore) acquireQuorum(ctx context.Context, n int64, cfg lockConfig) (*Permit, error) {
+// readSemAcquire reads a node's reply to the semaphore's acquire script: a
+// grant's lease (ms), a refusal, or a semaphore of another size.
+func readSemAcquire(v *votes, reply any) error {
+	r, err := semNums(reply)
+	switch {
+	case err != nil:
+		return err
+	case r[0] == semBadSize:
+		v.bad = fmt.Errorf("%w: semaphore has size %d in Redis on a node", ErrInvalid, r[1])
+	case r[0] == semGranted && len(r) >= 4:
+		v.yes = append(v.yes, r[2]-r[1])
+	default:
+		v.no++
+	}
+	return nil
+}
+
+// semWait is Acquire on a quorum: semTry, again every jittered retry
+// interval while the permits are not free. Each node keeps its own queue,
+// so a quorum has no FIFO order to offer; its waiters do not queue, they
+// poll.
+func (sq semQuorum) semWait(ctx context.Context, s *Semaphore, n int64, cfg lockConfig) (*Permit, error) {
 	for {
-		p, err := s.tryQuorum(ctx, newSemToken(), n, cfg)
+		p, err := sq.semTry(ctx, s, newSemToken(), n, cfg)
 		if !errors.Is(err, ErrNoPermits) {
 			if err != nil && ctx.Err() != nil {
 				err = errors.Join(ErrNotObtained, ctx.Err(), err)
@@ -125,74 +106,68 @@ func (s *Semaphore) acquireQuorum(ctx context.Context, n int64, cfg lockConfig) 
 	}
 }
 
-// cancelQuorum runs the release script in its cancel mode for tok on every
-// node: the permits a node granted come back, and a node that has not run
-// the acquisition yet records tok, so it grants nothing when it does.
-func (s *Semaphore) cancelQuorum(ctx context.Context, tok string) {
-	s.l.q.fan(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), "c"})
-}
-
-// releaseQuorum releases tok's permits on every node. It answers
-// semReleased when need nodes released them, semNotHolder when too many
-// nodes no longer had them for need to, and ErrNoQuorum otherwise.
-func (s *Semaphore) releaseQuorum(ctx context.Context, tok string) (int64, error) {
-	q := s.l.q
-	var released, lost int
-	var errs []error
-	for _, nr := range q.fan(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), ""}) {
-		res, err := nr.reply, nr.err
-		var v int64
-		if err == nil {
-			v, err = integer(res)
-		}
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case v == semReleased:
-			released++
-		default:
-			lost++
-		}
-	}
-	switch {
-	case released >= s.need:
-		return semReleased, nil
-	case lost > len(q.nodes)-s.need:
+// semRelease runs the release script for tok on every node, in mode ""
+// (release) or "c" (cancel: a node that has not run the acquisition yet
+// records tok, so it grants nothing when it does). It answers semReleased
+// when need nodes released the permits, semNotHolder when too many nodes no
+// longer had them for need to, and ErrNoQuorum otherwise.
+func (sq semQuorum) semRelease(ctx context.Context, s *Semaphore, tok, mode string) (int64, error) {
+	v := sq.q.poll(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), mode}, readSemRelease)
+	switch err := v.verdict(len(sq.q.nodes), sq.need, "release", "released the permits"); {
+	case errors.Is(err, ErrNotHeld):
 		return semNotHolder, nil
+	case err != nil:
+		return 0, err
 	}
-	return 0, noQuorum(fmt.Sprintf("%d of %d nodes released the permits, %d failed, %d must", released, len(q.nodes), len(errs), s.need), errs)
+	return semReleased, nil
 }
 
-// extendQuorum sets the lease of p's permits on every node. It reports
-// false when too many nodes no longer have them, and ErrNoQuorum when too
-// many failed or the call took the new lease.
-func (p *Permit) extendQuorum(ctx context.Context, d time.Duration) (bool, error) {
-	s, q := p.s, p.s.l.q
-	start := time.Now()
-	var lefts []int64
-	var lost int
-	var errs []error
-	for _, nr := range q.fan(ctx, semExtendScript, s.keys, []any{p.token, d.Milliseconds()}) {
-		r, err := nr.reply, nr.err
-		var v []int64
-		if err == nil {
-			v, err = semNums(r)
-		}
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case v[0] == 1 && len(v) >= 3:
-			lefts = append(lefts, v[2]-v[1])
-		default:
-			lost++
-		}
+// readSemRelease reads a node's reply to the semaphore's release script.
+func readSemRelease(v *votes, reply any) error {
+	r, err := integer(reply)
+	switch {
+	case err != nil:
+		return err
+	case r == semReleased:
+		v.yes = append(v.yes, r)
+	default:
+		v.no++
 	}
-	if left := atLeast(lefts, s.need); left > 0 && time.Now().Before(serverDeadline(start, 0, left)) {
-		p.setDeadline(serverDeadline(start, 0, left))
-		return true, nil
-	}
-	if lost > len(q.nodes)-s.need {
+	return nil
+}
+
+// semExtend sets the lease of p's permits on every node. It reports false
+// when too many nodes no longer have them, and ErrNoQuorum when too many
+// failed or the call took the new lease.
+func (sq semQuorum) semExtend(ctx context.Context, p *Permit, d time.Duration) (bool, error) {
+	s, start := p.s, time.Now()
+	v := sq.q.poll(ctx, semExtendScript, s.keys, []any{p.token, d.Milliseconds()}, readSemExtend)
+	switch err := v.verdict(len(sq.q.nodes), sq.need, "extend", "extended the permits"); {
+	case errors.Is(err, ErrNotHeld):
 		return false, nil
+	case err != nil:
+		return false, err
 	}
-	return false, noQuorum(fmt.Sprintf("%d of %d nodes extended the permits, %d failed, %d must, in %v of a %v lease", len(lefts), len(q.nodes), len(errs), s.need, time.Since(start), d), errs)
+	left := v.nth(sq.need)
+	deadline := serverDeadline(start, 0, left)
+	if left <= 0 || !time.Now().Before(deadline) {
+		return false, noQuorum(fmt.Sprintf("extending took %v of a %v lease", time.Since(start), d), v.errs)
+	}
+	p.setDeadline(deadline)
+	return true, nil
+}
+
+// readSemExtend reads a node's reply to the semaphore's extend script: the
+// lease (ms) of a node that has the permits.
+func readSemExtend(v *votes, reply any) error {
+	r, err := semNums(reply)
+	switch {
+	case err != nil:
+		return err
+	case r[0] == 1 && len(r) >= 3:
+		v.yes = append(v.yes, r[2]-r[1])
+	default:
+		v.no++
+	}
+	return nil
 }

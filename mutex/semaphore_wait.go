@@ -47,9 +47,12 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(ErrNotObtained, err)
 	}
-	if s.l.q != nil {
-		return s.acquireQuorum(ctx, n, cfg)
-	}
+	return s.dep.semWait(ctx, s, n, cfg)
+}
+
+// semWait is Acquire on one Redis: queue up, poll, and wake holding the
+// permits a release granted.
+func (single) semWait(ctx context.Context, s *Semaphore, n int64, cfg lockConfig) (*Permit, error) {
 	w := semWaiter{s: s, tok: newSemToken(), n: n, cfg: cfg, grant: make(chan string, 1)}
 	defer w.leave()
 	w.listenIfHeard()

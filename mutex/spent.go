@@ -112,10 +112,10 @@ func (s *spent) set(name string, ts []spentToken) {
 	s.n.Store(int64(len(s.m)))
 }
 
-// spend remembers the token of h, a hold whose token came from the orphan
-// memory and whose last handle released the lock in Redis.
-func (l *Locker) spend(h *hold) {
-	if h.adopted && l.q == nil {
+// spend remembers the token of h, whose last handle released the lock in
+// Redis, when it came from the orphan memory.
+func (single) spend(h *hold) {
+	if l := h.locker; h.adopted {
 		l.spent.put(h.name, h.token, time.Now().Add(spentLeases*l.ttl))
 	}
 }
@@ -125,9 +125,6 @@ func (l *Locker) spend(h *hold) {
 // caller then tries again. An error leaves things as they were (the
 // attempt's ErrLocked stands).
 func (l *Locker) clearSpent(ctx context.Context, name string) bool {
-	if l.q != nil {
-		return false
-	}
 	args := l.spent.args(name, time.Now())
 	if len(args) == 0 {
 		return false
