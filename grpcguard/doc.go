@@ -16,8 +16,11 @@
 // Policy.InFlight it holds a permit of its key's semaphore until the
 // handler returns (a stream: for its whole life), and the handler's
 // context is cancelled if the permit is lost. With Policy.Shadow, denied
-// calls reach the handler too, with the denial as their Decision. A
-// refused call never reaches it, and ends with:
+// calls reach the handler too, with the denial as their Decision. With
+// Policy.Trace (otelguard.Tracer.Trace), each decision is a span under the
+// call's, over the decision's Redis commands; the handler runs in the
+// call's context, not under it. A refused call never reaches the handler,
+// and ends with:
 //
 //	what happened                                    code               RetryInfo, retry-after
 //	denied by the rules (the default denial); while  ResourceExhausted  yes

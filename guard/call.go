@@ -69,13 +69,13 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	if ctx == nil {
 		return Call{}, ErrNilContext
 	}
-	d, k, err, ob := g.allowPending(ctx, key, n)
+	d, k, dctx, err, ob := g.allowPending(ctx, key, n)
 	defer ob.report(g)
 	c := Call{Decision: d, k: k, allowed: d, answered: err == nil}
 	switch g.judge(d, err) {
 	case admitted:
 		t0 := time.Now()
-		c, err := g.hold(ctx, c, n)
+		c, err := g.hold(ctx, dctx, c, n)
 		ob.waited(g, t0, c.Decision, err)
 		return c, err
 	case denied:
@@ -84,14 +84,14 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	return c.in(ctx), err
 }
 
-// hold takes the InFlight slot of c, a call of n units admitted for ctx.
-// A call refused one gets its units back and the ErrBusy (or
-// ErrUnavailable, ErrRejected, ctx's) error; under Shadow it runs without
-// one.
-func (g *Guard) hold(ctx context.Context, c Call, n int64) (Call, error) {
-	s, err := g.enter(ctx, c.k.sk, c.Decision.Degraded)
+// hold takes the InFlight slot of c, a call of n units admitted for ctx,
+// waiting in dctx, the decision's context (Policy.Trace's). A call refused
+// one gets its units back and the ErrBusy (or ErrUnavailable, ErrRejected,
+// ctx's) error; under Shadow it runs without one.
+func (g *Guard) hold(ctx, dctx context.Context, c Call, n int64) (Call, error) {
+	s, err := g.enter(dctx, c.k.sk, c.Decision.Degraded)
 	if err != nil && !g.p.Shadow {
-		_ = g.giveBack(ctx, c.k, c.Decision, n) // nothing to tell the client: it waits ErrorRetryAfter either way
+		_ = g.giveBack(dctx, c.k, c.Decision, n) // nothing to tell the client: it waits ErrorRetryAfter either way
 		c.Decision = g.busyDecision(err)
 		return c.in(ctx), err
 	}

@@ -68,5 +68,7 @@
 //
 // The package does not log and imports no metrics library: Policy.Observe
 // receives every decision, its error and latency, for Prometheus or
-// OpenTelemetry.
+// OpenTelemetry; Policy.Trace is called as each decision starts, whatever
+// its entry point, and gives the context its Redis commands run in (a span
+// of otelguard's, their parent) and ends with its Observation.
 package guard

@@ -192,7 +192,7 @@ func (g *Guard) key(ctx context.Context, key string) (keyed, error) {
 
 // allowObserved is AllowN that also returns the keyed call.
 func (g *Guard) allowObserved(ctx context.Context, key string, n int64) (Decision, keyed, error) {
-	d, k, err, ob := g.allowPending(ctx, key, n)
+	d, k, _, err, ob := g.allowPending(ctx, key, n)
 	ob.report(g)
 	return d, k, err
 }
@@ -201,17 +201,24 @@ func (g *Guard) allowObserved(ctx context.Context, key string, n int64) (Decisio
 // takes one, is known, with the Latency since start.
 type pending struct {
 	o     Observation
-	start time.Time
-	none  bool // a nil ctx: nothing to report
+	start time.Time         // zero for a nil ctx: nothing to report
+	end   func(Observation) // Policy.Trace's, called once
 }
 
-// report passes p's Observation to Policy.Observe.
+// report passes p's Observation to Policy.Observe and to the end of its
+// Policy.Trace.
 func (p *pending) report(g *Guard) {
-	if p.none || g.p.Observe == nil {
+	if p.start.IsZero() || g.p.Observe == nil && p.end == nil {
 		return
 	}
 	p.o.Latency = time.Since(p.start)
-	g.p.Observe(p.o)
+	if g.p.Observe != nil {
+		g.p.Observe(p.o)
+	}
+	if end := p.end; end != nil {
+		p.end = nil
+		end(p.o)
+	}
 }
 
 // waited records in p the wait for an InFlight permit since t0, and, if
@@ -227,10 +234,16 @@ func (p *pending) waited(g *Guard, t0 time.Time, d Decision, err error) {
 }
 
 // allowPending is AllowN that also returns the keyed call, for Enter, Do
-// and Middleware's RateLimit fields, and the Observation to report.
-func (g *Guard) allowPending(ctx context.Context, key string, n int64) (Decision, keyed, error, *pending) {
+// and Middleware's RateLimit fields, the decision's context (Policy.Trace's,
+// or ctx), in which the call waits for its permit, and the Observation to
+// report.
+func (g *Guard) allowPending(ctx context.Context, key string, n int64) (Decision, keyed, context.Context, error, *pending) {
 	if ctx == nil {
-		return Decision{}, keyed{}, ErrNilContext, &pending{none: true}
+		return Decision{}, keyed{}, nil, ErrNilContext, &pending{}
+	}
+	var end func(Observation)
+	if g.p.Trace != nil {
+		ctx, end = g.trace(ctx, key)
 	}
 	start := time.Now()
 	k, err := g.key(ctx, key)
@@ -241,8 +254,18 @@ func (g *Guard) allowPending(ctx context.Context, key string, n int64) (Decision
 	case errors.Is(err, ErrPlan):
 		d = Decision{RetryAfter: g.p.ErrorRetryAfter}
 	}
-	return d, k, err, &pending{start: start,
+	return d, k, ctx, err, &pending{start: start, end: end,
 		o: Observation{Prefix: g.p.Prefix, Plan: k.plan.name, N: n, Decision: d, Err: err, Shadow: g.p.Shadow}}
+}
+
+// trace starts the decision of a call for key in ctx with Policy.Trace,
+// and returns the decision's context and the hook's end.
+func (g *Guard) trace(ctx context.Context, key string) (context.Context, func(Observation)) {
+	tctx, end := g.p.Trace(ctx, key)
+	if tctx == nil {
+		tctx = ctx
+	}
+	return tctx, end
 }
 
 // allow decides for the keyed call k.
@@ -370,18 +393,19 @@ func redisError(err error) error {
 // ErrorRetryAfter) with an error matching ErrBusy (or ErrUnavailable,
 // ErrRejected: see Policy.InFlight).
 func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) error) (Decision, error) {
-	d, k, err, ob := g.allowPending(ctx, key, 1)
+	d, k, dctx, err, ob := g.allowPending(ctx, key, 1)
 	if !d.Allowed {
 		ob.report(g)
 		return d, err
 	}
 	t0 := time.Now()
-	s, serr := g.enter(ctx, k.sk, d.Degraded)
+	s, serr := g.enter(dctx, k.sk, d.Degraded)
 	if serr != nil {
 		bd := g.busyDecision(serr)
 		ob.waited(g, t0, bd, serr)
+		rerr := g.giveBack(dctx, k, d, 1)
 		ob.report(g)
-		return bd, errors.Join(serr, g.giveBack(ctx, k, d, 1))
+		return bd, errors.Join(serr, rerr)
 	}
 	ob.waited(g, t0, d, nil)
 	ob.report(g)

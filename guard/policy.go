@@ -140,6 +140,25 @@ type Policy struct {
 	// once its InFlight permit is known (Do, Enter, Middleware). It must be
 	// fast and safe for concurrent use.
 	Observe func(Observation)
+	// Trace, if set, is called at the start of every decision (Allow,
+	// AllowN, Do, Enter, Middleware, and so grpcguard's interceptors),
+	// before its first command to Redis, with the call's ctx and key (the
+	// caller's, before Normalize: the key in clear, for a hash of the
+	// hook's making, never for a span or a log as it is). The context it
+	// returns is the one the decision's Redis commands run in (with
+	// go-redis's redisotel hooks, the parent of their spans), and so
+	// are PlanOf and the wait for an InFlight permit; end, if not nil, is
+	// called exactly once with the decision's Observation (as Observe
+	// receives it), once the permit is known. otelguard.Tracer.Trace
+	// starts a span here. A nil ctx is ErrNilContext before Trace is
+	// called; a nil context returned is ctx.
+	//
+	// The context returned is the decision's only: fn of Do, the handler
+	// of Middleware and Enter's Call.Context() run in the caller's ctx,
+	// not under the ended span, and so do the release of the permit and
+	// Do's refund of a failed fn. Peek and Refund are not decisions: no
+	// Trace. Like Observe, it must be fast and safe for concurrent use.
+	Trace func(ctx context.Context, key string) (_ context.Context, end func(Observation))
 	// Plans, if set, are rule sets by name for keys whose limits depend on
 	// whose they are (a tenant's plan: "free", 10 a minute; "pro", 1,000):
 	// PlanOf names the plan of each call's key, at the call, and that

@@ -1,14 +1,17 @@
 // Package otelguard reports funnelguard's decisions and waits to
 // OpenTelemetry: metrics of a guard's decisions through guard.Policy.Observe
-// (Observer), and spans around a guard's calls, a lock's and a semaphore's
-// acquisitions (Tracer), under which the spans of the Redis commands nest.
+// (Observer), and spans around a guard's decisions, a lock's and a
+// semaphore's acquisitions (Tracer), under which the spans of the Redis
+// commands nest.
 //
 //	obs, err := otelguard.NewObserver(meterProvider)
-//	g, err := guard.New(client, guard.Policy{Prefix: "sms:phone:", Rules: rules, Observe: obs.Observe})
-//
 //	tr, err := otelguard.NewTracer(tracerProvider, meterProvider)
 //	_ = redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tracerProvider))
-//	traced := tr.Guard(g, "sms:phone:")
+//	g, err := guard.New(client, guard.Policy{Prefix: "sms:phone:", Rules: rules,
+//		Observe: obs.Observe, Trace: tr.Trace}) // a span funnelguard.decide per decision
+//	http.Handle("/send", otelhttp.NewHandler(g.Middleware(keyFunc)(send), "send"))
+//
+//	traced := tr.Guard(g2, "sms:phone:")  // g2 without Trace
 //	d, err := traced.Do(ctx, phone, send) // a span with the EVALSHAs and send's spans in it
 //
 //	lk, err := tr.Lock(ctx, locker, "order:42") // records funnelguard.lock.wait
@@ -19,10 +22,15 @@
 // funnelguard.lock.wait and funnelguard.semaphore.wait (see the Metric
 // constants for their attributes).
 //
-// The Tracer spans Allow, AllowN and Do. guard.Guard.Middleware, Enter and
-// grpcguard's interceptors have no span of the guard's: they decide in the
-// request's context, so the Redis commands of their decisions nest under the
-// request's span (otelhttp's, otelgrpc's), and the Observer counts them.
+// Tracer.Trace, as guard.Policy.Trace, spans every decision of the guard
+// whatever its entry point: Allow, AllowN, Do, and guard.Guard.Middleware,
+// Enter and grpcguard's interceptors. Its span, SpanDecide, is a child of
+// the request's (otelhttp's, otelgrpc's) and the parent of the decision's
+// Redis commands, the wait for an InFlight permit included; it ends when
+// the decision is known, and the handler runs under the request's span, not
+// under it. The wrappers of Guard span Allow, AllowN and Do only, and Do's
+// span holds fn too; a guard with Policy.Trace called through them has two
+// spans per call, the wrapper's and SpanDecide under it.
 //
 // No metric or span carries a key, a lock's name or a semaphore's name (phone
 // numbers, addresses), nor an error's text, which may quote one: errors are

@@ -3,6 +3,8 @@ package otelguard_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -16,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // An Observer as a guard's Policy.Observe: each decision counted by
@@ -98,6 +101,54 @@ func ExampleTracer_Guard() {
 	//   funnelguard.degraded=false
 	//   funnelguard.retry_after=0
 	// EVALSHA spans under it: true
+}
+
+// Tracer.Trace as a guard's Policy.Trace: a span per decision whatever the
+// entry point, here Middleware, under the request's span (otelhttp's in
+// production) and over the decision's Redis commands; the handler's work
+// stays under the request's span.
+func ExampleTracer_Trace() {
+	m, _ := miniredis.Run()
+	defer m.Close()
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	_ = redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false))
+	tr, _ := otelguard.NewTracer(tp, sdkmetric.NewMeterProvider())
+
+	g, _ := guard.New(client, guard.Policy{Prefix: "api:", Rules: []funnel.Rule{funnel.Window(100, time.Minute)}, Trace: tr.Trace})
+	h := g.Middleware(guard.Header("X-Api-Key"))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, span := tp.Tracer("app").Start(r.Context(), "handler")
+		defer span.End()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+
+	ctx, request := tp.Tracer("app").Start(context.Background(), "request") // otelhttp.NewHandler's
+	r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
+	r.Header.Set("X-Api-Key", "key-1")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	request.End()
+
+	name := map[trace.SpanID]string{}
+	for _, s := range spans.Ended() {
+		name[s.SpanContext().SpanID()] = s.Name()
+	}
+	commands := 0
+	for _, s := range spans.Ended() {
+		switch p := name[s.Parent().SpanID()]; {
+		case s.Name() == otelguard.SpanDecide, s.Name() == "handler":
+			fmt.Printf("%s under %s\n", s.Name(), p)
+		case p == otelguard.SpanDecide:
+			commands++ // EVALSHA, and EVAL the first time
+		}
+	}
+	fmt.Println("Redis commands under funnelguard.decide:", commands > 0)
+	// Unordered output:
+	// funnelguard.decide under request
+	// handler under request
+	// Redis commands under funnelguard.decide: true
 }
 
 // Lock records how long it waited for the lock in funnelguard.lock.wait.

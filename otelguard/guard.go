@@ -8,7 +8,10 @@ import (
 )
 
 // A Guard is a guard.Guard whose calls are traced by a Tracer. Made by
-// Tracer.Guard; safe for concurrent use.
+// Tracer.Guard; safe for concurrent use. Tracer.Trace, as the guard's
+// Policy.Trace, spans every decision instead, Middleware's and Enter's
+// too; a guard with both has two spans per call, this Guard's and
+// SpanDecide under it.
 type Guard struct {
 	t      *Tracer
 	g      *guard.Guard

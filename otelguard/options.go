@@ -45,7 +45,9 @@ const (
 	AttrAllowed = attribute.Key("funnelguard.allowed")
 	// AttrRetryAfter is Decision.RetryAfter in seconds.
 	AttrRetryAfter = attribute.Key("funnelguard.retry_after")
-	// AttrWait is how long a Lock or Acquire waited, in seconds.
+	// AttrWait is how long a Lock or Acquire waited, in seconds; on a
+	// SpanDecide, how long the call waited for its InFlight permit
+	// (guard.Observation.PermitWait).
 	AttrWait = attribute.Key("funnelguard.wait")
 	// AttrSize is the size of a semaphore.
 	AttrSize = attribute.Key("funnelguard.semaphore.size")
@@ -80,7 +82,8 @@ func WithAttributes(attrs ...attribute.KeyValue) Option {
 }
 
 // WithKeyAttributes makes a Tracer add f(key) to each span it starts: the
-// key of Allow, AllowN and Do, the name of Lock, the Semaphore's name of
+// key of Allow, AllowN and Do, and of a decision of Trace (the caller's
+// key, before Normalize), the name of Lock, the Semaphore's name of
 // Acquire. It is off by default, and f sees the key in clear: return a
 // keyed hash (HMAC with a secret of yours) or a coarse class (the country of
 // a phone number), never the key itself, which spans carry to whoever reads
