@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
+	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -129,3 +131,24 @@ func SetCrowded(l *Limiter, key string, rules ...Rule) error {
 
 // CommitSHA is commit.lua's script hash, for tests that count its runs.
 var CommitSHA = commitScript.Hash()
+
+// WriteBackSHA is the hash of the script that a batch's commit under the
+// lock runs (write.lua inside the lock's release), and ReadGateSHA that of
+// the lock attempt with read.lua's gate (a Limiter of uniform cost): for
+// tests that hook a client's commands to act at those moments.
+var (
+	WriteBackSHA = fragmentSHA(writeBack, "release")
+	ReadGateSHA  = fragmentSHA(readGate, "acquire")
+)
+
+// fragmentSHA returns the hash of f's script of the given field. mutex
+// exports no hash of a Fragment's scripts, which wrap the fragment in its
+// own: it is read from the field, a *redis.Script. A rename there panics
+// here, when the tests start.
+func fragmentSHA(f *mutex.Fragment, field string) string {
+	v := reflect.ValueOf(f).Elem().FieldByName(field)
+	if !v.IsValid() || v.Type() != reflect.TypeFor[*redis.Script]() {
+		panic(fmt.Sprintf("mutex.Fragment has no *redis.Script %s", field))
+	}
+	return (*redis.Script)(v.UnsafePointer()).Hash()
+}
