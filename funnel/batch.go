@@ -165,18 +165,6 @@ func (ws sealed) deadline() int64 {
 	return d
 }
 
-// firstDeadline is the earliest deadline of the admitted calls of ws, the
-// one that bounds their write (deadline); zero when none has one.
-func (ws sealed) firstDeadline() time.Time {
-	var first time.Time
-	for _, w := range ws {
-		if w.res.Allowed && w.err == nil && !w.deadline.IsZero() && (first.IsZero() || w.deadline.Before(first)) {
-			first = w.deadline
-		}
-	}
-	return first
-}
-
 // late handles a write refused as past the deadline of one of the admitted
 // calls ws (nothing was written): each admitted call out of time is
 // answered errLate, and takes nothing. If the leader is, the others run

@@ -10,6 +10,7 @@ import (
 
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/redis/go-redis/v9"
 )
 
 // heldLimiter returns a Limiter whose client holds every command until
@@ -17,9 +18,20 @@ import (
 // value whenever a call joins a batch.
 func heldLimiter(t *testing.T, b *testutil.Backend, rule funnel.Rule, key string, opts ...funnel.Option) (*funnel.Limiter, *testutil.CommandCounter, func(), chan struct{}) {
 	t.Helper()
+	return heldLimiterHooked(t, b, nil, rule, key, opts...)
+}
+
+// heldLimiterHooked is heldLimiter with hook, if not nil, on the client too,
+// under the hold (it sees the commands once released), from the start: the
+// warm-up's commands go through it.
+func heldLimiterHooked(t *testing.T, b *testutil.Backend, hook redis.Hook, rule funnel.Rule, key string, opts ...funnel.Option) (*funnel.Limiter, *testutil.CommandCounter, func(), chan struct{}) {
+	t.Helper()
 	client := b.Client(t)
 	counter := &testutil.CommandCounter{}
 	client.AddHook(counter)
+	if hook != nil {
+		client.AddHook(hook)
+	}
 	// Without the state cache: a key this Limiter wrote would be admitted
 	// in the returning key's gate, one call at a time (see
 	// TestReturningHotKeyBatches).
@@ -151,13 +163,14 @@ func TestBatchLeaseLapse(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		rule := funnel.Rule{Name: "day", Capacity: 5, Leak: 1, Per: 24 * time.Hour} // the first unit, then 4
 		ctx := context.Background()
-		limA, _, release, joined := heldLimiter(t, b, rule, "lapse", funnel.WithLease(lease))
 		limB := newLimiter(t, b, funnel.WithLease(lease))
-		var commits atomic.Int64
+		// A's commits: the first, once armed (after the warm-up), stalls
+		// past the lease, while B admits.
+		var armed, stalled atomic.Bool
 		var resB funnel.Result
 		var errB error
-		funnel.SetBeforeCommit(limA, func() {
-			if commits.Add(1) > 1 {
+		commits := &scriptHook{sha: funnel.WriteBackSHA, before: func(redis.Cmder) {
+			if !armed.Load() || !stalled.CompareAndSwap(false, true) {
 				return
 			}
 			if b.Mini != nil {
@@ -166,7 +179,10 @@ func TestBatchLeaseLapse(t *testing.T) {
 				time.Sleep(lease + 30*time.Millisecond)
 			}
 			resB, errB = limB.AllowN(ctx, "lapse", 2, rule)
-		})
+		}}
+		limA, _, release, joined := heldLimiterHooked(t, b, commits, rule, "lapse", funnel.WithLease(lease))
+		commits.runs.Store(0)
+		armed.Store(true)
 		results := make([]funnel.Result, 4)
 		errs := make([]error, 4)
 		var wg sync.WaitGroup
@@ -176,6 +192,9 @@ func TestBatchLeaseLapse(t *testing.T) {
 		awaitJoins(t, joined, 3)
 		release()
 		wg.Wait()
+		if !stalled.Load() {
+			t.Fatal("A's commit was never seen: nothing stalled it")
+		}
 		if errB != nil || !resB.Allowed {
 			t.Fatalf("B, admitting 2 while A's lease had lapsed: %+v, %v", resB, errB)
 		}
@@ -188,7 +207,7 @@ func TestBatchLeaseLapse(t *testing.T) {
 				units++
 			}
 		}
-		if c := commits.Load(); c != 2 {
+		if c := commits.runs.Load(); c != 2 {
 			t.Fatalf("%d commits of A's batch; want 2: the lapsed one, then one on B's state", c)
 		}
 		if units != 4 {

@@ -20,14 +20,6 @@ func Calendar(r Rule) (loc *time.Location, month, ok bool) {
 	return r.loc, r.kind == kindMonth, r.kind == kindDay || r.kind == kindMonth
 }
 
-// SetBeforeCommit makes f run in every admission of l between the read and
-// the commit, so a test can stall a commit past its lock's lease.
-func SetBeforeCommit(l *Limiter, f func()) { l.beforeCommit = func(time.Time) { f() } }
-
-// SetBeforeCommitAt is SetBeforeCommit with the earliest deadline of the
-// calls the commit writes for (zero: none): the one that bounds the write.
-func SetBeforeCommitAt(l *Limiter, f func(first time.Time)) { l.beforeCommit = f }
-
 // SetDenyClock makes the deny cache of l (WithDenyCache) read its clock from
 // now, and take a denial's call to have started at now's reading when the
 // denial is stored: a test's clock stands still during a call.

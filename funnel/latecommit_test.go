@@ -3,7 +3,7 @@ package funnel_test
 import (
 	"context"
 	"errors"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +24,18 @@ func TestLateCommitLeavesNoLock(t *testing.T) {
 	srv := testutil.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
+	// The lock attempt's reply comes late: once armed, the server is
+	// stopped as soon as it answered the attempt (read.lua's gate, that of
+	// a Limiter of uniform cost), and the caller gets the reply 300 ms
+	// later, past its deadline, before its commit.
+	var armed atomic.Bool
+	var thaw func()
+	c.AddHook(&scriptHook{sha: funnel.ReadGateSHA, after: func(redis.Cmder) {
+		if armed.CompareAndSwap(true, false) {
+			thaw = testutil.Freeze(t, srv.Pid())
+			time.Sleep(300 * time.Millisecond) // past the call's deadline
+		}
+	}})
 	lim := mustLimiter(t, c, funnel.WithPrefix(testutil.NewPrefix()), funnel.WithUniformCost(), funnel.WithLease(10*time.Second))
 	rule := funnel.Rule{Name: "r", Capacity: 1000, Leak: 1, Per: time.Second}
 	warm, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -31,19 +43,15 @@ func TestLateCommitLeavesNoLock(t *testing.T) {
 	if _, err := lim.Allow(warm, "k", rule); err != nil {
 		t.Fatal(err)
 	}
-	var thaw func()
-	var once sync.Once
-	funnel.SetBeforeCommit(lim, func() {
-		once.Do(func() {
-			thaw = testutil.Freeze(t, srv.Pid())
-			time.Sleep(300 * time.Millisecond) // past the call's deadline
-		})
-	})
+	armed.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	_, err := lim.Allow(ctx, "k", rule)
 	took := time.Since(start)
+	if thaw == nil {
+		t.Fatal("the lock attempt was never seen: nothing stalled it")
+	}
 	thaw()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Allow whose time ran out before its commit = %v, want its deadline's error", err)
