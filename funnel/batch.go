@@ -56,10 +56,6 @@ type batch struct {
 type batches struct {
 	mu   sync.Mutex
 	open map[batchKey]*batch
-	// onJoin, if set, runs when a call joins a batch; onLead, with the
-	// call's units, when one opens a batch (tests).
-	onJoin func()
-	onLead func(n int64)
 }
 
 // join adds a call of n units with deadline d to the open batch of k, or
@@ -70,9 +66,6 @@ func (bs *batches) join(k batchKey, n int64, d time.Time) (*batch, *waiter, bool
 	if b := bs.open[k]; b != nil {
 		w := &waiter{n: n, deadline: d, done: make(chan struct{})}
 		b.waiters = append(b.waiters, w)
-		if bs.onJoin != nil {
-			bs.onJoin()
-		}
 		return b, w, false
 	}
 	if bs.open == nil {
@@ -80,9 +73,6 @@ func (bs *batches) join(k batchKey, n int64, d time.Time) (*batch, *waiter, bool
 	}
 	b := newBatch(n, d)
 	bs.open[k] = b
-	if bs.onLead != nil {
-		bs.onLead(n)
-	}
 	return b, &b.leader, true
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -120,4 +121,13 @@ func (w *batchWatch) until(d time.Duration, cond func(v batchView) bool) (batchV
 func (w *batchWatch) waiting(n int, d time.Duration) int {
 	v, _ := w.until(d, func(v batchView) bool { return v.waiting >= n })
 	return min(v.waiting, n)
+}
+
+// awaitJoins waits for n of the watched calls to wait in a batch led by
+// another: a minute at most, a hang's bound, not a speed target.
+func awaitJoins(t *testing.T, w *batchWatch, n int) {
+	t.Helper()
+	if got := w.waiting(n, time.Minute); got < n {
+		t.Fatalf("%d of %d calls joined a batch", got, n)
+	}
 }

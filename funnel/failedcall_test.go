@@ -226,17 +226,12 @@ func TestFailedCallNotChargedBatch(t *testing.T) {
 				}
 			}}, funnel.WithStateCache(0))
 			rig.take(t, "k", 1)
-			joined := make(chan struct{}, 1024)
-			funnel.SetOnJoin(rig.lim, func() { joined <- struct{}{} })
 			tries, charged, batched := testutil.Tries(t), 0, 0
 			var admittedAll int64
 			for range tries {
-				for len(joined) > 0 { // a late join of the last try
-					<-joined
-				}
 				before := rig.remaining(t, "k")
 				first.Store(0)
-				admitted, full := rig.stoppedBatch(t, joined, &armed, &first, wait)
+				admitted, full := rig.stoppedBatch(t, &armed, &first, wait)
 				if full {
 					batched++
 				}
@@ -266,8 +261,9 @@ const batchCalls = 4
 // reply may come after one's deadline (a write that ran in time, whose
 // reply came late: not covered, see doc.go). It returns how many calls were
 // admitted, and whether all of them joined one batch.
-func (rig *pausedRig) stoppedBatch(t *testing.T, joined chan struct{}, armed *atomic.Bool, first *atomic.Int64, wait int) (int64, bool) {
+func (rig *pausedRig) stoppedBatch(t *testing.T, armed *atomic.Bool, first *atomic.Int64, wait int) (int64, bool) {
 	t.Helper()
+	watch := newBatchWatch()
 	if err := rig.stop.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +290,7 @@ func (rig *pausedRig) stoppedBatch(t *testing.T, joined chan struct{}, armed *at
 			}
 		})
 	}
-	full := awaitSome(joined, batchCalls-1, 50*time.Millisecond) == batchCalls-1
+	full := watch.waiting(batchCalls-1, 50*time.Millisecond) == batchCalls-1
 	rig.stop.Cont() // the gate runs; the commit stops the server again
 	awaitSome(returned, wait, time.Minute)
 	if d := first.Load(); d != 0 {
