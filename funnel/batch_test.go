@@ -219,6 +219,7 @@ func TestBatchContexts(t *testing.T) {
 		var wg sync.WaitGroup
 		var leaderErr error
 		wg.Go(func() { _, leaderErr = lim.Allow(context.Background(), "leave", rule) })
+		awaitLeader(t, watch) // the waiter comes second
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() { _, err := lim.Allow(ctx, "leave", rule); errc <- err }()
@@ -243,6 +244,7 @@ func TestBatchContexts(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		leader := make(chan error, 1)
 		go func() { _, err := lim.Allow(ctx, "lead", rule); leader <- err }()
+		awaitLeader(t, watch) // the others come after it
 		results := make([]funnel.Result, 3)
 		errs := make([]error, 3)
 		var wg sync.WaitGroup

@@ -131,3 +131,13 @@ func awaitJoins(t *testing.T, w *batchWatch, n int) {
 		t.Fatalf("%d of %d calls joined a batch", got, n)
 	}
 }
+
+// awaitLeader waits for one of the watched calls to lead a batch: a minute
+// at most, a hang's bound. A test that starts a call to lead, then others,
+// waits so: the scheduler often runs the goroutine started last first.
+func awaitLeader(t *testing.T, w *batchWatch) {
+	t.Helper()
+	if v, ok := w.until(time.Minute, func(v batchView) bool { return v.leading >= 1 }); !ok {
+		t.Fatalf("no call leads a batch (%d wait in one)", v.waiting)
+	}
+}
