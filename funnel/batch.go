@@ -56,10 +56,6 @@ type batch struct {
 type batches struct {
 	mu   sync.Mutex
 	open map[batchKey]*batch
-	// onJoin, if set, runs when a call joins a batch; onLead, with the
-	// call's units, when one opens a batch (tests).
-	onJoin func()
-	onLead func(n int64)
 }
 
 // join adds a call of n units with deadline d to the open batch of k, or
@@ -70,9 +66,6 @@ func (bs *batches) join(k batchKey, n int64, d time.Time) (*batch, *waiter, bool
 	if b := bs.open[k]; b != nil {
 		w := &waiter{n: n, deadline: d, done: make(chan struct{})}
 		b.waiters = append(b.waiters, w)
-		if bs.onJoin != nil {
-			bs.onJoin()
-		}
 		return b, w, false
 	}
 	if bs.open == nil {
@@ -80,9 +73,6 @@ func (bs *batches) join(k batchKey, n int64, d time.Time) (*batch, *waiter, bool
 	}
 	b := newBatch(n, d)
 	bs.open[k] = b
-	if bs.onLead != nil {
-		bs.onLead(n)
-	}
 	return b, &b.leader, true
 }
 
@@ -163,18 +153,6 @@ func (ws sealed) deadline() int64 {
 		}
 	}
 	return d
-}
-
-// firstDeadline is the earliest deadline of the admitted calls of ws, the
-// one that bounds their write (deadline); zero when none has one.
-func (ws sealed) firstDeadline() time.Time {
-	var first time.Time
-	for _, w := range ws {
-		if w.res.Allowed && w.err == nil && !w.deadline.IsZero() && (first.IsZero() || w.deadline.Before(first)) {
-			first = w.deadline
-		}
-	}
-	return first
 }
 
 // late handles a write refused as past the deadline of one of the admitted

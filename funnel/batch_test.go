@@ -10,16 +10,29 @@ import (
 
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/testutil"
+	"github.com/redis/go-redis/v9"
 )
 
 // heldLimiter returns a Limiter whose client holds every command until
-// release, a counter of the commands it sends, and a channel that gets a
-// value whenever a call joins a batch.
-func heldLimiter(t *testing.T, b *testutil.Backend, rule funnel.Rule, key string, opts ...funnel.Option) (*funnel.Limiter, *testutil.CommandCounter, func(), chan struct{}) {
+// release, a counter of the commands it sends, and a watch of the calls
+// that the current goroutine starts from now on (which of them wait in a
+// batch).
+func heldLimiter(t *testing.T, b *testutil.Backend, rule funnel.Rule, key string, opts ...funnel.Option) (*funnel.Limiter, *testutil.CommandCounter, func(), *batchWatch) {
+	t.Helper()
+	return heldLimiterHooked(t, b, nil, rule, key, opts...)
+}
+
+// heldLimiterHooked is heldLimiter with hook, if not nil, on the client too,
+// under the hold (it sees the commands once released), from the start: the
+// warm-up's commands go through it.
+func heldLimiterHooked(t *testing.T, b *testutil.Backend, hook redis.Hook, rule funnel.Rule, key string, opts ...funnel.Option) (*funnel.Limiter, *testutil.CommandCounter, func(), *batchWatch) {
 	t.Helper()
 	client := b.Client(t)
 	counter := &testutil.CommandCounter{}
 	client.AddHook(counter)
+	if hook != nil {
+		client.AddHook(hook)
+	}
 	// Without the state cache: a key this Limiter wrote would be admitted
 	// in the returning key's gate, one call at a time (see
 	// TestReturningHotKeyBatches).
@@ -39,22 +52,8 @@ func heldLimiter(t *testing.T, b *testutil.Backend, rule funnel.Rule, key string
 	hold, release := testutil.HoldHook()
 	client.AddHook(hold)
 	t.Cleanup(release)
-	joined := make(chan struct{}, 1024)
-	funnel.SetOnJoin(lim, func() { joined <- struct{}{} })
 	counter.N.Store(0)
-	return lim, counter, release, joined
-}
-
-// awaitJoins waits for n calls to join a batch.
-func awaitJoins(t *testing.T, joined chan struct{}, n int) {
-	t.Helper()
-	for i := range n {
-		select {
-		case <-joined:
-		case <-time.After(time.Minute): // a hang, not a speed target
-			t.Fatalf("%d of %d calls joined a batch", i, n)
-		}
-	}
+	return lim, counter, release, newBatchWatch()
 }
 
 // The calls that arrive while one takes the lock share its hold: ten calls,
@@ -65,7 +64,7 @@ func TestBatchSharesOneHold(t *testing.T) {
 		rule := funnel.Rule{Name: "five", Capacity: 6, Leak: 1, Per: 24 * time.Hour}
 		// A first unit: a key with no state is admitted in the read's round
 		// trip, without a lock hold to share.
-		lim, counter, release, joined := heldLimiter(t, b, rule, "hot")
+		lim, counter, release, watch := heldLimiter(t, b, rule, "hot")
 		ctx := context.Background()
 		results := make([]funnel.Result, 10)
 		errs := make([]error, 10)
@@ -74,7 +73,7 @@ func TestBatchSharesOneHold(t *testing.T) {
 
 			wg.Go(func() { results[i], errs[i] = lim.Allow(ctx, "hot", rule) })
 		}
-		awaitJoins(t, joined, 9)
+		awaitJoins(t, watch, 9)
 		release()
 		wg.Wait()
 		admitted := 0
@@ -151,13 +150,14 @@ func TestBatchLeaseLapse(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		rule := funnel.Rule{Name: "day", Capacity: 5, Leak: 1, Per: 24 * time.Hour} // the first unit, then 4
 		ctx := context.Background()
-		limA, _, release, joined := heldLimiter(t, b, rule, "lapse", funnel.WithLease(lease))
 		limB := newLimiter(t, b, funnel.WithLease(lease))
-		var commits atomic.Int64
+		// A's commits: the first, once armed (after the warm-up), stalls
+		// past the lease, while B admits.
+		var armed, stalled atomic.Bool
 		var resB funnel.Result
 		var errB error
-		funnel.SetBeforeCommit(limA, func() {
-			if commits.Add(1) > 1 {
+		commits := &scriptHook{sha: funnel.WriteBackSHA, before: func(redis.Cmder) {
+			if !armed.Load() || !stalled.CompareAndSwap(false, true) {
 				return
 			}
 			if b.Mini != nil {
@@ -166,16 +166,22 @@ func TestBatchLeaseLapse(t *testing.T) {
 				time.Sleep(lease + 30*time.Millisecond)
 			}
 			resB, errB = limB.AllowN(ctx, "lapse", 2, rule)
-		})
+		}}
+		limA, _, release, watch := heldLimiterHooked(t, b, commits, rule, "lapse", funnel.WithLease(lease))
+		commits.runs.Store(0)
+		armed.Store(true)
 		results := make([]funnel.Result, 4)
 		errs := make([]error, 4)
 		var wg sync.WaitGroup
 		for i := range 4 {
 			wg.Go(func() { results[i], errs[i] = limA.Allow(ctx, "lapse", rule) })
 		}
-		awaitJoins(t, joined, 3)
+		awaitJoins(t, watch, 3)
 		release()
 		wg.Wait()
+		if !stalled.Load() {
+			t.Fatal("A's commit was never seen: nothing stalled it")
+		}
 		if errB != nil || !resB.Allowed {
 			t.Fatalf("B, admitting 2 while A's lease had lapsed: %+v, %v", resB, errB)
 		}
@@ -188,7 +194,7 @@ func TestBatchLeaseLapse(t *testing.T) {
 				units++
 			}
 		}
-		if c := commits.Load(); c != 2 {
+		if c := commits.runs.Load(); c != 2 {
 			t.Fatalf("%d commits of A's batch; want 2: the lapsed one, then one on B's state", c)
 		}
 		if units != 4 {
@@ -209,14 +215,15 @@ func TestBatchContexts(t *testing.T) {
 	rule := funnel.Rule{Name: "ten", Capacity: 10, Leak: 1, Per: 24 * time.Hour}
 
 	t.Run("a waiter leaves", func(t *testing.T) {
-		lim, _, release, joined := heldLimiter(t, b, rule, "leave")
+		lim, _, release, watch := heldLimiter(t, b, rule, "leave")
 		var wg sync.WaitGroup
 		var leaderErr error
 		wg.Go(func() { _, leaderErr = lim.Allow(context.Background(), "leave", rule) })
+		awaitLeader(t, watch) // the waiter comes second
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() { _, err := lim.Allow(ctx, "leave", rule); errc <- err }()
-		awaitJoins(t, joined, 1)
+		awaitJoins(t, watch, 1)
 		cancel()
 		if err := <-errc; !errors.Is(err, context.Canceled) {
 			t.Fatalf("the waiter whose context ended: %v; want context.Canceled", err)
@@ -233,17 +240,18 @@ func TestBatchContexts(t *testing.T) {
 	})
 
 	t.Run("the leader leaves", func(t *testing.T) {
-		lim, _, release, joined := heldLimiter(t, b, rule, "lead")
+		lim, _, release, watch := heldLimiter(t, b, rule, "lead")
 		ctx, cancel := context.WithCancel(context.Background())
 		leader := make(chan error, 1)
 		go func() { _, err := lim.Allow(ctx, "lead", rule); leader <- err }()
+		awaitLeader(t, watch) // the others come after it
 		results := make([]funnel.Result, 3)
 		errs := make([]error, 3)
 		var wg sync.WaitGroup
 		for i := range 3 {
 			wg.Go(func() { results[i], errs[i] = lim.Allow(context.Background(), "lead", rule) })
 		}
-		awaitJoins(t, joined, 3)
+		awaitJoins(t, watch, 3)
 		cancel()
 		if err := <-leader; !errors.Is(err, context.Canceled) {
 			t.Fatalf("the leader whose context ended: %v; want context.Canceled", err)
@@ -266,7 +274,7 @@ func TestBatchContexts(t *testing.T) {
 func TestWithoutBatching(t *testing.T) {
 	b := testutil.Mini(t)
 	rule := funnel.Rule{Name: "ten", Capacity: 10, Leak: 1, Per: 24 * time.Hour}
-	lim, counter, release, joined := heldLimiter(t, b, rule, "alone", funnel.WithoutBatching())
+	lim, counter, release, watch := heldLimiter(t, b, rule, "alone", funnel.WithoutBatching())
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -275,12 +283,14 @@ func TestWithoutBatching(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(50 * time.Millisecond) // the calls are held: none can have finished
+	// The calls are held: none can have finished. Each leads its own
+	// lock attempt; none waits in a batch.
+	v, _ := watch.until(time.Minute, func(v batchView) bool { return v.leading+v.waiting == 4 })
+	if v.leading != 4 || v.waiting != 0 {
+		t.Fatalf("of 4 held calls, %d lead and %d wait in a batch; want 4 leading, without batching", v.leading, v.waiting)
+	}
 	release()
 	wg.Wait()
-	if len(joined) != 0 {
-		t.Fatalf("%d calls joined a batch without batching", len(joined))
-	}
 	if got := counter.N.Load(); got < 8 {
 		t.Fatalf("%d commands for 4 calls; want at least 8, a lock and a write each", got)
 	}

@@ -205,18 +205,19 @@ func TestLeaseLapseRejected(t *testing.T) {
 				// test.
 				rule := funnel.Rule{Name: "day", Capacity: tc.capacity + 1, Leak: 1, Per: 24 * time.Hour}
 				key := "lapse-" + tc.name
-				limA := newLimiter(t, b, funnel.WithLease(lease))
 				limB := newLimiter(t, b, funnel.WithLease(lease))
 				if res, err := limB.Allow(ctx, key, rule); err != nil || !res.Allowed {
 					t.Fatalf("the first unit: %+v, %v", res, err)
 				}
 
-				var commits int // A's commit attempts; the hook runs in A's goroutine
+				// A's commits (the runs of the script that writes and
+				// releases); ahead of the first, a stall past the lease,
+				// while B admits.
+				var stalled atomic.Bool
 				var resB funnel.Result
 				var errB error
-				funnel.SetBeforeCommit(limA, func() {
-					commits++
-					if commits > 1 {
+				hook := &scriptHook{sha: funnel.WriteBackSHA, before: func(redis.Cmder) {
+					if !stalled.CompareAndSwap(false, true) {
 						return // stall only the first commit
 					}
 					if b.Mini != nil {
@@ -225,12 +226,16 @@ func TestLeaseLapseRejected(t *testing.T) {
 						time.Sleep(lease + 30*time.Millisecond)
 					}
 					resB, errB = limB.AllowN(ctx, key, tc.nB, rule)
-				})
+				}}
+				clientA := b.Client(t)
+				clientA.AddHook(hook)
+				limA := mustLimiter(t, clientA, funnel.WithPrefix(b.Prefix), funnel.WithLease(lease))
 
 				resA, errA := limA.Allow(ctx, key, rule)
 				if errA != nil || errB != nil {
 					t.Fatalf("A: %v, B: %v", errA, errB)
 				}
+				commits := hook.runs.Load()
 				if commits == 0 {
 					t.Fatal("the commit hook never ran")
 				}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
+	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,14 +19,6 @@ func IsWindow(r Rule) bool { return r.kind == kindWindow }
 func Calendar(r Rule) (loc *time.Location, month, ok bool) {
 	return r.loc, r.kind == kindMonth, r.kind == kindDay || r.kind == kindMonth
 }
-
-// SetBeforeCommit makes f run in every admission of l between the read and
-// the commit, so a test can stall a commit past its lock's lease.
-func SetBeforeCommit(l *Limiter, f func()) { l.beforeCommit = func(time.Time) { f() } }
-
-// SetBeforeCommitAt is SetBeforeCommit with the earliest deadline of the
-// calls the commit writes for (zero: none): the one that bounds the write.
-func SetBeforeCommitAt(l *Limiter, f func(first time.Time)) { l.beforeCommit = f }
 
 // SetDenyClock makes the deny cache of l (WithDenyCache) read its clock from
 // now, and take a denial's call to have started at now's reading when the
@@ -129,3 +123,24 @@ func SetCrowded(l *Limiter, key string, rules ...Rule) error {
 
 // CommitSHA is commit.lua's script hash, for tests that count its runs.
 var CommitSHA = commitScript.Hash()
+
+// WriteBackSHA is the hash of the script that a batch's commit under the
+// lock runs (write.lua inside the lock's release), and ReadGateSHA that of
+// the lock attempt with read.lua's gate (a Limiter of uniform cost): for
+// tests that hook a client's commands to act at those moments.
+var (
+	WriteBackSHA = fragmentSHA(writeBack, "release")
+	ReadGateSHA  = fragmentSHA(readGate, "acquire")
+)
+
+// fragmentSHA returns the hash of f's script of the given field. mutex
+// exports no hash of a Fragment's scripts, which wrap the fragment in its
+// own: it is read from the field, a *redis.Script. A rename there panics
+// here, when the tests start.
+func fragmentSHA(f *mutex.Fragment, field string) string {
+	v := reflect.ValueOf(f).Elem().FieldByName(field)
+	if !v.IsValid() || v.Type() != reflect.TypeFor[*redis.Script]() {
+		panic(fmt.Sprintf("mutex.Fragment has no *redis.Script %s", field))
+	}
+	return (*redis.Script)(v.UnsafePointer()).Hash()
+}

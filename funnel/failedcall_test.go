@@ -38,9 +38,18 @@ type pausedRig struct {
 // connection is open, and the Limiter has a sample of the server's clock.
 func newPausedRig(t *testing.T, honours bool, opts ...funnel.Option) *pausedRig {
 	t.Helper()
+	return newHookedRig(t, honours, nil, opts...)
+}
+
+// newHookedRig is newPausedRig with hook, if not nil, on the client.
+func newHookedRig(t *testing.T, honours bool, hook redis.Hook, opts ...funnel.Option) *pausedRig {
+	t.Helper()
 	srv := testutil.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: honours})
 	t.Cleanup(func() { _ = c.Close() })
+	if hook != nil {
+		c.AddHook(hook)
+	}
 	rig := &pausedRig{lim: mustLimiter(t, c, opts...), client: c, stop: testutil.NewStopper(t, srv.Pid())}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -153,19 +162,30 @@ func TestFailedCallNotChargedKeyWithState(t *testing.T) {
 // The server stopped between an admission's read and its commit (the lock
 // held, the commit sent): the commit's write runs when the server is
 // continued, inside the lock's lease, after the caller's deadline, and is
-// refused.
+// refused. Without the state cache, whose gate would admit the returning
+// key in one round trip, with no commit to stop (every try passed so, and
+// tested nothing).
 func TestFailedCallNotChargedCommitStopped(t *testing.T) {
 	for _, n := range []int64{1, 3} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			rig := newPausedRig(t, true)
-			rig.take(t, "k", 1)
+			// Once armed, the server is stopped as the commit is sent.
 			var armed atomic.Bool
-			funnel.SetBeforeCommit(rig.lim, func() {
+			var stops atomic.Int64
+			var rig *pausedRig
+			rig = newHookedRig(t, true, &scriptHook{sha: funnel.WriteBackSHA, before: func(redis.Cmder) {
 				if armed.CompareAndSwap(true, false) {
+					stops.Add(1)
 					_ = rig.stop.Stop() // a failed stop shows as an admitted call
 				}
-			})
+			}}, funnel.WithStateCache(0))
+			rig.take(t, "k", 1)
 			tries, charged := testutil.Tries(t), 0
+			defer func() {
+				t.Logf("FIGURE commits stopped | %s | %d of %d tries", t.Name(), stops.Load(), tries)
+				if stops.Load() == 0 {
+					t.Error("no commit was stopped: the test did not test it")
+				}
+			}()
 			for i := range tries {
 				before := rig.remaining(t, "k")
 				armed.Store(true)
@@ -200,29 +220,28 @@ func TestFailedCallNotChargedBatch(t *testing.T) {
 		t.Run(fmt.Sprintf("continued after %d returned", wait), func(t *testing.T) {
 			// Without the state cache, whose gate would admit the
 			// leader alone and make the others commit in a later batch.
-			rig := newPausedRig(t, true, funnel.WithStateCache(0))
-			rig.take(t, "k", 1)
-			joined := make(chan struct{}, 1024)
-			funnel.SetOnJoin(rig.lim, func() { joined <- struct{}{} })
+			// Once armed, the server is stopped as the commit is sent; first
+			// keeps the commit's bound: the server time (µs) from which its
+			// write is refused, the earliest deadline of the calls it
+			// writes for (write.lua's ARGV[2]; 0: none).
 			var armed atomic.Bool
-			var first atomic.Int64 // the stopped commit's bound, as a deadline (Unix ns)
-			funnel.SetBeforeCommitAt(rig.lim, func(d time.Time) {
+			var first atomic.Int64
+			var rig *pausedRig
+			rig = newHookedRig(t, true, &scriptHook{sha: funnel.WriteBackSHA, before: func(cmd redis.Cmder) {
 				if armed.CompareAndSwap(true, false) {
-					if !d.IsZero() {
-						first.Store(d.UnixNano())
+					if d, ok := scriptArg(cmd, 1); ok {
+						first.Store(d)
 					}
 					_ = rig.stop.Stop()
 				}
-			})
+			}}, funnel.WithStateCache(0))
+			rig.take(t, "k", 1)
 			tries, charged, batched := testutil.Tries(t), 0, 0
 			var admittedAll int64
 			for range tries {
-				for len(joined) > 0 { // a late join of the last try
-					<-joined
-				}
 				before := rig.remaining(t, "k")
 				first.Store(0)
-				admitted, full := rig.stoppedBatch(t, joined, &armed, &first, wait)
+				admitted, full := rig.stoppedBatch(t, &armed, &first, wait)
 				if full {
 					batched++
 				}
@@ -245,14 +264,16 @@ const batchCalls = 4
 // ms away and more (spread), stopping the server until the others joined the first
 // one's batch (or 50 ms passed), and again at the first commit (armed),
 // until wait calls returned and the earliest deadline of the calls that
-// commit writes for (first, set by the hook) has passed: a call that
+// commit writes for (first, its bound in the server's time, which is this
+// machine's clock, set by the hook) has passed: a call that
 // returned may have left before the decision (a loaded machine), and a
 // commit then run while all its calls still had time is written, and its
 // reply may come after one's deadline (a write that ran in time, whose
 // reply came late: not covered, see doc.go). It returns how many calls were
 // admitted, and whether all of them joined one batch.
-func (rig *pausedRig) stoppedBatch(t *testing.T, joined chan struct{}, armed *atomic.Bool, first *atomic.Int64, wait int) (int64, bool) {
+func (rig *pausedRig) stoppedBatch(t *testing.T, armed *atomic.Bool, first *atomic.Int64, wait int) (int64, bool) {
 	t.Helper()
+	watch := newBatchWatch()
 	if err := rig.stop.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -279,11 +300,11 @@ func (rig *pausedRig) stoppedBatch(t *testing.T, joined chan struct{}, armed *at
 			}
 		})
 	}
-	full := awaitSome(joined, batchCalls-1, 50*time.Millisecond) == batchCalls-1
+	full := watch.waiting(batchCalls-1, 50*time.Millisecond) == batchCalls-1
 	rig.stop.Cont() // the gate runs; the commit stops the server again
 	awaitSome(returned, wait, time.Minute)
 	if d := first.Load(); d != 0 {
-		time.Sleep(time.Until(time.Unix(0, d)))
+		time.Sleep(time.Until(time.UnixMicro(d)))
 	}
 	rig.stop.Cont()
 	wg.Wait()
@@ -320,7 +341,15 @@ func TestFailedCallClockStep(t *testing.T) {
 	b := testutil.Mini(t)
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	b.Mini.SetTime(t0)
-	lim := newLimiter(t, b, funnel.WithStateCache(0))
+	var armed atomic.Bool
+	steps := &scriptHook{sha: funnel.WriteBackSHA, before: func(redis.Cmder) {
+		if armed.CompareAndSwap(true, false) {
+			b.Mini.SetTime(t0.Add(48 * time.Hour))
+		}
+	}}
+	client := b.Client(t)
+	client.AddHook(steps)
+	lim := mustLimiter(t, client, funnel.WithPrefix(b.Prefix), funnel.WithStateCache(0))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := lim.Allow(ctx, "warm-up", bigRule); err != nil { // a sample at t0
@@ -330,16 +359,14 @@ func TestFailedCallClockStep(t *testing.T) {
 	if res, err := lim.AllowN(ctx, "first", 2, bigRule); err != nil || !res.Allowed || res.Remaining != bigRule.Capacity-2 {
 		t.Fatalf("first call after the server's clock stepped a day = %+v, %v; want admitted, 2 taken", res, err)
 	}
-	var steps atomic.Int64
-	funnel.SetBeforeCommit(lim, func() {
-		if steps.Add(1) == 1 {
-			b.Mini.SetTime(t0.Add(48 * time.Hour))
-		}
-	})
+	// The commits from now on; ahead of the first, the server's clock
+	// steps a day.
+	steps.runs.Store(0)
+	armed.Store(true)
 	if res, err := lim.AllowN(ctx, "first", 3, bigRule); err != nil || !res.Allowed || res.Remaining != bigRule.Capacity-5 {
 		t.Fatalf("a call whose clock stepped a day between read and commit = %+v, %v; want admitted, 3 taken", res, err)
 	}
-	if n := steps.Load(); n != 2 {
+	if n := steps.runs.Load(); n != 2 {
 		t.Fatalf("%d commits; want 2: one refused, one written", n)
 	}
 }

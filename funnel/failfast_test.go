@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,8 +20,7 @@ func TestRefusedFailsTheWholeBatch(t *testing.T) {
 	r := testutil.NewRefused(t, 0)
 	release := r.HoldDials(t)
 	lim := mustLimiter(t, r.Client(t), funnel.WithPrefix(testutil.NewPrefix()))
-	var joined atomic.Int32
-	funnel.SetOnJoin(lim, func() { joined.Add(1) })
+	watch := newBatchWatch()
 	rule := funnel.Rule{Name: "r", Capacity: 100, Leak: 1, Per: time.Second}
 	var wg sync.WaitGroup
 	for i := range calls {
@@ -36,9 +34,7 @@ func TestRefusedFailsTheWholeBatch(t *testing.T) {
 			}
 		})
 	}
-	for joined.Load() < calls-1 {
-		time.Sleep(time.Millisecond)
-	}
+	awaitJoins(t, watch, calls-1)
 	release()
 	wg.Wait()
 	if n := r.Dials(); n != 1 {
@@ -85,7 +81,7 @@ func TestLeaderErrorFailsTheWholeBatch(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		const calls = 16
 		rule := funnel.Rule{Name: "r", Capacity: 100, Leak: 1, Per: time.Second}
-		lim, counter, release, joined := heldLimiter(t, b, rule, "hot")
+		lim, counter, release, watch := heldLimiter(t, b, rule, "hot")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang's bound
 		defer cancel()
 		if err := b.Client(t).Set(ctx, b.Prefix+"{hot}:f", "not a hash", time.Minute).Err(); err != nil {
@@ -96,7 +92,7 @@ func TestLeaderErrorFailsTheWholeBatch(t *testing.T) {
 		for i := range calls {
 			wg.Go(func() { _, errs[i] = lim.Allow(ctx, "hot", rule) })
 		}
-		awaitJoins(t, joined, calls-1)
+		awaitJoins(t, watch, calls-1)
 		release()
 		wg.Wait()
 		for i, err := range errs {

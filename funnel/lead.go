@@ -398,9 +398,6 @@ func (l *leader) take(w *waiter, r reading) bool {
 // commit writes r's levels as the decisions left them and releases the
 // lock. It reports whether the lease lapsed first: then nothing was written.
 func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r reading) (again bool) {
-	if l.lim.beforeCommit != nil {
-		l.lim.beforeCommit(ws.firstDeadline())
-	}
 	fills, ats := make([]int64, len(r.levels)), make([]int64, len(r.levels))
 	var logs [][]int64
 	for j, lv := range r.levels {

@@ -129,11 +129,6 @@ type Limiter struct {
 	// clock is the latest sample of the server's clock: it bounds the
 	// one-round-trip admission's write (serverclock.go).
 	clock serverClock
-
-	// beforeCommit, if set, runs between the read and the commit with the
-	// earliest deadline of the calls the commit writes for (zero: none)
-	// (tests).
-	beforeCommit func(first time.Time)
 }
 
 // maxCompiled bounds the rule cache; rules past it are compiled per call.

@@ -127,7 +127,7 @@ func TestOutageIsNoConflict(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			lim, _ := c.limit(t)
-			entered := outageEntries(lim, nil)
+			watch := newBatchWatch()
 			out := make([]outageOutcome, outageCalls)
 			var wg sync.WaitGroup
 			for i := range outageCalls {
@@ -137,9 +137,17 @@ func TestOutageIsNoConflict(t *testing.T) {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), d)
 				defer cancel()
-				wg.Go(func() { out[i] = outageCall(ctx, lim, i) })
-				for entered.Load() <= int64(i) { // it leads, or joined the batch
-					time.Sleep(100 * time.Microsecond)
+				var returned atomic.Bool
+				wg.Go(func() {
+					watch.labelCall(i)
+					out[i] = outageCall(ctx, lim, i)
+					returned.Store(true)
+				})
+				// It leads, or joined the batch (or already returned).
+				if v, ok := watch.until(time.Minute, func(v batchView) bool {
+					return v.leaders[i] || v.waiters[i] || returned.Load()
+				}); !ok { // a hang's bound, not a speed target
+					t.Fatalf("call %d neither leads nor waits in a batch: %d leading, %d waiting", i, v.leading, v.waiting)
 				}
 			}
 			wg.Wait()
@@ -169,13 +177,12 @@ func TestOutageLeadersEndInTurn(t *testing.T) {
 	}
 }
 
-// outageInTurn makes outageCalls calls of one key of lim, call i of i+1
-// units, and ends the leader of their batch, rounds times, each once the
-// calls left have all joined it; then it ends the outage (end) and returns
-// the outcomes.
+// outageInTurn makes outageCalls calls of one key of lim and ends the
+// leader of their batch, rounds times, each once the calls left have all
+// entered it (one leads, the others wait in its batch); then it ends the
+// outage (end) and returns the outcomes.
 func outageInTurn(t *testing.T, lim *funnel.Limiter, rounds int, end func()) []outageOutcome {
-	var leader atomic.Int64 // the units of the latest batch's leader
-	entered := outageEntries(lim, func(n int64) { leader.Store(n) })
+	watch := newBatchWatch()
 	out := make([]outageOutcome, outageCalls)
 	cancels := make([]context.CancelFunc, outageCalls)
 	returned := make([]chan struct{}, outageCalls)
@@ -186,50 +193,26 @@ func outageInTurn(t *testing.T, lim *funnel.Limiter, rounds int, end func()) []o
 		cancels[i], returned[i] = cancel, make(chan struct{})
 		wg.Go(func() {
 			defer close(returned[i])
+			watch.labelCall(i)
 			out[i] = outageCall(ctx, lim, i)
 		})
 	}
-	want, live := int64(0), outageCalls
+	live := outageCalls
 	for r := range rounds {
-		want += int64(live)
-		if !outageUntil(func() bool { return entered.Load() >= want }) {
-			t.Fatalf("round %d: %d of %d entries in batches", r, entered.Load(), want)
+		// A minute at most: a hang's bound, not a speed target.
+		v, ok := watch.until(time.Minute, func(v batchView) bool { return v.leading == 1 && v.waiting == live-1 })
+		if !ok || len(v.leaders) != 1 {
+			t.Fatalf("round %d: %d calls lead (%v) and %d wait in a batch; want 1 and %d", r, v.leading, v.leaders, v.waiting, live-1)
 		}
-		i := leader.Load() - 1
-		cancels[i]()
-		<-returned[i]
+		for i := range v.leaders {
+			cancels[i]()
+			<-returned[i]
+		}
 		live--
 	}
 	end()
 	wg.Wait()
 	return out
-}
-
-// outageEntries counts the calls of lim that lead or join a batch, and
-// passes the units of each that leads to lead, if not nil. The hooks run
-// under the batches' mutex: they must not block.
-func outageEntries(lim *funnel.Limiter, lead func(n int64)) *atomic.Int64 {
-	var entered atomic.Int64
-	funnel.SetOnJoin(lim, func() { entered.Add(1) })
-	funnel.SetOnLead(lim, func(n int64) {
-		if lead != nil {
-			lead(n)
-		}
-		entered.Add(1)
-	})
-	return &entered
-}
-
-// outageUntil waits until cond holds, for a minute at most (a hang's bound,
-// not a speed target), and reports whether it did.
-func outageUntil(cond func() bool) bool {
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
-		if cond() {
-			return true
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-	return cond()
 }
 
 // An outageOutcome is one call's.
@@ -240,8 +223,7 @@ type outageOutcome struct {
 	ctxErr error // its ctx's error when it returned
 }
 
-// outageCall is call i of i+1 units (so that a leader's units name it)
-// under ctx.
+// outageCall is call i of i+1 units under ctx.
 func outageCall(ctx context.Context, lim *funnel.Limiter, i int) outageOutcome {
 	start := time.Now()
 	_, err := lim.AllowN(ctx, "k", int64(i+1), outageRule)

@@ -180,8 +180,7 @@ func TestReturningHotKeyBatches(t *testing.T) {
 		hold, release := testutil.HoldHook()
 		client.AddHook(hold)
 		t.Cleanup(release)
-		joined := make(chan struct{}, 64)
-		funnel.SetOnJoin(lim, func() { joined <- struct{}{} })
+		watch := newBatchWatch()
 		var wg sync.WaitGroup
 		results := make([]funnel.Result, 10)
 		for i := range results {
@@ -192,7 +191,7 @@ func TestReturningHotKeyBatches(t *testing.T) {
 				}
 			})
 		}
-		awaitJoins(t, joined, 9)
+		awaitJoins(t, watch, 9)
 		release()
 		wg.Wait()
 		admitted := 0
