@@ -100,7 +100,8 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 		exp, nums, args, keys = make([]expectation, k), make([]int64, 5*k+1), make([]any, 0, 9*k+2), make([]string, 2)
 	}
 	// The numbers are passed as pointers into nums (go-redis writes *int64
-	// as the number): boxing each would allocate.
+	// as the number), the strings as pointers into exp and seen: boxing
+	// each would allocate.
 	args = append(args, c.ids...)
 	for i, r := range c.rules {
 		e, ok := r.expect(seen[i], n, est)
@@ -112,7 +113,9 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 		exp[i] = e
 		x := nums[5*i : 5*i+5]
 		x[0], x[1], x[2], x[3], x[4] = e.fit, e.anchor, e.empty, e.expiry, ttl
-		args = append(args, seen[i], &x[0], &x[1], &x[2], e.kept, &x[3], e.fresh, &x[4])
+		// Strings too by pointer (go-redis writes *string as the string),
+		// into exp and seen, which outlive the call's sends.
+		args = append(args, &seen[i], &x[0], &x[1], &x[2], &exp[i].kept, &x[3], &exp[i].fresh, &x[4])
 	}
 	nums[5*k] = deadline
 	args = append(args, &nums[5*k], nonce)
