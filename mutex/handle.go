@@ -39,9 +39,8 @@ type Lock struct {
 	id   uint64
 
 	// Guarded by hold.mu.
-	phase  phase
-	sig    lifeSignal // Done's channel and Context's contexts
-	unsure *unsure    // a release of this handle may have run
+	lifeSignal         // the handle's phase, Done's channel and Context's contexts
+	unsure     *unsure // a release of this handle may have run
 }
 
 // Name returns the name the lock was taken on ("" for a nil Lock).
@@ -121,24 +120,12 @@ func (lk *Lock) abortRelease() {
 	}
 }
 
-// endLocked ends one handle in phase p; h.mu must be held.
-func (lk *Lock) endLocked(p phase) {
-	if lk.phase >= released {
-		return
-	}
-	lk.phase = p
-	lk.sig.fireLocked(p.cause())
-}
-
 // endedLocked returns the handle's cause once it has ended, else nil; it
 // ends the hold first if its lease has passed (hold.expireLocked), so that
 // every answer is the one of the moment it is asked. h.mu must be held.
 func (lk *Lock) endedLocked() error {
 	lk.hold.expireLocked()
-	if lk.phase >= released {
-		return lk.phase.cause()
-	}
-	return nil
+	return lk.causeLocked()
 }
 
 // watchedLocked is endedLocked for a watcher (Done, Context): while the
@@ -168,7 +155,7 @@ func (lk *Lock) Done() <-chan struct{} {
 	}
 	lk.hold.mu.Lock()
 	defer lk.hold.mu.Unlock()
-	return lk.sig.doneLocked(lk.watchedLocked())
+	return lk.doneLocked(lk.watchedLocked())
 }
 
 // Deadline returns the time until which this handle surely holds the lock,
@@ -206,5 +193,5 @@ func (lk *Lock) Context(parent context.Context) context.Context {
 	h := lk.hold
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return lk.sig.deriveLocked(&h.mu, ctx, lk.watchedLocked())
+	return lk.deriveLocked(&h.mu, ctx, lk.watchedLocked())
 }

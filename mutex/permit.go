@@ -19,12 +19,11 @@ type Permit struct {
 	fence int64
 	lease time.Duration
 
-	mu       sync.Mutex
-	phase    phase
-	deadline time.Time  // the lease surely lasts until then, on the local clock
-	sig      lifeSignal // Done's channel and Context's contexts
-	timer    *time.Timer
-	renew    *renewal
+	mu         sync.Mutex
+	lifeSignal           // its phase, Done's channel and Context's contexts
+	deadline   time.Time // the lease surely lasts until then, on the local clock
+	timer      *time.Timer
+	renew      *renewal
 }
 
 // newPermit returns the Permit of tok's n permits, granted by a script sent
@@ -204,7 +203,7 @@ func (p *Permit) Done() <-chan struct{} {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.sig.doneLocked(p.watchedLocked())
+	return p.doneLocked(p.watchedLocked())
 }
 
 // Deadline returns the time until which the permits are surely held, on the
@@ -233,5 +232,5 @@ func (p *Permit) Context(parent context.Context) context.Context {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.sig.deriveLocked(&p.mu, parent, p.watchedLocked())
+	return p.deriveLocked(&p.mu, parent, p.watchedLocked())
 }

@@ -21,10 +21,7 @@ func (p *Permit) endedLocked() error {
 	if p.phase < released && !time.Now().Before(p.deadline) {
 		p.endLocked(lost)
 	}
-	if p.phase >= released {
-		return p.phase.cause()
-	}
-	return nil
+	return p.causeLocked()
 }
 
 // watchedLocked is endedLocked for a watcher (Done, Context): while the
@@ -48,8 +45,7 @@ func (p *Permit) endLocked(ph phase) {
 	if p.phase >= released {
 		return
 	}
-	p.phase = ph
-	p.sig.fireLocked(ph.cause())
+	p.lifeSignal.endLocked(ph)
 	if p.timer != nil {
 		p.timer.Stop()
 	}
