@@ -10,7 +10,7 @@ import (
 // that ends the handle fires it, so every one of them is closed or
 // cancelled before that call returns (a context.AfterFunc would cancel them
 // later, in a goroutine of its own). Its methods run under the mutex of the
-// handle's state, which the caller holds.
+// handle's life, which the caller holds.
 type lifeSignal struct {
 	phase  phase
 	ctx    context.Context // Done's; made on first use
