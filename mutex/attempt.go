@@ -84,7 +84,7 @@ func (l *Locker) takeToken(ctx context.Context, name string, cfg lockConfig, cal
 	lk.hold.adopted = adopting
 	lk.hold.add(lk, start, time.Duration(r[1])*time.Millisecond)
 	if cfg.renew {
-		lk.hold.startRenew(cfg.ttl)
+		lk.hold.startRenew(lk.hold, cfg.ttl)
 	}
 	return lk, -1, res, nil
 }

@@ -39,9 +39,8 @@ type Lock struct {
 	id   uint64
 
 	// Guarded by hold.mu.
-	phase  phase
-	sig    lifeSignal // Done's channel and Context's contexts
-	unsure *unsure    // a release of this handle may have run
+	lifeSignal         // the handle's phase, Done's channel and Context's contexts
+	unsure     *unsure // a release of this handle may have run
 }
 
 // Name returns the name the lock was taken on ("" for a nil Lock).
@@ -82,7 +81,7 @@ func (lk *Lock) use() error {
 	h := lk.hold
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if lk.endedLocked() != nil || lk.phase != held {
+	if h.endedLocked(h, &lk.lifeSignal) != nil || lk.phase != held {
 		return ErrNotHeld
 	}
 	h.busy++
@@ -121,36 +120,6 @@ func (lk *Lock) abortRelease() {
 	}
 }
 
-// endLocked ends one handle in phase p; h.mu must be held.
-func (lk *Lock) endLocked(p phase) {
-	if lk.phase >= released {
-		return
-	}
-	lk.phase = p
-	lk.sig.fireLocked(p.cause())
-}
-
-// endedLocked returns the handle's cause once it has ended, else nil; it
-// ends the hold first if its lease has passed (hold.expireLocked), so that
-// every answer is the one of the moment it is asked. h.mu must be held.
-func (lk *Lock) endedLocked() error {
-	lk.hold.expireLocked()
-	if lk.phase >= released {
-		return lk.phase.cause()
-	}
-	return nil
-}
-
-// watchedLocked is endedLocked for a watcher (Done, Context): while the
-// handle is open, the deadline timer runs, to end it when the lease passes.
-func (lk *Lock) watchedLocked() error {
-	err := lk.endedLocked()
-	if err == nil {
-		lk.hold.watchLocked()
-	}
-	return err
-}
-
 // closedChan is what Done of a nil Lock returns.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
@@ -166,9 +135,7 @@ func (lk *Lock) Done() <-chan struct{} {
 	if lk == nil {
 		return closedChan
 	}
-	lk.hold.mu.Lock()
-	defer lk.hold.mu.Unlock()
-	return lk.sig.doneLocked(lk.watchedLocked())
+	return lk.hold.done(lk.hold, &lk.lifeSignal)
 }
 
 // Deadline returns the time until which this handle surely holds the lock,
@@ -181,13 +148,7 @@ func (lk *Lock) Deadline() (deadline time.Time, ok bool) {
 	if lk == nil {
 		return time.Time{}, false
 	}
-	h := lk.hold
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if lk.endedLocked() != nil {
-		return h.deadline, false
-	}
-	return h.deadline, true
+	return lk.hold.leaseDeadline(lk.hold, &lk.lifeSignal)
 }
 
 // Context returns a context derived from parent that carries the ownership of
@@ -203,8 +164,5 @@ func (lk *Lock) Context(parent context.Context) context.Context {
 	}
 	next, _ := parent.Value(ownerKey{}).(*owner)
 	ctx := context.WithValue(parent, ownerKey{}, &owner{hold: lk.hold, next: next})
-	h := lk.hold
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return lk.sig.deriveLocked(&h.mu, ctx, lk.watchedLocked())
+	return lk.hold.context(lk.hold, &lk.lifeSignal, ctx)
 }

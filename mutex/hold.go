@@ -2,16 +2,15 @@ package mutex
 
 import (
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // A hold is one owner's possession of a lock: one token, the root handle and
-// every re-entry through Lock.Context. It tracks, on the client's monotonic
-// clock, a conservative end of the lease, so that Done and Context can report
-// the loss of a lock that was neither unlocked nor extended in time.
+// every re-entry through Lock.Context. Its life (lease.go) is the lease's:
+// when it ends, every open handle ends with it.
 type hold struct {
+	life   // mu guards the hold and its handles' phases and signals
 	locker *Locker
 	name   string
 	names  // the keys of the lock and of its release records, the token
@@ -24,14 +23,9 @@ type hold struct {
 	adopted bool
 	nextID  atomic.Uint64
 
-	mu       sync.Mutex
-	deadline time.Time   // the lease surely lasts until then (if not deleted)
-	ended    bool        // fully released, handed over or lost
-	busy     int         // calls acting for the hold in Redis, releases aside (Lock.use)
-	handles  []*Lock     // open handles: the root and its re-entries
-	one      [1]*Lock    // handles' first backing array: no allocation for the root
-	timer    *time.Timer // runs only while someone watches Done or Context, or renewal runs
-	renew    *renewal    // nil unless AutoRenew
+	busy    int      // calls acting for the hold in Redis, releases aside (Lock.use)
+	handles []*Lock  // open handles: the root and its re-entries
+	one     [1]*Lock // handles' first backing array: no allocation for the root
 }
 
 // newHold returns the hold of n's token on name.
@@ -69,12 +63,6 @@ func lockKeys(keys []string, n *names, release bool) []string {
 	return keys
 }
 
-// drift is the margin by which the lease may end early on the client's clock:
-// the server's clock may run faster than ours (the Redlock paper's 1% plus 2 ms).
-func drift(lease time.Duration) time.Duration {
-	return lease/100 + 2*time.Millisecond
-}
-
 // add records a handle obtained by a script sent at start that left a lease of
 // lease on the key.
 func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
@@ -90,7 +78,7 @@ func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 		h.handles = h.one[:0]
 	}
 	h.handles = append(h.handles, lk)
-	if d := start.Add(lease - drift(lease)); d.After(h.deadline) {
+	if d := leaseEnd(start, lease); d.After(h.deadline) {
 		h.deadline = d
 	}
 }
@@ -108,7 +96,8 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 		h.mu.Unlock()
 		return nil
 	}
-	nh := &hold{locker: h.locker, name: h.name, names: h.names, valueArg: h.valueArg, deadline: h.deadline, adopted: h.adopted}
+	nh := &hold{locker: h.locker, name: h.name, names: h.names, valueArg: h.valueArg, adopted: h.adopted}
+	nh.deadline = h.deadline
 	nh.nextID.Store(h.nextID.Load()) // re-entries must not reuse a live handle's field
 	nlk := &Lock{hold: nh, id: lk.id}
 	nh.one[0] = nlk
@@ -118,17 +107,9 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 	h.endLocked(handedOver)
 	h.mu.Unlock()
 	if cfg.renew {
-		nh.startRenew(cfg.ttl)
+		nh.startRenew(nh, cfg.ttl)
 	}
 	return nlk
-}
-
-// setLease records a successful Extend sent at start.
-func (h *hold) setLease(start time.Time, lease time.Duration) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.deadline = start.Add(lease - drift(lease))
-	h.armLocked()
 }
 
 // enter marks the start of a re-entry of the hold (see Lock.use):
@@ -136,7 +117,7 @@ func (h *hold) setLease(start time.Time, lease time.Duration) {
 func (h *hold) enter() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.expireLocked() {
+	if h.expireLocked(h) {
 		return ErrNotHeld
 	}
 	h.busy++
@@ -197,59 +178,11 @@ func (h *hold) lose() {
 
 // endLocked ends the hold and every open handle in phase p.
 func (h *hold) endLocked(p phase) {
-	if h.ended {
+	if !h.finishLocked() {
 		return
 	}
-	h.ended = true
 	for _, lk := range h.handles {
 		lk.endLocked(p)
 	}
 	h.handles = nil
-	if h.timer != nil {
-		h.timer.Stop()
-	}
-	if h.renew != nil {
-		h.renew.stopLocked()
-	}
-}
-
-// expireLocked ends the hold as lost if its lease has passed on the client's
-// clock, without waiting for the deadline timer (which fires late on a
-// loaded machine, and runs only once someone watches); it reports whether
-// the hold has ended.
-func (h *hold) expireLocked() bool {
-	if !h.ended && !time.Now().Before(h.deadline) {
-		h.endLocked(lost)
-	}
-	return h.ended
-}
-
-// armLocked makes sure a timer will check the lease at its deadline; it runs
-// only once someone watches the lock.
-func (h *hold) armLocked() {
-	if h.ended || h.timer == nil {
-		return
-	}
-	h.timer.Reset(time.Until(h.deadline))
-}
-
-// watchLocked starts the deadline timer on the first watcher.
-func (h *hold) watchLocked() {
-	if h.ended || h.timer != nil {
-		return
-	}
-	h.timer = time.AfterFunc(time.Until(h.deadline), h.checkDeadline)
-}
-
-func (h *hold) checkDeadline() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended {
-		return
-	}
-	if left := time.Until(h.deadline); left > 0 {
-		h.timer.Reset(left) // extended meanwhile
-		return
-	}
-	h.endLocked(lost)
 }

@@ -5,29 +5,47 @@ import (
 	"sync"
 )
 
-// A lifeSignal is how a handle (a Lock or a Permit) tells that it ended: the
-// channel of Done and the contexts of Context. The call that ends the
-// handle fires it, so every one of them is closed or cancelled before that
-// call returns (a context.AfterFunc would cancel them later, in a goroutine
-// of its own). Its methods run under the mutex of the handle's state, which
-// the caller holds.
+// A lifeSignal is a handle's (a Lock's or a Permit's) phase and how it tells
+// that it ended: the channel of Done and the contexts of Context. The call
+// that ends the handle fires it, so every one of them is closed or
+// cancelled before that call returns (a context.AfterFunc would cancel them
+// later, in a goroutine of its own). Its methods run under the mutex of the
+// handle's life, which the caller holds.
 type lifeSignal struct {
-	life   context.Context // Done's; made on first use
+	phase  phase
+	ctx    context.Context // Done's; made on first use
 	cancel context.CancelCauseFunc
 	subs   map[uint64]context.CancelCauseFunc // Context's, until they end
 	next   uint64
 }
 
+// endLocked ends the handle in phase p, once.
+func (s *lifeSignal) endLocked(p phase) {
+	if s.phase >= released {
+		return
+	}
+	s.phase = p
+	s.fireLocked(p.cause())
+}
+
+// causeLocked returns the handle's cause once it has ended, else nil.
+func (s *lifeSignal) causeLocked() error {
+	if s.phase >= released {
+		return s.phase.cause()
+	}
+	return nil
+}
+
 // doneLocked returns the channel closed when the handle ends; ended is the
 // handle's cause if it has ended already.
 func (s *lifeSignal) doneLocked(ended error) <-chan struct{} {
-	if s.life == nil {
-		s.life, s.cancel = context.WithCancelCause(context.Background())
+	if s.ctx == nil {
+		s.ctx, s.cancel = context.WithCancelCause(context.Background())
 		if ended != nil {
 			s.cancel(ended)
 		}
 	}
-	return s.life.Done()
+	return s.ctx.Done()
 }
 
 // deriveLocked returns a context of parent cancelled with the handle's

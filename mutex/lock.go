@@ -77,7 +77,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		lk.hold.lose()
 		return ErrNotHeld
 	}
-	lk.hold.setLease(start, ttl)
+	lk.hold.setDeadline(leaseEnd(start, ttl))
 	return nil
 }
 

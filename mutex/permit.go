@@ -3,7 +3,6 @@ package mutex
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -19,12 +18,8 @@ type Permit struct {
 	fence int64
 	lease time.Duration
 
-	mu       sync.Mutex
-	phase    phase
-	deadline time.Time  // the lease surely lasts until then, on the local clock
-	sig      lifeSignal // Done's channel and Context's contexts
-	timer    *time.Timer
-	renew    *renewal
+	life       // the lease's; mu guards the Permit
+	lifeSignal // its phase, Done's channel and Context's contexts
 }
 
 // newPermit returns the Permit of tok's n permits, granted by a script sent
@@ -34,17 +29,40 @@ func (s *Semaphore) newPermit(tok string, n int64, cfg lockConfig, start time.Ti
 	p := &Permit{s: s, token: tok, n: n, fence: fence, lease: cfg.ttl}
 	p.deadline = serverDeadline(start, now, ends)
 	if cfg.renew {
-		p.startRenew()
+		p.startRenew(p, p.lease)
 	}
 	return p
 }
 
-// serverDeadline maps the end of a lease, ends in server ms, to the local
-// clock, conservatively: the server read its time now after start, so the
-// lease lasts at least ends-now from start, less the drift margin.
-func serverDeadline(start time.Time, now, ends int64) time.Time {
-	left := time.Duration(ends-now) * time.Millisecond
-	return start.Add(left - drift(left))
+// ended reports whether the Permit has ended (released or lost, as it is
+// once its lease has passed).
+func (p *Permit) ended() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.endedLocked(p, &p.lifeSignal) != nil
+}
+
+// end ends the Permit in phase ph (released or lost), once.
+func (p *Permit) end(ph phase) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.endLocked(ph)
+}
+
+func (p *Permit) endLocked(ph phase) {
+	if p.finishLocked() {
+		p.lifeSignal.endLocked(ph)
+	}
+}
+
+// lose ends the Permit as lost, unless a Release is under way: its reply
+// says how the Permit ended.
+func (p *Permit) lose() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.phase == held {
+		p.endLocked(lost)
+	}
 }
 
 // N returns the number of permits held (0 for a nil Permit).
@@ -176,16 +194,6 @@ func (single) semExtend(ctx context.Context, p *Permit, d time.Duration) (bool, 
 	return true, nil
 }
 
-// setDeadline records a new end of the lease, on the local clock.
-func (p *Permit) setDeadline(d time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.phase < released {
-		p.deadline = d
-		p.armLocked()
-	}
-}
-
 // renewOnce is the Permit's renewer step (AutoRenew).
 func (p *Permit) renewOnce(ctx context.Context, lease time.Duration) (bool, error) {
 	return p.s.dep.semExtend(ctx, p, lease)
@@ -202,9 +210,7 @@ func (p *Permit) Done() <-chan struct{} {
 	if p == nil {
 		return closedChan
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.sig.doneLocked(p.watchedLocked())
+	return p.done(p, &p.lifeSignal)
 }
 
 // Deadline returns the time until which the permits are surely held, on the
@@ -216,9 +222,7 @@ func (p *Permit) Deadline() (deadline time.Time, ok bool) {
 	if p == nil {
 		return time.Time{}, false
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.deadline, p.endedLocked() == nil
+	return p.leaseDeadline(p, &p.lifeSignal)
 }
 
 // Context returns a context derived from parent that is cancelled when the
@@ -231,7 +235,5 @@ func (p *Permit) Context(parent context.Context) context.Context {
 		cancel(ErrNotHeld)
 		return ctx
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.sig.deriveLocked(&p.mu, parent, p.watchedLocked())
+	return p.context(p, &p.lifeSignal, parent)
 }

@@ -54,7 +54,7 @@ func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Cal
 	lk := &Lock{hold: h, id: id}
 	h.add(lk, start, time.Duration(r[1])*time.Millisecond)
 	if cfg.renew {
-		h.startRenew(cfg.ttl)
+		h.startRenew(h, cfg.ttl)
 	}
 	return lk, -1, res, nil
 }

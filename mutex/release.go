@@ -310,7 +310,7 @@ func (r *release) giveNext(fence int64, start time.Time) {
 	nlk := &Lock{hold: nh}
 	nh.add(nlk, start, r.lease)
 	if r.next.cfg.renew {
-		nh.startRenew(r.next.cfg.ttl)
+		nh.startRenew(nh, r.next.cfg.ttl)
 	}
 	r.l.handedOver(r.h.name, r.next, nlk)
 }

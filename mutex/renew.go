@@ -7,10 +7,11 @@ import (
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 )
 
-// A renewal is the goroutine that keeps an AutoRenew lock's lease alive.
+// A renewal is the goroutine that keeps an AutoRenew lease alive (a lock's
+// or a Permit's); a life starts and stops it (lease.go).
 type renewal struct {
 	stop    chan struct{} // closed to end the goroutine
-	stopped bool          // guarded by hold.mu
+	stopped bool          // guarded by life.mu
 	done    chan struct{} // closed when the goroutine has returned
 }
 
@@ -19,19 +20,6 @@ func (r *renewal) stopLocked() {
 		r.stopped = true
 		close(r.stop)
 	}
-}
-
-// startRenew starts renewing the hold's lease every lease/3, once per hold.
-func (h *hold) startRenew(lease time.Duration) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended || h.renew != nil {
-		return
-	}
-	r := &renewal{stop: make(chan struct{}), done: make(chan struct{})}
-	h.renew = r
-	h.watchLocked() // the deadline timer reports loss if renewals keep failing
-	go renewLoop(h, r, lease)
 }
 
 // A renewer is what renewLoop keeps alive: a lock's hold or a semaphore's
@@ -49,7 +37,7 @@ func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (bool, error)
 	start := time.Now()
 	held, err := h.locker.dep.extend(ctx, h, "", lease, start)
 	if err == nil && held {
-		h.setLease(start, lease)
+		h.setDeadline(leaseEnd(start, lease))
 	}
 	return held, err
 }
@@ -78,18 +66,5 @@ func renewLoop(x renewer, r *renewal, lease time.Duration) {
 		// On an error keep trying each period; the deadline timer ends the
 		// lock or permit if no renewal lands before the lease must have ended.
 		t.Reset(period)
-	}
-}
-
-// stopRenew stops the renewal of the hold and waits until no renewal runs.
-func (h *hold) stopRenew() {
-	h.mu.Lock()
-	r := h.renew
-	if r != nil {
-		r.stopLocked()
-	}
-	h.mu.Unlock()
-	if r != nil {
-		<-r.done
 	}
 }

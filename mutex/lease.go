@@ -1,0 +1,183 @@
+package mutex
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// A life is a lease as this process knows it: the one machine behind a
+// lock's hold (whose end ends all its handles) and a Permit. It keeps, on
+// the client's monotonic clock, a conservative end of the lease, so that a
+// handle's Done, Context and Deadline can report the loss of a lease that
+// was neither released nor extended in time; it ends exactly once
+// (released, handed over or lost). Its timer runs only while someone
+// watches (Done, Context) or renewal runs. mu guards the life and its
+// owner's state.
+type life struct {
+	mu       sync.Mutex
+	deadline time.Time   // the lease surely lasts until then (if not deleted)
+	ended    bool        // released, handed over or lost
+	timer    *time.Timer // checks the deadline; nil until someone watches
+	renew    *renewal    // nil unless AutoRenew
+}
+
+// A lifeOwner is what a life belongs to: a lock's hold or a Permit.
+type lifeOwner interface {
+	// endLocked ends the owner and its handles in phase p, once (it calls
+	// finishLocked); mu is held.
+	endLocked(p phase)
+	renewer
+}
+
+// drift is the margin by which the lease may end early on the client's clock:
+// the server's clock may run faster than ours (the Redlock paper's 1% plus 2 ms).
+func drift(lease time.Duration) time.Duration {
+	return lease/100 + 2*time.Millisecond
+}
+
+// leaseEnd is the end, on the local clock, of a lease of lease set by a
+// script sent at start, less the drift margin.
+func leaseEnd(start time.Time, lease time.Duration) time.Time {
+	return start.Add(lease - drift(lease))
+}
+
+// serverDeadline maps the end of a lease, ends in server ms, to the local
+// clock, conservatively: the server read its time now after start, so the
+// lease lasts at least ends-now from start, less the drift margin.
+func serverDeadline(start time.Time, now, ends int64) time.Time {
+	return leaseEnd(start, time.Duration(ends-now)*time.Millisecond)
+}
+
+// setDeadline records a new end of the lease, on the local clock, unless
+// the life has ended.
+func (l *life) setDeadline(d time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	l.deadline = d
+	if l.timer != nil {
+		l.timer.Reset(time.Until(d))
+	}
+}
+
+// finishLocked marks the life ended and stops its timer and renewal; it
+// reports false when the life had ended already, so that its owner's
+// endLocked acts once.
+func (l *life) finishLocked() bool {
+	if l.ended {
+		return false
+	}
+	l.ended = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	if l.renew != nil {
+		l.renew.stopLocked()
+	}
+	return true
+}
+
+// expireLocked ends o as lost if its lease has passed on the client's
+// clock, without waiting for the deadline timer (which fires late on a
+// loaded machine, and runs only once someone watches); it reports whether
+// the life has ended.
+func (l *life) expireLocked(o lifeOwner) bool {
+	if !l.ended && !time.Now().Before(l.deadline) {
+		o.endLocked(lost)
+	}
+	return l.ended
+}
+
+// endedLocked returns the cause of s's handle once it has ended, else nil;
+// it ends o first if the lease has passed (expireLocked), so that every
+// answer is the one of the moment it is asked.
+func (l *life) endedLocked(o lifeOwner, s *lifeSignal) error {
+	l.expireLocked(o)
+	return s.causeLocked()
+}
+
+// watchedLocked is endedLocked for a watcher (Done, Context): while the
+// handle is open, the deadline timer runs, to end o when the lease passes.
+func (l *life) watchedLocked(o lifeOwner, s *lifeSignal) error {
+	err := l.endedLocked(o, s)
+	if err == nil {
+		l.watchLocked(o)
+	}
+	return err
+}
+
+// watchLocked starts the deadline timer on the first watcher.
+func (l *life) watchLocked(o lifeOwner) {
+	if l.ended || l.timer != nil {
+		return
+	}
+	l.timer = time.AfterFunc(time.Until(l.deadline), func() { l.checkDeadline(o) })
+}
+
+// checkDeadline is the deadline timer's: it ends o as lost once the lease
+// has passed. A release under way does not stop it: its script may find
+// the lease expired and the lock or permits given to another holder.
+func (l *life) checkDeadline(o lifeOwner) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	if left := time.Until(l.deadline); left > 0 {
+		l.timer.Reset(left) // extended meanwhile
+		return
+	}
+	o.endLocked(lost)
+}
+
+// done is a handle's Done: s is its signal, o the owner of the life.
+func (l *life) done(o lifeOwner, s *lifeSignal) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return s.doneLocked(l.watchedLocked(o, s))
+}
+
+// context is a handle's Context: s is its signal, o the owner of the life.
+func (l *life) context(o lifeOwner, s *lifeSignal, parent context.Context) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return s.deriveLocked(&l.mu, parent, l.watchedLocked(o, s))
+}
+
+// leaseDeadline is a handle's Deadline: s is its signal, o the owner of
+// the life.
+func (l *life) leaseDeadline(o lifeOwner, s *lifeSignal) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ok := l.endedLocked(o, s) == nil
+	return l.deadline, ok
+}
+
+// startRenew starts renewing o's lease of lease every lease/3, once.
+func (l *life) startRenew(o lifeOwner, lease time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended || l.renew != nil {
+		return
+	}
+	r := &renewal{stop: make(chan struct{}), done: make(chan struct{})}
+	l.renew = r
+	l.watchLocked(o) // the deadline timer reports loss if renewals keep failing
+	go renewLoop(o, r, lease)
+}
+
+// stopRenew stops the renewal and waits until none runs.
+func (l *life) stopRenew() {
+	l.mu.Lock()
+	r := l.renew
+	if r != nil {
+		r.stopLocked()
+	}
+	l.mu.Unlock()
+	if r != nil {
+		<-r.done
+	}
+}
