@@ -94,8 +94,15 @@ func (l *Locker) lateUnknown(err error) bool {
 // unknownOutcome reports whether a command that failed with err may have
 // run: err is not Redis's reply (a time-out, a lost connection).
 func unknownOutcome(err error) bool {
+	return err != nil && err != redis.Nil && !isReply(err)
+}
+
+// isReply reports whether err is an error reply of Redis. (Its own
+// function, so that the target errors.As takes the address of is not
+// allocated on the calls that have no error.)
+func isReply(err error) bool {
 	var reply redis.Error
-	return err != nil && err != redis.Nil && !errors.As(err, &reply)
+	return errors.As(err, &reply)
 }
 
 // mayHaveRun reports whether an attempt that failed with err may have taken

@@ -94,14 +94,21 @@ func Do[T any](ctx context.Context, w *Workers, f func(context.Context) (T, erro
 // ContextTimeoutEnabled, which the message names.
 var ErrAbandoned = errors.New("outcome unknown: the call was abandoned at its context's end (a cancellation, or a deadline that the Redis client does not bound its commands by: set ContextTimeoutEnabled in its options)")
 
+// timedOut reports whether err is a time-out. (Its own function, so that
+// the target errors.As takes the address of is not allocated on the calls
+// that have no error.)
+func timedOut(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
+
 // settled is err, f's error, joined with ctx's deadline error when it is a
 // time-out and ctx's deadline has passed: go-redis's socket deadline (the
 // context's deadline, ContextTimeoutEnabled) can fire before ctx's own
 // timer runs on a loaded machine, and the caller must still see that its
 // deadline ended the call.
 func settled(ctx context.Context, err error) error {
-	var te interface{ Timeout() bool }
-	if err == nil || errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &te) || !te.Timeout() {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || !timedOut(err) {
 		return err
 	}
 	if cerr := Ended(ctx); cerr != nil {
