@@ -73,27 +73,16 @@ type reading struct {
 func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n int64) {
 	var ws sealed
 	defer func() { ws.wake() }()
-	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
-	if !lim.uniform && !c.set.calendar {
-		l.lock = c.lock
-		if l.lock == "" {
-			l.lock = lim.locker.LockKey(c.name)
+	l := lim.newLeader(c, n)
+	if l.optimistic { // read afresh (commitfree.go), in turn
+		done, err := lim.turns.take(ctx, batchKey{c.key, c.set})
+		if err != nil {
+			ws = lim.batches.seal(k, b)
+			ws[0].err = err
+			ws.rerunOthers()
+			return
 		}
-	}
-	if l.cache = l.lock != "" && c.set.funnels && lim.states != nil; l.cache {
-		l.lockKey = l.lock
-		l.seen, l.optimistic = lim.states.lookup(c.key, c.set)
-		if l.optimistic {
-			l.seen = nil // read afresh (commitfree.go), in turn
-			done, err := lim.turns.take(ctx, batchKey{c.key, c.set})
-			if err != nil {
-				ws = lim.batches.seal(k, b)
-				ws[0].err = err
-				ws.rerunOthers()
-				return
-			}
-			defer done()
-		}
+		defer done()
 	}
 	for i := 0; i < maxCommits; i++ {
 		if l.next != nil {
@@ -123,6 +112,28 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 		return
 	}
 	ws.failAll(ErrConflict)
+}
+
+// newLeader is the leader of call c of n units: the lock its gate takes
+// ("" for none: a Limiter of uniform cost, a calendar rule), and, where the
+// state cache applies, the state it remembers, or none, to be read afresh
+// in turn (optimistic).
+func (lim *Limiter) newLeader(c call, n int64) leader {
+	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
+	if !lim.uniform && !c.set.calendar {
+		l.lock = c.lock
+		if l.lock == "" {
+			l.lock = lim.locker.LockKey(c.name)
+		}
+	}
+	if l.cache = l.lock != "" && c.set.funnels && lim.states != nil; l.cache {
+		l.lockKey = l.lock
+		l.seen, l.optimistic = lim.states.lookup(c.key, c.set)
+		if l.optimistic {
+			l.seen = nil
+		}
+	}
+	return l
 }
 
 // carryOn makes the leader, whose call its gate admitted alone (admit.lua
