@@ -74,6 +74,8 @@ func (c *stateCache) lookup(key string, set *ruleSet) ([]string, bool) {
 
 // store remembers values as key's state for the rules of set, and marks it
 // as crowd says; values nil forgets key (what Redis holds is not known).
+// It never writes into a slice it keeps: lookup's callers send its strings
+// by pointer.
 func (c *stateCache) store(key string, set *ruleSet, values []string, crowd crowding) {
 	if c == nil {
 		return

@@ -75,7 +75,7 @@ func (s *Service) adminSpend(w http.ResponseWriter, r *http.Request) {
 			}
 			price := s.prices.price(region)
 			c := s.money.shareCharge(s.cfg, price, verified)
-			share, err := c.g.Peek(context.WithValue(ctx, shareTierKey{}, c.tier), region)
+			share, err := c.g.Peek(c.context(ctx), region)
 			if err != nil {
 				return err
 			}

@@ -178,14 +178,23 @@ func (p priced) Allow(ctx context.Context, key string) (guard.Decision, error) {
 	if p.n > p.rule.Capacity {
 		return guard.Decision{Rule: p.rule.Name, RetryAfter: 24 * time.Hour}, nil
 	}
-	return p.g.AllowN(context.WithValue(ctx, shareTierKey{}, p.tier), key, p.n)
+	return p.g.AllowN(p.context(ctx), key, p.n)
+}
+
+// context is ctx with p's tier for the share guard's PlanOf; the first
+// tier (and every charge to another guard) needs none.
+func (p priced) context(ctx context.Context) context.Context {
+	if p.tier == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, shareTierKey{}, p.tier)
 }
 
 func (p priced) Refund(ctx context.Context, key string) error {
 	if p.n > p.rule.Capacity {
 		return nil
 	}
-	return p.g.RefundN(context.WithValue(ctx, shareTierKey{}, p.tier), key, p.n)
+	return p.g.RefundN(p.context(ctx), key, p.n)
 }
 
 // moneyCharges are the money guards' charges of a send to dest at price:
@@ -232,7 +241,7 @@ func newSpendGuards(s *Service) (*spendGuards, error) {
 		p := guard.Policy{Prefix: g.prefix, Rules: []funnel.Rule{g.rule},
 			Funnel: []funnel.Option{funnel.WithUniformCost()}, Secret: s.cfg.Secret, Timeout: s.cfg.Timeout,
 			Observe: s.metrics.observe(g.name)}
-		if g.to == &m.share {
+		if g.to == &m.share && c.PerVerifiedPPM > 0 { // a fixed share is one rule
 			p.Plans, p.PlanOf = c.sharePlans(s.cfg.BudgetZone), shareTierOf
 		}
 		var err error
