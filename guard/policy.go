@@ -150,8 +150,9 @@ type Policy struct {
 	// are PlanOf and the wait for an InFlight permit; end, if not nil, is
 	// called exactly once with the decision's Observation (as Observe
 	// receives it), once the permit is known. otelguard.Tracer.Trace
-	// starts a span here. A nil ctx is ErrNilContext before Trace is
-	// called; a nil context returned is ctx.
+	// starts a span here. Return a context derived from ctx (its deadline
+	// is what bounds the decision on a hung server). A nil ctx is
+	// ErrNilContext before Trace is called; a nil context returned is ctx.
 	//
 	// The context returned is the decision's only: fn of Do, the handler
 	// of Middleware and Enter's Call.Context() run in the caller's ctx,
