@@ -62,7 +62,7 @@ func measureHandoffs(ctx context.Context, addr string, waiters int, d time.Durat
 	if err != nil {
 		return sample{}, err
 	}
-	holder, err := s.TryAcquire(ctx, 1, mutex.Lease(handoffLease))
+	holder, err := s.TryAcquire(ctx, 1, mutex.WithTTL(handoffLease))
 	if err != nil {
 		return sample{}, err
 	}
@@ -117,7 +117,7 @@ func timeHandoffs(ctx context.Context, e *env, holder *mutex.Permit, acquired *a
 // acquisitions.
 func handoffLoop(ctx context.Context, s *mutex.Semaphore, acquired *atomic.Int64) error {
 	for {
-		p, err := s.Acquire(ctx, 1, mutex.Lease(handoffLease))
+		p, err := s.Acquire(ctx, 1, mutex.WithTTL(handoffLease))
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil // the round is over: Acquire left the queue

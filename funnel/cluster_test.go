@@ -324,7 +324,7 @@ func TestFailoverLocksAndAllow(t *testing.T) {
 				}
 				gr := grant{name: name, lease: failoverLease, acqStart: time.Now()}
 				lctx, lcancel := context.WithTimeout(ctx, 2*time.Second)
-				lk, err := l.Lock(lctx, name, mutex.Lease(failoverLease))
+				lk, err := l.Lock(lctx, name, mutex.WithTTL(failoverLease))
 				lcancel()
 				if err != nil {
 					run.fail("lock", err)
@@ -382,7 +382,7 @@ func TestFailoverLocksAndAllow(t *testing.T) {
 	const staleLease = time.Minute
 	take := func(name string, l *mutex.Locker) *staleHolder {
 		start := time.Now()
-		lk, err := l.Lock(ctx, name, mutex.Lease(staleLease))
+		lk, err := l.Lock(ctx, name, mutex.WithTTL(staleLease))
 		if err != nil {
 			t.Fatalf("stale holder of %q: %v", name, err)
 		}
@@ -417,7 +417,7 @@ func TestFailoverLocksAndAllow(t *testing.T) {
 		var acq grant
 		for {
 			acq = grant{name: h.g.name, lease: failoverLease, acqStart: time.Now()}
-			taken, err = other.TryLock(ctx, h.g.name, mutex.Lease(failoverLease))
+			taken, err = other.TryLock(ctx, h.g.name, mutex.WithTTL(failoverLease))
 			acq.acqEnd = time.Now()
 			if err == nil || errors.Is(err, mutex.ErrLocked) || ctx.Err() != nil {
 				break

@@ -81,7 +81,7 @@ type Limiter struct {
 	locker *mutex.Locker
 	prefix string
 	lease  time.Duration
-	hold   []mutex.LockOption // mutex.Lease(lease) (and AckAtRelease), made once
+	hold   []mutex.Option // mutex.WithTTL(lease) (and WithAckAtRelease), made once
 	// runner sends the Limiter's own scripts (Peek's read, a crowded key's
 	// read and commit) so that they end by their context's end, whatever the
 	// client's options (the Locker does the same for its own).
@@ -304,7 +304,7 @@ func WithUniformCost() Option {
 // lock like any other (WithUniformCost), since that one-round-trip
 // admission writes in a script that waits for nobody. An admission still
 // takes two round trips: the read with the lock, and the commit with its
-// WAIT, which covers the lock's acquisition too (mutex.AckAtRelease); a
+// WAIT, which covers the lock's acquisition too (mutex.WithAckAtRelease); a
 // denial takes one.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(lim *Limiter) error {
@@ -377,12 +377,12 @@ func (lim *Limiter) checkLockerAcks() error {
 // holdOptions sets how the Limiter holds its locks and whether a fresh key
 // may be admitted in the gate (admit.lua).
 func (lim *Limiter) holdOptions() {
-	lim.hold = []mutex.LockOption{mutex.Lease(lim.lease)}
+	lim.hold = []mutex.Option{mutex.WithTTL(lim.lease)}
 	n, _ := lim.locker.ReplicaAck()
 	if n > 0 {
 		// The commit's WAIT covers the acquisition: the Limiter acts on
 		// nothing before it.
-		lim.hold = append(lim.hold, mutex.AckAtRelease())
+		lim.hold = append(lim.hold, mutex.WithAckAtRelease())
 	}
 	// admit.lua's write would wait for no replica, and would not look at
 	// the penalty box.

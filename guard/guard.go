@@ -32,7 +32,7 @@ type Guard struct {
 	watch  *outage.Watch
 	detour detour
 	// permit is how an InFlight permit is held: InFlightLease, renewed.
-	permit []mutex.LockOption
+	permit []mutex.Option
 }
 
 // Decision is the outcome of Allow.
@@ -114,7 +114,7 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 		return nil, err
 	}
 	g := &Guard{p: p, lim: lim, watch: outage.For(client, p.Timeout),
-		permit: []mutex.LockOption{mutex.Lease(p.InFlightLease), mutex.AutoRenew()}}
+		permit: []mutex.Option{mutex.WithTTL(p.InFlightLease), mutex.WithAutoRenew()}}
 	switch {
 	case p.Fallback != nil:
 		g.fb = newFallback(*p.Fallback)

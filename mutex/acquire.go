@@ -17,7 +17,7 @@ import (
 // ErrNotHeld if the owning lock is gone. Without such a context, locking a
 // name twice fails like any other contention, even in one goroutine: Go has
 // no goroutine identity, so ownership is explicit.
-func (l *Locker) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+func (l *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	if ctx == nil {
 		return nil, ErrNilContext
 	}
@@ -32,7 +32,7 @@ func (l *Locker) TryLock(ctx context.Context, name string, opts ...LockOption) (
 // TryLockWith is TryLock that also runs call.Fragment in the same script as
 // the acquire attempt, and returns its result whether or not the lock was
 // obtained (with ErrLocked when it was not). See Fragment.
-func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts ...LockOption) (*Lock, any, error) {
+func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts ...Option) (*Lock, any, error) {
 	if ctx == nil {
 		return nil, nil, ErrNilContext
 	}
@@ -66,7 +66,7 @@ func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts .
 // for the name, at a jittered retry interval, or just after the holder's lease
 // ends if that is sooner; a release notification or a local hand-over ends the
 // wait early (see Locker).
-func (l *Locker) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+func (l *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	if ctx == nil {
 		return nil, ErrNilContext
 	}
@@ -107,7 +107,7 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...LockOption) (*Lo
 // a local holder handed the lock over, as read under the lock right after).
 // With a gate (NewGate) that declines, it stops waiting and returns
 // ErrDeclined and the gate's result, holding no lock.
-func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...LockOption) (*Lock, any, error) {
+func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...Option) (*Lock, any, error) {
 	if ctx == nil {
 		return nil, nil, ErrNilContext
 	}

@@ -38,19 +38,19 @@ var (
 // acquirers are the four ways to take a lock, as one signature.
 var acquirers = []struct {
 	name string
-	call func(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.LockOption) (*mutex.Lock, error)
+	call func(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.Option) (*mutex.Lock, error)
 }{
-	{"TryLock", func(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.LockOption) (*mutex.Lock, error) {
+	{"TryLock", func(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.Option) (*mutex.Lock, error) {
 		return l.TryLock(ctx, name, opts...)
 	}},
-	{"Lock", func(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.LockOption) (*mutex.Lock, error) {
+	{"Lock", func(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.Option) (*mutex.Lock, error) {
 		return l.Lock(ctx, name, opts...)
 	}},
-	{"TryLockWith", func(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.LockOption) (*mutex.Lock, error) {
+	{"TryLockWith", func(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.Option) (*mutex.Lock, error) {
 		lk, _, err := l.TryLockWith(ctx, name, mutex.Call{Fragment: badRead, Keys: []string{mutex.InternalKey(l, "x", "data")}}, opts...)
 		return lk, err
 	}},
-	{"LockWith", func(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.LockOption) (*mutex.Lock, error) {
+	{"LockWith", func(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.Option) (*mutex.Lock, error) {
 		lk, _, err := l.LockWith(ctx, name, mutex.Call{Fragment: badRead, Keys: []string{mutex.InternalKey(l, "x", "data")}}, opts...)
 		return lk, err
 	}},
@@ -226,15 +226,15 @@ func TestBadInputDurations(t *testing.T) {
 		plain := mustNew(t, s.Client, opt)
 		refused := []struct {
 			desc string
-			opts []mutex.LockOption
+			opts []mutex.Option
 		}{
-			{"Lease(-1ns)", []mutex.LockOption{mutex.Lease(-1)}},
-			{"Lease(999µs)", []mutex.LockOption{mutex.Lease(999 * time.Microsecond)}},
-			{"Lease(MinInt64)", []mutex.LockOption{mutex.Lease(math.MinInt64), mutex.AutoRenew()}},
-			{"a valid Lease after a bad one", []mutex.LockOption{mutex.Lease(0), mutex.Lease(time.Second)}},
-			{"Lease(MaxInt64)", []mutex.LockOption{mutex.Lease(math.MaxInt64)}},
-			{"Lease(MaxInt64), AutoRenew", []mutex.LockOption{mutex.Lease(math.MaxInt64), mutex.AutoRenew()}},
-			{"Lease(MaxTTL+1ms)", []mutex.LockOption{mutex.Lease(mutex.MaxTTL + time.Millisecond)}},
+			{"WithTTL(-1ns)", []mutex.Option{mutex.WithTTL(-1)}},
+			{"WithTTL(999µs)", []mutex.Option{mutex.WithTTL(999 * time.Microsecond)}},
+			{"WithTTL(MinInt64)", []mutex.Option{mutex.WithTTL(math.MinInt64), mutex.WithAutoRenew()}},
+			{"a valid Lease after a bad one", []mutex.Option{mutex.WithTTL(0), mutex.WithTTL(time.Second)}},
+			{"WithTTL(MaxInt64)", []mutex.Option{mutex.WithTTL(math.MaxInt64)}},
+			{"WithTTL(MaxInt64), WithAutoRenew", []mutex.Option{mutex.WithTTL(math.MaxInt64), mutex.WithAutoRenew()}},
+			{"WithTTL(MaxTTL+1ms)", []mutex.Option{mutex.WithTTL(mutex.MaxTTL + time.Millisecond)}},
 		}
 		for _, tc := range refused {
 			for _, a := range acquirers {
@@ -250,13 +250,13 @@ func TestBadInputDurations(t *testing.T) {
 		accepted := []struct {
 			desc   string
 			locker *mutex.Locker
-			opts   []mutex.LockOption
+			opts   []mutex.Option
 			lease  time.Duration
 		}{
 			{"WithTTL(1ms)", mustNew(t, s.Client, opt, mutex.WithTTL(time.Millisecond)), nil, time.Millisecond},
 			{"WithTTL(MaxTTL)", mustNew(t, s.Client, opt, mutex.WithTTL(mutex.MaxTTL)), nil, mutex.MaxTTL},
-			{"Lease(MaxTTL)", mustNew(t, s.Client, opt), []mutex.LockOption{mutex.Lease(mutex.MaxTTL)}, mutex.MaxTTL},
-			{"Lease(MaxTTL), AutoRenew", mustNew(t, s.Client, opt), []mutex.LockOption{mutex.Lease(mutex.MaxTTL), mutex.AutoRenew()}, mutex.MaxTTL},
+			{"WithTTL(MaxTTL)", mustNew(t, s.Client, opt), []mutex.Option{mutex.WithTTL(mutex.MaxTTL)}, mutex.MaxTTL},
+			{"WithTTL(MaxTTL), WithAutoRenew", mustNew(t, s.Client, opt), []mutex.Option{mutex.WithTTL(mutex.MaxTTL), mutex.WithAutoRenew()}, mutex.MaxTTL},
 			{"WithRetryInterval(MaxTTL)", mustNew(t, s.Client, opt, mutex.WithRetryInterval(mutex.MaxTTL)), nil, mutex.DefaultTTL},
 		}
 		for _, tc := range accepted {
@@ -356,14 +356,14 @@ func waitForLeaseEnd(t *testing.T, s testutil.Store, retry time.Duration) {
 
 // TestBadInputNilAndEmpty: every kind of nil client is refused by New with
 // ErrInvalid, and every acquirer of the nil Locker it returns gives
-// ErrInvalid, without a panic; nil options are ignored; a Call without a
+// ErrInvalid, without a panic; zero options are ignored; a Call without a
 // Fragment is refused by every entry point that takes one, and leaves the
 // lock as it was.
 func TestBadInputNilAndEmpty(t *testing.T) {
 	ctx := context.Background()
 	for desc, c := range testutil.NilClients() {
 		var l *mutex.Locker
-		err := noPanic(func() (err error) { l, err = mutex.New(c, mutex.WithTTL(time.Second), nil); return err })
+		err := noPanic(func() (err error) { l, err = mutex.New(c, mutex.WithTTL(time.Second), mutex.Option{}); return err })
 		if !errors.Is(err, mutex.ErrInvalid) || l != nil {
 			t.Errorf("%s: New = %v, %v; want nil, ErrInvalid", desc, l, err)
 		}
@@ -381,10 +381,10 @@ func TestBadInputNilAndEmpty(t *testing.T) {
 	}
 
 	for _, s := range testutil.Stores(t) {
-		l := mustNew(t, s.Client, nil, mutex.WithPrefix(s.Prefix), nil)
-		lk, err := l.TryLock(ctx, "x", nil, mutex.Lease(time.Minute), nil)
+		l := mustNew(t, s.Client, mutex.Option{}, mutex.WithPrefix(s.Prefix), mutex.Option{})
+		lk, err := l.TryLock(ctx, "x", mutex.Option{}, mutex.WithTTL(time.Minute), mutex.Option{})
 		if err != nil {
-			t.Fatalf("%s: TryLock with nil options = %v", s.Name, err)
+			t.Fatalf("%s: TryLock with zero options = %v", s.Name, err)
 		}
 		if _, _, err := l.LockWith(ctx, "y", mutex.Call{}); !errors.Is(err, mutex.ErrInvalid) {
 			t.Errorf("%s: LockWith without a Fragment = %v, want ErrInvalid", s.Name, err)

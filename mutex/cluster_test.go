@@ -207,7 +207,7 @@ func TestClusterFragmentComposition(t *testing.T) {
 			}
 			read := mutex.Call{Fragment: readFragment, Keys: []string{state}, Args: []any{"arg"}}
 			want := []any{"v1", int64(1), int64(1), "arg"}
-			lk, res, err := l.TryLockWith(ctx, name, read, mutex.Lease(time.Minute))
+			lk, res, err := l.TryLockWith(ctx, name, read, mutex.WithTTL(time.Minute))
 			if err != nil || !equal(res, want) {
 				t.Fatalf("TryLockWith(%q) = %#v, %v; want %#v", name, res, err, want)
 			}
@@ -261,9 +261,9 @@ func TestClusterFencing(t *testing.T) {
 				if i%2 == 1 {
 					l = b
 				}
-				var opts []mutex.LockOption
+				var opts []mutex.Option
 				if i == 1 {
-					opts = append(opts, mutex.Lease(lease))
+					opts = append(opts, mutex.WithTTL(lease))
 				}
 				lk, err := l.Lock(ctx, name, opts...)
 				if err != nil {

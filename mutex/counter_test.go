@@ -199,7 +199,7 @@ func TestSeedScenarioLostUpdate(t *testing.T) {
 				if try > 5 {
 					t.Fatal("A: no commit in 5 tries")
 				}
-				a, err := la.Lock(ctx, name, mutex.Lease(10*time.Second))
+				a, err := la.Lock(ctx, name, mutex.WithTTL(10*time.Second))
 				if err != nil {
 					t.Fatalf("A: Lock = %v", err)
 				}

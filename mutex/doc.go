@@ -26,13 +26,13 @@
 //     ended is lost, never re-acquired behind its holder (Done, Context).
 //
 // Options add re-entry through Lock.Context, FIFO waiting and hand-over
-// between goroutines of one Locker, AutoRenew, fencing numbers, replica
+// between goroutines of one Locker, WithAutoRenew, fencing numbers, replica
 // acknowledgement and Redlock over independent masters (NewQuorum); a
 // Fragment runs the caller's Lua atomically with an acquire or a release.
 //
 // Locker.Semaphore gives a counting semaphore on a name, in the shape of
 // golang.org/x/sync/semaphore (TryAcquire, Acquire of n permits, each
-// returning a Permit to Release), with the locks' leases, AutoRenew,
+// returning a Permit to Release), with the locks' leases, WithAutoRenew,
 // Done and Context, fencing and retry-safe scripts, FIFO waiting across
 // processes, and waiters woken holding their permits. On a quorum it needs
 // more than a majority (SemaphoreQuorum) and does not queue.

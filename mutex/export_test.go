@@ -82,7 +82,7 @@ func SemRelease(ctx context.Context, s *Semaphore, tok string) (int64, error) {
 // permits: a holder that may never release (no Permit, no renewal).
 func SemTake(ctx context.Context, s *Semaphore, n int64, lease time.Duration) (string, bool, error) {
 	tok := newSemToken()
-	cfg, err := s.check(ctx, n, []LockOption{Lease(lease)})
+	cfg, err := s.check(ctx, n, []Option{WithTTL(lease)})
 	if err != nil {
 		return "", false, err
 	}

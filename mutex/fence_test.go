@@ -41,7 +41,7 @@ func TestFenceIncreases(t *testing.T) {
 		inner.Unlock(ctx)
 		lk.Unlock(ctx)
 
-		lk, _ = other.Lock(ctx, "res", mutex.Lease(lease))
+		lk, _ = other.Lock(ctx, "res", mutex.WithTTL(lease))
 		check(lk, "another Locker")
 		expire(t, b, lease) // not unlocked: lost by expiry
 		lk, err = a.Lock(ctx, "res")

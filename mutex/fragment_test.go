@@ -69,7 +69,7 @@ func TestUnlockWithRefusesAfterLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 		expire(t, b, lease)
-		fresh, err := l.TryLock(ctx, "acct", mutex.Lease(time.Minute))
+		fresh, err := l.TryLock(ctx, "acct", mutex.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}

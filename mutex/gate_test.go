@@ -65,7 +65,7 @@ func TestLockWithStopsWaitingWhenDeclined(t *testing.T) {
 		l := newLocker(t, b, mutex.WithRetryInterval(2*time.Millisecond))
 		door := mustKey(t, l, "g", "door")
 		c.Set(ctx, door, "open", 0)
-		holder, err := newLocker(t, b).Lock(ctx, "g", mutex.Lease(time.Hour))
+		holder, err := newLocker(t, b).Lock(ctx, "g", mutex.WithTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +100,7 @@ func TestLockWithAfterHandOver(t *testing.T) {
 		l := newLocker(t, b, mutex.WithRetryInterval(time.Hour))
 		door := mustKey(t, l, "g", "door")
 		c.Set(ctx, door, "open", 0)
-		first, err := l.Lock(ctx, "g", mutex.Lease(time.Hour))
+		first, err := l.Lock(ctx, "g", mutex.WithTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}

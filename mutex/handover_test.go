@@ -130,7 +130,7 @@ func TestHandOverOfALostLock(t *testing.T) {
 		go func() {
 			// A lease longer than what the stale lock has left: the hand-over
 			// must go through Redis, which finds the lock gone.
-			lk, err := l.Lock(ctx, "x", mutex.Lease(2*time.Hour))
+			lk, err := l.Lock(ctx, "x", mutex.WithTTL(2*time.Hour))
 			if err != nil {
 				t.Error(err)
 			}
@@ -147,7 +147,7 @@ func TestHandOverOfALostLock(t *testing.T) {
 		if err := c.Del(ctx, b.Prefix+"{x}:lock").Err(); err != nil {
 			t.Fatal(err)
 		}
-		thief, err := newLocker(t, b).TryLock(ctx, "x", mutex.Lease(time.Minute))
+		thief, err := newLocker(t, b).TryLock(ctx, "x", mutex.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,7 +37,7 @@ func TestNewRefusesBadArguments(t *testing.T) {
 		{"long prefix", c, []mutex.Option{mutex.WithPrefix(strings.Repeat("p", 257))}, mutex.ErrInvalid},
 		{"no replica", c, []mutex.Option{mutex.WithReplicaAck(0, time.Second)}, mutex.ErrInvalid},
 		{"no replica bound", c, []mutex.Option{mutex.WithReplicaAck(1, 0)}, mutex.ErrInvalid},
-		{"a bad option after good ones", c, []mutex.Option{mutex.WithTTL(time.Second), nil, mutex.WithPrefix("}")}, mutex.ErrInvalid},
+		{"a bad option after good ones", c, []mutex.Option{mutex.WithTTL(time.Second), mutex.Option{}, mutex.WithPrefix("}")}, mutex.ErrInvalid},
 		{"replica ack with a client that cannot WAIT", scripterOnly{c}, []mutex.Option{mutex.WithReplicaAck(1, time.Second)}, mutex.ErrUnsupported},
 	}
 	for _, tc := range cases {
@@ -61,12 +61,12 @@ func TestBadInput(t *testing.T) {
 	cases := []struct {
 		name string
 		lock string
-		opts []mutex.LockOption
+		opts []mutex.Option
 	}{
 		{"empty name", "", nil},
 		{"name over 1 KiB", strings.Repeat("n", mutex.MaxNameLen+1), nil},
 		{"name of 10 MiB", strings.Repeat("n", 10<<20), nil},
-		{"zero lease", "x", []mutex.LockOption{mutex.Lease(0)}},
+		{"zero lease", "x", []mutex.Option{mutex.WithTTL(0)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

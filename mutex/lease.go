@@ -19,7 +19,7 @@ type life struct {
 	deadline time.Time   // the lease surely lasts until then (if not deleted)
 	ended    bool        // released, handed over or lost
 	timer    *time.Timer // checks the deadline; nil until someone watches
-	renew    *renewal    // nil unless AutoRenew
+	renew    *renewal    // nil unless WithAutoRenew
 }
 
 // A lifeOwner is what a life belongs to: a lock's hold or a Permit.

@@ -28,7 +28,7 @@ func TestLocalHandOverSendsNothing(t *testing.T) {
 		// A local hand-over needs 90% of the waiter's lease (the Locker's
 		// 10 s) left: with a lease of 10 s, the test would need the waiter
 		// queued and the Unlock sent within a second of the Lock.
-		holder, err := l.Lock(ctx, "job", mutex.Lease(time.Hour))
+		holder, err := l.Lock(ctx, "job", mutex.WithTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,13 +95,13 @@ func TestLocalHandOverNeedsTheLease(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
 		l := newLocker(t, b, mutex.WithRetryInterval(time.Hour), mutex.WithoutNotifications())
-		holder, err := l.Lock(ctx, "job", mutex.Lease(time.Minute))
+		holder, err := l.Lock(ctx, "job", mutex.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := make(chan *mutex.Lock, 1)
 		go func() {
-			lk, err := l.Lock(ctx, "job", mutex.Lease(time.Hour))
+			lk, err := l.Lock(ctx, "job", mutex.WithTTL(time.Hour))
 			if err != nil {
 				t.Error(err)
 			}

@@ -97,7 +97,7 @@ func TestExpiryFreesAndStaleReleaseIsHarmless(t *testing.T) {
 			t.Fatal(err)
 		}
 		expire(t, b, lease)
-		next, err := l.TryLock(ctx, "job", mutex.Lease(time.Minute))
+		next, err := l.TryLock(ctx, "job", mutex.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatalf("TryLock after expiry = %v, want success", err)
 		}
@@ -266,7 +266,7 @@ func TestLockWaitsPastTheLease(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
 		l := newLocker(t, b, mutex.WithTTL(20*time.Millisecond), mutex.WithRetryInterval(2*time.Millisecond))
-		holder, err := l.TryLock(ctx, "x", mutex.Lease(time.Minute))
+		holder, err := l.TryLock(ctx, "x", mutex.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}

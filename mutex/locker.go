@@ -25,25 +25,16 @@ const (
 	MaxNameLen = 1024
 	// MaxTTL is the longest lease (WithTTL, Lease, Extend) and retry
 	// interval accepted: a lock meant to outlive a day is held with
-	// AutoRenew, so that a holder that died frees it within a lease.
+	// WithAutoRenew, so that a holder that died frees it within a lease.
 	MaxTTL = 24 * time.Hour
 )
-
-// checkDuration refuses a lease or interval (what names it) under 1 ms,
-// the scripts' unit, or over MaxTTL.
-func checkDuration(what string, d time.Duration) error {
-	if d < time.Millisecond || d > MaxTTL {
-		return fmt.Errorf("%w: %s %v: want 1ms to %v", ErrInvalid, what, d, MaxTTL)
-	}
-	return nil
-}
 
 // A Locker hands out locks on names, kept in one Redis deployment (a single
 // server, a failover group or a cluster). The zero value is not usable; call
 // New. A Locker is safe for concurrent use and has no Close: it starts a
 // goroutine only while one of its Lock or Semaphore Acquire calls waits (to
 // hear of releases and grants), while commands of overlapping calls queue
-// (see below), and one per lock or permit taken with AutoRenew. Share one
+// (see below), and one per lock or permit taken with WithAutoRenew. Share one
 // Locker among the goroutines of a process.
 //
 // Calls of one Locker that overlap share round trips: commands queued
@@ -111,121 +102,6 @@ type Locker struct {
 	spent spent
 }
 
-// An Option configures a Locker made by New: a CommonOption, WithFencing
-// or WithReplicaAck.
-type Option interface {
-	applyLocker(*Locker) error
-}
-
-// A QuorumOption configures a Locker made by NewQuorum: a CommonOption,
-// WithNodeTimeout or WithRejoinDelay. The options a quorum cannot honour
-// (WithFencing, WithReplicaAck) are not QuorumOptions, and the quorum's own
-// are not Options, so the compiler refuses either where it does not fit.
-type QuorumOption interface {
-	applyQuorum(*Locker, *quorum) error
-}
-
-// A CommonOption configures a Locker made by New or by NewQuorum.
-type CommonOption func(*Locker) error
-
-func (o CommonOption) applyLocker(l *Locker) error            { return o.apply(l) }
-func (o CommonOption) applyQuorum(l *Locker, _ *quorum) error { return o.apply(l) }
-
-func (o CommonOption) apply(l *Locker) error {
-	if o == nil {
-		return nil
-	}
-	return o(l)
-}
-
-// lockerOption is an Option that only New accepts.
-type lockerOption func(*Locker) error
-
-func (o lockerOption) applyLocker(l *Locker) error { return o(l) }
-
-// WithTTL sets the default lease of a lock (DefaultTTL if unset). A holder
-// that neither unlocks nor extends loses the lock when the lease ends. The
-// lease is kept in whole milliseconds; it must be 1 ms to MaxTTL.
-func WithTTL(d time.Duration) CommonOption {
-	return func(l *Locker) error {
-		if err := checkDuration("lease", d); err != nil {
-			return err
-		}
-		l.ttl = d
-		return nil
-	}
-}
-
-// WithRetryInterval sets the mean time between two attempts of a waiting Lock
-// (DefaultRetryInterval if unset). Each wait is drawn uniformly from
-// [d/2, 3d/2) so that waiters spread out, and is cut short when the holder's
-// lease ends sooner or its release is announced. It must be 1 ms to MaxTTL.
-func WithRetryInterval(d time.Duration) CommonOption {
-	return func(l *Locker) error {
-		if err := checkDuration("retry interval", d); err != nil {
-			return err
-		}
-		l.retry = d
-		return nil
-	}
-}
-
-// WithoutPipelining sends each call's commands on their own, never in a
-// pipeline with those of overlapping calls (see Locker): one connection of
-// the client's pool per call in flight, as with other Redis lock libraries.
-func WithoutPipelining() CommonOption {
-	return func(l *Locker) error {
-		l.noBatch = true
-		return nil
-	}
-}
-
-// WithPrefix sets the prefix of the Redis keys (DefaultPrefix if unset). A
-// lock on name is stored at <prefix>{<name>}:lock, with braces and '~' in the
-// name escaped, so every key of one name shares a cluster slot.
-func WithPrefix(prefix string) CommonOption {
-	return func(l *Locker) error {
-		if err := keyspace.CheckPrefix(prefix); err != nil {
-			return fmt.Errorf("%w: prefix: %w", ErrInvalid, err)
-		}
-		l.prefix = prefix
-		return nil
-	}
-}
-
-// WithoutNotifications turns release notifications off. By default, while
-// a Lock waits, the Locker subscribes to the name's release channel (one
-// Redis Pub/Sub connection per Locker, only while someone waits), and a
-// release that a waiter asked for publishes one message, so the waiter tries
-// at once instead of at its next tick. Notifications only speed things up:
-// without them, or when one is lost, the next tick acquires the lock. A
-// client without Subscribe gets no notifications, and neither does a quorum.
-func WithoutNotifications() CommonOption {
-	return func(l *Locker) error {
-		l.notify = false
-		return nil
-	}
-}
-
-// WithFencing gives every acquisition a fencing number (Lock.Fence), strictly
-// greater than the numbers of all earlier acquisitions of the name, for
-// resources outside Redis that can reject a stale holder's writes.
-//
-// The counter lives at <prefix>{<name>}:fence and expires DefaultFenceTTL
-// after its last use, so idle names cost nothing. Each number is at least the
-// Redis server's time in microseconds, so a counter created again after it
-// expired continues above every number it gave before, unless the server's
-// clock was set back by more than DefaultFenceTTL meanwhile. Fencing costs no
-// extra round trip: it is part of the acquire script.
-//
-// It is an Option of New only: a quorum has no one Redis to keep the counter.
-func WithFencing() Option {
-	return lockerOption(func(l *Locker) error {
-		l.fenceTTL = DefaultFenceTTL
-		return nil
-	})
-}
-
 // New returns a Locker that keeps its locks through client. A nil client or
 // a bad option is an error matching ErrInvalid (and the client an error
 // matching ErrUnsupported when it cannot do what an option asks).
@@ -234,13 +110,8 @@ func New(client Client, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalid)
 	}
 	l := &Locker{client: client, dep: single{}, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, notify: true, releases: newReleases()}
-	for _, o := range opts {
-		if nilcheck.IsNil(o) {
-			continue
-		}
-		if err := o.applyLocker(l); err != nil {
-			return nil, err
-		}
+	if err := l.configure(nil, inNew, opts); err != nil {
+		return nil, err
 	}
 	if err := l.checkAcks(); err != nil {
 		return nil, err
@@ -271,58 +142,6 @@ func (l *Locker) wire() {
 func (l *Locker) box() {
 	l.ttlMS, l.fenceMS = l.ttl.Milliseconds(), l.fenceTTL.Milliseconds()
 }
-
-// A LockOption configures one acquisition. Options are values: make one
-// once and pass it to every call.
-type LockOption *lockOption
-
-type lockOption struct {
-	ttl      time.Duration // 0: unchanged
-	ttlMS    any           // ttl in ms, boxed once for the scripts' arguments
-	renew    bool
-	ackLater bool // AckAtRelease
-	err      error
-}
-
-type lockConfig struct {
-	ttl      time.Duration
-	ttlMS    any
-	renew    bool
-	ackLater bool
-	err      error
-}
-
-// Lease sets the lease of this acquisition instead of the Locker's TTL:
-// 1 ms to MaxTTL, or the acquisition fails with ErrInvalid.
-func Lease(d time.Duration) LockOption {
-	if err := checkDuration("lease", d); err != nil {
-		return &lockOption{err: err}
-	}
-	return &lockOption{ttl: d, ttlMS: d.Milliseconds()}
-}
-
-// AutoRenew keeps the lock's lease alive while it is held: every lease/3 a
-// goroutine extends it with a token-checked script. Renewal stops in Unlock,
-// before Unlock returns. If the lock is found taken, or renewals fail until
-// the lease must have ended, the lock is lost: Done closes, Context is
-// cancelled with cause ErrLockLost, and Unlock returns ErrNotHeld. It never
-// acquires the lock again on its own.
-func AutoRenew() LockOption { return autoRenew }
-
-var autoRenew = &lockOption{renew: true}
-
-// AckAtRelease makes an acquisition of a Locker made WithReplicaAck wait for
-// no replica: the UnlockWith that ends the hold waits for them instead, and
-// its acknowledgement covers the acquisition too (a replica acknowledges a
-// master's writes in their order). It suits holds whose only effect is the
-// fragment written at release, such as the funnel's read-modify-write,
-// which acts on nothing before its commit; a hold that acts outside Redis
-// needs its acquisition acknowledged. A lock granted this way can be lost in
-// a failover before the release, which then finds it gone (ErrNotHeld).
-// Without WithReplicaAck it changes nothing.
-func AckAtRelease() LockOption { return ackAtRelease }
-
-var ackAtRelease = &lockOption{ackLater: true}
 
 // Key returns <prefix>{<name>}:<kind>, a key in the same Redis Cluster slot
 // as the lock on name, for data that a Fragment reads or writes under that
@@ -372,33 +191,4 @@ func reservedKind(kind string) bool {
 		return true
 	}
 	return strings.HasPrefix(kind, kindRecord+":") || strings.HasPrefix(kind, kindSem+":")
-}
-
-// config validates a call and its options.
-func (l *Locker) config(name string, opts []LockOption) (lockConfig, error) {
-	if l == nil {
-		return lockConfig{}, errNilLocker
-	}
-	if err := checkName(name); err != nil {
-		return lockConfig{}, err
-	}
-	cfg := lockConfig{ttl: l.ttl, ttlMS: l.ttlMS}
-	for _, o := range opts {
-		if o != nil {
-			cfg.add(o)
-		}
-	}
-	return cfg, cfg.err
-}
-
-// add applies one option; the last bad one is the call's error.
-func (cfg *lockConfig) add(o *lockOption) {
-	switch {
-	case o.err != nil:
-		cfg.err = o.err
-	case o.ttl > 0:
-		cfg.ttl, cfg.ttlMS = o.ttl, o.ttlMS
-	}
-	cfg.renew = cfg.renew || o.renew
-	cfg.ackLater = cfg.ackLater || o.ackLater
 }

@@ -2,8 +2,9 @@ package mutex
 
 import (
 	"context"
-	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"sync"
+
+	"github.com/funnelguard/funnelguard/internal/keyspace"
 
 	"github.com/redis/go-redis/v9"
 )

@@ -46,7 +46,7 @@ func expectLock(t *testing.T, got <-chan *mutex.Lock, within time.Duration, what
 func TestReleaseNotificationWakesOtherProcess(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		holder, err := newLocker(t, b).Lock(ctx, "n", mutex.Lease(time.Hour))
+		holder, err := newLocker(t, b).Lock(ctx, "n", mutex.WithTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +68,7 @@ func TestReleaseNotificationWakesOtherProcess(t *testing.T) {
 func TestTickerWithoutNotifications(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		holder, err := newLocker(t, b).Lock(ctx, "n", mutex.Lease(time.Hour))
+		holder, err := newLocker(t, b).Lock(ctx, "n", mutex.WithTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +87,7 @@ func TestTickerWithoutNotifications(t *testing.T) {
 func TestLostNotificationLeaseEnd(t *testing.T) {
 	b := testutil.RealBackend(t) // miniredis leases end only by FastForward
 	ctx := context.Background()
-	if _, err := newLocker(t, b).Lock(ctx, "n", mutex.Lease(100*time.Millisecond)); err != nil {
+	if _, err := newLocker(t, b).Lock(ctx, "n", mutex.WithTTL(100*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	waiter := newLocker(t, b, mutex.WithRetryInterval(time.Hour))
@@ -133,7 +133,7 @@ func TestReleaseWithoutWaitersPublishesNothing(t *testing.T) {
 		}
 		// Now with a waiter: exactly then a release is published. Receiving it
 		// also proves no message came before it.
-		holder, _ := l.Lock(ctx, "busy", mutex.Lease(time.Hour))
+		holder, _ := l.Lock(ctx, "busy", mutex.WithTTL(time.Hour))
 		other := newLocker(t, b, mutex.WithRetryInterval(time.Hour))
 		got := lockIn(t, other, "busy")
 		waitFor(t, "mark", func() bool { return mutex.Marked(b.Client(t).Get(ctx, b.Prefix+"{busy}:lock").Val()) })

@@ -194,7 +194,7 @@ func (single) semExtend(ctx context.Context, p *Permit, d time.Duration) (bool, 
 	return true, nil
 }
 
-// renewOnce is the Permit's renewer step (AutoRenew).
+// renewOnce is the Permit's renewer step (WithAutoRenew).
 func (p *Permit) renewOnce(ctx context.Context, lease time.Duration) (bool, error) {
 	return p.s.dep.semExtend(ctx, p, lease)
 }

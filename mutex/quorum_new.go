@@ -3,7 +3,6 @@ package mutex
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/nilcheck"
@@ -13,7 +12,7 @@ import (
 // NewQuorum returns a Locker that keeps each lock on a majority of N
 // independent Redis masters (the Redlock algorithm), so that a lock survives
 // the loss of a minority of them. It has the API of New's Locker: TryLock,
-// Lock, Unlock, Extend, TTL, AutoRenew, Done, Context and re-entry.
+// Lock, Unlock, Extend, TTL, WithAutoRenew, Done, Context and re-entry.
 //
 // Each call runs on every node in parallel, each node bounded by a node
 // timeout (WithNodeTimeout) far below the lease. An acquisition succeeds when
@@ -25,9 +24,9 @@ import (
 // error (too many nodes failed: Lock gives up at once). Extend, renewal and
 // TTL need a majority too; when a majority no longer has the lock, it is lost.
 //
-// Fencing and Fragments need the lock and the data in one Redis: WithFencing
-// is not a QuorumOption, and TryLockWith, LockWith, Run and UnlockWith
-// return ErrUnsupported. WithReplicaAck is not a QuorumOption either (each
+// Fencing and Fragments need the lock and the data in one Redis: NewQuorum
+// refuses WithFencing with ErrInvalid, and TryLockWith, LockWith, Run and
+// UnlockWith return ErrUnsupported. It refuses WithReplicaAck too (each
 // node is its own master). Waiters hear of releases by polling and from
 // local Unlocks (no Pub/Sub, no hand-over in the release script).
 //
@@ -43,20 +42,15 @@ import (
 // hung node short. NewQuorum returns an error matching ErrInvalid for fewer
 // than MinQuorumNodes clients, a nil client, a client listed twice or one
 // that ignores context deadlines, and for a bad option.
-func NewQuorum(clients []Client, opts ...QuorumOption) (*Locker, error) {
+func NewQuorum(clients []Client, opts ...Option) (*Locker, error) {
 	if err := checkNodes(clients); err != nil {
 		return nil, err
 	}
 	q := &quorum{nodes: slices.Clone(clients), need: len(clients)/2 + 1}
 	// notify stays false: a quorum's releases announce nothing.
 	l := &Locker{client: clients[0], dep: q, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, honours: true, runner: ctxcall.NewRunner(clients[0]), releases: newReleases()}
-	for _, o := range opts {
-		if nilcheck.IsNil(o) {
-			continue
-		}
-		if err := o.applyQuorum(l, q); err != nil {
-			return nil, err
-		}
+	if err := l.configure(q, inQuorum, opts); err != nil {
+		return nil, err
 	}
 	l.box()
 	if q.timeout == 0 {
@@ -94,40 +88,4 @@ func checkNode(clients []Client, i int, c Client) error {
 		return fmt.Errorf("%w: quorum client %d does not set ContextTimeoutEnabled, so a hung node would hold every call for its ReadTimeout instead of the node timeout", ErrInvalid, i)
 	}
 	return nil
-}
-
-// quorumOption is a QuorumOption that only NewQuorum accepts.
-type quorumOption func(*quorum) error
-
-func (o quorumOption) applyQuorum(_ *Locker, q *quorum) error { return o(q) }
-
-// WithNodeTimeout bounds each node's part of a quorum call (DefaultNodeTimeout
-// if unset, or the TTL/10 when that is less). Keep it far below the lease:
-// the time an acquisition takes comes off the lease's validity.
-func WithNodeTimeout(d time.Duration) QuorumOption {
-	return quorumOption(func(q *quorum) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: node timeout %v: want at least 1ms", ErrInvalid, d)
-		}
-		q.timeout = d
-		return nil
-	})
-}
-
-// WithRejoinDelay keeps a node out of every majority for d after it started
-// empty. Each node keeps a marker, <prefix>quorum:up, with the server time
-// it was first seen; a node without one (restarted without persistence, or
-// idle for DefaultFenceTTL) refuses to grant locks until d has passed on its
-// clock. Make d longer than the longest lease, so that every lock the node
-// forgot has expired on the others. The marker costs a few commands per
-// acquisition and no extra round trip; a brand-new deployment waits d before
-// its first lock.
-func WithRejoinDelay(d time.Duration) QuorumOption {
-	return quorumOption(func(q *quorum) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: rejoin delay %v: want at least 1ms", ErrInvalid, d)
-		}
-		q.rejoin = d
-		return nil
-	})
 }

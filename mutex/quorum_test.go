@@ -41,9 +41,9 @@ func newClients(t *testing.T, srvs []*testutil.Server) []mutex.Client {
 // timeout set one of their own.
 const quorumNodeTimeout = time.Second
 
-func newQuorum(t *testing.T, clients []mutex.Client, opts ...mutex.QuorumOption) *mutex.Locker {
+func newQuorum(t *testing.T, clients []mutex.Client, opts ...mutex.Option) *mutex.Locker {
 	t.Helper()
-	l, err := mutex.NewQuorum(clients, append([]mutex.QuorumOption{mutex.WithPrefix(testutil.NewPrefix()), mutex.WithNodeTimeout(quorumNodeTimeout)}, opts...)...)
+	l, err := mutex.NewQuorum(clients, append([]mutex.Option{mutex.WithPrefix(testutil.NewPrefix()), mutex.WithNodeTimeout(quorumNodeTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatalf("NewQuorum: %v", err)
 	}
@@ -73,7 +73,7 @@ func TestQuorumInvalid(t *testing.T) {
 	cases := []struct {
 		name    string
 		clients []mutex.Client
-		opts    []mutex.QuorumOption
+		opts    []mutex.Option
 		want    error
 	}{
 		{"none", nil, nil, mutex.ErrInvalid},
@@ -82,10 +82,10 @@ func TestQuorumInvalid(t *testing.T) {
 		{"nil", []mutex.Client{c, d, nil}, nil, mutex.ErrInvalid},
 		{"no context deadlines", []mutex.Client{c, d, deaf}, nil, mutex.ErrInvalid},
 		{"typed nil", []mutex.Client{c, typedNil, d}, nil, mutex.ErrInvalid},
-		{"node timeout", []mutex.Client{c, d, e}, []mutex.QuorumOption{mutex.WithNodeTimeout(0)}, mutex.ErrInvalid},
-		{"rejoin", []mutex.Client{c, d, e}, []mutex.QuorumOption{mutex.WithRejoinDelay(-time.Second)}, mutex.ErrInvalid},
-		{"ttl", []mutex.Client{c, d, e}, []mutex.QuorumOption{mutex.WithTTL(0)}, mutex.ErrInvalid},
-		{"prefix", []mutex.Client{c, d, e}, []mutex.QuorumOption{nil, mutex.WithPrefix("{")}, mutex.ErrInvalid},
+		{"node timeout", []mutex.Client{c, d, e}, []mutex.Option{mutex.WithNodeTimeout(0)}, mutex.ErrInvalid},
+		{"rejoin", []mutex.Client{c, d, e}, []mutex.Option{mutex.WithRejoinDelay(-time.Second)}, mutex.ErrInvalid},
+		{"ttl", []mutex.Client{c, d, e}, []mutex.Option{mutex.WithTTL(0)}, mutex.ErrInvalid},
+		{"prefix", []mutex.Client{c, d, e}, []mutex.Option{mutex.Option{}, mutex.WithPrefix("{")}, mutex.ErrInvalid},
 	}
 	for _, tc := range cases {
 		var l *mutex.Locker
@@ -96,38 +96,54 @@ func TestQuorumInvalid(t *testing.T) {
 	}
 }
 
-// TestOptionKinds: the options only one constructor can honour are of a
-// type the other does not take, so the compiler refuses them (these
-// assertions are the run-time shadow of that).
-func TestOptionKinds(t *testing.T) {
-	for name, o := range map[string]any{
-		"WithFencing":    mutex.WithFencing(),
-		"WithReplicaAck": mutex.WithReplicaAck(1, time.Second),
+// TestOptionPlaces: mutex has one Option type, and each option given where
+// it means nothing (a quorum's option to New, fencing to a quorum, a
+// Locker's option to one acquisition) fails with ErrInvalid, while the same
+// option where it applies works.
+func TestOptionPlaces(t *testing.T) {
+	ctx := context.Background()
+	_, clients := quorumNodes(t, 3)
+	single := mustNew(t, clients[0], mutex.WithPrefix(testutil.NewPrefix()))
+	type where struct{ New, NewQuorum, Lock bool }
+	for _, tc := range []struct {
+		name string
+		opt  mutex.Option
+		ok   where
+	}{
+		{"WithTTL", mutex.WithTTL(time.Second), where{true, true, true}},
+		{"WithRetryInterval", mutex.WithRetryInterval(time.Second), where{true, true, false}},
+		{"WithPrefix", mutex.WithPrefix("p:"), where{true, true, false}},
+		{"WithoutPipelining", mutex.WithoutPipelining(), where{true, true, false}},
+		{"WithoutNotifications", mutex.WithoutNotifications(), where{true, true, false}},
+		{"WithFencing", mutex.WithFencing(), where{true, false, false}},
+		{"WithReplicaAck", mutex.WithReplicaAck(1, time.Second), where{true, false, false}},
+		{"WithNodeTimeout", mutex.WithNodeTimeout(time.Second), where{false, true, false}},
+		{"WithRejoinDelay", mutex.WithRejoinDelay(time.Second), where{false, true, false}},
+		{"WithAutoRenew", mutex.WithAutoRenew(), where{false, false, true}},
+		{"WithAckAtRelease", mutex.WithAckAtRelease(), where{false, false, true}},
 	} {
-		if _, ok := o.(mutex.QuorumOption); ok {
-			t.Errorf("%s is a QuorumOption; a quorum cannot honour it", name)
+		_, err := mutex.New(clients[0], tc.opt)
+		wantAccepted(t, tc.name+" in New", err, tc.ok.New)
+		_, err = mutex.NewQuorum(clients, tc.opt)
+		wantAccepted(t, tc.name+" in NewQuorum", err, tc.ok.NewQuorum)
+		lk, err := single.TryLock(ctx, testutil.NewPrefix()+tc.name, tc.opt)
+		wantAccepted(t, tc.name+" in TryLock", err, tc.ok.Lock)
+		if lk != nil {
+			if err := lk.Unlock(ctx); err != nil {
+				t.Errorf("%s: Unlock: %v", tc.name, err)
+			}
 		}
 	}
-	for name, o := range map[string]any{
-		"WithNodeTimeout": mutex.WithNodeTimeout(time.Second),
-		"WithRejoinDelay": mutex.WithRejoinDelay(time.Second),
-	} {
-		if _, ok := o.(mutex.Option); ok {
-			t.Errorf("%s is an Option of New; only a quorum has nodes", name)
-		}
+}
+
+// wantAccepted wants err nil when ok, and an error matching ErrInvalid otherwise.
+func wantAccepted(t *testing.T, what string, err error, ok bool) {
+	t.Helper()
+	if ok && err != nil {
+		t.Errorf("%s: %v, want it accepted", what, err)
 	}
-	for name, o := range map[string]any{
-		"WithTTL":              mutex.WithTTL(time.Second),
-		"WithRetryInterval":    mutex.WithRetryInterval(time.Second),
-		"WithPrefix":           mutex.WithPrefix("p:"),
-		"WithoutPipelining":    mutex.WithoutPipelining(),
-		"WithoutNotifications": mutex.WithoutNotifications(),
-	} {
-		_, single := o.(mutex.Option)
-		_, quorum := o.(mutex.QuorumOption)
-		if !single || !quorum {
-			t.Errorf("%s: an Option %v, a QuorumOption %v; want both", name, single, quorum)
-		}
+	if !ok && !errors.Is(err, mutex.ErrInvalid) {
+		t.Errorf("%s: %v, want ErrInvalid", what, err)
 	}
 }
 
@@ -246,7 +262,7 @@ func TestQuorumLossByMajority(t *testing.T) {
 	// A lease that renewals keep on a loaded machine (see renewLease); the
 	// loss below is found by a renewal, not by the lease's end.
 	const lease = 3 * time.Second
-	lk, err := l.TryLock(ctx, "gone", mutex.Lease(lease), mutex.AutoRenew())
+	lk, err := l.TryLock(ctx, "gone", mutex.WithTTL(lease), mutex.WithAutoRenew())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +397,7 @@ func TestQuorumRestartedNode(t *testing.T) {
 		ctx := context.Background()
 		// A killed node costs each acquisition the node timeout, which comes
 		// off the 1 s lease: a fifth of it, four times DefaultNodeTimeout.
-		opts := []mutex.QuorumOption{mutex.WithTTL(lease), mutex.WithRetryInterval(20 * time.Millisecond), mutex.WithNodeTimeout(lease / 5)}
+		opts := []mutex.Option{mutex.WithTTL(lease), mutex.WithRetryInterval(20 * time.Millisecond), mutex.WithNodeTimeout(lease / 5)}
 		if delay > 0 {
 			opts = append(opts, mutex.WithRejoinDelay(delay))
 		}

@@ -77,11 +77,11 @@ func TestReentryKeepsTheLongerLease(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		bg := context.Background()
 		l := newLocker(t, b)
-		outer, err := l.TryLock(bg, "x", mutex.Lease(time.Hour))
+		outer, err := l.TryLock(bg, "x", mutex.WithTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
-		inner, err := l.TryLock(outer.Context(bg), "x", mutex.Lease(time.Second))
+		inner, err := l.TryLock(outer.Context(bg), "x", mutex.WithTTL(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func TestReentryAfterExpiryFails(t *testing.T) {
 		}
 		ctx := outer.Context(bg)
 		expire(t, b, lease)
-		other, err := l.TryLock(bg, "x", mutex.Lease(time.Minute))
+		other, err := l.TryLock(bg, "x", mutex.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatalf("TryLock after expiry = %v", err)
 		}
@@ -123,7 +123,7 @@ func TestReentryManyHandles(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		bg := context.Background()
 		l := newLocker(t, b)
-		root, err := l.TryLock(bg, "m", mutex.Lease(time.Minute))
+		root, err := l.TryLock(bg, "m", mutex.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 )
 
-// A renewal is the goroutine that keeps an AutoRenew lease alive (a lock's
+// A renewal is the goroutine that keeps an WithAutoRenew lease alive (a lock's
 // or a Permit's); a life starts and stops it (lease.go).
 type renewal struct {
 	stop    chan struct{} // closed to end the goroutine

@@ -21,7 +21,7 @@ func TestAutoRenewKeepsTheLock(t *testing.T) {
 		ctx := context.Background()
 		const lease = renewLease
 		l := newLocker(t, b, mutex.WithTTL(lease))
-		lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
+		lk, err := l.Lock(ctx, "job", mutex.WithAutoRenew())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestNoRenewalAfterUnlock(t *testing.T) {
 		const lease = 400 * time.Millisecond
 		l := mustNew(t, c, mutex.WithPrefix(b.Prefix), mutex.WithTTL(lease))
 		for range 8 {
-			lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
+			lk, err := l.Lock(ctx, "job", mutex.WithAutoRenew())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +75,7 @@ func TestAutoRenewReportsDeletedKey(t *testing.T) {
 		ctx := context.Background()
 		c := b.Client(t)
 		const lease = 60 * time.Millisecond
-		lk, err := newLocker(t, b, mutex.WithTTL(lease)).Lock(ctx, "job", mutex.AutoRenew())
+		lk, err := newLocker(t, b, mutex.WithTTL(lease)).Lock(ctx, "job", mutex.WithAutoRenew())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func TestAutoRenewServerStopped(t *testing.T) {
 	ctx := context.Background()
 	const lease = renewLease
 	l := mustNew(t, srv.Client(t), mutex.WithTTL(lease))
-	lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
+	lk, err := l.Lock(ctx, "job", mutex.WithAutoRenew())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,13 +130,13 @@ func TestAutoRenewOnHandedOverLock(t *testing.T) {
 		ctx := context.Background()
 		const lease = renewLease
 		l := newLocker(t, b, mutex.WithTTL(lease), mutex.WithRetryInterval(time.Hour))
-		first, err := l.Lock(ctx, "job", mutex.Lease(time.Hour))
+		first, err := l.Lock(ctx, "job", mutex.WithTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := make(chan *mutex.Lock, 1)
 		go func() {
-			lk, err := l.Lock(ctx, "job", mutex.AutoRenew())
+			lk, err := l.Lock(ctx, "job", mutex.WithAutoRenew())
 			if err != nil {
 				t.Error(err)
 			}
@@ -147,7 +147,7 @@ func TestAutoRenewOnHandedOverLock(t *testing.T) {
 		lk := <-got
 		time.Sleep(3 * lease)
 		if ttl, err := lk.TTL(ctx); err != nil || ttl <= 0 {
-			t.Fatalf("handed-over AutoRenew lock after 3 leases: TTL %v, %v", ttl, err)
+			t.Fatalf("handed-over WithAutoRenew lock after 3 leases: TTL %v, %v", ttl, err)
 		}
 		if err := lk.Unlock(ctx); err != nil {
 			t.Fatal(err)

@@ -3,61 +3,12 @@ package mutex
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
-
-// WithReplicaAck makes every write that grants or keeps a lock wait until at
-// least n replicas of the key's master have acknowledged it, for at most
-// timeout (Redis's WAIT, on the connection that made the write). The writes
-// are acquisitions, extensions (Extend and AutoRenew), hand-overs in Redis,
-// and releases that run a Fragment (UnlockWith, the funnel's commit); a
-// plain release is not waited for: losing it costs only the rest of the
-// lease.
-//
-// A plain acquisition sends WAIT in the same round trip as its script; an
-// acquisition with a Fragment sends it only once the lock is granted (a gate
-// that declines costs one round trip, as without the option), so that call
-// takes two. What happens when fewer than n replicas acknowledge:
-//   - an acquisition is undone (the lock released) and fails with
-//     ErrNotReplicated; a waiting Lock returns that error at once;
-//   - Extend fails with ErrNotReplicated; the lock keeps its new lease on the
-//     master, but the handle counts on the old one;
-//   - a hand-over to a waiter of this Locker is undone and the waiter tries
-//     again; the release itself stands;
-//   - UnlockWith fails with ErrNotReplicated: the lock is released and the
-//     fragment's write stands on the master.
-//
-// The guarantee: a lock this Locker reports held, and a fragment's write it
-// reports done, were on at least n replicas. Replication is still
-// asynchronous: a failover that promotes a replica which was not among the
-// acknowledgers loses them all the same (with Sentinel, n of at least half
-// the replicas, and min-replicas-to-write on the master, narrow that
-// window), and WAIT does not make Redis a consensus system.
-//
-// It needs a client whose connections can be held: *redis.Client (also from
-// NewFailoverClient) or *redis.ClusterClient (the WAIT goes to the master of
-// the key's slot); New refuses any other client, a Ring among them, with
-// ErrUnsupported. Keep timeout below the client's ReadTimeout. n must be at
-// least 1 and timeout at least a millisecond (ErrInvalid).
-//
-// It is an Option of New only: each node of a quorum is its own master.
-func WithReplicaAck(n int, timeout time.Duration) Option {
-	return lockerOption(func(l *Locker) error {
-		switch {
-		case n < 1 || n > math.MaxInt32:
-			return fmt.Errorf("%w: replica acknowledgement by %d replicas: want at least 1", ErrInvalid, n)
-		case timeout < time.Millisecond:
-			return fmt.Errorf("%w: replica acknowledgement within %v: want at least 1ms", ErrInvalid, timeout)
-		}
-		l.acks, l.ackTimeout = n, timeout
-		return nil
-	})
-}
 
 // ReplicaAck returns the replica acknowledgement the Locker waits for
 // (WithReplicaAck): n is 0 when it waits for none.

@@ -207,10 +207,6 @@ func TestReplicaAckBadOptions(t *testing.T) {
 			t.Errorf("%s: New = %v, %v; want nil, %v", tc.name, l, err, tc.want)
 		}
 	}
-	// NewQuorum does not take it: each node is its own master.
-	if _, ok := any(mutex.WithReplicaAck(1, time.Second)).(mutex.QuorumOption); ok {
-		t.Error("WithReplicaAck is a QuorumOption")
-	}
 }
 
 // scripterOnly is a client wrapper with scripts and nothing else.
@@ -233,7 +229,7 @@ func TestReplicaAckFailover(t *testing.T) {
 	newClient := func() *redis.Client {
 		return g.ClientOpts(t, &redis.FailoverOptions{DialTimeout: 300 * time.Millisecond, ReadTimeout: 3 * time.Second, WriteTimeout: time.Second})
 	}
-	lease := mutex.Lease(time.Minute) // outlasts the failover on a loaded machine
+	lease := mutex.WithTTL(time.Minute) // outlasts the failover on a loaded machine
 	acked := mustNew(t, newClient(), mutex.WithPrefix(prefix), mutex.WithReplicaAck(1, time.Second))
 	plain := mustNew(t, newClient(), mutex.WithPrefix(prefix))
 	var kept *mutex.Lock
@@ -376,22 +372,22 @@ func TestReplicaAckHungServer(t *testing.T) {
 	}
 }
 
-// AckAtRelease: the acquisition waits for no replica, the UnlockWith that
+// WithAckAtRelease: the acquisition waits for no replica, the UnlockWith that
 // ends the hold does, and reports what the replica did not acknowledge.
 func TestReplicaAckAtRelease(t *testing.T) {
 	r, ctx, l := ackedRig(t)
 	lockAcked(t, ctx, l, "warm").Unlock(ctx) // the scripts loaded while the replica answers
 	thaw := testutil.Freeze(t, r.Replicas[0].Pid())
 	defer thaw()
-	lk, _, err := l.TryLockWith(ctx, "a", mutex.Call{Fragment: ackWrite, Keys: []string{mustKey(t, l, "a", "data")}, Args: []any{"x"}}, mutex.AckAtRelease())
+	lk, _, err := l.TryLockWith(ctx, "a", mutex.Call{Fragment: ackWrite, Keys: []string{mustKey(t, l, "a", "data")}, Args: []any{"x"}}, mutex.WithAckAtRelease())
 	if err != nil {
-		t.Fatalf("TryLockWith(AckAtRelease) with a frozen replica: %v; want the lock, unacknowledged", err)
+		t.Fatalf("TryLockWith(WithAckAtRelease) with a frozen replica: %v; want the lock, unacknowledged", err)
 	}
 	if _, err := lk.UnlockWith(ctx, mutex.Call{Fragment: ackWrite, Keys: []string{mustKey(t, l, "a", "data")}, Args: []any{"y"}}); !errors.Is(err, mutex.ErrNotReplicated) {
 		t.Fatalf("its UnlockWith: %v, want ErrNotReplicated", err)
 	}
 	if _, err := l.TryLock(ctx, "b"); !errors.Is(err, mutex.ErrNotReplicated) {
-		t.Fatalf("a TryLock without AckAtRelease: %v, want ErrNotReplicated", err)
+		t.Fatalf("a TryLock without WithAckAtRelease: %v, want ErrNotReplicated", err)
 	}
 }
 

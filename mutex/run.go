@@ -46,7 +46,7 @@ func (l *Locker) runAlone(ctx context.Context, script *redis.Script, keys []stri
 // for replicas (WithReplicaAck): in the same round trip for a plain attempt;
 // only once the lock is granted for one with a fragment, whose gate may
 // decline (a denial costs no wait). nowait skips the wait: a re-entry grants
-// nobody a lock they did not hold, and AckAtRelease leaves it to the
+// nobody a lock they did not hold, and WithAckAtRelease leaves it to the
 // release. short reports a grant that not enough replicas acknowledged.
 func (l *Locker) acquireRun(ctx context.Context, script *redis.Script, keys []string, args []any, fragment, nowait bool, late func(any, error)) (reply any, short, err error) {
 	switch {

@@ -141,8 +141,8 @@ func (s *Semaphore) Size() int64 { return s.size }
 // a quorum, where too many failed nodes make an error matching ErrNoQuorum,
 // and an acquisition too slow for its lease too). n must be 1 to Size
 // (ErrInvalid). The options are a lock's: Lease (the Locker's TTL if
-// unset) and AutoRenew.
-func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...LockOption) (*Permit, error) {
+// unset) and WithAutoRenew.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...Option) (*Permit, error) {
 	cfg, err := s.check(ctx, n, opts)
 	if err != nil {
 		return nil, err
@@ -167,7 +167,7 @@ func (single) semTry(ctx context.Context, s *Semaphore, tok string, n int64, cfg
 }
 
 // check validates an acquisition.
-func (s *Semaphore) check(ctx context.Context, n int64, opts []LockOption) (lockConfig, error) {
+func (s *Semaphore) check(ctx context.Context, n int64, opts []Option) (lockConfig, error) {
 	if ctx == nil {
 		return lockConfig{}, ErrNilContext
 	}

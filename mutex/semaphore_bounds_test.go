@@ -163,12 +163,12 @@ func TestLeaseBounds(t *testing.T) {
 			t.Errorf("WithRetryInterval(%v): %v, want ErrInvalid", d, err)
 		}
 		l := newLocker(t, b)
-		if _, err := l.TryLock(ctx, "x", mutex.Lease(d)); !errors.Is(err, mutex.ErrInvalid) {
-			t.Errorf("TryLock with Lease(%v): %v, want ErrInvalid", d, err)
+		if _, err := l.TryLock(ctx, "x", mutex.WithTTL(d)); !errors.Is(err, mutex.ErrInvalid) {
+			t.Errorf("TryLock with WithTTL(%v): %v, want ErrInvalid", d, err)
 		}
 		s := mustSem(t, l, "s", 2)
-		if _, err := s.TryAcquire(ctx, 1, mutex.Lease(d)); !errors.Is(err, mutex.ErrInvalid) {
-			t.Errorf("TryAcquire with Lease(%v): %v, want ErrInvalid", d, err)
+		if _, err := s.TryAcquire(ctx, 1, mutex.WithTTL(d)); !errors.Is(err, mutex.ErrInvalid) {
+			t.Errorf("TryAcquire with WithTTL(%v): %v, want ErrInvalid", d, err)
 		}
 		lk, err := l.TryLock(ctx, "y")
 		if err != nil {
@@ -193,8 +193,8 @@ func TestLeaseBounds(t *testing.T) {
 		}
 	}
 	l := newLocker(t, b)
-	if lk, err := l.TryLock(ctx, "max", mutex.Lease(mutex.MaxTTL)); err != nil {
-		t.Errorf("TryLock with Lease(MaxTTL): %v", err)
+	if lk, err := l.TryLock(ctx, "max", mutex.WithTTL(mutex.MaxTTL)); err != nil {
+		t.Errorf("TryLock with WithTTL(MaxTTL): %v", err)
 	} else {
 		_ = lk.Unlock(ctx)
 	}
@@ -213,7 +213,7 @@ func TestSemaphoreLongLeaseKeysShrink(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := mustSem(t, l, "long", 3)
-		p, err := s.TryAcquire(ctx, 1, mutex.Lease(mutex.MaxTTL))
+		p, err := s.TryAcquire(ctx, 1, mutex.WithTTL(mutex.MaxTTL))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,7 +33,7 @@ func TestClusterSemaphore(t *testing.T) {
 		go func() {
 			wctx, cancel := context.WithTimeout(ctx, 3*time.Second) // polls every 10 to 20 s
 			defer cancel()
-			q, err := sb.Acquire(wctx, 1, mutex.Lease(time.Minute))
+			q, err := sb.Acquire(wctx, 1, mutex.WithTTL(time.Minute))
 			if err == nil {
 				err = q.Release(ctx)
 			}

@@ -155,10 +155,10 @@ func countingWorker(ctx context.Context, s *mutex.Semaphore, rc *redis.Client, c
 // with an empty queue).
 func take(ctx context.Context, s *mutex.Semaphore, n int64, lease time.Duration, try bool) (*mutex.Permit, error) {
 	if !try {
-		return s.Acquire(ctx, n, mutex.Lease(lease))
+		return s.Acquire(ctx, n, mutex.WithTTL(lease))
 	}
 	for {
-		p, err := s.TryAcquire(ctx, n, mutex.Lease(lease))
+		p, err := s.TryAcquire(ctx, n, mutex.WithTTL(lease))
 		if !errors.Is(err, mutex.ErrNoPermits) {
 			return p, err
 		}

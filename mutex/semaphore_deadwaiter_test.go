@@ -35,7 +35,7 @@ func TestSemaphoreWaiterHelperProcess(t *testing.T) {
 		var s *mutex.Semaphore
 		if s, err = l.Semaphore("dead", 1); err == nil {
 			fmt.Println("waiting")
-			_, err = s.Acquire(context.Background(), 1, mutex.Lease(time.Minute))
+			_, err = s.Acquire(context.Background(), 1, mutex.WithTTL(time.Minute))
 		}
 	}
 	fmt.Printf("returned %v\n", err) // only if it is not killed first
@@ -85,7 +85,7 @@ func TestSemaphoreKilledWaiterPassedOver(t *testing.T) {
 	ctx := context.Background()
 	rc := srv.Client(t)
 	s := mustSem(t, mustNew(t, srv.Client(t), mutex.WithPrefix(prefix)), "dead", 1)
-	holder, err := s.TryAcquire(ctx, 1, mutex.Lease(time.Minute))
+	holder, err := s.TryAcquire(ctx, 1, mutex.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestSemaphoreKilledWaiterPassedOver(t *testing.T) {
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
-		p, err := s.Acquire(wctx, 1, mutex.Lease(time.Minute))
+		p, err := s.Acquire(wctx, 1, mutex.WithTTL(time.Minute))
 		if err == nil {
 			err = p.Release(ctx)
 		}

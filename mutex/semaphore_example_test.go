@@ -29,7 +29,7 @@ func ExampleLocker_Semaphore() {
 		fmt.Println("semaphore:", err)
 		return
 	}
-	big, err := sem.Acquire(ctx, 2, mutex.AutoRenew()) // waits while ctx allows
+	big, err := sem.Acquire(ctx, 2, mutex.WithAutoRenew()) // waits while ctx allows
 	if err != nil {
 		fmt.Println("acquire:", err)
 		return

@@ -136,7 +136,7 @@ func TestSemaphoreCancelWakesNext(t *testing.T) {
 	go func() {
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		p, err := s.Acquire(c, 1, mutex.Lease(time.Minute))
+		p, err := s.Acquire(c, 1, mutex.WithTTL(time.Minute))
 		if err == nil {
 			err = p.Release(ctx)
 		}

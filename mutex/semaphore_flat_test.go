@@ -56,7 +56,7 @@ func TestSemaphoreFlatCost(t *testing.T) {
 		// while the 1,100 are queued one by one on a loaded machine.
 		l := mustNew(t, srv.Client(t), mutex.WithPrefix(testutil.NewPrefix()), mutex.WithRetryInterval(10*time.Second))
 		s := mustSem(t, l, fmt.Sprint("flat", waiters), 1)
-		holder, err := s.TryAcquire(ctx, 1, mutex.Lease(time.Minute))
+		holder, err := s.TryAcquire(ctx, 1, mutex.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}

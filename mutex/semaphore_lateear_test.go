@@ -76,7 +76,7 @@ func TestSemaphoreGrantBeforeListening(t *testing.T) {
 	}
 	first := make(chan error, 1)
 	go func() {
-		p, err := ws.Acquire(ctx, 1, mutex.Lease(time.Minute))
+		p, err := ws.Acquire(ctx, 1, mutex.WithTTL(time.Minute))
 		if err == nil {
 			err = p.Release(ctx)
 		}
@@ -93,7 +93,7 @@ func TestSemaphoreGrantBeforeListening(t *testing.T) {
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		p, err := ws.Acquire(wctx, 1, mutex.Lease(time.Minute+7*time.Millisecond))
+		p, err := ws.Acquire(wctx, 1, mutex.WithTTL(time.Minute+7*time.Millisecond))
 		if err == nil {
 			err = p.Release(ctx)
 		}
@@ -104,7 +104,7 @@ func TestSemaphoreGrantBeforeListening(t *testing.T) {
 	// channel stays subscribed when the first waiter leaves.
 	third := make(chan error, 1)
 	go func() {
-		p, err := ws.Acquire(ctx, 2, mutex.Lease(time.Minute))
+		p, err := ws.Acquire(ctx, 2, mutex.WithTTL(time.Minute))
 		if err == nil {
 			err = p.Release(ctx)
 		}

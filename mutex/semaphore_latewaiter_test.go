@@ -118,7 +118,7 @@ func TestSemaphoreLateWaiterKeepsPlace(t *testing.T) {
 	ca.AddHook(stall)
 	sa := mustSem(t, mustNew(t, ca, mutex.WithPrefix(b.Prefix)), "late", 1)
 	sb := mustSem(t, newLocker(t, b), "late", 1)
-	holder, err := sb.TryAcquire(ctx, 1, mutex.Lease(time.Minute))
+	holder, err := sb.TryAcquire(ctx, 1, mutex.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestSemaphoreLateWaiterKeepsPlace(t *testing.T) {
 		go func() {
 			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			p, err := s.Acquire(wctx, 1, mutex.Lease(time.Minute))
+			p, err := s.Acquire(wctx, 1, mutex.WithTTL(time.Minute))
 			if err != nil {
 				t.Error(err)
 			}
@@ -198,7 +198,7 @@ func TestSemaphoreLateWaiterGrantedAtItsPlace(t *testing.T) {
 	sb := mustSem(t, newLocker(t, b), "head", 2)
 	var holders []*mutex.Permit
 	for range 2 {
-		p, err := sb.TryAcquire(ctx, 1, mutex.Lease(time.Minute))
+		p, err := sb.TryAcquire(ctx, 1, mutex.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,7 +210,7 @@ func TestSemaphoreLateWaiterGrantedAtItsPlace(t *testing.T) {
 		go func() {
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			p, err := s.Acquire(wctx, n, mutex.Lease(time.Minute))
+			p, err := s.Acquire(wctx, n, mutex.WithTTL(time.Minute))
 			if err != nil {
 				t.Error(err)
 			}

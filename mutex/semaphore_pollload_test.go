@@ -26,7 +26,7 @@ func TestSemaphoreWaiterPollLoad(t *testing.T) {
 	prefix := testutil.NewPrefix()
 	hs := mustSem(t, mustNew(t, srv.Client(t), mutex.WithPrefix(prefix)), "load", 1)
 	ws := mustSem(t, mustNew(t, wc, mutex.WithPrefix(prefix)), "load", 1)
-	holder, err := hs.TryAcquire(ctx, 1, mutex.Lease(time.Minute))
+	holder, err := hs.TryAcquire(ctx, 1, mutex.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestSemaphoreWaiterPollLoad(t *testing.T) {
 	done := make(chan error, waiters)
 	for range waiters {
 		go func() {
-			_, err := ws.Acquire(wctx, 1, mutex.Lease(time.Minute))
+			_, err := ws.Acquire(wctx, 1, mutex.WithTTL(time.Minute))
 			done <- err
 		}()
 	}

@@ -98,7 +98,7 @@ func runSemHelper(t *testing.T, addr, prefix string, hold time.Duration) error {
 			for time.Now().Before(stop) {
 				n := 1 + rand.Int64N(semProcSize)
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				p, err := s.Acquire(ctx, n, mutex.Lease(semProcLease))
+				p, err := s.Acquire(ctx, n, mutex.WithTTL(semProcLease))
 				cancel()
 				if errors.Is(err, mutex.ErrNotObtained) {
 					continue

@@ -80,7 +80,7 @@ func quorumFaults(t *testing.T, ctx context.Context, srvs []*testutil.Server, s 
 	// Two long holders fill the semaphore and stay through both restarts.
 	var long []*mutex.Permit
 	for len(long) < 2 && ctx.Err() == nil {
-		p, err := s.Acquire(ctx, 1, mutex.Lease(time.Minute))
+		p, err := s.Acquire(ctx, 1, mutex.WithTTL(time.Minute))
 		if errors.Is(err, mutex.ErrNoQuorum) {
 			continue // a node still slow after the thaw
 		}

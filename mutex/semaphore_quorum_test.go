@@ -133,7 +133,7 @@ func TestSemaphoreQuorumMajorityOverfills(t *testing.T) {
 	nodes := semNodes(t, srvs, prefix)
 	for _, set := range [][]int{{0, 1}, {1, 2}} {
 		for _, i := range set {
-			if _, err := mustSem(t, nodes[i], "sms", 2).TryAcquire(ctx, 1, mutex.Lease(time.Minute)); err != nil {
+			if _, err := mustSem(t, nodes[i], "sms", 2).TryAcquire(ctx, 1, mutex.WithTTL(time.Minute)); err != nil {
 				t.Fatalf("node %d: %v", i, err)
 			}
 		}
@@ -252,7 +252,7 @@ func TestSemaphoreQuorumValidity(t *testing.T) {
 	s := mustSem(t, l, "v", 1)
 	thaw := testutil.Freeze(t, srvs[2].Pid())
 	defer thaw()
-	if _, err := s.TryAcquire(ctx, 1, mutex.Lease(200*time.Millisecond)); !errors.Is(err, mutex.ErrNoQuorum) {
+	if _, err := s.TryAcquire(ctx, 1, mutex.WithTTL(200*time.Millisecond)); !errors.Is(err, mutex.ErrNoQuorum) {
 		t.Fatalf("TryAcquire that outlasted its lease: %v, want ErrNoQuorum", err)
 	}
 	for i := range 2 {
@@ -260,7 +260,7 @@ func TestSemaphoreQuorumValidity(t *testing.T) {
 			t.Errorf("node %d keeps %d holders of the late acquisition", i, n)
 		}
 	}
-	p, err := s.TryAcquire(ctx, 1, mutex.Lease(10*time.Second))
+	p, err := s.TryAcquire(ctx, 1, mutex.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatalf("TryAcquire with 2 of 3 nodes, Q = 2: %v", err)
 	}

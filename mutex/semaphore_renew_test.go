@@ -10,7 +10,7 @@ import (
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
-// TestPermitRenewAndLoss: with AutoRenew a permit of a 600 ms lease is
+// TestPermitRenewAndLoss: with WithAutoRenew a permit of a 600 ms lease is
 // still held after 2.4 s (Done open, its permits not free); without it the
 // permit is lost: Done closes, Context's cause is ErrLockLost, Extend and
 // Release return ErrNotHeld. Release ends a renewed permit with cause
@@ -19,11 +19,11 @@ func TestPermitRenewAndLoss(t *testing.T) {
 	ctx := context.Background()
 	s := mustSem(t, newLocker(t, testutil.RealBackend(t)), "renew", 2)
 	lease := 600 * time.Millisecond
-	kept, err := s.TryAcquire(ctx, 1, mutex.Lease(lease), mutex.AutoRenew())
+	kept, err := s.TryAcquire(ctx, 1, mutex.WithTTL(lease), mutex.WithAutoRenew())
 	if err != nil {
 		t.Fatal(err)
 	}
-	gone, err := s.TryAcquire(ctx, 1, mutex.Lease(lease))
+	gone, err := s.TryAcquire(ctx, 1, mutex.WithTTL(lease))
 	if err != nil {
 		t.Fatal(err)
 	}

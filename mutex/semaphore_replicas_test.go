@@ -16,7 +16,7 @@ import (
 func permitAcked(t *testing.T, ctx context.Context, s *mutex.Semaphore, n int64) *mutex.Permit {
 	t.Helper()
 	for {
-		p, err := s.TryAcquire(ctx, n, mutex.Lease(time.Minute))
+		p, err := s.TryAcquire(ctx, n, mutex.WithTTL(time.Minute))
 		switch {
 		case err == nil:
 			return p
@@ -82,7 +82,7 @@ func TestSemaphoreReplicaAckGrantUndone(t *testing.T) {
 	defer thaw()
 	got := make(chan error, 1)
 	go func() {
-		w, err := s.Acquire(ctx, 1, mutex.Lease(time.Hour))
+		w, err := s.Acquire(ctx, 1, mutex.WithTTL(time.Hour))
 		if err == nil {
 			_ = w.Release(ctx)
 		}
@@ -144,11 +144,11 @@ func TestSemaphoreReplicaAckFailover(t *testing.T) {
 		believed[name]++
 	}
 	g.DetachReplicas(t)
-	if _, err := mustSem(t, plain, "plain", 2).TryAcquire(ctx, 1, mutex.Lease(time.Minute)); err != nil {
+	if _, err := mustSem(t, plain, "plain", 2).TryAcquire(ctx, 1, mutex.WithTTL(time.Minute)); err != nil {
 		t.Fatalf("plain TryAcquire after the cut: %v", err)
 	}
 	believed["plain"]++
-	if _, err := mustSem(t, acked, "acked", 2).TryAcquire(ctx, 1, mutex.Lease(time.Minute)); !errors.Is(err, mutex.ErrNotReplicated) {
+	if _, err := mustSem(t, acked, "acked", 2).TryAcquire(ctx, 1, mutex.WithTTL(time.Minute)); !errors.Is(err, mutex.ErrNotReplicated) {
 		t.Fatalf("TryAcquire WithReplicaAck after the cut: %v, want ErrNotReplicated", err)
 	}
 	if _, took := g.KillMaster(t); took > 0 {
@@ -158,7 +158,7 @@ func TestSemaphoreReplicaAckFailover(t *testing.T) {
 	for _, name := range []string{"acked", "plain"} {
 		s := mustSem(t, other, name, 2)
 		for ctx.Err() == nil {
-			_, err := s.TryAcquire(ctx, 1, mutex.Lease(time.Minute))
+			_, err := s.TryAcquire(ctx, 1, mutex.WithTTL(time.Minute))
 			if errors.Is(err, mutex.ErrNoPermits) {
 				break
 			}

@@ -141,7 +141,7 @@ func semDynName(ctx context.Context, l *mutex.Locker, i int) error {
 	if err != nil {
 		return err
 	}
-	p, err := s.TryAcquire(ctx, 2, mutex.Lease(time.Minute))
+	p, err := s.TryAcquire(ctx, 2, mutex.WithTTL(time.Minute))
 	if err != nil {
 		return fmt.Errorf("name %d: %w", i, err)
 	}

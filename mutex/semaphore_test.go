@@ -120,7 +120,7 @@ func TestSemaphoreLeaseEnds(t *testing.T) {
 	s := mustSem(t, newLocker(t, testutil.RealBackend(t)), "crash", 2)
 	lease := 300 * time.Millisecond
 	start := time.Now()
-	dead, err := s.TryAcquire(ctx, 2, mutex.Lease(lease))
+	dead, err := s.TryAcquire(ctx, 2, mutex.WithTTL(lease))
 	if err != nil {
 		t.Fatal(err)
 	}

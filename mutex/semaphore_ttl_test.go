@@ -195,14 +195,14 @@ func semWorkOnce(ctx context.Context, t *testing.T, s *mutex.Semaphore, r *rand.
 		}
 	case 4: // a waiter that gives up (cancel) or is granted, then extends
 		wctx, cancel := context.WithTimeout(ctx, time.Duration(r.IntN(30))*time.Millisecond)
-		p, err := s.Acquire(wctx, 1, mutex.Lease(lease))
+		p, err := s.Acquire(wctx, 1, mutex.WithTTL(lease))
 		cancel()
 		if err == nil {
 			_ = p.Extend(ctx, lease)
 			_, _ = mutex.SemReleaseFor(ctx, s, p.Token(), lease) // a Permit's record is 10 s
 		}
 	default: // a TryAcquire that may be refused behind the queue
-		if p, err := s.TryAcquire(ctx, 1, mutex.Lease(lease)); err == nil {
+		if p, err := s.TryAcquire(ctx, 1, mutex.WithTTL(lease)); err == nil {
 			_, _ = mutex.SemReleaseFor(ctx, s, p.Token(), lease)
 		}
 	}
@@ -318,7 +318,7 @@ func TestSemaphoreCrashedHoldersTry(t *testing.T) {
 	try := func(n int64) *mutex.Permit {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			p, err := s.TryAcquire(ctx, n, mutex.Lease(time.Minute))
+			p, err := s.TryAcquire(ctx, n, mutex.WithTTL(time.Minute))
 			if err == nil {
 				return p
 			}

@@ -29,7 +29,7 @@ import (
 // a process that dies while it waits has all it was granted back at most a
 // wait lease plus the lease after it died (3 retry intervals + Lease:
 // 10.15 s with DefaultRetryInterval and DefaultTTL; a shorter Lease, renewed
-// with AutoRenew while the permits are used, shortens it). When ctx ends first,
+// with WithAutoRenew while the permits are used, shortens it). When ctx ends first,
 // Acquire leaves the queue (giving back permits granted meanwhile, and
 // letting the next waiters in) and returns an error matching both
 // ErrNotObtained and ctx.Err() (at once, with no round trip, when ctx has
@@ -39,7 +39,7 @@ import (
 // closed already. On a quorum Locker it does not queue: it tries as
 // TryAcquire does every jittered retry interval (no FIFO, see Semaphore),
 // and returns at once an error of TryAcquire other than ErrNoPermits.
-func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...LockOption) (*Permit, error) {
+func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...Option) (*Permit, error) {
 	cfg, err := s.check(ctx, n, opts)
 	if err != nil {
 		return nil, err

@@ -29,14 +29,14 @@ func takers(t *testing.T, b *testutil.Backend) map[string]func(lease time.Durati
 	return map[string]func(time.Duration) (handle, func() error){
 		"Lock": func(lease time.Duration) (handle, func() error) {
 			n++
-			lk, err := l.TryLock(ctx, fmt.Sprint("sig-lock-", n), mutex.Lease(lease))
+			lk, err := l.TryLock(ctx, fmt.Sprint("sig-lock-", n), mutex.WithTTL(lease))
 			if err != nil {
 				t.Fatalf("TryLock: %v", err)
 			}
 			return lk, func() error { return lk.Unlock(ctx) }
 		},
 		"Permit": func(lease time.Duration) (handle, func() error) {
-			p, err := s.TryAcquire(ctx, 1, mutex.Lease(lease))
+			p, err := s.TryAcquire(ctx, 1, mutex.WithTTL(lease))
 			if err != nil {
 				t.Fatalf("TryAcquire: %v", err)
 			}

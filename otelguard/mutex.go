@@ -13,7 +13,7 @@ import (
 // MetricLockWait and in the span (AttrWait) with its outcome: "ok",
 // "not_obtained" when ctx ended first, "error" otherwise. The name is not
 // recorded (see WithKeyAttributes).
-func (t *Tracer) Lock(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.LockOption) (*mutex.Lock, error) {
+func (t *Tracer) Lock(ctx context.Context, l *mutex.Locker, name string, opts ...mutex.Option) (*mutex.Lock, error) {
 	if ctx == nil { // refused by the Locker before anything else
 		return l.Lock(ctx, name, opts...)
 	}
@@ -29,7 +29,7 @@ func (t *Tracer) Lock(ctx context.Context, l *mutex.Locker, name string, opts ..
 // Acquire returns. It records the wait in MetricSemaphoreWait and in the
 // span, with its outcome as Lock does, and n and the semaphore's size; not
 // its name.
-func (t *Tracer) Acquire(ctx context.Context, s *mutex.Semaphore, n int64, opts ...mutex.LockOption) (*mutex.Permit, error) {
+func (t *Tracer) Acquire(ctx context.Context, s *mutex.Semaphore, n int64, opts ...mutex.Option) (*mutex.Permit, error) {
 	if ctx == nil {
 		return s.Acquire(ctx, n, opts...)
 	}

@@ -61,7 +61,7 @@ func (s *Service) deliverHeld(ctx context.Context, dest destination, text string
 func (s *Service) takePermit(ctx context.Context) (*mutex.Permit, error) {
 	var p *mutex.Permit
 	err := s.bounded(ctx, func(ctx context.Context) (err error) {
-		p, err = s.providerCalls.TryAcquire(ctx, 1, mutex.AutoRenew())
+		p, err = s.providerCalls.TryAcquire(ctx, 1, mutex.WithAutoRenew())
 		return err
 	})
 	if !errors.Is(err, mutex.ErrNoPermits) {
@@ -69,7 +69,7 @@ func (s *Service) takePermit(ctx context.Context) (*mutex.Permit, error) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.ProviderInFlightWait)
 	defer cancel()
-	p, err = s.providerCalls.Acquire(wctx, 1, mutex.AutoRenew())
+	p, err = s.providerCalls.Acquire(wctx, 1, mutex.WithAutoRenew())
 	if errors.Is(err, mutex.ErrNotObtained) && ctx.Err() == nil {
 		return nil, fmt.Errorf("%w: %d calls in flight through %v", errProviderBusy, s.providerCalls.Size(), s.cfg.ProviderInFlightWait)
 	}

@@ -63,7 +63,7 @@ func faultWarm(t testing.TB, l *mutex.Locker, prefix string) {
 		// A lease of its own: with the Locker's (300 ms in some tests), a
 		// stall between Lock and Extend on a loaded machine failed the
 		// warm-up.
-		lk, err := l.Lock(ctx, name, mutex.Lease(10*time.Second))
+		lk, err := l.Lock(ctx, name, mutex.WithTTL(10*time.Second))
 		if err != nil {
 			t.Fatalf("warm-up Lock: %v", err)
 		}
@@ -190,7 +190,7 @@ func startFaultContender(t testing.TB, l *mutex.Locker, name string, lease, grac
 			case <-tick.C:
 			}
 			actx, cancel := context.WithTimeout(ctx, time.Second)
-			lk, err := l.TryLock(actx, name, mutex.Lease(lease))
+			lk, err := l.TryLock(actx, name, mutex.WithTTL(lease))
 			cancel()
 			if err != nil {
 				if !errors.Is(err, mutex.ErrLocked) {

@@ -77,7 +77,7 @@ func (e *lostEnv) key(name, kind string) string {
 // lock takes the lock on name through l, with nothing lost.
 func (e *lostEnv) lock(t *testing.T, l *mutex.Locker, name string) *mutex.Lock {
 	t.Helper()
-	lk, err := l.Lock(e.ctx, name, mutex.Lease(lostLease))
+	lk, err := l.Lock(e.ctx, name, mutex.WithTTL(lostLease))
 	if err != nil {
 		t.Fatalf("Lock %q: %v", name, err)
 	}
@@ -141,7 +141,7 @@ func TestLostReplyUnlock(t *testing.T) {
 		if err := lk.Unlock(e.ctx); !errors.Is(err, mutex.ErrNotHeld) {
 			t.Fatalf("second Unlock = %v; want ErrNotHeld: the handle was released", err)
 		}
-		lk2, err := l.TryLock(e.ctx, "unlock", mutex.Lease(lostLease))
+		lk2, err := l.TryLock(e.ctx, "unlock", mutex.WithTTL(lostLease))
 		if err != nil {
 			t.Fatalf("TryLock after the Unlock = %v; want the lock: it is free", err)
 		}
@@ -156,7 +156,7 @@ func TestLostReplyUnlock(t *testing.T) {
 func TestLostReplyExtend(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		e := newLostEnv(t, b)
-		lk, err := e.locker().Lock(e.ctx, "extend", mutex.Lease(10*time.Second))
+		lk, err := e.locker().Lock(e.ctx, "extend", mutex.WithTTL(10*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,9 +249,9 @@ func TestLostReplyAcquire(t *testing.T) {
 				var lk *mutex.Lock
 				var err error
 				if tc.tryOne {
-					lk, err = l.TryLock(e.ctx, name, mutex.Lease(lostLease))
+					lk, err = l.TryLock(e.ctx, name, mutex.WithTTL(lostLease))
 				} else {
-					lk, err = l.Lock(e.ctx, name, mutex.Lease(lostLease))
+					lk, err = l.Lock(e.ctx, name, mutex.WithTTL(lostLease))
 				}
 				if err != nil {
 					t.Fatalf("acquire with its reply lost = %v; want the lock: the first run took it for this call", err)
@@ -597,7 +597,7 @@ func TestLostReplyUnlockAgainHandsNothingOver(t *testing.T) {
 		other := mustLocker(t, admin, mutex.WithPrefix(b.Prefix))
 		key := a.LockKey("h")
 
-		lk, err := a.Lock(ctx, "h", mutex.Lease(time.Minute))
+		lk, err := a.Lock(ctx, "h", mutex.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -607,7 +607,7 @@ func TestLostReplyUnlockAgainHandsNothingOver(t *testing.T) {
 		}
 		f.ExpectDropped(t, 1)
 		// The release ran: another Locker takes the lock.
-		held, err := other.TryLock(ctx, "h", mutex.Lease(time.Minute))
+		held, err := other.TryLock(ctx, "h", mutex.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatalf("another Locker's TryLock after the release ran = %v", err)
 		}
@@ -648,7 +648,7 @@ func TestLostReplyUnlockAgainRepeatsTheHandOver(t *testing.T) {
 		a := mustLocker(t, c, mutex.WithPrefix(b.Prefix))
 		key := a.LockKey("g")
 
-		lk, err := a.Lock(ctx, "g", mutex.Lease(5*time.Second))
+		lk, err := a.Lock(ctx, "g", mutex.WithTTL(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -701,7 +701,7 @@ func queueWaiter(ctx context.Context, t *testing.T, l *mutex.Locker, admin *redi
 	// The goroutine reports through got, never through t: it may end after
 	// the test has (a test that failed before reading got).
 	go func() {
-		w, err := l.Lock(ctx, name, mutex.Lease(time.Minute))
+		w, err := l.Lock(ctx, name, mutex.WithTTL(time.Minute))
 		got <- waited{w, err}
 	}()
 	for {

@@ -32,7 +32,7 @@ func ctxClient() *redis.Options { return &redis.Options{ContextTimeoutEnabled: t
 // in these tests) still catches a report a lease late.
 const faultGrace = 250 * time.Millisecond
 
-// TestNetLatencyDuringAutoRenew delays every reply while an AutoRenew lock
+// TestNetLatencyDuringAutoRenew delays every reply while an WithAutoRenew lock
 // is held: by half the lease (longer than the renewal period, lease/3, so
 // every renewal reply comes late) and by a fifth of it. Whatever the client
 // does with late replies, the lock is either kept (and the server agrees) or
@@ -82,7 +82,7 @@ func TestNetLatencyDuringAutoRenew(t *testing.T) {
 				faultWarm(t, holder, prefix)
 			}
 
-			lk, err := holder.Lock(ctx, "job", mutex.AutoRenew())
+			lk, err := holder.Lock(ctx, "job", mutex.WithAutoRenew())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -236,7 +236,7 @@ func TestNetUnknownOutcome(t *testing.T) {
 		}
 		// Someone else takes the free lock; the old handle, whose Unlock had
 		// an unknown outcome, must not be able to commit.
-		lk2, err := other.TryLock(ctx, "job", mutex.Lease(lease))
+		lk2, err := other.TryLock(ctx, "job", mutex.WithTTL(lease))
 		if err != nil {
 			t.Fatalf("TryLock after the release landed: %v", err)
 		}
@@ -367,7 +367,7 @@ func newNetRig(t *testing.T, lease time.Duration, o *redis.Options) *netRig {
 }
 
 // TestNetResetPeer resets every connection as its reply comes back, while an
-// AutoRenew lock is held and a guard decides: renewals run on the server
+// WithAutoRenew lock is held and a guard decides: renewals run on the server
 // but their replies are lost, so the holder must report the loss (never
 // two holders); the guard, failing closed, admits nothing while no reply
 // arrives, even though its writes may have landed.
@@ -379,7 +379,7 @@ func TestNetResetPeer(t *testing.T) {
 	if d, err := g.Allow(ctx, "+100"); err != nil || !d.Allowed {
 		t.Fatalf("guard before the fault: %+v, %v", d, err)
 	}
-	lk, err := holder.Lock(ctx, "job", mutex.AutoRenew())
+	lk, err := holder.Lock(ctx, "job", mutex.WithAutoRenew())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +442,7 @@ func TestNetResetPeer(t *testing.T) {
 
 // TestNetProxyDownUp takes the network away (the proxy stops listening and
 // closes every connection) for several leases, then brings it back. While it
-// is down: the AutoRenew holder reports the loss before a contender on the
+// is down: the WithAutoRenew holder reports the loss before a contender on the
 // server gets the lock; Lock with a deadline returns within it; the guard
 // admits nothing. Once it is up: the old handle's Unlock returns ErrNotHeld
 // and leaves the new holder's lock alone, and locks and admissions work
@@ -453,7 +453,7 @@ func TestNetProxyDownUp(t *testing.T) {
 	r := newNetRig(t, lease, &redis.Options{DialTimeout: 200 * time.Millisecond})
 	admin, x, prefix, lockKey, holder, g := r.admin, r.x, r.prefix, r.lockKey, r.holder, r.g
 	checker := mustLocker(t, admin, mutex.WithPrefix(prefix))
-	lk, err := holder.Lock(ctx, "job", mutex.AutoRenew())
+	lk, err := holder.Lock(ctx, "job", mutex.WithAutoRenew())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +500,7 @@ func TestNetProxyDownUp(t *testing.T) {
 
 	// The contender released each lock it took; take it again for the old
 	// handle's Unlock to face.
-	lk3, err := checker.TryLock(ctx, "job", mutex.Lease(10*time.Second))
+	lk3, err := checker.TryLock(ctx, "job", mutex.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatalf("checker TryLock: %v", err)
 	}

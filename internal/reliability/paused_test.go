@@ -125,7 +125,7 @@ func (h *faultGateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 //   - "commit": Lock with a plain lease, read the counter, commit v+1 with
 //     UnlockWith after "go"; the handle has no deadline timer (nothing watches
 //     Done), so the commit goes to Redis, whose script must refuse it.
-//   - "renew": the same with AutoRenew and Context watched: when the process
+//   - "renew": the same with WithAutoRenew and Context watched: when the process
 //     continues, the renewal and the deadline timer race the commit.
 //   - "funnel": funnel AllowN of one unit under faultRule; the commit (the
 //     script after the read) waits for "go".
@@ -153,9 +153,9 @@ func runFaultHelper(mode, addr, prefix string) error {
 		if err != nil {
 			return err
 		}
-		var opts []mutex.LockOption
+		var opts []mutex.Option
 		if mode == "renew" {
-			opts = append(opts, mutex.AutoRenew())
+			opts = append(opts, mutex.WithAutoRenew())
 		}
 		lk, err := l.Lock(ctx, "job", opts...)
 		if err != nil {
@@ -308,7 +308,7 @@ func faultFields(t *testing.T, line string) map[string]string {
 }
 
 // TestPausedHolder runs the paused-holder scenario on the lock's own
-// commit-while-held write (with and without AutoRenew) and on a funnel
+// commit-while-held write (with and without WithAutoRenew) and on a funnel
 // admission, and counts the stale writes that landed: there must be none.
 func TestPausedHolder(t *testing.T) {
 	testutil.NeedServer(t)

@@ -124,7 +124,7 @@ func semLinClient(s *mutex.Semaphore, c int, record func(int, semLinIn, time.Tim
 			continue
 		}
 		n := 1 + rand.Int64N(semLinSize)
-		q, err := s.TryAcquire(ctx, n, mutex.Lease(time.Minute))
+		q, err := s.TryAcquire(ctx, n, mutex.WithTTL(time.Minute))
 		if err != nil && !errors.Is(err, mutex.ErrNoPermits) {
 			return err
 		}

@@ -238,7 +238,7 @@ func (r *semWaitRun) client(s *mutex.Semaphore, c int) error {
 // try is one TryAcquire; a nil Permit and error mean it was refused.
 func (r *semWaitRun) try(s *mutex.Semaphore, c, id int, n int64) (*mutex.Permit, error) {
 	call := r.now()
-	p, err := s.TryAcquire(context.Background(), n, mutex.Lease(semWaitLeaseBase))
+	p, err := s.TryAcquire(context.Background(), n, mutex.WithTTL(semWaitLeaseBase))
 	if err != nil && !errors.Is(err, mutex.ErrNoPermits) {
 		return nil, err
 	}
@@ -255,7 +255,7 @@ func (r *semWaitRun) acquire(s *mutex.Semaphore, c, id int, n int64, wait time.D
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	call := r.now()
-	p, err := s.Acquire(ctx, n, mutex.Lease(semWaitLeaseBase+time.Duration(id)*time.Millisecond))
+	p, err := s.Acquire(ctx, n, mutex.WithTTL(semWaitLeaseBase+time.Duration(id)*time.Millisecond))
 	ret := r.now()
 	cancelled := err != nil && errors.Is(err, mutex.ErrNotObtained) && ctx.Err() != nil
 	if err != nil && !cancelled {
