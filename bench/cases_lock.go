@@ -132,7 +132,7 @@ func uncontended(parallel bool, mk lockMaker) func(context.Context, *env) (workl
 
 // funnelguardLock is mutex.Locker.Lock + Lock.Unlock with default settings.
 // The goroutines share the Locker, so the commands of overlapping calls go
-// together in pipelines (mutex/batch.go).
+// together in pipelines (mutex/send.go).
 func funnelguardLock(c *redis.Client) func(string) func(context.Context) error {
 	return funnelguardWith(c)
 }

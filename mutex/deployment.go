@@ -30,7 +30,7 @@ type deployment interface {
 	// release runs a release of a handle that won the move to releasing:
 	// its result (a fragment's) or error.
 	release(ctx context.Context, r *release) (any, error)
-	// spend is called when h's last handle released the lock (spent.go).
+	// spend is called when h's last handle released the lock (retrysafety.go).
 	spend(h *hold)
 	// semaphores returns how a semaphore of size permits is kept, or
 	// ErrUnsupported.

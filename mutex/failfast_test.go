@@ -51,7 +51,7 @@ func TestRefusedEndsTheWaitOfEveryWaiter(t *testing.T) {
 	}
 }
 
-// The commands queued behind the Locker's busy slots (batch.go) are answered
+// The commands queued behind the Locker's busy slots (send.go) are answered
 // with the first refusal, unsent: only the commands in flight dial.
 func TestRefusedAnswersTheQueuedCommands(t *testing.T) {
 	const calls, slots = 32, 4

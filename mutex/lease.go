@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 )
 
 // A life is a lease as this process knows it: the one machine behind a
@@ -179,5 +181,145 @@ func (l *life) stopRenew() {
 	l.mu.Unlock()
 	if r != nil {
 		<-r.done
+	}
+}
+
+// A lifeSignal is a handle's (a Lock's or a Permit's) phase and how it tells
+// that it ended: the channel of Done and the contexts of Context. The call
+// that ends the handle fires it, so every one of them is closed or
+// cancelled before that call returns (a context.AfterFunc would cancel them
+// later, in a goroutine of its own). Its methods run under the mutex of the
+// handle's life, which the caller holds.
+type lifeSignal struct {
+	phase  phase
+	ctx    context.Context // Done's; made on first use
+	cancel context.CancelCauseFunc
+	subs   map[uint64]context.CancelCauseFunc // Context's, until they end
+	next   uint64
+}
+
+// endLocked ends the handle in phase p, once.
+func (s *lifeSignal) endLocked(p phase) {
+	if s.phase >= released {
+		return
+	}
+	s.phase = p
+	s.fireLocked(p.cause())
+}
+
+// causeLocked returns the handle's cause once it has ended, else nil.
+func (s *lifeSignal) causeLocked() error {
+	if s.phase >= released {
+		return s.phase.cause()
+	}
+	return nil
+}
+
+// doneLocked returns the channel closed when the handle ends; ended is the
+// handle's cause if it has ended already.
+func (s *lifeSignal) doneLocked(ended error) <-chan struct{} {
+	if s.ctx == nil {
+		s.ctx, s.cancel = context.WithCancelCause(context.Background())
+		if ended != nil {
+			s.cancel(ended)
+		}
+	}
+	return s.ctx.Done()
+}
+
+// deriveLocked returns a context of parent cancelled with the handle's
+// cause when it ends: at once when it has ended already (ended is its
+// cause), else by fireLocked. mu guards s: a context that ends on its own
+// is forgotten under it.
+func (s *lifeSignal) deriveLocked(mu sync.Locker, parent context.Context, ended error) context.Context {
+	ctx, cancel := context.WithCancelCause(parent)
+	if ended != nil {
+		cancel(ended)
+		return ctx
+	}
+	if s.subs == nil {
+		s.subs = make(map[uint64]context.CancelCauseFunc)
+	}
+	id := s.next
+	s.next++
+	s.subs[id] = cancel
+	context.AfterFunc(ctx, func() {
+		mu.Lock()
+		delete(s.subs, id)
+		mu.Unlock()
+	})
+	return ctx
+}
+
+// fireLocked ends Done's channel and every context with cause.
+func (s *lifeSignal) fireLocked(cause error) {
+	if s.cancel != nil {
+		s.cancel(cause)
+	}
+	for _, cancel := range s.subs {
+		cancel(cause)
+	}
+	s.subs = nil
+}
+
+// A renewal is the goroutine that keeps an WithAutoRenew lease alive (a lock's
+// or a Permit's); a life starts and stops it (lease.go).
+type renewal struct {
+	stop    chan struct{} // closed to end the goroutine
+	stopped bool          // guarded by life.mu
+	done    chan struct{} // closed when the goroutine has returned
+}
+
+func (r *renewal) stopLocked() {
+	if !r.stopped {
+		r.stopped = true
+		close(r.stop)
+	}
+}
+
+// A renewer is what renewLoop keeps alive: a lock's hold or a semaphore's
+// Permit.
+type renewer interface {
+	// renewOnce extends the lease once, and records the new lease when
+	// Redis reports it held; held false with a nil error means it is gone.
+	renewOnce(ctx context.Context, lease time.Duration) (held bool, err error)
+	// lose ends it as lost: taken or gone, never re-acquired.
+	lose()
+}
+
+// renewOnce is the hold's renewer step: one extend script.
+func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (bool, error) {
+	start := time.Now()
+	held, err := h.locker.dep.extend(ctx, h, "", lease, start)
+	if err == nil && held {
+		h.setDeadline(leaseEnd(start, lease))
+	}
+	return held, err
+}
+
+// renewLoop extends x's lease every lease/3 until r is stopped or x is lost.
+func renewLoop(x renewer, r *renewal, lease time.Duration) {
+	defer close(r.done)
+	period := max(lease/3, time.Millisecond)
+	t := time.NewTimer(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		// One attempt may take at most a period, so a slow Redis delays the
+		// next attempt but never hides the deadline.
+		ctx, cancel := ctxcall.DeadlineOnly(context.Background(), time.Now().Add(period))
+		held, err := x.renewOnce(ctx, lease)
+		cancel()
+		if err == nil && !held {
+			x.lose() // taken or gone: never re-acquire
+			return
+		}
+		// On an error keep trying each period; the deadline timer ends the
+		// lock or permit if no renewal lands before the lease must have ended.
+		t.Reset(period)
 	}
 }

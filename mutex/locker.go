@@ -1,6 +1,7 @@
 package mutex
 
 import (
+	"crypto/rand"
 	"fmt"
 	"strings"
 	"sync"
@@ -65,11 +66,11 @@ type Locker struct {
 	// server without SET NX GET (noSetGet).
 	setNX              nativeSetter
 	scripted, noSetGet atomic.Bool
-	// releases numbers this Locker's releases for their records (stamp.go).
+	// releases numbers this Locker's releases for their records (retrysafety.go).
 	releases *releases
 	// honours is set when the client bounds commands by their context's
 	// deadline (ContextTimeoutEnabled): an attempt's unknown outcome is then
-	// remembered (orphans.go). runner sends the Locker's lone scripts: from
+	// remembered (retrysafety.go). runner sends the Locker's lone scripts: from
 	// the caller's goroutine when the command ends by ctx's end, else under
 	// ctxcall (a client without the option, or a ctx that can be cancelled
 	// before its deadline).
@@ -81,7 +82,7 @@ type Locker struct {
 	acks       int
 	ackTimeout time.Duration
 
-	// batch sends the commands of overlapping calls together (batch.go),
+	// batch sends the commands of overlapping calls together (send.go),
 	// unless noBatch (WithoutPipelining).
 	batch   batcher
 	noBatch bool
@@ -95,10 +96,10 @@ type Locker struct {
 	sub     *subscription // release notifications; nil while nobody waits
 
 	// orphans are the tokens of attempts whose caller left before the reply
-	// (orphans.go).
+	// (retrysafety.go).
 	orphans orphans
 	// spent are the orphans' tokens its handles released, looked for on
-	// the lock in case their abandoned attempt runs late (spent.go).
+	// the lock in case their abandoned attempt runs late (retrysafety.go).
 	spent spent
 }
 
@@ -192,3 +193,82 @@ func reservedKind(kind string) bool {
 	}
 	return strings.HasPrefix(kind, kindRecord+":") || strings.HasPrefix(kind, kindSem+":")
 }
+
+// names are the strings one token's lock on one name needs: its keys and
+// the value a fresh lock takes. They are cut from one string, built in one
+// allocation, since every acquisition needs a new set.
+type names struct {
+	key   string // the lock: Key(name, "lock")
+	fkey  string // the fencing counter, Key(name, "fence"); "" without fencing
+	nkey  string // the name's release record, Key(name, "record")
+	tkey  string // the token's release record, Key(name, "record:<token>")
+	token string // tokenLen hex digits of random bits
+	value string // the lock's value while nobody waits for it (putFreeValue)
+}
+
+// names returns the names of a new token's lock on name.
+func (l *Locker) names(name string) names {
+	var raw [tokenLen / 2]byte
+	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
+	tag := keyspace.Tag(name)
+	base := len(l.prefix) + len(tag) + 3 // <prefix>{<tag>}:
+	size := base + len("lock") + base + len("record:") + tokenLen + freeLen
+	if l.fenceTTL > 0 {
+		size += base + len("fence")
+	}
+	var b strings.Builder
+	b.Grow(size)
+	writeBase(&b, l.prefix, tag)
+	b.WriteString("lock")
+	keyEnd := b.Len()
+	if l.fenceTTL > 0 {
+		writeBase(&b, l.prefix, tag)
+		b.WriteString("fence")
+	}
+	fenceEnd := b.Len()
+	writeBase(&b, l.prefix, tag)
+	b.WriteString("record")
+	recordEnd := b.Len()
+	// ":" and the token end the token's record key; the value follows.
+	var tail [1 + tokenLen + freeLen]byte
+	tail[0] = ':'
+	putFreeValue(tail[1+tokenLen:], raw[:])
+	copy(tail[1:1+tokenLen], tokenOf(tail[1+tokenLen:]))
+	b.Write(tail[:])
+	s := b.String()
+	tokenEnd := len(s) - freeLen
+	n := names{
+		key:   s[:keyEnd],
+		nkey:  s[fenceEnd:recordEnd],
+		tkey:  s[fenceEnd:tokenEnd],
+		token: s[recordEnd+1 : tokenEnd],
+		value: s[tokenEnd:],
+	}
+	if fenceEnd > keyEnd {
+		n.fkey = s[keyEnd:fenceEnd]
+	}
+	return n
+}
+
+// writeBase writes <prefix>{<tag>}: to b, the start of every key of a name.
+func writeBase(b *strings.Builder, prefix, tag string) {
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	b.WriteString(tag)
+	b.WriteString("}:")
+}
+
+// Client is the part of a go-redis client that a Locker needs: running
+// scripts. *redis.Client (including the one NewFailoverClient returns),
+// *redis.ClusterClient, *redis.Ring and any redis.UniversalClient satisfy it,
+// and so does a small wrapper that counts calls or injects faults.
+type Client interface {
+	redis.Scripter
+}
+
+var (
+	_ Client = (*redis.Client)(nil)
+	_ Client = (*redis.ClusterClient)(nil)
+	_ Client = (*redis.Ring)(nil)
+	_ Client = redis.UniversalClient(nil)
+)

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
+	"github.com/funnelguard/funnelguard/internal/nilcheck"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -188,4 +191,212 @@ func (q *quorum) semaphores(size int64) (semDeployment, error) {
 	}
 	need, err := SemaphoreQuorum(len(q.nodes), size)
 	return semQuorum{q: q, need: need}, err
+}
+
+// NewQuorum returns a Locker that keeps each lock on a majority of N
+// independent Redis masters (the Redlock algorithm), so that a lock survives
+// the loss of a minority of them. It has the API of New's Locker: TryLock,
+// Lock, Unlock, Extend, TTL, WithAutoRenew, Done, Context and re-entry.
+//
+// Each call runs on every node in parallel, each node bounded by a node
+// timeout (WithNodeTimeout) far below the lease. An acquisition succeeds when
+// N/2+1 nodes grant it and the time it took, on the client's monotonic clock,
+// leaves the lease valid: elapsed < lease - drift, with drift 1% of the lease
+// plus 2 ms. Otherwise the attempt is released on every node, and the call
+// returns ErrLocked (a majority is held by others or rejoining: Lock keeps
+// waiting) or an error matching ErrNoQuorum joined with each failed node's
+// error (too many nodes failed: Lock gives up at once). Extend, renewal and
+// TTL need a majority too; when a majority no longer has the lock, it is lost.
+//
+// Fencing and Fragments need the lock and the data in one Redis: NewQuorum
+// refuses WithFencing with ErrInvalid, and TryLockWith, LockWith, Run and
+// UnlockWith return ErrUnsupported. It refuses WithReplicaAck too (each
+// node is its own master). Waiters hear of releases by polling and from
+// local Unlocks (no Pub/Sub, no hand-over in the release script).
+//
+// A node restarted without persistence has forgotten the locks it granted; if
+// it rejoins at once, another client can win a majority that includes it
+// while the first holder still believes it holds the lock. Run the masters
+// with appendonly yes and appendfsync always, or keep a restarted node out
+// for longer than the longest lease: WithRejoinDelay does that.
+//
+// The nodes must be distinct masters: not replicas of each other and not
+// members of one cluster. Their clients must honour context deadlines
+// (redis.Options.ContextTimeoutEnabled), or the node timeout could not cut a
+// hung node short. NewQuorum returns an error matching ErrInvalid for fewer
+// than MinQuorumNodes clients, a nil client, a client listed twice or one
+// that ignores context deadlines, and for a bad option.
+func NewQuorum(clients []Client, opts ...Option) (*Locker, error) {
+	if err := checkNodes(clients); err != nil {
+		return nil, err
+	}
+	q := &quorum{nodes: slices.Clone(clients), need: len(clients)/2 + 1}
+	// notify stays false: a quorum's releases announce nothing.
+	l := &Locker{client: clients[0], dep: q, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, honours: true, runner: ctxcall.NewRunner(clients[0]), releases: newReleases()}
+	if err := l.configure(q, inQuorum, opts); err != nil {
+		return nil, err
+	}
+	l.box()
+	if q.timeout == 0 {
+		q.timeout = min(DefaultNodeTimeout, l.ttl/10)
+	}
+	if q.rejoin > 0 {
+		q.up = &Call{Fragment: rejoinGate, Keys: []string{l.prefix + "quorum:up"}, Args: []any{q.rejoin.Milliseconds(), DefaultFenceTTL.Milliseconds()}}
+	}
+	return l, nil
+}
+
+// checkNodes refuses a quorum's clients unless there are enough of them,
+// all distinct, none nil, each bounding its commands by their context.
+func checkNodes(clients []Client) error {
+	if len(clients) < MinQuorumNodes {
+		return fmt.Errorf("%w: quorum of %d clients: want at least %d", ErrInvalid, len(clients), MinQuorumNodes)
+	}
+	for i, c := range clients {
+		if err := checkNode(clients, i, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkNode refuses client i of a quorum.
+func checkNode(clients []Client, i int, c Client) error {
+	if nilcheck.IsNil(c) {
+		return fmt.Errorf("%w: nil client %d", ErrInvalid, i)
+	}
+	if j := slices.Index(clients, c); j != i {
+		return fmt.Errorf("%w: quorum client %d is also client %d", ErrInvalid, i, j)
+	}
+	if o, ok := c.(interface{ Options() *redis.Options }); ok && !o.Options().ContextTimeoutEnabled {
+		return fmt.Errorf("%w: quorum client %d does not set ContextTimeoutEnabled, so a hung node would hold every call for its ReadTimeout instead of the node timeout", ErrInvalid, i)
+	}
+	return nil
+}
+
+// votes are the nodes' answers to one call of a quorum (a lock's or a
+// semaphore's): the value each node that said yes answered (a lease in ms,
+// the handles left open), how many said no, the errors, the shortest wait a
+// refusing node reported (-1: none), and a node's report that the call
+// cannot succeed (a semaphore of another size).
+type votes struct {
+	yes  []int64
+	no   int
+	errs []error
+	wait int64
+	bad  error
+}
+
+// A ballot reads one node's reply into v; its error counts as the node's.
+type ballot func(v *votes, reply any) error
+
+// poll runs script on every node (fan) and counts their replies with read.
+func (q *quorum) poll(ctx context.Context, script *redis.Script, keys []string, args []any, read ballot) votes {
+	v := votes{wait: -1}
+	for _, nr := range q.fan(ctx, script, keys, args) {
+		err := nr.err
+		if err == nil {
+			err = read(&v, nr.reply)
+		}
+		if err != nil {
+			v.errs = append(v.errs, err)
+		}
+	}
+	return v
+}
+
+// refused records a node's refusal, free again after wait ms.
+func (v *votes) refused(wait int64) {
+	v.no++
+	if v.wait < 0 || wait < v.wait {
+		v.wait = wait
+	}
+}
+
+// nth returns the value that need of the nodes that said yes have at least
+// (the need-th largest: the lease they all still have), or -1 when fewer
+// than need said yes.
+func (v *votes) nth(need int) int64 {
+	if len(v.yes) < need {
+		return -1
+	}
+	slices.Sort(v.yes)
+	return v.yes[len(v.yes)-need]
+}
+
+// refusal is the error of an acquisition that did not win need of nodes in
+// time: ErrNoQuorum when too many nodes failed for need to grant it, or
+// when enough did but the call took too long (took, of a lease); nil when
+// the nodes refused it.
+func (v *votes) refusal(nodes, need int, took, lease time.Duration) error {
+	switch {
+	case len(v.errs) > nodes-need:
+		return noQuorum(fmt.Sprintf("%d of %d nodes failed, %d must grant", len(v.errs), nodes, need), v.errs)
+	case len(v.yes) >= need:
+		return noQuorum(fmt.Sprintf("acquiring took %v of a %v lease", took, lease), v.errs)
+	}
+	return nil
+}
+
+// verdict reads the votes of a holder's call (what: extend, unlock, ttl,
+// release): nil when need of nodes said yes (did, say "hold the lock"),
+// ErrNotHeld when too many said no for need to, otherwise an error matching
+// ErrNoQuorum joined with the nodes' errors.
+func (v *votes) verdict(nodes, need int, what, did string) error {
+	switch {
+	case len(v.yes) >= need:
+		return nil
+	case v.no > nodes-need:
+		return ErrNotHeld
+	}
+	return noQuorum(fmt.Sprintf("%s: %d of %d nodes %s, %d failed, %d must", what, len(v.yes), nodes, did, len(v.errs), need), v.errs)
+}
+
+// readAcquire reads a node's reply to the acquire script: a grant's lease,
+// or a refusal with the wait it reported (the holder's lease, or a
+// rejoining node's delay). A re-entry that found no lock on the node
+// ({0, -2}) counts for nothing.
+func readAcquire(v *votes, reply any) error {
+	r, res, err := acquired(reply)
+	switch {
+	case err != nil:
+		return err
+	case r[0] == 1:
+		v.yes = append(v.yes, r[1])
+	case r[0] == 0 && r[1] >= 0:
+		v.refused(r[1]) // held by another: free again after its lease at most
+	case r[0] == declinedReply:
+		if w, ok := rejoinWait(res); ok {
+			v.refused(w)
+		}
+	}
+	return nil
+}
+
+// rejoinWait reads the rejoin gate's result: the ms until the node grants.
+func rejoinWait(res any) (int64, bool) {
+	arr, _ := res.([]any)
+	if len(arr) == 0 {
+		return 0, false
+	}
+	w, ok := arr[0].(int64)
+	return w, ok
+}
+
+// readHolder returns the ballot of a holder's script (extend, pttl,
+// release): yes with the script's value when the handle holds the lock on
+// the node, no when the value is notHeld.
+func readHolder(notHeld int64) ballot {
+	return func(v *votes, reply any) error {
+		r, _, err := ints(reply, 1) // an integer, or an array led by one
+		switch {
+		case err != nil:
+			return err
+		case r[0] == notHeld:
+			v.no++
+		default:
+			v.yes = append(v.yes, r[0])
+		}
+		return nil
+	}
 }

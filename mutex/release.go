@@ -78,7 +78,7 @@ type release struct {
 	lease time.Duration
 	// foreign: nh is a token this release repeats but no longer owns (an
 	// attempt took it from the Locker's memory to adopt the lock, see
-	// orphans.go): the release hands it to no waiter and never releases it.
+	// retrysafety.go): the release hands it to no waiter and never releases it.
 	foreign bool
 }
 
@@ -286,7 +286,7 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 // with err of unknown outcome, on a client that honours deadlines (no late
 // reply will come): the lock may be under it now, held by nobody, and the
 // waiter, told it got nothing, would wait out its lease. The Locker's next
-// attempt on the name adopts it (orphans.go); the handle's next release,
+// attempt on the name adopts it (retrysafety.go); the handle's next release,
 // which must repeat this call, takes the token back first (reclaim).
 func (r *release) rememberHandOver(err error) {
 	if r.nh != nil && !r.foreign && r.l.honours && unknownOutcome(err) {

@@ -189,7 +189,7 @@ func TestCancelledCallsReturnAtOnce(t *testing.T) {
 			return err
 		}},
 		// A Locker of its own each time: an abandoned acquisition's give-back
-		// holds one of its Locker's 4 slots (batch.go) on the stopped server
+		// holds one of its Locker's 4 slots (send.go) on the stopped server
 		// for up to 2 s, and the fifth call would wait in its queue, sending
 		// nothing to the server.
 		{"mutex Semaphore.TryAcquire", func(ctx context.Context, _ int) error {

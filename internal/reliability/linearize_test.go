@@ -118,7 +118,7 @@ type linLockState struct {
 	since, until int64
 	// adoptable: the holder is an acquisition of unknown outcome, whose
 	// token its Locker remembers; the Locker's next acquisition of the name
-	// may take the lock over under that token (mutex/orphans.go). locker
+	// may take the lock over under that token (mutex/retrysafety.go). locker
 	// is the holder's Locker.
 	adoptable bool
 	locker    int
@@ -765,7 +765,7 @@ func TestLinearizeModelCanFail(t *testing.T) {
 			acquire(1, 0, 1, linOK), release(1, 2, 3, linUnknown), acquire(2, 4, 5, linOK),
 		}, porcupine.Ok},
 		// An acquire of unknown outcome that took the lock (ErrLocked says
-		// so) leaves it to its own Locker (mutex/orphans.go), not another.
+		// so) leaves it to its own Locker (mutex/retrysafety.go), not another.
 		{"another Locker takes an orphan within its lease", []porcupine.Operation{
 			acquireBy(0, 1, 0, 1, linUnknown), acquireBy(1, 2, 2, 3, linFailed), acquireBy(1, 3, 4, 5, linOK),
 		}, porcupine.Illegal},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -301,4 +302,100 @@ func batchContext(batch []*queued) (context.Context, context.CancelFunc) {
 		}
 	}
 	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
+}
+
+// run runs script on the Locker's client, returning by ctx's deadline even
+// when the client ignores it (ctxcall); late, if not nil, receives a reply
+// that came after the caller left.
+func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (any, error) {
+	if l.batch.alone() {
+		reply, err := l.runAlone(ctx, script, keys, args, late)
+		l.batch.free(err)
+		return reply, reach.Mark(err)
+	}
+	q := &queued{
+		ctx:   ctx,
+		add:   func(p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) },
+		again: func(p redis.Pipeliner) redis.Cmder { return script.Eval(ctx, p, keys, args...) },
+	}
+	if late != nil {
+		q.late = func(c redis.Cmder) { late(c.(*redis.Cmd).Result()) }
+	}
+	cmd, err := l.batch.do(q)
+	if err != nil {
+		return nil, err
+	}
+	reply, err := cmd.(*redis.Cmd).Result()
+	return reply, reach.Mark(err)
+}
+
+// runAlone is run without batching.
+func (l *Locker) runAlone(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (any, error) {
+	return l.runner.Run(ctx, script, keys, args, late)
+}
+
+// acquireRun runs an acquire script, followed by WAIT when the Locker waits
+// for replicas (WithReplicaAck): in the same round trip for a plain attempt;
+// only once the lock is granted for one with a fragment, whose gate may
+// decline (a denial costs no wait). nowait skips the wait: a re-entry grants
+// nobody a lock they did not hold, and WithAckAtRelease leaves it to the
+// release. short reports a grant that not enough replicas acknowledged.
+func (l *Locker) acquireRun(ctx context.Context, script *redis.Script, keys []string, args []any, fragment, nowait bool, late func(any, error)) (reply any, short, err error) {
+	switch {
+	case l.acks == 0 || nowait:
+		reply, err = l.run(ctx, script, keys, args, late)
+		return reply, nil, err
+	case fragment:
+		return l.runThenWait(ctx, script, keys, args, grants, late)
+	}
+	return l.runAcked(ctx, script, keys, args, late)
+}
+
+// grants reports whether an acquire script's reply granted the lock.
+func grants(reply any) bool {
+	r, _, err := acquired(reply)
+	return err == nil && r[0] == 1
+}
+
+// scriptCall returns the keys and arguments of a lock script run with
+// call's fragment (nil for none): the fragment's first, then the keys of
+// n's lock (lockKeys; with its release records for a release), and
+// lockArgs (fragment.go).
+func scriptCall(call *Call, n *names, release bool, lockArgs ...any) ([]string, []any) {
+	var nk, na int
+	if call != nil {
+		nk, na = len(call.Keys), len(call.Args)
+	}
+	keys := make([]string, 0, nk+4)
+	args := make([]any, 0, na+len(lockArgs))
+	if call != nil {
+		keys = append(keys, call.Keys...)
+		args = append(args, call.Args...)
+	}
+	return lockKeys(keys, n, release), append(args, lockArgs...)
+}
+
+// handleID is a handle's id as the scripts take it; the root handle's needs
+// no allocation.
+func handleID(id uint64) string {
+	if id == 0 {
+		return "0"
+	}
+	return strconv.FormatUint(id, 10)
+}
+
+// Script arguments boxed once: converting even a constant string returned by
+// a function to an interface allocates.
+var (
+	argZero  any = "0"
+	argFresh any = ""
+	argMark  any = "m"
+)
+
+// argID is handleID as a script argument.
+func argID(id uint64) any {
+	if id == 0 {
+		return argZero
+	}
+	return handleID(id)
 }
