@@ -52,7 +52,7 @@ func (g *Guard) detourLimiter() *funnel.Limiter {
 		if c == nil {
 			return
 		}
-		lim, err := funnel.New(c, g.funnelOptions()...)
+		lim, err := funnel.New(c, funnelOptions(g.p)...)
 		if err != nil || lim.Locker() == g.lim.Locker() {
 			return // the Policy's options passed New with the client; a Locker of their own
 		}

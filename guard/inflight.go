@@ -12,8 +12,7 @@ import (
 // A slot is one running call's place among the Policy.InFlight calls of
 // its key: a permit of the key's semaphore in Redis, or a place in this
 // process's count (Redis could not answer, and OnError or the Fallback let
-// the call run), or nothing when InFlight is off. The zero slot holds
-// nothing.
+// the call run), or nothing (the zero slot, and InFlight off).
 type slot struct {
 	permit *mutex.Permit
 	local  *flights
@@ -32,13 +31,11 @@ func (s slot) context(parent context.Context) context.Context {
 	return s.permit.Context(parent)
 }
 
-// enter takes a slot for a call of the stored key sk, which an admission
-// let through (degraded: made without Redis, which the permit then is too).
-// It waits for a permit in the key's FIFO queue for Timeout at most. An
-// error means the call must not run: it matches ErrBusy (InFlight calls of
-// the key kept running; with ErrUnavailable, in this process while Redis
-// cannot answer), ErrUnavailable (failing closed), ErrRejected, or is
-// ctx's.
+// enter takes a slot for a call of the stored key sk that an admission
+// let through (degraded: made without Redis, and so is the slot), waiting
+// in the key's FIFO queue for Timeout at most. An error means the call
+// must not run: ErrBusy (with ErrUnavailable when counted in this
+// process), ErrUnavailable (failing closed), ErrRejected, or ctx's.
 func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, error) {
 	switch {
 	case g.p.InFlight == 0:
@@ -56,9 +53,9 @@ func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, erro
 	return slot{}, err
 }
 
-// acquire takes a permit of sk's semaphore: at once if one is free (one
-// round trip), else by waiting in its queue until Timeout ends (ErrBusy).
-// The permit's lease, InFlightLease, is renewed until it is given back.
+// acquire takes a permit of sk's semaphore, leased for InFlightLease and
+// renewed until given back: at once if one is free (one round trip), else
+// by waiting in its queue until Timeout ends (ErrBusy).
 func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	sem, err := g.lim.Locker().Semaphore(sk, g.p.InFlight)
 	if err != nil { // New tried the Locker and the size: never, for a stored key
@@ -81,18 +78,10 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 		return p, err
 	case busy && !errors.Is(err, mutex.ErrUnreachable):
 		return nil, fmt.Errorf("%w: %d calls of the key ran through %v: %w", ErrBusy, g.p.InFlight, g.p.Timeout, err)
+	case errors.Is(err, mutex.ErrInvalid): // a semaphore of another size: a guard with another InFlight
+		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
-	return nil, permitError(err)
-}
-
-// permitError wraps an error of a semaphore's call: ErrRejected for a
-// semaphore Redis keeps with another size (a guard with another InFlight
-// shares the key), else as for every call to Redis.
-func permitError(err error) error {
-	if errors.Is(err, mutex.ErrInvalid) {
-		return fmt.Errorf("%w: %w", ErrRejected, err)
-	}
-	return redisError(err)
+	return nil, redisError(ctx, err)
 }
 
 // enterLocal takes a place in this process's count of sk's calls, for a
@@ -113,8 +102,8 @@ func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
 }
 
 // leave gives s back: the permit (bounded by Timeout, whatever ctx says;
-// a permit whose release fails comes back when its lease ends, no longer
-// renewed) or the place in this process's count.
+// one whose release fails comes back when its lease ends) or the place in
+// this process's count.
 func (g *Guard) leave(ctx context.Context, s slot) {
 	switch {
 	case s.permit != nil:
@@ -125,24 +114,19 @@ func (g *Guard) leave(ctx context.Context, s slot) {
 }
 
 // busyDecision is the denial that stands for a call enter refused with
-// err: Degraded unless Redis answered (the key was busy in Redis, or ctx
-// ended).
+// err: Degraded unless Redis answered (the key was busy, or ctx ended).
 func (g *Guard) busyDecision(err error) Decision {
 	return Decision{RetryAfter: g.p.ErrorRetryAfter,
 		Degraded: errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected)}
 }
 
 // flights counts the calls of each key running in this process, for
-// InFlight while Redis cannot answer. A key has an entry only while calls
-// of it run, so it holds no more keys than there are calls running.
+// InFlight while Redis cannot answer; a key has an entry only while calls
+// of it run.
 type flights struct {
 	max int64
 	mu  sync.Mutex
 	n   map[string]int64
-}
-
-func newFlights(max int64) *flights {
-	return &flights{max: max, n: make(map[string]int64)}
 }
 
 // enter counts one more call of key, unless max run already.
@@ -160,9 +144,7 @@ func (f *flights) enter(key string) bool {
 func (f *flights) leave(key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.n[key] <= 1 {
+	if f.n[key]--; f.n[key] <= 0 {
 		delete(f.n, key)
-		return
 	}
-	f.n[key]--
 }
