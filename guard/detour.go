@@ -10,19 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A detour: for a while after Redis came back from refusing connections
-// (outage.Detour), a call that the client refuses without reaching Redis
-// (go-redis's dial breaker, open for up to a second after PoolSize failed
-// dials, refuses every new connection though the server answers) is made
-// again with a Limiter of the guard's own on a client of its own
-// (outage.Watch.Spare), made at the first detour from the client's options
-// and the Policy's. So the first calls after a restart are answered, and a
-// call goes through the client whenever the client can send it: the
-// client's hooks see every command sent, and the refused attempt of a
-// detoured call; the spare client has none of them, so the detoured
-// command itself is not seen. A Policy whose Funnel options bring a Locker of their own
-// (funnel.WithLocker) has no detour: the Locker's client is the one the
-// breaker holds. InFlight's permits take no detour either.
+// A detour: for outage.Detour after Redis came back from refusing
+// connections, a call the client refuses unsent (go-redis's dial breaker
+// refuses new connections for up to a second after PoolSize failed dials)
+// is made again with a Limiter of the guard's own on a client made from the
+// client's options (outage.Watch.Spare), without its hooks. A funnel.WithLocker
+// Locker, whose client the breaker holds, and InFlight permits take none.
 type detour struct {
 	once sync.Once
 	lim  *funnel.Limiter // nil: no detour

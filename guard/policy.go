@@ -97,9 +97,9 @@ type Policy struct {
 	// Do, Enter, Middleware), with the caller's ctx and key (before
 	// Normalize: for a hash of its own, never for a span or a log). Its
 	// Redis commands, PlanOf and the permit's wait run in the context it
-	// returns, which must derive from ctx (its deadline bounds the decision
-	// on a hung server; nil is ctx); end, if not nil, is
-	// called once with the Observation. The call itself (fn, the handler,
+	// returns, which must derive from ctx (its deadline bounds the
+	// decision on a hung server; nil is ctx); end, if not nil, is called
+	// once with the Observation. The call itself (fn, the handler,
 	// Call.Context), its refund and release run in the caller's ctx. A nil
 	// ctx is ErrNilContext first. Peek and Refund are not traced.
 	Trace func(ctx context.Context, key string) (_ context.Context, end func(Observation))
