@@ -267,20 +267,16 @@ func (g *Guard) partitionKey(sk string) string {
 // sfString encodes s as a structured-field string (RFC 8941 §3.3.3):
 // printable ASCII only, with '"' and '\' escaped; other bytes become '?'.
 func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
+	b := []byte{'"'}
+	for i := range len(s) {
+		switch c := s[i]; {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			b = append(b, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
+			b = append(b, '?')
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return string(append(b, '"'))
 }
