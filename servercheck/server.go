@@ -35,74 +35,40 @@ type asking struct {
 	configErr error // CONFIG GET maxmemory-policy's
 }
 
-// settings reads the server's address (unless the client knows it),
-// maxmemory and maxmemory-policy into a.f, each from the first source that
-// gives it. Its error is that of a server that did not answer: a refusal
-// only leaves a setting unknown, and the next source is asked.
+// settings reads into a.f the server's address (a failover client's
+// master's, or an unknown client's: CLIENT INFO laddr, Redis 6.2 and
+// later), then maxmemory and maxmemory-policy from INFO memory (Redis 4.0
+// and later, and where CONFIG is renamed), then from CONFIG GET what INFO
+// did not give. Its error is that of a server that did not answer: a
+// refusal only leaves a setting unknown.
 func (a *asking) settings() error {
-	if err := a.address(); err != nil {
-		return err
+	if a.f.Addr == "" {
+		a.f.Addr = failoverAddr
+		info, err := a.c.ClientInfo(a.ctx).Result()
+		if err != nil {
+			return unreached(err)
+		}
+		a.f.Addr = cmp.Or(info.LAddr, failoverAddr)
 	}
-	if err := a.info(); err != nil {
-		return err
-	}
-	if err := a.configPolicy(); err != nil {
-		return err
-	}
-	return a.configMaxMemory()
-}
-
-// address asks a failover client's master, or the server of a client of
-// unknown kind, for its side of the connection (Redis 6.2 and later).
-func (a *asking) address() error {
-	if a.f.Addr != "" {
-		return nil
-	}
-	a.f.Addr = failoverAddr
-	info, err := a.c.ClientInfo(a.ctx).Result()
-	if err != nil {
-		return unreached(err)
-	}
-	a.f.Addr = cmp.Or(info.LAddr, failoverAddr)
-	return nil
-}
-
-// info reads both settings from INFO memory, where the server has them
-// (since Redis 4.0) and where CONFIG is renamed or disabled.
-func (a *asking) info() error {
 	info, err := a.c.Info(a.ctx, "memory").Result()
-	if err != nil {
-		a.infoErr = err
-		return unreached(err)
+	if a.infoErr = err; unreached(err) != nil {
+		return err
 	}
 	a.f.MaxMemory, a.f.Policy = parseInfo(info)
-	return nil
-}
-
-// configPolicy asks CONFIG GET for a policy INFO did not give: older
-// servers, proxies and miniredis may still take it.
-func (a *asking) configPolicy() error {
-	if a.f.Policy != "" {
-		return nil
+	if a.f.Policy == "" {
+		a.f.Policy, a.configErr = configGet(a.ctx, a.c, "maxmemory-policy")
+		if unreached(a.configErr) != nil {
+			return a.configErr
+		}
 	}
-	a.f.Policy, a.configErr = configGet(a.ctx, a.c, "maxmemory-policy")
-	return unreached(a.configErr)
-}
-
-// configMaxMemory asks CONFIG GET for a memory limit INFO did not give,
-// when it matters: once the policy is known.
-func (a *asking) configMaxMemory() error {
 	if a.f.MaxMemory >= 0 || a.f.Policy == "" {
-		return nil
+		return nil // a memory limit matters once the policy is known
 	}
 	v, err := configGet(a.ctx, a.c, "maxmemory")
-	if err != nil {
-		return unreached(err)
-	}
-	if n, ok := parseBytes(v); ok {
+	if n, ok := parseBytes(v); ok && err == nil {
 		a.f.MaxMemory = n
 	}
-	return nil
+	return unreached(err)
 }
 
 // judge sets the finding's Err and Note from its settings.
@@ -110,7 +76,11 @@ func (a *asking) judge() {
 	f := &a.f
 	switch {
 	case f.Policy == "":
-		f.Err = fmt.Errorf("%w: %s: %w", ErrUnknownPolicy, f.Addr, a.unknownPolicy())
+		cause := errors.Join(a.infoErr, a.configErr)
+		if cause == nil {
+			cause = errors.New("INFO memory and CONFIG GET named no maxmemory-policy")
+		}
+		f.Err = fmt.Errorf("%w: %s: %w", ErrUnknownPolicy, f.Addr, cause)
 	case f.Policy == NoEviction:
 	case f.MaxMemory == 0:
 		f.Note = fmt.Sprintf("maxmemory-policy %s evicts funnelguard keys once a memory limit (maxmemory) is set: set maxmemory-policy %s", f.Policy, NoEviction)
@@ -119,15 +89,6 @@ func (a *asking) judge() {
 	default:
 		f.Err = fmt.Errorf("%w: %s has maxmemory-policy %s and maxmemory %d bytes: set maxmemory-policy %s", ErrEvictionPolicy, f.Addr, f.Policy, f.MaxMemory, NoEviction)
 	}
-}
-
-// unknownPolicy says why the policy is unknown: the server's refusals, or
-// replies that did not name it.
-func (a *asking) unknownPolicy() error {
-	if causes := errors.Join(a.infoErr, a.configErr); causes != nil {
-		return causes
-	}
-	return errors.New("INFO memory and CONFIG GET named no maxmemory-policy")
 }
 
 // parseInfo reads maxmemory (-1 if absent) and maxmemory_policy ("" if
@@ -162,10 +123,7 @@ func parseBytes(v string) (int64, bool) {
 // error if the server has no such parameter.
 func configGet(ctx context.Context, c redis.Cmdable, param string) (string, error) {
 	m, err := c.ConfigGet(ctx, param).Result()
-	if err != nil {
-		return "", err
-	}
-	return m[param], nil
+	return m[param], err
 }
 
 // unreached returns err if it is a failure to reach the server; nil if err
@@ -179,23 +137,16 @@ func unreached(err error) error {
 	return err
 }
 
-// noAnswer is the error of a server at addr that did not answer.
+// noAnswer is the error of a server at addr that did not answer, with
+// ctx's error, or DeadlineExceeded once its deadline passed (a client's
+// i/o timeout can come a moment before ctx's timer).
 func noAnswer(ctx context.Context, addr string, err error) error {
-	if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
+	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(d) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%w: %s: %w: %w", ErrNoAnswer, addr, cerr, err)
 	}
 	return fmt.Errorf("%w: %s: %w", ErrNoAnswer, addr, err)
-}
-
-// ctxErr returns ctx's error, or DeadlineExceeded once its deadline has
-// passed: a client that honours deadlines sets the connection's to ctx's,
-// and its i/o timeout can come a moment before ctx's own timer.
-func ctxErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
 }
