@@ -6,36 +6,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Detouring reports whether a call begun now should send its commands to
-// another client than the watched one (Spare): for Detour after a probe
-// found the server back from refusing connections, when the watched
-// client's pools may still refuse every new connection (their dial breaker)
-// though the server answers. It costs an atomic load while no outage ended.
+// Detouring reports whether a call begun now should go to another client
+// (Spare): for Detour after the server came back from refusing, while the
+// watched client's dial breaker may still refuse it. One atomic load.
 func (w *Watch) Detouring() bool {
-	if w == nil {
-		return false
-	}
-	end := w.detour.Load()
-	return end != 0 && time.Now().UnixNano() < end
+	return w != nil && time.Now().UnixNano() < w.detour.Load()
 }
 
-// Spare returns a client of the watched server, made at the first call from
-// the watched client's options, for the calls of a detour; nil for a Watch
-// made by New. It has pools of its own, whose dial breakers the outage did
-// not touch, and none of the watched client's hooks. It starts no
-// connection of its own (no MinIdleConns), and keeps at most spareIdle of
-// those its calls opened once they are done.
+// Spare returns a client of the watched server for the calls of a detour,
+// made at the first call from the watched client's options, with pools of
+// its own and none of its hooks; nil for a Watch made by New.
 func (w *Watch) Spare() *redis.Client {
-	if w == nil || w.opts == nil {
+	if w == nil || w.spare == nil {
 		return nil
 	}
-	w.spare.once.Do(func() {
-		o := *w.opts // what go-redis's own clones copy
-		o.MinIdleConns, o.MaxIdleConns = 0, spareIdle
-		w.spare.client = redis.NewClient(&o)
-	})
-	return w.spare.client
+	return w.spare()
 }
-
-// spareIdle bounds the idle connections a Spare keeps between detours.
-const spareIdle = 4

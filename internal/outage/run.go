@@ -3,6 +3,7 @@ package outage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -12,15 +13,14 @@ import (
 )
 
 // Run runs f, a call to the watched server, with ctx bounded by d, and
-// returns its error. If w saw the server refuse connections, the call may
-// end at once with a refusal (see admit); while f runs, w checks every
-// Every and, on a refusal, cancels f's context and returns the refusal in
-// place of f's error (unless ctx itself ended). An error of f that says the
-// server cannot be reached (reach.Unreachable, not a closed client) makes
-// w down. A refusal matches reach.ErrUnreachable and holds the dial's
-// error. When ctx cannot end, f's context is one that only its deadline
-// ends (ctxcall.DeadlineOnly: no hand-off on a client that honours
-// deadlines), but for the Watch's cut.
+// returns its error. While w saw the server refuse connections, the call
+// may end at once with that refusal (admit); while f runs, w checks every
+// Every and, on a refusal, cancels f's context and returns the refusal
+// instead of f's error (unless ctx itself ended). An error of f that says
+// the server cannot be reached (reach.Unreachable, not a closed client)
+// makes w down. A refusal matches reach.ErrUnreachable and wraps the dial's
+// error. f's context is ended only by its deadline and the cut when ctx
+// cannot end (ctxcall.DeadlineOnly).
 func (w *Watch) Run(ctx context.Context, d time.Duration, f func(context.Context) error) error {
 	cctx, cancel := ctxcall.DeadlineOnly(ctx, time.Now().Add(d))
 	defer cancel()
@@ -32,7 +32,9 @@ func (w *Watch) Run(ctx context.Context, d time.Duration, f func(context.Context
 		return err
 	}
 	c := &call{w: w, ctx: cctx, cancel: cancel}
-	c.arm()
+	c.mu.Lock()
+	c.t = time.AfterFunc(Every, c.fire)
+	c.mu.Unlock()
 	err = f(cctx)
 	cut := c.end()
 	switch {
@@ -58,16 +60,8 @@ type call struct {
 	cut   error // the refusal that cancelled ctx
 }
 
-// arm sets the timer of the next check, unless the call ended.
-func (c *call) arm() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.ended {
-		c.t = time.AfterFunc(Every, c.fire)
-	}
-}
-
-// fire checks w; on a refusal it cancels the call, else arms the next check.
+// fire checks w, unless the call ended: on a refusal it cancels the call,
+// else it sets the timer of the next check.
 func (c *call) fire() {
 	c.mu.Lock()
 	ended := c.ended
@@ -76,15 +70,15 @@ func (c *call) fire() {
 		return
 	}
 	err := c.w.check(c.ctx)
-	if err == nil {
-		c.arm()
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.ended {
+	switch {
+	case c.ended:
+	case err != nil:
 		c.cut = err
 		c.cancel()
+	default:
+		c.t.Reset(Every)
 	}
 }
 
@@ -99,13 +93,5 @@ func (c *call) end() error {
 
 // refused returns err, a refusal, as the error of a call a Watch ended.
 func refused(err error) error {
-	return &refusal{reach.Mark(err)}
+	return fmt.Errorf("redis refuses connections: %w", reach.Mark(err))
 }
-
-// A refusal is the error of a call that a Watch ended because the server
-// refused a connection.
-type refusal struct{ err error }
-
-func (r *refusal) Error() string { return "redis refuses connections: " + r.err.Error() }
-
-func (r *refusal) Unwrap() error { return r.err }
