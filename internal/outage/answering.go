@@ -24,12 +24,10 @@ func DialOf(client any) Dial {
 }
 
 // Answering returns nil once the server answers a PING on a connection of
-// its own, or a dial fails otherwise than by a refusal or a time-out (TLS,
-// a name: nothing to wait for); it tries again every Retry, and returns
-// ctx's error when ctx ends first. Work that may wait for a server to come
-// back (a release after its call left) waits here, not in go-redis, whose
-// failed dials open its dial breaker (a dial alone is no test: the kernel
-// accepts a hung server's connections).
+// its own (a dial alone is no test: the kernel accepts a hung server's
+// connections), or a dial fails for good (TLS, a name); it tries again
+// every Retry until ctx ends. A release after its call left waits here,
+// not in go-redis, whose failed dials open its dial breaker.
 func Answering(ctx context.Context, dial Dial) error {
 	for {
 		if answers(ctx, dial) {

@@ -12,15 +12,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Run runs f, a call to the watched server, with ctx bounded by d, and
-// returns its error. While w saw the server refuse connections, the call
-// may end at once with that refusal (admit); while f runs, w checks every
-// Every and, on a refusal, cancels f's context and returns the refusal
-// instead of f's error (unless ctx itself ended). An error of f that says
-// the server cannot be reached (reach.Unreachable, not a closed client)
-// makes w down. A refusal matches reach.ErrUnreachable and wraps the dial's
-// error. f's context is ended only by its deadline and the cut when ctx
-// cannot end (ctxcall.DeadlineOnly).
+// Run runs f, a call to the watched server, with ctx bounded by d (only by
+// d and a cut when ctx cannot end: ctxcall.DeadlineOnly). While w saw a
+// refusal the call may end at once with it (admit); while f runs, w checks
+// every Every, and a refusal cuts f's context and is returned instead of
+// f's error, unless ctx ended. f's own unreachable error (not a closed
+// client) makes w down. A refusal matches reach.ErrUnreachable.
 func (w *Watch) Run(ctx context.Context, d time.Duration, f func(context.Context) error) error {
 	cctx, cancel := ctxcall.DeadlineOnly(ctx, time.Now().Add(d))
 	defer cancel()
@@ -60,8 +57,8 @@ type call struct {
 	cut   error // the refusal that cancelled ctx
 }
 
-// fire checks w, unless the call ended: on a refusal it cancels the call,
-// else it sets the timer of the next check.
+// fire checks w, unless the call ended: a refusal cancels the call, else
+// the next check is set.
 func (c *call) fire() {
 	c.mu.Lock()
 	ended := c.ended

@@ -12,16 +12,14 @@ import (
 
 // Times of a Watch.
 const (
-	// Retry is the least time between two probes made to admit calls while
+	// Retry is the least time between two probes that admit calls while
 	// the server refuses: the calls in between fail at once.
 	Retry = 20 * time.Millisecond
 	// Every is how often a running call checks for a refusal; a probe that
 	// began less than Every ago answers for every call.
 	Every = 50 * time.Millisecond
-	// Detour is how long after the server is back calls are told to go to
-	// another client: it outlasts the second for which go-redis's dial
-	// breaker, opened by an outage's PoolSize failed dials, refuses new
-	// connections.
+	// Detour is how long calls go to another client once the server is
+	// back: longer than the second go-redis's dial breaker may stay open.
 	Detour = 1100 * time.Millisecond
 )
 
@@ -70,6 +68,23 @@ func For(client any, bound time.Duration) *Watch {
 
 // Down reports whether the last thing w saw was a refusal.
 func (w *Watch) Down() bool { return w != nil && w.down.Load() }
+
+// Detouring reports whether a call begun now should go to another client
+// (Spare): for Detour after the server came back from refusing, while the
+// watched client's dial breaker may still refuse it. One atomic load.
+func (w *Watch) Detouring() bool {
+	return w != nil && time.Now().UnixNano() < w.detour.Load()
+}
+
+// Spare returns a client of the watched server for the calls of a detour,
+// made at the first call from the watched client's options, with pools of
+// its own and none of its hooks; nil for a Watch made by New.
+func (w *Watch) Spare() *redis.Client {
+	if w == nil || w.spare == nil {
+		return nil
+	}
+	return w.spare()
+}
 
 // admit lets a call go ahead, returning the count of ups it began in, or
 // the refusal that ends it at once. While the server refuses, one call
