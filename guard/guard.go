@@ -154,21 +154,24 @@ func (g *Guard) AllowN(ctx context.Context, key string, n int64) (Decision, erro
 	return p.d, p.err
 }
 
-// A keyed call is a call's stored key ("" when the key is invalid) and
-// its plan.
+// A keyed call is a call's stored key ("" when the key is invalid), and
+// its plan's name and rules.
 type keyed struct {
-	sk   string
-	plan plan
+	sk    string
+	plan  string // "" for Policy.Rules
+	rules []funnel.Rule
 }
 
-// key returns the keyed call of key: its stored key and its plan.
-func (g *Guard) key(ctx context.Context, key string) (keyed, error) {
-	sk, err := g.storedKey(key)
-	if err != nil {
+// key returns the keyed call of key; a nil ctx is ErrNilContext.
+func (g *Guard) key(ctx context.Context, key string) (k keyed, err error) {
+	if ctx == nil {
+		return k, ErrNilContext
+	}
+	if k.sk, err = g.storedKey(key); err != nil {
 		return keyed{}, err
 	}
-	p, err := g.planOf(ctx, key)
-	return keyed{sk: sk, plan: p}, err
+	k.plan, k.rules, err = g.planOf(ctx, key)
+	return k, err
 }
 
 // A pending call is one AllowN decided, with what Do, Enter and Middleware
@@ -203,7 +206,7 @@ func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
 	case errors.Is(p.err, ErrPlan):
 		p.d = Decision{RetryAfter: g.p.ErrorRetryAfter}
 	}
-	p.o = Observation{Prefix: g.p.Prefix, Plan: p.k.plan.name, N: n, Decision: p.d, Err: p.err, Shadow: g.p.Shadow}
+	p.o = Observation{Prefix: g.p.Prefix, Plan: p.k.plan, N: n, Decision: p.d, Err: p.err, Shadow: g.p.Shadow}
 	return p
 }
 
@@ -246,7 +249,7 @@ func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
 	var res funnel.Result
 	err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (err error) {
-		res, err = lim.AllowN(cctx, k.sk, n, k.plan.rules...)
+		res, err = lim.AllowN(cctx, k.sk, n, k.rules...)
 		return err
 	})
 	if err == nil {
@@ -264,7 +267,7 @@ func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
 		ok, wait := g.fb.allow(k.sk, n)
 		return Decision{Allowed: ok, RetryAfter: wait, Degraded: true}, uerr
 	case g.local != nil:
-		res, lerr := g.local.AllowN(time.Now(), k.sk, n, k.plan.rules...)
+		res, lerr := g.local.AllowN(time.Now(), k.sk, n, k.rules...)
 		if lerr != nil { // the rules passed New's checks: n is the only cause
 			return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, errors.Join(uerr, lerr)
 		}
@@ -279,16 +282,13 @@ func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
 // an admission, RetryAfter is the wait for the next). If Redis cannot
 // answer it returns a denial and an error matching ErrUnavailable.
 func (g *Guard) Peek(ctx context.Context, key string) (Decision, error) {
-	if ctx == nil {
-		return Decision{}, ErrNilContext
-	}
 	k, err := g.key(ctx, key)
 	if err != nil {
 		return Decision{}, err
 	}
 	var res funnel.Result
 	err = g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (err error) {
-		res, err = lim.Peek(cctx, k.sk, k.plan.rules...)
+		res, err = lim.Peek(cctx, k.sk, k.rules...)
 		return err
 	})
 	switch {
@@ -313,9 +313,6 @@ func (g *Guard) Refund(ctx context.Context, key string) error {
 
 // RefundN gives n units back to every rule for key, never below empty.
 func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
 	k, err := g.key(ctx, key)
 	if err != nil {
 		return err
@@ -326,7 +323,7 @@ func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
 // refund is RefundN for the keyed call k.
 func (g *Guard) refund(ctx context.Context, k keyed, n int64) error {
 	err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) error {
-		return lim.Refund(cctx, k.sk, n, k.plan.rules...)
+		return lim.Refund(cctx, k.sk, n, k.rules...)
 	})
 	return redisError(ctx, err)
 }

@@ -32,25 +32,33 @@ func (s slot) context(parent context.Context) context.Context {
 }
 
 // enter takes a slot for a call of the stored key sk that an admission
-// let through (degraded: made without Redis, and so is the slot), waiting
-// in the key's FIFO queue for Timeout at most. An error means the call
+// let through, waiting in the key's FIFO queue for Timeout at most; a
+// degraded admission, or a permit Redis cannot answer for, takes a place
+// in this process's count if the guard fails open. An error means the call
 // must not run: ErrBusy (with ErrUnavailable when counted in this
 // process), ErrUnavailable (failing closed), ErrRejected, or ctx's.
 func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, error) {
-	switch {
-	case g.p.InFlight == 0:
+	if g.p.InFlight == 0 {
 		return slot{}, nil
-	case degraded:
-		return g.enterLocal(sk, nil)
 	}
-	p, err := g.acquire(ctx, sk)
+	var uerr error // why a permit's call found Redis unavailable
+	if !degraded {
+		p, err := g.acquire(ctx, sk)
+		if err == nil {
+			return slot{permit: p}, nil
+		}
+		if !errors.Is(err, ErrUnavailable) || g.flights == nil {
+			return slot{}, err
+		}
+		uerr = err
+	}
 	switch {
-	case err == nil:
-		return slot{permit: p}, nil
-	case errors.Is(err, ErrUnavailable) && g.flights != nil:
-		return g.enterLocal(sk, err)
+	case g.flights == nil:
+		return slot{}, fmt.Errorf("%w: no permit without Redis", ErrUnavailable)
+	case !g.flights.enter(sk):
+		return slot{}, fmt.Errorf("%w: %d calls of the key run in this process: %w", ErrBusy, g.p.InFlight, ErrUnavailable)
 	}
-	return slot{}, err
+	return slot{local: g.flights, key: sk, degraded: uerr}, nil
 }
 
 // acquire takes a permit of sk's semaphore, leased for InFlightLease and
@@ -82,23 +90,6 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	return nil, redisError(ctx, err)
-}
-
-// enterLocal takes a place in this process's count of sk's calls, for a
-// call that runs while Redis cannot answer (uerr, the error that says so,
-// or nil when the admission was degraded already). A guard that fails
-// closed has no count: the call is refused with uerr.
-func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
-	if g.flights == nil {
-		if uerr == nil {
-			uerr = fmt.Errorf("%w: no permit without Redis", ErrUnavailable)
-		}
-		return slot{}, uerr
-	}
-	if !g.flights.enter(sk) {
-		return slot{}, fmt.Errorf("%w: %d calls of the key run in this process: %w", ErrBusy, g.p.InFlight, ErrUnavailable)
-	}
-	return slot{local: g.flights, key: sk, degraded: uerr}, nil
 }
 
 // leave gives s back: the permit (bounded by Timeout, whatever ctx says;

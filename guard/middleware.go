@@ -81,7 +81,7 @@ func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
 	c, err := h.g.Enter(r.Context(), key, n)
 	defer c.Done()
 	if h.g.p.RateLimitHeaders && c.answered {
-		h.g.rateLimitHeaders(w.Header(), c.allowed, c.k.plan.rules, h.g.partitionKey(c.k.sk))
+		h.g.rateLimitHeaders(w.Header(), c.allowed, c.k.rules, h.g.partitionKey(c.k.sk))
 	}
 	switch {
 	case err != nil:

@@ -8,31 +8,24 @@ import (
 	"github.com/funnelguard/funnelguard/funnel"
 )
 
-// A plan is the rules that decide one call, and their plan's name.
-type plan struct {
-	name  string // "" for Policy.Rules
-	rules []funnel.Rule
-}
-
-// planOf returns the plan of key (the caller's key, before Normalize):
-// Policy.Rules, or the Plans entry PlanOf names. An error of PlanOf, or a
-// name that Plans does not hold, matches ErrPlan.
-func (g *Guard) planOf(ctx context.Context, key string) (plan, error) {
+// planOf returns the name and rules of key's plan (key as the caller gave
+// it): Rules, or the Plans entry PlanOf names. An error of PlanOf, or a
+// name Plans does not hold, matches ErrPlan.
+func (g *Guard) planOf(ctx context.Context, key string) (string, []funnel.Rule, error) {
 	if g.p.PlanOf == nil {
-		return plan{rules: g.p.Rules}, nil
+		return "", g.p.Rules, nil
 	}
 	name, err := g.p.PlanOf(ctx, key)
+	rules, ok := g.p.Plans[name]
 	switch {
 	case err != nil:
-		return plan{name: name}, fmt.Errorf("%w: %w", ErrPlan, err)
+		return name, nil, fmt.Errorf("%w: %w", ErrPlan, err)
 	case name == "":
-		return plan{rules: g.p.Rules}, nil
+		return "", g.p.Rules, nil
+	case !ok:
+		return name, nil, fmt.Errorf("%w: %q is not one of Policy.Plans", ErrPlan, name)
 	}
-	rules, ok := g.p.Plans[name]
-	if !ok {
-		return plan{name: name}, fmt.Errorf("%w: %q is not one of Policy.Plans", ErrPlan, name)
-	}
-	return plan{name: name, rules: rules}, nil
+	return name, rules, nil
 }
 
 // checkPlans validates p's plans and makes the rules of every plan,
