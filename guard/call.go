@@ -66,12 +66,18 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 		return c.in(ctx), err
 	case d.Allowed || g.p.Shadow:
 		return g.hold(ctx, p, c, n)
-	case errors.Is(err, ErrRejected), d.Degraded && g.fb == nil && g.local == nil: // failing closed
+	case g.failingClosed(d, err):
 		return c.in(ctx), err
 	case err != nil && !d.Degraded: // ctx ended, or no plan
 		return c.in(ctx), err
 	}
 	return c.in(ctx), nil // denied, by Redis or the fallback
+}
+
+// failingClosed reports whether the denial d stands for a refusal of Redis,
+// or for an answer Redis could not give and no fallback replaced.
+func (g *Guard) failingClosed(d Decision, err error) bool {
+	return errors.Is(err, ErrRejected) || d.Degraded && g.fb == nil && g.local == nil
 }
 
 // hold takes the InFlight slot of c, the call of n units p admitted. A call refused

@@ -27,8 +27,14 @@ func unanswered(err error) bool {
 		errors.Is(err, redis.ErrClosed):
 		return false
 	case errors.As(err, &reply):
-		code, _, _ := strings.Cut(reply.Error(), " ")
-		return slices.Contains(transientReplies, code)
+		return transient(reply.Error())
 	}
 	return true
+}
+
+// transient reports whether the error reply msg has the code of one of the
+// transientReplies.
+func transient(msg string) bool {
+	code, _, _ := strings.Cut(msg, " ")
+	return slices.Contains(transientReplies, code)
 }

@@ -27,14 +27,21 @@ type detour struct {
 func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limiter) error) error {
 	return g.call(ctx, func(cctx context.Context) error {
 		err := f(cctx, g.lim)
-		if err == nil || !reach.Unreachable(err) || errors.Is(err, redis.ErrClosed) || !g.watch.Detouring() {
-			return err // a closed client is the user's to close: no detour
+		if !g.detours(err) {
+			return err
 		}
 		if d := g.detourLimiter(); d != nil {
 			return f(cctx, d)
 		}
 		return err
 	})
+}
+
+// detours reports whether a decision that failed with err is made again on
+// the detour: the client refused it unsent while the watch detours (a
+// closed client is the user's to close).
+func (g *Guard) detours(err error) bool {
+	return reach.Unreachable(err) && !errors.Is(err, redis.ErrClosed) && g.watch.Detouring()
 }
 
 // detourLimiter returns the detour's Limiter, made at the first call, or

@@ -25,11 +25,7 @@ func newFallback(cfg Fallback) *fallback {
 func (f *fallback) allow(key string, n int64) (bool, time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	lim, ok := f.keys.Get(key)
-	if !ok {
-		lim = rate.NewLimiter(f.cfg.Limit, f.cfg.Burst)
-		f.keys.Put(key, lim)
-	}
+	lim := f.limiter(key)
 	now := time.Now()
 	switch {
 	case n > int64(f.cfg.Burst):
@@ -40,4 +36,14 @@ func (f *fallback) allow(key string, n int64) (bool, time.Duration) {
 	r := lim.ReserveN(now, int(n))
 	defer r.CancelAt(now)
 	return false, max(r.DelayFrom(now), time.Millisecond)
+}
+
+// limiter is key's bucket, a new one if key has none; f.mu is held.
+func (f *fallback) limiter(key string) *rate.Limiter {
+	if lim, ok := f.keys.Get(key); ok {
+		return lim
+	}
+	lim := rate.NewLimiter(f.cfg.Limit, f.cfg.Burst)
+	f.keys.Put(key, lim)
+	return lim
 }

@@ -99,16 +99,25 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	}
 	g := &Guard{p: p, lim: lim, watch: outage.For(client, p.Timeout),
 		permit: []mutex.LockOption{mutex.Lease(p.InFlightLease), mutex.AutoRenew()}}
-	switch {
-	case p.Fallback != nil:
-		g.fb = newFallback(*p.Fallback)
-	case p.OnError == FailOpen:
-		g.local = funnel.NewLocal(DefaultFallbackMax)
-	}
-	if p.InFlight > 0 && (g.fb != nil || g.local != nil) {
-		g.flights = &flights{max: p.InFlight, n: make(map[string]int64)}
-	}
+	g.failOpen()
 	return g, nil
+}
+
+// failOpen sets how g decides while Redis cannot answer, if not by
+// denying: a Fallback, or FailOpen's rules in this process, each with a
+// count of InFlight calls in this process.
+func (g *Guard) failOpen() {
+	switch {
+	case g.p.Fallback != nil:
+		g.fb = newFallback(*g.p.Fallback)
+	case g.p.OnError == FailOpen:
+		g.local = funnel.NewLocal(DefaultFallbackMax)
+	default:
+		return
+	}
+	if g.p.InFlight > 0 {
+		g.flights = &flights{max: g.p.InFlight, n: make(map[string]int64)}
+	}
 }
 
 // funnelOptions are the options of the Limiters of a guard with Policy p.
@@ -194,9 +203,7 @@ func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
 	}
 	p := &pending{ctx: ctx}
 	if g.p.Trace != nil {
-		if p.ctx, p.end = g.p.Trace(ctx, key); p.ctx == nil {
-			p.ctx = ctx
-		}
+		p.ctx, p.end = g.trace(ctx, key)
 	}
 	p.start = time.Now()
 	p.k, p.err = g.key(p.ctx, key)
@@ -208,6 +215,16 @@ func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
 	}
 	p.o = Observation{Prefix: g.p.Prefix, Plan: p.k.plan, N: n, Decision: p.d, Err: p.err, Shadow: g.p.Shadow}
 	return p
+}
+
+// trace starts the decision of a call for key in ctx with Policy.Trace,
+// and returns the decision's context (ctx if Trace gives none) and its end.
+func (g *Guard) trace(ctx context.Context, key string) (context.Context, func(Observation)) {
+	tctx, end := g.p.Trace(ctx, key)
+	if tctx == nil {
+		return ctx, end
+	}
+	return tctx, end
 }
 
 // report passes p's Observation to Policy.Observe and to the end of its
@@ -236,13 +253,20 @@ func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	if err != nil && !shadow {
 		d = g.busyDecision(err)
 	}
-	if g.p.InFlight > 0 {
-		p.o.Permit, p.o.PermitWait = true, time.Since(t0)
-		if err != nil && !g.p.Shadow {
-			p.o.Decision, p.o.Err = d, err
-		}
-	}
+	p.waited(g, t0, d, err)
 	return s, d, err
+}
+
+// waited records in p the wait for an InFlight permit since t0, and, if
+// the call got none (err, not under Shadow), its refusal d.
+func (p *pending) waited(g *Guard, t0 time.Time, d Decision, err error) {
+	if g.p.InFlight == 0 {
+		return
+	}
+	p.o.Permit, p.o.PermitWait = true, time.Since(t0)
+	if err != nil && !g.p.Shadow {
+		p.o.Decision, p.o.Err = d, err
+	}
 }
 
 // allow decides for the keyed call k.
@@ -400,24 +424,39 @@ func (g *Guard) storedKey(key string) (string, error) {
 	if len(key) > MaxKeyLen {
 		return "", fmt.Errorf("%w: %d bytes (at most %d)", ErrInvalidKey, len(key), MaxKeyLen)
 	}
-	if g.p.Normalize != nil {
-		nk, err := g.p.Normalize(key)
-		if err != nil {
-			return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
-		}
-		key = nk
+	key, err := g.normalize(key)
+	if err != nil {
+		return "", err
 	}
 	if key == "" || len(key) > MaxKeyLen {
 		return "", fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
 	}
+	return g.stored(key), nil
+}
+
+// normalize is key as Policy.Normalize maps it; its error matches
+// ErrInvalidKey.
+func (g *Guard) normalize(key string) (string, error) {
+	if g.p.Normalize == nil {
+		return key, nil
+	}
+	nk, err := g.p.Normalize(key)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
+	}
+	return nk, nil
+}
+
+// stored is the stored form of the valid, normalized key.
+func (g *Guard) stored(key string) string {
 	switch {
 	case len(g.p.Secret) > 0:
 		m := hmac.New(sha256.New, g.p.Secret)
 		m.Write([]byte(key))
-		return "m:" + base64.RawURLEncoding.EncodeToString(m.Sum(nil)), nil
+		return "m:" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 	case len(key) > maxPlainKey:
 		sum := sha256.Sum256([]byte(key))
-		return "h:" + base64.RawURLEncoding.EncodeToString(sum[:]), nil
+		return "h:" + base64.RawURLEncoding.EncodeToString(sum[:])
 	}
-	return "k:" + key, nil
+	return "k:" + key
 }

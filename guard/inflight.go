@@ -32,26 +32,31 @@ func (s slot) context(parent context.Context) context.Context {
 }
 
 // enter takes a slot for a call of the stored key sk that an admission
-// let through, waiting in the key's FIFO queue for Timeout at most; a
-// degraded admission, or a permit Redis cannot answer for, takes a place
-// in this process's count if the guard fails open. An error means the call
+// let through (degraded: made without Redis, and so is the slot), waiting
+// in the key's FIFO queue for Timeout at most. An error means the call
 // must not run: ErrBusy (with ErrUnavailable when counted in this
 // process), ErrUnavailable (failing closed), ErrRejected, or ctx's.
 func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, error) {
-	if g.p.InFlight == 0 {
+	switch {
+	case g.p.InFlight == 0:
 		return slot{}, nil
+	case degraded:
+		return g.enterLocal(sk, nil)
 	}
-	var uerr error // why a permit's call found Redis unavailable
-	if !degraded {
-		p, err := g.acquire(ctx, sk)
-		if err == nil {
-			return slot{permit: p}, nil
-		}
-		if !errors.Is(err, ErrUnavailable) || g.flights == nil {
-			return slot{}, err
-		}
-		uerr = err
+	p, err := g.acquire(ctx, sk)
+	switch {
+	case err == nil:
+		return slot{permit: p}, nil
+	case errors.Is(err, ErrUnavailable) && g.flights != nil:
+		return g.enterLocal(sk, err)
 	}
+	return slot{}, err
+}
+
+// enterLocal takes a place in this process's count of sk's calls, for a
+// call that runs while Redis cannot answer (uerr says so, nil when the
+// admission was degraded already). A guard that fails closed has none.
+func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
 	switch {
 	case g.flights == nil:
 		return slot{}, fmt.Errorf("%w: no permit without Redis", ErrUnavailable)
@@ -72,13 +77,7 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	var p *mutex.Permit
 	busy := false
 	err = g.call(ctx, func(cctx context.Context) (err error) {
-		p, err = sem.TryAcquire(cctx, 1, g.permit...)
-		if errors.Is(err, mutex.ErrNoPermits) {
-			// Redis has just answered: a wait that ends without a permit
-			// is one for the calls running, not for Redis.
-			p, err = sem.Acquire(cctx, 1, g.permit...)
-			busy = errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded)
-		}
+		p, busy, err = g.takePermit(cctx, sem)
 		return err
 	})
 	switch {
@@ -86,10 +85,31 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 		return p, err
 	case busy && !errors.Is(err, mutex.ErrUnreachable):
 		return nil, fmt.Errorf("%w: %d calls of the key ran through %v: %w", ErrBusy, g.p.InFlight, g.p.Timeout, err)
-	case errors.Is(err, mutex.ErrInvalid): // a semaphore of another size: a guard with another InFlight
-		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
-	return nil, redisError(ctx, err)
+	return nil, permitError(ctx, err)
+}
+
+// takePermit takes a permit of sem, waiting in its queue if none is free;
+// busy reports a wait that ended without one at cctx's deadline.
+func (g *Guard) takePermit(cctx context.Context, sem *mutex.Semaphore) (p *mutex.Permit, busy bool, err error) {
+	p, err = sem.TryAcquire(cctx, 1, g.permit...)
+	if !errors.Is(err, mutex.ErrNoPermits) {
+		return p, false, err
+	}
+	// Redis has just answered: a wait that ends without a permit is one
+	// for the calls running, not for Redis.
+	p, err = sem.Acquire(cctx, 1, g.permit...)
+	return p, errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded), err
+}
+
+// permitError wraps an error of a semaphore's call: ErrRejected for a
+// semaphore Redis keeps with another size (a guard with another InFlight
+// shares the key), else as for every call to Redis.
+func permitError(ctx context.Context, err error) error {
+	if errors.Is(err, mutex.ErrInvalid) {
+		return fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	return redisError(ctx, err)
 }
 
 // leave gives s back: the permit (bounded by Timeout, whatever ctx says;

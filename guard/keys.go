@@ -63,11 +63,11 @@ func Query(name string) KeyFunc {
 func single(vs url.Values, name, what string) (string, error) {
 	switch v := vs[name]; {
 	case len(v) == 0:
-		return "", fixable(ErrNoKey, fmt.Sprintf("missing %s %q", what, name))
+		return "", noKey("missing %s %q", what, name)
 	case len(v) > 1:
-		return "", fixable(ErrNoKey, fmt.Sprintf("%s %q given more than once", what, name))
+		return "", noKey("%s %q given more than once", what, name)
 	case v[0] == "":
-		return "", fixable(ErrNoKey, fmt.Sprintf("empty %s %q", what, name))
+		return "", noKey("empty %s %q", what, name)
 	default:
 		return v[0], nil
 	}
@@ -121,14 +121,19 @@ func JoinKeys(keys ...string) string {
 		if i > 0 {
 			b.WriteByte('|')
 		}
-		for j := range len(k) {
-			if k[j] == '\\' || k[j] == '|' {
-				b.WriteByte('\\')
-			}
-			b.WriteByte(k[j])
-		}
+		writeEscaped(&b, k)
 	}
 	return b.String()
+}
+
+// writeEscaped writes k to b with a '\\' before each '\\' and '|'.
+func writeEscaped(b *strings.Builder, k string) {
+	for j := range len(k) {
+		if k[j] == '\\' || k[j] == '|' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(k[j])
+	}
 }
 
 // badKeyFunc is the KeyFunc of a constructor given bad arguments: every call

@@ -32,12 +32,10 @@ func JSONField(field string, maxBytes int64) KeyFunc {
 		return badKeyFunc("JSONField with maxBytes < 1")
 	}
 	return func(r *http.Request) (string, error) {
-		if noBody(r) {
+		switch {
+		case noBody(r):
 			return "", errNoBody
-		}
-		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		plusJSON := strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
-		if err != nil || mt != "application/json" && !plusJSON {
+		case !declaredJSON(r.Header.Get("Content-Type")):
 			return "", errNotJSON
 		}
 		body, err := readBody(r, maxBytes)
@@ -58,6 +56,13 @@ var (
 	errFormMethod    = fixable(ErrNoKey, "a form must be sent with POST, PUT or PATCH")
 )
 
+// declaredJSON reports whether the Content-Type ct is application/json or
+// an application/...+json type, with any parameters.
+func declaredJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
+}
+
 // jsonMember is the key in the member field of the JSON object body.
 func jsonMember(body []byte, field string) (string, error) {
 	val, n, exact, err := scanObject(body, field)
@@ -65,11 +70,11 @@ func jsonMember(body []byte, field string) (string, error) {
 	case err != nil:
 		return "", err
 	case n == 0:
-		return "", fixable(ErrNoKey, fmt.Sprintf("missing field %q", field))
+		return "", noKey("missing field %q", field)
 	case n > 1:
-		return "", fixable(ErrNoKey, fmt.Sprintf("field %q given more than once", field))
+		return "", noKey("field %q given more than once", field)
 	case !exact:
-		return "", fixable(ErrNoKey, fmt.Sprintf("missing field %q (names are case-sensitive)", field))
+		return "", noKey("missing field %q (names are case-sensitive)", field)
 	}
 	return jsonKey(val, field)
 }
@@ -79,14 +84,12 @@ func jsonMember(body []byte, field string) (string, error) {
 // rule for struct fields), and the value of one spelled exactly so.
 func scanObject(body []byte, field string) (val json.RawMessage, n int, exact bool, err error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+	if !nextIs(dec, json.Delim('{')) {
 		return nil, 0, false, errNotJSONObject
 	}
 	for dec.More() {
-		t, err := dec.Token()
-		name, ok := t.(string)
-		var v json.RawMessage
-		if err != nil || !ok || dec.Decode(&v) != nil {
+		name, v, ok := nextMember(dec)
+		if !ok {
 			return nil, 0, false, errNotJSONObject
 		}
 		if strings.EqualFold(name, field) {
@@ -96,37 +99,66 @@ func scanObject(body []byte, field string) (val json.RawMessage, n int, exact bo
 			}
 		}
 	}
-	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
-		return nil, 0, false, errNotJSONObject
-	}
-	if _, err := dec.Token(); err != io.EOF {
+	if !nextIs(dec, json.Delim('}')) || !atEOF(dec) {
 		return nil, 0, false, errNotJSONObject
 	}
 	return val, n, exact, nil
 }
 
-// jsonKey is the key that the value val of the member field makes: a
-// string, decoded, or an integer as written, with "-0" as "0" (a fraction
-// or an exponent would give one number many spellings, each a key).
+// nextIs reports whether dec's next token is the delimiter d.
+func nextIs(dec *json.Decoder, d json.Delim) bool {
+	t, err := dec.Token()
+	return err == nil && t == d
+}
+
+// atEOF reports whether dec has nothing more but white space.
+func atEOF(dec *json.Decoder) bool {
+	_, err := dec.Token()
+	return err == io.EOF
+}
+
+// nextMember reads the name and the value of an object's next member.
+func nextMember(dec *json.Decoder) (string, json.RawMessage, bool) {
+	t, err := dec.Token()
+	name, ok := t.(string)
+	var val json.RawMessage
+	return name, val, err == nil && ok && dec.Decode(&val) == nil
+}
+
+// jsonKey is the key that the value val of the member field makes.
 func jsonKey(val json.RawMessage, field string) (string, error) {
 	switch {
 	case val[0] == '"':
-		var s string
-		if err := json.Unmarshal(val, &s); err != nil {
-			return "", errNotJSONObject
-		}
-		if s == "" {
-			return "", fixable(ErrNoKey, fmt.Sprintf("empty field %q", field))
-		}
-		return s, nil
+		return jsonString(val, field)
 	case val[0] != '-' && (val[0] < '0' || val[0] > '9'):
-		return "", fixable(ErrNoKey, fmt.Sprintf("field %q must be a string or a number", field))
+		return "", noKey("field %q must be a string or a number", field)
+	}
+	return jsonInteger(val, field)
+}
+
+// jsonInteger is the key of a number value: the integer as written, with
+// "-0" as "0" (a fraction or an exponent would give one number many
+// spellings, each a key of its own).
+func jsonInteger(val json.RawMessage, field string) (string, error) {
+	switch {
 	case bytes.ContainsAny(val, ".eE"):
-		return "", fixable(ErrNoKey, fmt.Sprintf("field %q must be an integer, without a fraction or an exponent", field))
+		return "", noKey("field %q must be an integer, without a fraction or an exponent", field)
 	case string(val) == "-0":
 		return "0", nil
 	}
 	return string(val), nil
+}
+
+// jsonString is the key of a string value: the string, decoded.
+func jsonString(val json.RawMessage, field string) (string, error) {
+	var s string
+	if err := json.Unmarshal(val, &s); err != nil {
+		return "", errNotJSONObject
+	}
+	if s == "" {
+		return "", noKey("empty field %q", field)
+	}
+	return s, nil
 }
 
 // FormField returns a KeyFunc that keys on the form field name in the body
@@ -145,14 +177,25 @@ func FormField(name string, maxBytes int64) KeyFunc {
 		return badKeyFunc("FormField with maxBytes < 1")
 	}
 	return func(r *http.Request) (string, error) {
-		switch {
-		case r.Method != http.MethodPost && r.Method != http.MethodPut && r.Method != http.MethodPatch:
-			return "", errFormMethod
-		case noBody(r):
-			return "", errNoBody
+		if err := formRequest(r); err != nil {
+			return "", err
 		}
 		return formField(r, name, maxBytes)
 	}
+}
+
+// formRequest checks that r may have a form body: a POST, PUT or PATCH with
+// a body.
+func formRequest(r *http.Request) error {
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	default:
+		return errFormMethod
+	}
+	if noBody(r) {
+		return errNoBody
+	}
+	return nil
 }
 
 // formField reads the field name, at most maxBytes, from a body of one of
@@ -167,16 +210,20 @@ func formField(r *http.Request, name string, maxBytes int64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var vs url.Values
-	if multi {
-		vs, err = multipartValues(body, params["boundary"], name)
-	} else {
-		vs, err = url.ParseQuery(string(body))
-	}
+	vs, err := formValues(body, multi, params["boundary"], name)
 	if err != nil {
 		return "", errMalformedForm
 	}
 	return single(vs, name, "form field")
+}
+
+// formValues parses body, urlencoded or multipart (with boundary), for the
+// values of the field name.
+func formValues(body []byte, multi bool, boundary, name string) (url.Values, error) {
+	if multi {
+		return multipartValues(body, boundary, name)
+	}
+	return url.ParseQuery(string(body))
 }
 
 // multipartValues returns the values of the parts named name, leaving out
@@ -192,7 +239,7 @@ func multipartValues(body []byte, boundary, name string) (url.Values, error) {
 		if err != nil {
 			return nil, err
 		}
-		if p.FormName() != name || p.FileName() != "" {
+		if !isValue(p, name) {
 			continue
 		}
 		v, err := io.ReadAll(p)
@@ -201,6 +248,12 @@ func multipartValues(body []byte, boundary, name string) (url.Values, error) {
 		}
 		vs.Add(name, string(v))
 	}
+}
+
+// isValue reports whether the part p is a value of the field name, not a
+// file.
+func isValue(p *multipart.Part, name string) bool {
+	return p.FormName() == name && p.FileName() == ""
 }
 
 func noBody(r *http.Request) bool {
@@ -231,14 +284,20 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		return body, nil
 	}
 	r.Body = replay{io.MultiReader(bytes.NewReader(body), orig), orig}
+	return nil, bodyError(err, limit)
+}
+
+// bodyError is readBody's error for a read of a body over limit (err nil),
+// or that failed with err.
+func bodyError(err error, limit int64) error {
 	var mbe *http.MaxBytesError
 	switch {
 	case err == nil:
-		return nil, tooLarge(limit, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit))
+		return tooLarge(limit, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit))
 	case errors.As(err, &mbe): // an http.MaxBytesReader around the body
-		return nil, tooLarge(min(limit, mbe.Limit), fmt.Errorf("%w: %w", ErrBodyTooLarge, err))
+		return tooLarge(min(limit, mbe.Limit), fmt.Errorf("%w: %w", ErrBodyTooLarge, err))
 	}
-	return nil, &RequestError{Fix: "the request body could not be read", Err: fmt.Errorf("guard: reading the body: %w", err)}
+	return &RequestError{Fix: "the request body could not be read", Err: fmt.Errorf("guard: reading the body: %w", err)}
 }
 
 // tooLarge is the error err of a body longer than limit bytes.

@@ -84,17 +84,21 @@ func (c ClientIPConfig) header() string {
 	return cmp.Or(textproto.CanonicalMIMEHeaderKey(c.Header), "X-Forwarded-For")
 }
 
+// elements splits a line of the forwarding header into its hops.
+func (c ClientIPConfig) elements(line string) []string {
+	if c.header() == "Forwarded" {
+		return forwardedElements(line)
+	}
+	return listElements(line)
+}
+
 // walk steps from cur, a trusted hop, to the hops the header lines report,
 // from the right, while each is trusted. It returns the first untrusted
 // hop, or the last hop reached if the entries end or one is not an address.
 func (c ClientIPConfig) walk(cur netip.Addr, lines []string) netip.Addr {
-	elements := listElements
-	if c.header() == "Forwarded" {
-		elements = forwardedElements
-	}
 	hop := 0
 	for i := len(lines) - 1; i >= 0; i-- {
-		hops := elements(lines[i])
+		hops := c.elements(lines[i])
 		for j := len(hops) - 1; j >= 0; j-- {
 			next := parseNode(hops[j])
 			if !next.IsValid() {
@@ -113,11 +117,17 @@ func (c ClientIPConfig) walk(cur netip.Addr, lines []string) netip.Addr {
 // at a (invalid if none, which is in no network), is a believed proxy.
 func (c ClientIPConfig) trusted(hop int, a netip.Addr) bool {
 	return hop < c.TrustedHops || slices.ContainsFunc(c.TrustedProxies, func(p netip.Prefix) bool {
-		if p.Addr().Is4In6() && p.Bits() >= 96 { // as parseNode unmaps the hops
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		return p.Contains(a)
+		return unmapPrefix(p).Contains(a)
 	})
+}
+
+// unmapPrefix is p with an IPv4-mapped network made IPv4
+// (::ffff:10.0.0.0/104 is 10.0.0.0/8), as parseNode makes the hops.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p
 }
 
 // listElements splits an X-Forwarded-For line into its entries, left to
@@ -138,16 +148,7 @@ func listElements(line string) []string {
 // back without its zone, IPv4-mapped as IPv4; invalid if s is none of
 // these.
 func parseNode(s string) netip.Addr {
-	host, port, bracketed := s, "", strings.HasPrefix(s, "[")
-	if bracketed {
-		var ok bool
-		if host, port, ok = strings.Cut(s[1:], "]"); !ok {
-			return netip.Addr{}
-		}
-	} else if strings.Count(s, ":") == 1 { // an IPv6 address has two or more, and no port
-		i := strings.IndexByte(s, ':')
-		host, port = s[:i], s[i:]
-	}
+	host, port, bracketed := splitNode(s)
 	a, err := netip.ParseAddr(host)
 	if err != nil || bracketed && !a.Is6() || !optionalPort(port) {
 		return netip.Addr{}
@@ -155,13 +156,36 @@ func parseNode(s string) netip.Addr {
 	return a.WithZone("").Unmap()
 }
 
+// splitNode splits a node into its host and what follows (nothing, or ':'
+// and a port); bracketed reports an IPv6 host in brackets, "" if they never
+// close.
+func splitNode(s string) (host, port string, bracketed bool) {
+	if rest, ok := strings.CutPrefix(s, "["); ok {
+		if host, port, ok = strings.Cut(rest, "]"); !ok {
+			return "", "", true
+		}
+		return host, port, true
+	}
+	if strings.Count(s, ":") == 1 { // an IPv6 address has two or more, and no port
+		i := strings.IndexByte(s, ':')
+		return s[:i], s[i:], false
+	}
+	return s, "", false
+}
+
 // optionalPort reports whether s, what follows an address, is nothing, or
 // ':' and a port number or an RFC 7239 obfuscated port ("_a1").
 func optionalPort(s string) bool {
 	p, ok := strings.CutPrefix(s, ":")
-	if obf, isObf := strings.CutPrefix(p, "_"); ok && isObf {
+	return s == "" || ok && validPort(p)
+}
+
+// validPort reports whether p is a port number, 1 to 5 decimal digits up
+// to 65535, or an RFC 7239 obfuscated port ("_a1").
+func validPort(p string) bool {
+	if obf, ok := strings.CutPrefix(p, "_"); ok {
 		return only(obf, alnum+"._-")
 	}
 	// Digit strings of one length compare as their numbers.
-	return s == "" || ok && only(p, digits) && (len(p) < 5 || len(p) == 5 && p <= "65535")
+	return only(p, digits) && (len(p) < 5 || len(p) == 5 && p <= "65535")
 }

@@ -68,12 +68,7 @@ func (h *guarded) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // guard decides for r with Enter, and passes it on or answers it.
 func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
-	key, err := h.keyFunc(r)
-	if err != nil {
-		h.mc.failed(w, r, Decision{}, fmt.Errorf("%w: %w", ErrInvalidKey, err))
-		return
-	}
-	n, err := h.mc.units(r)
+	key, n, err := h.request(r)
 	if err != nil {
 		h.mc.failed(w, r, Decision{}, err)
 		return
@@ -91,6 +86,16 @@ func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.mc.denied(w, r, c.Decision)
 	}
+}
+
+// request is the key of r and the units it costs.
+func (h *guarded) request(r *http.Request) (string, int64, error) {
+	key, err := h.keyFunc(r)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: %w", ErrInvalidKey, err)
+	}
+	n, err := h.mc.units(r)
+	return key, n, err
 }
 
 // A MiddlewareOption configures Middleware.
@@ -169,30 +174,44 @@ func deniedJSON(w http.ResponseWriter, _ *http.Request, d Decision) {
 	retryJSON(w, http.StatusTooManyRequests, d, "too many requests")
 }
 
-// errorJSON is the default answer to a request the guard could not decide.
-// A bad request's body says what the client can fix (RequestError.Fix), never
-// the error chain, which names the server's code and may quote the request.
+// errorAnswers are errorJSON's answers, in order: the first whose error
+// err matches gives the status and the body's error.
+var errorAnswers = []struct {
+	err    error
+	status int
+	msg    string
+}{
+	{ErrInvalidKeyFunc, http.StatusInternalServerError, "guard: invalid key function"},
+	{ErrBodyTooLarge, http.StatusRequestEntityTooLarge, "request body too large"},
+	{ErrContentType, http.StatusUnsupportedMediaType, "unsupported content type"},
+	{ErrInvalidKey, http.StatusBadRequest, "invalid request key"},
+	{funnel.ErrInvalidN, http.StatusBadRequest, "the request costs more than the limit allows"},
+	// ErrBusy before ErrUnavailable, which a count in this process matches too.
+	{ErrBusy, http.StatusServiceUnavailable, "too many requests in flight"},
+	{ErrUnavailable, http.StatusServiceUnavailable, "rate limiter unavailable"},
+	{ErrRejected, http.StatusServiceUnavailable, "rate limiter unavailable"},
+	{ErrPlan, http.StatusServiceUnavailable, "no plan for the request's key"},
+}
+
+// errorJSON is the default answer to a request the guard could not decide:
+// a 503 with Retry-After, or a bad request whose body says what the client
+// can fix (RequestError.Fix), never the error chain, which names the
+// server's code and may quote the request.
 func errorJSON(w http.ResponseWriter, r *http.Request, d Decision, err error) {
-	switch {
-	case errors.Is(err, ErrInvalidKeyFunc):
-		writeJSON(w, http.StatusInternalServerError, body{Error: "guard: invalid key function"})
-	case errors.Is(err, ErrBodyTooLarge):
-		writeJSON(w, http.StatusRequestEntityTooLarge, body{Error: fixOf(err, "request body too large")})
-	case errors.Is(err, ErrContentType):
-		writeJSON(w, http.StatusUnsupportedMediaType, body{Error: fixOf(err, "unsupported content type")})
-	case errors.Is(err, ErrInvalidKey):
-		writeJSON(w, http.StatusBadRequest, body{Error: fixOf(err, "invalid request key")})
-	case errors.Is(err, funnel.ErrInvalidN): // a cost over a rule's capacity
-		writeJSON(w, http.StatusBadRequest, body{Error: "the request costs more than the limit allows"})
-	case errors.Is(err, ErrBusy): // before ErrUnavailable, which a count in this process matches too
-		retryJSON(w, http.StatusServiceUnavailable, d, "too many requests in flight")
-	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrRejected):
-		retryJSON(w, http.StatusServiceUnavailable, d, "rate limiter unavailable")
-	case errors.Is(err, ErrPlan):
-		retryJSON(w, http.StatusServiceUnavailable, d, "no plan for the request's key")
-	default:
-		writeJSON(w, http.StatusServiceUnavailable, body{Error: "request cancelled"})
+	for _, a := range errorAnswers {
+		switch {
+		case !errors.Is(err, a.err):
+			continue
+		case a.status == http.StatusServiceUnavailable:
+			retryJSON(w, a.status, d, a.msg)
+		case a.status < http.StatusInternalServerError:
+			writeJSON(w, a.status, body{Error: fixOf(err, a.msg)})
+		default:
+			writeJSON(w, a.status, body{Error: a.msg})
+		}
+		return
 	}
+	writeJSON(w, http.StatusServiceUnavailable, body{Error: "request cancelled"})
 }
 
 // retryJSON answers status with msg and Retry-After: RetryAfterSeconds(d.RetryAfter).

@@ -41,16 +41,24 @@ func (p Policy) checkPlans() (Policy, error) {
 	p.Rules = sharing(p.Rules)
 	plans := make(map[string][]funnel.Rule, len(p.Plans))
 	for name, rules := range p.Plans {
-		if name == "" || len(rules) == 0 {
-			return p, fmt.Errorf("%w: plan %q: a plan has a name and at least one rule (the plan \"\" is Rules)", ErrInvalidPolicy, name)
-		}
-		if err := funnel.Validate(rules...); err != nil {
-			return p, fmt.Errorf("%w: plan %q: %w", ErrInvalidPolicy, name, err)
+		if err := checkPlan(name, rules); err != nil {
+			return p, err
 		}
 		plans[name] = sharing(rules)
 	}
 	p.Plans = plans
 	return p, nil
+}
+
+// checkPlan refuses a plan without a name or rules, or with a bad rule.
+func checkPlan(name string, rules []funnel.Rule) error {
+	if name == "" || len(rules) == 0 {
+		return fmt.Errorf("%w: plan %q: a plan has a name and at least one rule (the plan \"\" is Rules)", ErrInvalidPolicy, name)
+	}
+	if err := funnel.Validate(rules...); err != nil {
+		return fmt.Errorf("%w: plan %q: %w", ErrInvalidPolicy, name, err)
+	}
+	return nil
 }
 
 // sharing returns a copy of rules, each sharing the state "plan rule j",

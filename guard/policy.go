@@ -167,9 +167,7 @@ func (p Policy) durations() (Policy, error) {
 
 // check validates p and fills in its defaults.
 func (p Policy) check() (Policy, error) {
-	if p.Prefix == "" {
-		p.Prefix = DefaultPrefix
-	}
+	p.Prefix = cmp.Or(p.Prefix, DefaultPrefix)
 	if why := p.invalid(); why != "" {
 		return p, fmt.Errorf("%w: %s", ErrInvalidPolicy, why)
 	}
@@ -179,9 +177,7 @@ func (p Policy) check() (Policy, error) {
 	}
 	if f := p.Fallback; f != nil {
 		fc := *f
-		if fc.MaxKeys == 0 {
-			fc.MaxKeys = DefaultFallbackMax
-		}
+		fc.MaxKeys = cmp.Or(fc.MaxKeys, DefaultFallbackMax)
 		p.Fallback = &fc
 	}
 	// The caller may reuse its slices.
@@ -193,20 +189,25 @@ func (p Policy) check() (Policy, error) {
 	return p, nil
 }
 
+// invalid reports whether f, if set, is a bucket that cannot admit.
+func (f *Fallback) invalid() bool {
+	return f != nil && (f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0)
+}
+
 // invalid returns why p's prefix, rules, OnError, Fallback or InFlight
 // cannot be used, "" if they can (durations and plans are checked apart).
 func (p Policy) invalid() string {
 	if err := keyspace.CheckPrefix(p.Prefix); err != nil {
 		return fmt.Sprintf("prefix %q: %v", p.Prefix, err)
 	}
-	switch f := p.Fallback; {
+	switch {
 	case len(p.Rules) == 0 && len(p.Plans) > 0:
 		return "no Rules: with Plans too, Rules decide the keys whose plan is \"\""
 	case len(p.Rules) == 0:
 		return "no rules"
 	case p.OnError != FailClosed && p.OnError != FailOpen:
 		return fmt.Sprintf("OnError %d", p.OnError)
-	case f != nil && (f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0):
+	case p.Fallback.invalid():
 		return "Fallback needs a positive Limit and Burst"
 	case p.InFlight < 0:
 		return fmt.Sprintf("InFlight %d: want 0 (no bound) or more", p.InFlight)

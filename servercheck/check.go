@@ -52,14 +52,20 @@ func Check(ctx context.Context, c redis.UniversalClient) ([]Finding, error) {
 		return struct{}{}, askAll(ctx, c, col)
 	}, nil)
 	findings := col.close(err)
-	if err != nil && len(findings) == 0 { // no server could be asked
-		return findings, fmt.Errorf("%w: %w", ErrNoAnswer, err)
+	return findings, joinErrors(findings, err)
+}
+
+// joinErrors returns Check's error: the findings' errors, or err, why
+// Check stopped asking, when no server could be asked.
+func joinErrors(findings []Finding, err error) error {
+	if err != nil && len(findings) == 0 {
+		return fmt.Errorf("%w: %w", ErrNoAnswer, err)
 	}
 	errs := make([]error, len(findings))
 	for i, f := range findings {
 		errs[i] = f.Err
 	}
-	return findings, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // askAll asks each server of c into col: every master of a cluster (its
@@ -72,21 +78,26 @@ func askAll(ctx context.Context, c redis.UniversalClient, col *collector) error 
 			return fmt.Errorf("cluster %s: %w", strings.Join(c.Options().Addrs, ","), err)
 		}
 	case *redis.Ring:
-		_ = c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
-			col.ask(ctx, shard, shard.Options().Addr)
-			return nil
-		})
-		// ForEachShard skips the shards the ring takes to be down: they are
-		// servers not checked, so they get a finding too.
-		for name, addr := range c.Options().Addrs {
-			col.missing(addr, fmt.Errorf("%w: %s: the ring takes shard %q to be down", ErrNoAnswer, addr, name))
-		}
+		askRing(ctx, c, col)
 	case *redis.Client:
 		col.ask(ctx, c, c.Options().Addr) // a failover client's is failoverAddr: its server knows
 	default:
 		col.ask(ctx, c, "")
 	}
 	return nil
+}
+
+// askRing asks every shard of c into col.
+func askRing(ctx context.Context, c *redis.Ring, col *collector) {
+	_ = c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
+		col.ask(ctx, shard, shard.Options().Addr)
+		return nil
+	})
+	// ForEachShard skips the shards the ring takes to be down: they are
+	// servers not checked, so they get a finding too.
+	for name, addr := range c.Options().Addrs {
+		col.missing(addr, fmt.Errorf("%w: %s: the ring takes shard %q to be down", ErrNoAnswer, addr, name))
+	}
 }
 
 // forEachMaster asks every master of c into col. ForEachMaster reloads the

@@ -42,33 +42,55 @@ type asking struct {
 // did not give. Its error is that of a server that did not answer: a
 // refusal only leaves a setting unknown.
 func (a *asking) settings() error {
-	if a.f.Addr == "" {
-		a.f.Addr = failoverAddr
-		info, err := a.c.ClientInfo(a.ctx).Result()
-		if err != nil {
-			return unreached(err)
-		}
-		a.f.Addr = cmp.Or(info.LAddr, failoverAddr)
+	if err := a.address(); err != nil {
+		return err
 	}
 	info, err := a.c.Info(a.ctx, "memory").Result()
 	if a.infoErr = err; unreached(err) != nil {
 		return err
 	}
 	a.f.MaxMemory, a.f.Policy = parseInfo(info)
-	if a.f.Policy == "" {
-		a.f.Policy, a.configErr = configGet(a.ctx, a.c, "maxmemory-policy")
-		if unreached(a.configErr) != nil {
-			return a.configErr
-		}
+	if err := a.configPolicy(); err != nil {
+		return err
 	}
+	return a.configMaxMemory()
+}
+
+// configPolicy asks CONFIG GET for a policy INFO did not give.
+func (a *asking) configPolicy() error {
+	if a.f.Policy != "" {
+		return nil
+	}
+	a.f.Policy, a.configErr = configGet(a.ctx, a.c, "maxmemory-policy")
+	return unreached(a.configErr)
+}
+
+// configMaxMemory asks CONFIG GET for a memory limit INFO did not give,
+// when it matters: once the policy is known.
+func (a *asking) configMaxMemory() error {
 	if a.f.MaxMemory >= 0 || a.f.Policy == "" {
-		return nil // a memory limit matters once the policy is known
+		return nil
 	}
 	v, err := configGet(a.ctx, a.c, "maxmemory")
 	if n, ok := parseBytes(v); ok && err == nil {
 		a.f.MaxMemory = n
 	}
 	return unreached(err)
+}
+
+// address asks a failover client's master, or the server of a client of
+// unknown kind, for its side of the connection.
+func (a *asking) address() error {
+	if a.f.Addr != "" {
+		return nil
+	}
+	a.f.Addr = failoverAddr
+	info, err := a.c.ClientInfo(a.ctx).Result()
+	if err != nil {
+		return unreached(err)
+	}
+	a.f.Addr = cmp.Or(info.LAddr, failoverAddr)
+	return nil
 }
 
 // judge sets the finding's Err and Note from its settings.
@@ -137,16 +159,22 @@ func unreached(err error) error {
 	return err
 }
 
-// noAnswer is the error of a server at addr that did not answer, with
-// ctx's error, or DeadlineExceeded once its deadline passed (a client's
-// i/o timeout can come a moment before ctx's timer).
+// noAnswer is the error of a server at addr that did not answer.
 func noAnswer(ctx context.Context, addr string, err error) error {
-	cerr := ctx.Err()
-	if d, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(d) {
-		cerr = context.DeadlineExceeded
-	}
-	if cerr != nil && !errors.Is(err, cerr) {
+	if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%w: %s: %w: %w", ErrNoAnswer, addr, cerr, err)
 	}
 	return fmt.Errorf("%w: %s: %w", ErrNoAnswer, addr, err)
+}
+
+// ctxErr returns ctx's error, or DeadlineExceeded once its deadline has
+// passed (a client's i/o timeout can come a moment before ctx's timer).
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }

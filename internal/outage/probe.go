@@ -66,10 +66,18 @@ func (w *Watch) check(ctx context.Context) error {
 		p = w.start(ctx)
 	}
 	w.mu.Unlock()
+	if !p.wait(ctx) {
+		return nil
+	}
+	return p.err
+}
+
+// wait reports whether p ended before ctx did.
+func (p *probe) wait(ctx context.Context) bool {
 	select {
 	case <-p.done:
-		return p.err
+		return true
 	case <-ctx.Done():
-		return nil
+		return false
 	}
 }

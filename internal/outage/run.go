@@ -3,7 +3,6 @@ package outage
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -29,9 +28,7 @@ func (w *Watch) Run(ctx context.Context, d time.Duration, f func(context.Context
 		return err
 	}
 	c := &call{w: w, ctx: cctx, cancel: cancel}
-	c.mu.Lock()
-	c.t = time.AfterFunc(Every, c.fire)
-	c.mu.Unlock()
+	c.arm()
 	err = f(cctx)
 	cut := c.end()
 	switch {
@@ -57,8 +54,16 @@ type call struct {
 	cut   error // the refusal that cancelled ctx
 }
 
-// fire checks w, unless the call ended: a refusal cancels the call, else
-// the next check is set.
+// arm sets the timer of the next check, unless the call ended.
+func (c *call) arm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ended {
+		c.t = time.AfterFunc(Every, c.fire)
+	}
+}
+
+// fire checks w; on a refusal it cancels the call, else arms the next check.
 func (c *call) fire() {
 	c.mu.Lock()
 	ended := c.ended
@@ -67,15 +72,15 @@ func (c *call) fire() {
 		return
 	}
 	err := c.w.check(c.ctx)
+	if err == nil {
+		c.arm()
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case c.ended:
-	case err != nil:
+	if !c.ended {
 		c.cut = err
 		c.cancel()
-	default:
-		c.t.Reset(Every)
 	}
 }
 
@@ -90,5 +95,13 @@ func (c *call) end() error {
 
 // refused returns err, a refusal, as the error of a call a Watch ended.
 func refused(err error) error {
-	return fmt.Errorf("redis refuses connections: %w", reach.Mark(err))
+	return &refusal{reach.Mark(err)}
 }
+
+// A refusal is the error of a call that a Watch ended because the server
+// refused a connection.
+type refusal struct{ err error }
+
+func (r *refusal) Error() string { return "redis refuses connections: " + r.err.Error() }
+
+func (r *refusal) Unwrap() error { return r.err }

@@ -102,9 +102,7 @@ func (w *Watch) admit(ctx context.Context) (uint64, error) {
 	}
 	p := w.start(ctx)
 	w.mu.Unlock()
-	select {
-	case <-p.done:
-	case <-ctx.Done():
+	if !p.wait(ctx) {
 		return 0, ctx.Err()
 	}
 	if p.err != nil {
