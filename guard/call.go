@@ -80,8 +80,8 @@ func (g *Guard) failingClosed(d Decision, err error) bool {
 	return errors.Is(err, ErrRejected) || d.Degraded && g.fb == nil && g.local == nil
 }
 
-// hold takes the InFlight slot of c, the call of n units p admitted. A call refused
-// one gets its units back and the error; under Shadow it runs without one.
+// hold takes the InFlight slot of c, the call of n units p admitted. One
+// refused gets its units back and the error; under Shadow it runs anyway.
 func (g *Guard) hold(ctx context.Context, p *pending, c Call, n int64) (Call, error) {
 	s, d, err := g.take(p, g.p.Shadow)
 	if err != nil && !g.p.Shadow {
@@ -117,10 +117,9 @@ func (c Call) Context() context.Context {
 	return c.ctx
 }
 
-// Done gives back the call's InFlight permit (or its place in this
-// process's count), bounded by Policy.Timeout even if Enter's ctx ended;
-// a permit whose release fails comes back when its lease ends. Only the
-// first Done of a Call and its copies does anything.
+// Done gives back the call's InFlight permit, bounded by Policy.Timeout
+// even if Enter's ctx ended (one whose release fails comes back when its
+// lease ends). Only the first Done of a Call and its copies does anything.
 func (c Call) Done() {
 	if h := c.held; h != nil {
 		h.once.Do(func() { h.g.leave(h.parent, h.s) })

@@ -21,9 +21,8 @@ type detour struct {
 	lim  *funnel.Limiter // nil: no detour
 }
 
-// decide runs f, a decision of g's rules, as call does, with g's Limiter,
-// and again with the detour's when the client refused it while the watch
-// detours (the refusal sent nothing: the call is made once in Redis).
+// decide runs f with g's Limiter as call does, and again with the detour's
+// when the client refused it unsent while the watch detours.
 func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limiter) error) error {
 	return g.call(ctx, func(cctx context.Context) error {
 		err := f(cctx, g.lim)
@@ -37,15 +36,13 @@ func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limi
 	})
 }
 
-// detours reports whether a decision that failed with err is made again on
-// the detour: the client refused it unsent while the watch detours (a
-// closed client is the user's to close).
+// detours reports whether a decision that failed with err goes again on
+// the detour (not for a closed client: the user's to close).
 func (g *Guard) detours(err error) bool {
 	return reach.Unreachable(err) && !errors.Is(err, redis.ErrClosed) && g.watch.Detouring()
 }
 
-// detourLimiter returns the detour's Limiter, made at the first call, or
-// nil when the guard has none.
+// detourLimiter is the detour's Limiter, made at the first call; nil if none.
 func (g *Guard) detourLimiter() *funnel.Limiter {
 	g.detour.once.Do(func() {
 		c := g.watch.Spare()

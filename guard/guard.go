@@ -103,9 +103,8 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	return g, nil
 }
 
-// failOpen sets how g decides while Redis cannot answer, if not by
-// denying: a Fallback, or FailOpen's rules in this process, each with a
-// count of InFlight calls in this process.
+// failOpen sets what decides while Redis cannot answer, if not a denial:
+// the Fallback or FailOpen's rules, with InFlight counted in process.
 func (g *Guard) failOpen() {
 	switch {
 	case g.p.Fallback != nil:
@@ -125,10 +124,9 @@ func funnelOptions(p Policy) []funnel.Option {
 	return append([]funnel.Option{funnel.WithPrefix(p.Prefix)}, p.Funnel...)
 }
 
-// checkLocker refuses what p asks of l that l cannot keep: replica
-// acknowledgements within Timeout (a WAIT as long would turn every
-// admission a lagging replica holds up into ErrUnavailable), or InFlight
-// semaphores.
+// checkLocker refuses what p asks of l that l cannot keep: replica acks
+// within Timeout (a WAIT as long would fail every admission a lagging
+// replica holds up), or InFlight semaphores.
 func checkLocker(l *mutex.Locker, p Policy) error {
 	if n, d := l.ReplicaAck(); n > 0 && d >= p.Timeout {
 		return fmt.Errorf("%w: replica acknowledgement within %v: want it under Timeout %v", ErrInvalidPolicy, d, p.Timeout)
@@ -195,8 +193,7 @@ type pending struct {
 	end   func(Observation) // Policy.Trace's, called once
 }
 
-// start decides a call of n units for key, in the context Policy.Trace
-// gives.
+// start decides a call of n units for key, in Policy.Trace's context.
 func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
 	if ctx == nil {
 		return &pending{err: ErrNilContext}
@@ -217,8 +214,7 @@ func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
 	return p
 }
 
-// trace starts the decision of a call for key in ctx with Policy.Trace,
-// and returns the decision's context (ctx if Trace gives none) and its end.
+// trace calls Policy.Trace, and returns its context (ctx if none) and end.
 func (g *Guard) trace(ctx context.Context, key string) (context.Context, func(Observation)) {
 	tctx, end := g.p.Trace(ctx, key)
 	if tctx == nil {
@@ -227,8 +223,7 @@ func (g *Guard) trace(ctx context.Context, key string) (context.Context, func(Ob
 	return tctx, end
 }
 
-// report passes p's Observation to Policy.Observe and to the end of its
-// Policy.Trace.
+// report passes p's Observation to Policy.Observe and Trace's end.
 func (p *pending) report(g *Guard) {
 	if p.start.IsZero() || g.p.Observe == nil && p.end == nil {
 		return
@@ -243,9 +238,9 @@ func (p *pending) report(g *Guard) {
 	}
 }
 
-// take takes the InFlight slot of p's admitted call, waiting in the
-// decision's context, and records the wait. A call refused one (err) has d,
-// the denial that stands for it, unless shadow lets it run without.
+// take takes the InFlight slot of p's admitted call in the decision's
+// context; a call refused one (err) gets d, the denial that stands for it,
+// unless shadow lets it run without.
 func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	t0 := time.Now()
 	s, err = g.enter(p.ctx, p.k.sk, p.d.Degraded)
@@ -257,8 +252,8 @@ func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	return s, d, err
 }
 
-// waited records in p the wait for an InFlight permit since t0, and, if
-// the call got none (err, not under Shadow), its refusal d.
+// waited records the wait for a permit since t0 and, if the call got none
+// (err, not under Shadow), its refusal d.
 func (p *pending) waited(g *Guard, t0 time.Time, d Decision, err error) {
 	if g.p.InFlight == 0 {
 		return
@@ -352,8 +347,8 @@ func (g *Guard) refund(ctx context.Context, k keyed, n int64) error {
 	return redisError(ctx, err)
 }
 
-// giveBack refunds the n units the admission d of k took in Redis (none
-// when Degraded), whatever happened to ctx: the call did not happen.
+// giveBack refunds what the admission d of k took in Redis (nothing if
+// Degraded), whatever happened to ctx: the call did not happen.
 func (g *Guard) giveBack(ctx context.Context, k keyed, d Decision, n int64) error {
 	if d.Degraded || !d.Allowed {
 		return nil
@@ -361,9 +356,8 @@ func (g *Guard) giveBack(ctx context.Context, k keyed, d Decision, n int64) erro
 	return g.refund(context.WithoutCancel(ctx), k, n)
 }
 
-// redisError wraps the error of a call to Redis in ctx: ErrUnavailable
-// when Redis could not answer, ErrRejected when it refused; a bad n or an
-// ended ctx's error as it is.
+// redisError wraps a call's error: ErrUnavailable when Redis could not
+// answer, ErrRejected when it refused; a bad n or ctx's error as it is.
 func redisError(ctx context.Context, err error) error {
 	switch {
 	case err == nil, errors.Is(err, funnel.ErrInvalidN), ctx.Err() != nil:
@@ -375,8 +369,7 @@ func redisError(ctx context.Context, err error) error {
 }
 
 // call runs f, a call to Redis, bounded by Timeout and watched: while
-// Redis refuses connections it ends at once with an error matching
-// mutex.ErrUnreachable (see internal/outage).
+// Redis refuses connections it ends at once (internal/outage).
 func (g *Guard) call(ctx context.Context, f func(context.Context) error) error {
 	return g.watch.Run(ctx, g.p.Timeout, f)
 }
@@ -434,8 +427,7 @@ func (g *Guard) storedKey(key string) (string, error) {
 	return g.stored(key), nil
 }
 
-// normalize is key as Policy.Normalize maps it; its error matches
-// ErrInvalidKey.
+// normalize maps key with Policy.Normalize; its error is ErrInvalidKey.
 func (g *Guard) normalize(key string) (string, error) {
 	if g.p.Normalize == nil {
 		return key, nil

@@ -9,21 +9,19 @@ import (
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
-// A slot is one running call's place among the Policy.InFlight calls of
-// its key: a permit of the key's semaphore in Redis, or a place in this
-// process's count (Redis could not answer, and OnError or the Fallback let
-// the call run), or nothing (the zero slot, and InFlight off).
+// A slot is a running call's place among the InFlight calls of its key: a
+// permit in Redis, a place in this process's count (failing open while
+// Redis cannot answer), or nothing (the zero slot).
 type slot struct {
 	permit *mutex.Permit
 	local  *flights
 	key    string // the stored key, in local
-	// degraded is, for a place in local taken because Redis could not
-	// answer the permit's call, that call's error (ErrUnavailable).
+	// degraded is the error (ErrUnavailable) of a permit's call that made
+	// the slot a place in local.
 	degraded error
 }
 
-// context returns the context of the call running in s: cancelled when its
-// permit is lost, so that a call no longer counted learns it.
+// context is the context of the call in s, cancelled if its permit is lost.
 func (s slot) context(parent context.Context) context.Context {
 	if s.permit == nil {
 		return parent
@@ -66,9 +64,8 @@ func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
 	return slot{local: g.flights, key: sk, degraded: uerr}, nil
 }
 
-// acquire takes a permit of sk's semaphore, leased for InFlightLease and
-// renewed until given back: at once if one is free (one round trip), else
-// by waiting in its queue until Timeout ends (ErrBusy).
+// acquire takes a permit of sk's semaphore, renewed until given back, or
+// ErrBusy when none came free within Timeout.
 func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	sem, err := g.lim.Locker().Semaphore(sk, g.p.InFlight)
 	if err != nil { // New tried the Locker and the size: never, for a stored key
@@ -102,9 +99,8 @@ func (g *Guard) takePermit(cctx context.Context, sem *mutex.Semaphore) (p *mutex
 	return p, errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded), err
 }
 
-// permitError wraps an error of a semaphore's call: ErrRejected for a
-// semaphore Redis keeps with another size (a guard with another InFlight
-// shares the key), else as for every call to Redis.
+// permitError wraps a semaphore's error: ErrRejected for one Redis keeps
+// with another size (a guard with another InFlight), else redisError.
 func permitError(ctx context.Context, err error) error {
 	if errors.Is(err, mutex.ErrInvalid) {
 		return fmt.Errorf("%w: %w", ErrRejected, err)
@@ -112,9 +108,8 @@ func permitError(ctx context.Context, err error) error {
 	return redisError(ctx, err)
 }
 
-// leave gives s back: the permit (bounded by Timeout, whatever ctx says;
-// one whose release fails comes back when its lease ends) or the place in
-// this process's count.
+// leave gives s back, bounded by Timeout whatever ctx says (a permit whose
+// release fails comes back when its lease ends).
 func (g *Guard) leave(ctx context.Context, s slot) {
 	switch {
 	case s.permit != nil:
@@ -131,9 +126,8 @@ func (g *Guard) busyDecision(err error) Decision {
 		Degraded: errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected)}
 }
 
-// flights counts the calls of each key running in this process, for
-// InFlight while Redis cannot answer; a key has an entry only while calls
-// of it run.
+// flights counts each key's calls running in this process, for InFlight
+// while Redis cannot answer; only keys with calls running have an entry.
 type flights struct {
 	max int64
 	mu  sync.Mutex

@@ -116,25 +116,14 @@ func Join(parts ...KeyFunc) KeyFunc {
 // '\', joined with '|' ("POST /send|203.0.113.7"), so two different lists
 // never make one key. Key functions of other transports (grpcguard) use it.
 func JoinKeys(keys ...string) string {
-	var b strings.Builder
+	escaped := make([]string, len(keys))
 	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte('|')
-		}
-		writeEscaped(&b, k)
+		escaped[i] = keyEscaper.Replace(k)
 	}
-	return b.String()
+	return strings.Join(escaped, "|")
 }
 
-// writeEscaped writes k to b with a '\\' before each '\\' and '|'.
-func writeEscaped(b *strings.Builder, k string) {
-	for j := range len(k) {
-		if k[j] == '\\' || k[j] == '|' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(k[j])
-	}
-}
+var keyEscaper = strings.NewReplacer(`\`, `\\`, `|`, `\|`)
 
 // badKeyFunc is the KeyFunc of a constructor given bad arguments: every call
 // fails with ErrInvalidKeyFunc, which Middleware answers with 500.

@@ -1,7 +1,6 @@
 package servercheck
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -35,12 +34,10 @@ type asking struct {
 	configErr error // CONFIG GET maxmemory-policy's
 }
 
-// settings reads into a.f the server's address (a failover client's
-// master's, or an unknown client's: CLIENT INFO laddr, Redis 6.2 and
-// later), then maxmemory and maxmemory-policy from INFO memory (Redis 4.0
-// and later, and where CONFIG is renamed), then from CONFIG GET what INFO
-// did not give. Its error is that of a server that did not answer: a
-// refusal only leaves a setting unknown.
+// settings reads into a.f the server's address, then maxmemory and
+// maxmemory-policy from INFO memory (which works where CONFIG is renamed),
+// then from CONFIG GET what INFO did not give. Its error is that of a
+// server that did not answer: a refusal only leaves a setting unknown.
 func (a *asking) settings() error {
 	if err := a.address(); err != nil {
 		return err
@@ -78,8 +75,8 @@ func (a *asking) configMaxMemory() error {
 	return unreached(err)
 }
 
-// address asks a failover client's master, or the server of a client of
-// unknown kind, for its side of the connection.
+// address asks the server for its side of the connection (CLIENT INFO
+// laddr) when the client does not know it.
 func (a *asking) address() error {
 	if a.f.Addr != "" {
 		return nil
@@ -117,18 +114,14 @@ func (a *asking) judge() {
 // absent) from an INFO reply.
 func parseInfo(info string) (maxMemory int64, policy string) {
 	maxMemory = -1
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "maxmemory":
+	for line := range strings.Lines(info) {
+		switch k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); {
+		case !ok:
+		case k == "maxmemory":
 			if n, ok := parseBytes(v); ok {
 				maxMemory = n
 			}
-		case "maxmemory_policy":
+		case k == "maxmemory_policy":
 			policy = v
 		}
 	}
