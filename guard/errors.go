@@ -10,72 +10,53 @@ import (
 // Errors returned by this package; match them with errors.Is. Errors of the
 // funnel and mutex packages pass through wrapped.
 var (
-	// ErrUnavailable wraps the error of a call that Redis could not answer in
-	// time (down, slow, failing over, or the key's lock not obtained within
-	// Policy.Timeout). With FailClosed the Decision denies; with FailOpen it
-	// is the Policy's rules decided in this process; with a Fallback it is
-	// the fallback's. A Redis that refuses connections is decided so at
-	// once, not at the end of the Timeout: the error then also matches
-	// funnel.ErrUnreachable. (A closed client is ErrRejected: it will not
-	// come back by itself.)
+	// ErrUnavailable wraps the error of a call Redis could not answer in
+	// time (down, slow, failing over, the key's lock busy past Timeout);
+	// the Decision is OnError's or the Fallback's. A refused connection is
+	// decided so at once, and matches funnel.ErrUnreachable too.
 	ErrUnavailable = errors.New("guard: rate limiter unavailable")
-	// ErrRejected wraps the error of a call that Redis answered with an
-	// error that will not go away by itself: the client's user lacks a
-	// permission (NOPERM), the server is out of memory (OOM), scripting is
-	// disabled or renamed, the key holds something that is not a funnel
-	// (WRONGTYPE, funnel.ErrCorruptState); or the go-redis client was closed
-	// (redis.ErrClosed, at once). The Decision denies, whatever
-	// OnError and Fallback say: admitting would let whoever can break a key
-	// open the limit for it.
+	// ErrRejected wraps an answer that will not change by itself (NOPERM,
+	// OOM, scripting disabled, WRONGTYPE, funnel.ErrCorruptState) or a
+	// closed client: the call is denied whatever OnError and Fallback say,
+	// so that breaking a key cannot open its limit.
 	ErrRejected = errors.New("guard: Redis refused the call")
-	// ErrBusy means a call that found Policy.InFlight calls of its key
-	// running, and none ending within Policy.Timeout: it did not run, and
-	// the units its admission took were given back. Middleware answers 503
-	// with Retry-After (ErrorRetryAfter); Enter returns it with that denial.
+	// ErrBusy means Policy.InFlight calls of the key ran and none ended
+	// within Timeout: the call did not run, and its units were given back.
 	ErrBusy = errors.New("guard: too many calls in flight")
 	// ErrInvalidKey means an empty key, one over MaxKeyLen, or one the
 	// Policy's Normalize rejected.
 	ErrInvalidKey = errors.New("guard: invalid key")
-	// ErrInvalidPolicy means a nil client or a Policy that New cannot use;
-	// it is wrapped with the cause, such as funnel.ErrInvalidRule for a bad
-	// rule or funnel.ErrInvalidOption for a bad Policy.Funnel option.
+	// ErrInvalidPolicy means a nil client or a Policy that New cannot use,
+	// wrapped with the cause (funnel.ErrInvalidRule, funnel.ErrInvalidOption).
 	ErrInvalidPolicy = errors.New("guard: invalid policy")
-	// ErrPlan wraps the error of Policy.PlanOf, or a plan name that
-	// Policy.Plans does not hold: the call is denied (RetryAfter
-	// ErrorRetryAfter) and nothing is taken.
+	// ErrPlan wraps the error of Policy.PlanOf, or a plan name Policy.Plans
+	// does not hold: the call is denied (RetryAfter ErrorRetryAfter) and
+	// nothing is taken.
 	ErrPlan = errors.New("guard: no plan for the key")
-	// ErrNilContext is mutex.ErrNilContext: a call given a nil context,
-	// which it refuses before anything else (it takes and runs nothing).
+	// ErrNilContext is mutex.ErrNilContext: a nil context, refused before
+	// anything else.
 	ErrNilContext = mutex.ErrNilContext
 
-	// Errors of the KeyFuncs of this package, each wrapped in a
-	// RequestError that says what the client can fix. None quotes what the
-	// client sent.
+	// Errors of this package's KeyFuncs, each in a RequestError.
 
-	// ErrNoKey means a request that carries no usable key: no address, a
-	// missing or empty header, parameter or field, one given twice, a value
-	// of the wrong type, or a body that does not parse. Middleware answers
-	// 400 Bad Request.
+	// ErrNoKey means a request without a usable key: none, an empty one,
+	// one given twice or of the wrong type, a body that does not parse
+	// (Middleware: 400).
 	ErrNoKey = errors.New("guard: no key in the request")
-	// ErrBodyTooLarge means a body longer than the KeyFunc reads.
-	// Middleware answers 413 Content Too Large.
+	// ErrBodyTooLarge means a body longer than the KeyFunc reads (413).
 	ErrBodyTooLarge = errors.New("guard: request body too large")
 	// ErrContentType means a body not declared with a media type the
-	// KeyFunc reads. Middleware answers 415 Unsupported Media Type.
+	// KeyFunc reads (415).
 	ErrContentType = errors.New("guard: unsupported content type")
-	// ErrInvalidKeyFunc means a KeyFunc built from bad arguments (Join
-	// without parts, a body limit below 1): a bug of the server, which
-	// Middleware answers with 500.
+	// ErrInvalidKeyFunc means a KeyFunc built from bad arguments: a bug of
+	// the server (500).
 	ErrInvalidKeyFunc = errors.New("guard: invalid key function")
 )
 
-// A RequestError is an error the client can fix. Fix says what to fix, for
-// the client ("missing field \"phone\""): it names no Go identifier and
-// never quotes what the client sent. Err is the error for the server,
-// matching ErrNoKey, ErrBodyTooLarge, ErrContentType or another package's
-// error. Middleware answers with Fix as the body's "error"; a KeyFunc's
-// error with no RequestError in its chain is answered "invalid request
-// key", so that no error chain reaches the client.
+// A RequestError is an error the client can fix. Fix says what, for the
+// client ("missing field \"phone\""), naming no Go identifier and quoting
+// nothing it sent; Err is for the server. Middleware answers with Fix, and
+// a KeyFunc error without a RequestError with "invalid request key".
 type RequestError struct {
 	Fix string
 	Err error
@@ -93,6 +74,11 @@ func (e *RequestError) Unwrap() error { return e.Err }
 // fixable is a RequestError that says fix, with the error sentinel: fix.
 func fixable(sentinel error, fix string) error {
 	return &RequestError{Fix: fix, Err: fmt.Errorf("%w: %s", sentinel, fix)}
+}
+
+// noKey is a RequestError matching ErrNoKey whose Fix is formatted.
+func noKey(format string, a ...any) error {
+	return fixable(ErrNoKey, fmt.Sprintf(format, a...))
 }
 
 // fixOf is the Fix of the first RequestError in err's chain, or def.

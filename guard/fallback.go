@@ -20,22 +20,22 @@ func newFallback(cfg Fallback) *fallback {
 	return &fallback{cfg: cfg, keys: forgetful.New[string, *rate.Limiter](cfg.MaxKeys)}
 }
 
-// allow takes n tokens for key if it has them, or says how long until it will.
+// allow takes n tokens for key if it has them, or says how long until it
+// will (an hour for more than Burst: never).
 func (f *fallback) allow(key string, n int64) (bool, time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	lim := f.limiter(key)
 	now := time.Now()
-	if n > int64(f.cfg.Burst) {
-		return false, time.Hour // can never fit; deny
-	}
-	if lim.AllowN(now, int(n)) {
+	switch {
+	case n > int64(f.cfg.Burst):
+		return false, time.Hour
+	case lim.AllowN(now, int(n)):
 		return true, 0
 	}
 	r := lim.ReserveN(now, int(n))
-	wait := r.DelayFrom(now)
-	r.CancelAt(now)
-	return false, max(wait, time.Millisecond)
+	defer r.CancelAt(now)
+	return false, max(r.DelayFrom(now), time.Millisecond)
 }
 
 // limiter is key's bucket, a new one if key has none; f.mu is held.

@@ -22,49 +22,42 @@ type Guard struct {
 	lim   *funnel.Limiter
 	fb    *fallback     // nil without Policy.Fallback
 	local *funnel.Local // FailOpen without a Fallback: the rules, in-process
-	// flights counts the calls running in this process for InFlight while
-	// Redis cannot answer; nil unless InFlight is set and the guard fails
-	// open (FailOpen or a Fallback).
+	// flights counts a key's calls in this process for InFlight while Redis
+	// cannot answer; nil unless InFlight is set and the guard fails open.
 	flights *flights
-	// watch ends calls at once while Redis refuses connections (nil for a
-	// client other than *redis.Client: see internal/outage), and tells when
-	// to detour (detour.go).
+	// watch ends calls at once while Redis refuses connections (nil but for
+	// a *redis.Client), and says when to detour (detour.go).
 	watch  *outage.Watch
 	detour detour
-	// permit is how an InFlight permit is held: InFlightLease, renewed.
-	permit []mutex.Option
+	permit []mutex.Option // how an InFlight permit is held
 }
 
 // Decision is the outcome of Allow.
 type Decision struct {
 	// Allowed reports whether the call may go ahead.
 	Allowed bool
-	// RetryAfter is, when denied, how long until the call would be admitted
-	// by every rule; 0 when allowed.
+	// RetryAfter is, when denied, how long until every rule would admit
+	// the call; 0 when allowed.
 	RetryAfter time.Duration
-	// Rule names the rule that denied; when several deny, the one that
-	// admits the call last (its wait is RetryAfter; the first of
-	// Policy.Rules among equal waits). Empty when allowed.
+	// Rule names the rule that denied (of several, the one that admits
+	// last; the first of Policy.Rules among equal waits); "" when allowed.
 	Rule string
-	// Remaining is how many more calls the tightest rule, named Tightest,
-	// admits right now: the rule with the fewest units left (among several,
-	// the one that is empty last).
+	// Remaining is how many more calls the tightest rule, named Tightest
+	// (the fewest units left; of several, the one empty last), admits now.
 	Remaining int64
 	Tightest  string
 	// ResetAfter is how long until every rule's funnel is empty.
 	ResetAfter time.Duration
-	// TightestReset is how long until the Tightest rule alone is empty (a
-	// funnel drained, a window's newest unit gone): the t of the RateLimit
-	// field of an admission.
+	// TightestReset is how long until the Tightest rule alone is empty.
 	TightestReset time.Duration
-	// Degraded reports a decision made without Redis: by OnError, the
-	// Fallback, or (FailOpen) the rules applied in this process; or a denial
-	// because Redis refused the call (ErrRejected).
+	// Degraded reports a decision made without Redis (OnError, the
+	// Fallback, FailOpen's in-process rules), or a denial because Redis
+	// refused the call (ErrRejected).
 	Degraded bool
 }
 
-// Observation is what Policy.Observe receives after each decision: enough
-// for metrics and traces, and never the key itself.
+// Observation is what Policy.Observe receives after each decision; it
+// never holds the key.
 type Observation struct {
 	Prefix   string // the guard's
 	Plan     string // the key's plan (Policy.Plans), "" for Rules
@@ -72,22 +65,18 @@ type Observation struct {
 	Decision Decision
 	Err      error
 	Latency  time.Duration
-	// Shadow is set when the Policy is in shadow mode (Policy.Shadow): a
-	// denial here blocked nothing.
+	// Shadow is set under Policy.Shadow: a denial blocked nothing.
 	Shadow bool
-	// Permit is set when the rules admitted a call of Do, Enter or
-	// Middleware under Policy.InFlight, which then waited PermitWait for
-	// a permit of its key (Latency includes it). A call that got none has
-	// the refusal as its Decision and the permit's error as Err (ErrBusy:
-	// none free within Timeout), not the admission.
+	// Permit is set when Do, Enter or Middleware waited PermitWait for an
+	// InFlight permit after an admission (Latency includes it). A call
+	// that got none has its refusal as Decision and the error as Err.
 	Permit     bool
 	PermitWait time.Duration
 }
 
 // New returns a Guard for the Policy p on client, with a funnel.Limiter of
-// its own made with p.Funnel. The rules and options are checked here: a bad
-// Policy (a nil client among them) is an error matching ErrInvalidPolicy,
-// and the funnel's error.
+// its own made with p.Funnel. A bad Policy or a nil client is an error
+// matching ErrInvalidPolicy (and the funnel's error, if any).
 func New(client mutex.Client, p Policy) (*Guard, error) {
 	if nilcheck.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidPolicy)
@@ -105,26 +94,29 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 	}
-	// A WAIT as long as the call's bound would turn every admission a
-	// lagging replica holds up into ErrUnavailable.
-	if n, d := lim.Locker().ReplicaAck(); n > 0 && d >= p.Timeout {
-		return nil, fmt.Errorf("%w: replica acknowledgement within %v: want it under Timeout %v", ErrInvalidPolicy, d, p.Timeout)
-	}
-	if err := checkInFlight(lim.Locker(), p.InFlight); err != nil {
+	if err := checkLocker(lim.Locker(), p); err != nil {
 		return nil, err
 	}
 	g := &Guard{p: p, lim: lim, watch: outage.For(client, p.Timeout),
 		permit: []mutex.Option{mutex.WithTTL(p.InFlightLease), mutex.WithAutoRenew()}}
-	switch {
-	case p.Fallback != nil:
-		g.fb = newFallback(*p.Fallback)
-	case p.OnError == FailOpen:
-		g.local = funnel.NewLocal(DefaultFallbackMax)
-	}
-	if p.InFlight > 0 && (g.fb != nil || g.local != nil) {
-		g.flights = newFlights(p.InFlight)
-	}
+	g.failOpen()
 	return g, nil
+}
+
+// failOpen sets what decides while Redis cannot answer, if not a denial:
+// the Fallback or FailOpen's rules, with InFlight counted in process.
+func (g *Guard) failOpen() {
+	switch {
+	case g.p.Fallback != nil:
+		g.fb = newFallback(*g.p.Fallback)
+	case g.p.OnError == FailOpen:
+		g.local = funnel.NewLocal(DefaultFallbackMax)
+	default:
+		return
+	}
+	if g.p.InFlight > 0 {
+		g.flights = &flights{max: g.p.InFlight, n: make(map[string]int64)}
+	}
 }
 
 // funnelOptions are the options of the Limiters of a guard with Policy p.
@@ -132,20 +124,18 @@ func funnelOptions(p Policy) []funnel.Option {
 	return append([]funnel.Option{funnel.WithPrefix(p.Prefix)}, p.Funnel...)
 }
 
-// funnelOptions are the options of g's Limiters.
-func (g *Guard) funnelOptions() []funnel.Option { return funnelOptions(g.p) }
-
-// checkInFlight refuses a negative InFlight, and one that l cannot keep
-// (Locker.Semaphore refuses it).
-func checkInFlight(l *mutex.Locker, n int64) error {
-	switch {
-	case n < 0:
-		return fmt.Errorf("%w: InFlight %d: want 0 (no bound) or more", ErrInvalidPolicy, n)
-	case n == 0:
+// checkLocker refuses what p asks of l that l cannot keep: replica acks
+// within Timeout (a WAIT as long would fail every admission a lagging
+// replica holds up), or InFlight semaphores.
+func checkLocker(l *mutex.Locker, p Policy) error {
+	if n, d := l.ReplicaAck(); n > 0 && d >= p.Timeout {
+		return fmt.Errorf("%w: replica acknowledgement within %v: want it under Timeout %v", ErrInvalidPolicy, d, p.Timeout)
+	}
+	if p.InFlight == 0 {
 		return nil
 	}
-	if _, err := l.Semaphore("k", n); err != nil {
-		return fmt.Errorf("%w: InFlight %d: %w", ErrInvalidPolicy, n, err)
+	if _, err := l.Semaphore("k", p.InFlight); err != nil {
+		return fmt.Errorf("%w: InFlight %d: %w", ErrInvalidPolicy, p.InFlight, err)
 	}
 	return nil
 }
@@ -158,55 +148,82 @@ func (g *Guard) Allow(ctx context.Context, key string) (Decision, error) {
 // AllowN decides whether a call of n units for key may go ahead, and if so
 // takes them from every rule.
 //
-// If Redis cannot answer within the Policy's Timeout, the Decision is the
-// Fallback's, or else FailClosed's denial (RetryAfter = ErrorRetryAfter) or
-// FailOpen's: the Policy's rules decided in this process (funnel.Local), so
-// that each process admits at most what the rules allow per key, never
-// everyone. It has Degraded set and comes with an error matching
-// ErrUnavailable. If Redis answers with an error that will not go away by
-// itself (no permission, out of memory, scripting disabled, a corrupt key),
-// the call is denied whatever the Policy says, with an error matching
-// ErrRejected. A bad key gives ErrInvalidKey and a denial; a ctx that ends
-// gives ctx's error and a denial.
+// If Redis cannot answer within Timeout, the Decision is Degraded, with an
+// error matching ErrUnavailable: the Fallback's, FailOpen's (the rules in
+// this process, funnel.Local) or FailClosed's denial (RetryAfter
+// ErrorRetryAfter). An answer that will not change (no permission, out of
+// memory, no scripting, a corrupt key) denies whatever the Policy says,
+// with ErrRejected. A bad key gives ErrInvalidKey, an ended ctx its error,
+// each with a denial.
 func (g *Guard) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	d, _, err := g.allowObserved(ctx, key, n)
-	return d, err
+	p := g.start(ctx, key, n)
+	p.report(g)
+	return p.d, p.err
 }
 
-// A keyed call is a call's stored key ("" when the key is invalid) and
-// its plan.
+// A keyed call is a call's stored key ("" when the key is invalid), and
+// its plan's name and rules.
 type keyed struct {
-	sk   string
-	plan plan
+	sk    string
+	plan  string // "" for Policy.Rules
+	rules []funnel.Rule
 }
 
-// key returns the keyed call of key: its stored key and its plan.
-func (g *Guard) key(ctx context.Context, key string) (keyed, error) {
-	sk, err := g.storedKey(key)
-	if err != nil {
+// key returns the keyed call of key; a nil ctx is ErrNilContext.
+func (g *Guard) key(ctx context.Context, key string) (k keyed, err error) {
+	if ctx == nil {
+		return k, ErrNilContext
+	}
+	if k.sk, err = g.storedKey(key); err != nil {
 		return keyed{}, err
 	}
-	p, err := g.planOf(ctx, key)
-	return keyed{sk: sk, plan: p}, err
+	k.plan, k.rules, err = g.planOf(ctx, key)
+	return k, err
 }
 
-// allowObserved is AllowN that also returns the keyed call.
-func (g *Guard) allowObserved(ctx context.Context, key string, n int64) (Decision, keyed, error) {
-	d, k, _, err, ob := g.allowPending(ctx, key, n)
-	ob.report(g)
-	return d, k, err
-}
-
-// A pending Observation is reported (report) once the call's permit, if it
-// takes one, is known, with the Latency since start.
+// A pending call is one AllowN decided, with what Do, Enter and Middleware
+// need next, and its Observation, reported once its permit is known.
 type pending struct {
+	d     Decision
+	err   error
+	k     keyed
+	ctx   context.Context // the decision's (Policy.Trace's), or the caller's
 	o     Observation
 	start time.Time         // zero for a nil ctx: nothing to report
 	end   func(Observation) // Policy.Trace's, called once
 }
 
-// report passes p's Observation to Policy.Observe and to the end of its
-// Policy.Trace.
+// start decides a call of n units for key, in Policy.Trace's context.
+func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
+	if ctx == nil {
+		return &pending{err: ErrNilContext}
+	}
+	p := &pending{ctx: ctx}
+	if g.p.Trace != nil {
+		p.ctx, p.end = g.trace(ctx, key)
+	}
+	p.start = time.Now()
+	p.k, p.err = g.key(p.ctx, key)
+	switch {
+	case p.err == nil:
+		p.d, p.err = g.allow(p.ctx, p.k, n)
+	case errors.Is(p.err, ErrPlan):
+		p.d = Decision{RetryAfter: g.p.ErrorRetryAfter}
+	}
+	p.o = Observation{Prefix: g.p.Prefix, Plan: p.k.plan, N: n, Decision: p.d, Err: p.err, Shadow: g.p.Shadow}
+	return p
+}
+
+// trace calls Policy.Trace, and returns its context (ctx if none) and end.
+func (g *Guard) trace(ctx context.Context, key string) (context.Context, func(Observation)) {
+	tctx, end := g.p.Trace(ctx, key)
+	if tctx == nil {
+		return ctx, end
+	}
+	return tctx, end
+}
+
+// report passes p's Observation to Policy.Observe and Trace's end.
 func (p *pending) report(g *Guard) {
 	if p.start.IsZero() || g.p.Observe == nil && p.end == nil {
 		return
@@ -221,8 +238,22 @@ func (p *pending) report(g *Guard) {
 	}
 }
 
-// waited records in p the wait for an InFlight permit since t0, and, if
-// the call got none (err, not under Shadow), its refusal d.
+// take takes the InFlight slot of p's admitted call in the decision's
+// context; a call refused one (err) gets d, the denial that stands for it,
+// unless shadow lets it run without.
+func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
+	t0 := time.Now()
+	s, err = g.enter(p.ctx, p.k.sk, p.d.Degraded)
+	d = p.d
+	if err != nil && !shadow {
+		d = g.busyDecision(err)
+	}
+	p.waited(g, t0, d, err)
+	return s, d, err
+}
+
+// waited records the wait for a permit since t0 and, if the call got none
+// (err, not under Shadow), its refusal d.
 func (p *pending) waited(g *Guard, t0 time.Time, d Decision, err error) {
 	if g.p.InFlight == 0 {
 		return
@@ -233,46 +264,11 @@ func (p *pending) waited(g *Guard, t0 time.Time, d Decision, err error) {
 	}
 }
 
-// allowPending is AllowN that also returns the keyed call, for Enter, Do
-// and Middleware's RateLimit fields, the decision's context (Policy.Trace's,
-// or ctx), in which the call waits for its permit, and the Observation to
-// report.
-func (g *Guard) allowPending(ctx context.Context, key string, n int64) (Decision, keyed, context.Context, error, *pending) {
-	if ctx == nil {
-		return Decision{}, keyed{}, nil, ErrNilContext, &pending{}
-	}
-	var end func(Observation)
-	if g.p.Trace != nil {
-		ctx, end = g.trace(ctx, key)
-	}
-	start := time.Now()
-	k, err := g.key(ctx, key)
-	var d Decision
-	switch {
-	case err == nil:
-		d, err = g.allow(ctx, k, n)
-	case errors.Is(err, ErrPlan):
-		d = Decision{RetryAfter: g.p.ErrorRetryAfter}
-	}
-	return d, k, ctx, err, &pending{start: start, end: end,
-		o: Observation{Prefix: g.p.Prefix, Plan: k.plan.name, N: n, Decision: d, Err: err, Shadow: g.p.Shadow}}
-}
-
-// trace starts the decision of a call for key in ctx with Policy.Trace,
-// and returns the decision's context and the hook's end.
-func (g *Guard) trace(ctx context.Context, key string) (context.Context, func(Observation)) {
-	tctx, end := g.p.Trace(ctx, key)
-	if tctx == nil {
-		tctx = ctx
-	}
-	return tctx, end
-}
-
 // allow decides for the keyed call k.
 func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
 	var res funnel.Result
 	err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (err error) {
-		res, err = lim.AllowN(cctx, k.sk, n, k.plan.rules...)
+		res, err = lim.AllowN(cctx, k.sk, n, k.rules...)
 		return err
 	})
 	if err == nil {
@@ -290,7 +286,7 @@ func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
 		ok, wait := g.fb.allow(k.sk, n)
 		return Decision{Allowed: ok, RetryAfter: wait, Degraded: true}, uerr
 	case g.local != nil:
-		res, lerr := g.local.AllowN(time.Now(), k.sk, n, k.plan.rules...)
+		res, lerr := g.local.AllowN(time.Now(), k.sk, n, k.rules...)
 		if lerr != nil { // the rules passed New's checks: n is the only cause
 			return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, errors.Join(uerr, lerr)
 		}
@@ -301,30 +297,26 @@ func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
 	return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, uerr
 }
 
-// Peek reports what Allow would decide for key now, taking nothing: for
-// example, after an admission, how long until the next call is admitted
-// (RetryAfter). If Redis cannot answer it returns an error matching
-// ErrUnavailable and a denial.
+// Peek reports what Allow would decide for key now, taking nothing (after
+// an admission, RetryAfter is the wait for the next). If Redis cannot
+// answer it returns a denial and an error matching ErrUnavailable.
 func (g *Guard) Peek(ctx context.Context, key string) (Decision, error) {
-	if ctx == nil {
-		return Decision{}, ErrNilContext
-	}
 	k, err := g.key(ctx, key)
 	if err != nil {
 		return Decision{}, err
 	}
 	var res funnel.Result
 	err = g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (err error) {
-		res, err = lim.Peek(cctx, k.sk, k.plan.rules...)
+		res, err = lim.Peek(cctx, k.sk, k.rules...)
 		return err
 	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return Decision{}, err
-		}
-		return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, redisError(err)
+	switch {
+	case err == nil:
+		return decision(res), nil
+	case ctx.Err() != nil:
+		return Decision{}, err
 	}
-	return decision(res), nil
+	return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, redisError(ctx, err)
 }
 
 func decision(res funnel.Result) Decision {
@@ -332,17 +324,14 @@ func decision(res funnel.Result) Decision {
 		Remaining: res.Remaining, Tightest: res.Tightest, ResetAfter: res.ResetAfter, TightestReset: res.TightestReset}
 }
 
-// Refund gives one unit back to every rule for key: the call was admitted
-// but did not happen (the provider refused the message).
+// Refund is shorthand for RefundN(ctx, key, 1): the call was admitted but
+// did not happen (the provider refused the message).
 func (g *Guard) Refund(ctx context.Context, key string) error {
 	return g.RefundN(ctx, key, 1)
 }
 
 // RefundN gives n units back to every rule for key, never below empty.
 func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
 	k, err := g.key(ctx, key)
 	if err != nil {
 		return err
@@ -353,82 +342,71 @@ func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
 // refund is RefundN for the keyed call k.
 func (g *Guard) refund(ctx context.Context, k keyed, n int64) error {
 	err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) error {
-		return lim.Refund(cctx, k.sk, n, k.plan.rules...)
+		return lim.Refund(cctx, k.sk, n, k.rules...)
 	})
-	if err != nil {
-		if errors.Is(err, funnel.ErrInvalidN) || ctx.Err() != nil {
-			return err
-		}
-		return redisError(err)
+	return redisError(ctx, err)
+}
+
+// giveBack refunds what the admission d of k took in Redis (nothing if
+// Degraded), whatever happened to ctx: the call did not happen.
+func (g *Guard) giveBack(ctx context.Context, k keyed, d Decision, n int64) error {
+	if d.Degraded || !d.Allowed {
+		return nil
 	}
-	return nil
+	return g.refund(context.WithoutCancel(ctx), k, n)
 }
 
-// call runs f, a call to Redis, bounded by Timeout and watched: while
-// Redis refuses connections it ends at once with an error matching
-// mutex.ErrUnreachable (see internal/outage).
-func (g *Guard) call(ctx context.Context, f func(context.Context) error) error {
-	return g.watch.Run(ctx, g.p.Timeout, f)
-}
-
-// redisError wraps an error of a call to Redis: ErrUnavailable when Redis
-// could not answer, ErrRejected when it refused.
-func redisError(err error) error {
-	if unanswered(err) {
+// redisError wraps a call's error: ErrUnavailable when Redis could not
+// answer, ErrRejected when it refused; a bad n or ctx's error as it is.
+func redisError(ctx context.Context, err error) error {
+	switch {
+	case err == nil, errors.Is(err, funnel.ErrInvalidN), ctx.Err() != nil:
+		return err
+	case unanswered(err):
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return fmt.Errorf("%w: %w", ErrRejected, err)
 }
 
+// call runs f, a call to Redis, bounded by Timeout and watched: while
+// Redis refuses connections it ends at once (internal/outage).
+func (g *Guard) call(ctx context.Context, f func(context.Context) error) error {
+	return g.watch.Run(ctx, g.p.Timeout, f)
+}
+
 // Do runs fn if Allow admits the call for key, and refunds the unit when fn
-// returns an error; fn does not run when the call is denied. It returns the
-// decision and fn's error (joined with the refund's, if that failed too), or
-// Allow's error. A Degraded admission (FailOpen, a Fallback) took nothing
-// in Redis: a failing fn refunds nothing there either.
+// returns an error. It returns the decision and fn's error (joined with a
+// failed refund's), or Allow's error. A Degraded admission took nothing in
+// Redis, and a failing fn refunds nothing there.
 //
 // With Policy.InFlight, fn runs holding a permit of key's semaphore, given
-// back when fn returns or panics, and its context is cancelled if the
-// permit is lost. An admitted call that gets no permit within Timeout does
-// not run: Do refunds its unit and returns a denial (RetryAfter
-// ErrorRetryAfter) with an error matching ErrBusy (or ErrUnavailable,
-// ErrRejected: see Policy.InFlight).
+// back when fn returns or panics; its context is cancelled if the permit is
+// lost. An admitted call that gets none within Timeout does not run: Do
+// refunds it and returns a denial (RetryAfter ErrorRetryAfter) with an
+// error matching ErrBusy (or ErrUnavailable, ErrRejected).
 func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) error) (Decision, error) {
-	d, k, dctx, err, ob := g.allowPending(ctx, key, 1)
-	if !d.Allowed {
-		ob.report(g)
-		return d, err
+	p := g.start(ctx, key, 1)
+	if !p.d.Allowed {
+		p.report(g)
+		return p.d, p.err
 	}
-	t0 := time.Now()
-	s, serr := g.enter(dctx, k.sk, d.Degraded)
+	s, d, serr := g.take(p, false)
 	if serr != nil {
-		bd := g.busyDecision(serr)
-		ob.waited(g, t0, bd, serr)
-		rerr := g.giveBack(dctx, k, d, 1)
-		ob.report(g)
-		return bd, errors.Join(serr, rerr)
+		rerr := g.giveBack(p.ctx, p.k, p.d, 1)
+		p.report(g)
+		return d, errors.Join(serr, rerr)
 	}
-	ob.waited(g, t0, d, nil)
-	ob.report(g)
+	p.report(g)
 	defer g.leave(ctx, s)
-	err = errors.Join(err, s.degraded)
+	err := errors.Join(p.err, s.degraded)
 	if ferr := fn(s.context(ctx)); ferr != nil {
-		rerr := g.giveBack(ctx, k, d, 1)
+		rerr := g.giveBack(ctx, p.k, d, 1)
 		if rerr == nil && err == nil {
 			return d, ferr
 		}
 		return d, errors.Join(ferr, rerr, err)
 	}
 	return d, err
-}
-
-// giveBack refunds the n units the admission d of the keyed call k took
-// in Redis (none when d was Degraded), for a call that did not happen,
-// whatever happened to ctx.
-func (g *Guard) giveBack(ctx context.Context, k keyed, d Decision, n int64) error {
-	if d.Degraded || !d.Allowed {
-		return nil
-	}
-	return g.refund(context.WithoutCancel(ctx), k, n)
 }
 
 // storedKey maps a caller's key to the key kept in Redis: normalized, then
@@ -439,24 +417,38 @@ func (g *Guard) storedKey(key string) (string, error) {
 	if len(key) > MaxKeyLen {
 		return "", fmt.Errorf("%w: %d bytes (at most %d)", ErrInvalidKey, len(key), MaxKeyLen)
 	}
-	if g.p.Normalize != nil {
-		nk, err := g.p.Normalize(key)
-		if err != nil {
-			return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
-		}
-		key = nk
+	key, err := g.normalize(key)
+	if err != nil {
+		return "", err
 	}
 	if key == "" || len(key) > MaxKeyLen {
 		return "", fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
 	}
+	return g.stored(key), nil
+}
+
+// normalize maps key with Policy.Normalize; its error is ErrInvalidKey.
+func (g *Guard) normalize(key string) (string, error) {
+	if g.p.Normalize == nil {
+		return key, nil
+	}
+	nk, err := g.p.Normalize(key)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
+	}
+	return nk, nil
+}
+
+// stored is the stored form of the valid, normalized key.
+func (g *Guard) stored(key string) string {
 	switch {
 	case len(g.p.Secret) > 0:
 		m := hmac.New(sha256.New, g.p.Secret)
 		m.Write([]byte(key))
-		return "m:" + base64.RawURLEncoding.EncodeToString(m.Sum(nil)), nil
+		return "m:" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 	case len(key) > maxPlainKey:
 		sum := sha256.Sum256([]byte(key))
-		return "h:" + base64.RawURLEncoding.EncodeToString(sum[:]), nil
+		return "h:" + base64.RawURLEncoding.EncodeToString(sum[:])
 	}
-	return "k:" + key, nil
+	return "k:" + key
 }

@@ -9,22 +9,19 @@ import (
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
-// A slot is one running call's place among the Policy.InFlight calls of
-// its key: a permit of the key's semaphore in Redis, or a place in this
-// process's count (Redis could not answer, and OnError or the Fallback let
-// the call run), or nothing when InFlight is off. The zero slot holds
-// nothing.
+// A slot is a running call's place among the InFlight calls of its key: a
+// permit in Redis, a place in this process's count (failing open while
+// Redis cannot answer), or nothing (the zero slot).
 type slot struct {
 	permit *mutex.Permit
 	local  *flights
 	key    string // the stored key, in local
-	// degraded is, for a place in local taken because Redis could not
-	// answer the permit's call, that call's error (ErrUnavailable).
+	// degraded is the error (ErrUnavailable) of a permit's call that made
+	// the slot a place in local.
 	degraded error
 }
 
-// context returns the context of the call running in s: cancelled when its
-// permit is lost, so that a call no longer counted learns it.
+// context is the context of the call in s, cancelled if its permit is lost.
 func (s slot) context(parent context.Context) context.Context {
 	if s.permit == nil {
 		return parent
@@ -32,13 +29,11 @@ func (s slot) context(parent context.Context) context.Context {
 	return s.permit.Context(parent)
 }
 
-// enter takes a slot for a call of the stored key sk, which an admission
-// let through (degraded: made without Redis, which the permit then is too).
-// It waits for a permit in the key's FIFO queue for Timeout at most. An
-// error means the call must not run: it matches ErrBusy (InFlight calls of
-// the key kept running; with ErrUnavailable, in this process while Redis
-// cannot answer), ErrUnavailable (failing closed), ErrRejected, or is
-// ctx's.
+// enter takes a slot for a call of the stored key sk that an admission
+// let through (degraded: made without Redis, and so is the slot), waiting
+// in the key's FIFO queue for Timeout at most. An error means the call
+// must not run: ErrBusy (with ErrUnavailable when counted in this
+// process), ErrUnavailable (failing closed), ErrRejected, or ctx's.
 func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, error) {
 	switch {
 	case g.p.InFlight == 0:
@@ -56,9 +51,21 @@ func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, erro
 	return slot{}, err
 }
 
-// acquire takes a permit of sk's semaphore: at once if one is free (one
-// round trip), else by waiting in its queue until Timeout ends (ErrBusy).
-// The permit's lease, InFlightLease, is renewed until it is given back.
+// enterLocal takes a place in this process's count of sk's calls, for a
+// call that runs while Redis cannot answer (uerr says so, nil when the
+// admission was degraded already). A guard that fails closed has none.
+func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
+	switch {
+	case g.flights == nil:
+		return slot{}, fmt.Errorf("%w: no permit without Redis", ErrUnavailable)
+	case !g.flights.enter(sk):
+		return slot{}, fmt.Errorf("%w: %d calls of the key run in this process: %w", ErrBusy, g.p.InFlight, ErrUnavailable)
+	}
+	return slot{local: g.flights, key: sk, degraded: uerr}, nil
+}
+
+// acquire takes a permit of sk's semaphore, renewed until given back, or
+// ErrBusy when none came free within Timeout.
 func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	sem, err := g.lim.Locker().Semaphore(sk, g.p.InFlight)
 	if err != nil { // New tried the Locker and the size: never, for a stored key
@@ -67,13 +74,7 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	var p *mutex.Permit
 	busy := false
 	err = g.call(ctx, func(cctx context.Context) (err error) {
-		p, err = sem.TryAcquire(cctx, 1, g.permit...)
-		if errors.Is(err, mutex.ErrNoPermits) {
-			// Redis has just answered: a wait that ends without a permit
-			// is one for the calls running, not for Redis.
-			p, err = sem.Acquire(cctx, 1, g.permit...)
-			busy = errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded)
-		}
+		p, busy, err = g.takePermit(cctx, sem)
 		return err
 	})
 	switch {
@@ -82,39 +83,33 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	case busy && !errors.Is(err, mutex.ErrUnreachable):
 		return nil, fmt.Errorf("%w: %d calls of the key ran through %v: %w", ErrBusy, g.p.InFlight, g.p.Timeout, err)
 	}
-	return nil, permitError(err)
+	return nil, permitError(ctx, err)
 }
 
-// permitError wraps an error of a semaphore's call: ErrRejected for a
-// semaphore Redis keeps with another size (a guard with another InFlight
-// shares the key), else as for every call to Redis.
-func permitError(err error) error {
+// takePermit takes a permit of sem, waiting in its queue if none is free;
+// busy reports a wait that ended without one at cctx's deadline.
+func (g *Guard) takePermit(cctx context.Context, sem *mutex.Semaphore) (p *mutex.Permit, busy bool, err error) {
+	p, err = sem.TryAcquire(cctx, 1, g.permit...)
+	if !errors.Is(err, mutex.ErrNoPermits) {
+		return p, false, err
+	}
+	// Redis has just answered: a wait that ends without a permit is one
+	// for the calls running, not for Redis.
+	p, err = sem.Acquire(cctx, 1, g.permit...)
+	return p, errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded), err
+}
+
+// permitError wraps a semaphore's error: ErrRejected for one Redis keeps
+// with another size (a guard with another InFlight), else redisError.
+func permitError(ctx context.Context, err error) error {
 	if errors.Is(err, mutex.ErrInvalid) {
 		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
-	return redisError(err)
+	return redisError(ctx, err)
 }
 
-// enterLocal takes a place in this process's count of sk's calls, for a
-// call that runs while Redis cannot answer (uerr, the error that says so,
-// or nil when the admission was degraded already). A guard that fails
-// closed has no count: the call is refused with uerr.
-func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
-	if g.flights == nil {
-		if uerr == nil {
-			uerr = fmt.Errorf("%w: no permit without Redis", ErrUnavailable)
-		}
-		return slot{}, uerr
-	}
-	if !g.flights.enter(sk) {
-		return slot{}, fmt.Errorf("%w: %d calls of the key run in this process: %w", ErrBusy, g.p.InFlight, ErrUnavailable)
-	}
-	return slot{local: g.flights, key: sk, degraded: uerr}, nil
-}
-
-// leave gives s back: the permit (bounded by Timeout, whatever ctx says;
-// a permit whose release fails comes back when its lease ends, no longer
-// renewed) or the place in this process's count.
+// leave gives s back, bounded by Timeout whatever ctx says (a permit whose
+// release fails comes back when its lease ends).
 func (g *Guard) leave(ctx context.Context, s slot) {
 	switch {
 	case s.permit != nil:
@@ -125,24 +120,18 @@ func (g *Guard) leave(ctx context.Context, s slot) {
 }
 
 // busyDecision is the denial that stands for a call enter refused with
-// err: Degraded unless Redis answered (the key was busy in Redis, or ctx
-// ended).
+// err: Degraded unless Redis answered (the key was busy, or ctx ended).
 func (g *Guard) busyDecision(err error) Decision {
 	return Decision{RetryAfter: g.p.ErrorRetryAfter,
 		Degraded: errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected)}
 }
 
-// flights counts the calls of each key running in this process, for
-// InFlight while Redis cannot answer. A key has an entry only while calls
-// of it run, so it holds no more keys than there are calls running.
+// flights counts each key's calls running in this process, for InFlight
+// while Redis cannot answer; only keys with calls running have an entry.
 type flights struct {
 	max int64
 	mu  sync.Mutex
 	n   map[string]int64
-}
-
-func newFlights(max int64) *flights {
-	return &flights{max: max, n: make(map[string]int64)}
 }
 
 // enter counts one more call of key, unless max run already.
@@ -160,9 +149,7 @@ func (f *flights) enter(key string) bool {
 func (f *flights) leave(key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.n[key] <= 1 {
+	if f.n[key]--; f.n[key] <= 0 {
 		delete(f.n, key)
-		return
 	}
-	f.n[key]--
 }

@@ -9,25 +9,19 @@ import (
 	"strings"
 )
 
-// A KeyFunc derives the key a request is limited under: the client's
-// address, a phone number in its body, its route... It is Middleware's
-// argument. The KeyFuncs of this package keep no state, so each is safe for
-// concurrent use; those that read the body give it back to the handler
-// intact. Their errors match ErrNoKey, ErrBodyTooLarge or ErrContentType
-// and are RequestErrors, whose Fix says what the client can fix without
-// quoting what it sent; Middleware answers with it. A KeyFunc of yours may
-// return a RequestError too.
+// A KeyFunc derives the key a request is limited under (its client's
+// address, a phone number in its body, its route): Middleware's argument.
+// This package's KeyFuncs keep no state and are safe for concurrent use;
+// those that read the body give it back intact. Their errors match
+// ErrNoKey, ErrBodyTooLarge or ErrContentType and are RequestErrors, whose
+// Fix Middleware answers with. A KeyFunc of yours may return one too.
 type KeyFunc func(*http.Request) (string, error)
 
 // Header returns a KeyFunc that keys on the value of the request header
-// name, such as an API key or the user an authenticating proxy names,
-// without its surrounding white space. A header that is missing, empty, or
-// given in more than one line (which one a handler would read is anyone's
-// guess) is an error matching ErrNoKey. Header("Host") reads r.Host.
-//
-// A client writes its own headers: key only on one that the client cannot
-// choose freely (an API key checked later) or that a trusted proxy sets,
-// replacing whatever the client sent.
+// name, trimmed of white space; Header("Host") reads r.Host. A header that
+// is missing, empty or given in more than one line is an error matching
+// ErrNoKey. A client writes its own headers: key only on one it cannot
+// choose freely (an API key checked later) or that a trusted proxy sets.
 func Header(name string) KeyFunc {
 	name = textproto.CanonicalMIMEHeaderKey(name)
 	return func(r *http.Request) (string, error) {
@@ -52,11 +46,9 @@ func Header(name string) KeyFunc {
 }
 
 // Query returns a KeyFunc that keys on the URL query parameter name, as
-// r.URL.Query decodes it: in a query, as in a form, '+' stands for a space,
-// so a client must send a plus as %2B ("?phone=%2B8613800138000"). A
-// parameter that is missing, empty or given twice, or a query that does not
-// parse, is an error matching ErrNoKey. It never reads the body; see
-// FormField and JSONField.
+// r.URL.Query decodes it ('+' is a space: send a plus as %2B). A parameter
+// missing, empty or given twice, or a query that does not parse, is an
+// error matching ErrNoKey. It never reads the body.
 func Query(name string) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		q, err := url.ParseQuery(r.URL.RawQuery)
@@ -71,28 +63,21 @@ func Query(name string) KeyFunc {
 func single(vs url.Values, name, what string) (string, error) {
 	switch v := vs[name]; {
 	case len(v) == 0:
-		return "", fixable(ErrNoKey, fmt.Sprintf("missing %s %q", what, name))
+		return "", noKey("missing %s %q", what, name)
 	case len(v) > 1:
-		return "", fixable(ErrNoKey, fmt.Sprintf("%s %q given more than once", what, name))
+		return "", noKey("%s %q given more than once", what, name)
 	case v[0] == "":
-		return "", fixable(ErrNoKey, fmt.Sprintf("empty %s %q", what, name))
+		return "", noKey("empty %s %q", what, name)
 	default:
 		return v[0], nil
 	}
 }
 
-// Route is a KeyFunc that keys on the request's method and route: the
-// method, a space and the http.ServeMux pattern that matched the request
-// (r.Pattern, without the pattern's own method), such as
-// "POST /users/{id}/send", so that every user of that route shares one key.
-// A pattern that names a method keys on that method, so HEAD requests
-// routed to "GET /x" share the key "GET /x".
-//
-// r.Pattern is set only once a ServeMux has routed the request: wrap the
-// handler registered in the mux, not the mux. Without a pattern Route keys
-// on r.URL.Path instead ("POST /users/42/send"), a key per path: any client
-// can then make as many keys as it can spell paths, each kept in Redis until
-// it drains. Route is never an error.
+// Route is a KeyFunc that keys on the method and the http.ServeMux pattern
+// that matched ("POST /users/{id}/send"; a pattern's own method wins, so
+// HEAD routed to "GET /x" is "GET /x"). Wrap the handler registered in the
+// mux, not the mux: without r.Pattern Route keys on r.URL.Path, a key per
+// path any client can spell. Route is never an error.
 func Route(r *http.Request) (string, error) {
 	if p := r.Pattern; p != "" {
 		// ServeMux separates the method from the rest at the first space
@@ -105,13 +90,10 @@ func Route(r *http.Request) (string, error) {
 	return r.Method + " " + r.URL.Path, nil
 }
 
-// Join returns a KeyFunc that keys on the keys of all parts together, such
-// as Join(Route, ClientIP()) for a limit per route and client. Each key has
-// its '\' and '|' escaped with a '\', and they are joined with '|'
-// ("POST /send|203.0.113.7"), so that two different lists of keys never
-// make the same key. The first error of a part is Join's. Join without
-// parts or with a nil part returns a KeyFunc whose every call fails with
-// ErrInvalidKeyFunc.
+// Join returns a KeyFunc that keys on the keys of all parts together, as
+// JoinKeys joins them: Join(Route, ClientIP()) limits per route and client.
+// The first error of a part is Join's. Without parts, or with a nil one,
+// every call fails with ErrInvalidKeyFunc.
 func Join(parts ...KeyFunc) KeyFunc {
 	if len(parts) == 0 || slices.ContainsFunc(parts, func(f KeyFunc) bool { return f == nil }) {
 		return badKeyFunc("Join without parts, or with a nil part")
@@ -130,25 +112,18 @@ func Join(parts ...KeyFunc) KeyFunc {
 	}
 }
 
-// JoinKeys is the key of keys together, as Join makes it: each key with a
-// '\' before each '\' and '|', joined with '|'; two different lists of keys
-// never make the same key. Key functions of other transports (grpcguard)
-// join their parts with it.
+// JoinKeys is the key of keys together: each with '\' and '|' escaped by a
+// '\', joined with '|' ("POST /send|203.0.113.7"), so two different lists
+// never make one key. Key functions of other transports (grpcguard) use it.
 func JoinKeys(keys ...string) string {
-	var b strings.Builder
+	escaped := make([]string, len(keys))
 	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte('|')
-		}
-		for j := range len(k) {
-			if k[j] == '\\' || k[j] == '|' {
-				b.WriteByte('\\')
-			}
-			b.WriteByte(k[j])
-		}
+		escaped[i] = keyEscaper.Replace(k)
 	}
-	return b.String()
+	return strings.Join(escaped, "|")
 }
+
+var keyEscaper = strings.NewReplacer(`\`, `\\`, `|`, `\|`)
 
 // badKeyFunc is the KeyFunc of a constructor given bad arguments: every call
 // fails with ErrInvalidKeyFunc, which Middleware answers with 500.

@@ -15,38 +15,30 @@ import (
 )
 
 // JSONField returns a KeyFunc that keys on the member field of the JSON
-// object in the request body ({"phone": "+8613800138000"}), for a JSON API;
-// members of nested objects are not read.
-// The member is a string, keyed on as it decodes, or an integer, keyed on
-// as written ("-0" as "0"); the key is not normalized further (see
-// Policy.Normalize; for a phone number, phonekey.JSONField in package
-// guard/phonekey keys on its E.164 form).
+// object in the request body ({"phone": "+8613800138000"}), not of nested
+// objects: a string, as it decodes, or an integer, as written ("-0" as
+// "0"), not normalized further (see Policy.Normalize, guard/phonekey).
 //
-// It reads at most maxBytes of the body, and always gives r a body that
-// reads the same bytes, whatever it found, so the handler decodes the
-// request itself. A body longer than maxBytes, by its Content-Length (then
-// left unread) or as read, is an error matching ErrBodyTooLarge.
-//
-// The body must be declared as application/json or a +json type
-// (application/problem+json), with any parameters; another Content-Type,
-// or none, is an error matching ErrContentType. Browsers send a cross-site
-// form or a text/plain fetch without asking the server first (no CORS
-// preflight): refusing them keeps any web page from making its visitors
-// spend the limit.
-//
-// A request without a body, a body that is not one JSON object (with
-// nothing after it but white space), and a member that is missing, null,
-// empty, of another type, or named twice are errors matching ErrNoKey. So
-// is a member whose name differs from field only in case, alone or beside
-// field: encoding/json decodes {"Phone": ...} into the struct field tagged
-// "phone", so the handler could read a number other than the key.
-// With maxBytes below 1, every call fails with ErrInvalidKeyFunc.
+// It reads at most maxBytes and always gives r a body that reads the same
+// bytes, for the handler. Errors: a longer body, ErrBodyTooLarge; a
+// Content-Type other than application/json or +json (a browser sends a
+// cross-site form or text/plain without a CORS preflight), ErrContentType;
+// no body, not one JSON object, or a member missing, null, empty, of
+// another type, named twice or in another case (encoding/json would decode
+// {"Phone": ...} into the field tagged "phone"), ErrNoKey. With maxBytes
+// below 1, every call fails with ErrInvalidKeyFunc.
 func JSONField(field string, maxBytes int64) KeyFunc {
 	if maxBytes < 1 {
 		return badKeyFunc("JSONField with maxBytes < 1")
 	}
 	return func(r *http.Request) (string, error) {
-		body, err := jsonBody(r, maxBytes)
+		switch {
+		case noBody(r):
+			return "", errNoBody
+		case !declaredJSON(r.Header.Get("Content-Type")):
+			return "", errNotJSON
+		}
+		body, err := readBody(r, maxBytes)
 		if err != nil {
 			return "", err
 		}
@@ -64,17 +56,6 @@ var (
 	errFormMethod    = fixable(ErrNoKey, "a form must be sent with POST, PUT or PATCH")
 )
 
-// jsonBody reads r's body, at most maxBytes, if it is declared as JSON.
-func jsonBody(r *http.Request, maxBytes int64) ([]byte, error) {
-	if noBody(r) {
-		return nil, errNoBody
-	}
-	if !declaredJSON(r.Header.Get("Content-Type")) {
-		return nil, errNotJSON
-	}
-	return readBody(r, maxBytes)
-}
-
 // declaredJSON reports whether the Content-Type ct is application/json or
 // an application/...+json type, with any parameters.
 func declaredJSON(ct string) bool {
@@ -84,44 +65,44 @@ func declaredJSON(ct string) bool {
 
 // jsonMember is the key in the member field of the JSON object body.
 func jsonMember(body []byte, field string) (string, error) {
-	m, err := scanObject(body, field)
-	if err != nil {
+	val, n, exact, err := scanObject(body, field)
+	switch {
+	case err != nil:
 		return "", err
-	}
-	val, err := m.single(field)
-	if err != nil {
-		return "", err
+	case n == 0:
+		return "", noKey("missing field %q", field)
+	case n > 1:
+		return "", noKey("field %q given more than once", field)
+	case !exact:
+		return "", noKey("missing field %q (names are case-sensitive)", field)
 	}
 	return jsonKey(val, field)
 }
 
-// jsonMatch is what scanObject found of the members named field in any
-// case: how many, and the value of one spelled exactly so.
-type jsonMatch struct {
-	n     int
-	exact bool
-	val   json.RawMessage
-}
-
 // scanObject reads the JSON object that is all of body but white space,
-// noting the members named field.
-func scanObject(body []byte, field string) (jsonMatch, error) {
-	var m jsonMatch
+// and returns how many members are named field in any case (encoding/json's
+// rule for struct fields), and the value of one spelled exactly so.
+func scanObject(body []byte, field string) (val json.RawMessage, n int, exact bool, err error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if !nextIs(dec, json.Delim('{')) {
-		return m, errNotJSONObject
+		return nil, 0, false, errNotJSONObject
 	}
 	for dec.More() {
-		name, val, err := nextMember(dec)
-		if err != nil {
-			return m, err
+		name, v, ok := nextMember(dec)
+		if !ok {
+			return nil, 0, false, errNotJSONObject
 		}
-		m.add(name, field, val)
+		if strings.EqualFold(name, field) {
+			n++
+			if name == field {
+				val, exact = v, true
+			}
+		}
 	}
 	if !nextIs(dec, json.Delim('}')) || !atEOF(dec) {
-		return m, errNotJSONObject
+		return nil, 0, false, errNotJSONObject
 	}
-	return m, nil
+	return val, n, exact, nil
 }
 
 // nextIs reports whether dec's next token is the delimiter d.
@@ -137,53 +118,35 @@ func atEOF(dec *json.Decoder) bool {
 }
 
 // nextMember reads the name and the value of an object's next member.
-func nextMember(dec *json.Decoder) (string, json.RawMessage, error) {
+func nextMember(dec *json.Decoder) (string, json.RawMessage, bool) {
 	t, err := dec.Token()
 	name, ok := t.(string)
-	if err != nil || !ok {
-		return "", nil, errNotJSONObject
-	}
 	var val json.RawMessage
-	if err := dec.Decode(&val); err != nil {
-		return "", nil, errNotJSONObject
-	}
-	return name, val, nil
-}
-
-// add notes the member name of value val if it is field in any case:
-// encoding/json's own rule for struct fields.
-func (m *jsonMatch) add(name, field string, val json.RawMessage) {
-	if !strings.EqualFold(name, field) {
-		return
-	}
-	m.n++
-	if name == field {
-		m.val, m.exact = val, true
-	}
-}
-
-// single is the value of the one member named field, spelled as field.
-func (m jsonMatch) single(field string) (json.RawMessage, error) {
-	switch {
-	case m.n == 0:
-		return nil, fixable(ErrNoKey, fmt.Sprintf("missing field %q", field))
-	case m.n > 1:
-		return nil, fixable(ErrNoKey, fmt.Sprintf("field %q given more than once", field))
-	case !m.exact:
-		return nil, fixable(ErrNoKey, fmt.Sprintf("missing field %q (names are case-sensitive)", field))
-	}
-	return m.val, nil
+	return name, val, err == nil && ok && dec.Decode(&val) == nil
 }
 
 // jsonKey is the key that the value val of the member field makes.
 func jsonKey(val json.RawMessage, field string) (string, error) {
-	switch val[0] {
-	case '"':
+	switch {
+	case val[0] == '"':
 		return jsonString(val, field)
-	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		return jsonInteger(val, field)
+	case val[0] != '-' && (val[0] < '0' || val[0] > '9'):
+		return "", noKey("field %q must be a string or a number", field)
 	}
-	return "", fixable(ErrNoKey, fmt.Sprintf("field %q must be a string or a number", field))
+	return jsonInteger(val, field)
+}
+
+// jsonInteger is the key of a number value: the integer as written, with
+// "-0" as "0" (a fraction or an exponent would give one number many
+// spellings, each a key of its own).
+func jsonInteger(val json.RawMessage, field string) (string, error) {
+	switch {
+	case bytes.ContainsAny(val, ".eE"):
+		return "", noKey("field %q must be an integer, without a fraction or an exponent", field)
+	case string(val) == "-0":
+		return "0", nil
+	}
+	return string(val), nil
 }
 
 // jsonString is the key of a string value: the string, decoded.
@@ -193,44 +156,22 @@ func jsonString(val json.RawMessage, field string) (string, error) {
 		return "", errNotJSONObject
 	}
 	if s == "" {
-		return "", fixable(ErrNoKey, fmt.Sprintf("empty field %q", field))
+		return "", noKey("empty field %q", field)
 	}
 	return s, nil
 }
 
-// jsonInteger is the key of a number value: the integer as written, with
-// "-0" as "0".
-func jsonInteger(val json.RawMessage, field string) (string, error) {
-	// A fraction or an exponent would give one number many spellings,
-	// each a key of its own.
-	if bytes.ContainsAny(val, ".eE") {
-		return "", fixable(ErrNoKey, fmt.Sprintf("field %q must be an integer, without a fraction or an exponent", field))
-	}
-	if string(val) == "-0" {
-		return "0", nil
-	}
-	return string(val), nil
-}
-
 // FormField returns a KeyFunc that keys on the form field name in the body
-// of a POST, PUT or PATCH request, as r.PostFormValue decodes it: the body
-// is application/x-www-form-urlencoded or multipart/form-data (a file part
-// is not a value), and another Content-Type, or none, is an error matching
-// ErrContentType. Unlike r.FormValue, it never falls back to the URL
-// query, which any link can set: see Query for that.
+// of a POST, PUT or PATCH, as r.PostFormValue decodes it, never the URL
+// query (see Query). In an urlencoded body '+' is a space: a client sends
+// a plus as %2B (curl --data-urlencode, not curl -d).
 //
-// In an urlencoded body '+' stands for a space, as the HTML standard says:
-// "phone=+8613800138000" is " 8613800138000", and a client must send a plus
-// as %2B. curl -d sends its argument as it is, so curl -d phone=+86...
-// sends a space; curl --data-urlencode phone=+86... sends %2B. A JSON API
-// has no such trap: see JSONField.
-//
-// It reads at most maxBytes of the body and always gives r a body that
-// reads the same bytes, so r.ParseForm still works in the handler. A body
-// longer than maxBytes is an error matching ErrBodyTooLarge. Another method,
-// no body, a body that does not parse, and a field that is missing, empty or
-// given twice (handlers differ on which one they read) are errors matching
-// ErrNoKey. With maxBytes below 1, every call fails with ErrInvalidKeyFunc.
+// It reads at most maxBytes and always gives r a body that reads the same
+// bytes, so r.ParseForm works in the handler. Errors: a longer body,
+// ErrBodyTooLarge; a Content-Type other than urlencoded or multipart/form-data,
+// ErrContentType; another method, no body, a body that does not parse, a
+// field missing, empty or given twice (a file part is no value), ErrNoKey.
+// With maxBytes below 1, every call fails with ErrInvalidKeyFunc.
 func FormField(name string, maxBytes int64) KeyFunc {
 	if maxBytes < 1 {
 		return badKeyFunc("FormField with maxBytes < 1")
@@ -261,45 +202,35 @@ func formRequest(r *http.Request) error {
 // the two form types.
 func formField(r *http.Request, name string, maxBytes int64) (string, error) {
 	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	switch {
-	case err != nil:
-	case mt == "application/x-www-form-urlencoded":
-		return urlencodedField(r, name, maxBytes)
-	case mt == "multipart/form-data" && params["boundary"] != "":
-		return multipartField(r, params["boundary"], name, maxBytes)
+	multi := mt == "multipart/form-data" && params["boundary"] != ""
+	if err != nil || mt != "application/x-www-form-urlencoded" && !multi {
+		return "", errNotForm
 	}
-	return "", errNotForm
-}
-
-func urlencodedField(r *http.Request, name string, maxBytes int64) (string, error) {
 	body, err := readBody(r, maxBytes)
 	if err != nil {
 		return "", err
 	}
-	vs, err := url.ParseQuery(string(body))
+	vs, err := formValues(body, multi, params["boundary"], name)
 	if err != nil {
 		return "", errMalformedForm
 	}
 	return single(vs, name, "form field")
 }
 
-func multipartField(r *http.Request, boundary, name string, maxBytes int64) (string, error) {
-	body, err := readBody(r, maxBytes)
-	if err != nil {
-		return "", err
+// formValues parses body, urlencoded or multipart (with boundary), for the
+// values of the field name.
+func formValues(body []byte, multi bool, boundary, name string) (url.Values, error) {
+	if multi {
+		return multipartValues(body, boundary, name)
 	}
-	vs, err := multipartValues(body, boundary, name)
-	if err != nil {
-		return "", errMalformedForm
-	}
-	return single(url.Values{name: vs}, name, "form field")
+	return url.ParseQuery(string(body))
 }
 
 // multipartValues returns the values of the parts named name, leaving out
 // files as r.ParseMultipartForm does.
-func multipartValues(body []byte, boundary, name string) ([]string, error) {
+func multipartValues(body []byte, boundary, name string) (url.Values, error) {
 	mr := multipart.NewReader(bytes.NewReader(body), boundary)
-	var vs []string
+	vs := url.Values{}
 	for {
 		p, err := mr.NextPart()
 		if err == io.EOF {
@@ -315,7 +246,7 @@ func multipartValues(body []byte, boundary, name string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		vs = append(vs, string(v))
+		vs.Add(name, string(v))
 	}
 }
 
@@ -337,9 +268,9 @@ type replay struct {
 }
 
 // readBody reads r's body, at most limit bytes, and gives r a body that
-// reads the same bytes from the start, whatever happens: the handler reads
-// the body the client sent. A body over limit is an error matching
-// ErrBodyTooLarge; a Content-Length over it leaves the body unread.
+// reads the same bytes from the start, whatever happens. A body over limit
+// is an error matching ErrBodyTooLarge; a Content-Length over it leaves the
+// body unread.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit, fmt.Errorf("%w: Content-Length over %d bytes", ErrBodyTooLarge, limit))

@@ -9,148 +9,83 @@ import "strings"
 // exactly where the proxies put them: a ',' in a quoted string is none, and
 // after a quoted string that never ends none can be known.
 
-// tokenChars are the bytes of an HTTP token (RFC 9110, section 5.6.2).
-var tokenChars = newByteSet(alnum + "!#$%&'*+-.^_`|~")
-
 // forwardedElements returns the for= node of each element of a Forwarded
-// line (RFC 7239), left to right, unquoted; "" for an element without one,
-// with two, or with a syntax error. An unterminated quoted string ends the
-// line with "": where its elements end is unknown, and the walk stops there.
+// line, left to right, unquoted: "" for an element without one, with two,
+// or with a syntax error. A quoted string that never ends ends the line
+// with "": where its element ends is unknown, and the walk stops there.
 func forwardedElements(line string) []string {
+	elems, ok := splitQuoted(line, ',')
 	var nodes []string
-	for s := line; s != ""; {
-		node, empty, rest, ok := forwardedElement(s)
-		if !ok {
-			return append(nodes, "")
+	for _, e := range elems {
+		if strings.Trim(e, " \t") != "" { // empty elements are no hops (RFC 9110, section 5.6.1)
+			nodes = append(nodes, forNode(e))
 		}
-		if !empty { // empty elements are no hops (RFC 9110, section 5.6.1)
-			nodes = append(nodes, node)
-		}
-		s = rest
+	}
+	if !ok {
+		nodes = append(nodes, "")
 	}
 	return nodes
 }
 
-// forwardedElement parses the element at the start of s, up to the first
-// ',' outside a quoted string: its for= node, "" if it has none, two, or a
-// syntax error; whether it is empty; and what follows the ','. ok is false
-// if a quoted string in it never ends.
-func forwardedElement(s string) (node string, empty bool, rest string, ok bool) {
-	e := elementScan{s: s, empty: true}
-	for e.more() {
-		if !e.step() {
-			return "", false, "", false
+// splitQuoted splits s at each sep outside a quoted string; ok is false if
+// a quoted string never ends, and parts then ends before its part.
+func splitQuoted(s string, sep byte) (parts []string, ok bool) {
+	start := 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case sep:
+			parts, start = append(parts, s[start:i]), i+1
+		case '"':
+			_, rest, ok := quotedString(s[i:])
+			if !ok {
+				return parts, false
+			}
+			i = len(s) - len(rest) - 1
 		}
 	}
-	return e.node(), e.empty, e.s, true
+	return append(parts, s[start:]), true
 }
 
-// elementScan is forwardedElement's scan of one element, left to right.
-type elementScan struct {
-	s     string // the rest of the line
-	last  string // the value of the last for= parameter
-	fors  int    // the number of for= parameters
-	bad   bool   // a syntax error: the rest of the element says nothing
-	empty bool   // nothing but white space so far
-}
-
-// more skips white space and reports whether the element goes on; at its
-// end, it consumes the ',' that ends it.
-func (e *elementScan) more() bool {
-	e.s = strings.TrimLeft(e.s, " \t")
-	switch {
-	case e.s == "":
-		return false
-	case e.s[0] == ',':
-		e.s = e.s[1:]
-		return false
+// forNode is the for= node of the element e, whose quoted strings end: ""
+// unless it has exactly one for= parameter and no syntax error.
+func forNode(e string) string {
+	params, _ := splitQuoted(e, ';')
+	node, fors := "", 0
+	for _, p := range params {
+		if p = strings.TrimLeft(p, " \t"); p == "" {
+			continue
+		}
+		name, v, _ := strings.Cut(p, "=")
+		val, ok := paramValue(v)
+		if !ok || !only(name, tokenChars) {
+			return ""
+		}
+		if strings.EqualFold(name, "for") {
+			node, fors = val, fors+1
+		}
 	}
-	e.empty = false
-	return true
-}
-
-// step consumes what comes next in the element: a ';' or a parameter, or
-// after a syntax error a byte or a whole quoted string, so that the ','
-// that ends the element is still found. It is false if a quoted string
-// never ends.
-func (e *elementScan) step() bool {
-	switch {
-	case e.bad:
-		return e.skip()
-	case e.s[0] == ';':
-		e.s = e.s[1:]
-		return true
-	}
-	return e.param()
-}
-
-// skip consumes a byte, or a quoted string (false if it never ends).
-func (e *elementScan) skip() bool {
-	if e.s[0] != '"' {
-		e.s = e.s[1:]
-		return true
-	}
-	var ok bool
-	_, e.s, ok = quotedString(e.s)
-	return ok
-}
-
-// param consumes a name=value parameter and notes a for= one. Anything else
-// (no name, no value, something after the value other than ';' or ',') is
-// a syntax error, consumed by the steps that follow. It is false if the
-// value is a quoted string that never ends.
-func (e *elementScan) param() bool {
-	i := strings.IndexByte(e.s, '=')
-	if i <= 0 || !isToken(e.s[:i]) {
-		e.bad = true
-		return true
-	}
-	name, v := e.s[:i], e.s[i+1:]
-	val, rest, ok := forwardedValue(v)
-	if !ok {
-		e.bad, e.s = true, v
-		return !strings.HasPrefix(v, `"`)
-	}
-	if strings.EqualFold(name, "for") {
-		e.last, e.fors = val, e.fors+1
-	}
-	e.s = strings.TrimLeft(rest, " \t")
-	e.bad = !paramEnd(e.s)
-	return true
-}
-
-// paramEnd reports whether s, what follows a parameter's value, is what
-// may follow it: nothing, or the next parameter or element.
-func paramEnd(s string) bool {
-	return s == "" || s[0] == ';' || s[0] == ','
-}
-
-// node is the element's for= node: "" unless it has exactly one and no
-// syntax error.
-func (e *elementScan) node() string {
-	if e.bad || e.fors != 1 {
+	if fors != 1 {
 		return ""
 	}
-	return e.last
+	return node
 }
 
-// isToken reports whether s is an HTTP token (RFC 9110, section 5.6.2).
-func isToken(s string) bool {
-	return s != "" && tokenChars.all(s)
-}
+// tokenChars are the bytes of an HTTP token (RFC 9110, section 5.6.2).
+const tokenChars = alnum + "!#$%&'*+-.^_`|~"
 
-// forwardedValue reads a token or a quoted string at the start of s. A
-// token is read up to a delimiter, not checked byte by byte: an unquoted
-// "[2001:db8::1]" is read as the node it means.
-func forwardedValue(s string) (val, rest string, ok bool) {
-	if strings.HasPrefix(s, `"`) {
-		return quotedString(s)
+// paramValue reads v, what follows a parameter's '=': a quoted string or a
+// token, then nothing but white space. A token is read up to a delimiter,
+// not checked byte by byte: an unquoted "[2001:db8::1]" is the node it means.
+func paramValue(v string) (string, bool) {
+	if strings.HasPrefix(v, `"`) {
+		val, rest, ok := quotedString(v)
+		return val, ok && strings.Trim(rest, " \t") == ""
 	}
-	i := strings.IndexAny(s, ",; \t\"")
+	i := strings.IndexAny(v, " \t\"")
 	if i < 0 {
-		i = len(s)
+		i = len(v)
 	}
-	return s[:i], s[i:], i > 0
+	return v[:i], i > 0 && strings.Trim(v[i:], " \t") == ""
 }
 
 // quotedString reads the quoted string at the start of s (RFC 9110,
@@ -170,4 +105,19 @@ func quotedString(s string) (val, rest string, ok bool) {
 		b.WriteByte(s[i])
 	}
 	return "", "", false
+}
+
+const (
+	digits = "0123456789"
+	alnum  = digits + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+)
+
+// only reports whether s is not empty and every byte of it is in chars.
+func only(s, chars string) bool {
+	for i := range len(s) {
+		if strings.IndexByte(chars, s[i]) < 0 {
+			return false
+		}
+	}
+	return s != ""
 }

@@ -17,36 +17,31 @@ import (
 )
 
 // Middleware returns net/http middleware that guards each request under the
-// key keyFunc derives from it (a client IP, a phone number from the body:
-// see ClientIP, JSONField and the other KeyFuncs).
+// key keyFunc derives from it (see ClientIP, JSONField and the other
+// KeyFuncs), as Enter decides a call:
 //
-//   - Admitted: the request goes on to the next handler, with the Decision
-//     in its context (FromContext).
-//   - Denied: 429 Too Many Requests, Retry-After in whole seconds rounded up
-//     (never 0), and {"error": "...", "retry_after": seconds}; see
-//     WithDeniedHandler.
-//   - Redis unavailable and failing closed, or Redis refusing the call
-//     (ErrRejected): 503 Service Unavailable, with Retry-After and the same
-//     body. A denial of the fallback (FailOpen's rules in this process, or
-//     Policy.Fallback) is a 429.
-//   - With Policy.InFlight, an admitted request runs holding a permit of its
-//     key's semaphore; one that gets none within Timeout (ErrBusy) is
-//     answered 503 with Retry-After (ErrorRetryAfter, at least 1 s), and
-//     its units are given back.
-//   - keyFunc's error or an invalid key: 400 Bad Request; 413 for
-//     ErrBodyTooLarge, 415 for ErrContentType, 500 for ErrInvalidKeyFunc.
-//     The body's "error" is what the client can fix, the Fix of a
-//     RequestError ({"error": "missing field \"phone\""}), or "invalid
-//     request key" for an error without one: never the error itself.
+//   - Admitted: on to the next handler, the Decision in its context
+//     (FromContext).
+//   - Denied, by Redis or the fallback: 429 Too Many Requests, Retry-After
+//     in whole seconds rounded up (never 0), and {"error": "...",
+//     "retry_after": seconds}; see WithDeniedHandler.
+//   - Failing closed, ErrRejected, ErrPlan or ErrBusy (no InFlight permit
+//     within Timeout; its units given back): 503 with Retry-After.
+//   - keyFunc's error or an invalid key: 400; 413 for ErrBodyTooLarge, 415
+//     for ErrContentType, 500 for ErrInvalidKeyFunc. The body's "error" is
+//     the RequestError's Fix, or "invalid request key": never the error.
 //     WithErrorHandler replaces these answers and the 503s.
 //
-// WithSkip lets requests through unguarded, WithCost charges a request more
-// than one unit, and with Policy.Shadow nothing is blocked. With
-// Policy.RateLimitHeaders, responses also carry RateLimit-Policy (each
-// rule's own quota) and RateLimit (the rule with the least room, or the one
-// that denied) of draft-ietf-httpapi-ratelimit-headers-11.
+// WithSkip and WithCost set what is guarded and what it costs; under
+// Policy.Shadow nothing is blocked. With Policy.RateLimitHeaders, responses
+// carry RateLimit-Policy and RateLimit (rateLimitHeaders).
 func (g *Guard) Middleware(keyFunc KeyFunc, opts ...MiddlewareOption) func(http.Handler) http.Handler {
-	mc := newMiddlewareConfig(opts)
+	mc := middlewareConfig{denied: deniedJSON, failed: errorJSON}
+	for _, o := range opts {
+		if o != nil {
+			o(&mc)
+		}
+	}
 	return func(next http.Handler) http.Handler {
 		return &guarded{g: g, keyFunc: keyFunc, mc: mc, next: next}
 	}
@@ -81,7 +76,7 @@ func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
 	c, err := h.g.Enter(r.Context(), key, n)
 	defer c.Done()
 	if h.g.p.RateLimitHeaders && c.answered {
-		h.g.rateLimitHeaders(w.Header(), c.allowed, c.k.plan.rules, h.g.partitionKey(c.k.sk))
+		h.g.rateLimitHeaders(w.Header(), c.allowed, c.k.rules, h.g.partitionKey(c.k.sk))
 	}
 	switch {
 	case err != nil:
@@ -111,16 +106,6 @@ type middlewareConfig struct {
 	cost   func(*http.Request) (int64, error)
 	denied func(http.ResponseWriter, *http.Request, Decision)
 	failed func(http.ResponseWriter, *http.Request, Decision, error)
-}
-
-func newMiddlewareConfig(opts []MiddlewareOption) middlewareConfig {
-	mc := middlewareConfig{denied: deniedJSON, failed: errorJSON}
-	for _, o := range opts {
-		if o != nil {
-			o(&mc)
-		}
-	}
-	return mc
 }
 
 // units is what r costs: 1 without WithCost.
@@ -160,13 +145,11 @@ func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d Decision
 }
 
 // WithErrorHandler answers the requests the guard could not decide with h
-// instead of the default JSON: err matches ErrInvalidKey (the key function
-// failed, the key or cost is invalid: 400 by default), ErrUnavailable or
-// ErrRejected while failing closed (503 with Retry-After), ErrBusy (no
-// InFlight permit in time: 503 with Retry-After), or the request context's
-// error (503). d is the denial that stands for the decision.
-// What the client can fix is the Fix of the *RequestError in err's chain, if
-// any (errors.As); err itself is for the server's logs.
+// instead of the default JSON (see Middleware): err matches ErrInvalidKey,
+// ErrUnavailable or ErrRejected (failing closed), ErrPlan, ErrBusy, or is
+// the request context's; d is the denial that stands for the decision.
+// What the client can fix is the Fix of the *RequestError in err's chain,
+// if any; err itself is for the server's logs.
 func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, d Decision, err error)) MiddlewareOption {
 	return func(c *middlewareConfig) {
 		if h != nil {
@@ -179,9 +162,8 @@ func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, d Decision,
 type decisionKey struct{}
 
 // FromContext returns the Decision Middleware made for the request whose
-// context ctx is (the handler's r.Context()), or Enter for the call whose
-// context ctx is (Call.Context); false when none was made (a skipped
-// request, or no Middleware).
+// context ctx is (r.Context() in the handler), or Enter for the call
+// (Call.Context); false when none was made (a skipped request).
 func FromContext(ctx context.Context) (Decision, bool) {
 	d, ok := ctx.Value(decisionKey{}).(Decision)
 	return d, ok
@@ -189,42 +171,54 @@ func FromContext(ctx context.Context) (Decision, bool) {
 
 // deniedJSON is the default answer to a denial: 429 with Retry-After.
 func deniedJSON(w http.ResponseWriter, _ *http.Request, d Decision) {
-	secs := RetryAfterSeconds(d.RetryAfter)
-	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	writeJSON(w, http.StatusTooManyRequests, body{Error: "too many requests", RetryAfter: secs})
+	retryJSON(w, http.StatusTooManyRequests, d, "too many requests")
 }
 
-// errorJSON is the default answer to a request the guard could not decide.
-// A bad request's body says what the client can fix (RequestError.Fix), never
-// the error chain, which names the server's code and may quote the request.
+// errorAnswers are errorJSON's answers, in order: the first whose error
+// err matches gives the status and the body's error.
+var errorAnswers = []struct {
+	err    error
+	status int
+	msg    string
+}{
+	{ErrInvalidKeyFunc, http.StatusInternalServerError, "guard: invalid key function"},
+	{ErrBodyTooLarge, http.StatusRequestEntityTooLarge, "request body too large"},
+	{ErrContentType, http.StatusUnsupportedMediaType, "unsupported content type"},
+	{ErrInvalidKey, http.StatusBadRequest, "invalid request key"},
+	{funnel.ErrInvalidN, http.StatusBadRequest, "the request costs more than the limit allows"},
+	// ErrBusy before ErrUnavailable, which a count in this process matches too.
+	{ErrBusy, http.StatusServiceUnavailable, "too many requests in flight"},
+	{ErrUnavailable, http.StatusServiceUnavailable, "rate limiter unavailable"},
+	{ErrRejected, http.StatusServiceUnavailable, "rate limiter unavailable"},
+	{ErrPlan, http.StatusServiceUnavailable, "no plan for the request's key"},
+}
+
+// errorJSON is the default answer to a request the guard could not decide:
+// a 503 with Retry-After, or a bad request whose body says what the client
+// can fix (RequestError.Fix), never the error chain, which names the
+// server's code and may quote the request.
 func errorJSON(w http.ResponseWriter, r *http.Request, d Decision, err error) {
-	switch {
-	case errors.Is(err, ErrInvalidKeyFunc):
-		writeJSON(w, http.StatusInternalServerError, body{Error: "guard: invalid key function"})
-	case errors.Is(err, ErrBodyTooLarge):
-		writeJSON(w, http.StatusRequestEntityTooLarge, body{Error: fixOf(err, "request body too large")})
-	case errors.Is(err, ErrContentType):
-		writeJSON(w, http.StatusUnsupportedMediaType, body{Error: fixOf(err, "unsupported content type")})
-	case errors.Is(err, ErrInvalidKey):
-		writeJSON(w, http.StatusBadRequest, body{Error: fixOf(err, "invalid request key")})
-	case errors.Is(err, funnel.ErrInvalidN): // a cost over a rule's capacity
-		writeJSON(w, http.StatusBadRequest, body{Error: "the request costs more than the limit allows"})
-	case errors.Is(err, ErrBusy): // before ErrUnavailable, which a count in this process matches too
-		unavailableJSON(w, d, "too many requests in flight")
-	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrRejected):
-		unavailableJSON(w, d, "rate limiter unavailable")
-	case errors.Is(err, ErrPlan):
-		unavailableJSON(w, d, "no plan for the request's key")
-	default:
-		writeJSON(w, http.StatusServiceUnavailable, body{Error: "request cancelled"})
+	for _, a := range errorAnswers {
+		switch {
+		case !errors.Is(err, a.err):
+			continue
+		case a.status == http.StatusServiceUnavailable:
+			retryJSON(w, a.status, d, a.msg)
+		case a.status < http.StatusInternalServerError:
+			writeJSON(w, a.status, body{Error: fixOf(err, a.msg)})
+		default:
+			writeJSON(w, a.status, body{Error: a.msg})
+		}
+		return
 	}
+	writeJSON(w, http.StatusServiceUnavailable, body{Error: "request cancelled"})
 }
 
-// unavailableJSON answers 503 with Retry-After: RetryAfterSeconds(d.RetryAfter).
-func unavailableJSON(w http.ResponseWriter, d Decision, msg string) {
+// retryJSON answers status with msg and Retry-After: RetryAfterSeconds(d.RetryAfter).
+func retryJSON(w http.ResponseWriter, status int, d Decision, msg string) {
 	secs := RetryAfterSeconds(d.RetryAfter)
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	writeJSON(w, http.StatusServiceUnavailable, body{Error: msg, RetryAfter: secs})
+	writeJSON(w, status, body{Error: msg, RetryAfter: secs})
 }
 
 // RetryAfterSeconds converts a wait to the whole seconds of a Retry-After
@@ -256,17 +250,12 @@ func writeJSON(w http.ResponseWriter, status int, b body) {
 }
 
 // rateLimitHeaders writes the quota of every rule (RateLimit-Policy: q units
-// per w seconds, as funnel.Rule.Quota says the rule means them, w rounded
-// up) and the state of one rule (RateLimit): on an admission, the rule with
-// the least room (Decision.Tightest: r units left, t seconds until it alone
-// is empty, rounded up); on a denial, the rule that denied (Decision.Rule:
-// r=0, t its RetryAfter), or the Tightest when the denial is no rule's (the
-// penalty box), since the field names an item of RateLimit-Policy.
-//
-// The RateLimit field names the partition (pk): a byte sequence that is the
-// same for every request of one key of this guard and tells nothing of the
-// key (the first 9 bytes of a SHA-256 of the guard's prefix and its stored
-// key, which is itself an HMAC with Policy.Secret).
+// per w seconds, as funnel.Rule.Quota says, w rounded up) and the state of
+// one rule (RateLimit): after an admission the Tightest (r its units left,
+// t the seconds until it is empty); after a denial the rule that denied
+// (r=0, t its RetryAfter), or the Tightest when no rule did (the penalty
+// box), since the field names an item of RateLimit-Policy; pk, the key's
+// partition.
 func (g *Guard) rateLimitHeaders(h http.Header, d Decision, rules []funnel.Rule, pk string) {
 	now := time.Now()
 	pol := make([]string, len(rules))
@@ -286,7 +275,9 @@ func (g *Guard) rateLimitHeaders(h http.Header, d Decision, rules []funnel.Rule,
 }
 
 // partitionKey is the pk parameter of the RateLimit field of the stored key
-// sk (";pk=:...:").
+// sk (";pk=:...:"): the same for every request of the key, telling nothing
+// of it (9 bytes of a SHA-256 of the prefix and sk, itself an HMAC with
+// Policy.Secret).
 func (g *Guard) partitionKey(sk string) string {
 	sum := sha256.Sum256([]byte(g.p.Prefix + sk))
 	return ";pk=:" + base64.StdEncoding.EncodeToString(sum[:9]) + ":"
@@ -295,20 +286,16 @@ func (g *Guard) partitionKey(sk string) string {
 // sfString encodes s as a structured-field string (RFC 8941 §3.3.3):
 // printable ASCII only, with '"' and '\' escaped; other bytes become '?'.
 func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
+	b := []byte{'"'}
+	for i := range len(s) {
+		switch c := s[i]; {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			b = append(b, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
+			b = append(b, '?')
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return string(append(b, '"'))
 }

@@ -8,31 +8,24 @@ import (
 	"github.com/funnelguard/funnelguard/funnel"
 )
 
-// A plan is the rules that decide one call, and their plan's name.
-type plan struct {
-	name  string // "" for Policy.Rules
-	rules []funnel.Rule
-}
-
-// planOf returns the plan of key (the caller's key, before Normalize):
-// Policy.Rules, or the Plans entry PlanOf names. An error of PlanOf, or a
-// name that Plans does not hold, matches ErrPlan.
-func (g *Guard) planOf(ctx context.Context, key string) (plan, error) {
+// planOf returns the name and rules of key's plan (key as the caller gave
+// it): Rules, or the Plans entry PlanOf names. An error of PlanOf, or a
+// name Plans does not hold, matches ErrPlan.
+func (g *Guard) planOf(ctx context.Context, key string) (string, []funnel.Rule, error) {
 	if g.p.PlanOf == nil {
-		return plan{rules: g.p.Rules}, nil
+		return "", g.p.Rules, nil
 	}
 	name, err := g.p.PlanOf(ctx, key)
+	rules, ok := g.p.Plans[name]
 	switch {
 	case err != nil:
-		return plan{name: name}, fmt.Errorf("%w: %w", ErrPlan, err)
+		return name, nil, fmt.Errorf("%w: %w", ErrPlan, err)
 	case name == "":
-		return plan{rules: g.p.Rules}, nil
+		return "", g.p.Rules, nil
+	case !ok:
+		return name, nil, fmt.Errorf("%w: %q is not one of Policy.Plans", ErrPlan, name)
 	}
-	rules, ok := g.p.Plans[name]
-	if !ok {
-		return plan{name: name}, fmt.Errorf("%w: %q is not one of Policy.Plans", ErrPlan, name)
-	}
-	return plan{name: name, rules: rules}, nil
+	return name, rules, nil
 }
 
 // checkPlans validates p's plans and makes the rules of every plan,
@@ -48,16 +41,24 @@ func (p Policy) checkPlans() (Policy, error) {
 	p.Rules = sharing(p.Rules)
 	plans := make(map[string][]funnel.Rule, len(p.Plans))
 	for name, rules := range p.Plans {
-		if name == "" || len(rules) == 0 {
-			return p, fmt.Errorf("%w: plan %q: a plan has a name and at least one rule (the plan \"\" is Rules)", ErrInvalidPolicy, name)
-		}
-		if err := funnel.Validate(rules...); err != nil {
-			return p, fmt.Errorf("%w: plan %q: %w", ErrInvalidPolicy, name, err)
+		if err := checkPlan(name, rules); err != nil {
+			return p, err
 		}
 		plans[name] = sharing(rules)
 	}
 	p.Plans = plans
 	return p, nil
+}
+
+// checkPlan refuses a plan without a name or rules, or with a bad rule.
+func checkPlan(name string, rules []funnel.Rule) error {
+	if name == "" || len(rules) == 0 {
+		return fmt.Errorf("%w: plan %q: a plan has a name and at least one rule (the plan \"\" is Rules)", ErrInvalidPolicy, name)
+	}
+	if err := funnel.Validate(rules...); err != nil {
+		return fmt.Errorf("%w: plan %q: %w", ErrInvalidPolicy, name, err)
+	}
+	return nil
 }
 
 // sharing returns a copy of rules, each sharing the state "plan rule j",

@@ -19,12 +19,9 @@ const (
 	// FailClosed denies (the default: an SMS costs money).
 	FailClosed FailureMode = iota
 	// FailOpen decides with the Policy's rules in this process's memory
-	// (funnel.Local), unless a Fallback is set: each process then admits at
-	// most what the rules allow per key (for up to DefaultFallbackMax keys;
-	// older keys are forgotten when more come), so a fleet of N processes
-	// admits at most N times the rules' bound while Redis is down, never
-	// everyone. The in-process rules start empty: that bound comes on top of
-	// what Redis counted before it stopped answering.
+	// (funnel.Local, up to DefaultFallbackMax keys), unless a Fallback is
+	// set: a fleet of N processes admits at most N times the rules' bound
+	// per key, on top of what Redis counted before, never everyone.
 	FailOpen
 )
 
@@ -34,23 +31,12 @@ const (
 	DefaultTimeout     = 500 * time.Millisecond
 	DefaultErrorRetry  = time.Second
 	DefaultFallbackMax = 10000
-	// DefaultInFlightLease is the lease of an InFlight permit unless
-	// Policy.InFlightLease says otherwise, picked for one call of an
-	// SMS-send endpoint: the provider's API answers in 0.1 to 2 s, rarely
-	// in more than 10. The lease is renewed while the call runs, so it need
-	// not cover the call; it is how long a process killed mid-call keeps
-	// its slots, and its third is how often a running call renews. At 3 s a
-	// call under 1 s (most sends) makes no renewal and a 10 s one makes 9
-	// (one round trip each); a renewal has 1 s to land, twice
-	// DefaultTimeout, before the permit may be lost; and a user whose send
-	// died with its process finds the key's slots free within about 3 s,
-	// less than any "resend in N s" countdown. A longer lease only keeps a
-	// dead process's slots longer; a shorter one costs more renewals and
-	// loses running calls' permits on shorter Redis stalls.
+	// DefaultInFlightLease is the lease of an InFlight permit: a send of
+	// 0.1 to 2 s makes no renewal, and a dead process's slots are free in
+	// about 3 s, before a "resend in N s" countdown ends.
 	DefaultInFlightLease = 3 * time.Second
-	// MinInFlightLease is the shortest Policy.InFlightLease: renewals every
-	// 33 ms, each with 33 ms to land. Below it, a garbage-collection pause
-	// or a busy server would lose the permits of calls that still run.
+	// MinInFlightLease is the shortest Policy.InFlightLease: below it a
+	// pause or a busy server would lose the permits of running calls.
 	MinInFlightLease = 100 * time.Millisecond
 	// MaxKeyLen is the longest key a Guard accepts, in bytes.
 	MaxKeyLen = 4096
@@ -58,193 +44,100 @@ const (
 	maxPlainKey = 128
 )
 
-// A Policy configures a Guard.
+// A Policy configures a Guard. Its funcs must be fast and safe for
+// concurrent use.
 type Policy struct {
-	// Prefix namespaces the guard's keys in Redis ("sms:phone:", "sms:ip:");
-	// DefaultPrefix if empty. Guards with different prefixes never share
-	// state, whatever their keys.
+	// Prefix namespaces the guard's keys in Redis (DefaultPrefix if
+	// empty): guards with different prefixes never share state.
 	Prefix string
-	// Rules are decided all or nothing on every call (at least one). With
-	// Plans, they decide the keys whose plan is "" (give them even when
-	// every key has a plan: a free plan's rules, say).
+	// Rules are decided all or nothing on every call (at least one); with
+	// Plans, for the keys whose plan is "".
 	Rules []funnel.Rule
 	// OnError is what to decide when Redis cannot answer: FailClosed (the
-	// zero value) or FailOpen. An answer that refuses the call (ErrRejected)
-	// always denies.
+	// zero value) or FailOpen. ErrRejected always denies.
 	OnError FailureMode
-	// ErrorRetryAfter is the RetryAfter of a denial made because Redis could
-	// not answer, and of a call refused with ErrBusy (DefaultErrorRetry if
-	// zero).
+	// ErrorRetryAfter is the RetryAfter of a denial because Redis could not
+	// answer, and of ErrBusy (DefaultErrorRetry if zero).
 	ErrorRetryAfter time.Duration
-	// Timeout bounds every call to Redis, lock waits included, so that a slow
-	// Redis cannot stall an endpoint (DefaultTimeout if zero).
+	// Timeout bounds every call to Redis, lock waits included
+	// (DefaultTimeout if zero).
 	Timeout time.Duration
-	// InFlight, if positive, bounds the calls of one key that run at once,
-	// across every process of the fleet: Do, Middleware and Enter hold one
-	// permit of the key's semaphore of InFlight permits (a mutex.Semaphore on the
-	// Locker of the guard's funnel, in the cluster slot of the key's lock and
-	// state) while fn or the handler runs (an entered Call, until Done). A call that finds none free waits
-	// for one in the semaphore's FIFO queue, for Timeout at most, and is then
-	// refused with ErrBusy (Middleware: 503 with Retry-After), and the units
-	// its admission took are given back. The permit's lease, InFlightLease,
-	// is renewed while the call runs (mutex.AutoRenew); fn's context (the
-	// handler's request context) is cancelled if the permit is lost, and a
-	// process that dies mid-call frees its permit when the lease ends (see
-	// InFlightLease for the bound, waiting calls included).
-	// Allow and AllowN only decide: they take no permit. Zero is no bound;
-	// a negative InFlight is ErrInvalidPolicy, and so is InFlight on a
-	// Locker that cannot keep semaphores (a quorum WithRejoinDelay, given
-	// with funnel.WithLocker). With funnel.WithReplicaAck the permits wait
-	// for the replicas as the admissions do. Guards that
-	// share a key's semaphore (one Prefix, or one funnel.WithLocker Locker)
-	// must have the same InFlight: under another, a call is refused with
-	// ErrRejected.
-	//
-	// When Redis cannot answer, OnError decides here too: FailClosed refuses
-	// the call (ErrUnavailable); FailOpen and a Fallback bound the calls of a
-	// key running in this process to InFlight. A permit costs two round
-	// trips per call, taken after the admission and given back after fn.
+	// InFlight, if positive, bounds the calls of one key that run at once
+	// across the fleet: Do, Middleware and Enter hold a permit of the key's
+	// mutex.Semaphore (on the funnel's Locker, in the key's cluster slot)
+	// while the call runs, two round trips a call. One that finds none
+	// waits in FIFO order for Timeout, then is refused with ErrBusy, its
+	// units given back. The call's context is cancelled if its permit is
+	// lost. Allow and AllowN take no permit. Negative, or on a Locker that
+	// cannot keep semaphores, is ErrInvalidPolicy. Guards sharing a key's
+	// semaphore (one Prefix or Locker) must agree on InFlight, else
+	// ErrRejected. When Redis cannot answer, FailClosed refuses the call
+	// (ErrUnavailable); FailOpen and a Fallback count InFlight per process.
 	InFlight int64
-	// InFlightLease is the lease of an InFlight permit
-	// (DefaultInFlightLease if zero; under MinInFlightLease, negative, or
-	// over mutex.MaxTTL, ErrInvalidPolicy). It is renewed every third of it while the call
-	// runs, however long that is: it bounds not the call but how long a
-	// dead process's permits stay taken. Each renewal is one round trip
-	// with a third of the lease to land; if none lands before the lease
-	// ends (Redis answered nothing for about a third of it or more), the
-	// permit is lost and fn's context cancelled.
-	//
-	// A process killed mid-call frees its calls' permits within
-	// InFlightLease. Its calls still waiting for a permit keep their places
-	// by polling every 1 to 2 of the Locker's retry intervals and are passed
-	// over 3 retry intervals after their last poll at most (their wait
-	// lease); a permit granted to one before that is held, unrenewed, for
-	// InFlightLease. So a killed process's permits are all back within 3
-	// retry intervals + InFlightLease of its death: 3.15 s with the
-	// defaults (mutex.DefaultRetryInterval, the guard's own Locker's, and
-	// DefaultInFlightLease). A Locker given with funnel.WithLocker brings its
-	// own retry interval; its TTL plays no part.
+	// InFlightLease is the lease of an InFlight permit (DefaultInFlightLease
+	// if zero; MinInFlightLease to mutex.MaxTTL), renewed every third of it
+	// while the call runs; a permit none of whose renewals lands in time is
+	// lost. A killed process's permits, and its waiters' places, are back
+	// within 3 retry intervals of its Locker plus InFlightLease (3.15 s by
+	// default).
 	InFlightLease time.Duration
-	// Normalize, if set, maps a key to its canonical form (for example a
-	// phone number to E.164) before anything else; an error rejects the key
-	// with ErrInvalidKey.
+	// Normalize, if set, maps a key to its canonical form (a phone number
+	// to E.164) first; its error rejects the key with ErrInvalidKey.
 	Normalize func(key string) (string, error)
-	// Secret, if set, makes the guard store HMAC-SHA256(Secret, key) instead
-	// of the key, so phone numbers and addresses never sit in Redis in clear
-	// text. Keys longer than 128 bytes are always stored hashed.
+	// Secret, if set, makes the guard store HMAC-SHA256(Secret, key), not
+	// the key. Keys over 128 bytes are always stored hashed.
 	Secret []byte
-	// Fallback, if set, decides locally while Redis cannot answer, instead of
-	// OnError: a token bucket per key in this process.
+	// Fallback, if set, decides with a token bucket per key in this
+	// process while Redis cannot answer, instead of OnError.
 	Fallback *Fallback
-	// Observe, if set, is called after every decision (see Observation),
-	// once its InFlight permit is known (Do, Enter, Middleware). It must be
-	// fast and safe for concurrent use.
+	// Observe, if set, is called after every decision, once its InFlight
+	// permit is known.
 	Observe func(Observation)
-	// Trace, if set, is called at the start of every decision (Allow,
-	// AllowN, Do, Enter, Middleware, and so grpcguard's interceptors),
-	// before its first command to Redis, with the call's ctx and key (the
-	// caller's, before Normalize: the key in clear, for a hash of the
-	// hook's making, never for a span or a log as it is). The context it
-	// returns is the one the decision's Redis commands run in (with
-	// go-redis's redisotel hooks, the parent of their spans), and so
-	// are PlanOf and the wait for an InFlight permit; end, if not nil, is
-	// called exactly once with the decision's Observation (as Observe
-	// receives it), once the permit is known. otelguard.Tracer.Trace
-	// starts a span here. Return a context derived from ctx (its deadline
-	// is what bounds the decision on a hung server). A nil ctx is
-	// ErrNilContext before Trace is called; a nil context returned is ctx.
-	//
-	// The context returned is the decision's only: fn of Do, the handler
-	// of Middleware and Enter's Call.Context() run in the caller's ctx,
-	// not under the ended span, and so do the release of the permit and
-	// Do's refund of a failed fn. Peek and Refund are not decisions: no
-	// Trace. Like Observe, it must be fast and safe for concurrent use.
+	// Trace, if set, is called as every decision starts (Allow, AllowN,
+	// Do, Enter, Middleware), with the caller's ctx and key (before
+	// Normalize: for a hash of its own, never for a span or a log). Its
+	// Redis commands, PlanOf and the permit's wait run in the context it
+	// returns, which must derive from ctx (its deadline bounds the
+	// decision on a hung server; nil is ctx); end, if not nil, is called
+	// once with the Observation. The call itself (fn, the handler,
+	// Call.Context), its refund and release run in the caller's ctx. A nil
+	// ctx is ErrNilContext first. Peek and Refund are not traced.
 	Trace func(ctx context.Context, key string) (_ context.Context, end func(Observation))
-	// Plans, if set, are rule sets by name for keys whose limits depend on
-	// whose they are (a tenant's plan: "free", 10 a minute; "pro", 1,000):
-	// PlanOf names the plan of each call's key, at the call, and that
-	// plan's rules decide it instead of Rules, which decide the keys whose
-	// plan is "". A plan changed (a tenant upgraded) takes effect on the
-	// key's next call; Middleware's RateLimit-Policy lists the plan's rules.
-	//
-	// The rules of every plan (and of Rules) of one kind (a funnel or
-	// AtMost, a Window, a PerDay, a PerMonth) and one period (and zone)
-	// keep one state in a key, in whatever order the plans list them (the
-	// first of that kind and period in each plan shares with the first,
-	// the second with the second; funnel.Rule.Sharing): a key moved to a
-	// smaller plan is decided by it at once on what it took under the
-	// larger (500 calls of the last minute deny it under "free" until they
-	// are a minute old), and one moved up has the larger plan's room less
-	// what it took. A rule no other plan has a match for starts from what
-	// the key took under it, if ever. Names do not part the state: name a
-	// plan's rules after it (Name "free") and RateLimit-Policy names the
-	// plan. A rule of a plan keeps no gate in Redis (another plan's capacity could not read it): after a key's
-	// first call, each of its calls, admitted or denied, takes two round
-	// trips (without plans, a denial and a returning key's admission under
-	// AtMost take one).
+	// Plans, if set, are rule sets by name ("free", "pro"): PlanOf names
+	// each call's plan, whose rules decide it instead of Rules (plan "").
+	// A changed plan takes effect on the key's next call, with what it
+	// took kept: the rules of every plan of one kind and period (and zone)
+	// share one state, in whatever order the plans list them
+	// (funnel.Rule.Sharing), and names do not part it. A plan's rules keep
+	// no gate in Redis: each call after the first takes two round trips.
 	Plans map[string][]funnel.Rule
-	// PlanOf names the plan of key, the key as the caller gave it (before
-	// Normalize), on every call (Allow, Peek, Refund, Do, Enter,
-	// Middleware): "" is Rules. It must be fast (keep the tenants' plans
-	// in memory) and safe for concurrent use. An error of it, or a name
-	// Plans does not hold, refuses the call with ErrPlan (Middleware: 503
-	// with Retry-After ErrorRetryAfter). Plans and PlanOf go together.
+	// PlanOf names the plan of key, as the caller gave it, on every call
+	// ("" is Rules). Its error, or a name not in Plans, refuses the call
+	// with ErrPlan (Middleware: 503). Plans and PlanOf go together.
 	PlanOf func(ctx context.Context, key string) (string, error)
-	// Funnel configures the guard's funnel.Limiter: New passes
-	// funnel.WithPrefix(Prefix) and then these options to funnel.New, and a
-	// bad one is New's error (ErrInvalidPolicy and funnel.ErrInvalidOption).
-	// The ones a guard is made with:
-	//   - funnel.WithDenyCache(n): a key denied by Redis is denied in this
-	//     process, without a command, until the gate time of that denial,
-	//     with the Decision Redis gave (not Degraded), even while Redis
-	//     cannot answer. A Refund through this Guard clears the key's entry
-	//     at once; one by another process takes effect here at that gate
-	//     time at the latest.
-	//   - funnel.WithUniformCost(): a key never seen costs the same round
-	//     trips as one seen before; set it when the keys are secrets whose
-	//     use must not show in the answers' timing, such as phone numbers.
-	//   - funnel.WithPenalty(p): a key its rules keep denying is boxed
-	//     (Decision.Rule is funnel.PenaltyRule): the answer to brute force,
-	//     guessing codes, hammering sends.
-	//   - funnel.WithReplicaAck(n, d): an admission returns only once n
-	//     replicas acknowledged its write within d, which must be under
-	//     Timeout; one they did not acknowledge is an error matching
-	//     mutex.ErrNotReplicated, which OnError or Fallback then decides.
-	//   - funnel.WithLocker(l): the keys' locks are taken with l (on the same
-	//     Redis), whose names are the guard's stored keys, and so are the
-	//     InFlight semaphores: guards that share l share each key's.
-	// A funnel.WithPrefix among them overrides Prefix for the keys in Redis.
+	// Funnel are options of the guard's funnel.Limiter, after
+	// funnel.WithPrefix(Prefix); a bad one is ErrInvalidPolicy and
+	// funnel.ErrInvalidOption. WithDenyCache denies a denied key in
+	// process until its gate time (a Refund through this Guard clears it);
+	// WithUniformCost hides which keys are new; WithPenalty boxes a key its
+	// rules keep denying; WithReplicaAck's wait must be under Timeout (its
+	// failure is OnError's); WithLocker's Locker takes the keys' locks and
+	// InFlight semaphores, shared by the guards that share it.
 	Funnel []funnel.Option
-	// RateLimitHeaders makes Middleware send the IETF RateLimit-Policy and
-	// RateLimit fields (draft-ietf-httpapi-ratelimit-headers-11). Off by
-	// default: they disclose the quota.
+	// RateLimitHeaders makes Middleware send the RateLimit-Policy and
+	// RateLimit fields (draft-ietf-httpapi-ratelimit-headers-11), off by
+	// default since they disclose the quota: each rule's q units in w
+	// seconds (funnel.Rule.Quota: a funnel counts its burst and what leaks
+	// within w), and r and t of one rule, with pk naming the key's
+	// partition without telling it:
 	//
-	// RateLimit-Policy lists every rule by its name with its own quota,
-	// funnel.Rule.Quota: q units in any window of w seconds (rounded up).
-	// For the rules AtMost(1, time.Minute), Window(5, time.Hour) and
-	// Window(10, 24*time.Hour), a cooldown, 5 an hour and 10 a day:
-	//
-	//	RateLimit-Policy: "1/1m0s";q=1;w=60, "5 in 1h0m0s";q=5;w=3600, "10 in 24h0m0s";q=10;w=86400
-	//
-	// RateLimit gives one rule's state: after an admission, the rule with
-	// the least room (Decision.Tightest: r its units left, t the seconds
-	// until it alone is empty, Decision.TightestReset); after a denial, the
-	// rule that denied (Decision.Rule, or the Tightest for the penalty box,
-	// which is no rule), r=0 and t the Retry-After. pk names the key's
-	// partition without telling the key:
-	//
+	//	RateLimit-Policy: "1/1m0s";q=1;w=60, "5 in 1h0m0s";q=5;w=3600
 	//	RateLimit: "1/1m0s";r=0;t=60;pk=:...:
-	//
-	// A funnel's q counts its burst and what leaks back within w: a funnel
-	// of Capacity 10 leaking 10 a second is q=19;w=1.
 	RateLimitHeaders bool
-	// Shadow decides, counts and observes every call as usual but blocks
-	// none: Middleware lets denied requests through (with the RateLimit
-	// fields, if on, and the real Decision in FromContext), Enter admits
-	// denied calls (with the real Decision in Call.Decision), and each
-	// Observation has Shadow set. Allow and AllowN still return the real
-	// Decision. Use it to roll a new limit out dark and watch what it
-	// would deny first.
+	// Shadow decides, counts and observes every call but blocks none:
+	// Middleware and Enter let denied calls through (the real Decision in
+	// FromContext, Call.Decision), and each Observation has Shadow set.
+	// Allow and AllowN return the real Decision. For rolling a limit out.
 	Shadow bool
 }
 
@@ -274,9 +167,7 @@ func (p Policy) durations() (Policy, error) {
 
 // check validates p and fills in its defaults.
 func (p Policy) check() (Policy, error) {
-	if p.Prefix == "" {
-		p.Prefix = DefaultPrefix
-	}
+	p.Prefix = cmp.Or(p.Prefix, DefaultPrefix)
 	if why := p.invalid(); why != "" {
 		return p, fmt.Errorf("%w: %s", ErrInvalidPolicy, why)
 	}
@@ -286,9 +177,7 @@ func (p Policy) check() (Policy, error) {
 	}
 	if f := p.Fallback; f != nil {
 		fc := *f
-		if fc.MaxKeys == 0 {
-			fc.MaxKeys = DefaultFallbackMax
-		}
+		fc.MaxKeys = cmp.Or(fc.MaxKeys, DefaultFallbackMax)
 		p.Fallback = &fc
 	}
 	// The caller may reuse its slices.
@@ -300,21 +189,28 @@ func (p Policy) check() (Policy, error) {
 	return p, nil
 }
 
-// invalid returns why p's prefix, rules, OnError or Fallback cannot be
-// used, "" if they can (durations and plans are checked apart).
+// invalid reports whether f, if set, is a bucket that cannot admit.
+func (f *Fallback) invalid() bool {
+	return f != nil && (f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0)
+}
+
+// invalid returns why p's prefix, rules, OnError, Fallback or InFlight
+// cannot be used, "" if they can (durations and plans are checked apart).
 func (p Policy) invalid() string {
 	if err := keyspace.CheckPrefix(p.Prefix); err != nil {
 		return fmt.Sprintf("prefix %q: %v", p.Prefix, err)
 	}
-	switch f := p.Fallback; {
+	switch {
 	case len(p.Rules) == 0 && len(p.Plans) > 0:
 		return "no Rules: with Plans too, Rules decide the keys whose plan is \"\""
 	case len(p.Rules) == 0:
 		return "no rules"
 	case p.OnError != FailClosed && p.OnError != FailOpen:
 		return fmt.Sprintf("OnError %d", p.OnError)
-	case f != nil && (f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0):
+	case p.Fallback.invalid():
 		return "Fallback needs a positive Limit and Burst"
+	case p.InFlight < 0:
+		return fmt.Sprintf("InFlight %d: want 0 (no bound) or more", p.InFlight)
 	}
 	return ""
 }

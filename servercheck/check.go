@@ -17,40 +17,32 @@ import (
 // keys whatever maxmemory is.
 const NoEviction = "noeviction"
 
-// A Finding is what Check learnt about one server. The zero value is not a
-// meaningful finding.
+// A Finding is what Check learnt about one server.
 type Finding struct {
-	// Addr is the server's address as the client dials it (host:port). A
-	// failover client's is its current master's, as the server reports it
-	// (CLIENT INFO laddr), or "FailoverClient" when it does not say.
+	// Addr is the server's address as the client dials it; a failover
+	// client's master's as it reports it (CLIENT INFO laddr), or
+	// "FailoverClient".
 	Addr string
-	// MaxMemory is the server's memory limit in bytes: 0 for none, -1 when
-	// unknown.
+	// MaxMemory is the memory limit in bytes: 0 for none, -1 unknown.
 	MaxMemory int64
-	// Policy is the server's maxmemory-policy (noeviction, allkeys-lru,
-	// volatile-ttl...), "" when unknown.
+	// Policy is the maxmemory-policy, "" when unknown.
 	Policy string
-	// Note, when not "", says why a server found safe would not stay safe:
-	// its policy evicts, but it has no memory limit yet.
+	// Note, if not "", says why a safe server would not stay safe: its
+	// policy evicts once a memory limit is set.
 	Note string
-	// Err is nil when the server cannot evict funnelguard's keys. Otherwise
-	// it wraps ErrEvictionPolicy, ErrUnknownPolicy or ErrNoAnswer, and its
-	// message names the server (and, for a policy that evicts, the fix).
+	// Err is nil when the server cannot evict funnelguard's keys, else it
+	// wraps ErrEvictionPolicy, ErrUnknownPolicy or ErrNoAnswer and names
+	// the server (and the fix).
 	Err error
 }
 
 // Check asks every server that c writes to whether it may evict
-// funnelguard's keys (see the package documentation), and returns one
-// Finding per server, ordered by address.
-//
-// The error is nil when every server is safe. Otherwise it joins the
-// findings' errors, so errors.Is(err, ErrEvictionPolicy) reports whether any
-// server evicts; for a cluster whose slots could not be loaded it wraps
-// ErrNoAnswer and the cause, with no findings. A nil client gets
-// ErrNilClient. Check changes nothing on the servers.
-//
-// Check returns by ctx's deadline. A server that has not answered by then
-// gets a Finding whose Err wraps ErrNoAnswer and ctx.Err().
+// funnelguard's keys, and returns one Finding per server, ordered by
+// address; it changes nothing on them. Its error joins the findings'
+// errors (nil when every server is safe), or wraps ErrNoAnswer for a
+// cluster whose slots could not be loaded; ErrNilClient for a nil client.
+// A server that has not answered by ctx's deadline gets ErrNoAnswer and
+// ctx.Err().
 func Check(ctx context.Context, c redis.UniversalClient) ([]Finding, error) {
 	if nilcheck.IsNil(c) {
 		return nil, ErrNilClient
@@ -63,40 +55,34 @@ func Check(ctx context.Context, c redis.UniversalClient) ([]Finding, error) {
 	return findings, joinErrors(findings, err)
 }
 
-// joinErrors returns Check's error: the findings' errors, and err, why
+// joinErrors returns Check's error: the findings' errors, or err, why
 // Check stopped asking, when no server could be asked.
 func joinErrors(findings []Finding, err error) error {
-	errs := make([]error, 0, len(findings)+1)
 	if err != nil && len(findings) == 0 {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrNoAnswer, err))
+		return fmt.Errorf("%w: %w", ErrNoAnswer, err)
 	}
-	for _, f := range findings {
-		errs = append(errs, f.Err)
+	errs := make([]error, len(findings))
+	for i, f := range findings {
+		errs[i] = f.Err
 	}
 	return errors.Join(errs...)
 }
 
-// askAll asks each server of c into col. Its error is one that kept it from
-// asking any server: a cluster's slots that could not be loaded.
+// askAll asks each server of c into col: every master of a cluster (its
+// error is that of slots that could not be loaded, naming the cluster),
+// every shard of a ring, the one server of another client.
 func askAll(ctx context.Context, c redis.UniversalClient, col *collector) error {
 	switch c := c.(type) {
 	case *redis.ClusterClient:
-		return askCluster(ctx, c, col)
+		if err := forEachMaster(ctx, c, col); err != nil {
+			return fmt.Errorf("cluster %s: %w", strings.Join(c.Options().Addrs, ","), err)
+		}
 	case *redis.Ring:
 		askRing(ctx, c, col)
 	case *redis.Client:
-		col.ask(ctx, c, clientAddr(c))
+		col.ask(ctx, c, c.Options().Addr) // a failover client's is failoverAddr: its server knows
 	default:
 		col.ask(ctx, c, "")
-	}
-	return nil
-}
-
-// askCluster asks every master of c into col. Its error is that of slots
-// that could not be loaded, naming the cluster by its seed addresses.
-func askCluster(ctx context.Context, c *redis.ClusterClient, col *collector) error {
-	if err := forEachMaster(ctx, c, col); err != nil {
-		return fmt.Errorf("cluster %s: %w", strings.Join(c.Options().Addrs, ","), err)
 	}
 	return nil
 }
@@ -114,23 +100,10 @@ func askRing(ctx context.Context, c *redis.Ring, col *collector) {
 	}
 }
 
-// clientAddr returns the address of c's server, or "" for a failover
-// client: only its server knows which one it is.
-func clientAddr(c *redis.Client) string {
-	if addr := c.Options().Addr; addr != failoverAddr {
-		return addr
-	}
-	return ""
-}
-
-// forEachMaster asks every master of c into col.
-//
-// ForEachMaster first reloads the slots, from a node picked at random: a
-// hung one would hold the reload, and so every ask, until ctx's deadline.
-// So the reload gets half the time left; when it fails, ForEachMaster goes
-// on with the slots the client had, and only a client that had none tries
-// again, with all the time left. (On a client that ignores deadlines, a
-// hung node holds the reload for its ReadTimeout all the same.)
+// forEachMaster asks every master of c into col. ForEachMaster reloads the
+// slots first, from a node picked at random, which may hang: the reload
+// gets half the time left, and only a client that had no slots tries
+// again, with all of it.
 func forEachMaster(ctx context.Context, c *redis.ClusterClient, col *collector) error {
 	each := func(_ context.Context, node *redis.Client) error {
 		col.ask(ctx, node, node.Options().Addr)
@@ -152,11 +125,13 @@ func forEachMaster(ctx context.Context, c *redis.ClusterClient, col *collector) 
 // failoverAddr is the address go-redis gives a failover client's options.
 const failoverAddr = "FailoverClient"
 
-// ask asks the server of c at addr ("": the server knows it) into col.
+// ask asks the server of c at addr (failoverAddr or "": the server knows
+// it) into col.
 func (col *collector) ask(ctx context.Context, c redis.Cmdable, addr string) {
-	i := col.start(cmp.Or(addr, failoverAddr))
-	if i < 0 {
-		return
+	if addr == failoverAddr {
+		addr = ""
 	}
-	col.finish(i, askServer(ctx, c, addr))
+	if i := col.start(cmp.Or(addr, failoverAddr)); i >= 0 {
+		col.finish(i, askServer(ctx, c, addr))
+	}
 }

@@ -1,6 +1,7 @@
 package servercheck
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -8,9 +9,9 @@ import (
 	"sync"
 )
 
-// A collector gathers the findings of one Check. When Check returns before
-// asking ended (a client that ignores deadlines), it closes the collector:
-// the servers still being asked get a finding of no answer, and the askers'
+// A collector gathers the findings of one Check. Check closes it when it
+// returns, before asking ended on a client that ignores deadlines: the
+// servers still being asked get a finding of no answer, and the askers'
 // late findings are dropped.
 type collector struct {
 	mu       sync.Mutex
@@ -60,9 +61,7 @@ func (col *collector) close(cause error) []Finding {
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	col.closed = true
-	if cause == nil {
-		cause = errors.New("asking ended without a reply")
-	}
+	cause = cmp.Or(cause, errors.New("asking ended without a reply"))
 	out := slices.Clone(col.findings)
 	for i := range out {
 		if !col.done[i] {

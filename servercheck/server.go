@@ -1,7 +1,6 @@
 package servercheck
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -35,52 +34,26 @@ type asking struct {
 	configErr error // CONFIG GET maxmemory-policy's
 }
 
-// settings reads the server's address (unless the client knows it),
-// maxmemory and maxmemory-policy into a.f, each from the first source that
-// gives it. Its error is that of a server that did not answer: a refusal
-// only leaves a setting unknown, and the next source is asked.
+// settings reads into a.f the server's address, then maxmemory and
+// maxmemory-policy from INFO memory (which works where CONFIG is renamed),
+// then from CONFIG GET what INFO did not give. Its error is that of a
+// server that did not answer: a refusal only leaves a setting unknown.
 func (a *asking) settings() error {
 	if err := a.address(); err != nil {
 		return err
 	}
-	if err := a.info(); err != nil {
+	info, err := a.c.Info(a.ctx, "memory").Result()
+	if a.infoErr = err; unreached(err) != nil {
 		return err
 	}
+	a.f.MaxMemory, a.f.Policy = parseInfo(info)
 	if err := a.configPolicy(); err != nil {
 		return err
 	}
 	return a.configMaxMemory()
 }
 
-// address asks a failover client's master, or the server of a client of
-// unknown kind, for its side of the connection (Redis 6.2 and later).
-func (a *asking) address() error {
-	if a.f.Addr != "" {
-		return nil
-	}
-	a.f.Addr = failoverAddr
-	info, err := a.c.ClientInfo(a.ctx).Result()
-	if err != nil {
-		return unreached(err)
-	}
-	a.f.Addr = cmp.Or(info.LAddr, failoverAddr)
-	return nil
-}
-
-// info reads both settings from INFO memory, where the server has them
-// (since Redis 4.0) and where CONFIG is renamed or disabled.
-func (a *asking) info() error {
-	info, err := a.c.Info(a.ctx, "memory").Result()
-	if err != nil {
-		a.infoErr = err
-		return unreached(err)
-	}
-	a.f.MaxMemory, a.f.Policy = parseInfo(info)
-	return nil
-}
-
-// configPolicy asks CONFIG GET for a policy INFO did not give: older
-// servers, proxies and miniredis may still take it.
+// configPolicy asks CONFIG GET for a policy INFO did not give.
 func (a *asking) configPolicy() error {
 	if a.f.Policy != "" {
 		return nil
@@ -96,12 +69,24 @@ func (a *asking) configMaxMemory() error {
 		return nil
 	}
 	v, err := configGet(a.ctx, a.c, "maxmemory")
+	if n, ok := parseBytes(v); ok && err == nil {
+		a.f.MaxMemory = n
+	}
+	return unreached(err)
+}
+
+// address asks the server for its side of the connection (CLIENT INFO
+// laddr) when the client does not know it.
+func (a *asking) address() error {
+	if a.f.Addr != "" {
+		return nil
+	}
+	a.f.Addr = failoverAddr
+	info, err := a.c.ClientInfo(a.ctx).Result()
 	if err != nil {
 		return unreached(err)
 	}
-	if n, ok := parseBytes(v); ok {
-		a.f.MaxMemory = n
-	}
+	a.f.Addr = cmp.Or(info.LAddr, failoverAddr)
 	return nil
 }
 
@@ -110,7 +95,11 @@ func (a *asking) judge() {
 	f := &a.f
 	switch {
 	case f.Policy == "":
-		f.Err = fmt.Errorf("%w: %s: %w", ErrUnknownPolicy, f.Addr, a.unknownPolicy())
+		cause := errors.Join(a.infoErr, a.configErr)
+		if cause == nil {
+			cause = errors.New("INFO memory and CONFIG GET named no maxmemory-policy")
+		}
+		f.Err = fmt.Errorf("%w: %s: %w", ErrUnknownPolicy, f.Addr, cause)
 	case f.Policy == NoEviction:
 	case f.MaxMemory == 0:
 		f.Note = fmt.Sprintf("maxmemory-policy %s evicts funnelguard keys once a memory limit (maxmemory) is set: set maxmemory-policy %s", f.Policy, NoEviction)
@@ -121,31 +110,18 @@ func (a *asking) judge() {
 	}
 }
 
-// unknownPolicy says why the policy is unknown: the server's refusals, or
-// replies that did not name it.
-func (a *asking) unknownPolicy() error {
-	if causes := errors.Join(a.infoErr, a.configErr); causes != nil {
-		return causes
-	}
-	return errors.New("INFO memory and CONFIG GET named no maxmemory-policy")
-}
-
 // parseInfo reads maxmemory (-1 if absent) and maxmemory_policy ("" if
 // absent) from an INFO reply.
 func parseInfo(info string) (maxMemory int64, policy string) {
 	maxMemory = -1
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "maxmemory":
+	for line := range strings.Lines(info) {
+		switch k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); {
+		case !ok:
+		case k == "maxmemory":
 			if n, ok := parseBytes(v); ok {
 				maxMemory = n
 			}
-		case "maxmemory_policy":
+		case k == "maxmemory_policy":
 			policy = v
 		}
 	}
@@ -162,10 +138,7 @@ func parseBytes(v string) (int64, bool) {
 // error if the server has no such parameter.
 func configGet(ctx context.Context, c redis.Cmdable, param string) (string, error) {
 	m, err := c.ConfigGet(ctx, param).Result()
-	if err != nil {
-		return "", err
-	}
-	return m[param], nil
+	return m[param], err
 }
 
 // unreached returns err if it is a failure to reach the server; nil if err
@@ -188,8 +161,7 @@ func noAnswer(ctx context.Context, addr string, err error) error {
 }
 
 // ctxErr returns ctx's error, or DeadlineExceeded once its deadline has
-// passed: a client that honours deadlines sets the connection's to ctx's,
-// and its i/o timeout can come a moment before ctx's own timer.
+// passed (a client's i/o timeout can come a moment before ctx's timer).
 func ctxErr(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -3,11 +3,10 @@
 // user key holds.
 //
 // A key is <prefix>{<tag>}:<kind>. The tag is the user key with '~', '{' and
-// '}' escaped as "~0", "~1" and "~2", so it holds no brace: Redis Cluster
-// hashes exactly the tag, for every kind, and distinct user keys give distinct
-// tags. The empty name gets the tag "~", which no escaped name equals. Without the escape a key such as "}{" would give an empty hash tag,
-// the whole key would be hashed, and the lock and state of one user key could
-// fall in different slots.
+// '}' escaped as "~0", "~1" and "~2": it holds no brace, so Redis Cluster
+// hashes exactly the tag for every kind (unescaped, "}{" would give an
+// empty hash tag, and a user key's lock and state could part slots), and
+// distinct user keys give distinct tags. The empty name's tag is "~".
 package keyspace
 
 import (
@@ -35,15 +34,7 @@ func CheckPrefix(prefix string) error {
 // Key returns <prefix>{<escaped name>}:<kind>. The prefix must have passed
 // CheckPrefix.
 func Key(prefix, name, kind string) string {
-	tag := Tag(name)
-	var b strings.Builder
-	b.Grow(len(prefix) + len(tag) + len(kind) + 3)
-	b.WriteString(prefix)
-	b.WriteByte('{')
-	b.WriteString(tag)
-	b.WriteString("}:")
-	b.WriteString(kind)
-	return b.String()
+	return prefix + "{" + Tag(name) + "}:" + kind // one allocation
 }
 
 // Tag returns the hash tag of name, as Key writes it between the braces: the

@@ -11,43 +11,32 @@ import (
 )
 
 // DialOf returns a Dial with client's own dialer, network and address when
-// client is a *redis.Client (anything with its Options), else nil.
+// client is a *redis.Client (anything with its Options), so that custom
+// dialers, TLS and test dialers agree with it; else nil.
 func DialOf(client any) Dial {
 	c, ok := client.(interface{ Options() *redis.Options })
-	if !ok {
+	if !ok || c.Options() == nil || c.Options().Dialer == nil {
 		return nil
 	}
 	o := c.Options()
-	if o == nil || o.Dialer == nil {
-		return nil
-	}
 	dialer, network, addr := o.Dialer, o.Network, o.Addr
 	return func(ctx context.Context) (net.Conn, error) { return dialer(ctx, network, addr) }
 }
 
 // Answering returns nil once the server answers a PING on a connection of
-// its own, or a dial fails otherwise than by a refusal or a time-out (a TLS
-// or name error: the client would fail the same way, there is nothing to
-// wait for); it tries again every Retry while the server refuses or does not
-// answer within AnswerBound, and returns ctx's error when ctx ends first.
-// Work that may wait for a server to come back (a release after its call
-// left) waits here rather than in go-redis: go-redis's failed dials open its
-// dial breaker (PoolSize of them, for the client's life: then every new
-// connection is refused for up to a second after the server is back), and a
-// command sent to a hung server that is then killed spends go-redis's dial
-// retries on the refusals that follow (a dial alone is no test: the kernel
-// accepts a hung server's connections).
+// its own (a dial alone is no test: the kernel accepts a hung server's
+// connections), or a dial fails for good (TLS, a name); it tries again
+// every Retry until ctx ends. A release after its call left waits here,
+// not in go-redis, whose failed dials open its dial breaker.
 func Answering(ctx context.Context, dial Dial) error {
 	for {
 		if answers(ctx, dial) {
 			return nil
 		}
-		t := time.NewTimer(Retry)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return ctx.Err()
-		case <-t.C:
+		case <-time.After(Retry):
 		}
 	}
 }
@@ -56,13 +45,12 @@ func Answering(ctx context.Context, dial Dial) error {
 // its PING before it tries again.
 const AnswerBound = 250 * time.Millisecond
 
-// ping is PING as a RESP array, which every server reads (an inline command
-// would do too, but not behind a proxy that only parses arrays).
+// ping is PING as a RESP array, which every server and proxy reads.
 var ping = []byte("*1\r\n$4\r\nPING\r\n")
 
-// answers dials, sends PING and reports whether a reply began within
-// AnswerBound (any reply: an error such as NOAUTH comes from a server that
-// runs), or the dial failed for a reason that waiting will not mend.
+// answers dials, sends PING and reports whether a reply (even an error
+// such as NOAUTH) began within AnswerBound, or the dial failed for a
+// reason that waiting will not mend.
 func answers(ctx context.Context, dial Dial) bool {
 	ctx, cancel := context.WithTimeout(ctx, AnswerBound)
 	defer cancel()

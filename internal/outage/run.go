@@ -11,16 +11,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Run runs f, a call to the watched server, with ctx bounded by d, and
-// returns its error. If w saw the server refuse connections, the call may
-// end at once with a refusal (see admit); while f runs, w checks every
-// Every and, on a refusal, cancels f's context and returns the refusal in
-// place of f's error (unless ctx itself ended). An error of f that says the
-// server cannot be reached (reach.Unreachable, not a closed client) makes
-// w down. A refusal matches reach.ErrUnreachable and holds the dial's
-// error. When ctx cannot end, f's context is one that only its deadline
-// ends (ctxcall.DeadlineOnly: no hand-off on a client that honours
-// deadlines), but for the Watch's cut.
+// Run runs f, a call to the watched server, with ctx bounded by d (only by
+// d and a cut when ctx cannot end: ctxcall.DeadlineOnly). While w saw a
+// refusal the call may end at once with it (admit); while f runs, w checks
+// every Every, and a refusal cuts f's context and is returned instead of
+// f's error, unless ctx ended. f's own unreachable error (not a closed
+// client) makes w down. A refusal matches reach.ErrUnreachable.
 func (w *Watch) Run(ctx context.Context, d time.Duration, f func(context.Context) error) error {
 	cctx, cancel := ctxcall.DeadlineOnly(ctx, time.Now().Add(d))
 	defer cancel()

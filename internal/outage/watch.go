@@ -12,21 +12,14 @@ import (
 
 // Times of a Watch.
 const (
-	// Retry is the least time between two probes made to admit calls while
-	// the server refuses: the calls in between fail at once, and a server
-	// back on its port is found within Retry of a call.
+	// Retry is the least time between two probes that admit calls while
+	// the server refuses: the calls in between fail at once.
 	Retry = 20 * time.Millisecond
 	// Every is how often a running call checks for a refusal; a probe that
 	// began less than Every ago answers for every call.
 	Every = 50 * time.Millisecond
-	// Detour is how long, after a probe found the server back from
-	// refusing, calls are told to go to another client (Detouring).
-	// go-redis's pools open a dial breaker after PoolSize failed dials (one
-	// outage's first burst can make them: the commands in flight at a kill
-	// retry inside go-redis, each a failed dial, before anything outside it
-	// hears of the outage), and then refuse every new connection until their
-	// probe, once a second, connects: up to a second after the server is
-	// back. The detour outlasts that second.
+	// Detour is how long calls go to another client once the server is
+	// back: longer than the second go-redis's dial breaker may stay open.
 	Detour = 1100 * time.Millisecond
 )
 
@@ -36,18 +29,12 @@ type Dial func(ctx context.Context) (net.Conn, error)
 // A Watch tells whether the server refuses connections now. It is safe for
 // concurrent use. A nil *Watch watches nothing: Run only bounds the call.
 type Watch struct {
-	dial  Dial
-	bound time.Duration // a probe's time limit
-	down  atomic.Bool   // the last thing seen was a refusal
-	ups   atomic.Uint64 // counts the times down was cleared
-	// detour is when the detour that began when down was last cleared ends
-	// (Unix ns; 0: none yet).
-	detour atomic.Int64
-	opts   *redis.Options // the client's, for Spare; nil for New
-	spare  struct {
-		once   sync.Once
-		client *redis.Client
-	}
+	dial   Dial
+	bound  time.Duration        // a probe's time limit
+	down   atomic.Bool          // the last thing seen was a refusal
+	ups    atomic.Uint64        // counts the times down was cleared
+	detour atomic.Int64         // when the last detour ends (Unix ns)
+	spare  func() *redis.Client // Spare's, made once; nil for New
 
 	mu     sync.Mutex
 	seen   time.Time // when the last probe began, or a call last saw a refusal
@@ -61,25 +48,46 @@ func New(dial Dial, bound time.Duration) *Watch {
 	return &Watch{dial: dial, bound: bound}
 }
 
-// For returns a Watch of client when it is a *redis.Client (anything with
-// its Options), probing with the client's own dialer, network and address,
-// so that custom dialers, TLS and test dialers agree with the client. It
-// returns nil for other clients (a cluster, a ring): they are not watched.
+// For returns a Watch of client, probing with its own dialer (DialOf), or
+// nil for a client that is not a *redis.Client: those are not watched.
 func For(client any, bound time.Duration) *Watch {
 	dial := DialOf(client)
 	if dial == nil {
 		return nil
 	}
 	w := New(dial, bound)
-	w.opts = client.(interface{ Options() *redis.Options }).Options()
+	opts := client.(interface{ Options() *redis.Options }).Options()
+	w.spare = sync.OnceValue(func() *redis.Client {
+		o := *opts // what go-redis's own clones copy
+		// No connection of its own, and few kept idle between detours.
+		o.MinIdleConns, o.MaxIdleConns = 0, 4
+		return redis.NewClient(&o)
+	})
 	return w
 }
 
 // Down reports whether the last thing w saw was a refusal.
 func (w *Watch) Down() bool { return w != nil && w.down.Load() }
 
+// Detouring reports whether a call begun now should go to another client
+// (Spare): for Detour after the server came back from refusing, while the
+// watched client's dial breaker may still refuse it. One atomic load.
+func (w *Watch) Detouring() bool {
+	return w != nil && time.Now().UnixNano() < w.detour.Load()
+}
+
+// Spare returns a client of the watched server for the calls of a detour,
+// made at the first call from the watched client's options, with pools of
+// its own and none of its hooks; nil for a Watch made by New.
+func (w *Watch) Spare() *redis.Client {
+	if w == nil || w.spare == nil {
+		return nil
+	}
+	return w.spare()
+}
+
 // admit lets a call go ahead, returning the count of ups it began in, or
-// the refusal that ends it at once. While the server refused, one call
+// the refusal that ends it at once. While the server refuses, one call
 // every Retry probes (and waits for the probe, bounded by ctx); the others
 // fail at once.
 func (w *Watch) admit(ctx context.Context) (uint64, error) {
@@ -89,24 +97,28 @@ func (w *Watch) admit(ctx context.Context) (uint64, error) {
 	}
 	w.mu.Lock()
 	if w.flight != nil || time.Since(w.seen) < Retry {
-		err := w.err
 		w.mu.Unlock()
-		return 0, refused(err)
+		return 0, w.refusal()
 	}
 	p := w.start(ctx)
 	w.mu.Unlock()
-	if err, ok := p.wait(ctx); !ok {
+	if !p.wait(ctx) {
 		return 0, ctx.Err()
-	} else if err != nil {
-		return 0, err
+	}
+	if p.err != nil {
+		return 0, p.err
 	}
 	if w.down.Load() { // the probe neither connected nor was refused: not back
-		w.mu.Lock()
-		err := w.err
-		w.mu.Unlock()
-		return 0, refused(err)
+		return 0, w.refusal()
 	}
 	return w.ups.Load(), nil
+}
+
+// refusal is the error of a call w ends at once: its last refusal.
+func (w *Watch) refusal() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return refused(w.err)
 }
 
 // saw records a refusal that a call begun in ups got: w is down, unless
