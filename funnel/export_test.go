@@ -111,7 +111,7 @@ func LoadScripts(ctx context.Context, c redis.Scripter) error {
 }
 
 // SetCrowded marks key as crowded in l's state cache, for the rules: its
-// next batches commit without the lock (commitfree.go).
+// next batches commit without the lock (crowded.go).
 func SetCrowded(l *Limiter, key string, rules ...Rule) error {
 	set, err := l.ruleSet(rules)
 	if err != nil {

@@ -9,31 +9,21 @@ const DefaultStateCache = 1 << 14
 // MaxStateCache is the most keys WithStateCache accepts.
 const MaxStateCache = 1 << 24
 
-// A stateCache remembers, per state key, the values of its rules' fields as
-// this Limiter last saw them: read, or written by itself. A call of the same
-// rules on that key then goes to returning.lua, which admits it in one round
-// trip if Redis holds those very values. An entry needs no invalidation: a
-// value that changed in Redis (another process, a refund, an expiry) no
-// longer matches, and the call reads the state as it would have without
-// the cache. A value is the whole state of its rule, so a match is never
-// stale.
-//
-// It holds at most max keys in two generations: stores go to cur; when cur
-// holds max/2 keys it becomes old, and old is dropped. A lookup reads both.
-// So the entries are at least the latest max/2 keys stored, in O(1) per
-// call and nothing run in the background. Every method is a no-op on a nil
-// *stateCache (the cache is off).
+// A stateCache remembers, per state key, its rules' values as this Limiter
+// last read or wrote them, for the returning key's gate (gate.go), which
+// admits only if Redis holds those very values: an entry needs no
+// invalidation. It holds at most max keys in two generations: stores go to
+// cur; when cur holds max/2 keys it becomes old, and old is dropped. Every
+// method is a no-op on a nil *stateCache (the cache is off).
 type stateCache struct {
 	mu       sync.Mutex
 	half     int
 	cur, old map[string]seenState
 }
 
-// seenState is one key's entry: the rules it was seen with (a set is
-// shared by every call of the same rules) and their values ("" for none),
-// and whether the key is crowded here: its last admission had other calls
-// of this Limiter waiting for it. The returning key's gate admits one call;
-// a crowded key's calls share a lock hold instead (see carryOn).
+// seenState is one key's entry: the rule set it was seen with, the values
+// ("" for none), and whether the key is crowded (its last admission had
+// other calls of this Limiter waiting: crowded.go).
 type seenState struct {
 	set     *ruleSet
 	values  []string
@@ -48,6 +38,14 @@ const (
 	calm                         // an admission with no other call waiting
 	crowded                      // an admission with other calls waiting
 )
+
+// crowdingOf is the mark of an admission that had others waiting, or not.
+func crowdingOf(others bool) crowding {
+	if others {
+		return crowded
+	}
+	return calm
+}
 
 // newStateCache returns a cache of at most max keys (at least 2).
 func newStateCache(max int) *stateCache {
@@ -72,10 +70,9 @@ func (c *stateCache) lookup(key string, set *ruleSet) ([]string, bool) {
 	return e.values, e.crowded
 }
 
-// store remembers values as key's state for the rules of set, and marks it
-// as crowd says; values nil forgets key (what Redis holds is not known).
-// It never writes into a slice it keeps: lookup's callers send its strings
-// by pointer.
+// store remembers values as key's state for set, marked as crowd says;
+// nil values forget key. It never writes into a slice it keeps: lookup's
+// callers send its strings by pointer.
 func (c *stateCache) store(key string, set *ruleSet, values []string, crowd crowding) {
 	if c == nil {
 		return
@@ -99,4 +96,34 @@ func (c *stateCache) store(key string, set *ruleSet, values []string, crowd crow
 		e.crowded = crowd == crowded
 	}
 	c.cur[key] = e
+}
+
+// saw keeps the values of a read reply, {now, value...}, as the state seen.
+func (l *leader) saw(res any) {
+	if !l.cache {
+		return
+	}
+	arr, _ := res.([]any)
+	if len(arr) != len(l.c.rules)+1 {
+		return
+	}
+	values := make([]string, len(l.c.rules))
+	for i := range values {
+		values[i], _ = arr[i+1].(string)
+	}
+	l.seen = values
+	l.lim.states.store(l.c.key, l.c.set, values, keepCrowding)
+}
+
+// wrote keeps the values of a commit, write.lua's args (field, value pairs
+// after two numbers).
+func (l *leader) wrote(ws sealed, args []any) {
+	if !l.cache {
+		return
+	}
+	values := make([]string, len(l.c.rules))
+	for i := range values {
+		values[i], _ = args[3+2*i].(string)
+	}
+	l.lim.states.store(l.c.key, l.c.set, values, crowdingOf(len(ws) > 1))
 }
