@@ -11,19 +11,12 @@ import (
 // no positive bound.
 const DefaultLocalKeys = 10000
 
-// A Local decides rules in this process's memory, on its monotonic clock,
-// with the arithmetic of a Limiter: for a key used only through it, it makes
-// the decisions a Limiter would make with the clocks in step. Its time is
-// the wall clock at its creation plus the monotonic time since: a step of
-// the wall clock does not move it, and calendar rules (PerDay) count the
-// days of that time. It is the
-// fallback of a guard while Redis cannot answer: each process then admits
-// at most what the rules allow, per key, instead of everything.
-//
-// A Local remembers at most its bound of keys; when a new key would pass
-// it, the older half is forgotten (a forgotten key starts empty again). It
-// is safe for concurrent use, starts no goroutine, and its zero value is not
-// usable: call NewLocal.
+// A Local decides rules in this process's memory with a Limiter's
+// arithmetic, on the wall clock at its creation plus the monotonic time
+// since: a guard's fallback while Redis cannot answer. It remembers at most
+// its bound of keys, forgetting the older half past it (a forgotten key
+// starts empty). It is safe for concurrent use and starts no goroutine;
+// call NewLocal.
 type Local struct {
 	base time.Time
 
@@ -48,9 +41,8 @@ func (l *Local) Allow(key string, rules ...Rule) (Result, error) {
 }
 
 // AllowN admits n units for key at now if they fit in every rule, all or
-// nothing, as Limiter.AllowN does. now must not be earlier than the Local's
-// creation (times before it count as its creation); pass time.Now() outside
-// tests. Errors match ErrInvalidKey, ErrInvalidRule and ErrInvalidN; a failed call changes nothing.
+// nothing, as Limiter.AllowN does; a time before the Local's creation
+// counts as its creation. A failed call changes nothing.
 func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Result, error) {
 	if err := checkKey(key); err != nil {
 		return Result{}, err
@@ -84,8 +76,8 @@ func levelsOf(st map[string]level, rules []rule) []level {
 	return levels
 }
 
-// take stores the levels after d, an admission, as the state st of key
-// (nil: key has none yet); l.mu is held.
+// take stores the levels after d as key's state st (nil: none yet); l.mu
+// is held.
 func (l *Local) take(key string, st map[string]level, rules []rule, d decision) {
 	if st == nil {
 		st = l.add(key)
