@@ -144,29 +144,6 @@ const lockKind = "lock"
 // compiled per call.
 const maxCompiled = 256
 
-// compile returns r validated, from the cache when possible.
-func (lim *Limiter) compile(r Rule) (rule, error) {
-	lim.mu.RLock()
-	c, ok := lim.compiled[r]
-	lim.mu.RUnlock()
-	if ok {
-		return c, nil
-	}
-	c, err := r.compile()
-	if err != nil {
-		return rule{}, err
-	}
-	lim.mu.Lock()
-	if len(lim.compiled) < maxCompiled {
-		if lim.compiled == nil {
-			lim.compiled = make(map[Rule]rule)
-		}
-		lim.compiled[r] = c
-	}
-	lim.mu.Unlock()
-	return c, nil
-}
-
 // setMax is the most rules of a call whose compiled set is cached.
 const setMax = 4
 
@@ -197,7 +174,7 @@ type ruleSet struct {
 // per rules, so that calls with the same rules share batches and denials.
 func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
 	if len(rules) > setMax {
-		return newRuleSet(rules, lim.compile)
+		return newRuleSet(rules, lim.compiled.compile)
 	}
 	var k setKey
 	k.n = copy(k.rules[:], rules)
@@ -207,14 +184,20 @@ func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
 	if s != nil {
 		return s, nil
 	}
-	s, err := newRuleSet(rules, lim.compile)
+	s, err := newRuleSet(rules, lim.compiled.compile)
 	if err != nil {
 		return nil, err
 	}
+	return lim.keepSet(k, s), nil
+}
+
+// keepSet caches s as the set of k while there is room, and returns the
+// set of k: s, or the one another call cached meanwhile.
+func (lim *Limiter) keepSet(k setKey, s *ruleSet) *ruleSet {
 	lim.mu.Lock()
 	defer lim.mu.Unlock()
 	if first := lim.sets[k]; first != nil {
-		return first, nil
+		return first
 	}
 	if len(lim.sets) < maxCompiled {
 		if lim.sets == nil {
@@ -222,7 +205,7 @@ func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
 		}
 		lim.sets[k] = s
 	}
-	return s, nil
+	return s
 }
 
 // newRuleSet compiles rules with compile.

@@ -376,6 +376,28 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 	return l.settleRead(ctx, ws, lk, res, declined)
 }
 
+// admitted returns the verdict in a declined gate's result, "admitted" or
+// "late", the server time it ran at, and how returning.lua wrote each rule;
+// verdict is "" for a result of another shape.
+func admitted(declined bool, res any) (now int64, verdict, how string) {
+	if !declined {
+		return 0, "", ""
+	}
+	arr, ok := res.([]any)
+	if !ok || len(arr) != 2 && len(arr) != 3 {
+		return 0, "", ""
+	}
+	now, ok = arr[0].(int64)
+	verdict, _ = arr[1].(string)
+	if !ok || verdict != "admitted" && verdict != "late" {
+		return 0, "", ""
+	}
+	if len(arr) == 3 {
+		how, _ = arr[2].(string)
+	}
+	return now, verdict, how
+}
+
 // failed answers the calls ws after the attempt failed with err. Only the
 // end of the leader's own time is its alone: then the others run again.
 // Any other error is what they would hear too: they get it.

@@ -37,14 +37,19 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 		return Result{}, err
 	}
 	lim.clock.sampled(r.now, time.Now())
-	d := decide(c.rules, r.levels, r.now, 1)
+	return peeked(c.rules, r), nil
+}
+
+// peeked is what a call of one unit would get on r, with nothing taken.
+func peeked(rules []rule, r reading) Result {
+	d := decide(rules, r.levels, r.now, 1)
 	if r.till > 0 {
-		return boxed(d, c.rules, r.now, r.till), nil
+		return boxed(d, rules, r.now, r.till)
 	}
 	if d.allowed { // nothing was taken: report the state as it is
-		d.unpeek(c.rules)
+		d.unpeek(rules)
 	}
-	return d.result(c.rules), nil
+	return d.result(rules)
 }
 
 // afterProceed returns read.lua's result, or that of a script that runs

@@ -58,18 +58,8 @@ func (l *leader) readFree(ctx context.Context) (*mutex.Lock, any, error) {
 // it found changed, or through the lock.
 func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again bool) {
 	k := len(l.c.rules)
-	cas := make([]any, 0, 3*k+3)
-	cas = append(cas, l.c.ids...)
-	for _, v := range l.seen {
-		cas = append(cas, v)
-	}
-	cas = append(cas, args[0], args[1])
-	for i := range k {
-		cas = append(cas, args[3+2*i])
-	}
 	nonce := newNonce()
-	cas = append(cas, nonce)
-	reply, err := l.lim.runner.Run(ctx, commitScript, []string{l.c.key, l.lockKey}, cas, nil)
+	reply, err := l.lim.runner.Run(ctx, commitScript, []string{l.c.key, l.lockKey}, l.casArgs(args, nonce), nil)
 	if err != nil {
 		ws.failAdmitted(corrupt(fmt.Errorf("funnel: commit: %w", reach.Mark(err))))
 		return false
@@ -100,6 +90,22 @@ func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again b
 	}
 	ws.failAdmitted(fmt.Errorf("%w: commit returned %T", ErrCorruptState, reply))
 	return false
+}
+
+// casArgs returns commit.lua's arguments: the fields, the values read,
+// write.lua's TTL and deadline, the values to write, and the nonce.
+func (l *leader) casArgs(args []any, nonce string) []any {
+	k := len(l.c.rules)
+	cas := make([]any, 0, 3*k+3)
+	cas = append(cas, l.c.ids...)
+	for _, v := range l.seen {
+		cas = append(cas, v)
+	}
+	cas = append(cas, args[0], args[1])
+	for i := range k {
+		cas = append(cas, args[3+2*i])
+	}
+	return append(cas, nonce)
 }
 
 // turns orders the crowded batches of one key in this process. An entry

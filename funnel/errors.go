@@ -39,9 +39,3 @@ var errNilLimiter = fmt.Errorf("%w: nil Limiter", ErrInvalidOption)
 // errLate answers an admission whose write came, or would come, past the
 // call's deadline (serverclock.go): it took nothing.
 var errLate = fmt.Errorf("funnel: the admission's write came past the call's deadline, and took nothing: %w", context.DeadlineExceeded)
-
-// isLate reports whether write.lua's reply (a negative time) says late.
-func isLate(reply any) bool {
-	n, ok := reply.(int64)
-	return ok && n < 0
-}

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 
 	"github.com/funnelguard/funnelguard/mutex"
 )
@@ -15,6 +16,7 @@ import (
 // caller decides in advance and sends times and values; Redis compares them
 // with TIME and writes, with a nonce that makes a retry answer as the first
 // run. Otherwise the gate reads, as read.lua does, and the lock path goes on.
+// The state cache remembers what this Limiter last read or wrote per key.
 
 var (
 	//go:embed admit.lua
@@ -68,28 +70,6 @@ func (l *leader) admitGate(ctx context.Context) mutex.Call {
 	}
 	l.exp = exp
 	return gate
-}
-
-// admitted returns the verdict in a declined gate's result, "admitted" or
-// "late", the server time it ran at, and how returning.lua wrote each rule;
-// verdict is "" for a result of another shape.
-func admitted(declined bool, res any) (now int64, verdict, how string) {
-	if !declined {
-		return 0, "", ""
-	}
-	arr, ok := res.([]any)
-	if !ok || len(arr) != 2 && len(arr) != 3 {
-		return 0, "", ""
-	}
-	now, ok = arr[0].(int64)
-	verdict, _ = arr[1].(string)
-	if !ok || verdict != "admitted" && verdict != "late" {
-		return 0, "", ""
-	}
-	if len(arr) == 3 {
-		how, _ = arr[2].(string)
-	}
-	return now, verdict, how
 }
 
 // admitAlone returns the leader's admission by its gate at server time now,
@@ -302,4 +282,100 @@ func stamped(prefix string, now int64, nonce string) string {
 	b = strconv.AppendInt(b, now, 36)
 	b = append(b, ':')
 	return string(append(b, nonce...))
+}
+
+// DefaultStateCache is how many keys' state a Limiter remembers by default
+// (WithStateCache).
+const DefaultStateCache = 1 << 14
+
+// MaxStateCache is the most keys WithStateCache accepts.
+const MaxStateCache = 1 << 24
+
+// A stateCache remembers, per state key, its rules' values as this Limiter
+// last read or wrote them, for the returning key's gate, which
+// admits only if Redis holds those very values: an entry needs no
+// invalidation. It holds at most max keys in two generations: stores go to
+// cur; when cur holds max/2 keys it becomes old, and old is dropped. Every
+// method is a no-op on a nil *stateCache (the cache is off).
+type stateCache struct {
+	mu       sync.Mutex
+	half     int
+	cur, old map[string]seenState
+}
+
+// seenState is one key's entry: the rule set it was seen with, the values
+// ("" for none), and whether the key is crowded (its last admission had
+// other calls of this Limiter waiting: crowded.go).
+type seenState struct {
+	set     *ruleSet
+	values  []string
+	crowded bool
+}
+
+// A crowding says what store does with a key's crowded mark.
+type crowding int8
+
+const (
+	keepCrowding crowding = iota // as it was (a read)
+	calm                         // an admission with no other call waiting
+	crowded                      // an admission with other calls waiting
+)
+
+// crowdingOf is the mark of an admission that had others waiting, or not.
+func crowdingOf(others bool) crowding {
+	if others {
+		return crowded
+	}
+	return calm
+}
+
+// newStateCache returns a cache of at most max keys (at least 2).
+func newStateCache(max int) *stateCache {
+	return &stateCache{half: max / 2, cur: make(map[string]seenState)}
+}
+
+// lookup returns the values seen for key's rules set (nil if none), and
+// whether the key is crowded.
+func (c *stateCache) lookup(key string, set *ruleSet) ([]string, bool) {
+	if c == nil {
+		return nil, false
+	}
+	c.mu.Lock()
+	e, ok := c.cur[key]
+	if !ok {
+		e = c.old[key]
+	}
+	c.mu.Unlock()
+	if e.set != set {
+		return nil, false
+	}
+	return e.values, e.crowded
+}
+
+// store remembers values as key's state for set, marked as crowd says;
+// nil values forget key. It never writes into a slice it keeps: lookup's
+// callers send its strings by pointer.
+func (c *stateCache) store(key string, set *ruleSet, values []string, crowd crowding) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if values == nil {
+		delete(c.cur, key)
+		delete(c.old, key)
+		return
+	}
+	e, ok := c.cur[key]
+	if !ok {
+		e = c.old[key]
+		if len(c.cur) >= c.half {
+			c.old, c.cur = c.cur, make(map[string]seenState, c.half)
+		}
+	}
+	e.set, e.values = set, values
+	if crowd != keepCrowding {
+		e.crowded = crowd == crowded
+	}
+	c.cur[key] = e
 }

@@ -61,8 +61,8 @@ type Limiter struct {
 	// release after its call left waits for it to connect.
 	dial outage.Dial
 
+	compiled compiledRules
 	mu       sync.RWMutex
-	compiled map[Rule]rule
 	sets     map[setKey]*ruleSet
 
 	batches batches
@@ -222,13 +222,7 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 	if err := lim.wireLocker(); err != nil {
 		return nil, err
 	}
-	lim.hold = []mutex.LockOption{mutex.Lease(lim.lease)}
-	if n, _ := lim.locker.ReplicaAck(); n > 0 {
-		// The commit's WAIT covers the acquisition: nothing is acted on before it.
-		lim.hold = append(lim.hold, mutex.AckAtRelease())
-		lim.uniform = true // admit.lua's write would wait for no replica
-	}
-	lim.uniform = lim.uniform || lim.penalty != nil // admit.lua does not look at the box
+	lim.holdOptions()
 	lim.lockKeys = lim.locker.LockKey("k") == keyspace.Key(lim.prefix, "k", lockKind) &&
 		lim.locker.LockKey("{a}~") == keyspace.Key(lim.prefix, "{a}~", lockKind)
 	return lim, nil
@@ -253,6 +247,18 @@ func (lim *Limiter) wireLocker() error {
 	}
 	lim.locker = l
 	return nil
+}
+
+// holdOptions sets how the Limiter holds its locks, and whether a fresh
+// key may be admitted in the gate (admit.lua).
+func (lim *Limiter) holdOptions() {
+	lim.hold = []mutex.LockOption{mutex.Lease(lim.lease)}
+	if n, _ := lim.locker.ReplicaAck(); n > 0 {
+		// The commit's WAIT covers the acquisition: nothing is acted on before it.
+		lim.hold = append(lim.hold, mutex.AckAtRelease())
+		lim.uniform = true // admit.lua's write would wait for no replica
+	}
+	lim.uniform = lim.uniform || lim.penalty != nil // admit.lua does not look at the box
 }
 
 // Locker returns the Locker that the Limiter locks keys with: its own, or

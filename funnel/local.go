@@ -20,10 +20,9 @@ const DefaultLocalKeys = 10000
 type Local struct {
 	base time.Time
 
-	mu   sync.Mutex
-	keys *forgetful.Map[string, map[string]level] // key -> rule id -> level
-	// compiled caches validated rules, as in a Limiter.
-	compiled map[Rule]rule
+	mu       sync.Mutex
+	keys     *forgetful.Map[string, map[string]level] // key -> rule id -> level
+	compiled compiledRules
 }
 
 // NewLocal returns a Local that remembers at most maxKeys keys
@@ -32,7 +31,7 @@ func NewLocal(maxKeys int) *Local {
 	if maxKeys < 1 {
 		maxKeys = DefaultLocalKeys
 	}
-	return &Local{base: time.Now(), keys: forgetful.New[string, map[string]level](maxKeys), compiled: make(map[Rule]rule)}
+	return &Local{base: time.Now(), keys: forgetful.New[string, map[string]level](maxKeys)}
 }
 
 // Allow is shorthand for AllowN(time.Now(), key, 1, rules...).
@@ -49,7 +48,7 @@ func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Resul
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rs, err := compileRules(rules, l.compile)
+	rs, err := compileRules(rules, l.compiled.compile)
 	if err != nil {
 		return Result{}, err
 	}
@@ -85,21 +84,6 @@ func (l *Local) take(key string, st map[string]level, rules []rule, d decision) 
 	for i, r := range rules {
 		st[r.id] = d.level(i) // a window's log is new: never shared
 	}
-}
-
-// compile validates r, from the cache when possible; l.mu is held.
-func (l *Local) compile(r Rule) (rule, error) {
-	if c, ok := l.compiled[r]; ok {
-		return c, nil
-	}
-	c, err := r.compile()
-	if err != nil {
-		return rule{}, err
-	}
-	if len(l.compiled) < maxCompiled {
-		l.compiled[r] = c
-	}
-	return c, nil
 }
 
 // add makes room for key and returns its empty state; l.mu is held.

@@ -27,7 +27,10 @@ type reading struct {
 
 // read parses the result of c's gate, or of Peek's script, after proceed.
 func (lim *Limiter) read(c call, res any) (reading, error) {
-	res, till := lim.unbox(c, res)
+	var till int64
+	if lim.penalty != nil {
+		res, till = unbox(c, res)
+	}
 	snap, err := parseRead(c.rules, res)
 	return reading{snapshot: snap, till: till}, err
 }
@@ -153,6 +156,42 @@ func (l *leader) cacheDenials(ws sealed) {
 			l.lim.denials.store(l.c.key, l.c.set, w.n, l.sent, l.epoch, w.res)
 		}
 	}
+}
+
+// saw keeps the values of a read reply, {now, value...}, as the state seen.
+func (l *leader) saw(res any) {
+	if !l.cache {
+		return
+	}
+	arr, _ := res.([]any)
+	if len(arr) != len(l.c.rules)+1 {
+		return
+	}
+	values := make([]string, len(l.c.rules))
+	for i := range values {
+		values[i], _ = arr[i+1].(string)
+	}
+	l.seen = values
+	l.lim.states.store(l.c.key, l.c.set, values, keepCrowding)
+}
+
+// wrote keeps the values of a commit, write.lua's args (field, value pairs
+// after two numbers).
+func (l *leader) wrote(ws sealed, args []any) {
+	if !l.cache {
+		return
+	}
+	values := make([]string, len(l.c.rules))
+	for i := range values {
+		values[i], _ = args[3+2*i].(string)
+	}
+	l.lim.states.store(l.c.key, l.c.set, values, crowdingOf(len(ws) > 1))
+}
+
+// isLate reports whether write.lua's reply (a negative time) says late.
+func isLate(reply any) bool {
+	n, ok := reply.(int64)
+	return ok && n < 0
 }
 
 // releaseTimeout bounds a release that finishes after its call returned.

@@ -62,9 +62,9 @@ func (c call) penalized(box []any, count string) []any {
 }
 
 // unbox splits the end of the box off penalty.lua's reply (0: not boxed).
-func (lim *Limiter) unbox(c call, res any) (any, int64) {
+func unbox(c call, res any) (any, int64) {
 	arr, ok := res.([]any)
-	if lim.penalty == nil || !ok || len(arr) != len(c.rules)+2 {
+	if !ok || len(arr) != len(c.rules)+2 {
 		return res, 0
 	}
 	till, ok := arr[len(arr)-1].(int64)

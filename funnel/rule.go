@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -213,6 +214,36 @@ func (r Rule) invalidCalendar() string {
 func fieldOf(definition string) string {
 	sum := sha256.Sum256([]byte(definition))
 	return base64.RawURLEncoding.EncodeToString(sum[:6])
+}
+
+// compiledRules caches validated rules: callers pass the same few Rules on
+// every call. It is safe for concurrent use.
+type compiledRules struct {
+	mu sync.RWMutex
+	m  map[Rule]rule
+}
+
+// compile returns r validated, from the cache when possible.
+func (cr *compiledRules) compile(r Rule) (rule, error) {
+	cr.mu.RLock()
+	c, ok := cr.m[r]
+	cr.mu.RUnlock()
+	if ok {
+		return c, nil
+	}
+	c, err := r.compile()
+	if err != nil {
+		return rule{}, err
+	}
+	cr.mu.Lock()
+	if len(cr.m) < maxCompiled {
+		if cr.m == nil {
+			cr.m = make(map[Rule]rule)
+		}
+		cr.m[r] = c
+	}
+	cr.mu.Unlock()
+	return c, nil
 }
 
 // Validate reports whether rules can be used together in one call: at least
