@@ -198,13 +198,3 @@ func (c *denyCache) forget(key string) {
 	c.nodes[i] = denyNode{next: c.free} // drops the key and the rules
 	c.free = i
 }
-
-// len returns the number of entries, expired ones included.
-func (c *denyCache) len() int {
-	if c == nil {
-		return 0
-	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.index)
-}
