@@ -92,11 +92,7 @@ func (bs *batches) seal(k batchKey, b *batch) sealed {
 type sealed []*waiter
 
 // rerunOthers makes every call but the leader's run again.
-func (ws sealed) rerunOthers() {
-	for _, w := range ws[1:] {
-		w.again = true
-	}
-}
+func (ws sealed) rerunOthers() { ws[1:].rerunAll() }
 
 // rerunAll makes every call run again.
 func (ws sealed) rerunAll() {
