@@ -2,12 +2,11 @@ package funnel
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"strings"
-	"time"
 
-	"github.com/funnelguard/funnelguard/internal/reach"
+	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
@@ -16,28 +15,15 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 	return lim.AllowN(ctx, key, 1, rules...)
 }
 
-// AllowN admits n units for key if they fit in every rule, and then takes
-// them from every rule; if any rule has no room, it takes nothing from any
-// (all or nothing). n must be at least 1 and at most every rule's Capacity.
-//
-// A call that is deniable when it arrives is denied from the state read with
-// its first lock attempt: one round trip, even while another caller holds the
-// key's lock. An admission waits for the lock if needed (re-reading the state
-// with each attempt, so it is denied as soon as the state says so) and
-// commits only while holding it; a commit whose lock lease lapsed is rejected
-// by Redis and the call starts over, so a stale decision never overwrites
-// newer state. A reply lost and retried by go-redis counts once (see package
-// mutex: every lock script answers a retry as its first run). A call with a
-// ctx deadline that returns an error took nothing, whenever its commands
-// run (see "A failed call is not charged" in the package documentation for
-// what holds); without a deadline, an error after the write was sent may
-// leave the call admitted. Calling again is a new call.
-//
-// Concurrent calls for one key with the same rules share a lock hold (see
-// WithoutBatching): the calls that arrive while one takes the lock are
-// decided with it, in arrival order, and written with it. A call whose ctx
-// ends while it waits returns ctx's error at once; if its batch decided it
-// meanwhile, that outcome is returned instead.
+// AllowN admits n units for key if they fit in every rule, and takes them
+// from every rule; otherwise it takes nothing. n is 1 to every rule's
+// Capacity. A call deniable when it arrives is denied in one round trip,
+// without waiting for the lock; an admission writes only while it holds
+// the key's lock (or on the state it read), so a stale decision never
+// overwrites newer state. A call with a ctx deadline that returns an error
+// took nothing; without a deadline, an error after the write was sent may
+// leave the call admitted. A call whose ctx ends while it waits in a batch
+// returns ctx's error, unless the batch decided it meanwhile.
 func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Rule) (Result, error) {
 	if ctx == nil {
 		return Result{}, ErrNilContext
@@ -49,22 +35,15 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	if err := checkN(c.rules, n); err != nil {
 		return Result{}, err
 	}
+	// The path: a cached denial, else a batch, or a batch of one, whose
+	// leader chooses the round trips (leader.attempt).
 	if res, ok := lim.denials.lookup(c.key, c.set, n); ok {
 		return res, nil
 	}
-	if !lim.alone {
-		return lim.allowBatched(ctx, c, n)
+	if lim.alone {
+		return lim.allowAlone(ctx, c, n)
 	}
-	return lim.allowAlone(ctx, c, n)
-}
-
-// allowAlone is AllowN's path without batching: a batch of one, led by this
-// call, whose outcome is final (a leader never runs again).
-func (lim *Limiter) allowAlone(ctx context.Context, c call, n int64) (Result, error) {
-	d, _ := ctx.Deadline()
-	b := newBatch(n, d)
-	lim.lead(ctx, c, batchKey{}, b, n)
-	return outcome(ctx, b.leader.res, b.leader.err)
+	return lim.allowBatched(ctx, c, n)
 }
 
 // checkKey reports an error matching ErrInvalidKey unless key has 1 to
@@ -87,8 +66,7 @@ func checkN(rules []rule, n int64) error {
 	return nil
 }
 
-// corrupt marks a Redis WRONGTYPE error: the state key holds something
-// other than a funnel's hash.
+// corrupt marks a WRONGTYPE error: the state key holds no funnel's hash.
 func corrupt(err error) error {
 	if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {
 		return fmt.Errorf("%w: %w", ErrCorruptState, err)
@@ -96,148 +74,160 @@ func corrupt(err error) error {
 	return err
 }
 
-// Peek reports what Allow would decide for key now, changing nothing and
-// taking no lock: one round trip.
-func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result, error) {
-	if ctx == nil {
-		return Result{}, ErrNilContext
-	}
-	c, err := lim.prepare(key, rules)
-	if err != nil {
-		return Result{}, err
-	}
-	reply, err := lim.peek(ctx, c)
-	if err != nil {
-		return Result{}, err
-	}
-	r, err := lim.read(c, reply)
-	if err != nil {
-		return Result{}, err
-	}
-	lim.clock.sampled(r.now, time.Now())
-	return peeked(c.rules, r), nil
+// call is one validated request.
+type call struct {
+	key   string // the state key
+	name  string // the lock name
+	lock  string // the lock's key, when made with key (else "")
+	set   *ruleSet
+	rules []rule
+	ids   []any
 }
 
-// peek runs Peek's script for c, read.lua or, with the penalty box,
-// penalty.lua counting nothing, and returns its result after proceed.
-func (lim *Limiter) peek(ctx context.Context, c call) (any, error) {
-	script, args := readPeek, c.ids
-	if lim.penalty != nil {
-		script, args = penaltyPeek, c.penalized(lim.penalty, "0")
+// check validates the Limiter and a key.
+func (lim *Limiter) check(key string) error {
+	if lim == nil {
+		return errNilLimiter
 	}
-	reply, err := lim.runner.Run(ctx, script, []string{c.key}, args, nil)
-	if err != nil {
-		return nil, corrupt(fmt.Errorf("funnel: peek: %w", reach.Mark(err)))
-	}
-	return afterProceed(reply, "peek")
+	return checkKey(key)
 }
 
-// peeked is what a call of one unit would get on r, with nothing taken.
-func peeked(rules []rule, r reading) Result {
-	d := decide(rules, r.levels, r.now, 1)
-	if r.till > 0 {
-		return boxed(d, rules, r.now, r.till)
-	}
-	if d.allowed { // nothing was taken: report the state as it is
-		d.unpeek(rules)
-	}
-	return d.result(rules)
-}
-
-// afterProceed returns the result of read.lua, or of a script that runs it,
-// after its first value, proceed; script names it in the error of a reply
-// of another shape.
-func afterProceed(reply any, script string) (any, error) {
-	arr, ok := reply.([]any)
-	if !ok || len(arr) < 1 {
-		return nil, fmt.Errorf("%w: %s returned %T", ErrCorruptState, script, reply)
-	}
-	return arr[1:], nil
-}
-
-// Refund gives n units back to every rule of key, never below empty: for a
-// call that was admitted but did not happen (the SMS provider refused the
-// message). A Window rule gives back its newest n units. It takes the lock like an admission.
-func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Rule) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
-	c, err := lim.prepare(key, rules)
-	if err != nil {
-		return err
-	}
-	if n < 1 {
-		return fmt.Errorf("%w: refund of %d units", ErrInvalidN, n)
-	}
-	for range maxCommits {
-		if done, err := lim.refundOnce(ctx, c, n); done {
-			return err
-		}
-	}
-	return ErrConflict
-}
-
-// refundOnce takes the lock of c's key, reading its state, and commits the
-// refund of n units. done is false when the lease lapsed before the commit:
-// nothing was written.
-func (lim *Limiter) refundOnce(ctx context.Context, c call, n int64) (done bool, err error) {
-	lk, res, err := lim.locker.LockWith(ctx, c.name, c.read(readAll), lim.hold...)
-	if err != nil {
-		return true, corrupt(err)
-	}
-	args, err := refundArgs(c.rules, res, n)
-	if err != nil {
-		_, _ = lim.unlock(ctx, lk, nil)
-		return true, err
-	}
-	return lim.release(ctx, c, lk, writeBack, args)
-}
-
-// refundArgs returns the write script's arguments for the refund of n
-// units on the state read.lua returned.
-func refundArgs(rules []rule, res any, n int64) ([]any, error) {
-	res, err := afterProceed(res, "read")
-	if err != nil {
-		return nil, err
-	}
-	snap, err := parseRead(rules, res)
-	if err != nil {
-		return nil, err
-	}
-	fills, ats, logs := refund(rules, snap.levels, snap.now, n)
-	return writeArgs(rules, fills, ats, logs, snap.now, noDeadline), nil
-}
-
-// Reset forgets every rule's state for key, under its lock.
-func (lim *Limiter) Reset(ctx context.Context, key string) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
+func (lim *Limiter) prepare(key string, rules []Rule) (call, error) {
 	if err := lim.check(key); err != nil {
-		return err
+		return call{}, err
 	}
-	c := call{key: lim.stateKey(key), name: key}
-	for range maxCommits {
-		lk, err := lim.locker.Lock(ctx, c.name, lim.hold...)
-		if err != nil {
-			return err
-		}
-		if done, err := lim.release(ctx, c, lk, resetAll, nil); done {
-			return err
-		}
+	s, err := lim.ruleSet(rules)
+	if err != nil {
+		return call{}, err
 	}
-	return ErrConflict
+	c := call{name: key, set: s, rules: s.rules, ids: s.ids}
+	c.key, c.lock = lim.keys(key)
+	return c, nil
 }
 
-// release runs script f with args on c's key if lk is still held, and
-// releases it: the commit of a Refund or Reset, after which the deny cache
-// forgets the key. done is false when the lease lapsed first: nothing was
-// written.
-func (lim *Limiter) release(ctx context.Context, c call, lk *mutex.Lock, f *mutex.Fragment, args []any) (done bool, err error) {
-	_, err = lim.unlock(ctx, lk, &mutex.Call{Fragment: f, Keys: []string{c.key}, Args: args})
-	lim.denials.forget(c.key) // after the commit, and after an error: it may have committed
-	if errors.Is(err, mutex.ErrNotHeld) {
-		return false, nil
+func (c call) read(f *mutex.Fragment) mutex.Call {
+	return mutex.Call{Fragment: f, Keys: []string{c.key}, Args: c.ids}
+}
+
+// stateKey is where the state of key lives: in the slot of key's lock.
+func (lim *Limiter) stateKey(key string) string {
+	return keyspace.Key(lim.prefix, key, "f")
+}
+
+// keys returns the state key of key and, when the Locker keys its locks
+// under the Limiter's prefix (its own does), the key of key's lock, cut
+// from one string.
+func (lim *Limiter) keys(key string) (state, lock string) {
+	if !lim.lockKeys {
+		return lim.stateKey(key), ""
 	}
-	return true, err
+	tag := keyspace.Tag(key)
+	var b strings.Builder
+	b.Grow(2*(len(lim.prefix)+len(tag)+3) + len("f") + len(lockKind))
+	b.WriteString(lim.prefix)
+	b.WriteByte('{')
+	b.WriteString(tag)
+	b.WriteString("}:f")
+	cut := b.Len()
+	b.WriteString(lim.prefix)
+	b.WriteByte('{')
+	b.WriteString(tag)
+	b.WriteString("}:" + lockKind)
+	s := b.String()
+	return s[:cut], s[cut:]
+}
+
+// lockKind is the kind of the lock's key (mutex.Locker.LockKey's).
+const lockKind = "lock"
+
+// maxCompiled bounds the caches of rules and sets; past it, they are
+// compiled per call.
+const maxCompiled = 256
+
+// setMax is the most rules of a call whose compiled set is cached.
+const setMax = 4
+
+// setKey identifies the rules of a call, in order.
+type setKey struct {
+	n     int
+	rules [setMax]Rule
+}
+
+// A ruleSet is the compiled rules of a call and their script arguments;
+// shared by calls, never modified.
+type ruleSet struct {
+	rules []rule
+	ids   []any
+	// admit1 is admit.lua's arguments for one unit, but the deadline and
+	// the nonce; nil for a calendar rule, whose value admit.lua cannot
+	// write (calendar is set).
+	admit1   []any
+	calendar bool
+	// funnels: every rule is a funnel, so returning.lua can decide the
+	// call; fresh1 and freshTTL1 are then rule.fresh(1) of each.
+	funnels   bool
+	fresh1    []string
+	freshTTL1 []int64
+}
+
+// ruleSet returns the compiled rules, from the cache when possible: one set
+// per rules, so that calls with the same rules share batches and denials.
+func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
+	if len(rules) > setMax {
+		return newRuleSet(rules, lim.compiled.compile)
+	}
+	var k setKey
+	k.n = copy(k.rules[:], rules)
+	lim.mu.RLock()
+	s := lim.sets[k]
+	lim.mu.RUnlock()
+	if s != nil {
+		return s, nil
+	}
+	s, err := newRuleSet(rules, lim.compiled.compile)
+	if err != nil {
+		return nil, err
+	}
+	return lim.keepSet(k, s), nil
+}
+
+// keepSet caches s as the set of k while there is room, and returns the
+// set of k: s, or the one another call cached meanwhile.
+func (lim *Limiter) keepSet(k setKey, s *ruleSet) *ruleSet {
+	lim.mu.Lock()
+	defer lim.mu.Unlock()
+	if first := lim.sets[k]; first != nil {
+		return first
+	}
+	if len(lim.sets) < maxCompiled {
+		if lim.sets == nil {
+			lim.sets = make(map[setKey]*ruleSet)
+		}
+		lim.sets[k] = s
+	}
+	return s
+}
+
+// newRuleSet compiles rules with compile.
+func newRuleSet(rules []Rule, compile func(Rule) (rule, error)) (*ruleSet, error) {
+	rs, err := compileRules(rules, compile)
+	if err != nil {
+		return nil, err
+	}
+	s := &ruleSet{rules: rs, ids: make([]any, len(rs))}
+	for i, r := range rs {
+		s.ids[i] = r.arg
+	}
+	s.calendar = slices.ContainsFunc(rs, func(r rule) bool { return r.cal != nil })
+	s.funnels = !s.calendar && !slices.ContainsFunc(rs, func(r rule) bool { return r.window > 0 })
+	if s.funnels {
+		s.fresh1, s.freshTTL1 = make([]string, len(rs)), make([]int64, len(rs))
+		for i, r := range rs {
+			s.fresh1[i], s.freshTTL1[i] = r.fresh(1)
+		}
+	}
+	if !s.calendar {
+		s.admit1 = admitArgs(rs, s.ids, 1)
+	}
+	return s, nil
 }

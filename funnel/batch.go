@@ -2,39 +2,30 @@ package funnel
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/funnelguard/funnelguard/mutex"
 )
 
-// Batched admissions: the concurrent AllowN calls of one Limiter for one key
-// and one set of rules share a lock hold. The first call leads: it takes the
-// lock and reads the state; the calls that arrive meanwhile join its batch;
-// when the state comes back the batch is sealed, every call in it is
-// decided in arrival order on that state (each all or nothing, each seeing
-// the units the calls before it took), and the leader writes the result and
-// releases the lock in one script. Calls arriving after the seal form the
-// next batch, whose leader waits for the lock. A hot key thus costs two
-// round trips per batch instead of per call, and its decisions are those of
-// the calls run one after another at the server time of the read.
+// The concurrent admissions of one key with one rule set in one Limiter
+// form a batch: the first call leads it, the calls that come before its
+// first reply join it, and the leader decides them in arrival order on one
+// read and writes them in one script (DESIGN.md, "Hot keys"). Without
+// batching, every call leads a batch of its own.
 
 // A waiter is one call in a batch.
 type waiter struct {
-	n    int64
-	done chan struct{} // closed when res, err or again are set; nil for the leader
-	// deadline is the call's context's (zero: none); until, once the call
-	// is admitted, the server time from which its write is refused
-	// (serverclock.go; noDeadline: never).
-	deadline time.Time
-	until    int64
+	n        int64
+	done     chan struct{} // closed once res, err or again is set; nil for the leader
+	deadline time.Time     // the call's context's (zero: none)
+	until    int64         // once admitted: the server time its write is refused from
 	res      Result
 	err      error
-	// again: the batch failed for a reason of its leader's (its context
-	// ended): the call was not decided and runs again.
-	again bool
-	// gone: the caller's context ended and it left; the batch decides
-	// nothing for it.
-	gone atomic.Bool
+	again    bool        // not decided, for a reason of its leader's: it runs again
+	gone     atomic.Bool // its caller left: nothing is decided for it
 }
 
 // batchKey identifies the calls that can share a lock hold.
@@ -43,9 +34,8 @@ type batchKey struct {
 	set *ruleSet
 }
 
-// A batch is the calls waiting for one lock hold, in arrival order. It
-// holds its leader's waiter and the first slot of waiters, so that a call
-// that leads alone (most) allocates once.
+// A batch is the calls of one lock hold, in arrival order. It holds its
+// leader's waiter, so that a call that leads alone allocates once.
 type batch struct {
 	waiters []*waiter
 	first   [1]*waiter
@@ -58,9 +48,9 @@ type batches struct {
 	open map[batchKey]*batch
 }
 
-// join adds a call of n units with deadline d to the open batch of k, or
-// opens one with it as its leader, and returns the call's waiter.
-func (bs *batches) join(k batchKey, n int64, d time.Time) (*batch, *waiter, bool) {
+// join adds a call of n units with deadline d to k's open batch, or opens
+// one that it leads (lead is true).
+func (bs *batches) join(k batchKey, n int64, d time.Time) (b *batch, w *waiter, lead bool) {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	if b := bs.open[k]; b != nil {
@@ -71,13 +61,12 @@ func (bs *batches) join(k batchKey, n int64, d time.Time) (*batch, *waiter, bool
 	if bs.open == nil {
 		bs.open = make(map[batchKey]*batch)
 	}
-	b := newBatch(n, d)
+	b = newBatch(n, d)
 	bs.open[k] = b
 	return b, &b.leader, true
 }
 
-// newBatch returns a batch of one call, its leader's, of n units with
-// deadline d.
+// newBatch returns a batch of its leader's call alone.
 func newBatch(n int64, d time.Time) *batch {
 	b := &batch{leader: waiter{n: n, deadline: d}}
 	b.first[0] = &b.leader
@@ -99,17 +88,13 @@ func (bs *batches) seal(k batchKey, b *batch) sealed {
 	return b.waiters
 }
 
-// sealed is the calls of a batch closed to new ones, the leader's first.
+// sealed is the calls of a closed batch, the leader's first.
 type sealed []*waiter
 
-// rerunOthers makes every call but the first run again, undecided.
-func (ws sealed) rerunOthers() {
-	for _, w := range ws[1:] {
-		w.again = true
-	}
-}
+// rerunOthers makes every call but the leader's run again.
+func (ws sealed) rerunOthers() { ws[1:].rerunAll() }
 
-// rerunAll makes every call run again, undecided.
+// rerunAll makes every call run again.
 func (ws sealed) rerunAll() {
 	for _, w := range ws {
 		w.again = true
@@ -123,8 +108,8 @@ func (ws sealed) failAll(err error) {
 	}
 }
 
-// failLate answers the calls errLate, but those without a deadline (which
-// a late write never refused) ErrConflict.
+// failLate answers the calls errLate; those without a deadline, whose
+// write is never refused as late, ErrConflict.
 func (ws sealed) failLate() {
 	for _, w := range ws {
 		w.err = errLate
@@ -134,7 +119,8 @@ func (ws sealed) failLate() {
 	}
 }
 
-// failAdmitted answers the admitted calls with err.
+// failAdmitted answers the admitted calls with err: their write may or may
+// not have run. A denial stands: it took nothing.
 func (ws sealed) failAdmitted(err error) {
 	for _, w := range ws {
 		if w.res.Allowed {
@@ -143,8 +129,8 @@ func (ws sealed) failAdmitted(err error) {
 	}
 }
 
-// deadline is the server time from which the write of the admitted calls
-// of ws is refused: the earliest of theirs (noDeadline when none has one).
+// deadline is the earliest server time from which the write of an admitted
+// call is refused (noDeadline when none has one).
 func (ws sealed) deadline() int64 {
 	d := noDeadline
 	for _, w := range ws {
@@ -155,12 +141,9 @@ func (ws sealed) deadline() int64 {
 	return d
 }
 
-// late handles a write refused as past the deadline of one of the admitted
-// calls ws (nothing was written): each admitted call out of time is
-// answered errLate, and takes nothing. If the leader is, the others run
-// again; else the batch, but those, is decided again (again is true), on a
-// fresh read whose clock bounds the next write (a server clock that
-// stepped forward refuses one write, not the calls).
+// late answers errLate the admitted calls out of time after a write refused
+// as late (nothing was written). If the leader's is one, the others run
+// again; else the rest of the batch is decided again (again is true).
 func (ws sealed) late() (again bool) {
 	for i, w := range ws {
 		if !w.res.Allowed || !outOfTime(w.deadline) {
@@ -176,25 +159,21 @@ func (ws sealed) late() (again bool) {
 	return true
 }
 
-// wake hands every call but the leader's own its outcome.
+// wake hands every call but the leader's its outcome.
 func (ws sealed) wake() {
 	for _, w := range ws {
-		if w.done != nil { // not the leader's own call
+		if w.done != nil {
 			close(w.done)
 		}
 	}
 }
 
-// maxReruns bounds how many times a call runs again because the leader of
-// its batch ran out of its own time (its context ended, or no time was
-// left for its write): then it leads a batch of its own. A rerun is no
-// lost commit (those are lead's to count), so it never ends in
-// ErrConflict: on a Redis that does not answer, leaders that end one after
-// another would make a call with time left fail as if it had lost races.
+// maxReruns bounds how often a call runs again because its leader ran out
+// of time; then it leads alone. A rerun is no lost commit: it never ends in
+// ErrConflict.
 const maxReruns = 8
 
-// allowBatched is AllowN's path with batching: it joins or leads a batch and
-// returns the call's outcome.
+// allowBatched joins or leads a batch and returns the call's outcome.
 func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, error) {
 	k := batchKey{c.key, c.set}
 	d, _ := ctx.Deadline()
@@ -211,20 +190,23 @@ func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, 
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
 		}
-		if outOfTime(d) {
-			// Run again (its leader's write came late, say) with no time
-			// left for a write of its own: it would be refused.
+		if outOfTime(d) { // no time left for a write of its own
 			return outcome(ctx, Result{}, errLate)
 		}
 	}
-	// Its leaders kept running out of time before it: it leads alone,
-	// under its own context, and nobody else's end can send it round.
 	return lim.allowAlone(ctx, c, n)
 }
 
-// wait waits until w's batch has decided it, or ctx ends: then w leaves its
-// batch and wait returns ctx's error, unless the batch decided w meanwhile
-// (the outcome stands).
+// allowAlone leads a batch of this call alone; a leader never runs again.
+func (lim *Limiter) allowAlone(ctx context.Context, c call, n int64) (Result, error) {
+	d, _ := ctx.Deadline()
+	b := newBatch(n, d)
+	lim.lead(ctx, c, batchKey{}, b, n)
+	return outcome(ctx, b.leader.res, b.leader.err)
+}
+
+// wait waits until w's batch decided it or ctx ends: then w leaves its batch
+// and wait returns ctx's error, unless the batch decided w meanwhile.
 func (w *waiter) wait(ctx context.Context) error {
 	select {
 	case <-w.done:
@@ -238,4 +220,200 @@ func (w *waiter) wait(ctx context.Context) error {
 	default:
 		return ctx.Err()
 	}
+}
+
+// A leader runs one batch. It holds what the Redis commands take; the calls
+// are passed apart (sealed), so that escape analysis keeps them on the
+// stack of a call that leads alone.
+type leader struct {
+	lim *Limiter
+	c   call
+	n   int64 // the units of the call its gate is sent for
+	// sent is taken before Redis reads its clock (a cached denial's wait
+	// counts from it); epoch is the deny cache's then.
+	sent  time.Time
+	epoch uint64
+	recv  time.Time // when the last reply came: a sample of the server's clock
+	late  bool      // the last write was refused as late
+	// lock is the key's lock for a one-script admission (gate.go); "" for
+	// none. seen is the state the state cache holds; exp what the
+	// returning gate was sent for it; nonce the gate's.
+	lock  string
+	seen  []string
+	exp   []expectation
+	nonce string
+	// alone: the gate admitted the leader's call alone while others
+	// joined; carried: the leader leads them on (carryOn).
+	alone, carried bool
+	cache          bool // the state cache keeps what the calls read and write
+	// optimistic: the key is crowded, its batches commit without the lock
+	// (crowded.go); next is commit.lua's reply for the next read; lockKey is
+	// the key's lock; lost counts commits that found the state changed.
+	optimistic bool
+	next       any
+	lockKey    string
+	lost       int
+}
+
+// lead runs batch b, whose leader asks n units: its attempts, each call's
+// decision, one write, and each call's outcome.
+func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n int64) {
+	var ws sealed
+	defer func() { ws.wake() }()
+	l := lim.newLeader(c, n)
+	if l.optimistic { // crowded batches of one key read and commit in turn
+		done, err := lim.turns.take(ctx, batchKey{c.key, c.set})
+		if err != nil {
+			ws = lim.batches.seal(k, b)
+			ws[0].err = err
+			ws.rerunOthers()
+			return
+		}
+		defer done()
+	}
+	for i := 0; i < maxCommits; i++ {
+		if l.next != nil {
+			i-- // decided again on commit.lua's reply: bounded by maxLost
+		}
+		lk, res, err := l.attempt(ctx)
+		l.recv = time.Now()
+		if ws == nil { // the first reply seals the batch
+			ws = lim.batches.seal(k, b)
+		}
+		l.late = false
+		again := l.settle(ctx, ws, lk, res, err)
+		if !again && l.alone {
+			ws, again = l.carryOn(ws), true
+		}
+		if !again {
+			return
+		}
+	}
+	if l.late { // a clock sample that keeps coming late: out of time, not a conflict
+		ws.failLate()
+		return
+	}
+	ws.failAll(ErrConflict)
+}
+
+// newLeader is the leader of call c of n units: the lock its one-script
+// gate checks ("" for none: WithUniformCost, a calendar rule), and, where
+// the state cache applies, the state it holds or, for a crowded key, none.
+func (lim *Limiter) newLeader(c call, n int64) leader {
+	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
+	if !lim.uniform && !c.set.calendar {
+		l.lock = c.lock
+		if l.lock == "" {
+			l.lock = lim.locker.LockKey(c.name)
+		}
+	}
+	if l.cache = l.lock != "" && c.set.funnels && lim.states != nil; l.cache {
+		l.lockKey = l.lock
+		l.seen, l.optimistic = lim.states.lookup(c.key, c.set)
+		if l.optimistic {
+			l.seen = nil
+		}
+	}
+	return l
+}
+
+// carryOn makes the leader, whose call its gate admitted alone, lead the
+// calls that joined meanwhile on, through read.lua: they share one lock
+// hold (or, crowded, one commit) rather than each running again.
+func (l *leader) carryOn(ws sealed) sealed {
+	l.alone, l.carried = false, true
+	l.lock, l.seen, l.exp = "", nil, nil
+	l.optimistic = l.cache
+	rest := ws[1:]
+	l.n = rest[0].n
+	l.sent, l.epoch = time.Now(), l.lim.denials.epoch()
+	return rest
+}
+
+// attempt chooses the batch's path and runs its first round trip: a
+// crowded key's read without the lock (crowded.go), else a lock attempt
+// whose gate is the penalty box's, the one-script admission of a fresh or
+// returning key (gate.go), or read.lua. A gate that does not deny waits
+// for a held lock.
+func (l *leader) attempt(ctx context.Context) (*mutex.Lock, any, error) {
+	if l.optimistic {
+		return l.readFree(ctx)
+	}
+	lim := l.lim
+	// Built here, not returned by a function: its slices stay on the stack.
+	var gate mutex.Call
+	switch {
+	case lim.penalty != nil:
+		gate = mutex.Call{Fragment: penaltyGate, Keys: []string{l.c.key}, Args: l.c.penalized(lim.penalty, "1")}
+	case l.lock != "":
+		gate = l.admitGate(ctx)
+	default:
+		gate = l.c.read(readGate)
+	}
+	lk, res, err := lim.locker.TryLockWith(ctx, l.c.name, gate, lim.hold...)
+	if errors.Is(err, mutex.ErrLocked) {
+		lk, res, err = lim.locker.LockWith(ctx, l.c.name, gate, lim.hold...)
+	}
+	return lk, res, err
+}
+
+// settle answers the calls ws on an attempt's reply and reports whether
+// they are decided again: a gate's own admission (gate.go), a failed
+// attempt, or a read to decide on and commit (lock.go).
+func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any, err error) (again bool) {
+	declined := errors.Is(err, mutex.ErrDeclined)
+	if now, verdict, how := admitted(declined, res); verdict != "" {
+		return l.settleGate(ws, now, verdict, how)
+	}
+	if err != nil && !declined {
+		l.failed(ctx, ws, err)
+		return false
+	}
+	return l.settleRead(ctx, ws, lk, res, declined)
+}
+
+// admitted returns the verdict in a declined gate's result, "admitted" or
+// "late", the server time it ran at, and how returning.lua wrote each rule;
+// verdict is "" for a result of another shape.
+func admitted(declined bool, res any) (now int64, verdict, how string) {
+	if !declined {
+		return 0, "", ""
+	}
+	arr, ok := res.([]any)
+	if !ok || len(arr) != 2 && len(arr) != 3 {
+		return 0, "", ""
+	}
+	now, ok = arr[0].(int64)
+	verdict, _ = arr[1].(string)
+	if !ok || verdict != "admitted" && verdict != "late" {
+		return 0, "", ""
+	}
+	if len(arr) == 3 {
+		how, _ = arr[2].(string)
+	}
+	return now, verdict, how
+}
+
+// failed answers the calls ws after the attempt failed with err. Only the
+// end of the leader's own time is its alone: then the others run again.
+// Any other error is what they would hear too: they get it.
+func (l *leader) failed(ctx context.Context, ws sealed, err error) {
+	err = corrupt(err)
+	switch {
+	case errors.Is(err, ErrUnreachable) || !ranOutOfTime(ctx, err):
+		ws.failAll(err)
+	case l.carried:
+		ws.rerunAll() // the leader's own call is decided
+	default:
+		ws[0].err = err
+		ws.rerunOthers()
+	}
+}
+
+// ranOutOfTime reports whether err may come from the end of ctx's time:
+// ctx ended, or a time-out (a client's with ContextTimeoutEnabled).
+func ranOutOfTime(ctx context.Context, err error) bool {
+	var timeout interface{ Timeout() bool }
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.As(err, &timeout) && timeout.Timeout()
 }

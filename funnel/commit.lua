@@ -1,5 +1,5 @@
 -- commit: write a batch's decisions without the lock, if the state is still
--- what they were decided on (a crowded key's batches: statecache.go). It
+-- what they were decided on (a crowded key's batches: crowded.go). It
 -- is the lock's guarantee, checked in one script: nobody wrote between the
 -- read and this write, and nobody holds the lock now (a holder may be
 -- between its own read and write).

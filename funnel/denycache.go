@@ -9,31 +9,17 @@ import (
 // MaxDenyCache is the most keys WithDenyCache accepts.
 const MaxDenyCache = 1 << 24
 
-// denyCache remembers, per state key, a denial until its gate time, so that
-// calls that Redis would deny are denied in this process (WithDenyCache).
-// Every method is a no-op on a nil *denyCache (the cache is off).
-//
-// It holds at most max entries, in a slice of nodes linked from the oldest
-// stored to the newest, with a map from key to node: a store of a new key
-// takes a forgotten node, or a new one while there are fewer than max, or
-// else the oldest (evicting its key); a store of a cached key updates its
-// node and makes it the newest. So the entries are the latest max keys
-// stored, whatever the traffic (a hot key stored again and again by a
-// batch of denials evicts nothing); the nodes and the map are O(max), and
-// nothing runs in the background: an expired entry is a miss, and its node
-// goes when it is the oldest, or the key is stored or forgotten.
-//
-// Lookups share a read lock and allocate nothing; store and forget take the
-// write lock.
+// denyCache remembers, per state key, a denial until its gate time
+// (WithDenyCache): the latest max keys stored, in nodes linked from the
+// oldest stored to the newest, with a map from key to node. An expired
+// entry is a miss; nothing runs in the background. Lookups share a read
+// lock and allocate nothing. Every method is a no-op on a nil *denyCache.
 type denyCache struct {
-	// now is the clock of a test (nil: time.Now). A test's clock stands
-	// still during a call, so with one, store takes a denial's call to have
-	// started at the clock's reading when it stores, instead of at sent
-	// (which AllowN reads from time.Now).
-	now func() time.Time
-	max int
-	// forgets counts the forgets: the epoch of store.
-	forgets atomic.Uint64
+	// now is a test's clock (nil: time.Now), which stands still during a
+	// call: store takes the call to have started at its reading.
+	now     func() time.Time
+	max     int
+	forgets atomic.Uint64 // the epoch of store
 
 	mu     sync.RWMutex
 	index  map[string]int32 // key -> its node
@@ -43,8 +29,7 @@ type denyCache struct {
 	free   int32 // the forgotten nodes, linked through next; -1 when none
 }
 
-// A denyNode is one key's entry in the list from oldest to newest, or a free
-// node.
+// A denyNode is one key's entry in the list, or a free node.
 type denyNode struct {
 	key        string
 	d          denial
@@ -73,11 +58,8 @@ func (c *denyCache) clock() time.Time {
 	return time.Now()
 }
 
-// lookup returns the cached denial of a call of n units with the rule set
-// set for key, with its waits counted down to now, if there is one: the
-// entry must be for the same set (the same compiled rules, by pointer), for
-// at most n units (a call of more units is denied at least as long), and
-// before its gate time.
+// lookup returns key's cached denial, its waits counted down, for a call
+// of the same set and at least as many units, before its gate time.
 func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
 	if c == nil {
 		return Result{}, false
@@ -101,8 +83,8 @@ func (c *denyCache) entry(key string) (denial, bool) {
 	return e, ok
 }
 
-// at returns e's Result with its waits counted down to now, if now is before
-// its gate time: at the gate time, Redis decides.
+// at returns e's Result with its waits counted down to now, before its
+// gate time.
 func (e *denial) at(now time.Time) (Result, bool) {
 	left := e.until.Sub(now)
 	if left <= 0 {
@@ -123,9 +105,8 @@ func (c *denyCache) epoch() uint64 {
 	return c.forgets.Load()
 }
 
-// store remembers r, the denial of a call of n units with set for key,
-// whose Redis call started at sent, unless a forget happened since epoch
-// (the denial may predate a refund). It replaces the key's entry.
+// store makes r, the denial of a call of n units with set for key sent at
+// sent, key's entry, unless a forget happened since epoch.
 func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epoch uint64, r Result) {
 	if c == nil || r.Allowed || r.RetryAfter <= 0 {
 		return
@@ -136,8 +117,7 @@ func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epo
 	e := denial{set: set, n: n, until: sent.Add(r.RetryAfter), resetUntil: sent.Add(r.ResetAfter), tightUntil: sent.Add(r.TightestReset), res: r}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// Under the lock, as forget counts: a forget either came before this
-	// check (the denial is dropped) or deletes the entry after it.
+	// Under the lock, as forget counts: a forget is wholly before or after.
 	if c.forgets.Load() == epoch {
 		c.put(key, e)
 	}
@@ -157,9 +137,8 @@ func (c *denyCache) put(key string, e denial) {
 	c.link(i)
 }
 
-// node returns a node for a new key, out of the list: a forgotten one, else
-// a new one while there are fewer than max, else the oldest, whose key it
-// evicts. c.mu is held.
+// node returns a node for a new key: a forgotten one, a new one while
+// there are fewer than max, else the oldest, evicting its key. c.mu is held.
 func (c *denyCache) node() int32 {
 	switch {
 	case c.free >= 0:
@@ -202,8 +181,7 @@ func (c *denyCache) link(i int32) {
 	c.newest = i
 }
 
-// forget drops key's entry: a Refund or Reset through this Limiter
-// committed (or may have).
+// forget drops key's entry: a Refund or Reset may have committed.
 func (c *denyCache) forget(key string) {
 	if c == nil {
 		return
@@ -219,14 +197,4 @@ func (c *denyCache) forget(key string) {
 	c.unlink(i)
 	c.nodes[i] = denyNode{next: c.free} // drops the key and the rules
 	c.free = i
-}
-
-// len returns the number of entries, expired ones included.
-func (c *denyCache) len() int {
-	if c == nil {
-		return 0
-	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.index)
 }

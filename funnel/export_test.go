@@ -52,6 +52,16 @@ func (c *denyCache) Store(key string, set *RuleSet, n int64, sent time.Time, epo
 func (c *denyCache) Forget(key string) { c.forget(key) }
 func (c *denyCache) Len() int          { return c.len() }
 
+// len returns the number of entries, expired ones included.
+func (c *denyCache) len() int {
+	if c == nil {
+		return 0
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.index)
+}
+
 // Check verifies the cache's structure: the list from oldest to newest
 // holds exactly the indexed keys, the free list the other nodes, and there
 // are at most max nodes.
@@ -111,7 +121,7 @@ func LoadScripts(ctx context.Context, c redis.Scripter) error {
 }
 
 // SetCrowded marks key as crowded in l's state cache, for the rules: its
-// next batches commit without the lock (commitfree.go).
+// next batches commit without the lock (crowded.go).
 func SetCrowded(l *Limiter, key string, rules ...Rule) error {
 	set, err := l.ruleSet(rules)
 	if err != nil {

@@ -11,26 +11,18 @@ import (
 // no positive bound.
 const DefaultLocalKeys = 10000
 
-// A Local decides rules in this process's memory, on its monotonic clock,
-// with the arithmetic of a Limiter: for a key used only through it, it makes
-// the decisions a Limiter would make with the clocks in step. Its time is
-// the wall clock at its creation plus the monotonic time since: a step of
-// the wall clock does not move it, and calendar rules (PerDay) count the
-// days of that time. It is the
-// fallback of a guard while Redis cannot answer: each process then admits
-// at most what the rules allow, per key, instead of everything.
-//
-// A Local remembers at most its bound of keys; when a new key would pass
-// it, the older half is forgotten (a forgotten key starts empty again). It
-// is safe for concurrent use, starts no goroutine, and its zero value is not
-// usable: call NewLocal.
+// A Local decides rules in this process's memory with a Limiter's
+// arithmetic, on the wall clock at its creation plus the monotonic time
+// since: a guard's fallback while Redis cannot answer. It remembers at most
+// its bound of keys, forgetting the older half past it (a forgotten key
+// starts empty). It is safe for concurrent use and starts no goroutine;
+// call NewLocal.
 type Local struct {
 	base time.Time
 
-	mu   sync.Mutex
-	keys *forgetful.Map[string, map[string]level] // key -> rule id -> level
-	// compiled caches validated rules, as in a Limiter.
-	compiled map[Rule]rule
+	mu       sync.Mutex
+	keys     *forgetful.Map[string, map[string]level] // key -> rule id -> level
+	compiled compiledRules
 }
 
 // NewLocal returns a Local that remembers at most maxKeys keys
@@ -39,7 +31,7 @@ func NewLocal(maxKeys int) *Local {
 	if maxKeys < 1 {
 		maxKeys = DefaultLocalKeys
 	}
-	return &Local{base: time.Now(), keys: forgetful.New[string, map[string]level](maxKeys), compiled: make(map[Rule]rule)}
+	return &Local{base: time.Now(), keys: forgetful.New[string, map[string]level](maxKeys)}
 }
 
 // Allow is shorthand for AllowN(time.Now(), key, 1, rules...).
@@ -48,16 +40,15 @@ func (l *Local) Allow(key string, rules ...Rule) (Result, error) {
 }
 
 // AllowN admits n units for key at now if they fit in every rule, all or
-// nothing, as Limiter.AllowN does. now must not be earlier than the Local's
-// creation (times before it count as its creation); pass time.Now() outside
-// tests. Errors match ErrInvalidKey, ErrInvalidRule and ErrInvalidN; a failed call changes nothing.
+// nothing, as Limiter.AllowN does; a time before the Local's creation
+// counts as its creation. A failed call changes nothing.
 func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Result, error) {
 	if err := checkKey(key); err != nil {
 		return Result{}, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rs, err := compileRules(rules, l.compile)
+	rs, err := compileRules(rules, l.compiled.compile)
 	if err != nil {
 		return Result{}, err
 	}
@@ -84,8 +75,8 @@ func levelsOf(st map[string]level, rules []rule) []level {
 	return levels
 }
 
-// take stores the levels after d, an admission, as the state st of key
-// (nil: key has none yet); l.mu is held.
+// take stores the levels after d as key's state st (nil: none yet); l.mu
+// is held.
 func (l *Local) take(key string, st map[string]level, rules []rule, d decision) {
 	if st == nil {
 		st = l.add(key)
@@ -93,21 +84,6 @@ func (l *Local) take(key string, st map[string]level, rules []rule, d decision) 
 	for i, r := range rules {
 		st[r.id] = d.level(i) // a window's log is new: never shared
 	}
-}
-
-// compile validates r, from the cache when possible; l.mu is held.
-func (l *Local) compile(r Rule) (rule, error) {
-	if c, ok := l.compiled[r]; ok {
-		return c, nil
-	}
-	c, err := r.compile()
-	if err != nil {
-		return rule{}, err
-	}
-	if len(l.compiled) < maxCompiled {
-		l.compiled[r] = c
-	}
-	return c, nil
 }
 
 // add makes room for key and returns its empty state; l.mu is held.

@@ -6,11 +6,9 @@ import (
 	"time"
 )
 
-// A level is the state of one rule: how full its funnel was (in
-// unit-microseconds) at server time at (µs). A window's level is its units
-// instead: log holds the times (µs, ascending) of the units taken before at,
-// some of which may have left the window since, and fill their number. (A
-// pointer, nil for a funnel: a funnel's level stays 24 bytes.)
+// A level is the state of one rule: its funnel's fill (unit-µs) at server
+// time at (µs). A window's log holds its units' times, ascending, and fill
+// their number; a pointer, so that a funnel's level stays 24 bytes.
 type level struct {
 	fill int64
 	at   int64
@@ -38,8 +36,8 @@ func ceilDiv(a, b int64) int64 {
 	return a/b + min(a%b, 1)
 }
 
-// drain returns the fill of r's funnel at now. A clock that moved back
-// (now < at) drains nothing; a long idle time empties it without overflow.
+// drain returns the fill of r's funnel at now; a clock that moved back
+// drains nothing.
 func (r rule) drain(s level, now int64) int64 {
 	if now <= s.at || s.fill <= 0 {
 		return max(s.fill, 0)
@@ -60,17 +58,15 @@ func (r rule) wait(fill, n int64) int64 {
 	return ceilDiv(excess, r.leak)
 }
 
-// live returns the units of window r still in it at now, of log: those
-// taken after now - window (a unit taken at t is available again at t +
-// window exactly).
+// live returns the units of log still in window r at now: those taken
+// after now - window.
 func (r rule) live(log []int64, now int64) []int64 {
 	i, _ := slices.BinarySearch(log, now-r.window+1)
 	return log[i:]
 }
 
 // windowWait returns how long, in µs from now, until n more units fit in
-// window r, whose units still in it are live: until the oldest units that
-// must leave have left. n is at most r's capacity (checkN).
+// window r holding live.
 func (r rule) windowWait(live []int64, now, n int64) int64 {
 	excess := int64(len(live)) + n - r.full
 	if excess <= 0 {
@@ -79,8 +75,7 @@ func (r rule) windowWait(live []int64, now, n int64) int64 {
 	return live[excess-1] + r.window - now
 }
 
-// windowEmpty returns how long, in µs from now, until window r holds no
-// units, the last of log leaving it.
+// windowEmpty returns how long, in µs from now, until window r is empty.
 func (r rule) windowEmpty(log []int64, now int64) int64 {
 	if len(log) == 0 {
 		return 0
@@ -89,8 +84,7 @@ func (r rule) windowEmpty(log []int64, now int64) int64 {
 }
 
 // calendarWait returns how long, in µs from t, until n more units fit in
-// calendar rule r holding count units at t: none while they fit, else until
-// t's period ends. n is at most r's n (checkN).
+// calendar rule r holding count at t: 0, or until t's period ends.
 func (r rule) calendarWait(count, t, n int64) int64 {
 	if count+n <= r.full {
 		return 0
@@ -100,7 +94,7 @@ func (r rule) calendarWait(count, t, n int64) int64 {
 }
 
 // calendarEmpty returns how long, in µs from t, until calendar rule r
-// holding count units at t counts none: until t's period ends, if count > 0.
+// holding count at t counts none.
 func (r rule) calendarEmpty(count, t int64) int64 {
 	if count == 0 {
 		return 0
@@ -122,13 +116,11 @@ func withUnits(live []int64, at, n int64) []int64 {
 // A decision is the outcome of one call over all its rules.
 type decision struct {
 	allowed bool
-	denied  int     // index of the denying rule (longest wait), -1 if allowed
-	fills   []int64 // after the call
-	ats     []int64 // the server time of each fill
-	// logs holds each window rule's units after the call (nil when the
-	// call has no window rule; a funnel's entry is nil).
-	logs  [][]int64
-	retry int64 // µs until the call would be admitted; 0 if allowed
+	denied  int       // index of the denying rule (longest wait), -1 if allowed
+	fills   []int64   // after the call
+	ats     []int64   // the server time of each fill
+	logs    [][]int64 // each window's units after the call; nil without windows
+	retry   int64     // µs until the call would be admitted; 0 if allowed
 }
 
 // level returns rule i's level after d.
@@ -140,9 +132,8 @@ func (d decision) level(i int) level {
 	return lv
 }
 
-// clock returns the time a rule's state is taken to at now: its clock never
-// goes back, so a server clock behind the stored time (a failover to a
-// server whose clock lags) credits no leak twice.
+// clock returns the time a rule's state is taken to at now: never back, so
+// a server clock behind the stored time credits no leak twice.
 func clock(s level, now int64) int64 { return max(now, s.at) }
 
 // decide admits n units at now if they fit in every rule, all or nothing;
@@ -188,8 +179,7 @@ func decide(rules []rule, states []level, now, n int64) decision {
 	return d
 }
 
-// unpeek undoes what d, an admission of one unit, took: Peek reports the
-// state as it is.
+// unpeek undoes what d, an admission of one unit, took.
 func (d *decision) unpeek(rules []rule) {
 	for i, r := range rules {
 		d.fills[i] -= r.per
@@ -199,10 +189,9 @@ func (d *decision) unpeek(rules []rule) {
 	}
 }
 
-// refund takes n units out of every rule at now, never below empty, and
-// returns the fills, their times and the windows' logs (nil if none): a
-// window gives back its newest units, a calendar rule units of the current
-// period.
+// refund takes n units out of every rule at now, never below empty (a
+// window its newest, a calendar rule the current period's), and returns
+// the fills, their times and the windows' logs.
 func refund(rules []rule, states []level, now, n int64) (fills, ats []int64, logs [][]int64) {
 	fills, ats = make([]int64, len(rules)), make([]int64, len(rules))
 	for i, r := range rules {
@@ -229,27 +218,21 @@ func refund(rules []rule, states []level, now, n int64) (fills, ats []int64, log
 type Result struct {
 	// Allowed reports whether the call was admitted (Peek: would be).
 	Allowed bool
-	// Rule names the rule that denied the call; when several deny, the one
-	// that admits it last (its wait is RetryAfter; the first of the call's
-	// rules among equal waits). Empty when allowed.
+	// Rule names the rule that denied the call: of several, the one that
+	// admits it last, then the first. Empty when allowed.
 	Rule string
-	// Remaining is how many units the tightest rule would still admit right
-	// after this call (a window: its n less the units in it).
+	// Remaining is how many units the Tightest rule would still admit
+	// right after this call.
 	Remaining int64
-	// Tightest names that rule: the one with the fewest units left; among
-	// several, the one that is empty last (TightestReset), then the first
-	// in the call's order. It is the rule that binds: its units come back
-	// last.
+	// Tightest names the rule with the fewest units left: of several, the
+	// one empty last, then the first.
 	Tightest string
 	// RetryAfter is how long until the same call would be admitted by every
 	// rule; 0 when allowed.
 	RetryAfter time.Duration
-	// ResetAfter is how long until every rule's funnel is empty (a
-	// window's: until it holds no unit).
+	// ResetAfter is how long until every rule is empty.
 	ResetAfter time.Duration
-	// TightestReset is how long until the Tightest rule alone is empty: a
-	// funnel drained, a window's newest unit gone out of it. At most
-	// ResetAfter.
+	// TightestReset is how long until the Tightest rule is empty.
 	TightestReset time.Duration
 }
 
@@ -272,8 +255,7 @@ func (d decision) result(rules []rule) Result {
 	return res
 }
 
-// emptyIn returns how long, in µs, until rule r, the i-th of d, is empty
-// after d.
+// emptyIn returns how long, in µs, until rule r, d's i-th, is empty after d.
 func (r rule) emptyIn(d decision, i int) int64 {
 	switch {
 	case r.window > 0:

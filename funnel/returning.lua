@@ -1,5 +1,5 @@
 -- returning: Allow's gate for a key whose state this process has seen
--- (statecache.go). It admits the call in this one round trip when the key's
+-- (gate.go). It admits the call in this one round trip when the key's
 -- lock is free and each of the call's funnels holds nothing or the very
 -- value the caller saw, for which the caller worked out the decision in
 -- advance, as server times: the call fits from <fit> on; the funnel is empty

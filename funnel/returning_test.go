@@ -154,7 +154,7 @@ func TestReturningClockStep(t *testing.T) {
 // leads the calls that came meanwhile on, through one lock hold: ten calls,
 // three commands (the gate, then one lock and read, one write and release).
 // The key is then crowded: the next call reads and commits without the lock
-// (commitfree.go: two commands), and once a call had nobody waiting, the
+// (crowded.go: two commands), and once a call had nobody waiting, the
 // one after it is back to one.
 func TestReturningHotKeyBatches(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {

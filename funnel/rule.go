@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -20,22 +21,10 @@ const (
 )
 
 // A Rule is a funnel: it holds at most Capacity units and drains Leak units
-// every Per. A call of n units is admitted when they fit, so a rule admits a
-// burst of Capacity, then one unit every Per/Leak.
-//
-// In a window of length W a rule admits up to about Capacity + W*Leak/Per
-// units, not W*Leak/Per: a "5 per hour" rule of Capacity 5 lets 9 through
-// in some hour (5 at once, then one every 12 minutes), 10 in an hour and a
-// microsecond. Quota gives the exact bound; use AtMost or Window for a hard
-// bound per window.
-//
-// A rule makes the same decisions as GCRA, and as
-// redis_rate.Limit{Burst: Capacity, Rate: Leak, Period: Per}.
-//
-// Window, PerDay and PerMonth return rules that count units instead: a
-// sliding window and calendar budgets (see "Choosing a rule" in the package
-// documentation). Their kind is not a field: build them with those
-// functions.
+// every Per, so it admits a burst of Capacity, then one unit every
+// Per/Leak: about Capacity + W*Leak/Per units in a window of length W
+// (Quota gives the exact bound). Window, PerDay and PerMonth return rules
+// that count units instead; their kind is not a field.
 type Rule struct {
 	// Name identifies the rule in a Result and in the stored state.
 	Name string
@@ -46,27 +35,17 @@ type Rule struct {
 	// Per is the leak period, a whole number of microseconds.
 	Per time.Duration
 
-	// kind is what the rule counts: a funnel (the zero value), a sliding
-	// window (see Window: Capacity units in any window of length Per), or
-	// a calendar day or month (see PerDay: Capacity units in each, in loc).
-	kind ruleKind
-	loc  *time.Location
-	// share names the state the rule keeps, if shared (Sharing); else
-	// it keeps it under its name and figures.
-	share  string
+	kind   ruleKind
+	loc    *time.Location // a calendar rule's zone
+	share  string         // the state's name, if shared (Sharing)
 	shared bool
 }
 
-// Sharing returns r keeping its state under the name state instead of
-// under its own name and figures: rules of one kind (a funnel, a window, a
-// calendar day or month) and one Per (and zone) that share a state name
-// keep one state in a key, whatever their Capacity and Leak. A key decided
-// by one of them and then by another (a tenant moved to a smaller plan,
-// see guard.Policy.Plans) is decided by the second on what the first
-// took: moved from Window(1000, time.Minute) after 500 calls in the minute
-// to Window(10, time.Minute), it is denied until the minute has passed.
-// r's Name is unchanged: it names the rule in a Result. state is 1 to
-// MaxRuleName bytes; two rules of one call cannot share one state.
+// Sharing returns r keeping its state under the name state instead of its
+// own name and figures: rules of one kind and one Per (and zone) that share
+// a state name keep one state in a key, whatever their Capacity and Leak,
+// so a key moved to a smaller plan is decided on what the first rule took.
+// state is 1 to MaxRuleName bytes; two rules of one call cannot share one.
 func (r Rule) Sharing(state string) Rule {
 	r.share, r.shared = state, true
 	return r
@@ -77,9 +56,8 @@ func (r Rule) badShare() bool {
 	return r.shared && (r.share == "" || len(r.share) > MaxRuleName)
 }
 
-// stateName is the name of r's state: its Sharing name and the figures
-// that make the unit of its level (kind, period, zone), or base, its name
-// and all its figures.
+// stateName is the name of r's state: base, or its Sharing name with the
+// figures that make the unit of its level.
 func (r Rule) stateName(base string) string {
 	if !r.shared {
 		return base
@@ -105,71 +83,43 @@ const (
 	kindMonth
 )
 
-// MaxWindow is the largest n of a Window rule: a window stores the time of
-// every unit it holds (at most 16 bytes each), so a key's state stays small.
+// MaxWindow is the largest n of a Window rule, which stores the time of
+// every unit it holds.
 const MaxWindow = 10_000
 
 // Window returns the rule that admits at most n units in any window of
-// length w: a sliding log, exact to the microsecond of the server's clock.
-// Each unit taken is available again exactly w after it was taken, so a
-// call denied by it can retry when the oldest units it needs leave the
-// window (RetryAfter). A Refund gives back the newest units.
-//
-// Unlike AtMost, a funnel that spreads the units out, a window admits n
-// units at once again as soon as the first n leave it: it bounds every
-// window, and allows every burst the bound allows.
-//
-// The state of a window is the time of each unit in it (9 bytes or fewer
-// each for a window of a day), so n is at most MaxWindow: a larger window
-// (a million units) is refused with ErrInvalidRule; use a funnel or AtMost
-// for it. A key with one window of n units takes at most about 16n + 250
-// bytes of server memory (MEMORY USAGE): 152 bytes for Window(10, 24h)
-// after 10 calls, 312 when its 10 units are spread over the day (the
-// server stores a hash with a value over 64 bytes as a table). w must be a whole number of
-// microseconds. The rule is named like "5 in 1h0m0s"; its Leak is n, and
-// not used. Its Quota is n per w.
+// length w, a whole number of microseconds: a sliding log on the server's
+// clock. Each unit is available again exactly w after it was taken; a
+// Refund gives back the newest units. n is at most MaxWindow (a key with
+// one window takes about 16n + 250 bytes of server memory). The rule is
+// named like "5 in 1h0m0s"; its Leak is n, and not used.
 func Window(n int64, w time.Duration) Rule {
 	return Rule{Name: strconv.FormatInt(n, 10) + " in " + w.String(), Capacity: n, Leak: n, Per: w, kind: kindWindow}
 }
 
-// AtMost returns the rule that admits at most n calls in every window
-// [t, t+window), for every t, with the largest burst that allows: n at once,
-// then one per window. A cooldown AtMost(1, time.Minute) admits the next call
-// exactly one minute after the last.
-//
-// After the burst it admits one call per window, not n: AtMost(10, 24*time.Hour)
-// admits 10 calls at once, and then one a day for as long as calls keep
-// coming, however many are tried; it admits 10 at once again only after 10
-// days without a call. For "n per period" as people say it, use Window (n
-// again once the first n are a period old) or PerDay (n again at midnight).
-//
-// Why: a funnel of capacity C leaking one unit per window admits fewer than
-// C+1 units in any window, since what goes in within a window is at most what
-// fits (C) plus what leaks within it (less than one unit); and no rule with a
-// burst above n can keep the bound. The rule is named like "5/1h0m0s".
+// AtMost returns the funnel that admits at most n calls in every window
+// [t, t+window), with the largest burst that allows: n at once, then one
+// per window (a funnel of capacity n leaking one unit per window). For n
+// again once a period has passed, use Window or PerDay. The rule is named
+// like "5/1h0m0s".
 func AtMost(n int64, window time.Duration) Rule {
 	return Rule{Name: strconv.FormatInt(n, 10) + "/" + window.String(), Capacity: n, Leak: 1, Per: window}
 }
 
-// rule is a validated Rule in exact units: the level of a funnel is kept in
-// unit-microseconds (units * per), so a leak of Leak units per Per is exactly
-// `leak` per microsecond.
+// rule is a validated Rule in exact units: a funnel's level is kept in
+// unit-microseconds (units * per), so it leaks exactly leak per µs. A
+// window or calendar rule counts units: per and leak are 1, full is its n.
 type rule struct {
-	name string
-	id   string // field of the rule in the state hash
-	arg  any    // id boxed once, as a script argument
-	per  int64  // µs: the size of one unit
-	full int64  // Capacity * per
-	leak int64  // per µs
-	// window is a window rule's length in µs, 0 for a funnel. A window
-	// counts units: per and leak are 1 and full is its n.
-	window int64
-	// cal is a calendar rule's zone and period, nil for the others. It
-	// counts units too: per and leak are 1 and full is its n.
-	cal *calendar
-	// shared: the rule's state may hold what rules of other capacities
-	// took (Rule.Sharing), more than full; its stored wait is 0 (no gate:
-	// the gate of another capacity would be wrong for it).
+	name   string
+	id     string    // field of the rule in the state hash
+	arg    any       // id boxed once, as a script argument
+	per    int64     // µs: the size of one unit
+	full   int64     // Capacity * per
+	leak   int64     // per µs
+	window int64     // a window's length in µs; 0 for the others
+	cal    *calendar // a calendar rule's; nil for the others
+	// shared: the state may hold more than full (Sharing), and keeps no
+	// gate: another capacity's would be wrong for it.
 	shared bool
 }
 
@@ -197,8 +147,7 @@ func (r Rule) compile() (rule, error) {
 	return rule{name: r.Name, id: id, arg: id, per: per, full: int64(full), leak: r.Leak, shared: r.shared}, nil
 }
 
-// invalid returns why a field of r is out of range, "" if none is. (Their
-// product, Capacity * Per, is compile's to check.)
+// invalid returns why a field of r is out of range, "" if none is.
 func (r Rule) invalid() string {
 	if why := r.invalidCommon(); why != "" {
 		return why
@@ -212,8 +161,7 @@ func (r Rule) invalid() string {
 	return r.invalidFunnel()
 }
 
-// invalidCommon returns why the fields every kind of rule uses (the name,
-// a Sharing state, Capacity) are out of range, "" if none is.
+// invalidCommon checks the fields every kind of rule uses.
 func (r Rule) invalidCommon() string {
 	switch {
 	case r.Name == "" || len(r.Name) > MaxRuleName:
@@ -226,8 +174,7 @@ func (r Rule) invalidCommon() string {
 	return ""
 }
 
-// invalidWindow returns why window rule r, whose name and Capacity are
-// positive, is out of range: a window's Leak is not used, unless its Per is
+// invalidWindow checks a window, whose Leak is not used unless its Per is
 // out of range too (then it is judged as a funnel's).
 func (r Rule) invalidWindow() string {
 	switch {
@@ -239,8 +186,7 @@ func (r Rule) invalidWindow() string {
 	return r.invalidFunnel()
 }
 
-// invalidFunnel returns why the Leak and Per of funnel rule r are out of
-// range, "" if they are not.
+// invalidFunnel checks a funnel's Leak and Per.
 func (r Rule) invalidFunnel() string {
 	switch {
 	case r.Leak <= 0:
@@ -255,9 +201,7 @@ func (r Rule) invalidFunnel() string {
 	return ""
 }
 
-// invalidCalendar returns why calendar rule r, whose name and Capacity are
-// valid, is out of range, "" if it is not: a calendar's Leak and Per are
-// not used.
+// invalidCalendar checks a calendar rule, whose Leak and Per are not used.
 func (r Rule) invalidCalendar() string {
 	if r.Capacity > maxScaled {
 		return "a calendar rule counts at most 2^61 units"
@@ -265,15 +209,41 @@ func (r Rule) invalidCalendar() string {
 	return ""
 }
 
-// fieldOf is the state hash's field of a rule, from its definition (name,
-// Capacity, Leak, Per): 48 bits of its SHA-256 in 8 base64url characters,
-// the same for the same rule in every process, another for any change of
-// the rule (a funnel of other parameters starts empty), and short, since
-// every active key stores it. Among the few rules of one key, two of 48
-// random bits collide with a chance below 1e-13.
+// fieldOf is a rule's field in the state hash: 48 bits of the SHA-256 of
+// its definition, so a changed rule starts empty, in 8 base64url bytes.
 func fieldOf(definition string) string {
 	sum := sha256.Sum256([]byte(definition))
 	return base64.RawURLEncoding.EncodeToString(sum[:6])
+}
+
+// compiledRules caches validated rules: callers pass the same few Rules on
+// every call. It is safe for concurrent use.
+type compiledRules struct {
+	mu sync.RWMutex
+	m  map[Rule]rule
+}
+
+// compile returns r validated, from the cache when possible.
+func (cr *compiledRules) compile(r Rule) (rule, error) {
+	cr.mu.RLock()
+	c, ok := cr.m[r]
+	cr.mu.RUnlock()
+	if ok {
+		return c, nil
+	}
+	c, err := r.compile()
+	if err != nil {
+		return rule{}, err
+	}
+	cr.mu.Lock()
+	if len(cr.m) < maxCompiled {
+		if cr.m == nil {
+			cr.m = make(map[Rule]rule)
+		}
+		cr.m[r] = c
+	}
+	cr.mu.Unlock()
+	return c, nil
 }
 
 // Validate reports whether rules can be used together in one call: at least

@@ -7,40 +7,24 @@ import (
 	"time"
 )
 
-// A call answered with an error takes nothing (see doc.go, "A failed call is
-// not charged"): every write of an admission carries the server time from
-// which Redis refuses it, a time that the server's clock reaches no later
-// than the caller's deadline. A write that runs after the caller gave up is
-// refused, whenever the server gets to it.
-//
-// The bound comes from a sample of the server's clock: the TIME a reply
-// carried (server µs) and this process's monotonic clock when the reply was
-// received. Redis read its clock before it sent the reply, so at the
-// reply's receipt the server's clock read at least the sample; a local
-// duration d later it reads at least sample + d, less the drift of the two
-// clocks over d. So for a deadline D,
+// Every write of an admission carries the server time from which Redis
+// refuses it, which the server's clock reaches by the caller's deadline D:
+// from a sample (the TIME of a reply, received at a local time),
 //
 //	until = sample + (D - received) - margin(D - received)
-//
-// is a server time that the server's clock has passed by D: a write run
-// after D finds TIME >= until and is refused.
 
-// sampleMaxAge is the age past which a Limiter's sample is not used: a key
-// with no state is then admitted through the lock (two round trips), whose
-// read gives a fresh sample.
+// sampleMaxAge is the age past which a sample is not used: the call goes
+// through the lock, whose read gives a fresh one.
 const sampleMaxAge = time.Minute
 
 // A sample is one reading of the server's clock: offset, the server's µs
-// less this process's (µs since its clock's base) when the reply came; at,
-// this process's µs then.
+// less this process's when the reply came; at, this process's µs then.
 type sample struct {
 	offset, at int64
 }
 
-// margin is what until leaves for the clocks: 1 ms (µs roundings, one
-// reply's flight between the server's clock and its socket) plus 1/1000 of
-// the span, for two clocks that drift apart by up to 1000 ppm (NTP slews
-// by at most 500).
+// margin is what until leaves for the clocks: 1 ms plus 1000 ppm of the
+// span (NTP slews by at most 500).
 func margin(span int64) int64 {
 	return 1000 + span/1000
 }
@@ -52,23 +36,20 @@ func (s sample) until(deadline int64) int64 {
 	return s.offset + s.at + span - margin(span)
 }
 
-// A serverClock is a Limiter's latest sample of the server's clock, from
-// the replies of its calls: two words written without a lock (a reader may
-// pair one sample's offset with another's time, which moves the margin's
-// span by the time between two replies, well inside its 1 ms).
+// A serverClock is a Limiter's latest sample, two words written without a
+// lock: a reader may pair two samples' halves, well inside the margin.
 type serverClock struct {
 	base   time.Time // local µs count from it (its monotonic reading)
 	offset atomic.Int64
 	at     atomic.Int64 // 0: no sample yet
 }
 
-// sampleEvery is how often a reply replaces the sample: the writes to one
-// cache line would otherwise cost every call of every core.
+// sampleEvery is how often a reply replaces the sample (the writes to one
+// cache line cost every core).
 const sampleEvery = int64(10 * time.Millisecond / time.Microsecond)
 
-// local is t as µs since the clock's base, at least 1, rounded down; up is
-// that rounded up (a sample taken later, a deadline earlier: both err toward
-// refusing).
+// local is t as µs since the clock's base, at least 1, rounded down, or up
+// (both err toward refusing).
 func (c *serverClock) local(t time.Time, up bool) int64 {
 	d := t.Sub(c.base)
 	us := int64(d / time.Microsecond)
@@ -79,9 +60,8 @@ func (c *serverClock) local(t time.Time, up bool) int64 {
 }
 
 // sampled returns the sample of a reply that carried server time now and
-// was received at recv, and keeps it as the latest unless one from the last
-// sampleEvery is kept that it does not contradict: their offsets differ by
-// less than a margin (the server's clock stepped, or a reply was slow).
+// came at recv, and keeps it unless one from the last sampleEvery is kept
+// whose offset is within a margin of it.
 func (c *serverClock) sampled(now int64, recv time.Time) sample {
 	at := c.local(recv, true)
 	s := sample{offset: now - at, at: at}
@@ -101,8 +81,8 @@ const (
 	throughLock int64 = -1
 )
 
-// admitDeadline is admit.lua's deadline argument for a call whose context
-// has deadline d (ok false: none), sent at local time sent.
+// admitDeadline is a gate's deadline argument for a call whose context has
+// deadline d (ok false: none), sent at local time sent.
 func (c *serverClock) admitDeadline(d time.Time, ok bool, sent time.Time) int64 {
 	if !ok {
 		return noDeadline
@@ -114,8 +94,7 @@ func (c *serverClock) admitDeadline(d time.Time, ok bool, sent time.Time) int64 
 	return max(s.until(c.local(d, false)), 1)
 }
 
-// keep makes s the latest sample, whatever the age of the one kept: a
-// write refused before its caller's deadline showed that one wrong.
+// keep makes s the latest sample: a write refused early showed the kept one wrong.
 func (c *serverClock) keep(s sample) {
 	c.offset.Store(s.offset)
 	c.at.Store(s.at)
@@ -131,10 +110,8 @@ func outOfTime(d time.Time) bool {
 	return left <= margin(max(left, 0))
 }
 
-// outcome returns a call's result and error; errLate once ctx is done. A
-// write is refused up to a margin before the deadline, but a call answers
-// with a deadline error no earlier than its deadline (a bench or a caller
-// that reads an error with ctx.Err() == nil as Redis's fails otherwise).
+// outcome returns a call's result and error, errLate no earlier than ctx's
+// deadline: a caller reads an error with ctx.Err() == nil as Redis's.
 func outcome(ctx context.Context, res Result, err error) (Result, error) {
 	if errors.Is(err, errLate) {
 		<-ctx.Done() // errLate comes only to calls with a deadline
@@ -142,8 +119,7 @@ func outcome(ctx context.Context, res Result, err error) (Result, error) {
 	return res, err
 }
 
-// latest returns the latest sample, or false when there is none younger
-// than sampleMaxAge at local time now.
+// latest returns the latest sample; false if none is younger than sampleMaxAge.
 func (c *serverClock) latest(now time.Time) (sample, bool) {
 	at := c.at.Load()
 	s := sample{offset: c.offset.Load(), at: at}

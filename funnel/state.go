@@ -8,32 +8,16 @@ import (
 	"time"
 )
 
-// The state of a key is a Redis hash with one field per rule (rule.id). A
-// value is "<wait>:<fill>:<at>", three integers in base 36 (short: every
-// active key stores them), and, when the one-round-trip admission wrote it
-// (admit.lua), ":<nonce>" after them: <fill> and <at> are the rule's level,
-// and <wait> how long after <at> the rule has room for one unit again, or 0
-// when it has room now. The read script denies without the lock while TIME
-// is before <at> + <wait>: the rule's gate. (A gate is later than <at>, so a
-// server clock behind <at> cannot make it deny where the level would admit.)
-//
-// A window's value has the same shape, so that every script reads it as it
-// reads a funnel's: "<wait>:<log>:<at>[:<nonce>]", where <wait> is how long
-// after <at> the window has room for one unit (until its oldest unit
-// leaves; 0 if it has room), and <log> lists the times of its units, oldest
-// first, each as <at> minus the time in base 36 (less than the window's
-// length), separated by ','; a run of c units taken at one time is written
-// once, "<offset>*<c>" (c in base 36). An entry takes at most 14 bytes
-// (13 base-36 digits hold any int64, and the comma), so a window of n units
-// stores at most 14n bytes of log.
-//
-// A calendar rule's value is a funnel's, "<wait>:<count>:<at>": <count> is
-// the units of the period that holds <at> (a count of an earlier period is
-// 0 at any later time), and <wait> is 0 while one more fits, else how long
-// after <at> that period ends.
+// The state of a key is a hash with one field per rule (rule.id) holding
+// "<wait>:<fill>:<at>[:<nonce>]" in base 36: the level <fill> at server
+// time <at>, and the gate: the read script denies without the lock while
+// TIME is before <at> + <wait>. A one-script admission appends its nonce.
+// A window's <fill> is its log: its units' times, oldest first, as offsets
+// back from <at> separated by ',', a run of c units at one time written
+// "<offset>*<c>". A calendar rule's <fill> counts the units of the period
+// that holds <at>.
 
-// encode returns the stored value of a rule whose funnel holds fill at
-// server time at.
+// encode returns the stored value of r holding fill at server time at.
 func (r rule) encode(fill, at int64) string {
 	wait := r.wait(fill, 1)
 	switch {
@@ -51,8 +35,8 @@ func (r rule) encode(fill, at int64) string {
 	return string(b)
 }
 
-// appendWindow appends the stored value of window r holding the units log
-// (live at at, ascending) at server time at, but <at>: "<wait>:<log>:".
+// appendWindow appends window r's value for the units log (live at at,
+// ascending), but <at>: "<wait>:<log>:".
 func (r rule) appendWindow(b []byte, log []int64, at int64) []byte {
 	b = strconv.AppendInt(b, r.gate(r.windowWait(log, at, 1)), 36)
 	b = append(b, ':')
@@ -74,16 +58,14 @@ func (r rule) appendWindow(b []byte, log []int64, at int64) []byte {
 	return append(b, ':')
 }
 
-// encodeWindow returns the stored value of window r holding the units log
-// (live at at) at server time at.
+// encodeWindow returns window r's value for the units log at at.
 func (r rule) encodeWindow(log []int64, at int64) string {
 	b := r.appendWindow(make([]byte, 0, 32+8*len(log)), log, at)
 	return string(strconv.AppendInt(b, at, 36))
 }
 
-// parseWindow reads the units in a window's stored value, and reports
-// whether it has the stored values' shape with at most r.full units, in
-// order, none after <at>.
+// parseWindow reads a window's value: false unless it has the shape, at
+// most r's units, in order, none after <at>.
 func (r rule) parseWindow(s string) (level, bool) {
 	logs, at, ok := parseWindowHead(s)
 	if !ok {
@@ -104,8 +86,7 @@ func (r rule) parseWindow(s string) (level, bool) {
 	return level{fill: int64(len(log)), at: at, log: &log}, true
 }
 
-// parseWindowHead splits a window's stored value, <tag>:<log>:<at>[:<nonce>],
-// into its log (not empty) and its time.
+// parseWindowHead splits a window's value into its log (not empty) and <at>.
 func parseWindowHead(s string) (logs string, at int64, ok bool) {
 	_, rest, ok1 := strings.Cut(s, ":")
 	logs, ats, ok2 := strings.Cut(rest, ":")
@@ -114,8 +95,7 @@ func parseWindowHead(s string) (logs string, at int64, ok bool) {
 	return logs, at, ok1 && ok2 && ok3 && !strings.Contains(nonce, ":") && logs != ""
 }
 
-// parseLogEntry reads one entry of a window's log: <offset>, or
-// <offset>*<count> for count >= 1 units at one time.
+// parseLogEntry reads <offset> or <offset>*<count> (count >= 1).
 func parseLogEntry(e string) (off, count int64, ok bool) {
 	offs, counts, several := strings.Cut(e, "*")
 	off, ok = parseBase36(offs)
@@ -157,8 +137,7 @@ func (r rule) gate(w int64) int64 {
 	return w
 }
 
-// most is the most units a stored window may hold for r: its n, or for a
-// shared rule the most any window holds.
+// most is the most units a stored window may hold for r.
 func (r rule) most() int64 {
 	if r.shared {
 		return MaxWindow
@@ -166,8 +145,7 @@ func (r rule) most() int64 {
 	return r.full
 }
 
-// parseLevel reads the level in a stored value, and reports whether it has
-// the stored values' shape.
+// parseLevel reads the level in a stored value; false if it has not the shape.
 func parseLevel(s string) (level, bool) {
 	if strings.Count(s, ":") > 3 {
 		return level{}, false
@@ -186,8 +164,7 @@ func parseBase36(s string) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
-// snapshot is what the read script returned: the server time and the stored
-// levels of the call's rules.
+// snapshot is a read: the server time and the levels of the call's rules.
 type snapshot struct {
 	now    int64
 	levels []level
@@ -214,14 +191,10 @@ func parseRead(rules []rule, res any) (snapshot, error) {
 	return s, nil
 }
 
-// writeArgs returns the write script's arguments for rules holding fills at
-// server times ats (windows: the units logs, nil if none), written at now,
-// refused from server time deadline (noDeadline: never): the key's TTL in
-// ms (until every funnel is empty and every window holds no unit), the
-// deadline, then field, value pairs; an empty funnel's value is "" (its
-// field is deleted). The TTL and the deadline are passed as pointers into
-// one allocation (go-redis writes *int64 as the number): boxing each int64
-// would allocate twice.
+// writeArgs returns write.lua's arguments for rules holding fills at ats
+// (windows: logs) at now, refused from server time deadline: the key's TTL
+// in ms, the deadline, then field, value pairs ("" deletes the field). The
+// two numbers go by pointer into one allocation: boxing would take two.
 func writeArgs(rules []rule, fills, ats []int64, logs [][]int64, now, deadline int64) []any {
 	head := &[2]int64{0, deadline}
 	args := make([]any, 2, 2+2*len(rules))
@@ -251,8 +224,6 @@ func writeArgs(rules []rule, fills, ats []int64, logs [][]int64, now, deadline i
 // emptyArg deletes a rule's field (boxed once).
 var emptyArg any = ""
 
-// maxTTL is the longest state TTL written, in ms: the largest that a client
-// can hold as a time.Duration (about 292 years; miniredis, for one, wraps
-// past it and deletes the key at once). A key whose funnels need longer to
-// drain forgets their levels 292 years after its last write.
+// maxTTL is the longest state TTL written, in ms: the longest a client can
+// hold as a time.Duration (miniredis wraps past it).
 const maxTTL = math.MaxInt64 / int64(time.Millisecond)

@@ -402,7 +402,7 @@ func TestWindowRealServer(t *testing.T) {
 	c := b.Client(t)
 	// Without the state cache: written reads a call's server time from the
 	// state it wrote, and the returning key's gate anchors a funnel's new
-	// level at an estimate of that time instead (see returning.go).
+	// level at an estimate of that time instead (see gate.go).
 	lim := newLimiter(t, b, funnel.WithStateCache(0))
 	seed := *funnelmodel.Seed
 	if seed == 0 {

@@ -1,0 +1,158 @@
+package funnel
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/reach"
+	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
+)
+
+// A crowded key (its admissions in this process had others waiting) is
+// admitted without its lock: a batch reads the state (read.lua), decides
+// its calls, and commits with commit.lua, which writes only if the state is
+// what was read and the lock is free. Otherwise it returns the state as it
+// is now, and the batch is decided again on it at once, or says the lock is
+// held, and the batch takes it. The batches of one key in this process take
+// turns, so that they never make each other's commits fail.
+
+var (
+	//go:embed commit.lua
+	commitSrc    string
+	commitScript = redis.NewScript(readStateFunc + commitSrc)
+)
+
+// maxLost is how many commits may find the state changed before the batch
+// takes the lock, whose waiters are served in turn.
+const maxLost = 16
+
+// readFree reads the state for a crowded batch: commit.lua's last reply
+// that found it changed, or read.lua's. It returns it as a gate's, with no
+// lock (ErrDeclined when a rule has no room for one unit).
+func (l *leader) readFree(ctx context.Context) (*mutex.Lock, any, error) {
+	reply := l.next
+	l.next = nil
+	if reply == nil {
+		var err error
+		reply, err = l.lim.runner.Run(ctx, readPeek, []string{l.c.key}, l.c.ids, nil)
+		if err != nil {
+			return nil, nil, corrupt(fmt.Errorf("funnel: read: %w", reach.Mark(err)))
+		}
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) < 2 {
+		return nil, nil, fmt.Errorf("%w: read returned %T", ErrCorruptState, reply)
+	}
+	if p, _ := arr[0].(int64); p == 0 {
+		return nil, arr[1:], mutex.ErrDeclined
+	}
+	return nil, arr[1:], nil
+}
+
+// commitFree writes the batch's decisions, write.lua's args, with
+// commit.lua; again reports that the batch is decided again: on the state
+// it found changed, or through the lock.
+func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again bool) {
+	k := len(l.c.rules)
+	nonce := newNonce()
+	reply, err := l.lim.runner.Run(ctx, commitScript, []string{l.c.key, l.lockKey}, l.casArgs(args, nonce), nil)
+	if err != nil {
+		ws.failAdmitted(corrupt(fmt.Errorf("funnel: commit: %w", reach.Mark(err))))
+		return false
+	}
+	switch x := reply.(type) {
+	case int64:
+		if x < 0 { // late: nothing written
+			l.lim.clock.keep(l.lim.clock.sampled(-x, time.Now()))
+			l.late = true
+			return ws.late()
+		}
+		for i := range k { // what Redis holds: the values with the nonce
+			if v, _ := args[3+2*i].(string); v != "" {
+				args[3+2*i] = v + ":" + nonce
+			}
+		}
+		l.wrote(ws, args)
+		l.cacheDenials(ws)
+		return false
+	case []any:
+		l.lost++
+		if p, _ := x[0].(int64); p < 0 || l.lost >= maxLost {
+			l.optimistic, l.seen = false, nil // the lock, through admit.lua's gate
+		} else {
+			l.next = x
+		}
+		return true
+	}
+	ws.failAdmitted(fmt.Errorf("%w: commit returned %T", ErrCorruptState, reply))
+	return false
+}
+
+// casArgs returns commit.lua's arguments: the fields, the values read,
+// write.lua's TTL and deadline, the values to write, and the nonce.
+func (l *leader) casArgs(args []any, nonce string) []any {
+	k := len(l.c.rules)
+	cas := make([]any, 0, 3*k+3)
+	cas = append(cas, l.c.ids...)
+	for _, v := range l.seen {
+		cas = append(cas, v)
+	}
+	cas = append(cas, args[0], args[1])
+	for i := range k {
+		cas = append(cas, args[3+2*i])
+	}
+	return append(cas, nonce)
+}
+
+// turns orders the crowded batches of one key in this process. An entry
+// lives while a batch of its key holds or waits for the turn.
+type turns struct {
+	mu sync.Mutex
+	m  map[batchKey]*turn
+}
+
+// A turn is one key's: ch holds a token while a batch has the turn; n
+// counts the batches that have it or wait for it.
+type turn struct {
+	ch chan struct{}
+	n  int
+}
+
+// take waits for k's turn, or ctx's end (then the error), and returns the
+// function that gives the turn back.
+func (ts *turns) take(ctx context.Context, k batchKey) (func(), error) {
+	ts.mu.Lock()
+	t := ts.m[k]
+	if t == nil {
+		if ts.m == nil {
+			ts.m = make(map[batchKey]*turn)
+		}
+		t = &turn{ch: make(chan struct{}, 1)}
+		ts.m[k] = t
+	}
+	t.n++
+	ts.mu.Unlock()
+	select {
+	case t.ch <- struct{}{}:
+		return func() { ts.leave(k, t, true) }, nil
+	case <-ctx.Done():
+		ts.leave(k, t, false)
+		return nil, ctx.Err()
+	}
+}
+
+// leave gives k's turn back if held, and forgets k when no batch wants it.
+func (ts *turns) leave(k batchKey, t *turn, held bool) {
+	if held {
+		<-t.ch
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if t.n--; t.n == 0 {
+		delete(ts.m, k)
+	}
+}

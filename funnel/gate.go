@@ -1,0 +1,381 @@
+package funnel
+
+import (
+	"context"
+	_ "embed"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+
+	"github.com/funnelguard/funnelguard/mutex"
+)
+
+// The one-script admission: a lock attempt whose gate admits the call
+// itself when the key's lock is free and its state is empty (admit.lua) or
+// what this Limiter last saw (returning.lua, a call of funnels only). The
+// caller decides in advance and sends times and values; Redis compares them
+// with TIME and writes, with a nonce that makes a retry answer as the first
+// run. Otherwise the gate reads, as read.lua does, and the lock path goes on.
+// The state cache remembers what this Limiter last read or wrote per key.
+
+var (
+	//go:embed admit.lua
+	admitSrc string
+	//go:embed returning.lua
+	returningSrc string
+
+	admitGate     = mutex.NewGate(readStateFunc + admitSrc)
+	returningGate = mutex.NewGate(readStateFunc + returningSrc)
+)
+
+// settleGate answers the leader's call on the gate's verdict at server time
+// now: "admitted", or "late" (past the call's deadline, nothing written).
+func (l *leader) settleGate(ws sealed, now int64, verdict, how string) (again bool) {
+	s := l.lim.clock.sampled(now, l.recv)
+	switch {
+	case verdict == "admitted":
+		ws[0].res = l.admitAlone(now, how, len(ws) > 1)
+		l.alone = len(ws) > 1 // the others: see carryOn
+		return false
+	case !outOfTime(ws[0].deadline):
+		// Late with time left: the sample was off (the server's clock
+		// stepped forward); this reply's bounds the next attempt.
+		l.lim.clock.keep(s)
+		l.late = true
+		return true
+	}
+	ws[0].err = errLate
+	ws.rerunOthers()
+	return false
+}
+
+// admitGate returns the gate of an admission attempt: returning.lua's when
+// the key's state was seen and the call can be decided on it, else
+// admit.lua's.
+func (l *leader) admitGate(ctx context.Context) mutex.Call {
+	clock := &l.lim.clock
+	d, ok := ctx.Deadline()
+	deadline := clock.admitDeadline(d, ok, l.sent)
+	l.nonce, l.exp = newNonce(), nil
+	s, fresh := clock.latest(l.sent)
+	if l.seen == nil || !fresh || deadline == throughLock {
+		return l.c.admit(l.n, l.lock, deadline, l.nonce)
+	}
+	// The server's clock reads at least the time of the latest reply when
+	// the gate runs (a clock that stands still, a test's, too).
+	est := s.offset + s.at
+	gate, exp, ok := l.c.returning(l.n, l.lock, l.seen, est, deadline, l.nonce)
+	if !ok {
+		return l.c.admit(l.n, l.lock, deadline, l.nonce)
+	}
+	l.exp = exp
+	return gate
+}
+
+// admitAlone returns the leader's admission by its gate at server time now,
+// and keeps what the gate wrote in the state cache.
+func (l *leader) admitAlone(now int64, how string, others bool) Result {
+	rules := l.c.rules
+	var levels []level
+	var values []string
+	if l.exp != nil {
+		levels, values = l.c.returned(l.seen, l.exp, how, now, l.nonce)
+	} else if l.cache {
+		values = make([]string, len(rules))
+		for i := range rules {
+			fresh, _ := l.c.fresh(i, l.n)
+			values[i] = stamped(fresh, now, l.nonce)
+		}
+	}
+	if l.cache {
+		l.lim.states.store(l.c.key, l.c.set, values, crowdingOf(others))
+	}
+	d := decide(rules, levels, now, l.n)
+	return d.result(rules)
+}
+
+// admitCall holds admit's arguments and keys for a call of one unit on up
+// to setMax rules, in one allocation; the deadline and the nonce go by
+// pointer (go-redis writes *int64 and *string as their values; boxing
+// would allocate).
+type admitCall struct {
+	args     [2*setMax + 3]any
+	keys     [2]string
+	deadline int64
+	nonce    string
+}
+
+// admit returns admit.lua's gate for n units, checking that lock is free
+// and writing only before the server time deadline.
+func (c call) admit(n int64, lock string, deadline int64, nonce string) mutex.Call {
+	m := &admitCall{deadline: deadline, nonce: nonce}
+	var args []any
+	if n == 1 && len(c.set.admit1)+2 <= len(m.args) {
+		args = append(m.args[:0], c.set.admit1...)
+	} else {
+		args = admitArgs(c.rules, c.ids, n)
+	}
+	args = append(args, &m.deadline, &m.nonce)
+	m.keys[0], m.keys[1] = c.key, lock
+	return mutex.Call{Fragment: admitGate, Keys: m.keys[:], Args: args}
+}
+
+// newNonce returns 41 random bits in base 36.
+func newNonce() string {
+	return strconv.FormatUint(rand.Uint64()>>23, 36)
+}
+
+// admitArgs returns admit.lua's arguments for n units but the deadline and
+// the nonce: the fields, each rule's value after n units on an empty state
+// without its time, and the key's TTL in ms.
+func admitArgs(rules []rule, ids []any, n int64) []any {
+	args := append(make([]any, 0, 2*len(rules)+3), ids...)
+	var ttl int64
+	for _, r := range rules {
+		v, t := r.fresh(n)
+		args = append(args, v)
+		ttl = max(ttl, t)
+	}
+	return append(args, ttl)
+}
+
+// fresh returns rule r's value after n units on an empty state, without
+// its time, and the TTL in ms that it needs.
+func (r rule) fresh(n int64) (string, int64) {
+	if r.window > 0 {
+		return string(r.appendWindow(nil, withUnits(nil, 0, n), 0)), ceilDiv(r.window, 1000)
+	}
+	fill := n * r.per
+	b := strconv.AppendInt(nil, r.gate(r.wait(fill, 1)), 36)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, fill, 36)
+	return string(append(b, ':')), min(ceilDiv(ceilDiv(fill, r.leak), 1000), maxTTL)
+}
+
+// fresh is rule i's fresh(n), made once per set for n = 1.
+func (c call) fresh(i int, n int64) (string, int64) {
+	if n == 1 && c.set.fresh1 != nil {
+		return c.set.fresh1[i], c.set.freshTTL1[i]
+	}
+	return c.rules[i].fresh(n)
+}
+
+// maxLuaInt is the largest integer a Lua number holds exactly.
+const maxLuaInt = 1 << 53
+
+// An expectation is what returning.lua gets for one rule: from fit (server
+// µs) the call's units fit; from empty the funnel is empty and starts over
+// with fresh; before it the gate writes kept, the level anchored at anchor,
+// with the key's expiry (Unix ms). A rule with nothing seen has all zero.
+type expectation struct {
+	fit, anchor, empty, expiry int64
+	kept                       string
+	fresh                      string
+}
+
+// expect returns rule r's expectation for n more units on the value seen
+// ("" for none), the server's clock reading at least est when the gate
+// runs; false when r is no funnel, seen does not parse, or a time does not
+// fit a Lua number.
+//
+// A funnel's level is linear until it empties, so the level the lock path
+// would write at the gate's time is the same as fill(a) + n units anchored
+// at a = max(fit, est), for a <= now < empty. Anchored near now, a server
+// clock that steps back afterwards credits little leak twice.
+func (r rule) expect(seen string, n, est int64) (expectation, bool) {
+	if r.window > 0 || r.cal != nil || r.shared {
+		return expectation{}, false
+	}
+	if seen == "" {
+		return expectation{}, true
+	}
+	lv, ok := parseLevel(seen)
+	if !ok || lv.fill > r.full {
+		return expectation{}, false
+	}
+	e := expectation{empty: satAdd(lv.at, ceilDiv(lv.fill, r.leak))}
+	a := lv.at
+	if w := r.wait(lv.fill, n); w > 0 {
+		e.fit = satAdd(lv.at, w)
+		a = e.fit
+	}
+	a = max(a, est)
+	e.anchor = a
+	fill := r.drain(lv, a) + n*r.per
+	e.kept = r.encode(fill, a)
+	e.expiry = ceilDiv(satAdd(a, ceilDiv(fill, r.leak)), 1000)
+	return e, e.empty < maxLuaInt && e.expiry < maxLuaInt/1000
+}
+
+// returning returns returning.lua's gate for n units of c on the values
+// seen, and the expectations sent; false when a rule cannot be decided
+// there.
+func (c call) returning(n int64, lock string, seen []string, est, deadline int64, nonce string) (mutex.Call, []expectation, bool) {
+	k := len(c.rules)
+	var exp []expectation
+	var nums []int64
+	var args []any
+	var keys []string
+	if k == 1 { // one allocation for the call's slices
+		m := new(returningArgs)
+		exp, nums, args, keys = m.exp[:k], m.nums[:5*k+1], m.args[:0], m.keys[:]
+	} else {
+		exp, nums, args, keys = make([]expectation, k), make([]int64, 5*k+1), make([]any, 0, 9*k+2), make([]string, 2)
+	}
+	// Numbers and strings go by pointer, into nums, exp and seen, which
+	// outlive the call's sends: boxing each would allocate.
+	args = append(args, c.ids...)
+	for i, r := range c.rules {
+		e, ok := r.expect(seen[i], n, est)
+		if !ok {
+			return mutex.Call{}, nil, false
+		}
+		var ttl int64
+		e.fresh, ttl = c.fresh(i, n)
+		exp[i] = e
+		x := nums[5*i : 5*i+5]
+		x[0], x[1], x[2], x[3], x[4] = e.fit, e.anchor, e.empty, e.expiry, ttl
+		args = append(args, &seen[i], &x[0], &x[1], &x[2], &exp[i].kept, &x[3], &exp[i].fresh, &x[4])
+	}
+	nums[5*k] = deadline
+	args = append(args, &nums[5*k], nonce)
+	keys[0], keys[1] = c.key, lock
+	return mutex.Call{Fragment: returningGate, Keys: keys, Args: args}, exp, true
+}
+
+// returningArgs holds returning's slices for a call of one rule.
+type returningArgs struct {
+	exp  [1]expectation
+	nums [6]int64
+	args [11]any
+	keys [2]string
+}
+
+// returned returns the levels the returning gate admitted the call on and
+// the values it wrote at now, given how it wrote each rule ('k': kept, 'f':
+// fresh). how is "" when a retry found the call admitted: the values are
+// not known (nil), and the levels are those seen.
+func (c call) returned(seen []string, exp []expectation, how string, now int64, nonce string) ([]level, []string) {
+	levels := make([]level, len(c.rules))
+	var values []string
+	if len(how) == len(c.rules) {
+		values = make([]string, len(c.rules))
+	}
+	for i := range c.rules {
+		switch {
+		case values == nil:
+			levels[i], _ = parseLevel(seen[i]) // "" fails: an empty level
+		case how[i] == 'k':
+			levels[i], _ = parseLevel(seen[i])
+			values[i] = exp[i].kept + ":" + nonce
+		default:
+			values[i] = stamped(exp[i].fresh, now, nonce)
+		}
+	}
+	return levels, values
+}
+
+// stamped returns a value a gate wrote: prefix, now in base 36, the nonce.
+func stamped(prefix string, now int64, nonce string) string {
+	b := make([]byte, 0, len(prefix)+14+len(nonce))
+	b = append(b, prefix...)
+	b = strconv.AppendInt(b, now, 36)
+	b = append(b, ':')
+	return string(append(b, nonce...))
+}
+
+// DefaultStateCache is how many keys' state a Limiter remembers by default
+// (WithStateCache).
+const DefaultStateCache = 1 << 14
+
+// MaxStateCache is the most keys WithStateCache accepts.
+const MaxStateCache = 1 << 24
+
+// A stateCache remembers, per state key, its rules' values as this Limiter
+// last read or wrote them, for the returning key's gate, which
+// admits only if Redis holds those very values: an entry needs no
+// invalidation. It holds at most max keys in two generations: stores go to
+// cur; when cur holds max/2 keys it becomes old, and old is dropped. Every
+// method is a no-op on a nil *stateCache (the cache is off).
+type stateCache struct {
+	mu       sync.Mutex
+	half     int
+	cur, old map[string]seenState
+}
+
+// seenState is one key's entry: the rule set it was seen with, the values
+// ("" for none), and whether the key is crowded (its last admission had
+// other calls of this Limiter waiting: crowded.go).
+type seenState struct {
+	set     *ruleSet
+	values  []string
+	crowded bool
+}
+
+// A crowding says what store does with a key's crowded mark.
+type crowding int8
+
+const (
+	keepCrowding crowding = iota // as it was (a read)
+	calm                         // an admission with no other call waiting
+	crowded                      // an admission with other calls waiting
+)
+
+// crowdingOf is the mark of an admission that had others waiting, or not.
+func crowdingOf(others bool) crowding {
+	if others {
+		return crowded
+	}
+	return calm
+}
+
+// newStateCache returns a cache of at most max keys (at least 2).
+func newStateCache(max int) *stateCache {
+	return &stateCache{half: max / 2, cur: make(map[string]seenState)}
+}
+
+// lookup returns the values seen for key's rules set (nil if none), and
+// whether the key is crowded.
+func (c *stateCache) lookup(key string, set *ruleSet) ([]string, bool) {
+	if c == nil {
+		return nil, false
+	}
+	c.mu.Lock()
+	e, ok := c.cur[key]
+	if !ok {
+		e = c.old[key]
+	}
+	c.mu.Unlock()
+	if e.set != set {
+		return nil, false
+	}
+	return e.values, e.crowded
+}
+
+// store remembers values as key's state for set, marked as crowd says;
+// nil values forget key. It never writes into a slice it keeps: lookup's
+// callers send its strings by pointer.
+func (c *stateCache) store(key string, set *ruleSet, values []string, crowd crowding) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if values == nil {
+		delete(c.cur, key)
+		delete(c.old, key)
+		return
+	}
+	e, ok := c.cur[key]
+	if !ok {
+		e = c.old[key]
+		if len(c.cur) >= c.half {
+			c.old, c.cur = c.cur, make(map[string]seenState, c.half)
+		}
+	}
+	e.set, e.values = set, values
+	if crowd != keepCrowding {
+		e.crowded = crowd == crowded
+	}
+	c.cur[key] = e
+}

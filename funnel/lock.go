@@ -1,0 +1,234 @@
+package funnel
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
+	"github.com/funnelguard/funnelguard/internal/outage"
+	"github.com/funnelguard/funnelguard/mutex"
+)
+
+// The lock path: the state read with the lock (or, crowded, without it),
+// the batch decided on it, and one write that commits only while the lock
+// is held (or the state is unchanged: crowded.go).
+
+// A reading is a read's reply: the state, the end of the key's penalty box
+// (0: not in it), and whether the gate declined the lock (a rule has no
+// room, or the key is boxed): then every call is denied. Deciding the calls
+// updates its levels to the state to write.
+type reading struct {
+	snapshot
+	till     int64
+	declined bool
+	clock    sample // the server's clock, from this reply
+}
+
+// read parses the result of c's gate, or of Peek's script, after proceed.
+func (lim *Limiter) read(c call, res any) (reading, error) {
+	var till int64
+	if lim.penalty != nil {
+		res, till = unbox(c, res)
+	}
+	snap, err := parseRead(c.rules, res)
+	return reading{snapshot: snap, till: till}, err
+}
+
+// settleRead decides the calls ws on a read's reply and commits what they
+// took; again reports that nothing was written and they are decided anew.
+func (l *leader) settleRead(ctx context.Context, ws sealed, lk *mutex.Lock, res any, declined bool) (again bool) {
+	r, err := l.lim.read(l.c, res)
+	if err != nil {
+		_, _ = l.lim.unlock(ctx, lk, nil)
+		ws.failAll(err)
+		return false
+	}
+	r.declined = declined
+	r.clock = l.lim.clock.sampled(r.now, l.recv)
+	l.saw(res)
+	taken := l.decide(ws, r)
+	if taken == 0 || ws[0].err != nil {
+		_, _ = l.lim.unlock(ctx, lk, nil) // nil when declined
+		if ws[0].err != nil && taken > 0 {
+			ws.rerunOthers() // the leader has no time left to write
+			return false
+		}
+		l.cacheDenials(ws)
+		return false
+	}
+	return l.commit(ctx, ws, lk, r)
+}
+
+// decide decides the calls ws in arrival order on r, each seeing the units
+// taken before it, and returns how many it admitted.
+func (l *leader) decide(ws sealed, r reading) int {
+	taken := 0
+	for _, w := range ws {
+		if w.done != nil && w.gone.Load() {
+			continue // its caller left: nothing taken for it
+		}
+		if l.take(w, r) {
+			taken++
+		} else if w.done != nil && w.err != nil {
+			w.gone.Store(true) // answered errLate: not decided again
+		}
+	}
+	return taken
+}
+
+// take decides w on r's levels and, if admitted, takes its units. A call
+// with no time left for the write is answered errLate and takes nothing.
+func (l *leader) take(w *waiter, r reading) bool {
+	rules := l.c.rules
+	d := decide(rules, r.levels, r.now, w.n)
+	switch {
+	case r.till > 0: // in the penalty box
+		w.res = boxed(d, rules, r.now, r.till)
+		return false
+	case r.declined || !d.allowed:
+		d.allowed = false
+		d.retry = max(d.retry, 1) // never "retry now" on a denial
+		w.res = d.result(rules)
+		return false
+	}
+	w.until = noDeadline
+	if !w.deadline.IsZero() {
+		w.until = max(r.clock.until(l.lim.clock.local(w.deadline, false)), 1)
+		if w.until <= r.now {
+			w.res, w.err = Result{}, errLate
+			return false
+		}
+	}
+	for j := range r.levels {
+		r.levels[j] = d.level(j)
+	}
+	w.res = d.result(rules)
+	return true
+}
+
+// commit writes r's levels and releases the lock; again reports that the
+// lease lapsed or the write came late: nothing was written.
+func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r reading) (again bool) {
+	fills, ats := make([]int64, len(r.levels)), make([]int64, len(r.levels))
+	var logs [][]int64
+	for j, lv := range r.levels {
+		fills[j], ats[j] = lv.fill, lv.at
+		if lv.log != nil {
+			if logs == nil {
+				logs = make([][]int64, len(r.levels))
+			}
+			logs[j] = *lv.log
+		}
+	}
+	args := writeArgs(l.c.rules, fills, ats, logs, r.now, ws.deadline())
+	if lk == nil {
+		return l.commitFree(ctx, ws, args)
+	}
+	if ctxcall.Ended(ctx) != nil { // no time left: release without writing
+		_, _ = l.lim.unlock(ctx, lk, nil)
+		return ws.late()
+	}
+	reply, err := l.lim.unlock(ctx, lk, &mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: args})
+	switch {
+	case errors.Is(err, mutex.ErrNotHeld):
+		return true
+	case err == nil && isLate(reply):
+		l.lim.clock.keep(l.lim.clock.sampled(-reply.(int64), time.Now()))
+		l.late = true
+		return ws.late()
+	case err != nil:
+		ws.failAdmitted(err)
+	default:
+		l.wrote(ws, args)
+		l.cacheDenials(ws)
+	}
+	return false
+}
+
+// cacheDenials keeps the denials of ws in the deny cache.
+func (l *leader) cacheDenials(ws sealed) {
+	if l.lim.denials == nil {
+		return
+	}
+	for _, w := range ws {
+		if w.err == nil {
+			l.lim.denials.store(l.c.key, l.c.set, w.n, l.sent, l.epoch, w.res)
+		}
+	}
+}
+
+// saw keeps the values of a read reply, {now, value...}, as the state seen.
+func (l *leader) saw(res any) {
+	if !l.cache {
+		return
+	}
+	arr, _ := res.([]any)
+	if len(arr) != len(l.c.rules)+1 {
+		return
+	}
+	values := make([]string, len(l.c.rules))
+	for i := range values {
+		values[i], _ = arr[i+1].(string)
+	}
+	l.seen = values
+	l.lim.states.store(l.c.key, l.c.set, values, keepCrowding)
+}
+
+// wrote keeps the values of a commit, write.lua's args (field, value pairs
+// after two numbers).
+func (l *leader) wrote(ws sealed, args []any) {
+	if !l.cache {
+		return
+	}
+	values := make([]string, len(l.c.rules))
+	for i := range values {
+		values[i], _ = args[3+2*i].(string)
+	}
+	l.lim.states.store(l.c.key, l.c.set, values, crowdingOf(len(ws) > 1))
+}
+
+// isLate reports whether write.lua's reply (a negative time) says late.
+func isLate(reply any) bool {
+	n, ok := reply.(int64)
+	return ok && n < 0
+}
+
+// releaseTimeout bounds a release that finishes after its call returned.
+const releaseTimeout = 2 * time.Second
+
+// unlock releases lk, running call (nil: none) as it does, while ctx has
+// time; if that fails without saying the lock is gone, or ctx has no time
+// left, a goroutine of its own releases it, bounded by releaseTimeout. The
+// call returns by its deadline, and its lock goes as soon as Redis answers.
+func (lim *Limiter) unlock(ctx context.Context, lk *mutex.Lock, call *mutex.Call) (any, error) {
+	if err := ctxcall.Ended(ctx); err != nil {
+		go lim.finishRelease(ctx, lk, nil)
+		return nil, err
+	}
+	reply, err := releaseWith(ctx, lk, call)
+	if err != nil && !errors.Is(err, mutex.ErrNotHeld) {
+		go lim.finishRelease(ctx, lk, call) // the same call: a retry answers as the first
+	}
+	return reply, err
+}
+
+// finishRelease releases lk after its caller left. It sends nothing until
+// the server answers a PING (go-redis counts failed dials toward its dial
+// breaker).
+func (lim *Limiter) finishRelease(ctx context.Context, lk *mutex.Lock, call *mutex.Call) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if lim.dial != nil && outage.Answering(ctx, lim.dial) != nil {
+		return // the lease ends the lock
+	}
+	_, _ = releaseWith(ctx, lk, call)
+}
+
+// releaseWith is lk.UnlockWith(call), or lk.Unlock for no call.
+func releaseWith(ctx context.Context, lk *mutex.Lock, call *mutex.Call) (any, error) {
+	if call == nil {
+		return nil, lk.Unlock(ctx)
+	}
+	return lk.UnlockWith(ctx, *call)
+}
