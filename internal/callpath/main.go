@@ -79,7 +79,11 @@ func measure(ctx context.Context, c *redis.Client, dir string) error {
 	if err != nil {
 		return err
 	}
-	rule := funnel.Window(1000, time.Minute)
+	other, err := funnel.New(c) // another process's Limiter
+	if err != nil {
+		return err
+	}
+	rule := funnel.AtMost(1_000_000, time.Hour)
 	var lk *mutex.Lock
 	var p *mutex.Permit
 	fresh := 0
@@ -97,6 +101,9 @@ func measure(ctx context.Context, c *redis.Client, dir string) error {
 			call: func() error { fresh++; _, err := lim.Allow(ctx, "fresh"+strconv.Itoa(fresh), rule); return err }},
 		{name: "AllowReturning",
 			call: func() error { _, err := lim.Allow(ctx, "returning", rule); return err }},
+		{name: "AllowLocked", // a key whose state another Limiter wrote last
+			before: func() error { _, err := other.Allow(ctx, "shared", rule); return err },
+			call:   func() error { _, err := lim.Allow(ctx, "shared", rule); return err }},
 	}
 	for _, s := range steps {
 		if err := run(s, filepath.Join(dir, s.name)); err != nil {
