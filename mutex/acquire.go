@@ -405,7 +405,7 @@ func setGetArgs(cfg lockConfig) redis.SetArgs {
 // the lock held may be a retry of its own SET.
 func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
 	return func(_ bool, err error) {
-		if (err == nil || l.lateUnknown(err)) && l.mayUndo(h) {
+		if (err == nil || l.lateUnknown(err)) && l.reclaim(h) {
 			l.releaseOrphan(h)
 		}
 	}
@@ -414,16 +414,17 @@ func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
 // undoLateSet is undoLate for takeFree.
 func (l *Locker) undoLateSet(h *hold) func(string, error) {
 	return func(old string, err error) {
-		if (err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && l.lateUnknown(err))) && l.mayUndo(h) {
+		if (err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && l.lateUnknown(err))) && l.reclaim(h) {
 			l.releaseOrphan(h)
 		}
 	}
 }
 
-// mayUndo reports whether a late reply may release h's lock: always on a
-// client that ignores deadlines (nothing was remembered), else only if it
-// claims h's token back (an attempt may have adopted the lock).
-func (l *Locker) mayUndo(h *hold) bool {
+// reclaim reports whether a late reply, or the repeat of a release that
+// handed the lock to h, may act on h's lock: always on a client that ignores
+// deadlines (nothing was remembered), else only if it claims h's token back
+// (an attempt may have adopted the lock).
+func (l *Locker) reclaim(h *hold) bool {
 	return !l.honours || l.orphans.claim(h.name, h.token)
 }
 

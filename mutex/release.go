@@ -267,12 +267,6 @@ func (r *release) rememberHandOver(err error) {
 	}
 }
 
-// reclaim takes back the token of h, a failed release's hand-over, for its
-// repeat: false when an attempt took it to adopt the lock.
-func (l *Locker) reclaim(h *hold) bool {
-	return !l.honours || l.orphans.claim(h.name, h.token)
-}
-
 // giveNext completes a hand-over through Redis, whose lease began at start.
 func (r *release) giveNext(fence int64, start time.Time) {
 	nh := r.nh

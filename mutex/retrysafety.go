@@ -353,13 +353,13 @@ func (r *releases) end(seq uint64, answered bool) {
 
 // undoLate returns what to do with an acquire script's reply that came after
 // its caller left: release the lock of h if the attempt took it, or may have
-// (lateUnknown), and no attempt adopted it meanwhile (mayUndo).
+// (lateUnknown), and no attempt adopted it meanwhile (reclaim).
 func (l *Locker) undoLate(h *hold) func(any, error) {
 	return func(reply any, err error) {
 		if err != nil && !l.lateUnknown(err) {
 			return
 		}
-		if r, _, aerr := acquired(reply); (err != nil || (aerr == nil && r[0] == 1)) && l.mayUndo(h) {
+		if r, _, aerr := acquired(reply); (err != nil || (aerr == nil && r[0] == 1)) && l.reclaim(h) {
 			l.releaseOrphan(h)
 		}
 	}
@@ -410,7 +410,7 @@ func (l *Locker) releaseOrphan(h *hold) {
 // have handed the lock to h: release it, since nobody will hold it.
 func (l *Locker) orphanOf(h *hold) func(any, error) {
 	return func(any, error) {
-		if l.mayUndo(h) {
+		if l.reclaim(h) {
 			l.releaseOrphan(h)
 		}
 	}
