@@ -24,7 +24,7 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	if err := lk.use(); err != nil {
 		return nil, err
 	}
-	defer lk.unuse()
+	defer lk.hold.exit()
 	h := lk.hold
 	if err := h.locker.unsupported("a Fragment"); err != nil {
 		return nil, err
@@ -67,7 +67,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := lk.use(); err != nil {
 		return err
 	}
-	defer lk.unuse()
+	defer lk.hold.exit()
 	start := time.Now()
 	ok, err := lk.hold.locker.dep.extend(ctx, lk.hold, handleID(lk.id), ttl, start)
 	if err != nil {
@@ -89,7 +89,7 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := lk.use(); err != nil {
 		return 0, err
 	}
-	defer lk.unuse()
+	defer lk.hold.exit()
 	d, err := lk.hold.locker.dep.pttl(ctx, lk)
 	switch {
 	case errors.Is(err, ErrNotHeld):
@@ -193,7 +193,7 @@ func (lk *Lock) Token() string {
 // use marks the start of a call that acts for lk in Redis without ending it
 // (Extend, Run, TTL), or returns ErrNotHeld. While it runs the hold is busy:
 // its release is never a local hand-over, which would keep the token, so the
-// call cannot act for the waiter's lock. Each use is ended by unuse.
+// call cannot act for the waiter's lock. Each use is ended by hold.exit.
 func (lk *Lock) use() error {
 	if lk == nil {
 		return ErrNotHeld
@@ -206,13 +206,6 @@ func (lk *Lock) use() error {
 	}
 	h.busy++
 	return nil
-}
-
-// unuse ends a use of lk.
-func (lk *Lock) unuse() {
-	lk.hold.mu.Lock()
-	lk.hold.busy--
-	lk.hold.mu.Unlock()
 }
 
 // beginRelease moves lk from held to releasing, deciding which of racing
@@ -387,7 +380,7 @@ func (h *hold) hasEnded() bool {
 	return h.ended
 }
 
-// exit ends an enter.
+// exit ends an enter or a Lock.use.
 func (h *hold) exit() {
 	h.mu.Lock()
 	h.busy--
