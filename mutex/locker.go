@@ -106,8 +106,8 @@ func (l *Locker) wire() {
 	if s, ok := l.runner.Scripter().(nativeSetter); ok && l.fenceTTL == 0 && l.acks == 0 {
 		l.setNX = s
 	}
-	if !l.noBatch {
-		l.batch.pipe = pipelines(l.client)
+	if p, ok := l.client.(interface{ Pipeline() redis.Pipeliner }); ok && !l.noBatch {
+		l.batch.pipe = p.Pipeline
 		_, l.batch.fanOut = l.client.(interface{ Options() *redis.Options })
 	}
 }

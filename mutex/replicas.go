@@ -100,9 +100,9 @@ func (l *Locker) pipeWait(ctx context.Context, script *redis.Script, keys []stri
 	}
 }
 
-// runThenWait runs script on one connection of the master of keys[0] and
-// sends WAIT on it only when granted(reply).
-func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []string, args []any, granted func(any) bool, late func(any, error)) (reply any, short, err error) {
+// runThenWait runs an acquire script on one connection of the master of
+// keys[0] and sends WAIT on it only when the lock was granted.
+func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (reply any, short, err error) {
 	a, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (acked, error) {
 		n, err := l.nodeOf(ctx, keys[0])
 		if err != nil {
@@ -111,7 +111,7 @@ func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []s
 		c := n.Conn()
 		defer c.Close()
 		reply, err := script.Run(ctx, c, keys, args...).Result()
-		if err != nil || !granted(reply) {
+		if r, _, aerr := acquired(reply); err != nil || aerr != nil || r[0] != 1 {
 			return acked{reply: reply}, err
 		}
 		wait := l.waitCmd(ctx, l.ackTimeout)

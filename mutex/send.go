@@ -56,14 +56,6 @@ const (
 	left // the caller left after the command was sent
 )
 
-// pipelines returns client's Pipeline, or nil when it has none.
-func pipelines(client Client) func() redis.Pipeliner {
-	if p, ok := client.(interface{ Pipeline() redis.Pipeliner }); ok {
-		return p.Pipeline
-	}
-	return nil
-}
-
 // alone takes a slot for a call that runs by itself, when one is free and
 // nobody queues; the caller then calls free. False: queue (do).
 func (b *batcher) alone() bool {
@@ -306,15 +298,9 @@ func (l *Locker) acquireRun(ctx context.Context, script *redis.Script, keys []st
 		reply, err = l.run(ctx, script, keys, args, late)
 		return reply, nil, err
 	case fragment:
-		return l.runThenWait(ctx, script, keys, args, grants, late)
+		return l.runThenWait(ctx, script, keys, args, late)
 	}
 	return l.runAcked(ctx, script, keys, args, late)
-}
-
-// grants reports whether an acquire script's reply granted the lock.
-func grants(reply any) bool {
-	r, _, err := acquired(reply)
-	return err == nil && r[0] == 1
 }
 
 // scriptCall returns the keys and arguments of a lock script: call's
