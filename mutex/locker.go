@@ -24,8 +24,8 @@ const (
 	DefaultFenceTTL = 7 * 24 * time.Hour
 	// MaxNameLen is the longest lock name accepted, in bytes.
 	MaxNameLen = 1024
-	// MaxTTL is the longest lease and retry interval accepted: hold a lock
-	// longer WithAutoRenew, so that a dead holder frees it within a lease.
+	// MaxTTL is the longest lease and retry interval accepted: renew a lock
+	// held longer (WithAutoRenew), so that a dead holder frees it in a lease.
 	MaxTTL = 24 * time.Hour
 )
 
@@ -112,7 +112,6 @@ func (l *Locker) wire() {
 	}
 }
 
-// box keeps the script arguments that every call sends, boxed once.
 func (l *Locker) box() {
 	l.ttlMS, l.fenceMS = l.ttl.Milliseconds(), l.fenceTTL.Milliseconds()
 }
@@ -131,7 +130,6 @@ func (l *Locker) Key(name, kind string) (string, error) {
 	return keyspace.Key(l.prefix, name, kind), nil
 }
 
-// checkName refuses a name no lock may have.
 func checkName(name string) error {
 	if name == "" || len(name) > MaxNameLen {
 		return fmt.Errorf("%w: name of %d bytes: want 1 to %d", ErrInvalid, len(name), MaxNameLen)
@@ -153,7 +151,6 @@ const (
 	kindReleased = "released"
 )
 
-// reservedKind reports whether Key must refuse kind.
 func reservedKind(kind string) bool {
 	switch kind {
 	case "", kindLock, kindFence, kindRecord, kindReleased, kindSem:
@@ -173,7 +170,6 @@ type names struct {
 	value string // the lock's value while nobody waits for it (putFreeValue)
 }
 
-// names returns the names of a new token's lock on name.
 func (l *Locker) names(name string) names {
 	var raw [tokenLen / 2]byte
 	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
@@ -217,7 +213,6 @@ func (l *Locker) names(name string) names {
 	return n
 }
 
-// writeBase writes <prefix>{<tag>}: to b, the start of every key of a name.
 func writeBase(b *strings.Builder, prefix, tag string) {
 	b.WriteString(prefix)
 	b.WriteByte('{')
