@@ -175,7 +175,6 @@ func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Ca
 	return lk, pttl, res, err
 }
 
-// takeToken is one attempt of take.
 func (l *Locker) takeToken(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
 	n, adopting := l.orphans.take(name)
 	if adopting {
@@ -353,7 +352,6 @@ func (l *Locker) setFree(ctx context.Context, name string, n *names, value any, 
 	return ok, reach.Mark(err)
 }
 
-// setFreeAlone is setFree without batching.
 func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, value any, cfg lockConfig) (bool, error) {
 	if l.runner.Direct(ctx) {
 		return l.setNX.SetNX(ctx, n.key, value, cfg.ttl).Result()
@@ -385,7 +383,6 @@ func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, value an
 	return old, reach.Mark(err)
 }
 
-// setFreeGetAlone is setFreeGet without batching.
 func (l *Locker) setFreeGetAlone(ctx context.Context, name string, n *names, value any, cfg lockConfig) (string, error) {
 	if l.runner.Direct(ctx) { // no closures on the common path
 		return l.setNX.SetArgs(ctx, n.key, value, setGetArgs(cfg)).Result()
@@ -396,7 +393,6 @@ func (l *Locker) setFreeGetAlone(ctx context.Context, name string, n *names, val
 	}, l.undoLateSet(newHold(l, name, *n)))
 }
 
-// setGetArgs are a SET NX PX GET's with cfg's lease.
 func setGetArgs(cfg lockConfig) redis.SetArgs {
 	return redis.SetArgs{Mode: "NX", TTL: cfg.ttl, Get: true}
 }
@@ -432,13 +428,11 @@ func (l *Locker) reclaim(h *hold) bool {
 // of owners (a zero-size key: looking it up allocates nothing).
 type ownerKey struct{}
 
-// An owner is one link of that chain.
 type owner struct {
 	hold *hold
 	next *owner
 }
 
-// ownerOf returns the hold of name and l that ctx carries, or nil.
 func ownerOf(ctx context.Context, l *Locker, name string) *hold {
 	for o, _ := ctx.Value(ownerKey{}).(*owner); o != nil; o = o.next {
 		if o.hold.locker == l && o.hold.name == name {

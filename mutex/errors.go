@@ -51,5 +51,4 @@ var (
 // nothing; it matches ErrInvalid.
 var ErrNilContext = fmt.Errorf("%w: nil context", ErrInvalid)
 
-// errNilLocker is the error of a call on a nil *Locker.
 var errNilLocker = fmt.Errorf("%w: nil Locker", ErrInvalid)

@@ -49,12 +49,10 @@ func newFragment(src string, gate bool) *Fragment {
 // into locals, so no table is built or shifted for the fragment: a declined
 // gate costs little more than the fragment's own work.
 
-// lockPart is the lock's script as a Lua function of KEYS and ARGV.
 func lockPart(lockSrc string) string {
 	return "local function lock_part(KEYS, ARGV)\n" + lockSrc + "\nend\n"
 }
 
-// userPart is the fragment as a Lua function of its KEYS and ARGV.
 func userPart(src string) string {
 	return "local function user_part(KEYS, ARGV)\n" + src + "\nend\n"
 }
@@ -98,7 +96,6 @@ func putFront(t string, n int) string {
 	return b.String()
 }
 
-// locals lists the locals of cutTail as a Lua table constructor.
 func locals(t string, n int) string {
 	names := make([]string, n)
 	for i := range names {

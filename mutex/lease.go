@@ -46,7 +46,6 @@ func serverDeadline(start time.Time, now, ends int64) time.Time {
 	return leaseEnd(start, time.Duration(ends-now)*time.Millisecond)
 }
 
-// setDeadline records a new end of the lease unless the life has ended.
 func (l *life) setDeadline(d time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -101,7 +100,6 @@ func (l *life) watchedLocked(o lifeOwner, s *lifeSignal) error {
 	return err
 }
 
-// watchLocked starts the deadline timer on the first watcher.
 func (l *life) watchLocked(o lifeOwner) {
 	if l.ended || l.timer != nil {
 		return
@@ -124,21 +122,18 @@ func (l *life) checkDeadline(o lifeOwner) {
 	o.endLocked(lost)
 }
 
-// done is a handle's Done: s is its signal, o the owner of the life.
 func (l *life) done(o lifeOwner, s *lifeSignal) <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return s.doneLocked(l.watchedLocked(o, s))
 }
 
-// context is a handle's Context: s is its signal, o the owner of the life.
 func (l *life) context(o lifeOwner, s *lifeSignal, parent context.Context) context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return s.deriveLocked(&l.mu, parent, l.watchedLocked(o, s))
 }
 
-// leaseDeadline is a handle's Deadline.
 func (l *life) leaseDeadline(o lifeOwner, s *lifeSignal) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -184,7 +179,6 @@ type lifeSignal struct {
 	next   uint64
 }
 
-// endLocked ends the handle in phase p, once.
 func (s *lifeSignal) endLocked(p phase) {
 	if s.phase >= released {
 		return
@@ -193,7 +187,6 @@ func (s *lifeSignal) endLocked(p phase) {
 	s.fireLocked(p.cause())
 }
 
-// causeLocked returns the handle's cause once it has ended, else nil.
 func (s *lifeSignal) causeLocked() error {
 	if s.phase >= released {
 		return s.phase.cause()
@@ -235,7 +228,6 @@ func (s *lifeSignal) deriveLocked(mu sync.Locker, parent context.Context, ended 
 	return ctx
 }
 
-// fireLocked ends Done's channel and every context with cause.
 func (s *lifeSignal) fireLocked(cause error) {
 	if s.cancel != nil {
 		s.cancel(cause)
@@ -269,7 +261,6 @@ type renewer interface {
 	lose()
 }
 
-// renewOnce is the hold's renewal: one extend script.
 func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (bool, error) {
 	start := time.Now()
 	held, err := h.locker.dep.extend(ctx, h, "", lease, start)

@@ -101,7 +101,6 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	return d, nil
 }
 
-// pttl reads the lease lk's lock has left in Redis.
 func (single) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	reply, err := lk.hold.locker.run(ctx, pttlScript, []string{lk.hold.key}, []any{lk.hold.token, argID(lk.id)}, nil)
 	if err != nil {
@@ -144,7 +143,6 @@ const (
 	lost                    // the lease ended, or Redis reported the lock gone
 )
 
-// cause is what Done's context reports for a handle that ended in p.
 func (p phase) cause() error {
 	if p == lost {
 		return ErrLockLost
@@ -231,7 +229,6 @@ func (lk *Lock) abortRelease() {
 	}
 }
 
-// closedChan is what Done of a nil Lock returns.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Done returns a channel closed when this handle ends: by Unlock, before
@@ -286,7 +283,6 @@ type hold struct {
 	one     [1]*Lock // handles' first backing array: no allocation for the root
 }
 
-// newHold returns the hold of n's token on name.
 func newHold(l *Locker, name string, n names) *hold {
 	return &hold{locker: l, name: name, names: n, valueArg: n.value}
 }
@@ -297,7 +293,6 @@ type root struct {
 	lk Lock
 }
 
-// newRoot returns the root handle of a new hold of n's token on name.
 func newRoot(l *Locker, name string, n names, value any, fence int64) *Lock {
 	r := &root{h: hold{locker: l, name: name, names: n, valueArg: value, fence: fence}}
 	r.lk.hold = &r.h
@@ -373,14 +368,12 @@ func (h *hold) enter() error {
 	return nil
 }
 
-// hasEnded reports whether the hold has ended (released, handed over, lost).
 func (h *hold) hasEnded() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.ended
 }
 
-// exit ends an enter or a Lock.use.
 func (h *hold) exit() {
 	h.mu.Lock()
 	h.busy--
@@ -402,7 +395,6 @@ func (h *hold) release(lk *Lock, last bool) {
 	}
 }
 
-// end ends the hold and every open handle in phase p.
 func (h *hold) end(p phase) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -35,7 +35,6 @@ func (l *Locker) channel(name string) string {
 	return keyspace.Key(l.prefix, name, kindReleased)
 }
 
-// canNotify reports whether waiters can hear of releases.
 func (l *Locker) canNotify() bool {
 	_, ok := l.client.(subscriber)
 	return l.notify && ok
@@ -102,7 +101,6 @@ func (l *Locker) unsubscribeLocked(name string) func() {
 	return l.dropChannelLocked(ch)
 }
 
-// openSubLocked opens the Locker's Pub/Sub connection and its reader.
 func (l *Locker) openSubLocked(ctx context.Context, s subscriber) {
 	sub := &subscription{ps: s.Subscribe(context.WithoutCancel(ctx)), names: map[string]string{},
 		sems: map[string]map[string]chan string{}, ready: map[string]chan struct{}{}, done: make(chan struct{})}

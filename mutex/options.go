@@ -22,7 +22,6 @@ type option struct {
 	call  lockConfig                   // in an acquisition
 }
 
-// place is a set of the places an option applies.
 type place uint8
 
 const (
@@ -41,7 +40,6 @@ func (p place) String() string {
 	return "an acquisition"
 }
 
-// lockConfig is what the options of one acquisition decide.
 type lockConfig struct {
 	ttl      time.Duration
 	ttlMS    any // ttl in ms, boxed once for the scripts' arguments
@@ -50,7 +48,6 @@ type lockConfig struct {
 	err      error
 }
 
-// check refuses o where it means nothing.
 func (o *option) check(at place) error {
 	switch {
 	case o.err != nil:
@@ -61,7 +58,6 @@ func (o *option) check(at place) error {
 	return nil
 }
 
-// configure applies the options of New (q nil) or NewQuorum.
 func (l *Locker) configure(q *quorum, at place, opts []Option) error {
 	for _, o := range opts {
 		if o.o == nil {
@@ -77,7 +73,6 @@ func (l *Locker) configure(q *quorum, at place, opts []Option) error {
 	return nil
 }
 
-// config validates a call and its options.
 func (l *Locker) config(name string, opts []Option) (lockConfig, error) {
 	if l == nil {
 		return lockConfig{}, errNilLocker
@@ -115,7 +110,6 @@ func checkDuration(what string, d time.Duration) error {
 	return nil
 }
 
-// lockerOption is an option of New and NewQuorum.
 func lockerOption(name string, set func(*Locker)) Option {
 	return Option{&option{name: name, where: inNew | inQuorum, setup: func(l *Locker, _ *quorum) error {
 		set(l)
@@ -193,7 +187,6 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 	return o
 }
 
-// quorumOption is an option of NewQuorum only.
 func quorumOption(name, what string, d time.Duration, set func(*quorum)) Option {
 	o := &option{name: name, where: inQuorum, setup: func(_ *Locker, q *quorum) error {
 		set(q)

@@ -104,7 +104,6 @@ type outcome struct {
 	err    error
 }
 
-// waitState is the state of one wait.
 type waitState struct {
 	l      *Locker
 	name   string
@@ -124,7 +123,6 @@ const (
 	noTick = time.Duration(-1)
 )
 
-// enqueue adds a waiter for name to the end of its queue.
 func (l *Locker) enqueue(name string, cfg lockConfig, call *Call) *waiter {
 	w := &waiter{cfg: cfg, wake: make(chan struct{}, 1), got: make(chan *Lock, 1), gated: call != nil && call.Fragment.gate}
 	l.mu.Lock()
@@ -195,7 +193,6 @@ func (s *waitState) try(ctx context.Context, head bool) (time.Duration, outcome,
 	return s.listen(ctx, pttl), outcome{}, false
 }
 
-// sleep waits for the pause, a wake-up, a hand-over or the end of ctx.
 func (s *waitState) sleep(ctx context.Context, pause time.Duration) (outcome, bool) {
 	var tick <-chan time.Time
 	if pause >= 0 {
@@ -227,7 +224,6 @@ func (s *waitState) leave(ctx context.Context, lk *Lock, res any, err error) out
 	return s.l.leave(ctx, s.name, s.w, outcome{lk: lk, res: res, err: err})
 }
 
-// queued reports whether goroutines of l wait for name.
 func (l *Locker) queued(name string) bool {
 	if l.nqueues.Load() == 0 {
 		return false
@@ -247,7 +243,6 @@ type turn struct {
 	fail    error         // end the wait with this error (failWaiters)
 }
 
-// headOf returns w's turn.
 func (l *Locker) headOf(name string, w *waiter) turn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -289,7 +284,6 @@ func (l *Locker) declined(name string) {
 	})
 }
 
-// eachWaiter calls f on every waiter of name, in turn, with l.mu held.
 func (l *Locker) eachWaiter(name string, f func(*waiter)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

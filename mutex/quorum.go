@@ -51,7 +51,6 @@ func (*quorum) unsupported(what string) error {
 // spend keeps nothing on a quorum: spent.lua serves one Redis.
 func (*quorum) spend(*hold) {}
 
-// nodeReply is one node's answer to a script.
 type nodeReply struct {
 	reply any
 	err   error
@@ -76,7 +75,6 @@ func (q *quorum) fan(ctx context.Context, script *redis.Script, keys []string, a
 	return out
 }
 
-// addr names a node by address when its client tells it.
 func addr(c Client) string {
 	if o, ok := c.(interface{ Options() *redis.Options }); ok {
 		return " (" + o.Options().Addr + ")"
@@ -84,7 +82,6 @@ func addr(c Client) string {
 	return ""
 }
 
-// noQuorum is the error of a call that too many nodes failed.
 func noQuorum(what string, errs []error) error {
 	return errors.Join(append([]error{fmt.Errorf("%w: %s", ErrNoQuorum, what)}, errs...)...)
 }
@@ -225,7 +222,6 @@ func checkNodes(clients []Client) error {
 	return nil
 }
 
-// checkNode refuses client i of a quorum.
 func checkNode(clients []Client, i int, c Client) error {
 	if nilcheck.IsNil(c) {
 		return fmt.Errorf("%w: nil client %d", ErrInvalid, i)
@@ -252,7 +248,6 @@ type votes struct {
 // A ballot reads one node's reply into v; its error counts as the node's.
 type ballot func(v *votes, reply any) error
 
-// poll runs script on every node (fan) and counts their replies with read.
 func (q *quorum) poll(ctx context.Context, script *redis.Script, keys []string, args []any, read ballot) votes {
 	v := votes{wait: -1}
 	for _, nr := range q.fan(ctx, script, keys, args) {
@@ -267,7 +262,6 @@ func (q *quorum) poll(ctx context.Context, script *redis.Script, keys []string, 
 	return v
 }
 
-// refused records a node's refusal, free again after wait ms.
 func (v *votes) refused(wait int64) {
 	v.no++
 	if v.wait < 0 || wait < v.wait {

@@ -169,7 +169,6 @@ func (r *release) unlockPlain(ctx context.Context, seq uint64, st stamp) (done b
 	return false, nil
 }
 
-// script runs release.lua (or the fragment's) and settles its reply.
 func (r *release) script(ctx context.Context, seq uint64, st stamp) (any, error) {
 	start := time.Now()
 	if r.again != nil && r.again.next != nil {
@@ -300,7 +299,6 @@ func (r *release) yield(rest []any) []any {
 	return rest[1:]
 }
 
-// cancelHandOver sends the waiter picked for a hand-over back to waiting.
 func (r *release) cancelHandOver() {
 	if r.next != nil {
 		r.l.handedOver(r.h.name, r.next, nil)

@@ -44,7 +44,6 @@ func (l *Locker) checkAcks() error {
 	return fmt.Errorf("%w: WithReplicaAck with a %T (it needs a *redis.Client or *redis.ClusterClient)", ErrUnsupported, l.client)
 }
 
-// nodeOf returns the client of the master that holds key.
 func (l *Locker) nodeOf(ctx context.Context, key string) (node, error) {
 	if m, ok := l.client.(masters); ok {
 		return m.MasterForKey(ctx, key)
@@ -121,7 +120,6 @@ func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []s
 	return a.reply, a.short, reach.Mark(err)
 }
 
-// lateReply hands a late acked outcome's reply to late.
 func lateReply(late func(any, error)) func(acked, error) {
 	if late == nil {
 		return nil

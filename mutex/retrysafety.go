@@ -140,7 +140,6 @@ var spentBody string
 
 var spentScript = redis.NewScript(withValue(spentBody))
 
-// spentToken is one spent token and when it is forgotten.
 type spentToken struct {
 	token string
 	until time.Time
@@ -149,7 +148,6 @@ type spentToken struct {
 // spent are the adopted tokens whose hold released the lock.
 type spent struct{ byName[spentToken] }
 
-// put remembers token, spent on name, until until.
 func (s *spent) put(name, token string, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -173,7 +171,6 @@ func (s *spent) args(name string, now time.Time) []any {
 	return args
 }
 
-// drop forgets token, whose lock spent.lua deleted.
 func (s *spent) drop(name, token string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -266,7 +263,6 @@ func (r *releases) begin() (uint64, stamp) {
 	return seq, stamp{owner: r.owner, seq: seq, mark: mark}
 }
 
-// stampOf is the stamp of release seq of owner under mark.
 func stampOf(owner, seq, mark uint64) stamp {
 	var b [stampDigits]byte
 	putHex(b[:], owner)
@@ -314,7 +310,6 @@ func (s stamp) unlockArgs(value any, token string) []any {
 	return a.args[:]
 }
 
-// unlockArgv holds unlock.lua's arguments and the strings they point to.
 type unlockArgv struct {
 	args       [4]any
 	rec, bound string
@@ -326,7 +321,6 @@ const hexDigits = "0123456789abcdef"
 // stampDigits is the width of each part of a stamp: a 64-bit number in hex.
 const stampDigits = 16
 
-// putHex writes v to b as stampDigits hex digits.
 func putHex(b []byte, v uint64) {
 	for i := stampDigits - 1; i >= 0; i-- {
 		b[i] = hexDigits[v&15]
@@ -416,7 +410,6 @@ func (l *Locker) orphanOf(h *hold) func(any, error) {
 	}
 }
 
-// releaseRoot releases the root handle of h, bounded by ctx.
 func (l *Locker) releaseRoot(ctx context.Context, h *hold) {
 	seq, st := l.releases.begin()
 	owner, sseq, smark := st.releaseArgs()

@@ -36,13 +36,11 @@ const recordTTL = 10 * time.Second
 var recordMS = "local record_px, record_keep = '" + strconv.FormatInt(recordTTL.Milliseconds(), 10) + "', '" +
 	strconv.FormatInt(3*recordTTL.Milliseconds(), 10) + "'\n"
 
-// recordSrc is record.lua with its lifetime.
 var recordSrc = recordMS + recordBody
 
 // releaseNames gives release.lua's UNLESS_MARKED and YIELDED their values.
 var releaseNames = strings.NewReplacer("UNLESS_MARKED", luaText(unlessMarked), "YIELDED", luaText(yielded))
 
-// luaText is s, which has no quote or backslash, as a Lua string literal.
 func luaText(s string) string { return "'" + s + "'" }
 
 // Scripts are assembled from their body and the Lua functions they call.
@@ -142,7 +140,6 @@ func acquired(reply any) ([3]int64, any, error) {
 	return r, res, err
 }
 
-// integer reads a script's integer reply.
 func integer(reply any) (int64, error) {
 	n, ok := reply.(int64)
 	if !ok {

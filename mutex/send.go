@@ -49,7 +49,6 @@ type queued struct {
 	unsent     error // answered without being sent (failQueuedLocked)
 }
 
-// States of a queued command.
 const (
 	waiting uint8 = iota
 	sent
@@ -88,7 +87,6 @@ func (b *batcher) free(err error) {
 	go b.drain()
 }
 
-// do queues q and waits for its reply or for its context to end.
 func (b *batcher) do(q *queued) (redis.Cmder, error) {
 	b.enqueue(q)
 	select {
@@ -99,7 +97,6 @@ func (b *batcher) do(q *queued) (redis.Cmder, error) {
 	return b.leave(q)
 }
 
-// enqueue adds q to the queue and drains it if a slot is free.
 func (b *batcher) enqueue(q *queued) {
 	b.mu.Lock()
 	q.done = make(chan struct{})
@@ -114,7 +111,6 @@ func (b *batcher) enqueue(q *queued) {
 	}
 }
 
-// answer is the reply of an answered q.
 func (q *queued) answer() (redis.Cmder, error) {
 	if q.unsent != nil {
 		return nil, q.unsent
@@ -148,7 +144,6 @@ func (b *batcher) leave(q *queued) (redis.Cmder, error) {
 	return nil, fmt.Errorf("%w: %w", ctxcall.ErrAbandoned, q.ctx.Err())
 }
 
-// drain sends the queue as pipelines while it is not empty.
 func (b *batcher) drain() {
 	for {
 		b.mu.Lock()
@@ -205,7 +200,6 @@ func (b *batcher) failQueuedLocked(err error) {
 	b.queue = b.queue[:0]
 }
 
-// evalMissing sends the EVAL of each script Redis answered NOSCRIPT.
 func (b *batcher) evalMissing(ctx context.Context, batch []*queued) {
 	var p redis.Pipeliner
 	for _, q := range batch {
@@ -222,7 +216,6 @@ func (b *batcher) evalMissing(ctx context.Context, batch []*queued) {
 	}
 }
 
-// answer wakes the waiting callers and returns those that left.
 func (b *batcher) answer(batch []*queued) []*queued {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -319,7 +312,6 @@ func scriptCall(call *Call, n *names, release bool, lockArgs ...any) ([]string, 
 	return lockKeys(keys, n, release), append(args, lockArgs...)
 }
 
-// handleID is a handle's id as the scripts take it.
 func handleID(id uint64) string {
 	if id == 0 {
 		return "0"
@@ -334,7 +326,6 @@ var (
 	argMark  any = "m"
 )
 
-// argID is handleID as a script argument.
 func argID(id uint64) any {
 	if id == 0 {
 		return argZero

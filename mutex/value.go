@@ -59,7 +59,6 @@ var layoutNames = []string{
 	"ROOT_LIST", luaText(rootIDs),
 }
 
-// luaLayout writes the layout's values into value.lua.
 var luaLayout = strings.NewReplacer(layoutNames...)
 
 // valueSrc is value.lua with the layout's values, valueFuncs its functions.
@@ -94,7 +93,6 @@ func luaFuncs(src string) []luaFunc {
 // luaComment is a Lua comment (no script has "--" in a string).
 var luaComment = regexp.MustCompile(`--[^\n]*`)
 
-// luaCode is src without its comments.
 func luaCode(src string) string { return luaComment.ReplaceAllString(src, "") }
 
 // withValue returns body preceded by the functions of value.lua that it
@@ -127,7 +125,6 @@ func putFreeValue(v, raw []byte) {
 	v[markAt] = markFree
 }
 
-// tokenOf returns the token of v, a lock's value.
 func tokenOf[V ~string | ~[]byte](v V) V { return v[:tokenLen] }
 
 // heldBy reports whether v is the value of a lock that token holds.
