@@ -14,20 +14,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TryLock makes one attempt to acquire the lock on name. It returns ErrLocked
-// when another owner holds it.
-//
-// If ctx carries ownership of name (from Lock.Context of a lock of this
-// Locker), TryLock re-enters that lock instead: the hold count in Redis goes
-// up by one and the returned handle must be unlocked too; it returns
-// ErrNotHeld if the owning lock is gone. Without such a context, locking a
-// name twice fails like any other contention, even in one goroutine: Go has
-// no goroutine identity, so ownership is explicit.
+// TryLock makes one attempt to acquire the lock on name. It returns
+// ErrLocked when another owner holds it. If ctx carries this Locker's lock on
+// name (Lock.Context), TryLock re-enters it instead, returning a handle that
+// must be unlocked too, or ErrNotHeld if that lock has ended.
 func (l *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	if ctx == nil {
-		return nil, ErrNilContext
-	}
-	cfg, err := l.config(name, opts)
+	cfg, err := l.begin(ctx, name, nil, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -36,19 +28,9 @@ func (l *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Loc
 }
 
 // TryLockWith is TryLock that also runs call.Fragment in the same script as
-// the acquire attempt, and returns its result whether or not the lock was
-// obtained (with ErrLocked when it was not). See Fragment.
+// the attempt, and returns its result whether or not the lock was obtained.
 func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts ...Option) (*Lock, any, error) {
-	if ctx == nil {
-		return nil, nil, ErrNilContext
-	}
-	if err := call.check(); err != nil {
-		return nil, nil, err
-	}
-	if err := l.unsupported("a Fragment"); err != nil {
-		return nil, nil, err
-	}
-	cfg, err := l.config(name, opts)
+	cfg, err := l.begin(ctx, name, &call, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -60,23 +42,11 @@ func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts .
 }
 
 // Lock acquires the lock on name, waiting as long as ctx allows. When ctx
-// ends first it returns an error matching both ErrNotObtained and ctx.Err(),
-// without waiting for the next attempt. Redis errors end the wait at once.
-// An attempt cut short by ctx has an unknown outcome: if Redis runs it, the
-// lock stays under this call's token, held by nobody, until its lease ends
-// or the next attempt on name of this Locker adopts it (see PROTOCOL.md).
-// A Redis that cannot be reached (ErrUnreachable) ends the call at once.
-// Re-entry through ctx works as in TryLock and never waits.
-//
-// While it waits, the call polls Redis only if it heads this Locker's queue
-// for the name, at a jittered retry interval, or just after the holder's lease
-// ends if that is sooner; a release notification or a local hand-over ends the
-// wait early (see Locker).
+// ends first it returns an error matching both ErrNotObtained and ctx.Err();
+// a Redis error, ErrUnreachable included, ends the wait at once. Re-entry
+// through ctx works as in TryLock and never waits.
 func (l *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	if ctx == nil {
-		return nil, ErrNilContext
-	}
-	cfg, err := l.config(name, opts)
+	cfg, err := l.begin(ctx, name, nil, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -89,10 +59,8 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, 
 	}
 	primed, pttl := false, time.Duration(-1)
 	if !l.queued(name) {
-		// Nobody of this Locker waits for name: one attempt before queueing,
-		// which the uncontended case needs no queue for (a native SET NX PX
-		// when it can be). If it finds the lock held, it is the queue's
-		// head's first attempt (followed).
+		// The uncontended case needs no queue: one attempt first, which on
+		// contention stands for the queue head's first (primed).
 		lk, p, _, err := l.attempt(ctx, name, cfg, nil, first)
 		switch {
 		case err == nil:
@@ -108,22 +76,12 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, 
 	return o.lk, o.err
 }
 
-// LockWith is Lock that runs call.Fragment with every acquire attempt, and
-// returns its result as read with the attempt that obtained the lock (or, if
-// a local holder handed the lock over, as read under the lock right after).
-// With a gate (NewGate) that declines, it stops waiting and returns
-// ErrDeclined and the gate's result, holding no lock.
+// LockWith is Lock that runs call.Fragment with every attempt, and returns
+// the result read by the attempt that obtained the lock (or, after a local
+// hand-over, read under the lock right after). A gate (NewGate) that
+// declines ends the wait with ErrDeclined and the gate's result.
 func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...Option) (*Lock, any, error) {
-	if ctx == nil {
-		return nil, nil, ErrNilContext
-	}
-	if err := call.check(); err != nil {
-		return nil, nil, err
-	}
-	if err := l.unsupported("a Fragment"); err != nil {
-		return nil, nil, err
-	}
-	cfg, err := l.config(name, opts)
+	cfg, err := l.begin(ctx, name, &call, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -154,6 +112,22 @@ func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...O
 	return lk, res, nil
 }
 
+// begin checks an acquisition's context, fragment (if call) and options.
+func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Option) (lockConfig, error) {
+	if ctx == nil {
+		return lockConfig{}, ErrNilContext
+	}
+	if call != nil {
+		if err := call.check(); err != nil {
+			return lockConfig{}, err
+		}
+		if err := l.unsupported("a Fragment"); err != nil {
+			return lockConfig{}, err
+		}
+	}
+	return l.config(name, opts)
+}
+
 // nextWait is the pause before the next attempt: a jittered retry interval,
 // or just past the end of the holder's lease when that comes sooner.
 func (l *Locker) nextWait(pttl time.Duration) time.Duration {
@@ -174,24 +148,15 @@ func (l *Locker) nextWait(pttl time.Duration) time.Duration {
 type attemptMode uint8
 
 const (
-	// tryOnce is TryLock's attempt: a native SET NX PX GET when it can be.
-	tryOnce attemptMode = iota
-	// first is Lock's first attempt: a native SET NX PX when it can be;
-	// when that finds the lock held, it goes on as the queue's head's first
-	// attempt (the script, under the same token, marking the lock).
-	first
-	// poll is a waiting head's attempt: the script, which reads the
-	// holder's lease.
-	poll
-	// pollMarked is poll that also marks the held lock, so that its
-	// release publishes a notification.
-	pollMarked
+	tryOnce    attemptMode = iota // TryLock's: a native SET NX PX GET when it can be
+	first                         // Lock's first: a native SET NX PX, then the script if held
+	poll                          // a waiting head's: the script, which reads the holder's lease
+	pollMarked                    // poll that also marks the held lock, so that its release publishes
 )
 
 // attempt makes one acquire attempt on name: a re-entry when ctx carries
-// ownership of name, a fresh token's attempt otherwise. On contention it
-// returns ErrLocked and the holder's remaining lease (negative when
-// unknown).
+// ownership of name, else a fresh token's. On contention it returns
+// ErrLocked and the holder's remaining lease (negative when unknown).
 func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
 	if h := ownerOf(ctx, l, name); h != nil {
 		return l.reenter(ctx, h, cfg, call)
@@ -199,10 +164,9 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	return l.take(ctx, name, cfg, call, mode)
 }
 
-// take makes one attempt to acquire name under a new token, or under the
-// token of an earlier attempt whose outcome is unknown (retrysafety.go). When
-// it finds the lock held under a token this Locker has spent (retrysafety.go), it
-// deletes that lock and makes the attempt once more.
+// take makes one attempt under a new or a remembered token; when the lock
+// is held under a spent token it deletes it and tries once more
+// (retrysafety.go).
 func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
 	lk, pttl, res, err := l.takeToken(ctx, name, cfg, call, mode)
 	if err == ErrLocked && l.clearSpent(ctx, name) {
@@ -211,8 +175,6 @@ func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Ca
 	return lk, pttl, res, err
 }
 
-// takeToken is one attempt of take. The hold is made only once the lock is
-// obtained: a denial or a failed attempt needs none.
 func (l *Locker) takeToken(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
 	n, adopting := l.orphans.take(name)
 	if adopting {
@@ -220,9 +182,8 @@ func (l *Locker) takeToken(ctx context.Context, name string, cfg lockConfig, cal
 	} else {
 		n = l.names(name)
 	}
-	// Boxed once, the SET's argument and the hold's; after the attempt when
-	// it runs a fragment (no SET): a declined gate, or one refused, needs
-	// none.
+	// Boxed once, the SET's argument and the hold's; with a fragment (no
+	// SET) only once the lock is obtained.
 	var value any
 	if call == nil {
 		value = n.value
@@ -252,15 +213,10 @@ func (l *Locker) takeToken(ctx context.Context, name string, cfg lockConfig, cal
 	return lk, -1, res, nil
 }
 
-// remember keeps n, the names of an attempt on name that got no lock, for
-// the next attempt (retrysafety.go): when the attempt used a remembered token
-// (adopting), or failed with err of unknown outcome (it may yet run) on a
-// client that honours deadlines; there a reply that comes after its caller
-// left at a cancellation (a hand-off, ctxcall) releases what it took only
-// if it takes the token back first (mayUndo). On another client, an
-// abandoned attempt's late reply releases what it took (undoLate), as the
-// memory would not know when. A refused connection sent nothing: nothing
-// to remember.
+// remember keeps the names of an attempt that got no lock for the next
+// attempt (retrysafety.go): when it used a remembered token, or may yet run
+// on a client that honours deadlines. On another client its late reply
+// releases what it took (undoLate). A refused connection sent nothing.
 func (l *Locker) remember(name string, n names, adopting bool, err error) {
 	if adopting || (l.honours && unknownOutcome(err) && !errors.Is(err, ErrUnreachable)) {
 		l.orphans.put(name, n)
@@ -268,8 +224,8 @@ func (l *Locker) remember(name string, n names, adopting bool, err error) {
 }
 
 // scripted is the mode of an attempt under a remembered token: the script,
-// never a native SET, whose reply on finding the lock its own could not
-// tell the lease it has left (an orphan's, begun before this attempt).
+// since a native SET finding the lock its own could not tell the orphan's
+// lease left.
 func (m attemptMode) scripted(canNotify bool) attemptMode {
 	switch {
 	case m == first && canNotify:
@@ -281,8 +237,7 @@ func (m attemptMode) scripted(canNotify bool) attemptMode {
 }
 
 // takeOnce is take's round trip: a native SET when the mode and the client
-// allow one, else (or when Lock's first SET found the lock held) the
-// acquire script.
+// allow one, else (or when Lock's first SET found the lock held) the script.
 func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any, cfg lockConfig, call *Call, mode attemptMode, start time.Time) ([3]int64, any, error) {
 	if call == nil && mode <= first {
 		r, native, err := l.takeFree(ctx, name, n, value, cfg, mode == first)
@@ -298,12 +253,11 @@ func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any,
 	return l.dep.acquire(ctx, l, name, n, cfg, call, mark, start)
 }
 
-// reentering reports whether arg, acquire.lua's ARGV[2], is a handle id:
-// the attempt is a re-entry.
+// reentering reports whether arg, acquire.lua's ARGV[2], is a handle id.
 func reentering(arg any) bool { return arg != argFresh && arg != argMark }
 
-// acquire runs the acquire script (or a fragment's) in the Locker's Redis,
-// with a WAIT after it when the Locker asks replicas to acknowledge.
+// acquire runs the acquire script (or a fragment's), with WAIT when the
+// Locker asks replicas to acknowledge.
 func (single) acquire(ctx context.Context, l *Locker, name string, n *names, cfg lockConfig, call *Call, arg any, _ time.Time) ([3]int64, any, error) {
 	keys, args := scriptCall(call, n, false, n.token, arg, cfg.ttlMS, l.fenceMS)
 	reenter := reentering(arg)
@@ -312,7 +266,7 @@ func (single) acquire(ctx context.Context, l *Locker, name string, n *names, cfg
 		script = call.Fragment.acquire
 	}
 	var late func(any, error)
-	if !reenter && !l.runner.Direct(ctx) { // a call that can be abandoned
+	if !reenter && !l.runner.Direct(ctx) { // it can be abandoned
 		late = l.undoLate(newHold(l, name, *n))
 	}
 	reply, short, err := l.acquireRun(ctx, script, keys, args, call != nil, reenter || cfg.ackLater, late)
@@ -322,8 +276,7 @@ func (single) acquire(ctx context.Context, l *Locker, name string, n *names, cfg
 	l.scripted.Store(true)
 	r, res, err := acquired(reply)
 	if err == nil && r[0] == 1 && short != nil {
-		// Granted on the master alone: nobody may count on it. The undo
-		// keeps to the caller's deadline; past it, the lease ends the lock.
+		// Granted on the master alone: undone within the caller's deadline.
 		if ctx.Err() == nil {
 			l.releaseRoot(ctx, newHold(l, name, *n))
 		}
@@ -332,30 +285,24 @@ func (single) acquire(ctx context.Context, l *Locker, name string, n *names, cfg
 	return r, res, err
 }
 
-// nativeSetter is the part of a go-redis client that takes a free lock with
-// one native SET NX PX [GET], as acquire.lua would, but without a script.
+// nativeSetter takes a free lock with a native SET NX PX [GET].
 type nativeSetter interface {
 	SetArgs(ctx context.Context, key string, value any, a redis.SetArgs) *redis.StatusCmd
 	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
 }
 
-// takeFree makes a fresh attempt without a fragment as one native SET NX
-// PX, acquire.lua's first step: the uncontended case costs Redis no script.
-// It replies as the script would, but with an unknown lease (-1) on
-// contention, and serves only the attempts that need neither that lease nor
-// a waiter's mark: TryLock, and Lock's first.
+// takeFree makes an attempt as one native SET NX PX, acquire.lua's first
+// step, so the uncontended case costs Redis no script. It replies as the
+// script would, with an unknown lease (-1) on contention.
 //
-// A SET whose reply was lost and that go-redis sent again finds the lock
-// held by its own token. For TryLock the SET has GET, which tells: a held
-// lock is then one reply. Lock's first attempt (followed) does without GET,
-// whose nil reply costs go-redis some 17 allocations on the uncontended
-// path; when it finds the lock held, its caller goes on with the script
-// under the same token, which recognises its own lock as a retry does.
+// A SET that go-redis repeated after a lost reply finds the lock held by its
+// own token: TryLock's SET has GET to tell; Lock's first (followed) does
+// without GET, whose nil reply costs go-redis allocations, and its caller
+// goes on with the script under the same token, which tells.
 //
-// It reports false, and makes no attempt, until a script of this Locker has
-// run (so a server that refuses scripts, whose locks could never be released,
-// hands out no lock) or when the server has no SET NX GET (Redis before 7.0):
-// the caller then runs the script.
+// It reports false and sends nothing until a script of this Locker has run
+// (a server that refuses scripts must hand out no lock it cannot release) or
+// when the server has no SET NX GET (Redis before 7.0).
 func (l *Locker) takeFree(ctx context.Context, name string, n *names, value any, cfg lockConfig, followed bool) ([3]int64, bool, error) {
 	if l.setNX == nil || !l.scripted.Load() || l.noSetGet.Load() {
 		return [3]int64{}, false, nil
@@ -384,8 +331,7 @@ func (l *Locker) takeFree(ctx context.Context, name string, n *names, value any,
 	return [3]int64{0, -1, 0}, true, nil
 }
 
-// setFree is takeFree's SET NX PX, batched (send.go) and bounded by ctx;
-// value is n.value, boxed.
+// setFree is takeFree's SET NX PX, batched (send.go) and bounded by ctx.
 func (l *Locker) setFree(ctx context.Context, name string, n *names, value any, cfg lockConfig) (bool, error) {
 	if l.batch.alone() {
 		ok, err := l.setFreeAlone(ctx, name, n, value, cfg)
@@ -406,7 +352,6 @@ func (l *Locker) setFree(ctx context.Context, name string, n *names, value any, 
 	return ok, reach.Mark(err)
 }
 
-// setFreeAlone is setFree without batching.
 func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, value any, cfg lockConfig) (bool, error) {
 	if l.runner.Direct(ctx) {
 		return l.setNX.SetNX(ctx, n.key, value, cfg.ttl).Result()
@@ -417,8 +362,7 @@ func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, value 
 	}, l.undoLateSetNX(newHold(l, name, *n)))
 }
 
-// setFreeGet is takeFree's SET NX PX GET, batched (send.go) and bounded
-// by ctx; value is n.value, boxed.
+// setFreeGet is takeFree's SET NX PX GET, batched and bounded by ctx.
 func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, value any, cfg lockConfig) (string, error) {
 	if l.batch.alone() {
 		old, err := l.setFreeGetAlone(ctx, name, n, value, cfg)
@@ -439,7 +383,6 @@ func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, value an
 	return old, reach.Mark(err)
 }
 
-// setFreeGetAlone is setFreeGet without batching.
 func (l *Locker) setFreeGetAlone(ctx context.Context, name string, n *names, value any, cfg lockConfig) (string, error) {
 	if l.runner.Direct(ctx) { // no closures on the common path
 		return l.setNX.SetArgs(ctx, n.key, value, setGetArgs(cfg)).Result()
@@ -450,16 +393,15 @@ func (l *Locker) setFreeGetAlone(ctx context.Context, name string, n *names, val
 	}, l.undoLateSet(newHold(l, name, *n)))
 }
 
-// setGetArgs are the arguments of a SET NX PX GET with cfg's lease.
 func setGetArgs(cfg lockConfig) redis.SetArgs {
 	return redis.SetArgs{Mode: "NX", TTL: cfg.ttl, Get: true}
 }
 
-// undoLateSetNX is undoLate for takeFree's SET without GET: a late reply
-// that found the lock held may be a retry of its own SET.
+// undoLateSetNX is undoLate for SET without GET: a late reply that found
+// the lock held may be a retry of its own SET.
 func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
 	return func(_ bool, err error) {
-		if (err == nil || l.lateUnknown(err)) && l.mayUndo(h) {
+		if (err == nil || l.lateUnknown(err)) && l.reclaim(h) {
 			l.releaseOrphan(h)
 		}
 	}
@@ -468,33 +410,29 @@ func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
 // undoLateSet is undoLate for takeFree.
 func (l *Locker) undoLateSet(h *hold) func(string, error) {
 	return func(old string, err error) {
-		if (err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && l.lateUnknown(err))) && l.mayUndo(h) {
+		if (err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && l.lateUnknown(err))) && l.reclaim(h) {
 			l.releaseOrphan(h)
 		}
 	}
 }
 
-// mayUndo reports whether a late reply may release the lock of h, an
-// attempt whose caller left: always on a client that ignores deadlines
-// (whose attempts are not remembered), else only if h's token is still
-// remembered, unused, and is taken out of the memory now (orphans.claim):
-// an attempt may have adopted the lock under it meanwhile.
-func (l *Locker) mayUndo(h *hold) bool {
+// reclaim reports whether a late reply, or the repeat of a release that
+// handed the lock to h, may act on h's lock: always on a client that ignores
+// deadlines (nothing was remembered), else only if it claims h's token back
+// (an attempt may have adopted the lock).
+func (l *Locker) reclaim(h *hold) bool {
 	return !l.honours || l.orphans.claim(h.name, h.token)
 }
 
-// ownerKey is the context key under which Lock.Context stores the holds a
-// context carries, as a chain (a zero-size key: looking it up allocates
-// nothing, unlike a key holding the Locker and the name).
+// ownerKey is the context key of the holds a context carries, as a chain
+// of owners (a zero-size key: looking it up allocates nothing).
 type ownerKey struct{}
 
-// An owner is one link of that chain.
 type owner struct {
 	hold *hold
 	next *owner
 }
 
-// ownerOf returns the hold of name and l that ctx carries, or nil.
 func ownerOf(ctx context.Context, l *Locker, name string) *hold {
 	for o, _ := ctx.Value(ownerKey{}).(*owner); o != nil; o = o.next {
 		if o.hold.locker == l && o.hold.name == name {
@@ -504,9 +442,8 @@ func ownerOf(ctx context.Context, l *Locker, name string) *hold {
 	return nil
 }
 
-// reenter adds a handle to h, which ctx carries: the hold count in Redis
-// goes up by one. The hold is busy meanwhile (Lock.use), so that its last
-// handle is not handed over locally while the re-entry is on its way.
+// reenter adds a handle to h, which ctx carries. The hold is busy meanwhile
+// (Lock.use), so its last handle is not handed over locally.
 func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Call) (*Lock, time.Duration, any, error) {
 	if h.enter() != nil {
 		return nil, -1, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock has ended", ErrNotHeld, h.name)
@@ -517,8 +454,7 @@ func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Cal
 	r, res, err := l.dep.acquire(ctx, l, h.name, &h.names, cfg, call, argID(id), start)
 	switch {
 	case err != nil && h.hasEnded():
-		// The owning lock ended meanwhile (its lease ran out; a ctx it
-		// carries ends then too, which may be what stopped the call).
+		// The owning lock ended meanwhile (a ctx it carries ends then too).
 		return nil, -1, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock ended meanwhile", ErrNotHeld, h.name)
 	case err != nil:
 		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", h.name, err)

@@ -11,34 +11,17 @@
 //	}
 //	defer lk.Unlock(ctx)
 //
-// What it promises:
+// A lock has one owner at a time, checked by a random token inside every
+// script; every call returns by its context's deadline; a call that go-redis
+// runs again after a lost reply gets the first run's answer; every key has a
+// TTL, and a lock whose lease ended is lost (Done, Context), never taken
+// again behind its holder.
 //
-//   - One owner per name: a lock is a Redis string with a lease and the
-//     owner's random token, checked inside every script, so a late or
-//     repeated call never touches another owner's lock.
-//   - One owner inside one process: racing calls on one handle are decided
-//     by one transition (one Unlock wins, the others get ErrNotHeld).
-//   - Every call returns by its context's deadline, with the server hung
-//     too; Unlock runs even when its context was cancelled.
-//   - A call whose reply was lost and that go-redis (or the caller) runs
-//     again gets the first run's answer.
-//   - Nothing is left behind: every key has a TTL, and a lock whose lease
-//     ended is lost, never re-acquired behind its holder (Done, Context).
-//
-// Options add re-entry through Lock.Context, FIFO waiting and hand-over
-// between goroutines of one Locker, WithAutoRenew, fencing numbers, replica
-// acknowledgement and Redlock over independent masters (NewQuorum); a
-// Fragment runs the caller's Lua atomically with an acquire or a release.
-//
-// Locker.Semaphore gives a counting semaphore on a name, in the shape of
-// golang.org/x/sync/semaphore (TryAcquire, Acquire of n permits, each
-// returning a Permit to Release), with the locks' leases, WithAutoRenew,
-// Done and Context, fencing and retry-safe scripts, FIFO waiting across
-// processes, and waiters woken holding their permits. On a quorum it needs
-// more than a majority (SemaphoreQuorum) and does not queue.
+// Options add re-entry through Lock.Context, WithAutoRenew, fencing, replica
+// acknowledgement and Redlock (NewQuorum); a Fragment runs the caller's Lua
+// atomically with an acquire or a release. Locker.Semaphore is a counting
+// semaphore in the shape of golang.org/x/sync/semaphore.
 //
 // PROTOCOL.md, beside this package's source, says how each guarantee is
-// kept and what it does not cover; bench/README.md has the measured costs.
-// The package does not log, and starts goroutines only for what a caller
-// asked for (a wait, renewal, Done's timer).
+// kept and what it does not cover.
 package mutex

@@ -10,26 +10,14 @@ import (
 )
 
 // A Fragment is a caller's Lua chunk that runs inside one of the lock's own
-// scripts, atomically with it, so that a read-modify-write of data guarded by
-// the lock costs no extra round trip and a write lands only while the lock is
-// held:
+// scripts, atomically with it: read with TryLockWith or LockWith (a failing
+// fragment takes no lock), write with UnlockWith (a failing fragment still
+// releases, and its writes up to the failure stay), or use Run while held.
 //
-//   - Locker.TryLockWith and LockWith run it with an acquire attempt and
-//     return its result whether or not the lock was obtained. Use it to read.
-//     If it fails (a Lua error or redis.error_reply), no lock is taken.
-//   - Lock.Run runs it only while the handle holds the lock.
-//   - Lock.UnlockWith runs it only if the handle still holds the lock, and
-//     releases the handle in the same script. Use it to write. If it fails
-//     the handle is released all the same, and its writes up to the failure
-//     stay (Redis does not roll scripts back).
-//
-// The chunk sees its own keys and arguments as KEYS and ARGV (from 1), never
-// the lock's, and its return value is the call's result (go-redis types:
-// int64, string, []any, nil). Its keys must hash to the lock's cluster slot:
-// build them with Locker.Key. Values are data: pass them as keys and
-// arguments, never splice them into the source.
-//
-// A Fragment is safe for concurrent use. Create it once, at init.
+// The chunk sees its own keys and arguments as KEYS and ARGV, and its return
+// value is the call's result. Its keys must be in the lock's cluster slot
+// (Locker.Key); pass values as Args, never in the source. A Fragment is safe
+// for concurrent use; create it once.
 type Fragment struct {
 	gate    bool
 	acquire *redis.Script
@@ -42,15 +30,9 @@ type Fragment struct {
 func NewFragment(src string) *Fragment { return newFragment(src, false) }
 
 // NewGate wraps a read fragment that decides whether the acquire attempt is
-// worth making: src must return a table whose first element, proceed, is 1
-// or 0; the gate's result is the rest of the table ([]any, in order). When
-// proceed is 0, the attempt is not made and TryLockWith and LockWith return
-// ErrDeclined with the result, so a caller that can already tell from the
-// data that it has nothing to write (a rate limiter's denial) neither takes
-// the lock nor waits for it: one round trip. Otherwise the attempt is made
-// and the result returned as for NewFragment. Lock.Run returns ErrDeclined
-// too, leaving the lock held. (One flat table: a declined gate's reply is
-// that same table, the cheapest reply Redis can make.)
+// worth making: src returns {proceed, result...}. With proceed 0 no attempt
+// is made and the call returns ErrDeclined with the result (the rest of the
+// table); otherwise it runs as NewFragment's.
 func NewGate(src string) *Fragment { return newFragment(src, true) }
 
 func newFragment(src string, gate bool) *Fragment {
@@ -63,19 +45,14 @@ func newFragment(src string, gate bool) *Fragment {
 }
 
 // The wrappers below run a fragment inside one of the lock's scripts. The
-// fragment's keys and arguments come first in KEYS and ARGV, the lock's
-// last: the wrapper takes the lock's off the end of the same tables (into
-// locals) and the fragment sees its own from 1, with the right lengths. No
-// table is built or shifted for the fragment: a declined gate, the common
-// case of a rate limiter under attack, costs little more than the
-// fragment's own work.
+// lock's keys and arguments come last in KEYS and ARGV and are taken off
+// into locals, so no table is built or shifted for the fragment: a declined
+// gate costs little more than the fragment's own work.
 
-// lockPart is the lock's script as a Lua function of KEYS and ARGV.
 func lockPart(lockSrc string) string {
 	return "local function lock_part(KEYS, ARGV)\n" + lockSrc + "\nend\n"
 }
 
-// userPart is the fragment as a Lua function of its KEYS and ARGV.
 func userPart(src string) string {
 	return "local function user_part(KEYS, ARGV)\n" + src + "\nend\n"
 }
@@ -94,10 +71,8 @@ func cutTail(t string, n int) string {
 	return b.String()
 }
 
-// cutLockKeys is cutTail of the lock's keys for the acquire and release
-// scripts: n keys (1 or 2), and the fencing counter's, KEYS<n+1>, only when
-// fencing is on (fence, the local holding the counter's TTL argument, is not
-// "0").
+// cutLockKeys is cutTail of n lock keys, plus the fencing counter's when
+// fence (the local of its TTL argument) is not "0".
 func cutLockKeys(n int, fence string) string {
 	var b strings.Builder
 	b.WriteString("local n_KEYS = #KEYS\n")
@@ -111,8 +86,8 @@ func cutLockKeys(n int, fence string) string {
 	return b.String()
 }
 
-// putFront writes the locals of cutTail to the first n slots of t, for the
-// lock's part (which reads no further) once the fragment is done with t.
+// putFront writes cutTail's locals to the first n slots of t, for the
+// lock's part once the fragment is done.
 func putFront(t string, n int) string {
 	var b strings.Builder
 	for i := 1; i <= n; i++ {
@@ -121,7 +96,6 @@ func putFront(t string, n int) string {
 	return b.String()
 }
 
-// locals lists the locals of cutTail as a Lua table constructor.
 func locals(t string, n int) string {
 	names := make([]string, n)
 	for i := range names {
@@ -130,9 +104,8 @@ func locals(t string, n int) string {
 	return "{" + strings.Join(names, ", ") + "}"
 }
 
-// runUser calls the fragment into res and returns its error. For a gate it
-// runs declined (Lua statements that return) when the gate declines, and
-// otherwise drops proceed from the table, leaving the result.
+// runUser calls the fragment into res, returning its error; for a gate it
+// runs declined when it declines, else drops proceed.
 func runUser(gate bool, declined string) string {
 	s := `local res = user_part(KEYS, ARGV)
 if type(res) == 'table' and res.err then
@@ -152,15 +125,12 @@ table.remove(res, 1)
 	return s
 }
 
-// reuseDeclined is the reply of a declined gate, {declinedReply, result...}:
-// the gate's own table.
+// reuseDeclined replies with the gate's own table, {declinedReply, result...}.
 var reuseDeclined = fmt.Sprintf("res[1] = %d\n  return res", declinedReply)
 
-// wrapAcquire runs the fragment before the acquire attempt (the lock's key
-// is not the fragment's, so within one atomic script the order does not
-// change what it reads) so that a fragment that fails or declines leaves no
-// lock behind. Reply: the acquire script's, with the result appended; or
-// {declinedReply, result...}.
+// wrapAcquire runs the fragment before the attempt, so that one that fails
+// or declines leaves no lock. Reply: the acquire script's with the result,
+// or {declinedReply, result...}.
 func wrapAcquire(src string, gate bool) string {
 	return userPart(src) + cutTail("ARGV", acquireArgs) + cutLockKeys(acquireKeys-1, fmt.Sprintf("ARGV%d", acquireFenceArg)) +
 		runUser(gate, reuseDeclined) +
@@ -171,12 +141,9 @@ return r
 `
 }
 
-// wrapRelease releases first, so that a fragment that fails still leaves the
-// lock released, never stuck until its lease ends; the fragment runs only if
-// the release found the handle holding the lock, and then the release is
-// recorded with its result (record.lua). Reply: the release script's, with
-// the result appended; a replay of a recorded release returns the record
-// and does not run the fragment again.
+// wrapRelease releases first, so that a failing fragment still leaves the
+// lock released; the fragment runs only if the handle held the lock, and the
+// record keeps its result. A replay returns the record and does not run it.
 func wrapRelease(src string, gate bool) string {
 	sum := sha1.Sum([]byte(src))
 	return recordSrc + callID(fmt.Sprintf("fragment %x %t", sum, gate)) + lockPart(releaseSrc) + userPart(src) + cutTail("ARGV", releaseArgs) +

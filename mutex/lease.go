@@ -8,14 +8,11 @@ import (
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 )
 
-// A life is a lease as this process knows it: the one machine behind a
-// lock's hold (whose end ends all its handles) and a Permit. It keeps, on
-// the client's monotonic clock, a conservative end of the lease, so that a
-// handle's Done, Context and Deadline can report the loss of a lease that
-// was neither released nor extended in time; it ends exactly once
-// (released, handed over or lost). Its timer runs only while someone
-// watches (Done, Context) or renewal runs. mu guards the life and its
-// owner's state.
+// A life is a lease as this process knows it, behind a lock's hold and a
+// Permit: a conservative end of the lease on the client's monotonic clock,
+// so that Done, Context and Deadline report a lease that passed; it ends
+// once. Its timer runs only while someone watches or renewal runs. mu
+// guards the life and its owner's state.
 type life struct {
 	mu       sync.Mutex
 	deadline time.Time   // the lease surely lasts until then (if not deleted)
@@ -26,14 +23,13 @@ type life struct {
 
 // A lifeOwner is what a life belongs to: a lock's hold or a Permit.
 type lifeOwner interface {
-	// endLocked ends the owner and its handles in phase p, once (it calls
-	// finishLocked); mu is held.
+	// endLocked ends the owner and its handles in phase p, once; mu is held.
 	endLocked(p phase)
 	renewer
 }
 
-// drift is the margin by which the lease may end early on the client's clock:
-// the server's clock may run faster than ours (the Redlock paper's 1% plus 2 ms).
+// drift is the margin by which the lease may end early on the client's
+// clock, the server's clock running faster (the Redlock paper's).
 func drift(lease time.Duration) time.Duration {
 	return lease/100 + 2*time.Millisecond
 }
@@ -44,15 +40,12 @@ func leaseEnd(start time.Time, lease time.Duration) time.Time {
 	return start.Add(lease - drift(lease))
 }
 
-// serverDeadline maps the end of a lease, ends in server ms, to the local
-// clock, conservatively: the server read its time now after start, so the
-// lease lasts at least ends-now from start, less the drift margin.
+// serverDeadline maps a lease's end in server ms to the local clock: the
+// server read now after start, so it lasts at least ends-now from start.
 func serverDeadline(start time.Time, now, ends int64) time.Time {
 	return leaseEnd(start, time.Duration(ends-now)*time.Millisecond)
 }
 
-// setDeadline records a new end of the lease, on the local clock, unless
-// the life has ended.
 func (l *life) setDeadline(d time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -65,9 +58,8 @@ func (l *life) setDeadline(d time.Time) {
 	}
 }
 
-// finishLocked marks the life ended and stops its timer and renewal; it
-// reports false when the life had ended already, so that its owner's
-// endLocked acts once.
+// finishLocked ends the life and stops its timer and renewal; false when
+// it had ended already.
 func (l *life) finishLocked() bool {
 	if l.ended {
 		return false
@@ -82,9 +74,8 @@ func (l *life) finishLocked() bool {
 	return true
 }
 
-// expireLocked ends o as lost if its lease has passed on the client's
-// clock, without waiting for the deadline timer (which fires late on a
-// loaded machine, and runs only once someone watches); it reports whether
+// expireLocked ends o as lost if its lease has passed, without waiting for
+// the timer (late on a loaded machine, or not running); it reports whether
 // the life has ended.
 func (l *life) expireLocked(o lifeOwner) bool {
 	if !l.ended && !time.Now().Before(l.deadline) {
@@ -93,16 +84,14 @@ func (l *life) expireLocked(o lifeOwner) bool {
 	return l.ended
 }
 
-// endedLocked returns the cause of s's handle once it has ended, else nil;
-// it ends o first if the lease has passed (expireLocked), so that every
-// answer is the one of the moment it is asked.
+// endedLocked returns the cause of s's handle once it has ended, else nil,
+// expiring o first.
 func (l *life) endedLocked(o lifeOwner, s *lifeSignal) error {
 	l.expireLocked(o)
 	return s.causeLocked()
 }
 
-// watchedLocked is endedLocked for a watcher (Done, Context): while the
-// handle is open, the deadline timer runs, to end o when the lease passes.
+// watchedLocked is endedLocked that starts the deadline timer while open.
 func (l *life) watchedLocked(o lifeOwner, s *lifeSignal) error {
 	err := l.endedLocked(o, s)
 	if err == nil {
@@ -111,7 +100,6 @@ func (l *life) watchedLocked(o lifeOwner, s *lifeSignal) error {
 	return err
 }
 
-// watchLocked starts the deadline timer on the first watcher.
 func (l *life) watchLocked(o lifeOwner) {
 	if l.ended || l.timer != nil {
 		return
@@ -119,9 +107,8 @@ func (l *life) watchLocked(o lifeOwner) {
 	l.timer = time.AfterFunc(time.Until(l.deadline), func() { l.checkDeadline(o) })
 }
 
-// checkDeadline is the deadline timer's: it ends o as lost once the lease
-// has passed. A release under way does not stop it: its script may find
-// the lease expired and the lock or permits given to another holder.
+// checkDeadline ends o as lost once the lease has passed, a release under
+// way or not: its script may find the lock given to another.
 func (l *life) checkDeadline(o lifeOwner) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -135,22 +122,18 @@ func (l *life) checkDeadline(o lifeOwner) {
 	o.endLocked(lost)
 }
 
-// done is a handle's Done: s is its signal, o the owner of the life.
 func (l *life) done(o lifeOwner, s *lifeSignal) <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return s.doneLocked(l.watchedLocked(o, s))
 }
 
-// context is a handle's Context: s is its signal, o the owner of the life.
 func (l *life) context(o lifeOwner, s *lifeSignal, parent context.Context) context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return s.deriveLocked(&l.mu, parent, l.watchedLocked(o, s))
 }
 
-// leaseDeadline is a handle's Deadline: s is its signal, o the owner of
-// the life.
 func (l *life) leaseDeadline(o lifeOwner, s *lifeSignal) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -184,12 +167,10 @@ func (l *life) stopRenew() {
 	}
 }
 
-// A lifeSignal is a handle's (a Lock's or a Permit's) phase and how it tells
-// that it ended: the channel of Done and the contexts of Context. The call
-// that ends the handle fires it, so every one of them is closed or
-// cancelled before that call returns (a context.AfterFunc would cancel them
-// later, in a goroutine of its own). Its methods run under the mutex of the
-// handle's life, which the caller holds.
+// A lifeSignal is a handle's phase, Done's channel and Context's contexts.
+// The call that ends the handle fires it, so all are closed or cancelled
+// before that call returns (a context.AfterFunc would do it later). Its
+// methods run under the mutex of the handle's life.
 type lifeSignal struct {
 	phase  phase
 	ctx    context.Context // Done's; made on first use
@@ -198,7 +179,6 @@ type lifeSignal struct {
 	next   uint64
 }
 
-// endLocked ends the handle in phase p, once.
 func (s *lifeSignal) endLocked(p phase) {
 	if s.phase >= released {
 		return
@@ -207,7 +187,6 @@ func (s *lifeSignal) endLocked(p phase) {
 	s.fireLocked(p.cause())
 }
 
-// causeLocked returns the handle's cause once it has ended, else nil.
 func (s *lifeSignal) causeLocked() error {
 	if s.phase >= released {
 		return s.phase.cause()
@@ -215,8 +194,7 @@ func (s *lifeSignal) causeLocked() error {
 	return nil
 }
 
-// doneLocked returns the channel closed when the handle ends; ended is the
-// handle's cause if it has ended already.
+// doneLocked returns Done's channel; ended is the cause if it has ended.
 func (s *lifeSignal) doneLocked(ended error) <-chan struct{} {
 	if s.ctx == nil {
 		s.ctx, s.cancel = context.WithCancelCause(context.Background())
@@ -228,9 +206,8 @@ func (s *lifeSignal) doneLocked(ended error) <-chan struct{} {
 }
 
 // deriveLocked returns a context of parent cancelled with the handle's
-// cause when it ends: at once when it has ended already (ended is its
-// cause), else by fireLocked. mu guards s: a context that ends on its own
-// is forgotten under it.
+// cause when it ends (ended: it has). mu guards s: a context that ends on
+// its own is forgotten under it.
 func (s *lifeSignal) deriveLocked(mu sync.Locker, parent context.Context, ended error) context.Context {
 	ctx, cancel := context.WithCancelCause(parent)
 	if ended != nil {
@@ -251,7 +228,6 @@ func (s *lifeSignal) deriveLocked(mu sync.Locker, parent context.Context, ended 
 	return ctx
 }
 
-// fireLocked ends Done's channel and every context with cause.
 func (s *lifeSignal) fireLocked(cause error) {
 	if s.cancel != nil {
 		s.cancel(cause)
@@ -262,8 +238,7 @@ func (s *lifeSignal) fireLocked(cause error) {
 	s.subs = nil
 }
 
-// A renewal is the goroutine that keeps an WithAutoRenew lease alive (a lock's
-// or a Permit's); a life starts and stops it (lease.go).
+// A renewal is the goroutine that keeps a WithAutoRenew lease alive.
 type renewal struct {
 	stop    chan struct{} // closed to end the goroutine
 	stopped bool          // guarded by life.mu
@@ -277,17 +252,15 @@ func (r *renewal) stopLocked() {
 	}
 }
 
-// A renewer is what renewLoop keeps alive: a lock's hold or a semaphore's
-// Permit.
+// A renewer is what renewLoop keeps alive: a hold or a Permit.
 type renewer interface {
-	// renewOnce extends the lease once, and records the new lease when
-	// Redis reports it held; held false with a nil error means it is gone.
+	// renewOnce extends the lease once and records it; held false with a
+	// nil error means it is gone.
 	renewOnce(ctx context.Context, lease time.Duration) (held bool, err error)
 	// lose ends it as lost: taken or gone, never re-acquired.
 	lose()
 }
 
-// renewOnce is the hold's renewer step: one extend script.
 func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (bool, error) {
 	start := time.Now()
 	held, err := h.locker.dep.extend(ctx, h, "", lease, start)
@@ -309,8 +282,7 @@ func renewLoop(x renewer, r *renewal, lease time.Duration) {
 			return
 		case <-t.C:
 		}
-		// One attempt may take at most a period, so a slow Redis delays the
-		// next attempt but never hides the deadline.
+		// An attempt takes at most a period: a slow Redis never hides the deadline.
 		ctx, cancel := ctxcall.DeadlineOnly(context.Background(), time.Now().Add(period))
 		held, err := x.renewOnce(ctx, lease)
 		cancel()
@@ -318,8 +290,7 @@ func renewLoop(x renewer, r *renewal, lease time.Duration) {
 			x.lose() // taken or gone: never re-acquire
 			return
 		}
-		// On an error keep trying each period; the deadline timer ends the
-		// lock or permit if no renewal lands before the lease must have ended.
+		// On an error keep trying; the deadline timer ends a lease that passed.
 		t.Reset(period)
 	}
 }

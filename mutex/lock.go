@@ -9,13 +9,11 @@ import (
 	"time"
 )
 
-// Run runs call.Fragment only while this handle holds the lock, without
-// releasing it, and returns its result; ErrNotHeld (not run) when the handle
-// no longer holds the lock; ErrDeclined with the result when call.Fragment
-// is a gate that declined (the lock stays held). Unlike a release, Run keeps
-// no record: a run that go-redis repeats after a lost reply runs the
-// fragment twice, so give Run fragments that read, or writes that can run
-// twice (a SET, not an INCR).
+// Run runs call.Fragment while this handle holds the lock, without
+// releasing it, and returns its result. It returns ErrNotHeld (not run) when
+// the handle no longer holds the lock, and ErrDeclined with the result when
+// a gate declined. go-redis may repeat a run whose reply was lost, so give
+// Run reads, or writes that can run twice.
 func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	if ctx == nil {
 		return nil, ErrNilContext
@@ -26,7 +24,7 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	if err := lk.use(); err != nil {
 		return nil, err
 	}
-	defer lk.unuse()
+	defer lk.hold.exit()
 	h := lk.hold
 	if err := h.locker.unsupported("a Fragment"); err != nil {
 		return nil, err
@@ -57,8 +55,8 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	return res, nil
 }
 
-// Extend sets the remaining lease of the lock to ttl (which may shorten it).
-// It returns ErrNotHeld when the lock is no longer held by this handle.
+// Extend sets the remaining lease of the lock to ttl, which may shorten it.
+// It returns ErrNotHeld when this handle no longer holds the lock.
 func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return ErrNilContext
@@ -69,7 +67,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := lk.use(); err != nil {
 		return err
 	}
-	defer lk.unuse()
+	defer lk.hold.exit()
 	start := time.Now()
 	ok, err := lk.hold.locker.dep.extend(ctx, lk.hold, handleID(lk.id), ttl, start)
 	if err != nil {
@@ -91,7 +89,7 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := lk.use(); err != nil {
 		return 0, err
 	}
-	defer lk.unuse()
+	defer lk.hold.exit()
 	d, err := lk.hold.locker.dep.pttl(ctx, lk)
 	switch {
 	case errors.Is(err, ErrNotHeld):
@@ -103,7 +101,6 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	return d, nil
 }
 
-// pttl reads the lease lk's lock has left in Redis.
 func (single) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	reply, err := lk.hold.locker.run(ctx, pttlScript, []string{lk.hold.key}, []any{lk.hold.token, argID(lk.id)}, nil)
 	if err != nil {
@@ -133,11 +130,9 @@ func (single) extend(ctx context.Context, h *hold, id string, lease time.Duratio
 	return n == 1, err
 }
 
-// A phase is where a handle is in its life. Only held and releasing are
-// open. Every change of phase happens under its hold's mu, so racing calls
-// on one handle are decided by one transition: the call that moves the
-// handle from held to releasing is the one release that talks to Redis or
-// to a waiter, and the others answer ErrNotHeld without either.
+// A phase is where a handle is in its life; only held and releasing are
+// open. It changes under its hold's mu, so racing calls on one handle are
+// decided by one transition (PROTOCOL.md, "A handle is a state machine").
 type phase uint8
 
 const (
@@ -148,7 +143,6 @@ const (
 	lost                    // the lease ended, or Redis reported the lock gone
 )
 
-// cause is what Done's context reports for a handle that ended in p.
 func (p phase) cause() error {
 	if p == lost {
 		return ErrLockLost
@@ -156,12 +150,9 @@ func (p phase) cause() error {
 	return ErrNotHeld
 }
 
-// A Lock is one handle on a held lock, returned by Locker.Lock, TryLock and
-// TryLockWith. Its methods are safe for concurrent use: when they race, one
-// Unlock or UnlockWith wins and the others return ErrNotHeld, and no method
-// acts for a handle that another call has released or handed over. A nil
-// *Lock is safe to Unlock (it returns ErrNotHeld), so `defer lk.Unlock(ctx)`
-// never panics.
+// A Lock is one handle on a held lock. Its methods are safe for concurrent
+// use: of racing releases one wins and the others return ErrNotHeld. A nil
+// *Lock's Unlock returns ErrNotHeld, so `defer lk.Unlock(ctx)` never panics.
 type Lock struct {
 	hold *hold
 	id   uint64
@@ -188,8 +179,8 @@ func (lk *Lock) Fence() int64 {
 	return lk.hold.fence
 }
 
-// Token returns the random token (128 bits, hex) of this acquisition. A
-// re-entrant handle shares its owner's token.
+// Token returns the random token of this acquisition, shared by re-entrant
+// handles.
 func (lk *Lock) Token() string {
 	if lk == nil {
 		return ""
@@ -198,10 +189,9 @@ func (lk *Lock) Token() string {
 }
 
 // use marks the start of a call that acts for lk in Redis without ending it
-// (Extend, Run, TTL, a re-entry): ErrNotHeld when lk is not held. While such
-// a call runs, the hold is busy: a release of it goes through Redis, never
-// hands the token to a local waiter, so that the call cannot act for the
-// waiter's lock. Each use is ended by unuse.
+// (Extend, Run, TTL), or returns ErrNotHeld. While it runs the hold is busy:
+// its release is never a local hand-over, which would keep the token, so the
+// call cannot act for the waiter's lock. Each use is ended by hold.exit.
 func (lk *Lock) use() error {
 	if lk == nil {
 		return ErrNotHeld
@@ -216,16 +206,8 @@ func (lk *Lock) use() error {
 	return nil
 }
 
-// unuse ends a use of lk.
-func (lk *Lock) unuse() {
-	lk.hold.mu.Lock()
-	lk.hold.busy--
-	lk.hold.mu.Unlock()
-}
-
-// beginRelease moves lk from held to releasing: the one transition that
-// decides which of racing releases runs. It returns what the release needs
-// to know of the handle then.
+// beginRelease moves lk from held to releasing, deciding which of racing
+// releases runs.
 func (lk *Lock) beginRelease() (again *unsure, last, renews bool, err error) {
 	h := lk.hold
 	h.mu.Lock()
@@ -238,8 +220,7 @@ func (lk *Lock) beginRelease() (again *unsure, last, renews bool, err error) {
 	return lk.unsure, last, h.renew != nil, nil
 }
 
-// abortRelease moves lk back from releasing to held after a release that
-// failed: the handle stays open, to be released again (see Unlock).
+// abortRelease moves lk back to held after a failed release.
 func (lk *Lock) abortRelease() {
 	lk.hold.mu.Lock()
 	defer lk.hold.mu.Unlock()
@@ -248,17 +229,12 @@ func (lk *Lock) abortRelease() {
 	}
 }
 
-// closedChan is what Done of a nil Lock returns.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// Done returns a channel that is closed when this handle ends: after Unlock
-// (before it returns), or when the lock is lost (its lease passed on the
-// client's clock without an Extend, or Redis reported it gone). A call made
-// once the lease has passed returns a closed channel. The first call starts
-// a timer at the end of the lease, which closes a channel taken earlier: in
-// a process paused past the lease, that timer runs only after the process
-// resumes, so a holder about to act checks Deadline, or calls Done again.
-// A lock whose Done is never called costs no timer.
+// Done returns a channel closed when this handle ends: by Unlock, before
+// it returns, or when the lock is lost (its lease passed on the client's
+// clock, or Redis reported it gone). In a process paused past the lease the
+// channel closes only after it resumes: check Deadline right before acting.
 func (lk *Lock) Done() <-chan struct{} {
 	if lk == nil {
 		return closedChan
@@ -267,11 +243,8 @@ func (lk *Lock) Done() <-chan struct{} {
 }
 
 // Deadline returns the time until which this handle surely holds the lock,
-// on the client's clock: the end of the lease Redis confirmed (by the
-// acquisition or the last Extend, or a renewal), less the drift margin. ok
-// is false once the handle has ended, as it has when that time has passed.
-// Check it right before an action that must run under the lock: a deadline
-// in the past, or too near for the action, means the lock may be gone.
+// on the client's clock: the end of the lease Redis last confirmed, less the
+// drift margin. ok is false once the handle has ended.
 func (lk *Lock) Deadline() (deadline time.Time, ok bool) {
 	if lk == nil {
 		return time.Time{}, false
@@ -279,11 +252,9 @@ func (lk *Lock) Deadline() (deadline time.Time, ok bool) {
 	return lk.hold.leaseDeadline(lk.hold, &lk.lifeSignal)
 }
 
-// Context returns a context derived from parent that carries the ownership of
-// this lock, for re-entry (see TryLock), and is cancelled when the handle ends:
-// with cause ErrLockLost when the lock was lost, ErrNotHeld after Unlock
-// (read it with context.Cause). Work that must stop when the lock is lost
-// should run under this context.
+// Context returns a context derived from parent that carries this lock for
+// re-entry (see TryLock) and is cancelled when the handle ends, with cause
+// ErrLockLost when the lock was lost and ErrNotHeld after Unlock.
 func (lk *Lock) Context(parent context.Context) context.Context {
 	if lk == nil {
 		ctx, cancel := context.WithCancelCause(parent)
@@ -296,51 +267,40 @@ func (lk *Lock) Context(parent context.Context) context.Context {
 }
 
 // A hold is one owner's possession of a lock: one token, the root handle and
-// every re-entry through Lock.Context. Its life (lease.go) is the lease's:
-// when it ends, every open handle ends with it.
+// its re-entries. When its life (lease.go) ends, every open handle ends.
 type hold struct {
-	life   // mu guards the hold and its handles' phases and signals
-	locker *Locker
-	name   string
-	names  // the keys of the lock and of its release records, the token
-	// valueArg is value boxed once: the native SET NX's and unlock.lua's
-	// argument.
-	valueArg any
+	life     // mu guards the hold and its handles' phases and signals
+	locker   *Locker
+	name     string
+	names          // the keys of the lock and of its release records, the token
+	valueArg any   // value boxed once, for SET NX and unlock.lua
 	fence    int64 // set before the hold is shared
-	// adopted: the token came from the orphan memory (retrysafety.go); the
-	// hold's release spends it (retrysafety.go). Set before the hold is shared.
-	adopted bool
-	nextID  atomic.Uint64
+	adopted  bool  // the token came from the orphan memory (retrysafety.go); set before sharing
+	nextID   atomic.Uint64
 
 	busy    int      // calls acting for the hold in Redis, releases aside (Lock.use)
 	handles []*Lock  // open handles: the root and its re-entries
 	one     [1]*Lock // handles' first backing array: no allocation for the root
 }
 
-// newHold returns the hold of n's token on name.
 func newHold(l *Locker, name string, n names) *hold {
 	return &hold{locker: l, name: name, names: n, valueArg: n.value}
 }
 
-// A root is a hold and its root handle, made together: one allocation for
-// the common acquisition.
+// A root is a hold and its root handle in one allocation.
 type root struct {
 	h  hold
 	lk Lock
 }
 
-// newRoot returns the root handle of a new hold of n's token on name, whose
-// lock an attempt just obtained with fencing number fence; value is
-// n.value, boxed.
 func newRoot(l *Locker, name string, n names, value any, fence int64) *Lock {
 	r := &root{h: hold{locker: l, name: name, names: n, valueArg: value, fence: fence}}
 	r.lk.hold = &r.h
 	return &r.lk
 }
 
-// lockKeys appends the keys of a lock script to keys: the lock's, the
-// release records' (release scripts only) and the fencing counter's (with
-// fencing only).
+// lockKeys appends a lock script's keys: the lock's, the release records'
+// (if release) and the fencing counter's (with fencing).
 func lockKeys(keys []string, n *names, release bool) []string {
 	keys = append(keys, n.key)
 	if release {
@@ -352,14 +312,12 @@ func lockKeys(keys []string, n *names, release bool) []string {
 	return keys
 }
 
-// add records a handle obtained by a script sent at start that left a lease of
-// lease on the key.
+// add records a handle obtained by a script sent at start with lease left.
 func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended {
-		// The lease was declared lost while this re-entry was in flight: the
-		// handle is born lost rather than silently reviving the hold.
+		// Lost while this re-entry was in flight: born lost, not reviving it.
 		lk.endLocked(lost)
 		return
 	}
@@ -373,12 +331,9 @@ func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 }
 
 // passOn hands the lock from its last handle lk to a local waiter without a
-// round trip: the waiter gets a new handle on the same token, handle field and
-// lease in Redis. It does so only while the lease surely lasts at least 90% of
-// the waiter's own lease (so the waiter gets nearly what it asked for), and
-// returns nil otherwise, when lk is not the last open handle, or when a call
-// acts for the hold in Redis (busy): that call could act for the waiter's
-// lock, which has the same token.
+// round trip, on the same token and lease, while the lease surely lasts 90%
+// of the waiter's own. It returns nil otherwise, or when the hold is busy
+// (see Lock.use).
 func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 	h.mu.Lock()
 	if h.ended || h.busy > 0 || len(h.handles) != 1 || h.handles[0] != lk || time.Until(h.deadline) < cfg.ttl-cfg.ttl/10 {
@@ -401,8 +356,8 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 	return nlk
 }
 
-// enter marks the start of a re-entry of the hold (see Lock.use):
-// ErrNotHeld when it has ended.
+// enter marks the start of a re-entry of the hold (see Lock.use), or
+// returns ErrNotHeld.
 func (h *hold) enter() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -413,23 +368,20 @@ func (h *hold) enter() error {
 	return nil
 }
 
-// hasEnded reports whether the hold has ended (released, handed over, lost).
 func (h *hold) hasEnded() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.ended
 }
 
-// exit ends an enter.
 func (h *hold) exit() {
 	h.mu.Lock()
 	h.busy--
 	h.mu.Unlock()
 }
 
-// release closes one handle after Redis released it; last is true when the
-// key was deleted (or handed on under another token): an adopted token is
-// then spent.
+// release closes one handle after Redis released it; last: the lock was
+// deleted or handed on, and an adopted token is spent.
 func (h *hold) release(lk *Lock, last bool) {
 	h.mu.Lock()
 	h.handles = slices.DeleteFunc(h.handles, func(x *Lock) bool { return x == lk })
@@ -443,17 +395,14 @@ func (h *hold) release(lk *Lock, last bool) {
 	}
 }
 
-// end ends the hold and every open handle in phase p.
 func (h *hold) end(p phase) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.endLocked(p)
 }
 
-// lose ends every handle as lost: Redis reported the lock gone. While one of
-// them is being released it does nothing: that release's reply from Redis
-// tells how the hold ended (a release that ran before this call's script
-// makes the lock "released", not "lost").
+// lose ends every handle as lost: Redis reported the lock gone. While one is
+// being released it does nothing: that release's reply tells how it ended.
 func (h *hold) lose() {
 	h.mu.Lock()
 	defer h.mu.Unlock()

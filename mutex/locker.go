@@ -24,32 +24,21 @@ const (
 	DefaultFenceTTL = 7 * 24 * time.Hour
 	// MaxNameLen is the longest lock name accepted, in bytes.
 	MaxNameLen = 1024
-	// MaxTTL is the longest lease (WithTTL, Lease, Extend) and retry
-	// interval accepted: a lock meant to outlive a day is held with
-	// WithAutoRenew, so that a holder that died frees it within a lease.
+	// MaxTTL is the longest lease and retry interval accepted: renew a lock
+	// held longer (WithAutoRenew), so that a dead holder frees it in a lease.
 	MaxTTL = 24 * time.Hour
 )
 
-// A Locker hands out locks on names, kept in one Redis deployment (a single
-// server, a failover group or a cluster). The zero value is not usable; call
-// New. A Locker is safe for concurrent use and has no Close: it starts a
-// goroutine only while one of its Lock or Semaphore Acquire calls waits (to
-// hear of releases and grants), while commands of overlapping calls queue
-// (see below), and one per lock or permit taken with WithAutoRenew. Share one
-// Locker among the goroutines of a process.
+// A Locker hands out locks on names, kept in one Redis deployment (a server,
+// a failover group or a cluster) or, from NewQuorum, on a quorum of them.
+// Use New; the zero value is not usable. A Locker is safe for concurrent use
+// and has no Close: share one among the goroutines of a process.
 //
-// Calls of one Locker that overlap share round trips: commands queued
-// while others are in flight go to Redis as one pipeline, each call still
-// getting its own reply by its own deadline (WithoutPipelining turns it
-// off). Goroutines of one Locker waiting for one name queue in FIFO order,
-// only the head polling Redis; an Unlock passes the lock to the next of
-// them, with no round trip while enough of the lease is left, and now and
-// then releases it to all comers so that waiters in other processes are
-// not starved (PROTOCOL.md gives the figures). A hand-over without a round
-// trip trusts the lease Redis confirmed to the chain's first holder: the
-// chain never outlives it, but does not notice a lock deleted behind its
-// back (a FLUSHALL) before it ends. Lock.UnlockWith checks in Redis all the
-// same; WithFencing turns those hand-overs off.
+// Goroutines of one Locker waiting for a name queue in FIFO order, and an
+// Unlock passes the lock to the next, often without a round trip
+// (PROTOCOL.md, "Contention"). Such a hand-over trusts the lease Redis
+// confirmed to the chain's first holder and does not notice a lock deleted
+// behind its back (a FLUSHALL); WithFencing turns it off.
 type Locker struct {
 	client   Client
 	prefix   string
@@ -60,52 +49,37 @@ type Locker struct {
 	dep      deployment // single (New) or *quorum (NewQuorum)
 	ttlMS    any        // ttl in ms and fenceTTL in ms, boxed once for the scripts
 	fenceMS  any
-	// setNX takes a free lock with a native SET NX PX GET; nil when the
-	// client has none, or the Locker needs the script (fencing, a quorum).
-	// It is used only once a script has run (scripted), and never on a
-	// server without SET NX GET (noSetGet).
+	// setNX takes a free lock natively (takeFree); nil when the client has
+	// none or the Locker needs the script (fencing, replica acks, a quorum).
 	setNX              nativeSetter
 	scripted, noSetGet atomic.Bool
-	// releases numbers this Locker's releases for their records (retrysafety.go).
-	releases *releases
-	// honours is set when the client bounds commands by their context's
-	// deadline (ContextTimeoutEnabled): an attempt's unknown outcome is then
-	// remembered (retrysafety.go). runner sends the Locker's lone scripts: from
-	// the caller's goroutine when the command ends by ctx's end, else under
-	// ctxcall (a client without the option, or a ctx that can be cancelled
-	// before its deadline).
-	honours bool
-	runner  ctxcall.Runner
-	dial    outage.Dial // the client's dialer (nil: not a *redis.Client), for releaseOrphan
-	// acks replicas must acknowledge each write that grants or keeps a
-	// lock within ackTimeout (WithReplicaAck); 0: no WAIT.
-	acks       int
+	releases           *releases // numbers releases for their records (retrysafety.go)
+	// honours: the client bounds commands by their context's deadline
+	// (ContextTimeoutEnabled), so an unknown outcome is remembered, not
+	// undone late (retrysafety.go).
+	honours    bool
+	runner     ctxcall.Runner
+	dial       outage.Dial // the client's dialer (nil: not a *redis.Client), for releaseOrphan
+	acks       int         // WithReplicaAck; 0: no WAIT
 	ackTimeout time.Duration
 
-	// batch sends the commands of overlapping calls together (send.go),
-	// unless noBatch (WithoutPipelining).
-	batch   batcher
-	noBatch bool
+	batch   batcher // send.go
+	noBatch bool    // WithoutPipelining
 
 	mu     sync.Mutex
 	queues map[string]*queue // waiters by name
-	// nqueues is len(queues), written under mu: a Locker nobody waits on
-	// skips mu and the map on the uncontended path (queued, nextWaiter,
-	// released).
+	// nqueues is len(queues), written under mu: the uncontended path skips
+	// mu and the map.
 	nqueues atomic.Int64
 	sub     *subscription // release notifications; nil while nobody waits
 
-	// orphans are the tokens of attempts whose caller left before the reply
-	// (retrysafety.go).
-	orphans orphans
-	// spent are the orphans' tokens its handles released, looked for on
-	// the lock in case their abandoned attempt runs late (retrysafety.go).
-	spent spent
+	orphans orphans // retrysafety.go
+	spent   spent
 }
 
 // New returns a Locker that keeps its locks through client. A nil client or
-// a bad option is an error matching ErrInvalid (and the client an error
-// matching ErrUnsupported when it cannot do what an option asks).
+// a bad option is an error matching ErrInvalid, an option the client cannot
+// serve one matching ErrUnsupported.
 func New(client Client, opts ...Option) (*Locker, error) {
 	if nilcheck.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalid)
@@ -122,10 +96,9 @@ func New(client Client, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
-// wire picks the ways the Locker talks to its client: a native SET NX for
-// free locks (not with fencing, and not with WithReplicaAck, where WAIT
-// follows the acquire script in its pipeline), deadlines honoured by the
-// client or by ctxcall, pipelines for overlapping calls.
+// wire picks how the Locker talks to its client: a native SET NX for free
+// locks (not with fencing or WithReplicaAck, whose WAIT follows the script),
+// deadlines by the client or ctxcall, pipelines for overlapping calls.
 func (l *Locker) wire() {
 	l.honours = ctxcall.Honours(l.client)
 	l.runner = ctxcall.NewRunner(l.client)
@@ -133,25 +106,20 @@ func (l *Locker) wire() {
 	if s, ok := l.runner.Scripter().(nativeSetter); ok && l.fenceTTL == 0 && l.acks == 0 {
 		l.setNX = s
 	}
-	if !l.noBatch {
-		l.batch.pipe = pipelines(l.client)
+	if p, ok := l.client.(interface{ Pipeline() redis.Pipeliner }); ok && !l.noBatch {
+		l.batch.pipe = p.Pipeline
 		_, l.batch.fanOut = l.client.(interface{ Options() *redis.Options })
 	}
 }
 
-// box keeps the script arguments that every call sends, boxed once.
 func (l *Locker) box() {
 	l.ttlMS, l.fenceMS = l.ttl.Milliseconds(), l.fenceTTL.Milliseconds()
 }
 
-// Key returns <prefix>{<name>}:<kind>, a key in the same Redis Cluster slot
-// as the lock on name, for data that a Fragment reads or writes under that
-// lock. Braces and '~' in name are escaped, as in the lock's own key, so the
-// slot is the same whatever name holds. The kinds the Locker writes itself
-// are refused with ErrInvalid: "lock", "fence", "record", "record:" followed
-// by anything (release records), "released" (the release channel), and
-// "sem" and "sem:" followed by anything (a Semaphore's keys and channel); so
-// is an empty kind or a name Lock would refuse.
+// Key returns <prefix>{<name>}:<kind>, a key in the lock's cluster slot for
+// data a Fragment uses under the lock. A kind the Locker writes itself
+// (PROTOCOL.md, "Keys"), an empty kind or a bad name is refused with
+// ErrInvalid.
 func (l *Locker) Key(name, kind string) (string, error) {
 	if err := checkName(name); err != nil {
 		return "", err
@@ -162,7 +130,6 @@ func (l *Locker) Key(name, kind string) (string, error) {
 	return keyspace.Key(l.prefix, name, kind), nil
 }
 
-// checkName refuses a name no lock may have.
 func checkName(name string) error {
 	if name == "" || len(name) > MaxNameLen {
 		return fmt.Errorf("%w: name of %d bytes: want 1 to %d", ErrInvalid, len(name), MaxNameLen)
@@ -171,8 +138,7 @@ func checkName(name string) error {
 }
 
 // LockKey returns the key of the lock on name, for a Fragment that only
-// reads it (EXISTS or PTTL: is the lock free, how long is left) and for
-// monitoring. Never write it: its value's format is the Locker's.
+// reads it and for monitoring. Never write it.
 func (l *Locker) LockKey(name string) string {
 	return keyspace.Key(l.prefix, name, kindLock)
 }
@@ -185,7 +151,6 @@ const (
 	kindReleased = "released"
 )
 
-// reservedKind reports whether Key must refuse kind.
 func reservedKind(kind string) bool {
 	switch kind {
 	case "", kindLock, kindFence, kindRecord, kindReleased, kindSem:
@@ -194,9 +159,8 @@ func reservedKind(kind string) bool {
 	return strings.HasPrefix(kind, kindRecord+":") || strings.HasPrefix(kind, kindSem+":")
 }
 
-// names are the strings one token's lock on one name needs: its keys and
-// the value a fresh lock takes. They are cut from one string, built in one
-// allocation, since every acquisition needs a new set.
+// names are the keys and fresh value of one token's lock on one name, cut
+// from one string: one allocation per acquisition.
 type names struct {
 	key   string // the lock: Key(name, "lock")
 	fkey  string // the fencing counter, Key(name, "fence"); "" without fencing
@@ -206,7 +170,6 @@ type names struct {
 	value string // the lock's value while nobody waits for it (putFreeValue)
 }
 
-// names returns the names of a new token's lock on name.
 func (l *Locker) names(name string) names {
 	var raw [tokenLen / 2]byte
 	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
@@ -250,7 +213,6 @@ func (l *Locker) names(name string) names {
 	return n
 }
 
-// writeBase writes <prefix>{<tag>}: to b, the start of every key of a name.
 func writeBase(b *strings.Builder, prefix, tag string) {
 	b.WriteString(prefix)
 	b.WriteByte('{')
@@ -259,9 +221,8 @@ func writeBase(b *strings.Builder, prefix, tag string) {
 }
 
 // Client is the part of a go-redis client that a Locker needs: running
-// scripts. *redis.Client (including the one NewFailoverClient returns),
-// *redis.ClusterClient, *redis.Ring and any redis.UniversalClient satisfy it,
-// and so does a small wrapper that counts calls or injects faults.
+// scripts. *redis.Client, *redis.ClusterClient, *redis.Ring and
+// redis.UniversalClient satisfy it.
 type Client interface {
 	redis.Scripter
 }

@@ -16,38 +16,32 @@ type subscriber interface {
 
 // A subscription is a Locker's one Pub/Sub connection, open only while some
 // name has waiters; its goroutine wakes the head waiter of a released name.
+// The maps are guarded by Locker.mu.
 type subscription struct {
 	ps    *redis.PubSub
-	names map[string]string // channel -> lock name; guarded by Locker.mu
-	// sems are the semaphore waiters listening: channel -> token -> the
-	// waiter's grant; guarded by Locker.mu.
-	sems map[string]map[string]chan string
+	names map[string]string                 // channel -> lock name
+	sems  map[string]map[string]chan string // channel -> token -> a semaphore waiter's grant
 	// ready: semaphore channel -> closed once its SUBSCRIBE was sent, so
-	// that a waiter that joins while another subscribes polls after it;
-	// guarded by Locker.mu.
+	// that a waiter that joins while another subscribes polls after it.
 	ready map[string]chan struct{}
-	// calls serializes the SUBSCRIBE and UNSUBSCRIBE calls: an UNSUBSCRIBE
-	// of a channel nobody listened to any more, sent after Locker.mu was
-	// released, must not overtake the SUBSCRIBE of a waiter that came since
-	// (it checks again under calls), or that waiter hears nothing.
+	// calls serializes SUBSCRIBE and UNSUBSCRIBE: an UNSUBSCRIBE sent after
+	// Locker.mu was released must not overtake a later waiter's SUBSCRIBE.
 	calls sync.Mutex
 	done  chan struct{} // closed when the reader goroutine has exited
 }
 
-// channel is the Pub/Sub channel on which releases of name are announced:
-// the lock's key with "released" for "lock" (release.lua derives it so).
+// channel is the Pub/Sub channel of name's releases (release.lua derives it).
 func (l *Locker) channel(name string) string {
 	return keyspace.Key(l.prefix, name, kindReleased)
 }
 
-// canNotify reports whether waiters can hear of releases.
 func (l *Locker) canNotify() bool {
 	_, ok := l.client.(subscriber)
 	return l.notify && ok
 }
 
-// subscribe starts listening for releases of name, for its queue's lifetime.
-// It reports whether it subscribed just now.
+// subscribe listens for releases of name for its queue's lifetime; true
+// when it subscribed just now.
 func (l *Locker) subscribe(ctx context.Context, name string) bool {
 	s, _ := l.client.(subscriber)
 	if !l.canNotify() {
@@ -68,19 +62,14 @@ func (l *Locker) subscribe(ctx context.Context, name string) bool {
 	sub := l.sub
 	ps := sub.ps
 	l.mu.Unlock()
-	// An error (the connection closed as the last waiter left, Redis down) only
-	// costs the early wake-up: the waiter's ticker still runs. A new Pub/Sub
-	// connection waits for the server's greeting: bounded by ctx like any
-	// call (ctxcall).
+	// An error only costs the early wake-up: the waiter's ticker still runs.
 	sub.subscribe(ctx, ps, ch, nil)
 	return true
 }
 
-// subscribe subscribes ps (the subscription's connection) to ch, then
-// closes ready (if not nil). The SUBSCRIBE does not stop when ctx ends:
-// the other waiters of the Locker on ch count on it (a waiter whose
-// context ended first would leave them deaf until their next poll); it is
-// bounded by unlockTimeout. The caller waits for it until ctx ends.
+// subscribe subscribes ps to ch, then closes ready (if not nil). The
+// SUBSCRIBE outlives ctx, bounded by unlockTimeout, since the Locker's other
+// waiters on ch count on it; the caller waits for it until ctx ends.
 func (sub *subscription) subscribe(ctx context.Context, ps *redis.PubSub, ch string, ready chan struct{}) {
 	done := make(chan struct{})
 	go func() {
@@ -101,7 +90,7 @@ func (sub *subscription) subscribe(ctx context.Context, ps *redis.PubSub, ch str
 }
 
 // unsubscribeLocked stops listening for name; it returns what must run after
-// l.mu is released (network calls, waiting for the reader to exit).
+// l.mu is released.
 func (l *Locker) unsubscribeLocked(name string) func() {
 	sub := l.sub
 	if sub == nil {
@@ -112,7 +101,6 @@ func (l *Locker) unsubscribeLocked(name string) func() {
 	return l.dropChannelLocked(ch)
 }
 
-// openSubLocked opens the Locker's Pub/Sub connection and its reader.
 func (l *Locker) openSubLocked(ctx context.Context, s subscriber) {
 	sub := &subscription{ps: s.Subscribe(context.WithoutCancel(ctx)), names: map[string]string{},
 		sems: map[string]map[string]chan string{}, ready: map[string]chan struct{}{}, done: make(chan struct{})}
@@ -120,9 +108,8 @@ func (l *Locker) openSubLocked(ctx context.Context, s subscriber) {
 	go l.listen(sub)
 }
 
-// dropChannelLocked unsubscribes from ch, which nobody listens to any more,
-// or closes the connection when no channel is left; it returns what must
-// run after l.mu is released.
+// dropChannelLocked unsubscribes from ch, or closes the connection when no
+// channel is left; it returns what must run after l.mu is released.
 func (l *Locker) dropChannelLocked(ch string) func() {
 	sub := l.sub
 	if len(sub.names) > 0 || len(sub.sems) > 0 {

@@ -8,12 +8,10 @@ import (
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 )
 
-// An Option configures a Locker, given to New or NewQuorum, or one
-// acquisition, given to TryLock, Lock, TryLockWith, LockWith and a
-// Semaphore's TryAcquire and Acquire. Each option's doc says where it
-// applies; given anywhere else it makes the call fail with ErrInvalid, as a
-// bad value does. Options are values: make one once and pass it to every
-// call. The zero Option changes nothing.
+// An Option configures a Locker (New, NewQuorum) or one acquisition (the
+// lock and Semaphore calls); each option's doc says where it applies. Given
+// elsewhere, or with a bad value, it makes the call fail with ErrInvalid.
+// The zero Option changes nothing.
 type Option struct{ o *option }
 
 type option struct {
@@ -24,7 +22,6 @@ type option struct {
 	call  lockConfig                   // in an acquisition
 }
 
-// place is a set of the places an option applies.
 type place uint8
 
 const (
@@ -43,7 +40,6 @@ func (p place) String() string {
 	return "an acquisition"
 }
 
-// lockConfig is what the options of one acquisition decide.
 type lockConfig struct {
 	ttl      time.Duration
 	ttlMS    any // ttl in ms, boxed once for the scripts' arguments
@@ -52,7 +48,6 @@ type lockConfig struct {
 	err      error
 }
 
-// check refuses o where it means nothing.
 func (o *option) check(at place) error {
 	switch {
 	case o.err != nil:
@@ -63,7 +58,6 @@ func (o *option) check(at place) error {
 	return nil
 }
 
-// configure applies the options of New (q nil) or NewQuorum.
 func (l *Locker) configure(q *quorum, at place, opts []Option) error {
 	for _, o := range opts {
 		if o.o == nil {
@@ -79,7 +73,6 @@ func (l *Locker) configure(q *quorum, at place, opts []Option) error {
 	return nil
 }
 
-// config validates a call and its options.
 func (l *Locker) config(name string, opts []Option) (lockConfig, error) {
 	if l == nil {
 		return lockConfig{}, errNilLocker
@@ -109,8 +102,7 @@ func (cfg *lockConfig) add(o *option) {
 	cfg.ackLater = cfg.ackLater || o.call.ackLater
 }
 
-// checkDuration refuses a lease or interval (what names it) under 1 ms,
-// the scripts' unit, or over MaxTTL.
+// checkDuration refuses a lease or interval under 1 ms or over MaxTTL.
 func checkDuration(what string, d time.Duration) error {
 	if d < time.Millisecond || d > MaxTTL {
 		return fmt.Errorf("%w: %s %v: want 1ms to %v", ErrInvalid, what, d, MaxTTL)
@@ -118,7 +110,6 @@ func checkDuration(what string, d time.Duration) error {
 	return nil
 }
 
-// lockerOption is an option of New and NewQuorum.
 func lockerOption(name string, set func(*Locker)) Option {
 	return Option{&option{name: name, where: inNew | inQuorum, setup: func(l *Locker, _ *quorum) error {
 		set(l)
@@ -126,10 +117,8 @@ func lockerOption(name string, set func(*Locker)) Option {
 	}}}
 }
 
-// WithTTL sets the lease: given to New or NewQuorum, of every lock
-// (DefaultTTL if unset); given to an acquisition, of that lock or permit
-// alone. A holder that neither unlocks nor extends loses the lock when the
-// lease ends. It is kept in whole milliseconds and must be 1 ms to MaxTTL.
+// WithTTL sets the lease of every lock (given to New or NewQuorum; DefaultTTL
+// if unset) or of one acquisition: 1 ms to MaxTTL, in whole milliseconds.
 func WithTTL(d time.Duration) Option {
 	o := &option{name: "WithTTL", where: inNew | inQuorum | inCall, err: checkDuration("lease", d)}
 	o.call = lockConfig{ttl: d, ttlMS: d.Milliseconds()}
@@ -141,10 +130,8 @@ func WithTTL(d time.Duration) Option {
 }
 
 // WithRetryInterval sets the mean time between two attempts of a waiting
-// Lock (DefaultRetryInterval if unset). Each wait is drawn uniformly from
-// [d/2, 3d/2) so that waiters spread out, and is cut short when the
-// holder's lease ends sooner or its release is announced. It must be 1 ms
-// to MaxTTL. An option of New and NewQuorum.
+// Lock (DefaultRetryInterval if unset), each drawn from [d/2, 3d/2): 1 ms to
+// MaxTTL. An option of New and NewQuorum.
 func WithRetryInterval(d time.Duration) Option {
 	o := lockerOption("WithRetryInterval", func(l *Locker) { l.retry = d })
 	o.o.err = checkDuration("retry interval", d)
@@ -152,17 +139,13 @@ func WithRetryInterval(d time.Duration) Option {
 }
 
 // WithoutPipelining sends each call's commands on their own, never in a
-// pipeline with those of overlapping calls (see Locker): one connection of
-// the client's pool per call in flight, as with other Redis lock libraries.
-// An option of New and NewQuorum.
+// pipeline with those of overlapping calls. An option of New and NewQuorum.
 func WithoutPipelining() Option {
 	return lockerOption("WithoutPipelining", func(l *Locker) { l.noBatch = true })
 }
 
-// WithPrefix sets the prefix of the Redis keys (DefaultPrefix if unset). A
-// lock on name is stored at <prefix>{<name>}:lock, with braces and '~' in
-// the name escaped, so every key of one name shares a cluster slot. An
-// option of New and NewQuorum.
+// WithPrefix sets the prefix of the Redis keys (DefaultPrefix if unset): a
+// lock on name is at <prefix>{<name>}:lock. An option of New and NewQuorum.
 func WithPrefix(prefix string) Option {
 	o := lockerOption("WithPrefix", func(l *Locker) { l.prefix = prefix })
 	if err := keyspace.CheckPrefix(prefix); err != nil {
@@ -171,48 +154,27 @@ func WithPrefix(prefix string) Option {
 	return o
 }
 
-// WithoutNotifications turns release notifications off. By default, while
-// a Lock waits, the Locker subscribes to the name's release channel (one
-// Redis Pub/Sub connection per Locker, only while someone waits), and a
-// release that a waiter asked for publishes one message, so the waiter
-// tries at once instead of at its next tick. Notifications only speed
-// things up: without them, or when one is lost, the next tick acquires the
-// lock. A client without Subscribe gets no notifications, and neither does
-// a quorum. An option of New and NewQuorum.
+// WithoutNotifications turns off release notifications over Pub/Sub, which
+// only wake a waiting Lock before its next poll. An option of New and
+// NewQuorum.
 func WithoutNotifications() Option {
 	return lockerOption("WithoutNotifications", func(l *Locker) { l.notify = false })
 }
 
-// WithFencing gives every acquisition a fencing number (Lock.Fence),
-// strictly greater than the numbers of all earlier acquisitions of the
-// name, for resources outside Redis that can reject a stale holder's
-// writes.
-//
-// The counter lives at <prefix>{<name>}:fence and expires DefaultFenceTTL
-// after its last use, so idle names cost nothing. Each number is at least
-// the Redis server's time in microseconds, so a counter created again after
-// it expired continues above every number it gave before, unless the
-// server's clock was set back by more than DefaultFenceTTL meanwhile. It
-// costs no extra round trip: it is part of the acquire script.
-//
-// An option of New only: a quorum has no one Redis to keep the counter.
+// WithFencing gives every acquisition a fencing number (Lock.Fence) greater
+// than those of all earlier acquisitions of the name, for resources outside
+// Redis that can reject a stale holder's writes. An option of New only.
 func WithFencing() Option {
 	o := lockerOption("WithFencing", func(l *Locker) { l.fenceTTL = DefaultFenceTTL })
 	o.o.where = inNew
 	return o
 }
 
-// WithReplicaAck makes every write that grants or keeps a lock wait until
-// at least n replicas of the key's master have acknowledged it, for at most
-// timeout (Redis's WAIT, on the connection that made the write): see
-// REPLICAS.md for what each call does when too few acknowledge
-// (ErrNotReplicated) and what the guarantee is worth in a failover.
-//
-// It needs a client whose connections can be held: *redis.Client (also from
-// NewFailoverClient) or *redis.ClusterClient; New refuses any other with
-// ErrUnsupported. Keep timeout below the client's ReadTimeout. n must be at
-// least 1 and timeout at least a millisecond (ErrInvalid). An option of New
-// only: each node of a quorum is its own master.
+// WithReplicaAck makes every write that grants or keeps a lock wait, up to
+// timeout, until n replicas acknowledged it (WAIT); too few fail the call
+// with ErrNotReplicated (PROTOCOL.md, "Replicas"). It needs a *redis.Client
+// or *redis.ClusterClient (else New fails with ErrUnsupported), n >= 1 and
+// timeout >= 1 ms, below the client's ReadTimeout. An option of New only.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	o := lockerOption("WithReplicaAck", func(l *Locker) { l.acks, l.ackTimeout = n, timeout })
 	o.o.where = inNew
@@ -225,7 +187,6 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 	return o
 }
 
-// quorumOption is an option of NewQuorum only.
 func quorumOption(name, what string, d time.Duration, set func(*quorum)) Option {
 	o := &option{name: name, where: inQuorum, setup: func(_ *Locker, q *quorum) error {
 		set(q)
@@ -238,45 +199,31 @@ func quorumOption(name, what string, d time.Duration, set func(*quorum)) Option 
 }
 
 // WithNodeTimeout bounds each node's part of a quorum call
-// (DefaultNodeTimeout if unset, or the TTL/10 when that is less). Keep it
-// far below the lease: the time an acquisition takes comes off the lease's
-// validity. An option of NewQuorum only.
+// (DefaultNodeTimeout if unset, or the TTL/10 when that is less). An option
+// of NewQuorum only.
 func WithNodeTimeout(d time.Duration) Option {
 	return quorumOption("WithNodeTimeout", "node timeout", d, func(q *quorum) { q.timeout = d })
 }
 
 // WithRejoinDelay keeps a node out of every majority for d after it started
-// empty. Each node keeps a marker, <prefix>quorum:up, with the server time
-// it was first seen; a node without one (restarted without persistence, or
-// idle for DefaultFenceTTL) refuses to grant locks until d has passed on
-// its clock. Make d longer than the longest lease, so that every lock the
-// node forgot has expired on the others. The marker costs a few commands
-// per acquisition and no extra round trip; a brand-new deployment waits d
-// before its first lock. An option of NewQuorum only.
+// empty (no <prefix>quorum:up marker), so a brand-new deployment waits d
+// before its first lock. Make d longer than the longest lease. An option of
+// NewQuorum only.
 func WithRejoinDelay(d time.Duration) Option {
 	return quorumOption("WithRejoinDelay", "rejoin delay", d, func(q *quorum) { q.rejoin = d })
 }
 
-// WithAutoRenew keeps the lease of a lock or permit alive while it is
-// held: every lease/3 a goroutine extends it with a token-checked script.
-// Renewal stops in Unlock, before Unlock returns. If the lock is found
-// taken, or renewals fail until the lease must have ended, the lock is
-// lost: Done closes, Context is cancelled with cause ErrLockLost, and
-// Unlock returns ErrNotHeld. It never acquires the lock again on its own.
+// WithAutoRenew extends the lease every lease/3 until Unlock; a lock that
+// renewal finds taken, or cannot renew in time, is lost (Done, Context).
 // An option of an acquisition.
 func WithAutoRenew() Option { return autoRenew }
 
 var autoRenew = Option{&option{name: "WithAutoRenew", where: inCall, call: lockConfig{renew: true}}}
 
-// WithAckAtRelease makes an acquisition of a Locker made WithReplicaAck
-// wait for no replica: the UnlockWith that ends the hold waits for them
-// instead, and its acknowledgement covers the acquisition too (a replica
-// acknowledges a master's writes in their order). It suits holds whose only
-// effect is the fragment written at release, such as the funnel's
-// read-modify-write; a hold that acts outside Redis needs its acquisition
-// acknowledged. A lock granted this way can be lost in a failover before
-// the release, which then finds it gone (ErrNotHeld). Without
-// WithReplicaAck it changes nothing. An option of an acquisition.
+// WithAckAtRelease makes an acquisition wait for no replica: the UnlockWith
+// that ends the hold waits for them and covers the acquisition too. For
+// holds whose only effect is the fragment written at release. An option of
+// an acquisition.
 func WithAckAtRelease() Option { return ackAtRelease }
 
 var ackAtRelease = Option{&option{name: "WithAckAtRelease", where: inCall, call: lockConfig{ackLater: true}}}

@@ -8,28 +8,20 @@ import (
 )
 
 // maxChain is how many times in a row a lock passes between goroutines of one
-// Locker before the next hand-over yields to waiters of other Lockers, if
-// any marked the lock. A waiter of another Locker so waits at most that many
-// local hand-overs past its own wait (none has a round trip); the Locker's
-// own waiters pay one round trip per maxChain+1 acquisitions
-// (BenchmarkContended measures what the length buys).
+// Locker before the next hand-over yields to waiters of other Lockers that
+// marked it (PROTOCOL.md, "Contention").
 const maxChain = 16
 
 // A passing is how a releaser hands the lock to a local waiter.
 type passing uint8
 
 const (
-	// passLocal hands it over without a round trip when the hold allows
-	// it (hold.passOn), else through Redis.
-	passLocal passing = iota
-	// passUnlessMarked ends a chain of hand-overs: through Redis, under a
-	// fresh token, and only if no waiter marked the lock; a marked lock is
-	// released to all comers instead (release.lua's UNLESS_MARKED).
-	passUnlessMarked
+	passLocal        passing = iota // without a round trip if hold.passOn allows, else through Redis
+	passUnlessMarked                // through Redis, and only if no waiter marked the lock
 )
 
 // A queue holds the goroutines of one Locker that wait for one name. Guarded
-// by Locker.mu.
+// by Locker.mu, as are the waiters' fields but cfg and the channels.
 type queue struct {
 	waiters    []*waiter // FIFO; waiters[0], the head, is the only one polling Redis
 	chain      int       // hand-overs in a row
@@ -40,25 +32,19 @@ type waiter struct {
 	cfg  lockConfig
 	wake chan struct{} // "try now": became head, release announced, hand-over failed
 	got  chan *Lock    // a lock handed over; sent once, after removal from the queue
-	// handing is set while a releaser tries to hand this waiter the lock: the
-	// waiter may not leave before it learns the outcome. Guarded by Locker.mu.
+	// handing: a releaser is handing this waiter the lock, and it may not
+	// leave before it learns the outcome.
 	handing bool
-	// delay is set when w became head because its predecessor got the lock.
-	// Guarded by Locker.mu.
-	delay bool
-	// yieldTill is when w, the head, may poll again after a hand-over to it
-	// yielded to another Locker's waiter (yielded): wake-ups before it do
-	// not count. Guarded by Locker.mu.
+	delay   bool  // became head because its predecessor got the lock
+	fail    error // ends the wait: another waiter found Redis unreachable
+	// yieldTill is when the head may poll again after a hand-over to it
+	// yielded to another Locker's waiter: wake-ups before it do not count.
 	yieldTill time.Time
-	// gated waiters run a gate (NewGate) with each attempt; recheck asks such
-	// a waiter to make one attempt even if it is not the head, because a gate
-	// of the name just declined; rechecked bounds that to once per waiter, so
-	// that data flipping between "yes" and "no" (a funnel that leaks) cannot
-	// set off a storm of attempts. Guarded by Locker.mu.
+	// gated waiters run a gate with each attempt; recheck asks one to try
+	// although not the head, because a gate of the name just declined;
+	// rechecked bounds that to once per waiter, so data flipping between
+	// "yes" and "no" cannot set off a storm of attempts.
 	gated, recheck, rechecked bool
-	// fail, once set, ends the wait with this error: another waiter of the
-	// name found Redis unreachable (failWaiters). Guarded by Locker.mu.
-	fail error
 }
 
 func signal(ch chan struct{}) {
@@ -68,10 +54,8 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// Waiters returns how many Lock and LockWith calls of this Locker are
-// waiting for name now: a gauge for metrics, or for a test that must know a
-// waiter has queued. A waiter marks the lock in Redis just before it queues
-// here, so the mark alone does not tell.
+// Waiters returns how many Lock and LockWith calls of this Locker wait for
+// name now, for metrics or tests.
 func (l *Locker) Waiters(name string) int {
 	if l == nil {
 		return 0
@@ -85,12 +69,8 @@ func (l *Locker) Waiters(name string) int {
 }
 
 // wait is Lock without re-entry: queue up, and poll Redis while at the head.
-// With call, each attempt runs call.Fragment; the outcome's res is the
-// result of the attempt that got the lock, unless handed reports that a
-// local holder handed the lock over (the fragment did not run for it then).
-// primed reports that the caller's attempt has just found the lock held,
-// with a lease of pttl left (and marked it as the head's would): the head's
-// first attempt is then that one.
+// primed: the caller's attempt just found the lock held with pttl left, and
+// stands for the head's first attempt.
 func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Call, primed bool, pttl time.Duration) outcome {
 	s := waitState{l: l, name: name, cfg: cfg, call: call, primed: primed, pttl: pttl, mode: pollMarked}
 	s.w = l.enqueue(name, cfg, call)
@@ -99,8 +79,7 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 	for {
 		t := l.headOf(name, s.w)
 		if !t.queued {
-			// A releaser took w out of the queue to hand it the lock, and
-			// a stale wake-up was picked before the lock's arrival.
+			// Handed the lock; a stale wake-up came before it.
 			return outcome{lk: <-s.w.got, handed: true}
 		}
 		pause, o, end := s.step(ctx, t)
@@ -116,8 +95,8 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 	}
 }
 
-// An outcome is how a wait ended: the lock (handed: by a local holder),
-// the fragment's result, or an error.
+// An outcome is how a wait ended. handed: by a local holder, so the
+// fragment has not run for it.
 type outcome struct {
 	lk     *Lock
 	res    any
@@ -125,28 +104,25 @@ type outcome struct {
 	err    error
 }
 
-// waitState is the state of one wait.
 type waitState struct {
 	l      *Locker
 	name   string
 	cfg    lockConfig
 	call   *Call
 	w      *waiter
-	mode   attemptMode // pollMarked: a mark publishes a release, and ends a chain of another Locker's hand-overs (passUnlessMarked)
+	mode   attemptMode
 	notify bool
 	primed bool          // the caller's attempt stands for the head's first one
 	pttl   time.Duration // the lease that attempt found left
 	timer  *time.Timer
 }
 
-// atOnce is the pause of a step that must be followed by another at once;
-// noTick is that of a step that waits for events only (never a tick).
+// atOnce: the next step follows at once; noTick: wait for events only.
 const (
 	atOnce = time.Duration(0)
 	noTick = time.Duration(-1)
 )
 
-// enqueue adds a waiter for name to the end of its queue.
 func (l *Locker) enqueue(name string, cfg lockConfig, call *Call) *waiter {
 	w := &waiter{cfg: cfg, wake: make(chan struct{}, 1), got: make(chan *Lock, 1), gated: call != nil && call.Fragment.gate}
 	l.mu.Lock()
@@ -165,8 +141,7 @@ func (l *Locker) enqueue(name string, cfg lockConfig, call *Call) *waiter {
 }
 
 // step decides what the waiter does on its turn t: hold off, listen, or
-// make an attempt. It returns the pause before the next turn, or end and
-// the wait's outcome.
+// make an attempt. It returns the pause before the next turn, or the outcome.
 func (s *waitState) step(ctx context.Context, t turn) (pause time.Duration, o outcome, end bool) {
 	primed := s.primed
 	s.primed = false // the caller's attempt stands for the first turn only
@@ -186,10 +161,9 @@ func (s *waitState) step(ctx context.Context, t turn) (pause time.Duration, o ou
 	return noTick, o, false
 }
 
-// listen subscribes to the name's releases, if it can: a subscription made
-// just now calls for one more attempt at once, since a release between the
-// last attempt and the subscription would go unheard. Otherwise it is the
-// pause before the next attempt, for a holder with pttl left.
+// listen subscribes to the name's releases if it can, and then asks for one
+// more attempt at once: a release before the subscription went unheard.
+// Otherwise it is the pause before the next attempt.
 func (s *waitState) listen(ctx context.Context, pttl time.Duration) time.Duration {
 	if s.notify && s.l.subscribe(ctx, s.name) {
 		return atOnce
@@ -197,8 +171,7 @@ func (s *waitState) listen(ctx context.Context, pttl time.Duration) time.Duratio
 	return s.l.nextWait(pttl)
 }
 
-// try makes an attempt: a head's, or a recheck's (a gate of the name just
-// declined; after it the waiter goes back to waiting for the head's events).
+// try makes an attempt: a head's, or a recheck's (see declined).
 func (s *waitState) try(ctx context.Context, head bool) (time.Duration, outcome, bool) {
 	lk, pttl, res, err := s.l.attempt(ctx, s.name, s.cfg, s.call, s.mode)
 	switch {
@@ -220,8 +193,6 @@ func (s *waitState) try(ctx context.Context, head bool) (time.Duration, outcome,
 	return s.listen(ctx, pttl), outcome{}, false
 }
 
-// sleep waits for the pause (noTick: none), a wake-up, a hand-over or the
-// end of ctx.
 func (s *waitState) sleep(ctx context.Context, pause time.Duration) (outcome, bool) {
 	var tick <-chan time.Time
 	if pause >= 0 {
@@ -253,7 +224,6 @@ func (s *waitState) leave(ctx context.Context, lk *Lock, res any, err error) out
 	return s.l.leave(ctx, s.name, s.w, outcome{lk: lk, res: res, err: err})
 }
 
-// queued reports whether goroutines of l wait for name.
 func (l *Locker) queued(name string) bool {
 	if l.nqueues.Load() == 0 {
 		return false
@@ -267,13 +237,12 @@ func (l *Locker) queued(name string) bool {
 type turn struct {
 	queued  bool          // still queued; if not, a lock was handed to it
 	head    bool          // it heads its queue
-	delay   bool          // let a retry interval pass before polling: it became head because its predecessor got the lock
-	holdOff time.Duration // do not poll for this long: a hand-over to it yielded to another Locker
-	recheck bool          // make one attempt although not the head: a gate declined (see declined)
+	delay   bool          // wait a retry interval: its predecessor just got the lock
+	holdOff time.Duration // do not poll for this long: a hand-over to it yielded
+	recheck bool          // make one attempt although not the head (see declined)
 	fail    error         // end the wait with this error (failWaiters)
 }
 
-// headOf returns w's turn.
 func (l *Locker) headOf(name string, w *waiter) turn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -303,11 +272,9 @@ func (l *Locker) headOf(name string, w *waiter) turn {
 	return t
 }
 
-// declined wakes every gated waiter of name for one attempt of its own (once
-// per waiter): a gate just declined, so the data they wait to change likely
-// says "decline" to them too, and each learns it in one round trip of its
-// own, in parallel, instead of one after another as the lock passes down the
-// queue.
+// declined wakes every gated waiter of name for one attempt of its own, once
+// per waiter: a gate just declined, likely for them too, and each learns it
+// in parallel instead of one after another down the queue.
 func (l *Locker) declined(name string) {
 	l.eachWaiter(name, func(w *waiter) {
 		if w.gated && !w.rechecked {
@@ -317,7 +284,6 @@ func (l *Locker) declined(name string) {
 	})
 }
 
-// eachWaiter calls f on every waiter of name, in turn, with l.mu held.
 func (l *Locker) eachWaiter(name string, f func(*waiter)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -328,9 +294,8 @@ func (l *Locker) eachWaiter(name string, f func(*waiter)) {
 	}
 }
 
-// failWaiters ends the wait of every waiter of name but from, with err:
-// from's attempt found Redis unreachable, and theirs, made in turn, would
-// each find the same. A waiter being handed the lock is left to it.
+// failWaiters ends the wait of every waiter of name but from with err, Redis
+// being unreachable; a waiter being handed the lock is left to it.
 func (l *Locker) failWaiters(name string, from *waiter, err error) {
 	l.eachWaiter(name, func(w *waiter) {
 		if w != from && !w.handing && w.fail == nil {
@@ -340,12 +305,9 @@ func (l *Locker) failWaiters(name string, from *waiter, err error) {
 	})
 }
 
-// leave takes w out of its queue and returns o. A releaser may have handed
-// w a lock meanwhile (w is then out of the queue, or about to be): leave
-// collects it, so that no handed lock is ever left behind. It returns the
-// handed lock instead when w had none of its own and was not leaving on an
-// error; otherwise it passes the handed lock on (Unlock hands it to the next
-// waiter) and returns its own outcome.
+// leave takes w out of its queue and returns o. A lock handed to w meanwhile
+// is never left behind: it is returned when w had no lock and no error, else
+// dropped (passed on to the next waiter).
 func (l *Locker) leave(ctx context.Context, name string, w *waiter, o outcome) outcome {
 	l.mu.Lock()
 	for w.handing {
@@ -371,9 +333,8 @@ func (l *Locker) leave(ctx context.Context, name string, w *waiter, o outcome) o
 	return o
 }
 
-// removeLocked takes w out of its queue, wakes the new head (telling it to
-// hold off polling if w got the lock), and drops the queue when it is empty.
-// It returns what must run after l.mu is released.
+// removeLocked takes w out of its queue, wakes the new head, and drops an
+// empty queue. It returns what must run after l.mu is released.
 func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
 	q := l.queues[name]
 	i := slices.Index(q.waiters, w)
@@ -396,11 +357,9 @@ func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
 	return func() {}
 }
 
-// nextWaiter picks the waiter a releasing holder of name should hand the lock
-// to, and how, or nil to release it to all comers. After maxChain hand-overs
-// in a row, the next one goes through Redis and only if no waiter of
-// another Locker marked the lock (passUnlessMarked): when mayYield, else
-// the lock is released to all comers.
+// nextWaiter picks the waiter a releasing holder of name hands the lock to,
+// and how, or nil to release it to all comers. After maxChain hand-overs the
+// next one is passUnlessMarked if mayYield, else none.
 func (l *Locker) nextWaiter(name string, mayYield bool) (*waiter, passing) {
 	if l.nqueues.Load() == 0 {
 		return nil, passLocal
@@ -440,10 +399,8 @@ func (l *Locker) handedOver(name string, w *waiter, lk *Lock) {
 	signal(w.wake)
 }
 
-// yielded completes a hand-over that yielded to waiters of other Lockers
-// (passUnlessMarked): w, the head, holds off a retry interval before it
-// polls, whatever wakes it meanwhile (the release's own notification), so
-// that the waiter the notification wakes in the other Locker gets its turn.
+// yielded completes a hand-over that yielded to waiters of other Lockers: w
+// holds off a retry interval, so that the other Locker's waiter gets its turn.
 func (l *Locker) yielded(w *waiter) {
 	l.mu.Lock()
 	w.handing, w.yieldTill = false, time.Now().Add(l.nextWait(-1))
@@ -451,8 +408,7 @@ func (l *Locker) yielded(w *waiter) {
 	signal(w.wake)
 }
 
-// released tells the head of name's queue, if any, to try at once: the lock
-// was just released to all comers.
+// released tells the head of name's queue to try at once.
 func (l *Locker) released(name string) {
 	if l.nqueues.Load() == 0 {
 		return

@@ -19,8 +19,8 @@ import (
 const (
 	// MinQuorumNodes is the fewest independent masters NewQuorum accepts.
 	MinQuorumNodes = 3
-	// DefaultNodeTimeout bounds each node's part of a quorum call, unless
-	// the Locker's TTL is under 500 ms: then it is TTL/10.
+	// DefaultNodeTimeout bounds each node's part of a quorum call (TTL/10
+	// when that is less).
 	DefaultNodeTimeout = 50 * time.Millisecond
 )
 
@@ -37,9 +37,8 @@ type quorum struct {
 //go:embed rejoin.lua
 var rejoinSrc string
 
-// rejoinGate runs with every acquire attempt of a Locker made with
-// WithRejoinDelay: it declines on a node that started (or lost its data) less
-// than the delay ago.
+// rejoinGate declines on a node that started empty less than the rejoin
+// delay ago (WithRejoinDelay).
 var rejoinGate = NewGate(rejoinSrc)
 
 func (q *quorum) nodeCount() int { return len(q.nodes) }
@@ -49,12 +48,9 @@ func (*quorum) unsupported(what string) error {
 	return fmt.Errorf("%w: %s on a quorum (the data must live in the lock's Redis)", ErrUnsupported, what)
 }
 
-// spend keeps nothing on a quorum (the spent memory serves one Redis, where
-// spent.lua runs): clearSpent finds no token, and an attempt deletes no
-// lock.
+// spend keeps nothing on a quorum: spent.lua serves one Redis.
 func (*quorum) spend(*hold) {}
 
-// nodeReply is one node's answer to a script.
 type nodeReply struct {
 	reply any
 	err   error
@@ -79,7 +75,6 @@ func (q *quorum) fan(ctx context.Context, script *redis.Script, keys []string, a
 	return out
 }
 
-// addr names a node by address when its client tells it.
 func addr(c Client) string {
 	if o, ok := c.(interface{ Options() *redis.Options }); ok {
 		return " (" + o.Options().Addr + ")"
@@ -87,15 +82,12 @@ func addr(c Client) string {
 	return ""
 }
 
-// noQuorum is the error of a call that too many nodes failed.
 func noQuorum(what string, errs []error) error {
 	return errors.Join(append([]error{fmt.Errorf("%w: %s", ErrNoQuorum, what)}, errs...)...)
 }
 
-// acquire runs the acquire script on every node (call is nil: NewQuorum
-// refuses fragments). It returns the reply a single Redis would have given,
-// {1, lease ms, 0} or {0, pttl ms, 0}; or ErrNoQuorum joined with the
-// failed nodes' errors.
+// acquire runs the acquire script on every node and returns the reply one
+// Redis would have given, or ErrNoQuorum joined with the nodes' errors.
 func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg lockConfig, _ *Call, arg any, start time.Time) ([3]int64, any, error) {
 	if arg == argMark {
 		arg = argFresh // a quorum's releases neither publish nor yield: a mark serves nothing
@@ -103,7 +95,6 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg
 	keys, args := scriptCall(nil, n, false, n.token, arg, cfg.ttlMS, l.fenceMS)
 	script, sendKeys, sendArgs := acquireScript, keys, args
 	if q.up != nil {
-		// The gate's keys and arguments first (fragment.go).
 		sendKeys = append(append(make([]string, 0, len(q.up.Keys)+len(keys)), q.up.Keys...), keys...)
 		sendArgs = append(append(make([]any, 0, len(q.up.Args)+len(args)), q.up.Args...), args...)
 		script = q.up.Fragment.acquire
@@ -111,11 +102,9 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg
 	v := q.poll(ctx, script, sendKeys, sendArgs, readAcquire)
 	elapsed, lease := time.Since(start), cfg.ttl
 	if len(v.yes) >= q.need && elapsed < lease-drift(lease) {
-		// The lease a majority still has: the need-th longest.
 		return [3]int64{1, v.nth(q.need), 0}, nil, nil
 	}
-	// No majority in time: undo this attempt everywhere (nodes that erred
-	// may have granted it too).
+	// No majority in time: undo it everywhere (nodes that erred may have granted).
 	q.undo(ctx, n, arg)
 	if err := v.refusal(len(q.nodes), q.need, elapsed, lease); err != nil {
 		return [3]int64{}, nil, err
@@ -126,15 +115,14 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg
 	return [3]int64{0, v.wait, 0}, nil, nil
 }
 
-// undo releases one handle (id) of n's token on every node, for an attempt
-// that did not win a majority.
+// undo releases handle id of n's token on every node.
 func (q *quorum) undo(ctx context.Context, n *names, id any) {
 	ctx = context.WithoutCancel(ctx)
 	o, s, m := noStamp.releaseArgs()
 	q.fan(ctx, releaseScript, []string{n.key, n.nkey, n.tkey}, []any{n.token, id, "", 0, 0, o, s, m})
 }
 
-// release closes the handle of r on every node: the hold ends when no node
+// release closes r's handle on every node; the hold ends when no node
 // reports a handle left open.
 func (q *quorum) release(ctx context.Context, r *release) (any, error) {
 	h := r.h
@@ -156,9 +144,8 @@ func (q *quorum) release(ctx context.Context, r *release) (any, error) {
 	return nil, nil
 }
 
-// extend sets the lease on every node; it succeeds when a majority has it
-// and the call left the lease valid, and reports false when a majority
-// cannot (the lock is lost).
+// extend sets the lease on every node: true when a majority has it in
+// time, false when a majority no longer has the lock.
 func (q *quorum) extend(ctx context.Context, h *hold, id string, lease time.Duration, start time.Time) (bool, error) {
 	v := q.poll(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, readHolder(0))
 	switch err := v.verdict(len(q.nodes), q.need, "extend", "hold the lock"); {
@@ -183,8 +170,8 @@ func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	return time.Duration(v.nth(q.need)) * time.Millisecond, nil
 }
 
-// semaphores keeps a semaphore on SemaphoreQuorum's nodes, unless the
-// quorum has a rejoin gate, which the semaphore's scripts do not run.
+// semaphores keeps a semaphore on SemaphoreQuorum's nodes, but not with a
+// rejoin gate, which the semaphore's scripts do not run.
 func (q *quorum) semaphores(size int64) (semDeployment, error) {
 	if q.up != nil {
 		return nil, fmt.Errorf("%w: a semaphore on a quorum WithRejoinDelay (its scripts do not run the rejoin gate)", ErrUnsupported)
@@ -194,38 +181,14 @@ func (q *quorum) semaphores(size int64) (semDeployment, error) {
 }
 
 // NewQuorum returns a Locker that keeps each lock on a majority of N
-// independent Redis masters (the Redlock algorithm), so that a lock survives
-// the loss of a minority of them. It has the API of New's Locker: TryLock,
-// Lock, Unlock, Extend, TTL, WithAutoRenew, Done, Context and re-entry.
+// independent Redis masters (Redlock), surviving the loss of a minority. An
+// acquisition that no majority grants in time returns ErrLocked, or
+// ErrNoQuorum when too many nodes failed. Fragments get ErrUnsupported.
 //
-// Each call runs on every node in parallel, each node bounded by a node
-// timeout (WithNodeTimeout) far below the lease. An acquisition succeeds when
-// N/2+1 nodes grant it and the time it took, on the client's monotonic clock,
-// leaves the lease valid: elapsed < lease - drift, with drift 1% of the lease
-// plus 2 ms. Otherwise the attempt is released on every node, and the call
-// returns ErrLocked (a majority is held by others or rejoining: Lock keeps
-// waiting) or an error matching ErrNoQuorum joined with each failed node's
-// error (too many nodes failed: Lock gives up at once). Extend, renewal and
-// TTL need a majority too; when a majority no longer has the lock, it is lost.
-//
-// Fencing and Fragments need the lock and the data in one Redis: NewQuorum
-// refuses WithFencing with ErrInvalid, and TryLockWith, LockWith, Run and
-// UnlockWith return ErrUnsupported. It refuses WithReplicaAck too (each
-// node is its own master). Waiters hear of releases by polling and from
-// local Unlocks (no Pub/Sub, no hand-over in the release script).
-//
-// A node restarted without persistence has forgotten the locks it granted; if
-// it rejoins at once, another client can win a majority that includes it
-// while the first holder still believes it holds the lock. Run the masters
-// with appendonly yes and appendfsync always, or keep a restarted node out
-// for longer than the longest lease: WithRejoinDelay does that.
-//
-// The nodes must be distinct masters: not replicas of each other and not
-// members of one cluster. Their clients must honour context deadlines
-// (redis.Options.ContextTimeoutEnabled), or the node timeout could not cut a
-// hung node short. NewQuorum returns an error matching ErrInvalid for fewer
-// than MinQuorumNodes clients, a nil client, a client listed twice or one
-// that ignores context deadlines, and for a bad option.
+// The clients must be distinct masters, at least MinQuorumNodes, with
+// ContextTimeoutEnabled; anything else, or a bad option, is an error matching
+// ErrInvalid. Run the masters with appendfsync always, or use
+// WithRejoinDelay (PROTOCOL.md, "Quorum").
 func NewQuorum(clients []Client, opts ...Option) (*Locker, error) {
 	if err := checkNodes(clients); err != nil {
 		return nil, err
@@ -246,8 +209,7 @@ func NewQuorum(clients []Client, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
-// checkNodes refuses a quorum's clients unless there are enough of them,
-// all distinct, none nil, each bounding its commands by their context.
+// checkNodes refuses too few, nil, repeated or deadline-ignoring clients.
 func checkNodes(clients []Client) error {
 	if len(clients) < MinQuorumNodes {
 		return fmt.Errorf("%w: quorum of %d clients: want at least %d", ErrInvalid, len(clients), MinQuorumNodes)
@@ -260,7 +222,6 @@ func checkNodes(clients []Client) error {
 	return nil
 }
 
-// checkNode refuses client i of a quorum.
 func checkNode(clients []Client, i int, c Client) error {
 	if nilcheck.IsNil(c) {
 		return fmt.Errorf("%w: nil client %d", ErrInvalid, i)
@@ -275,22 +236,18 @@ func checkNode(clients []Client, i int, c Client) error {
 }
 
 // votes are the nodes' answers to one call of a quorum (a lock's or a
-// semaphore's): the value each node that said yes answered (a lease in ms,
-// the handles left open), how many said no, the errors, the shortest wait a
-// refusing node reported (-1: none), and a node's report that the call
-// cannot succeed (a semaphore of another size).
+// semaphore's).
 type votes struct {
-	yes  []int64
+	yes  []int64 // each yes node's value: a lease in ms, the handles left open
 	no   int
 	errs []error
-	wait int64
-	bad  error
+	wait int64 // the shortest wait a refusing node reported (-1: none)
+	bad  error // a node's report that the call cannot succeed
 }
 
 // A ballot reads one node's reply into v; its error counts as the node's.
 type ballot func(v *votes, reply any) error
 
-// poll runs script on every node (fan) and counts their replies with read.
 func (q *quorum) poll(ctx context.Context, script *redis.Script, keys []string, args []any, read ballot) votes {
 	v := votes{wait: -1}
 	for _, nr := range q.fan(ctx, script, keys, args) {
@@ -305,7 +262,6 @@ func (q *quorum) poll(ctx context.Context, script *redis.Script, keys []string, 
 	return v
 }
 
-// refused records a node's refusal, free again after wait ms.
 func (v *votes) refused(wait int64) {
 	v.no++
 	if v.wait < 0 || wait < v.wait {
@@ -313,9 +269,8 @@ func (v *votes) refused(wait int64) {
 	}
 }
 
-// nth returns the value that need of the nodes that said yes have at least
-// (the need-th largest: the lease they all still have), or -1 when fewer
-// than need said yes.
+// nth returns the need-th largest yes value (the lease need nodes all still
+// have), or -1 when fewer said yes.
 func (v *votes) nth(need int) int64 {
 	if len(v.yes) < need {
 		return -1
@@ -324,10 +279,9 @@ func (v *votes) nth(need int) int64 {
 	return v.yes[len(v.yes)-need]
 }
 
-// refusal is the error of an acquisition that did not win need of nodes in
-// time: ErrNoQuorum when too many nodes failed for need to grant it, or
-// when enough did but the call took too long (took, of a lease); nil when
-// the nodes refused it.
+// refusal is the error of an acquisition that did not win in time:
+// ErrNoQuorum when too many nodes failed or it took too long, nil when the
+// nodes refused it.
 func (v *votes) refusal(nodes, need int, took, lease time.Duration) error {
 	switch {
 	case len(v.errs) > nodes-need:
@@ -338,10 +292,8 @@ func (v *votes) refusal(nodes, need int, took, lease time.Duration) error {
 	return nil
 }
 
-// verdict reads the votes of a holder's call (what: extend, unlock, ttl,
-// release): nil when need of nodes said yes (did, say "hold the lock"),
-// ErrNotHeld when too many said no for need to, otherwise an error matching
-// ErrNoQuorum joined with the nodes' errors.
+// verdict reads the votes of a holder's call: nil when need nodes said yes,
+// ErrNotHeld when too many said no, else ErrNoQuorum joined with the errors.
 func (v *votes) verdict(nodes, need int, what, did string) error {
 	switch {
 	case len(v.yes) >= need:
@@ -353,9 +305,8 @@ func (v *votes) verdict(nodes, need int, what, did string) error {
 }
 
 // readAcquire reads a node's reply to the acquire script: a grant's lease,
-// or a refusal with the wait it reported (the holder's lease, or a
-// rejoining node's delay). A re-entry that found no lock on the node
-// ({0, -2}) counts for nothing.
+// or a refusal with its wait. A re-entry that found no lock ({0, -2}) counts
+// for nothing.
 func readAcquire(v *votes, reply any) error {
 	r, res, err := acquired(reply)
 	switch {
@@ -383,9 +334,8 @@ func rejoinWait(res any) (int64, bool) {
 	return w, ok
 }
 
-// readHolder returns the ballot of a holder's script (extend, pttl,
-// release): yes with the script's value when the handle holds the lock on
-// the node, no when the value is notHeld.
+// readHolder returns the ballot of a holder's script: no when the node's
+// value is notHeld, else yes with it.
 func readHolder(notHeld int64) ballot {
 	return func(v *votes, reply any) error {
 		r, _, err := ints(reply, 1) // an integer, or an array led by one

@@ -8,17 +8,12 @@ import (
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 )
 
-// unlockTimeout bounds an Unlock, which runs detached from its ctx's
-// cancellation so that a lock is released even when the caller gave up.
+// unlockTimeout bounds an Unlock whose context has no deadline or has ended.
 const unlockTimeout = 2 * time.Second
 
-// Unlock releases the lock, or passes it to a goroutine of this Locker
-// waiting for it (see Locker). It returns ErrNotHeld when the handle is
-// unlocked already or the lock is no longer its own (its lease ended); it
-// never touches another owner's lock. ctx's deadline bounds it (without
-// one, 2 s do); a cancellation does not stop it. After a Redis error,
-// call it again: a release whose reply was lost reports success (within
-// 10 s, from its record in Redis).
+// Unlock releases the lock. It returns ErrNotHeld when this handle no longer
+// holds it. ctx's deadline bounds it but its cancellation does not stop it.
+// After a Redis error the handle stays held: call Unlock again.
 func (lk *Lock) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return ErrNilContext
@@ -28,15 +23,10 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 }
 
 // UnlockWith runs call.Fragment only if this handle still holds the lock,
-// and releases the handle in the same script: a commit that cannot land after
-// the lease lapsed. It returns the fragment's result, or ErrNotHeld when the
-// handle no longer holds the lock (or another call is releasing it): this
-// call did not run the fragment. After a Redis error (a timeout, a lost
-// reply) the outcome is unknown; the same call made again within 10 s
-// reports what happened: the fragment's result if the first run committed
-// (or ErrResultUnknown when that result was a table), or a fresh run if it
-// did not. go-redis makes that second call by itself when a reply is lost.
-// See Fragment.
+// and releases it in the same script. It returns the fragment's result, or
+// ErrNotHeld when the handle no longer holds the lock (the fragment did not
+// run). After a Redis error, call it again: a repeat reports the first run's
+// result (ErrResultUnknown for a table) or runs the fragment if it had not.
 func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 	if ctx == nil {
 		return nil, ErrNilContext
@@ -52,10 +42,9 @@ func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 	return lk.release(ctx, &call)
 }
 
-// unsure is a release of a handle that failed with an unknown outcome: it
-// may have run in Redis. The handle's next release makes the very same call
-// (the same next owner, or none; never a local hand-over, since the lock may
-// be gone from Redis), so that the first one's record answers it.
+// unsure is a release that failed with an unknown outcome. The handle's
+// next release makes the very same call (the same next owner or none, never
+// a local hand-over), so that the first one's record answers it.
 type unsure struct {
 	next  *hold         // the next owner that release named, nil for none
 	pass  passing       // how it handed the lock to next
@@ -63,8 +52,7 @@ type unsure struct {
 	start time.Time     // when that release was sent: its lease began after
 }
 
-// A release is one Unlock or UnlockWith of a handle that won the move to
-// releasing: what it releases, and to whom it hands the lock.
+// A release is one Unlock or UnlockWith that won the move to releasing.
 type release struct {
 	lk    *Lock
 	h     *hold
@@ -77,13 +65,11 @@ type release struct {
 	nh    *hold   // that waiter's hold, when it goes through Redis
 	lease time.Duration
 	// foreign: nh is a token this release repeats but no longer owns (an
-	// attempt took it from the Locker's memory to adopt the lock, see
-	// retrysafety.go): the release hands it to no waiter and never releases it.
+	// attempt took it to adopt the lock): handed to no waiter, never released.
 	foreign bool
 }
 
-// release is Unlock and UnlockWith: decide, then run the path that applies.
-// A release that fails leaves the handle held, to be released again.
+// release is Unlock and UnlockWith. A failure leaves the handle held.
 func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
 	if lk == nil {
 		return nil, ErrNotHeld
@@ -105,8 +91,7 @@ func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
 	return res, err
 }
 
-// pickWaiter chooses the local waiter that the last handle's release hands
-// the lock to, if any.
+// pickWaiter chooses the local waiter the last handle hands the lock to.
 func (r *release) pickWaiter() {
 	switch {
 	case r.again == nil:
@@ -115,9 +100,8 @@ func (r *release) pickWaiter() {
 			r.nh, r.lease = newHold(r.l, r.h.name, r.l.names(r.h.name)), r.next.cfg.ttl
 		}
 	case r.again.next != nil:
-		// The same hand-over as the release that may have run; to the
-		// waiter now first in line, if any, unless an attempt has taken
-		// the token to adopt what that release may have handed to it.
+		// The same hand-over as the release that may have run, to the
+		// waiter now first in line, unless an attempt took the token.
 		r.nh, r.lease, r.pass = r.again.next, r.again.lease, r.again.pass
 		if r.foreign = !r.l.reclaim(r.nh); !r.foreign {
 			r.next, _ = r.l.nextWaiter(r.h.name, r.call == nil)
@@ -125,9 +109,8 @@ func (r *release) pickWaiter() {
 	}
 }
 
-// release on one Redis picks the local waiter the last handle hands the
-// lock to, if any, and releases through the first path that applies: a
-// local hand-over, unlock.lua for the plain case, release.lua for the rest.
+// release on one Redis takes the first path that applies: a local
+// hand-over, unlock.lua for the plain case, release.lua for the rest.
 func (single) release(ctx context.Context, r *release) (any, error) {
 	if r.last {
 		r.pickWaiter()
@@ -145,9 +128,9 @@ func (single) release(ctx context.Context, r *release) (any, error) {
 }
 
 // handOverLocally passes the lock to the next local waiter without a round
-// trip, when hold.passOn allows it: never for a fragment (it must run in
-// Redis), with fencing (each holder needs its own number) or when repeating
-// a release that may have run (the lock may be gone from Redis).
+// trip: never for a fragment (it must run in Redis), with fencing (each
+// holder needs its own number) or when repeating a release that may have
+// run (the lock may be gone).
 func (r *release) handOverLocally() bool {
 	if r.next == nil || r.pass != passLocal || r.call != nil || r.l.fenceTTL != 0 || r.again != nil {
 		return false
@@ -160,15 +143,14 @@ func (r *release) handOverLocally() bool {
 	return true
 }
 
-// plain reports the common release, for unlock.lua: the last handle, the
-// root, no fragment, no hand-over, no fencing.
+// plain reports the release unlock.lua serves: the last handle, the root,
+// no fragment, no hand-over, no fencing.
 func (r *release) plain() bool {
 	return r.call == nil && r.nh == nil && r.last && r.lk.id == 0 && r.l.fenceTTL == 0
 }
 
-// unlockPlain runs unlock.lua. It reports done false when the script found
-// the lock in another shape than a plain one, or not held: release.lua then
-// decides, under the same stamp.
+// unlockPlain runs unlock.lua; done is false when it found the lock not
+// plain or not held, and release.lua decides under the same stamp.
 func (r *release) unlockPlain(ctx context.Context, seq uint64, st stamp) (done bool, err error) {
 	h, l := r.h, r.l
 	reply, err := l.run(ctx, unlockScript, []string{h.key, h.nkey, h.tkey}, st.unlockArgs(h.valueArg, h.token), nil)
@@ -187,8 +169,6 @@ func (r *release) unlockPlain(ctx context.Context, seq uint64, st stamp) (done b
 	return false, nil
 }
 
-// script runs release.lua (or the fragment's release script) and settles
-// its reply.
 func (r *release) script(ctx context.Context, seq uint64, st stamp) (any, error) {
 	start := time.Now()
 	if r.again != nil && r.again.next != nil {
@@ -218,9 +198,8 @@ func (r *release) script(ctx context.Context, seq uint64, st stamp) (any, error)
 	return r.result(rest, short)
 }
 
-// send sends the release script, with the next owner's token and lease when
-// it hands the lock over. A hand-over or a fragment's write waits for the
-// replicas (WithReplicaAck); short reports that too few acknowledged it.
+// send sends the release script, with the next owner's token and lease for
+// a hand-over; short reports too few replicas for a hand-over or a fragment.
 func (r *release) send(ctx context.Context, st stamp) (reply any, short, err error) {
 	h, l := r.h, r.l
 	script := releaseScript
@@ -234,8 +213,7 @@ func (r *release) send(ctx context.Context, st stamp) (reply any, short, err err
 		if r.pass == passUnlessMarked {
 			nextToken = unlessMarked + r.nh.token
 		}
-		// The release may hand the lock to nh in Redis: when its reply
-		// comes after the caller left, nobody will hold nh.
+		// A late reply may have handed the lock to nh, whom nobody holds.
 		late = l.orphanOf(r.nh)
 	}
 	owner, sseq, smark := st.releaseArgs()
@@ -247,17 +225,16 @@ func (r *release) send(ctx context.Context, st stamp) (reply any, short, err err
 	return reply, nil, err
 }
 
-// settle ends the handle after Redis released it, leaving left handles of
-// its hold open, and completes or cancels the hand-over. It returns the
-// replicas' shortfall the caller still reports.
+// settle ends the handle after Redis released it, left handles staying
+// open, and completes or cancels the hand-over. It returns the replicas'
+// shortfall still to report.
 func (r *release) settle(ctx context.Context, left, fence int64, start time.Time, short error) error {
 	r.h.release(r.lk, left == 0)
 	if r.foreign {
 		r.nh = nil // another's now: neither undone nor released here
 	}
 	if short != nil && r.nh != nil && left == 0 {
-		// Handed over on the master alone: undone, and the waiter (if it
-		// is still there) tries again, waiting for the replicas itself.
+		// Handed over on the master alone: undone; the waiter tries again.
 		r.l.releaseRoot(ctx, r.nh)
 		r.cancelHandOver()
 		r.nh = nil
@@ -271,9 +248,7 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 	case r.next != nil:
 		r.cancelHandOver() // Redis still counts open handles
 	case left == 0 && r.nh != nil:
-		// Handed to nh by a release that may have run before, for a
-		// waiter that has gone: nobody takes it. (Within this Unlock's
-		// deadline; if that passes, nh's lease ends it.)
+		// Handed to nh by an earlier run, for a waiter that has gone.
 		r.l.releaseRoot(ctx, r.nh)
 		r.l.released(r.h.name)
 	case left == 0:
@@ -282,28 +257,16 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 	return short
 }
 
-// rememberHandOver keeps the token of a hand-over through Redis that failed
-// with err of unknown outcome, on a client that honours deadlines (no late
-// reply will come): the lock may be under it now, held by nobody, and the
-// waiter, told it got nothing, would wait out its lease. The Locker's next
-// attempt on the name adopts it (retrysafety.go); the handle's next release,
-// which must repeat this call, takes the token back first (reclaim).
+// rememberHandOver keeps the token of a hand-over of unknown outcome on a
+// client that honours deadlines (no late reply will come): the next attempt
+// adopts it (retrysafety.go), and the handle's next release reclaims it.
 func (r *release) rememberHandOver(err error) {
 	if r.nh != nil && !r.foreign && r.l.honours && unknownOutcome(err) {
 		r.l.orphans.put(r.h.name, r.nh.names)
 	}
 }
 
-// reclaim takes back the token of h, a hand-over that a failed release may
-// have made, for its repeat: true when the repeat owns it again (on a client
-// that ignores deadlines it never left), false when an attempt took it to
-// adopt the lock.
-func (l *Locker) reclaim(h *hold) bool {
-	return !l.honours || l.orphans.claim(h.name, h.token)
-}
-
-// giveNext completes a hand-over through Redis: the waiter gets the root
-// handle of nh, whose lease began when the release was sent.
+// giveNext completes a hand-over through Redis, whose lease began at start.
 func (r *release) giveNext(fence int64, start time.Time) {
 	nh := r.nh
 	nh.fence = fence
@@ -315,17 +278,16 @@ func (r *release) giveNext(fence int64, start time.Time) {
 	r.l.handedOver(r.h.name, r.next, nlk)
 }
 
-// unlessMarked prefixes the next owner's token in release.lua's arguments for
-// a hand-over that yields to a marked lock (passUnlessMarked); yielded is the
-// reply's third element when it did. Neither is a token's hex digit.
+// unlessMarked prefixes the next owner's token for a hand-over that yields
+// to a marked lock (passUnlessMarked); yielded is the reply's third element
+// when it did. Neither is a hex digit.
 const (
 	unlessMarked = "?"
 	yielded      = "y"
 )
 
-// yield handles a plain release's reply rest: when the hand-over yielded
-// (the lock was marked, and went to all comers), nobody got it: the waiter
-// waits its turn again. It returns the rest that is the release's result.
+// yield handles a release whose hand-over yielded to a marked lock: the
+// waiter waits again. It returns the rest of the reply.
 func (r *release) yield(rest []any) []any {
 	if r.call != nil || len(rest) == 0 || rest[0] != any(yielded) {
 		return rest
@@ -337,8 +299,6 @@ func (r *release) yield(rest []any) []any {
 	return rest[1:]
 }
 
-// cancelHandOver tells the waiter picked for a hand-over that it gets
-// nothing: it goes back to waiting.
 func (r *release) cancelHandOver() {
 	if r.next != nil {
 		r.l.handedOver(r.h.name, r.next, nil)
@@ -346,9 +306,8 @@ func (r *release) cancelHandOver() {
 	}
 }
 
-// result is what the release returns: the fragment's result, or
-// ErrResultUnknown when a replay found it ran but its table result was not
-// kept, and the replicas' shortfall.
+// result is the fragment's result, ErrResultUnknown for a replayed table,
+// and the replicas' shortfall.
 func (r *release) result(rest []any, short error) (any, error) {
 	var res any
 	if len(rest) > 0 {
@@ -363,9 +322,7 @@ func (r *release) result(rest []any, short error) (any, error) {
 	return res, nil
 }
 
-// unsureOf records a release of lk that failed with err, if its outcome is
-// unknown (it may have run): the first such release, whose call the next
-// release repeats (see unsure).
+// unsureOf records the first release of lk with an unknown outcome.
 func (lk *Lock) unsureOf(err error, next *hold, pass passing, lease time.Duration, start time.Time) {
 	if !unknownOutcome(err) {
 		return
@@ -377,16 +334,12 @@ func (lk *Lock) unsureOf(err error, next *hold, pass passing, lease time.Duratio
 	}
 }
 
-// dropWait is how long a call waits for the release of a lock it obtained
-// for a caller that has left (drop) before it returns all the same.
+// dropWait is how long drop waits for its release.
 const dropWait = 100 * time.Millisecond
 
-// drop releases a handle that a call obtained for its caller but does not
-// return (its ctx ended meanwhile), so that the lock is not left held by a
-// handle nobody has: bounded by unlockTimeout, and waited for dropWait at
-// most, so that the caller returns by its deadline plus that margin even on
-// a hung server. In the common case the lock is free again when the caller
-// returns.
+// drop releases a handle obtained for a caller that has left, waiting for
+// it dropWait at most, so the caller returns near its deadline on a hung
+// server.
 func (lk *Lock) drop() {
 	done := make(chan struct{})
 	go func() {
@@ -405,8 +358,8 @@ func (lk *Lock) drop() {
 
 // detach returns the context of a release: one that a cancellation of ctx
 // does not stop, so that a lock is released even when the caller gave up,
-// but that keeps ctx's deadline, so that the call returns by it; bounded by
-// unlockTimeout when ctx has no deadline or has ended already.
+// but that keeps ctx's deadline; unlockTimeout when ctx has none or has
+// ended already.
 func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Done() == nil {
 		return ctx, func() {}

@@ -32,8 +32,7 @@ type masters interface {
 }
 
 // checkAcks refuses WithReplicaAck on a client that cannot tie WAIT to a
-// write's connection. The client's type is only known at run time, so this
-// is New's error, not the compiler's.
+// write's connection.
 func (l *Locker) checkAcks() error {
 	if l.acks == 0 {
 		return nil
@@ -45,7 +44,6 @@ func (l *Locker) checkAcks() error {
 	return fmt.Errorf("%w: WithReplicaAck with a %T (it needs a *redis.Client or *redis.ClusterClient)", ErrUnsupported, l.client)
 }
 
-// nodeOf returns the client of the master that holds key.
 func (l *Locker) nodeOf(ctx context.Context, key string) (node, error) {
 	if m, ok := l.client.(masters); ok {
 		return m.MasterForKey(ctx, key)
@@ -53,17 +51,13 @@ func (l *Locker) nodeOf(ctx context.Context, key string) (node, error) {
 	return l.client.(node), nil
 }
 
-// acked is a script's reply with what its WAIT found: short is nil when
-// enough replicas acknowledged the script's writes, else an error matching
-// ErrNotReplicated.
+// acked is a script's reply and its WAIT's shortfall (nil: enough replicas).
 type acked struct {
 	reply any
 	short error
 }
 
-// runAcked is run followed, in the same round trip, by WAIT; short is nil
-// when the Locker waits for no replica. The script's own error (NOSCRIPT
-// aside: the script is sent again, once) comes as err.
+// runAcked is run followed, in the same round trip, by WAIT.
 func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (reply any, short, err error) {
 	if l.acks == 0 {
 		reply, err = l.run(ctx, script, keys, args, late)
@@ -90,8 +84,7 @@ func (l *Locker) pipeWait(ctx context.Context, script *redis.Script, keys []stri
 		} else {
 			cmd = script.EvalSha(ctx, p, keys, args...)
 		}
-		// After a NOSCRIPT, the first WAIT may have used the bound up: the
-		// second gets what is left of it (at least a millisecond).
+		// After a NOSCRIPT the second WAIT gets what is left of the bound.
 		wait := l.waitCmd(ctx, l.ackTimeout-time.Since(start))
 		_ = p.Process(ctx, wait)
 		_, _ = p.Exec(ctx) // each command keeps its own error
@@ -106,10 +99,9 @@ func (l *Locker) pipeWait(ctx context.Context, script *redis.Script, keys []stri
 	}
 }
 
-// runThenWait runs script on one connection of the master of keys[0] and,
-// when granted reports that its reply grants something, sends WAIT on that
-// connection: a reply that grants nothing costs no wait.
-func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []string, args []any, granted func(any) bool, late func(any, error)) (reply any, short, err error) {
+// runThenWait runs an acquire script on one connection of the master of
+// keys[0] and sends WAIT on it only when the lock was granted.
+func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (reply any, short, err error) {
 	a, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (acked, error) {
 		n, err := l.nodeOf(ctx, keys[0])
 		if err != nil {
@@ -118,7 +110,7 @@ func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []s
 		c := n.Conn()
 		defer c.Close()
 		reply, err := script.Run(ctx, c, keys, args...).Result()
-		if err != nil || !granted(reply) {
+		if r, _, aerr := acquired(reply); err != nil || aerr != nil || r[0] != 1 {
 			return acked{reply: reply}, err
 		}
 		wait := l.waitCmd(ctx, l.ackTimeout)
@@ -128,8 +120,6 @@ func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []s
 	return a.reply, a.short, reach.Mark(err)
 }
 
-// lateReply hands the script's reply of a late acked outcome to late (nil:
-// nothing to do with it).
 func lateReply(late func(any, error)) func(acked, error) {
 	if late == nil {
 		return nil
@@ -137,8 +127,7 @@ func lateReply(late func(any, error)) func(acked, error) {
 	return func(a acked, err error) { late(a.reply, err) }
 }
 
-// waitCmd returns the WAIT command of the Locker's acknowledgement, bounded
-// by d (at least a millisecond: WAIT's 0 would wait forever).
+// waitCmd returns the Locker's WAIT bounded by d (at least 1 ms: 0 waits forever).
 func (l *Locker) waitCmd(ctx context.Context, d time.Duration) *redis.IntCmd {
 	return redis.NewIntCmd(ctx, "wait", l.acks, max(d.Milliseconds(), 1))
 }

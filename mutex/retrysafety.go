@@ -18,55 +18,71 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// An acquire attempt that its caller gave up on before the reply came (its
-// context ended while Redis was paused, or the connection dropped) may still
-// run: the lock is then held under a token nobody has, until its lease ends,
-// and every later call of the name waits for that. So does a release that
-// handed the lock to a waiting goroutine through Redis, under a fresh token
-// for it, when its reply is lost: the waiter is told it got nothing. So the
-// Locker remembers such tokens, by name, and its next fresh attempts on the
-// name are made under them, one token each, oldest first: a lock an orphan
-// took is then found to be the attempt's own, and adopted (acquire.lua
-// answers a token that finds its own lock as the holder), with the lease it
-// has left. An attempt that finds the lock another's puts its token back at
-// the end, so that overlapping attempts of one name try every token in turn.
+// The retry-safety layer (PROTOCOL.md, "Deadlines and retries"). An attempt
+// whose caller left before the reply, or a hand-over whose reply was lost,
+// may still take the lock under a token nobody holds. The Locker remembers
+// such tokens (orphans) and makes its next fresh attempts on the name under
+// them, so that a lock an orphan took is adopted instead of waited out. One
+// owner per name holds because a remembered token is taken out by the one
+// attempt that uses it and goes back only if that attempt got no lock, and a
+// late reply or a repeated hand-over acts on the lock only if it can claim
+// the token back first.
 //
-// One owner per name still holds: a remembered token is taken out of the
-// memory by the one attempt that uses it (take), and goes back only if that
-// attempt ended without a lock (put); a late reply that would release the
-// orphan (a client that ignores deadlines, ctxcall; a batched command), and
-// the repeat of a release that handed the lock over, act on its lock only if
-// they can take the token back first (claim), so a lock adopted meanwhile
-// is never released or handed on behind its holder. A handle that got a
-// remembered token owns it, as it owns a fresh one.
-//
-// An orphan's command that runs only after the adopting handle released
-// the lock (a starved or stopped server read it late) takes the lock again
-// under the adopted token: the Locker keeps that token as spent, and its
-// next attempt that finds the lock held under it deletes it (below).
-// Other Lockers (other processes) cannot adopt or delete: they wait for the
-// lease, or for the release of the Locker that adopted it.
+// An orphan's command may still run after the adopting handle released the
+// lock, taking it again. That token cannot go back into the orphan memory (a
+// new handle would share the released handle's record), so it is kept apart
+// as spent, and an attempt that finds the lock held under it deletes it
+// (spent.lua) and tries once more.
 
 // maxOrphans bounds the names a Locker remembers, and maxTokens the tokens
-// it remembers for one name (attempts of one name may overlap: a batch's
-// leader polling while the next tries); past either, the oldest is
-// forgotten (its orphan, if any, lasts until its lease ends).
+// of one name (attempts of one name may overlap); past either, the oldest
+// is forgotten, and its orphan lasts until its lease ends.
 const (
 	maxOrphans = 1024
 	maxTokens  = 4
 )
 
-// orphans is a Locker's memory of the tokens of attempts with an unknown
-// outcome, by name, oldest first. The zero value is empty and ready.
-type orphans struct {
+// byName is a bounded memory of tokens by name, oldest first. The zero
+// value is empty and ready.
+type byName[T any] struct {
 	n  atomic.Int64 // len(m): zero on the common path, which then takes no lock
 	mu sync.Mutex
-	m  map[string][]names
+	m  map[string][]T
 }
 
-// take removes and returns the oldest remembered attempt on name, if any:
-// attempts that find the lock another's put their token back at the end, so
-// the next attempts try the others in turn.
+// addLocked appends x to name's entries, forgetting the oldest past the
+// bounds. b.mu is held.
+func (b *byName[T]) addLocked(name string, x T) {
+	ts := b.m[name]
+	if ts == nil && len(b.m) >= maxOrphans {
+		for k := range b.m {
+			delete(b.m, k)
+			break
+		}
+	}
+	if len(ts) == maxTokens {
+		ts = ts[1:]
+	}
+	b.setLocked(name, append(ts[:len(ts):len(ts)], x))
+}
+
+// setLocked makes ts the entries of name (none: forgets it). b.mu is held.
+func (b *byName[T]) setLocked(name string, ts []T) {
+	if len(ts) == 0 {
+		delete(b.m, name)
+	} else {
+		if b.m == nil {
+			b.m = make(map[string][]T)
+		}
+		b.m[name] = ts
+	}
+	b.n.Store(int64(len(b.m)))
+}
+
+// orphans are the names of attempts with an unknown outcome.
+type orphans struct{ byName[names] }
+
+// take removes and returns the oldest remembered attempt on name, if any.
 func (o *orphans) take(name string) (names, bool) {
 	if o.n.Load() == 0 {
 		return names{}, false
@@ -78,7 +94,7 @@ func (o *orphans) take(name string) (names, bool) {
 		return names{}, false
 	}
 	n := ns[0]
-	o.set(name, ns[1:])
+	o.setLocked(name, ns[1:])
 	return n, true
 }
 
@@ -87,29 +103,17 @@ func (o *orphans) take(name string) (names, bool) {
 func (o *orphans) put(name string, n names) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	ns := o.m[name]
-	if ns == nil && len(o.m) >= maxOrphans {
-		for k := range o.m {
-			delete(o.m, k)
-			break
-		}
-	}
-	for _, x := range ns {
+	for _, x := range o.m[name] {
 		if x.token == n.token {
 			return
 		}
 	}
-	if len(ns) == maxTokens {
-		ns = ns[1:]
-	}
-	o.set(name, append(ns[:len(ns):len(ns)], n))
+	o.addLocked(name, n)
 }
 
-// claim removes token from name's remembered attempts, and reports whether
-// it was there: the caller, a late reply of that attempt (or the repeat of
-// a release that handed the lock to it), may then act on the lock under it.
-// If it reports false, an attempt took the token to adopt the orphan, or the
-// memory forgot it: the caller leaves the lock alone.
+// claim removes token from name's remembered attempts and reports whether it
+// was there. False means an attempt took it to adopt the orphan (or it was
+// forgotten): the caller must leave the lock alone.
 func (o *orphans) claim(name, token string) bool {
 	if o.n.Load() == 0 {
 		return false
@@ -119,53 +123,16 @@ func (o *orphans) claim(name, token string) bool {
 	ns := o.m[name]
 	for i, x := range ns {
 		if x.token == token {
-			o.set(name, append(ns[:i:i], ns[i+1:]...))
+			o.setLocked(name, append(ns[:i:i], ns[i+1:]...))
 			return true
 		}
 	}
 	return false
 }
 
-// set makes ns the remembered attempts of name (none: forgets it). o.mu is
-// held.
-func (o *orphans) set(name string, ns []names) {
-	if len(ns) == 0 {
-		delete(o.m, name)
-	} else {
-		if o.m == nil {
-			o.m = make(map[string][]names)
-		}
-		o.m[name] = ns
-	}
-	o.n.Store(int64(len(o.m)))
-}
-
-// An attempt that adopts an orphan's token may win the lock by
-// a fresh SET NX: the orphan's command had not run yet. It may still run (a
-// starved or stopped server reads it from its socket buffer late), and if
-// it runs after the adopting handle released the lock, it takes the lock
-// again under a token nobody holds, until its lease ends. The token cannot
-// go back into the orphan memory: a new handle under it would share the
-// release record of the one that released it, and a replay of that release
-// would be answered for the wrong handle. So the Locker keeps such a token
-// apart, as spent, for spentLeases of its lease: never handed to an
-// attempt, only deleted when it holds the lock. An attempt that finds the
-// lock held while the name has spent tokens sends spent.lua (a
-// compare-and-delete under each spent token, which writes no record and
-// publishes the release if a waiter marked the lock) and, if it deleted the
-// lock, tries once more. The common path pays one atomic load, and only
-// when the lock was found held.
-//
-// One owner per name holds: a spent token's hold has ended (its last
-// handle released the lock in Redis), no handle is ever made under it
-// again, so the lock deleted under it is nobody's. A token handed on
-// without a round trip (hold.passOn) lives on in the next hold, which
-// inherits adopted, and is spent only when that hold releases.
-
-// spentLeases is how long, in leases of the Locker (WithTTL), a spent token
-// is looked for: an orphan's command that runs later than that holds the
-// lock until its lease ends. The memory is bounded as the orphans' is
-// (maxOrphans names, maxTokens tokens a name, the oldest forgotten).
+// spentLeases is how long, in leases of the Locker, a spent token is looked
+// for: an orphan's command that runs later holds the lock until its lease
+// ends.
 const spentLeases = 3
 
 //go:embed spent.lua
@@ -173,35 +140,18 @@ var spentBody string
 
 var spentScript = redis.NewScript(withValue(spentBody))
 
-// spentToken is one spent token and when it is forgotten.
 type spentToken struct {
 	token string
 	until time.Time
 }
 
-// spent is a Locker's memory of spent tokens, by name, oldest first. The
-// zero value is empty and ready.
-type spent struct {
-	n  atomic.Int64 // len(m): zero on the common path, which then takes no lock
-	mu sync.Mutex
-	m  map[string][]spentToken
-}
+// spent are the adopted tokens whose hold released the lock.
+type spent struct{ byName[spentToken] }
 
-// put remembers token, spent on name, until until.
 func (s *spent) put(name, token string, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ts := s.m[name]
-	if ts == nil && len(s.m) >= maxOrphans {
-		for k := range s.m {
-			delete(s.m, k)
-			break
-		}
-	}
-	if len(ts) == maxTokens {
-		ts = ts[1:]
-	}
-	s.set(name, append(ts[:len(ts):len(ts)], spentToken{token, until}))
+	s.addLocked(name, spentToken{token, until})
 }
 
 // args returns name's spent tokens that are not forgotten at now, as
@@ -213,7 +163,7 @@ func (s *spent) args(name string, now time.Time) []any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ts := slices.DeleteFunc(slices.Clone(s.m[name]), func(t spentToken) bool { return !now.Before(t.until) })
-	s.set(name, ts)
+	s.setLocked(name, ts)
 	args := make([]any, len(ts))
 	for i, t := range ts {
 		args[i] = t.token
@@ -221,28 +171,16 @@ func (s *spent) args(name string, now time.Time) []any {
 	return args
 }
 
-// drop forgets token, whose lock spent.lua deleted.
 func (s *spent) drop(name, token string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.set(name, slices.DeleteFunc(slices.Clone(s.m[name]), func(t spentToken) bool { return t.token == token }))
-}
-
-// set makes ts the spent tokens of name (none: forgets it). s.mu is held.
-func (s *spent) set(name string, ts []spentToken) {
-	if len(ts) == 0 {
-		delete(s.m, name)
-	} else {
-		if s.m == nil {
-			s.m = make(map[string][]spentToken)
-		}
-		s.m[name] = ts
-	}
-	s.n.Store(int64(len(s.m)))
+	ts := slices.DeleteFunc(slices.Clone(s.m[name]), func(t spentToken) bool { return t.token == token })
+	s.setLocked(name, ts)
 }
 
 // spend remembers the token of h, whose last handle released the lock in
-// Redis, when it came from the orphan memory.
+// Redis, when it came from the orphan memory. A token handed on without a
+// round trip lives on in the next hold, which inherits adopted.
 func (single) spend(h *hold) {
 	if l := h.locker; h.adopted {
 		l.spent.put(h.name, h.token, time.Now().Add(spentLeases*l.ttl))
@@ -250,9 +188,8 @@ func (single) spend(h *hold) {
 }
 
 // clearSpent deletes the lock on name if a spent token of the name holds
-// it, after an attempt found it held, and reports whether it did: the
-// caller then tries again. An error leaves things as they were (the
-// attempt's ErrLocked stands).
+// it, and reports whether it did: the caller then tries again. An error
+// leaves the attempt's ErrLocked standing.
 func (l *Locker) clearSpent(ctx context.Context, name string) bool {
 	args := l.spent.args(name, time.Now())
 	if len(args) == 0 {
@@ -270,13 +207,11 @@ func (l *Locker) clearSpent(ctx context.Context, name string) bool {
 	return true
 }
 
-// releases numbers the releases of one Locker and knows which of them have
-// had their reply, so that a release may overwrite the record its name keeps
-// of an earlier release of this Locker only once nobody can ask for that
-// record again (record.lua). A release whose reply never came (a lost reply,
-// a time-out) may still be made again by its caller, for as long as its
-// record lasts: until then, no record of that release or of a later one is
-// overwritten.
+// releases numbers the releases of one Locker and knows which have had
+// their reply: a release may overwrite the name's record of an earlier
+// release of this Locker only once nobody can ask for that record again
+// (record.lua). A release without a reply may be made again by its caller
+// while its record lasts, so until then no record from it on is overwritten.
 type releases struct {
 	owner any // the Locker's random id in the records, stampDigits hex digits, boxed once
 
@@ -295,22 +230,19 @@ func newReleases() *releases {
 	return &releases{owner: string(b[:]), next: 1}
 }
 
-// A stamp is a release's place among the releases of its Locker, as the
-// release scripts take it (record.lua): owner, seq and mark, stampDigits hex
-// digits each, turned to text only as the script at hand needs them
-// (releaseArgs, unlockArgs).
+// A stamp is a release's place among the releases of its Locker, as
+// record.lua takes it: every release of owner numbered below mark has had
+// its reply.
 type stamp struct {
 	owner     any // the Locker's id, boxed once
 	seq, mark uint64
 }
 
 // noStamp is the stamp of a release that overwrites no other record (a
-// quorum's): its mark is 0, so its record goes to the name's record key only
-// when that is free.
+// quorum's): its record goes to the name's record key only when that is free.
 var noStamp = stamp{owner: strings.Repeat("0", stampDigits)}
 
-// begin numbers a release about to be sent and returns its stamp: every
-// release of this Locker numbered below its mark has had its reply.
+// begin numbers a release about to be sent and returns its stamp.
 func (r *releases) begin() (uint64, stamp) {
 	r.mu.Lock()
 	seq := r.next
@@ -331,16 +263,14 @@ func (r *releases) begin() (uint64, stamp) {
 	return seq, stamp{owner: r.owner, seq: seq, mark: mark}
 }
 
-// stampOf is the stamp of release seq of owner, when every release numbered
-// below mark has had its reply.
 func stampOf(owner, seq, mark uint64) stamp {
 	var b [stampDigits]byte
 	putHex(b[:], owner)
 	return stamp{owner: string(b[:]), seq: seq, mark: mark}
 }
 
-// releaseArgs returns the stamp as release.lua takes it: owner, seq and
-// mark, stampDigits hex digits each (one allocation for seq and mark).
+// releaseArgs returns the stamp as release.lua takes it (one allocation for
+// seq and mark).
 func (s stamp) releaseArgs() (owner, seq, mark any) {
 	var b [2 * stampDigits]byte
 	putHex(b[:stampDigits], s.seq)
@@ -354,10 +284,9 @@ func (s stamp) releaseArgs() (owner, seq, mark any) {
 // left, no fence, no result.
 const recordTail = ":r0>:0:0:f"
 
-// unlockArgs returns unlock.lua's arguments for the release of token,
-// whose lock holds value: value, the owner, the release's record, and the
-// owner followed by the mark (the records of this owner below it may be
-// overwritten). The record and the bound are cut from one string.
+// unlockArgs returns unlock.lua's arguments for the release of token, whose
+// lock holds value: value, the owner, the release's record, and the owner
+// followed by the mark.
 func (s stamp) unlockArgs(value any, token string) []any {
 	const (
 		seqEnd   = 2 * stampDigits // the record starts with the owner and seq
@@ -381,22 +310,17 @@ func (s stamp) unlockArgs(value any, token string) []any {
 	return a.args[:]
 }
 
-// unlockArgv holds unlock.lua's arguments and the strings they point to.
 type unlockArgv struct {
 	args       [4]any
 	rec, bound string
 }
 
-// hexDigits are a stamp's digits: lower-case, so that the release scripts
-// may compare two stamps as text (record.lua).
+// hexDigits are lower-case, so that record.lua may compare stamps as text.
 const hexDigits = "0123456789abcdef"
 
 // stampDigits is the width of each part of a stamp: a 64-bit number in hex.
-// A record starts with its owner and seq, so that record.lua compares them
-// as text; record.lua takes their width from the stamp it is given.
 const stampDigits = 16
 
-// putHex writes v to b as stampDigits hex digits.
 func putHex(b []byte, v uint64) {
 	for i := stampDigits - 1; i >= 0; i-- {
 		b[i] = hexDigits[v&15]
@@ -422,27 +346,24 @@ func (r *releases) end(seq uint64, answered bool) {
 }
 
 // undoLate returns what to do with an acquire script's reply that came after
-// its caller left: release the lock of h (the attempt's token, held by
-// nobody) if the attempt took it, or may have (lateUnknown), and no attempt
-// adopted it meanwhile (mayUndo).
+// its caller left: release the lock of h if the attempt took it, or may have
+// (lateUnknown), and no attempt adopted it meanwhile (reclaim).
 func (l *Locker) undoLate(h *hold) func(any, error) {
 	return func(reply any, err error) {
 		if err != nil && !l.lateUnknown(err) {
 			return
 		}
-		if r, _, aerr := acquired(reply); (err != nil || (aerr == nil && r[0] == 1)) && l.mayUndo(h) {
+		if r, _, aerr := acquired(reply); (err != nil || (aerr == nil && r[0] == 1)) && l.reclaim(h) {
 			l.releaseOrphan(h)
 		}
 	}
 }
 
-// lateUnknown reports whether a late outcome err, an error of unknown
-// outcome rather than a reply, is undone as if the attempt took the lock:
-// on a client that ignores deadlines, when it may have run. On one that
-// honours them the caller remembered the token (remember), and the next
-// attempt adopts whatever the attempt did: a release on an unknown outcome
-// would take the token from the memory and, on a server stopped past its 2
-// s, leave the lock to its lease.
+// lateUnknown reports whether a late error of unknown outcome is undone as
+// if the attempt took the lock: only on a client that ignores deadlines. On
+// one that honours them the token was remembered and the next attempt adopts
+// it; a release would take it from the memory and, on a server stopped past
+// its 2 s, leave the lock to its lease.
 func (l *Locker) lateUnknown(err error) bool {
 	return !l.honours && mayHaveRun(err)
 }
@@ -453,29 +374,23 @@ func unknownOutcome(err error) bool {
 	return err != nil && err != redis.Nil && !isReply(err)
 }
 
-// isReply reports whether err is an error reply of Redis. (Its own
-// function, so that the target errors.As takes the address of is not
-// allocated on the calls that have no error.)
+// isReply reports whether err is an error reply of Redis. (Its own function,
+// so that errors.As's target is not allocated on the calls without error.)
 func isReply(err error) bool {
 	var reply redis.Error
 	return errors.As(err, &reply)
 }
 
-// mayHaveRun reports whether an attempt that failed with err may have taken
-// its lock: an unknown outcome, but not a refused connection (a refused
-// dial sent nothing, as remember has it). Releasing after a refusal would
-// only feed go-redis's dial breaker: 2 s of failed dials, up to four of
-// its PoolSize, for each abandoned attempt of an outage.
+// mayHaveRun is unknownOutcome less a refused connection, which sent
+// nothing: releasing after it would only feed go-redis's dial breaker.
 func mayHaveRun(err error) bool {
 	return unknownOutcome(err) && !reach.Unreachable(err)
 }
 
-// releaseOrphan releases the root handle of h, a lock that an attempt took
-// after its caller gave up.
-// Until the server answers a PING of its own (outage.Answering) it waits and
-// sends nothing: each failed dial of go-redis counts toward its dial
-// breaker, which a 2 s release would feed several times, on a server that
-// refuses or on a hung one killed while the release waited for it.
+// releaseOrphan releases the root handle of h, a lock an attempt took after
+// its caller gave up. It sends nothing until the server answers a PING of
+// its own (outage.Answering): each failed dial counts toward go-redis's dial
+// breaker, which a 2 s release would feed several times.
 func (l *Locker) releaseOrphan(h *hold) {
 	ctx, cancel := ctxcall.DeadlineOnly(context.Background(), time.Now().Add(unlockTimeout))
 	defer cancel()
@@ -489,14 +404,12 @@ func (l *Locker) releaseOrphan(h *hold) {
 // have handed the lock to h: release it, since nobody will hold it.
 func (l *Locker) orphanOf(h *hold) func(any, error) {
 	return func(any, error) {
-		if l.mayUndo(h) {
+		if l.reclaim(h) {
 			l.releaseOrphan(h)
 		}
 	}
 }
 
-// releaseRoot releases the root handle of h, bounded by ctx (run, so even
-// on a client that ignores deadlines).
 func (l *Locker) releaseRoot(ctx context.Context, h *hold) {
 	seq, st := l.releases.begin()
 	owner, sseq, smark := st.releaseArgs()

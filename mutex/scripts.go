@@ -27,36 +27,26 @@ var (
 	unlockBody string
 )
 
-// recordTTL is how long a release's record lasts (record.lua): a release run
-// again within it, because its reply was lost and the client retried it,
-// reports what the first run did.
+// recordTTL is how long a release's record lasts (record.lua).
 const recordTTL = 10 * time.Second
 
-// recordMS declares, for the scripts that write a record, its lifetime
-// (record_px) and that of the name's record key after each write
-// (record_keep, three times as long), in ms as text: redis.call formats a
-// Lua number argument at a cost, a string it passes as is.
+// recordMS declares the record's lifetime and that of the name's record
+// key (three times as long), in ms as text: redis.call formats a number at a
+// cost.
 var recordMS = "local record_px, record_keep = '" + strconv.FormatInt(recordTTL.Milliseconds(), 10) + "', '" +
 	strconv.FormatInt(3*recordTTL.Milliseconds(), 10) + "'\n"
 
-// recordSrc is record.lua with its lifetime.
 var recordSrc = recordMS + recordBody
 
-// releaseNames gives release.lua's upper-case names their values, as Lua
-// text, at init: UNLESS_MARKED, the hand-over argument's prefix, and YIELDED,
-// the reply that says it yielded (release.go's unlessMarked and yielded).
+// releaseNames gives release.lua's UNLESS_MARKED and YIELDED their values.
 var releaseNames = strings.NewReplacer("UNLESS_MARKED", luaText(unlessMarked), "YIELDED", luaText(yielded))
 
-// luaText is s, which has no quote or backslash, as a Lua string literal.
 func luaText(s string) string { return "'" + s + "'" }
 
 // Scripts are assembled from their body and the Lua functions they call.
-// Every script that reads or writes a lock's value does it through
-// value.lua's functions, which withValue prepends.
 var (
 	acquireSrc = fenceSrc + withValue(acquireBody)
-	// releaseSrc is the lock's part of a release: it runs as a function
-	// (lockPart) after recordSrc, whose functions it calls, and its caller
+	// releaseSrc is the lock's part of a release (lockPart); its caller
 	// writes the record (releaseTail, wrapRelease).
 	releaseSrc = fenceSrc + withValue(releaseNames.Replace(releaseBody))
 	extendSrc  = withValue(extendBody)
@@ -75,25 +65,20 @@ var (
 	pttlScript    = redis.NewScript(pttlSrc)
 )
 
-// callID computes, at the start of a fragment's release script of the given
-// kind (before anything changes KEYS or ARGV), the digest that its record
-// keeps (record.lua).
+// callID computes, before KEYS or ARGV change, the digest a fragment's
+// release record keeps.
 func callID(kind string) string {
 	return "local release_call = call_id(" + strconv.Quote(kind) + ")\n"
 }
 
 // plainCall is the call of a plain release: "r", the handle id and the next
-// local owner's token (a hand-over to another waiter is another call). With
-// the record's token that names the release: it needs no digest.
-// unlock.lua writes the same call for the root handle without a hand-over,
-// "r0>", so that release.lua answers a retry of it from its record.
+// owner's token; with the record's token it needs no digest. unlock.lua
+// writes the same for the root handle ("r0>").
 const plainCall = "local release_call = 'r' .. ARGV[2] .. '>' .. ARGV[3]\n"
 
-// releaseTail ends the plain release script: it records a release that
-// took place (not a replay of one), with its yield (release.lua) as the
-// result, and returns the lock part's reply, as the number of handles left
-// alone when it has no fence, no yield and is no replay (a table costs Redis
-// more to send, and go-redis more to read).
+// releaseTail ends the plain release script: it records a release that took
+// place, and replies with the handles left alone when that says all (a
+// table costs more to send and read).
 const releaseTail = `local r = lock_part(KEYS, ARGV)
 if r[1] >= 0 and not r[4] then
   record(KEYS[2], KEYS[3], ARGV[6], ARGV[7], ARGV[8], ARGV[1], release_call, r[1], r[2], r[3])
@@ -104,15 +89,13 @@ end
 return r
 `
 
-// declinedReply is the first element of an acquire script's reply when its
-// gate declined (fragment.go). Small and positive: go-redis boxes it without
-// an allocation, unlike -1.
+// declinedReply leads a declined gate's reply. Small and positive: go-redis
+// boxes it without an allocation, unlike -1.
 const declinedReply = 2
 
-// The number of KEYS and ARGV each of the lock's scripts takes; in a
-// Fragment's scripts they come after the fragment's own (see cutTail). The
-// acquire and release scripts take the fencing counter's key (their last)
-// only when their fencing argument (its TTL, at these positions) is not 0.
+// The number of KEYS and ARGV each of the lock's scripts takes, and the
+// position of the fencing TTL argument, without which the counter's key
+// (the last) is not passed.
 const (
 	acquireKeys, acquireArgs = 2, 4
 	releaseKeys, releaseArgs = 4, 8
@@ -121,9 +104,8 @@ const (
 	acquireFenceArg, releaseFenceArg = 4, 5
 )
 
-// ints reads the first min (at most 3) integers of a script's array reply,
-// and returns them with the rest of the reply. A lone integer is the array
-// of it and zeros (the plain release's short reply).
+// ints reads the first min (at most 3) integers of a script's reply and
+// returns the rest; a lone integer reads as {n, 0, 0}.
 func ints(reply any, min int) ([3]int64, []any, error) {
 	var out [3]int64
 	if n, ok := reply.(int64); ok {
@@ -145,8 +127,7 @@ func ints(reply any, min int) ([3]int64, []any, error) {
 }
 
 // acquired reads an acquire script's reply: {1 or 0, lease or PTTL ms,
-// fence, [result]}, or {declinedReply, result...} when its gate declined
-// (the result is then the rest of the reply).
+// fence, [result]}, or {declinedReply, result...}.
 func acquired(reply any) ([3]int64, any, error) {
 	if arr, ok := reply.([]any); ok && len(arr) > 0 && arr[0] == any(int64(declinedReply)) {
 		return [3]int64{declinedReply}, arr[1:], nil
@@ -159,7 +140,6 @@ func acquired(reply any) ([3]int64, any, error) {
 	return r, res, err
 }
 
-// integer reads a script's integer reply.
 func integer(reply any) (int64, error) {
 	n, ok := reply.(int64)
 	if !ok {

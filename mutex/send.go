@@ -13,28 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A Locker's calls that overlap share round trips. A call whose command
-// finds nothing of its Locker in flight sends it at once, alone, as it
-// would without batching. One that finds batchSlots commands or pipelines
-// of the Locker in flight queues; when a slot frees, the queued commands go
-// as one pipeline, from a goroutine that lives while the queue is not
-// empty. So a lone caller pays nothing, and 64 goroutines locking and
-// unlocking their own names pay a write and a read for dozens of commands
-// instead of one each: most of what a round trip costs both the client and
-// Redis is the system calls, not the command.
-//
-// Each call still gets its own reply, and returns by its own context's
-// deadline: a call that leaves before its command was sent takes it out of
-// the queue (it never runs); one that leaves after is answered, as an
-// abandoned call is (ctxcall), with an error of unknown outcome, and its
-// reply goes to its late function. A pipeline is bounded by the latest
-// deadline of its calls (none if one of them has none).
-//
-// When a command or a pipeline comes back unreachable (ErrUnreachable: the
-// connection was refused, the client closed), the commands queued then are
-// answered with that error without being sent: they would have gone to the
-// same server, after waiting for a slot. Only on a client of one server
-// (fanOut): a cluster's other nodes may be up.
+// Overlapping calls of a Locker share round trips (PROTOCOL.md): most of a
+// round trip's cost to client and server is system calls, not the command.
+// A call that leaves before its command was sent takes it out of the queue;
+// one that leaves after gets an error of unknown outcome, and its reply goes
+// to its late function.
 
 // batchSlots is how many commands or pipelines of one Locker may be in
 // flight at once; batchMax is the most commands one pipeline carries.
@@ -46,7 +29,8 @@ const (
 // A batcher queues the commands of a Locker's overlapping calls.
 type batcher struct {
 	pipe func() redis.Pipeliner // nil: the client has no pipelines
-	// fanOut: every command goes to one server (see above).
+	// fanOut: every command goes to one server, so an unreachable reply
+	// fails the queued commands too (a cluster's other nodes may be up).
 	fanOut bool
 	mu     sync.Mutex
 	busy   int // slots in use
@@ -56,36 +40,23 @@ type batcher struct {
 // A queued command, and what its caller is waiting for.
 type queued struct {
 	ctx context.Context
-	// add queues the command on p and returns it; again, when not nil,
-	// queues the command to send after a NOSCRIPT reply (a script's EVAL).
+	// add queues the command on p; again, if not nil, its EVAL after NOSCRIPT.
 	add, again func(p redis.Pipeliner) redis.Cmder
 	late       func(redis.Cmder) // the reply of a call that left; may be nil
 	cmd        redis.Cmder
 	state      uint8 // under batcher.mu
 	done       chan struct{}
-	// unsent is the error of a command answered without being sent (see
-	// failQueued).
-	unsent error
+	unsent     error // answered without being sent (failQueuedLocked)
 }
 
-// States of a queued command.
 const (
 	waiting uint8 = iota
 	sent
 	left // the caller left after the command was sent
 )
 
-// pipelines returns client's Pipeline, or nil when it has none.
-func pipelines(client Client) func() redis.Pipeliner {
-	if p, ok := client.(interface{ Pipeline() redis.Pipeliner }); ok {
-		return p.Pipeline
-	}
-	return nil
-}
-
 // alone takes a slot for a call that runs by itself, when one is free and
-// nobody queues; the caller then runs its command and calls free. It
-// reports false when the call should queue (do).
+// nobody queues; the caller then calls free. False: queue (do).
 func (b *batcher) alone() bool {
 	if b.pipe == nil {
 		return true
@@ -99,8 +70,8 @@ func (b *batcher) alone() bool {
 	return ok
 }
 
-// free gives back a slot taken by alone, whose command ended with err, or
-// hands it to a goroutine that sends what queued meanwhile.
+// free gives back alone's slot, or hands it to a goroutine that sends what
+// queued meanwhile.
 func (b *batcher) free(err error) {
 	if b.pipe == nil {
 		return
@@ -116,9 +87,6 @@ func (b *batcher) free(err error) {
 	go b.drain()
 }
 
-// do queues q, for a call that alone turned away, and waits for its reply
-// or for its caller's context to end. (If a slot freed in the meantime, q
-// goes at once, in a pipeline of its own.)
 func (b *batcher) do(q *queued) (redis.Cmder, error) {
 	b.enqueue(q)
 	select {
@@ -129,7 +97,6 @@ func (b *batcher) do(q *queued) (redis.Cmder, error) {
 	return b.leave(q)
 }
 
-// enqueue adds q to the queue, and starts draining it if a slot is free.
 func (b *batcher) enqueue(q *queued) {
 	b.mu.Lock()
 	q.done = make(chan struct{})
@@ -144,7 +111,6 @@ func (b *batcher) enqueue(q *queued) {
 	}
 }
 
-// answer is the reply of an answered q.
 func (q *queued) answer() (redis.Cmder, error) {
 	if q.unsent != nil {
 		return nil, q.unsent
@@ -152,15 +118,13 @@ func (q *queued) answer() (redis.Cmder, error) {
 	if d, ok := q.ctx.Deadline(); !ok || q.cmd.Err() == nil || time.Now().Before(d) {
 		return q.cmd, nil
 	}
-	// The pipeline ended at this call's deadline (its own, or one of the
-	// same instant): report it as the deadline, once ctx says so.
+	// The pipeline ended at this call's deadline: report it as such.
 	<-q.ctx.Done()
 	return nil, fmt.Errorf("%w: %w", ctxcall.ErrAbandoned, q.ctx.Err())
 }
 
-// leave ends the wait of q, whose context ended: taken out of the queue if
-// it was not sent (nothing happened), marked left if it was (its late reply
-// goes to q.late).
+// leave ends the wait of q, whose context ended: out of the queue if not
+// sent, else marked left.
 func (b *batcher) leave(q *queued) (redis.Cmder, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -180,8 +144,6 @@ func (b *batcher) leave(q *queued) (redis.Cmder, error) {
 	return nil, fmt.Errorf("%w: %w", ctxcall.ErrAbandoned, q.ctx.Err())
 }
 
-// drain sends the queue as pipelines, while it is not empty, on a slot its
-// starter took.
 func (b *batcher) drain() {
 	for {
 		b.mu.Lock()
@@ -202,8 +164,8 @@ func (b *batcher) drain() {
 	}
 }
 
-// send runs batch as one pipeline, then the EVAL of each script that Redis
-// did not have, and answers each caller.
+// send runs batch as one pipeline, then the EVALs after NOSCRIPT, and
+// answers each caller.
 func (b *batcher) send(batch []*queued) {
 	ctx, cancel := batchContext(batch)
 	defer cancel()
@@ -219,15 +181,12 @@ func (b *batcher) send(batch []*queued) {
 	}
 	b.evalMissing(ctx, batch)
 	if late := b.answer(batch); len(late) > 0 {
-		// Each in a goroutine, not on this slot: a late function may call
-		// the Locker again (releasing what the call took), and would queue
-		// behind itself.
 		runLate(late)
 	}
 }
 
 // failQueuedLocked answers every queued command with err, unsent, when err
-// says the server cannot be reached and the batcher fans out. b.mu is held.
+// is unreachable and the batcher fans out.
 func (b *batcher) failQueuedLocked(err error) {
 	if len(b.queue) == 0 || !b.fanOut || !reach.Unreachable(err) {
 		return
@@ -241,8 +200,6 @@ func (b *batcher) failQueuedLocked(err error) {
 	b.queue = b.queue[:0]
 }
 
-// evalMissing sends, in a second pipeline, the EVAL of each script that
-// Redis answered NOSCRIPT.
 func (b *batcher) evalMissing(ctx context.Context, batch []*queued) {
 	var p redis.Pipeliner
 	for _, q := range batch {
@@ -259,8 +216,6 @@ func (b *batcher) evalMissing(ctx context.Context, batch []*queued) {
 	}
 }
 
-// answer wakes the callers still waiting and returns the calls whose caller
-// left.
 func (b *batcher) answer(batch []*queued) []*queued {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -275,11 +230,9 @@ func (b *batcher) answer(batch []*queued) []*queued {
 	return late
 }
 
-// runLate hands each late reply to its call's late function, each in a
-// goroutine of its own: a late function may wait (an abandoned attempt's
-// undo waits up to 2 s for a refusing server), and each is bounded by its
-// own bound, not by the sum of a batch's (a batch of 8 abandoned attempts
-// kept releasing orphans, one after another, for 16 s).
+// runLate hands each late reply to its late function, each in a goroutine
+// of its own: one may call the Locker again (it would queue behind itself
+// on this slot) or wait up to 2 s, and must not add to the others' wait.
 func runLate(late []*queued) {
 	for _, q := range late {
 		if q.late != nil {
@@ -288,8 +241,8 @@ func runLate(late []*queued) {
 	}
 }
 
-// batchContext bounds a pipeline by the latest deadline of its calls, and
-// keeps the values of the first call's context (hooks may read them).
+// batchContext bounds a pipeline by the latest deadline of its calls (none
+// if one has none), with the first call's values (hooks may read them).
 func batchContext(batch []*queued) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, q := range batch {
@@ -304,12 +257,11 @@ func batchContext(batch []*queued) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
 }
 
-// run runs script on the Locker's client, returning by ctx's deadline even
-// when the client ignores it (ctxcall); late, if not nil, receives a reply
-// that came after the caller left.
+// run runs script, returning by ctx's deadline even when the client
+// ignores it (ctxcall); late, if not nil, gets a reply after the caller left.
 func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (any, error) {
 	if l.batch.alone() {
-		reply, err := l.runAlone(ctx, script, keys, args, late)
+		reply, err := l.runner.Run(ctx, script, keys, args, late)
 		l.batch.free(err)
 		return reply, reach.Mark(err)
 	}
@@ -329,38 +281,23 @@ func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, a
 	return reply, reach.Mark(err)
 }
 
-// runAlone is run without batching.
-func (l *Locker) runAlone(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (any, error) {
-	return l.runner.Run(ctx, script, keys, args, late)
-}
-
 // acquireRun runs an acquire script, followed by WAIT when the Locker waits
-// for replicas (WithReplicaAck): in the same round trip for a plain attempt;
-// only once the lock is granted for one with a fragment, whose gate may
-// decline (a denial costs no wait). nowait skips the wait: a re-entry grants
-// nobody a lock they did not hold, and WithAckAtRelease leaves it to the
-// release. short reports a grant that not enough replicas acknowledged.
+// for replicas: in the same round trip, or with a fragment only once granted
+// (a gate's denial costs no wait). nowait skips it (a re-entry, or
+// WithAckAtRelease). short reports a grant too few replicas acknowledged.
 func (l *Locker) acquireRun(ctx context.Context, script *redis.Script, keys []string, args []any, fragment, nowait bool, late func(any, error)) (reply any, short, err error) {
 	switch {
 	case l.acks == 0 || nowait:
 		reply, err = l.run(ctx, script, keys, args, late)
 		return reply, nil, err
 	case fragment:
-		return l.runThenWait(ctx, script, keys, args, grants, late)
+		return l.runThenWait(ctx, script, keys, args, late)
 	}
 	return l.runAcked(ctx, script, keys, args, late)
 }
 
-// grants reports whether an acquire script's reply granted the lock.
-func grants(reply any) bool {
-	r, _, err := acquired(reply)
-	return err == nil && r[0] == 1
-}
-
-// scriptCall returns the keys and arguments of a lock script run with
-// call's fragment (nil for none): the fragment's first, then the keys of
-// n's lock (lockKeys; with its release records for a release), and
-// lockArgs (fragment.go).
+// scriptCall returns the keys and arguments of a lock script: call's
+// fragment's first (fragment.go), then lockKeys and lockArgs.
 func scriptCall(call *Call, n *names, release bool, lockArgs ...any) ([]string, []any) {
 	var nk, na int
 	if call != nil {
@@ -375,8 +312,6 @@ func scriptCall(call *Call, n *names, release bool, lockArgs ...any) ([]string, 
 	return lockKeys(keys, n, release), append(args, lockArgs...)
 }
 
-// handleID is a handle's id as the scripts take it; the root handle's needs
-// no allocation.
 func handleID(id uint64) string {
 	if id == 0 {
 		return "0"
@@ -384,15 +319,13 @@ func handleID(id uint64) string {
 	return strconv.FormatUint(id, 10)
 }
 
-// Script arguments boxed once: converting even a constant string returned by
-// a function to an interface allocates.
+// Script arguments boxed once: boxing a string returned by a function allocates.
 var (
 	argZero  any = "0"
 	argFresh any = ""
 	argMark  any = "m"
 )
 
-// argID is handleID as a script argument.
 func argID(id uint64) any {
 	if id == 0 {
 		return argZero
