@@ -139,7 +139,9 @@ func clock(s level, now int64) int64 { return max(now, s.at) }
 // decide admits n units at now if they fit in every rule, all or nothing;
 // states nil is every rule empty.
 func decide(rules []rule, states []level, now, n int64) decision {
-	d := decision{allowed: true, denied: -1, fills: make([]int64, len(rules)), ats: make([]int64, len(rules))}
+	k := len(rules)
+	buf := make([]int64, 2*k) // fills and ats in one allocation
+	d := decision{allowed: true, denied: -1, fills: buf[:k:k], ats: buf[k:]}
 	for i, r := range rules {
 		var s level
 		if states != nil {

@@ -303,14 +303,28 @@ func scriptCall(call *Call, n *names, release bool, lockArgs ...any) ([]string, 
 	if call != nil {
 		nk, na = len(call.Keys), len(call.Args)
 	}
-	keys := make([]string, 0, nk+4)
-	args := make([]any, 0, na+len(lockArgs))
+	var keys []string
+	var args []any
+	if nk+4 <= smallKeys && na+len(lockArgs) <= smallArgs {
+		small := new(smallCall) // one allocation for both
+		keys, args = small.keys[:0], small.args[:0]
+	} else {
+		keys, args = make([]string, 0, nk+4), make([]any, 0, na+len(lockArgs))
+	}
 	if call != nil {
 		keys = append(keys, call.Keys...)
 		args = append(args, call.Args...)
 	}
 	return lockKeys(keys, n, release), append(args, lockArgs...)
 }
+
+// smallCall holds the keys and arguments of a script call that fits.
+type smallCall struct {
+	keys [smallKeys]string
+	args [smallArgs]any
+}
+
+const smallKeys, smallArgs = 8, 14
 
 func handleID(id uint64) string {
 	if id == 0 {
