@@ -30,6 +30,7 @@ const (
 	inCall
 )
 
+// String names the call an option was given to, for errors.
 func (p place) String() string {
 	switch p {
 	case inNew:
