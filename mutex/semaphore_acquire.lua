@@ -16,58 +16,104 @@
 -- that ended takes nothing. The token's state is its field in the hash,
 -- read with the scalars: the uncontended path runs TIME, HMGET, ZADD and
 -- HSET (and PEXPIREAT on the holders set it creates).
-local tok, n, size, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local mode, had = string.sub(ARGV[5], 1, 1), tonumber(string.sub(ARGV[5], 2)) or 0
-local v = load(tok)
-if S.sized and S.size ~= size then
-  return {-1, S.size}
+local tok, n, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
+local want = tonumber(ARGV[3])
+-- The fast path: an unknown token takes permits that fit, nobody waiting
+-- and nothing due to sweep (what the general path below does then, with
+-- no table and no closure): ZADD, HSET, and PEXPIREAT of the holders set it
+-- creates or of every key when exp moves.
+if not v and w == 0 and due > now and (d == 0 or dd > now) and (size == 0 or size == want) and n <= want - held then
+  fence = fence + 1
+  if fence < now then
+    fence = now
+  end
+  local ends = now + lease
+  call('ZADD', HOLD, ends, tok)
+  if ends < due then
+    due = ends
+  end
+  local moved = not exists
+  if ends > exp then
+    exp, moved = ends + floor((ends - now) / 4), true
+  end
+  call('HSET', H, tok, format('h%d:%d:%d', n, fence, ends), 'held', held + n,
+    'm', format('%d:%d:%d:%d:%d:%d', want, fence, seq, due, dd, exp))
+  if moved then
+    call('PEXPIREAT', H, exp)
+    call('PEXPIREAT', HOLD, exp)
+    if d > 0 then
+      call('PEXPIREAT', DONE, exp)
+    end
+  elseif held == 0 then -- the holders set is new
+    call('PEXPIREAT', HOLD, exp)
+  end
+  return {1, now, ends, fence}
+end
+-- general path
+if sized and size ~= want then
+  return {-1, size}
 end
 if v == 'd' then
   return {-2, now}
 end
-S.size = size
-drop_expired()
-pump(ARGV[7])
-v = state(tok, v)
+size = want
+if due <= now or d > 0 and dd <= now then
+  drop_expired()
+end
+if w > 0 and held < size then
+  pump(ARGV[7])
+end
+local p = put[tok]
+if p ~= nil then
+  v = p
+end
 local kind = v and string.sub(v, 1, 1)
 if kind == 'h' then
-  local _, fence, ends = holder(v)
+  local _, fe, ends = holder(v)
   save()
   if ends <= now then -- ended, not swept yet (a full sweep)
     return {0, now}
   end
-  return {1, now, ends, fence}
+  return {1, now, ends, fe}
 end
 local alive = now + tonumber(ARGV[6])
 if kind == 'w' then
-  call('ZADD', ALIVE, text(alive), tok)
-  later(alive)
+  call('ZADD', ALIVE, alive, tok)
+  if alive > exp then
+    later(alive)
+  end
   save()
   return {0, now, tonumber(string.match(v, '(%d+)$'))}
 end
 -- back: a waiter passed over for polling late, queued again at its place;
 -- it takes its permits now if they fit and that place is ahead of the
 -- queue's head (at which pump stopped), as pump would have granted them.
-local back = mode == 'w' and had >= 1 and had <= S.seq
-if n <= size - S.held and (S.w == 0 or back and had < first(QUEUE)) then
+local mode = ARGV[5]
+local had = tonumber(string.sub(mode, 2)) or 0
+local back = had >= 1 and had <= seq and string.sub(mode, 1, 1) == 'w'
+if n <= size - held and (w == 0 or back and had < first(QUEUE)) then
   local e, f = grant(tok, n, lease)
   save()
   return {1, now, e, f}
 end
-if mode == 'w' then
-  if S.w == 0 then
-    fresh.queue, fresh.alive = true, true
+if string.sub(mode, 1, 1) == 'w' then
+  if w == 0 then
+    fresh_queue, fresh_alive = true, true
   end
   if not back then
-    S.seq = S.seq + 1
-    had = S.seq
+    seq = seq + 1
+    had = seq
   end
-  call('ZADD', QUEUE, text(had), tok)
-  call('ZADD', ALIVE, text(alive), tok)
-  S.w = S.w + 1
-  S.due = math.min(S.due, alive)
-  later(alive)
-  put[tok] = string.format('w%d:%d:%d', n, lease, had)
+  call('ZADD', QUEUE, had, tok)
+  call('ZADD', ALIVE, alive, tok)
+  w = w + 1
+  if alive < due then
+    due = alive
+  end
+  if alive > exp then
+    later(alive)
+  end
+  put[tok] = format('w%d:%d:%d', n, lease, had)
   save()
   return {0, now, had}
 end

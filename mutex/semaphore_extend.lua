@@ -4,14 +4,19 @@
 -- (its lease ended, or it was released). Running it twice sets the same
 -- lease, from a later now.
 local tok = ARGV[1]
-local n, fence, ends = holder(load(tok))
+-- general path
+local n, fe, ends = holder(v)
 if not ends or ends <= now then
   return {0, now}
 end
 local e = now + tonumber(ARGV[2])
-call('ZADD', HOLD, 'XX', text(e), tok)
-put[tok] = string.format('h%d:%d:%d', n, fence, e)
-S.due = math.min(S.due, e)
-later(e)
+call('ZADD', HOLD, 'XX', e, tok)
+put[tok] = format('h%d:%d:%d', n, fe, e)
+if e < due then
+  due = e
+end
+if e > exp then
+  later(e)
+end
 save()
 return {1, now, e}
