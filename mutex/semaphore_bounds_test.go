@@ -224,7 +224,7 @@ func TestSemaphoreLongLeaseKeysShrink(t *testing.T) {
 		if err := p.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{key, prefix + "{long}:sem:done"} {
+		for _, k := range []string{key, prefix + "{long}:sem:ends"} {
 			ttl := c.PTTL(ctx, k).Val()
 			if ttl <= 0 || ttl > time.Minute {
 				t.Errorf("TTL of %s after the release: %v, want at most a minute", k, ttl)
@@ -234,7 +234,7 @@ func TestSemaphoreLongLeaseKeysShrink(t *testing.T) {
 }
 
 // TestSemaphoreShrinkKeepsRecords: the expiry an idle release pulls back
-// still covers every record the done set keeps, not only the release's
+// still covers every record the ends set keeps, not only the release's
 // own: a record of 10 s, then a release whose record lasts 1 ms after a
 // long lease, leaves the keys at least until the 10 s record ends. (Pulled
 // back to the release's own record, the keys expired 10 s too early:
@@ -259,7 +259,7 @@ func TestSemaphoreShrinkKeepsRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := b.Client(t)
-		for _, kind := range []string{"sem", "sem:done"} {
+		for _, kind := range []string{"sem", "sem:ends"} {
 			ttl := c.PTTL(ctx, mutex.SemKey(s, kind)).Val()
 			if ttl < 9*time.Second || ttl > time.Minute {
 				t.Errorf("TTL of %s after the releases: %v, want the 10 s record's end (and a quarter), not the day's lease", kind, ttl)

@@ -5,18 +5,16 @@
 -- lease, from a later now.
 local tok = ARGV[1]
 -- general path
-local n, fe, ends = holder(v)
-if not ends or ends <= now then
+local n, fe, ends_at = holder(v)
+if not ends_at or ends_at <= now then
   return {0, now}
 end
 local e = now + tonumber(ARGV[2])
-call('ZADD', HOLD, 'XX', e, tok)
+call('ZADD', ENDS, 'XX', e, tok)
 put[tok] = format('h%d:%d:%d', n, fe, e)
 if e < due then
   due = e
 end
-if e > exp then
-  later(e)
-end
+later(e)
 save()
 return {1, now, e}

@@ -1,11 +1,12 @@
 -- semaphore_lib: the functions of the semaphore scripts' general path
 -- (after semaphore.lua and a script's fast path; see semaphore_scripts.go).
--- put: the token fields to write (false: delete); the fresh_ flags: the
+-- put: the token fields to write (false: delete); zs: the ZADD of the ends
+-- set that save sends (one for the call); fresh_ends, fresh_queue: the
 -- sets this call created (they get exp); every: exp moved, touch every
--- key; hset: the holders set has members.
+-- key.
 local put = {}
-local fresh_hold, fresh_queue, fresh_alive, fresh_done, every = false, false, false, false, false
-local hset = held > 0
+local zs = {ENDS}
+local fresh_ends, fresh_queue, every = false, false, false
 
 -- holder reads a holder's field: its weight, fence and lease end (nil
 -- for another state).
@@ -23,29 +24,49 @@ local function later(e)
   end
 end
 
--- grant makes tok a holder of n permits for lease ms from now; it returns
--- the end of the lease and the holder's fencing number, one more than the
--- last and never below the server's time in ms, so that a semaphore created
--- again after it expired goes on above the numbers it gave.
-local function grant(tok, n, lease)
+-- ends sets tok's score in the ends set to e (sent by save), and notes
+-- that the set is created when it has no member yet (fresh: tok is new to
+-- it, and the counts say it is empty).
+local function ends(tok, e, fresh)
+  if fresh and held == 0 and w == 0 and d == 0 then
+    fresh_ends = true
+  end
+  zs[#zs + 1] = e
+  zs[#zs + 1] = tok
+end
+
+-- grant makes tok a holder of n permits for lease ms from now (fresh: tok
+-- is not in the ends set yet); it returns the end of the lease and the
+-- holder's fencing number, one more than the last and never below the
+-- server's time in ms, so that a semaphore created again after it expired
+-- goes on above the numbers it gave.
+local function grant(tok, n, lease, fresh)
   fence = fence + 1
   if fence < now then
     fence = now
   end
-  local ends = now + lease
-  if not hset then
-    fresh_hold, hset = true, true
-  end
-  call('ZADD', HOLD, ends, tok)
+  local e = now + lease
+  ends(tok, e, fresh)
   held = held + n
-  if ends < due then
-    due = ends
+  if e < due then
+    due = e
   end
-  if ends > exp then
-    later(ends)
+  later(e)
+  put[tok] = format('h%d:%d:%d', n, fence, e)
+  return e, fence
+end
+
+-- record remembers tok as ended until r (server ms) (fresh: tok is not in
+-- the ends set); the first record sets when records are swept (dd), later
+-- ones wait for the sweep dd names.
+local function record(tok, r, fresh)
+  ends(tok, rec0 + r, fresh)
+  if d == 0 then
+    dd = r
   end
-  put[tok] = format('h%d:%d:%d', n, fence, ends)
-  return ends, fence
+  d = d + 1
+  put[tok] = 'd'
+  later(r)
 end
 
 -- first is the lowest score of a sorted set (none when it is empty).
@@ -54,52 +75,50 @@ local function first(key)
   return r[2] and tonumber(r[2]) or none
 end
 
--- drop_expired runs the sweeps that are due: holders whose lease ended
--- (their permits come back) and waiters that stopped polling when due has
--- come (then due is set to the earliest end left), records when dd has;
--- at most sweep of each. Only a call that finds one due makes it.
+-- drop_expired runs the sweeps that are due, before the call writes
+-- anything: holders whose lease ended (their permits come back) and
+-- waiters that stopped polling when due has come (then due is set to the
+-- earliest end left), records when dd has; at most sweep of each.
 local function drop_expired()
   if due <= now then
-    if held > 0 then
-      local gone = call('ZRANGEBYSCORE', HOLD, '-inf', now, 'LIMIT', 0, sweep)
-      if #gone > 0 then
-        for i, f in ipairs(call('HMGET', H, unpack(gone))) do
+    local gone = call('ZRANGEBYSCORE', ENDS, '-inf', now, 'LIMIT', 0, sweep)
+    if #gone > 0 then
+      local dead
+      for i, f in ipairs(call('HMGET', H, unpack(gone))) do
+        local k = f and string.byte(f)
+        if k == 104 then -- h
           held = held - (holder(f) or 0)
-          put[gone[i]] = false
+        elseif k == 119 then -- w
+          dead = dead or {QUEUE}
+          dead[#dead + 1] = gone[i]
         end
-        call('ZREM', HOLD, unpack(gone))
-        hset = held > 0
+        put[gone[i]] = false
       end
-    end
-    if w > 0 then
-      local dead = call('ZRANGEBYSCORE', ALIVE, '-inf', now, 'LIMIT', 0, sweep)
-      if #dead > 0 then
-        for _, tok in ipairs(dead) do
-          put[tok] = false
-        end
-        call('ZREM', QUEUE, unpack(dead))
-        w = w - call('ZREM', ALIVE, unpack(dead))
+      call('ZREM', ENDS, unpack(gone))
+      if dead then
+        w = w - call('ZREM', unpack(dead))
       end
     end
     due = none
-    if held > 0 then
-      due = first(HOLD)
-    end
-    if w > 0 then
-      due = math.min(due, first(ALIVE))
+    if held > 0 or w > 0 then
+      local f = first(ENDS)
+      if f < rec0 then
+        due = f
+      end
     end
   end
   if d > 0 and dd <= now then
-    local old = call('ZRANGEBYSCORE', DONE, '-inf', now, 'LIMIT', 0, sweep)
+    local old = call('ZRANGEBYSCORE', ENDS, rec0, rec0 + now, 'LIMIT', 0, sweep)
     if #old > 0 then
-      d = d - call('ZREM', DONE, unpack(old))
+      d = d - call('ZREM', ENDS, unpack(old))
       for _, tok in ipairs(old) do
         put[tok] = false
       end
     end
     dd = now
     if #old < sweep and d > 0 then
-      local f = first(DONE)
+      local r = call('ZRANGEBYSCORE', ENDS, rec0, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      local f = r[2] and tonumber(r[2]) - rec0 or none
       d = f == none and 0 or d
       dd = math.max(f == none and now or f, now + gap)
     end
@@ -130,23 +149,29 @@ local function pump(channel)
       call('ZADD', QUEUE, head[2], tok)
       break
     end
-    w = w - call('ZREM', ALIVE, tok)
     if n > 0 then
-      local ends, fe = grant(tok, n, tonumber(lease))
+      local e, fe = grant(tok, n, tonumber(lease), false)
       out = out or {}
-      out[#out + 1] = format('%s:%d:%d', tok, ends, fe)
+      out[#out + 1] = format('%s:%d:%d', tok, e, fe)
+    else -- no waiter's field: not a waiter any more
+      call('ZREM', ENDS, tok)
+      put[tok] = false
     end
+    w = w - 1
   end
   if out then
     call('PUBLISH', channel, table.concat(out, ','))
   end
 end
 
--- save writes back what the call changed (one HDEL, one HSET) and the
--- keys' expiry: every key that exists when exp moved (every), else the
--- sets this call created; or it deletes the hash once nothing is held,
+-- save writes back what the call changed (one ZADD, one HDEL, one HSET)
+-- and the keys' expiry: every key that exists when exp moved (every), else
+-- the sets this call created; or it deletes the hash once nothing is held,
 -- queued or recorded.
 local function save()
+  if #zs > 1 then
+    call('ZADD', unpack(zs))
+  end
   if held <= 0 and w <= 0 and d <= 0 then
     if exists then
       call('DEL', H)
@@ -192,16 +217,10 @@ local function save()
   if every then
     call('PEXPIREAT', H, exp)
   end
-  if held > 0 and (every or fresh_hold) then
-    call('PEXPIREAT', HOLD, exp)
+  if every or fresh_ends then
+    call('PEXPIREAT', ENDS, exp)
   end
   if w > 0 and (every or fresh_queue) then
     call('PEXPIREAT', QUEUE, exp)
-  end
-  if w > 0 and (every or fresh_alive) then
-    call('PEXPIREAT', ALIVE, exp)
-  end
-  if d > 0 and (every or fresh_done) then
-    call('PEXPIREAT', DONE, exp)
   end
 end

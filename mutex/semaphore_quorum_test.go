@@ -196,7 +196,7 @@ func TestSemaphoreQuorumRefusal(t *testing.T) {
 		t.Fatalf("Acquire with 2 of 3 nodes, Q = 3: %v, want ErrNoQuorum at once", err)
 	}
 	for i := range 2 {
-		if n := srvs[i].Client(t).Exists(ctx, mutex.SemKey(s3, "sem:holders")).Val(); n != 0 {
+		if n := srvs[i].Client(t).ZCount(ctx, mutex.SemKey(s3, "sem:ends"), "-inf", semRecordScore).Val(); n != 0 {
 			t.Errorf("node %d keeps holders after the refusal", i)
 		}
 	}
@@ -256,7 +256,7 @@ func TestSemaphoreQuorumValidity(t *testing.T) {
 		t.Fatalf("TryAcquire that outlasted its lease: %v, want ErrNoQuorum", err)
 	}
 	for i := range 2 {
-		if n := srvs[i].Client(t).ZCard(ctx, mutex.SemKey(s, "sem:holders")).Val(); n != 0 {
+		if n := srvs[i].Client(t).ZCount(ctx, mutex.SemKey(s, "sem:ends"), "-inf", semRecordScore).Val(); n != 0 {
 			t.Errorf("node %d keeps %d holders of the late acquisition", i, n)
 		}
 	}
