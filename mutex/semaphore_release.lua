@@ -12,10 +12,11 @@
 local tok, rec = ARGV[1], tonumber(ARGV[3])
 local ends_record = now + rec
 -- The fast path: a holder whose lease has not ended gives its permits
--- back, nobody waiting and nothing due to sweep (what the general path
--- below does then, with no closure and no table): ZADD of its record and
--- HSET, and PEXPIREAT of every key when exp moves.
-if v and w == 0 and due > now and (d == 0 or dd > now) and string.byte(v) == 104 then -- h
+-- back and the head waiters that now fit are granted them, nothing due to
+-- sweep (what the general path below does then, with no closure): one ZADD
+-- of its record and the grants, HSET, and per waiter granted ZPOPMIN and
+-- HGET, one PUBLISH for them all; PEXPIREAT of every key when exp moves.
+if v and due > now and (d == 0 or dd > now) and string.byte(v) == 104 then -- h
   local n, _, e = string.match(v, '^h(%d+):(%d+):(%d+)$')
   if e and tonumber(e) > now then
     held = held - tonumber(n)
@@ -23,12 +24,51 @@ if v and w == 0 and due > now and (d == 0 or dd > now) and string.byte(v) == 104
       dd = ends_record
     end
     d = d + 1
-    call('ZADD', ENDS, rec0 + ends_record, tok)
     local moved = not exists
     if ends_record > exp then
       exp, moved = ends_record + floor((ends_record - now) / 4), true
     end
-    if held == 0 then
+    local zs, hs, out, requeued = {ENDS, rec0 + ends_record, tok}, {H, tok, 'd'}, nil, false
+    for _ = 1, sweep do -- pump, inline
+      if w == 0 or held >= size then
+        break
+      end
+      local head = call('ZPOPMIN', QUEUE)
+      local h = head[1]
+      if not h then
+        break
+      end
+      local wn, wl = string.match(call('HGET', H, h) or '', '^w(%d+):(%d+):')
+      wn = tonumber(wn) or 0
+      if wn > size - held then
+        requeued = w == 1 -- popping the last one deleted the queue
+        call('ZADD', QUEUE, head[2], h)
+        break
+      end
+      w = w - 1
+      if wn > 0 then
+        fence = fence + 1
+        if fence < now then
+          fence = now
+        end
+        local ge = now + tonumber(wl)
+        zs[#zs + 1], zs[#zs + 2] = ge, h
+        hs[#hs + 1], hs[#hs + 2] = h, format('h%d:%d:%d', wn, fence, ge)
+        held = held + wn
+        if ge < due then
+          due = ge
+        end
+        if ge > exp then
+          exp, moved = ge + floor((ge - now) / 4), true
+        end
+        out = out or {}
+        out[#out + 1] = format('%s:%d:%d', h, ge, fence)
+      else -- no waiter's field: not a waiter any more
+        call('ZREM', ENDS, h)
+        call('HDEL', H, h)
+      end
+    end
+    if held == 0 and w == 0 then
       -- Idle: see the general path.
       if exp - ends_record > 2 * rec then
         local last = call('ZRANGE', ENDS, -1, -1, 'WITHSCORES')[2]
@@ -40,11 +80,24 @@ if v and w == 0 and due > now and (d == 0 or dd > now) and string.byte(v) == 104
       end
       due = none
     end
-    call('HSET', H, tok, 'd', 'held', held, 'd', d,
-      'm', format('%d:%d:%d:%d:%d:%d', size, fence, seq, due == none and 0 or due, dd, exp))
+    call('ZADD', unpack(zs))
+    hs[#hs + 1], hs[#hs + 2], hs[#hs + 3], hs[#hs + 4] = 'held', held, 'd', d
+    if w ~= w0 then
+      hs[#hs + 1], hs[#hs + 2] = 'w', w
+    end
+    hs[#hs + 1], hs[#hs + 2] = 'm', format('%d:%d:%d:%d:%d:%d', size, fence, seq, due == none and 0 or due, dd, exp)
+    call('HSET', unpack(hs))
+    if out then
+      call('PUBLISH', ARGV[2], table.concat(out, ','))
+    end
     if moved then
       call('PEXPIREAT', H, exp)
       call('PEXPIREAT', ENDS, exp)
+      if w > 0 then
+        call('PEXPIREAT', QUEUE, exp)
+      end
+    elseif requeued then
+      call('PEXPIREAT', QUEUE, exp)
     end
     return 1
   end
