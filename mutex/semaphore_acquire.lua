@@ -39,8 +39,7 @@ if due > now and (d == 0 or dd > now) and (size == 0 or size == want) then
     if e > exp then
       exp, moved = e + floor((e - now) / 4), true
     end
-    call('HSET', H, tok, format('h%d:%d:%d', n, fence, e), 'held', held + n,
-      'm', format('%d:%d:%d:%d:%d:%d', want, fence, seq, due, dd, exp))
+    call('HSET', H, tok, format('h%d:%d:%d', n, fence, e), 'm', format(M, held + n, w, d, want, fence, seq, due, dd, exp))
     if moved or held == 0 and d == 0 then -- every key, or the ends set is new
       call('PEXPIREAT', ENDS, exp)
       if moved then
@@ -54,7 +53,7 @@ if due > now and (d == 0 or dd > now) and (size == 0 or size == want) then
     call('ZADD', ENDS, alive, tok)
     if alive > exp then
       exp = alive + floor((alive - now) / 4)
-      call('HSET', H, 'm', format('%d:%d:%d:%d:%d:%d', size, fence, seq, due == none and 0 or due, dd, exp))
+      call('HSET', H, 'm', format(M, held, w, d, size, fence, seq, due == none and 0 or due, dd, exp))
       call('PEXPIREAT', H, exp)
       call('PEXPIREAT', ENDS, exp)
       call('PEXPIREAT', QUEUE, exp)
@@ -73,8 +72,7 @@ if due > now and (d == 0 or dd > now) and (size == 0 or size == want) then
     if alive > exp then
       exp, moved = alive + floor((alive - now) / 4), true
     end
-    call('HSET', H, tok, format('w%d:%d:%d', n, lease, seq), 'w', w + 1,
-      'm', format('%d:%d:%d:%d:%d:%d', want, fence, seq, due, dd, exp))
+    call('HSET', H, tok, format('w%d:%d:%d', n, lease, seq), 'm', format(M, held, w + 1, d, want, fence, seq, due, dd, exp))
     if moved then
       call('PEXPIREAT', H, exp)
       call('PEXPIREAT', ENDS, exp)

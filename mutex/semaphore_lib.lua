@@ -191,19 +191,7 @@ local function save()
   if gone then
     call('HDEL', unpack(gone))
   end
-  if held ~= held0 then
-    args[#args + 1] = 'held'
-    args[#args + 1] = held
-  end
-  if w ~= w0 then
-    args[#args + 1] = 'w'
-    args[#args + 1] = w
-  end
-  if d ~= d0 then
-    args[#args + 1] = 'd'
-    args[#args + 1] = d
-  end
-  local m = format('%d:%d:%d:%d:%d:%d', size, fence, seq, due == none and 0 or due, dd, exp)
+  local m = format(M, held, w, d, size, fence, seq, due == none and 0 or due, dd, exp)
   if m ~= m0 then
     args[#args + 1] = 'm'
     args[#args + 1] = m

@@ -148,9 +148,9 @@ func TestSemaphoreQuorumMajorityOverfills(t *testing.T) {
 	}
 	key := mutex.SemKey(s, "sem")
 	for i, srv := range srvs {
-		want := []string{"1", "2", "1"}[i]
-		if got := srv.Client(t).HGet(ctx, key, "held").Val(); got != want {
-			t.Errorf("node %d holds %s permits after the refusal, want %s", i, got, want)
+		want := []int64{1, 2, 1}[i]
+		if got, _, _ := parseSemCounts(srv.Client(t).HGet(ctx, key, "m").Val()); got != want {
+			t.Errorf("node %d holds %d permits after the refusal, want %d", i, got, want)
 		}
 	}
 	// Only a majority free: 1 on nodes 0 and 2, none on node 1.

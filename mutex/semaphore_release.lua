@@ -28,7 +28,9 @@ if v and due > now and (d == 0 or dd > now) and string.byte(v) == 104 then -- h
     if ends_record > exp then
       exp, moved = ends_record + floor((ends_record - now) / 4), true
     end
-    local zs, hs, out, requeued = {ENDS, rec0 + ends_record, tok}, {H, tok, 'd'}, nil, false
+    -- zs, hs: the ZADD and HSET of a release that grants (made at its first
+    -- grant: an uncontended release makes no table)
+    local zs, hs, out, requeued = nil, nil, nil, false
     for _ = 1, sweep do -- pump, inline
       if w == 0 or held >= size then
         break
@@ -52,6 +54,9 @@ if v and due > now and (d == 0 or dd > now) and string.byte(v) == 104 then -- h
           fence = now
         end
         local ge = now + tonumber(wl)
+        if not zs then
+          zs, hs = {ENDS, rec0 + ends_record, tok}, {H, tok, 'd'}
+        end
         zs[#zs + 1], zs[#zs + 2] = ge, h
         hs[#hs + 1], hs[#hs + 2] = h, format('h%d:%d:%d', wn, fence, ge)
         held = held + wn
@@ -80,13 +85,15 @@ if v and due > now and (d == 0 or dd > now) and string.byte(v) == 104 then -- h
       end
       due = none
     end
-    call('ZADD', unpack(zs))
-    hs[#hs + 1], hs[#hs + 2], hs[#hs + 3], hs[#hs + 4] = 'held', held, 'd', d
-    if w ~= w0 then
-      hs[#hs + 1], hs[#hs + 2] = 'w', w
+    local m = format(M, held, w, d, size, fence, seq, due == none and 0 or due, dd, exp)
+    if zs then
+      call('ZADD', unpack(zs))
+      hs[#hs + 1], hs[#hs + 2] = 'm', m
+      call('HSET', unpack(hs))
+    else
+      call('ZADD', ENDS, rec0 + ends_record, tok)
+      call('HSET', H, tok, 'd', 'm', m)
     end
-    hs[#hs + 1], hs[#hs + 2] = 'm', format('%d:%d:%d:%d:%d:%d', size, fence, seq, due == none and 0 or due, dd, exp)
-    call('HSET', unpack(hs))
     if out then
       call('PUBLISH', ARGV[2], table.concat(out, ','))
     end

@@ -19,9 +19,28 @@ import (
 func semHeld(t *testing.T, rc *redis.Client, s *mutex.Semaphore) (int64, int64) {
 	t.Helper()
 	ctx := context.Background()
-	held, _ := strconv.ParseInt(rc.HGet(ctx, mutex.SemKey(s, "sem"), "held").Val(), 10, 64)
+	held, _, _ := semCounts(rc, s)
 	live := rc.ZCount(ctx, mutex.SemKey(s, "sem:ends"), "-inf", semRecordScore).Val()
 	return held, live - rc.ZCard(ctx, mutex.SemKey(s, "sem:queue")).Val()
+}
+
+// semCounts returns the counts a semaphore's hash keeps in its scalars
+// ("<held>:<w>:<d>:..." in field m): the permits held, the waiters and the
+// records (0 when there is no hash).
+func semCounts(rc *redis.Client, s *mutex.Semaphore) (held, w, d int64) {
+	return parseSemCounts(rc.HGet(context.Background(), mutex.SemKey(s, "sem"), "m").Val())
+}
+
+// parseSemCounts reads the counts of field m's value.
+func parseSemCounts(m string) (held, w, d int64) {
+	f := strings.SplitN(m, ":", 4)
+	if len(f) < 4 {
+		return 0, 0, 0
+	}
+	held, _ = strconv.ParseInt(f[0], 10, 64)
+	w, _ = strconv.ParseInt(f[1], 10, 64)
+	d, _ = strconv.ParseInt(f[2], 10, 64)
+	return held, w, d
 }
 
 // semHolds reports whether tok holds permits of s in Redis, and the end of

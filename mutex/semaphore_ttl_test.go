@@ -2,10 +2,10 @@ package mutex_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,23 +30,23 @@ type semSnapshot struct {
 	expires map[string]int64 // PEXPIRETIME: -2 no key, -1 no TTL
 	last    map[string]int64 // the latest end a sorted set records (0: none)
 	card    map[string]int64
-	live    int64 // holders and waiters in the ends set
-	records int64 // records in the ends set
-	counts  []any // HMGET held w d
+	live    int64  // holders and waiters in the ends set
+	records int64  // records in the ends set
+	counts  string // the hash's scalars (field m), whose counts are held, w and d
 }
 
 func readSem(rc *redis.Client, s *mutex.Semaphore) (semSnapshot, error) {
 	ctx := context.Background()
 	snap := semSnapshot{expires: map[string]int64{}, last: map[string]int64{}, card: map[string]int64{}}
 	var tm *redis.TimeCmd
-	var hm *redis.SliceCmd
+	var hm *redis.StringCmd
 	var live, records *redis.IntCmd
 	var lastLive, lastRecord *redis.ZSliceCmd
 	exp, last, card := map[string]*redis.DurationCmd{}, map[string]*redis.ZSliceCmd{}, map[string]*redis.IntCmd{}
 	ends := mutex.SemKey(s, "sem:ends")
 	_, err := rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		tm = p.Time(ctx)
-		hm = p.HMGet(ctx, mutex.SemKey(s, "sem"), "held", "w", "d")
+		hm = p.HGet(ctx, mutex.SemKey(s, "sem"), "m")
 		for _, k := range semKinds {
 			key := mutex.SemKey(s, k)
 			exp[k] = p.PExpireTime(ctx, key)
@@ -61,7 +61,7 @@ func readSem(rc *redis.Client, s *mutex.Semaphore) (semSnapshot, error) {
 		lastRecord = p.ZRevRangeByScoreWithScores(ctx, ends, &redis.ZRangeBy{Max: "+inf", Min: fmt.Sprint(semRecordBase), Count: 1})
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) { // no hash: no scalars
 		return snap, err
 	}
 	snap.now = tm.Val().UnixMilli()
@@ -123,12 +123,7 @@ func (snap semSnapshot) check(longest time.Duration) error {
 	if snap.card["sem:queue"] > 0 && snap.expires["sem:queue"] < snap.last["sem:ends"] { // every key expires at exp
 		return fmt.Errorf("the queue expires at %d, before the ends set's end %d", snap.expires["sem:queue"], snap.last["sem:ends"])
 	}
-	num := func(v any) int64 {
-		s, _ := v.(string)
-		n, _ := strconv.ParseInt(s, 10, 64)
-		return n
-	}
-	held, w, d := num(snap.counts[0]), num(snap.counts[1]), num(snap.counts[2])
+	held, w, d := parseSemCounts(snap.counts)
 	holders := snap.live - w
 	if (held == 0) != (holders == 0) || holders < 0 || w != snap.card["sem:queue"] || d != snap.records {
 		return fmt.Errorf("counts held %d w %d d %d, sets: %d holders and waiters, %d records, queue %d", held, w, d,
