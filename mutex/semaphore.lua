@@ -73,6 +73,9 @@ local exists = m0
 local held, w, d, size, fence, seq, due, dd, exp = 0, 0, 0, 0, 0, 0, 0, 0, 0
 if m0 then
   held, w, d, size, fence, seq, due, dd, exp = string.match(m0, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  if not exp then -- the keys of an earlier layout (until they expire)
+    return redis.error_reply('ERR semaphore ' .. H .. ' is kept in another layout (an older version of funnelguard)')
+  end
   held, w, d, size, fence = tonumber(held), tonumber(w), tonumber(d), tonumber(size), tonumber(fence)
   seq, due, dd, exp = tonumber(seq), tonumber(due), tonumber(dd), tonumber(exp)
 end

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -264,6 +265,37 @@ func TestSemaphoreShrinkKeepsRecords(t *testing.T) {
 			if ttl < 9*time.Second || ttl > time.Minute {
 				t.Errorf("TTL of %s after the releases: %v, want the 10 s record's end (and a quarter), not the day's lease", kind, ttl)
 			}
+		}
+	})
+}
+
+// TestSemaphoreOtherLayoutRefused: a semaphore whose hash an earlier version
+// wrote (its scalars in another shape, until its keys expire) is an error
+// for every call, not a wrong count: TryAcquire, Acquire and a Release of
+// a token fail with Redis's error, and nothing is written.
+func TestSemaphoreOtherLayoutRefused(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		s := mustSem(t, newLocker(t, b), "old", 3)
+		hash := mutex.SemKey(s, "sem")
+		// The layout before issue 45's: "<size>:<fence>:<seq>:<due>:<dd>:<exp>".
+		if err := c.HSet(ctx, hash, "held", "1", "m", "3:17:0:0:0:0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.TryAcquire(ctx, 1); err == nil || !strings.Contains(err.Error(), "another layout") {
+			t.Errorf("TryAcquire on another layout: %v, want Redis's error", err)
+		}
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := s.Acquire(actx, 1); err == nil || !strings.Contains(err.Error(), "another layout") {
+			t.Errorf("Acquire on another layout: %v, want Redis's error", err)
+		}
+		if _, err := mutex.SemRelease(ctx, s, "0123456789abcdef0123456789abcdef"); err == nil || !strings.Contains(err.Error(), "another layout") {
+			t.Errorf("a release on another layout: %v, want Redis's error", err)
+		}
+		if got := c.HGet(ctx, hash, "m").Val(); got != "3:17:0:0:0:0" {
+			t.Errorf("the scalars became %q", got)
 		}
 	})
 }
