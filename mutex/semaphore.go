@@ -24,15 +24,13 @@ const MaxSemaphoreSize = 1<<53 - 1
 // The kinds of key a Semaphore writes (semaphore.lua), and its channel.
 const (
 	kindSem        = "sem"
-	kindSemHolders = "sem:holders"
+	kindSemEnds    = "sem:ends"
 	kindSemQueue   = "sem:queue"
-	kindSemAlive   = "sem:alive"
-	kindSemDone    = "sem:done"
 	kindSemGranted = "sem:granted"
 )
 
 // semRecordTTL is how long a released or cancelled token is remembered
-// (semaphore.lua's done set): a release run again within it answers as
+// (its record in semaphore.lua's ends set): a release run again within it answers as
 // its first run, and a late acquire of the token takes nothing.
 const semRecordTTL = recordTTL
 
@@ -59,7 +57,9 @@ const semRecordTTL = recordTTL
 // Every key has a TTL (the latest lease, wait lease or release record it
 // keeps, plus at most a quarter of that duration, so that most calls need
 // not move it) and all of them share the name's hash slot:
-// <prefix>{<name>}:sem and sem:holders, sem:queue, sem:alive, sem:done.
+// <prefix>{<name>}:sem (a hash: the counts and each token's state),
+// sem:ends (every holder's, waiter's and release record's end, one sorted
+// set) and sem:queue (the waiters in FIFO order).
 //
 // On a quorum Locker (NewQuorum) of M nodes, each node keeps the semaphore
 // as above, and an acquisition holds when Q = SemaphoreQuorum(M, size) nodes
@@ -123,7 +123,7 @@ func (l *Locker) Semaphore(name string, size int64) (*Semaphore, error) {
 		return nil, err
 	}
 	s := &Semaphore{l: l, name: name, size: size, dep: dep, channel: keyspace.Key(l.prefix, name, kindSemGranted)}
-	for _, kind := range []string{kindSem, kindSemHolders, kindSemQueue, kindSemAlive, kindSemDone} {
+	for _, kind := range []string{kindSem, kindSemEnds, kindSemQueue} {
 		s.keys = append(s.keys, keyspace.Key(l.prefix, name, kind))
 	}
 	return s, nil

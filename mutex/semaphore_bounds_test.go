@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,7 +225,7 @@ func TestSemaphoreLongLeaseKeysShrink(t *testing.T) {
 		if err := p.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{key, prefix + "{long}:sem:done"} {
+		for _, k := range []string{key, prefix + "{long}:sem:ends"} {
 			ttl := c.PTTL(ctx, k).Val()
 			if ttl <= 0 || ttl > time.Minute {
 				t.Errorf("TTL of %s after the release: %v, want at most a minute", k, ttl)
@@ -234,7 +235,7 @@ func TestSemaphoreLongLeaseKeysShrink(t *testing.T) {
 }
 
 // TestSemaphoreShrinkKeepsRecords: the expiry an idle release pulls back
-// still covers every record the done set keeps, not only the release's
+// still covers every record the ends set keeps, not only the release's
 // own: a record of 10 s, then a release whose record lasts 1 ms after a
 // long lease, leaves the keys at least until the 10 s record ends. (Pulled
 // back to the release's own record, the keys expired 10 s too early:
@@ -259,11 +260,42 @@ func TestSemaphoreShrinkKeepsRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := b.Client(t)
-		for _, kind := range []string{"sem", "sem:done"} {
+		for _, kind := range []string{"sem", "sem:ends"} {
 			ttl := c.PTTL(ctx, mutex.SemKey(s, kind)).Val()
 			if ttl < 9*time.Second || ttl > time.Minute {
 				t.Errorf("TTL of %s after the releases: %v, want the 10 s record's end (and a quarter), not the day's lease", kind, ttl)
 			}
+		}
+	})
+}
+
+// TestSemaphoreOtherLayoutRefused: a semaphore whose hash an earlier version
+// wrote (its scalars in another shape, until its keys expire) is an error
+// for every call, not a wrong count: TryAcquire, Acquire and a Release of
+// a token fail with Redis's error, and nothing is written.
+func TestSemaphoreOtherLayoutRefused(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		s := mustSem(t, newLocker(t, b), "old", 3)
+		hash := mutex.SemKey(s, "sem")
+		// The layout before issue 45's: "<size>:<fence>:<seq>:<due>:<dd>:<exp>".
+		if err := c.HSet(ctx, hash, "held", "1", "m", "3:17:0:0:0:0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.TryAcquire(ctx, 1); err == nil || !strings.Contains(err.Error(), "another layout") {
+			t.Errorf("TryAcquire on another layout: %v, want Redis's error", err)
+		}
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := s.Acquire(actx, 1); err == nil || !strings.Contains(err.Error(), "another layout") {
+			t.Errorf("Acquire on another layout: %v, want Redis's error", err)
+		}
+		if _, err := mutex.SemRelease(ctx, s, "0123456789abcdef0123456789abcdef"); err == nil || !strings.Contains(err.Error(), "another layout") {
+			t.Errorf("a release on another layout: %v, want Redis's error", err)
+		}
+		if got := c.HGet(ctx, hash, "m").Val(); got != "3:17:0:0:0:0" {
+			t.Errorf("the scalars became %q", got)
 		}
 	})
 }

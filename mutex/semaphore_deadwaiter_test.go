@@ -109,7 +109,7 @@ func TestSemaphoreKilledWaiterPassedOver(t *testing.T) {
 	}
 	_ = helper.Wait()
 	killed := serverMS(t, rc)
-	if end, err := rc.ZScore(ctx, mutex.SemKey(s, "sem:alive"), dead).Result(); err == nil {
+	if end, err := rc.ZScore(ctx, mutex.SemKey(s, "sem:ends"), dead).Result(); err == nil {
 		t.Logf("the dead waiter's place lasts %d ms after the kill (server clock)", int64(end)-killed)
 	}
 	// The bound, plus a margin for a poll sent before the kill and run by
@@ -121,7 +121,7 @@ func TestSemaphoreKilledWaiterPassedOver(t *testing.T) {
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if end, err := rc.ZScore(ctx, mutex.SemKey(s, "sem:holders"), dead).Result(); err == nil {
+	if end, held := semHolds(t, rc, s, dead); held {
 		t.Fatalf("the waiter killed %v before the release was granted the permit (held until %d, %d ms after the kill)", bound, int64(end), int64(end)-killed)
 	}
 	if err := <-live; err != nil {

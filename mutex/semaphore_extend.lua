@@ -4,14 +4,17 @@
 -- (its lease ended, or it was released). Running it twice sets the same
 -- lease, from a later now.
 local tok = ARGV[1]
-local n, fence, ends = holder(load(tok))
-if not ends or ends <= now then
+-- general path
+local n, fe, ends_at = holder(v)
+if not ends_at or ends_at <= now then
   return {0, now}
 end
 local e = now + tonumber(ARGV[2])
-call('ZADD', HOLD, 'XX', text(e), tok)
-put[tok] = string.format('h%d:%d:%d', n, fence, e)
-S.due = math.min(S.due, e)
+call('ZADD', ENDS, 'XX', e, tok)
+put[tok] = format('h%d:%d:%d', n, fe, e)
+if e < due then
+  due = e
+end
 later(e)
 save()
 return {1, now, e}

@@ -95,7 +95,7 @@ func TestSemaphoreFlatCost(t *testing.T) {
 func TestSemaphoreScriptsBounded(t *testing.T) {
 	ranged := regexp.MustCompile(`(?m)\bcall\('(ZRANGE\w*|ZREVRANGE\w*|ZREMRANGE\w*|HGETALL|HKEYS|HVALS|SMEMBERS|KEYS|SCAN)'(.*)$`)
 	seen := 0
-	for _, f := range []string{"semaphore.lua", "semaphore_acquire.lua", "semaphore_release.lua", "semaphore_extend.lua"} {
+	for _, f := range []string{"semaphore.lua", "semaphore_lib.lua", "semaphore_acquire.lua", "semaphore_release.lua", "semaphore_extend.lua"} {
 		src, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

@@ -84,7 +84,7 @@ func runSemHelper(t *testing.T, addr, prefix string, hold time.Duration) error {
 	stop := time.Now().Add(semProcRun)
 	var wg sync.WaitGroup
 	wg.Go(func() { // a lost reply of a semaphore script every 20 ms, while it runs
-		scripts := testutil.Scripts(mutex.SemKey(s, "sem:holders"))
+		scripts := testutil.Scripts(mutex.SemKey(s, "sem:ends"))
 		for time.Now().Before(stop) {
 			f.Drop(scripts)
 			time.Sleep(20 * time.Millisecond)

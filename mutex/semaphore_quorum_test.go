@@ -148,9 +148,9 @@ func TestSemaphoreQuorumMajorityOverfills(t *testing.T) {
 	}
 	key := mutex.SemKey(s, "sem")
 	for i, srv := range srvs {
-		want := []string{"1", "2", "1"}[i]
-		if got := srv.Client(t).HGet(ctx, key, "held").Val(); got != want {
-			t.Errorf("node %d holds %s permits after the refusal, want %s", i, got, want)
+		want := []int64{1, 2, 1}[i]
+		if got, _, _ := parseSemCounts(srv.Client(t).HGet(ctx, key, "m").Val()); got != want {
+			t.Errorf("node %d holds %d permits after the refusal, want %d", i, got, want)
 		}
 	}
 	// Only a majority free: 1 on nodes 0 and 2, none on node 1.
@@ -196,7 +196,7 @@ func TestSemaphoreQuorumRefusal(t *testing.T) {
 		t.Fatalf("Acquire with 2 of 3 nodes, Q = 3: %v, want ErrNoQuorum at once", err)
 	}
 	for i := range 2 {
-		if n := srvs[i].Client(t).Exists(ctx, mutex.SemKey(s3, "sem:holders")).Val(); n != 0 {
+		if n := srvs[i].Client(t).ZCount(ctx, mutex.SemKey(s3, "sem:ends"), "-inf", semRecordScore).Val(); n != 0 {
 			t.Errorf("node %d keeps holders after the refusal", i)
 		}
 	}
@@ -256,7 +256,7 @@ func TestSemaphoreQuorumValidity(t *testing.T) {
 		t.Fatalf("TryAcquire that outlasted its lease: %v, want ErrNoQuorum", err)
 	}
 	for i := range 2 {
-		if n := srvs[i].Client(t).ZCard(ctx, mutex.SemKey(s, "sem:holders")).Val(); n != 0 {
+		if n := srvs[i].Client(t).ZCount(ctx, mutex.SemKey(s, "sem:ends"), "-inf", semRecordScore).Val(); n != 0 {
 			t.Errorf("node %d keeps %d holders of the late acquisition", i, n)
 		}
 	}

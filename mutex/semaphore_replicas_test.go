@@ -88,12 +88,12 @@ func TestSemaphoreReplicaAckGrantUndone(t *testing.T) {
 		}
 		got <- err
 	}()
-	alive := func() float64 {
-		z := c.ZRangeWithScores(ctx, mutex.SemKey(s, "sem:alive"), 0, 0).Val()
-		if len(z) == 0 {
+	alive := func() float64 { // the head waiter's wait-lease end
+		q := c.ZRange(ctx, mutex.SemKey(s, "sem:queue"), 0, 0).Val()
+		if len(q) == 0 {
 			return 0
 		}
-		return z[0].Score
+		return c.ZScore(ctx, mutex.SemKey(s, "sem:ends"), q[0]).Val()
 	}
 	first := 0.0
 	for first == 0 || alive() == first || c.PubSubNumSub(ctx, mutex.SemKey(s, "sem:granted")).Val()[mutex.SemKey(s, "sem:granted")] == 0 {

@@ -14,13 +14,50 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// semHeld returns the permits Redis counts as held, and the holders.
+// semHeld returns the permits Redis counts as held, and the holders: the
+// members of the ends set scored below a record's (2^52), less the waiters.
 func semHeld(t *testing.T, rc *redis.Client, s *mutex.Semaphore) (int64, int64) {
 	t.Helper()
 	ctx := context.Background()
-	held, _ := strconv.ParseInt(rc.HGet(ctx, mutex.SemKey(s, "sem"), "held").Val(), 10, 64)
-	return held, rc.ZCard(ctx, mutex.SemKey(s, "sem:holders")).Val()
+	held, _, _ := semCounts(rc, s)
+	live := rc.ZCount(ctx, mutex.SemKey(s, "sem:ends"), "-inf", semRecordScore).Val()
+	return held, live - rc.ZCard(ctx, mutex.SemKey(s, "sem:queue")).Val()
 }
+
+// semCounts returns the counts a semaphore's hash keeps in its scalars
+// ("<held>:<w>:<d>:..." in field m): the permits held, the waiters and the
+// records (0 when there is no hash).
+func semCounts(rc *redis.Client, s *mutex.Semaphore) (held, w, d int64) {
+	return parseSemCounts(rc.HGet(context.Background(), mutex.SemKey(s, "sem"), "m").Val())
+}
+
+// parseSemCounts reads the counts of field m's value.
+func parseSemCounts(m string) (held, w, d int64) {
+	f := strings.SplitN(m, ":", 4)
+	if len(f) < 4 {
+		return 0, 0, 0
+	}
+	held, _ = strconv.ParseInt(f[0], 10, 64)
+	w, _ = strconv.ParseInt(f[1], 10, 64)
+	d, _ = strconv.ParseInt(f[2], 10, 64)
+	return held, w, d
+}
+
+// semHolds reports whether tok holds permits of s in Redis, and the end of
+// their lease (its field in the hash is a holder's: "h<n>:<fence>:<end>").
+func semHolds(t *testing.T, rc *redis.Client, s *mutex.Semaphore, tok string) (int64, bool) {
+	t.Helper()
+	f, err := rc.HGet(context.Background(), mutex.SemKey(s, "sem"), tok).Result()
+	if err != nil || !strings.HasPrefix(f, "h") {
+		return 0, false
+	}
+	end, _ := strconv.ParseInt(f[strings.LastIndexByte(f, ':')+1:], 10, 64)
+	return end, true
+}
+
+// semRecordScore bounds the scores of holders and waiters in the ends set
+// (ZCOUNT's max, exclusive): a record scores 2^52 plus its end.
+const semRecordScore = "(4503599627370496"
 
 // TestSemaphoreLostReplies: the reply of an acquire, then of a release, is
 // lost after Redis ran it; go-redis (default options) runs the script again,
@@ -34,7 +71,7 @@ func TestSemaphoreLostReplies(t *testing.T) {
 	l := mustNew(t, c, mutex.WithPrefix(b.Prefix))
 	s := mustSem(t, l, "retry", 5)
 	rc := b.Client(t)
-	sems := testutil.Scripts(mutex.SemKey(s, "sem:holders"))
+	sems := testutil.Scripts(mutex.SemKey(s, "sem:ends"))
 
 	f.Drop(sems)
 	p, err := s.TryAcquire(ctx, 3)
@@ -184,7 +221,7 @@ func semScanKeys(t *testing.T, rc *redis.Client, prefix string) (released, aband
 			}
 			released++
 			kind := key[strings.LastIndex(key, "}:")+2:]
-			if kind != "sem" && kind != "sem:done" || ttl < 0 || ttl > time.Minute*5/4 {
+			if kind != "sem" && kind != "sem:ends" || ttl < 0 || ttl > time.Minute*5/4 {
 				t.Fatalf("key %s of a released name has TTL %v: want only the counters and the release record, for [0, 1m15s]", key, ttl)
 			}
 		}

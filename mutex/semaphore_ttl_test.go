@@ -2,10 +2,11 @@ package mutex_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,28 +16,37 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// semKinds are the kinds of key a semaphore writes; the sorted sets scored
-// by an end (server ms) are holders, alive and done.
-var semKinds = []string{"sem", "sem:holders", "sem:queue", "sem:alive", "sem:done"}
+// semKinds are the kinds of key a semaphore writes: the hash, the ends set
+// (holders' and waiters' ends in server ms, records' ends plus 2^52) and
+// the queue.
+var semKinds = []string{"sem", "sem:ends", "sem:queue"}
+
+// semRecordBase is what a record's score in the ends set adds to its end.
+const semRecordBase = 1 << 52
 
 // semSnapshot is one atomic read (MULTI) of a semaphore's keys.
 type semSnapshot struct {
 	now     int64            // server ms
 	expires map[string]int64 // PEXPIRETIME: -2 no key, -1 no TTL
-	last    map[string]int64 // the latest score of a sorted set (0: empty)
+	last    map[string]int64 // the latest end a sorted set records (0: none)
 	card    map[string]int64
-	counts  []any // HMGET held w d
+	live    int64  // holders and waiters in the ends set
+	records int64  // records in the ends set
+	counts  string // the hash's scalars (field m), whose counts are held, w and d
 }
 
 func readSem(rc *redis.Client, s *mutex.Semaphore) (semSnapshot, error) {
 	ctx := context.Background()
 	snap := semSnapshot{expires: map[string]int64{}, last: map[string]int64{}, card: map[string]int64{}}
 	var tm *redis.TimeCmd
-	var hm *redis.SliceCmd
+	var hm *redis.StringCmd
+	var live, records *redis.IntCmd
+	var lastLive, lastRecord *redis.ZSliceCmd
 	exp, last, card := map[string]*redis.DurationCmd{}, map[string]*redis.ZSliceCmd{}, map[string]*redis.IntCmd{}
+	ends := mutex.SemKey(s, "sem:ends")
 	_, err := rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		tm = p.Time(ctx)
-		hm = p.HMGet(ctx, mutex.SemKey(s, "sem"), "held", "w", "d")
+		hm = p.HGet(ctx, mutex.SemKey(s, "sem"), "m")
 		for _, k := range semKinds {
 			key := mutex.SemKey(s, k)
 			exp[k] = p.PExpireTime(ctx, key)
@@ -45,9 +55,13 @@ func readSem(rc *redis.Client, s *mutex.Semaphore) (semSnapshot, error) {
 				card[k] = p.ZCard(ctx, key)
 			}
 		}
+		live = p.ZCount(ctx, ends, "-inf", semRecordScore)
+		records = p.ZCount(ctx, ends, fmt.Sprint(semRecordBase), "+inf")
+		lastLive = p.ZRevRangeByScoreWithScores(ctx, ends, &redis.ZRangeBy{Max: semRecordScore, Min: "-inf", Count: 1})
+		lastRecord = p.ZRevRangeByScoreWithScores(ctx, ends, &redis.ZRangeBy{Max: "+inf", Min: fmt.Sprint(semRecordBase), Count: 1})
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) { // no hash: no scalars
 		return snap, err
 	}
 	snap.now = tm.Val().UnixMilli()
@@ -64,6 +78,14 @@ func readSem(rc *redis.Client, s *mutex.Semaphore) (semSnapshot, error) {
 		}
 		snap.card[k] = card[k].Val()
 	}
+	snap.live, snap.records = live.Val(), records.Val()
+	delete(snap.last, "sem:ends") // its top score: a record's, 2^52 above its end
+	if z := lastLive.Val(); len(z) == 1 {
+		snap.last["sem:ends"] = int64(z[0].Score)
+	}
+	if z := lastRecord.Val(); len(z) == 1 {
+		snap.last["sem:ends"] = max(snap.last["sem:ends"], int64(z[0].Score)-semRecordBase)
+	}
 	return snap, nil
 }
 
@@ -78,9 +100,9 @@ func mustReadSem(t *testing.T, rc *redis.Client, s *mutex.Semaphore) semSnapshot
 }
 
 // check: no key without a TTL; no key expires before an end it records
-// (the hash, which keeps the count, before any); none lives longer than
-// 5/4 of the longest duration used past now; the hash's counts match the
-// sets.
+// (the hash, which keeps the count, before any; the queue before the
+// latest end of a holder or waiter); none lives longer than 5/4 of the
+// longest duration used past now; the hash's counts match the sets.
 func (snap semSnapshot) check(longest time.Duration) error {
 	hash := snap.expires["sem"]
 	for k, e := range snap.expires {
@@ -98,18 +120,14 @@ func (snap semSnapshot) check(longest time.Duration) error {
 			return fmt.Errorf("%s records an end at %d, past its key's expiry %d or the hash's %d", k, m, snap.expires[k], hash)
 		}
 	}
-	if snap.card["sem:alive"] > 0 && snap.expires["sem:queue"] < snap.last["sem:alive"] {
-		return fmt.Errorf("the queue expires at %d, before its waiters' end %d", snap.expires["sem:queue"], snap.last["sem:alive"])
+	if snap.card["sem:queue"] > 0 && snap.expires["sem:queue"] < snap.last["sem:ends"] { // every key expires at exp
+		return fmt.Errorf("the queue expires at %d, before the ends set's end %d", snap.expires["sem:queue"], snap.last["sem:ends"])
 	}
-	num := func(v any) int64 {
-		s, _ := v.(string)
-		n, _ := strconv.ParseInt(s, 10, 64)
-		return n
-	}
-	held, w, d := num(snap.counts[0]), num(snap.counts[1]), num(snap.counts[2])
-	if (held == 0) != (snap.card["sem:holders"] == 0) || w != snap.card["sem:queue"] || w != snap.card["sem:alive"] || d != snap.card["sem:done"] {
-		return fmt.Errorf("counts held %d w %d d %d, sets holders %d queue %d alive %d done %d", held, w, d,
-			snap.card["sem:holders"], snap.card["sem:queue"], snap.card["sem:alive"], snap.card["sem:done"])
+	held, w, d := parseSemCounts(snap.counts)
+	holders := snap.live - w
+	if (held == 0) != (holders == 0) || holders < 0 || w != snap.card["sem:queue"] || d != snap.records {
+		return fmt.Errorf("counts held %d w %d d %d, sets: %d holders and waiters, %d records, queue %d", held, w, d,
+			snap.live, snap.records, snap.card["sem:queue"])
 	}
 	return nil
 }
@@ -261,7 +279,7 @@ func TestSemaphoreIdleKeysGone(t *testing.T) {
 }
 
 // TestSemaphoreRecordsSwept: records of released tokens are swept by later
-// calls once they end (a second at most after the last sweep), so the done
+// calls once they end (a second at most after the last sweep), so the ends
 // set does not grow under steady use. Twice: the second time after a sweep
 // that left a record (then the next sweep is due a second later at most).
 func TestSemaphoreRecordsSwept(t *testing.T) {
@@ -287,8 +305,8 @@ func TestSemaphoreRecordsSwept(t *testing.T) {
 		}
 		time.Sleep(1500 * time.Millisecond) // past the short records' ends and the sweep gap (1 s)
 		cycle(10 * time.Millisecond)
-		if n := rc.ZCard(ctx, mutex.SemKey(s, "sem:done")).Val(); n != want {
-			t.Fatalf("round %d: done holds %d records after a call past the short ones' ends, want %d", round, n, want)
+		if n := rc.ZCount(ctx, mutex.SemKey(s, "sem:ends"), fmt.Sprint(semRecordBase), "+inf").Val(); n != want {
+			t.Fatalf("round %d: the ends set holds %d records after a call past the short ones' ends, want %d", round, n, want)
 		}
 	}
 }
@@ -336,9 +354,10 @@ func TestSemaphoreCrashedHoldersTry(t *testing.T) {
 }
 
 // TestSemaphoreFreshSetsGetTTL: a set created while the keys' expiry is
-// already past its end (no key's expiry moves) gets that expiry: the
-// holders after a release emptied them, the queue and alive sets of a
-// first waiter, the done set of a first record.
+// already past its end (no key's expiry moves) gets that expiry: the queue
+// of a first waiter; and every key stays covered while holders come and
+// go and records are made (a record is a holder's new score in the ends
+// set, which a release no longer empties).
 func TestSemaphoreFreshSetsGetTTL(t *testing.T) {
 	b := testutil.RealBackend(t)
 	ctx := context.Background()
@@ -367,16 +386,16 @@ func TestSemaphoreFreshSetsGetTTL(t *testing.T) {
 	long := take(1900 * time.Millisecond) // the expiry: 2.4 s away
 	short := take(100 * time.Millisecond)
 	release(short, 100*time.Millisecond)
-	step("the first record (done created)")
+	step("the first record")
 	release(long, 1900*time.Millisecond)
-	step("the last holder's release (holders gone)")
+	step("the last holder's release")
 	again := take(100 * time.Millisecond)
-	step("a grant after the holders were emptied (holders created)")
+	step("a grant after the last holder left")
 	take(100 * time.Millisecond)
 	if _, err := mutex.SemEnqueue(ctx, s, 2); err != nil {
 		t.Fatal(err)
 	}
-	step("a first waiter (queue and alive created)")
+	step("a first waiter (queue created)")
 	release(again, 100*time.Millisecond)
 	step("a release")
 }
@@ -433,8 +452,8 @@ func TestSemaphoreHeadPutBack(t *testing.T) {
 	step("a second waiter, which would fit", big, small)
 	release(two)
 	step("the release that frees enough for the head", small)
-	if _, err := rc.ZScore(ctx, mutex.SemKey(s, "sem:holders"), big).Result(); err != nil {
-		t.Fatalf("the head is not a holder after the release: %v", err)
+	if f, err := rc.HGet(ctx, mutex.SemKey(s, "sem"), big).Result(); err != nil || !strings.HasPrefix(f, "h") {
+		t.Fatalf("the head is not a holder after the release: %q, %v", f, err)
 	}
 	if _, ok, err := mutex.SemTake(ctx, s, 1, time.Second); err != nil || ok {
 		t.Fatalf("a TryAcquire while the head holds every permit and a waiter queues: %v %v", ok, err)
