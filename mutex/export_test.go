@@ -57,7 +57,7 @@ func SemEnqueue(ctx context.Context, s *Semaphore, n int64) (string, error) {
 	return tok, err
 }
 
-// SemKey returns the key of kind ("sem", "sem:holders", "sem:queue"...) of s.
+// SemKey returns the key of kind ("sem", "sem:ends", "sem:queue"...) of s.
 func SemKey(s *Semaphore, kind string) string { return keyspace.Key(s.l.prefix, s.name, kind) }
 
 // PermitDeadline returns when p's lost signal is due (its Done closes), on
