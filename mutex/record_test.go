@@ -278,3 +278,10 @@ func TestRecordUnlockMatchesRelease(t *testing.T) {
 		}
 	})
 }
+
+// stampOf is the stamp of release seq of owner, made by hand.
+func stampOf(owner, seq, mark uint64) stamp {
+	var b [stampDigits]byte
+	putHex(b[:], owner)
+	return stamp{owner: string(b[:]), seq: seq, mark: mark}
+}

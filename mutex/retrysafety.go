@@ -263,12 +263,6 @@ func (r *releases) begin() (uint64, stamp) {
 	return seq, stamp{owner: r.owner, seq: seq, mark: mark}
 }
 
-func stampOf(owner, seq, mark uint64) stamp {
-	var b [stampDigits]byte
-	putHex(b[:], owner)
-	return stamp{owner: string(b[:]), seq: seq, mark: mark}
-}
-
 // releaseArgs returns the stamp as release.lua takes it (one allocation for
 // seq and mark).
 func (s stamp) releaseArgs() (owner, seq, mark any) {

@@ -131,27 +131,3 @@ func tokenOf[V ~string | ~[]byte](v V) V { return v[:tokenLen] }
 func heldBy(v, token string) bool {
 	return len(v) >= headLen && tokenOf(v) == token
 }
-
-// waitMarked reports whether v is the value of a lock that a waiter marked.
-func waitMarked(v string) bool {
-	return len(v) >= headLen && v[markAt] == markWait
-}
-
-// lockValue returns the value of token's lock, marked or not, with the list
-// of handle ids when there are any.
-func lockValue(token string, marked bool, ids ...string) string {
-	v := []byte(token)
-	if marked {
-		v = append(v, markWait)
-	} else {
-		v = append(v, markFree)
-	}
-	if len(ids) > 0 {
-		v = append(v, listSep, idSep)
-		for _, id := range ids {
-			v = append(v, id...)
-			v = append(v, idSep)
-		}
-	}
-	return string(v)
-}
