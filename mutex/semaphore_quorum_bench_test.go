@@ -33,18 +33,7 @@ func BenchmarkSemaphoreQuorum(b *testing.B) {
 		l    *mutex.Locker
 	}{{"single", single}, {"quorum3", quorum}} {
 		b.Run(c.name, func(b *testing.B) {
-			s := mustSem(b, c.l, "bench", 2)
-			ctx := context.Background()
-			b.ReportAllocs()
-			for b.Loop() {
-				p, err := s.TryAcquire(ctx, 1)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := p.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
+			semCycles(b, context.Background(), mustSem(b, c.l, "bench", 2))
 		})
 	}
 }
