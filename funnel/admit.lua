@@ -7,7 +7,9 @@
 -- that file's body as a function).
 -- KEYS[1] the state hash, KEYS[2] the key's lock
 -- ARGV the rules' fields (k of them); then each rule's new value without its
--- time, "<wait>:<fill>:" in base 36 (k); the key's TTL in ms; the call's
+-- time, "<wait>:<fill>:" in base 36 (k); the key's TTL in ms; the grid (ms,
+-- a power of two) its expiry is rounded up to (the rules' largest, see
+-- returning.lua); the call's
 -- deadline: the server time (µs) from which its caller may have given up,
 -- 0 for none, -1 to admit only through the lock (serverclock.go); this
 -- call's nonce.
@@ -19,8 +21,9 @@
 -- go-redis retried it) answers 'admitted' again instead of counting twice,
 -- even past its deadline.
 local n = #ARGV
-local k = (n - 3) / 2
-local ttl, mark = ARGV[n - 2], ':' .. ARGV[n] -- mark: this call's nonce
+local k = (n - 4) / 2
+local ttl, grid = tonumber(ARGV[n - 3]), tonumber(ARGV[n - 2])
+local mark = ':' .. ARGV[n] -- this call's nonce
 local deadline = tonumber(ARGV[n - 1])
 -- One EXISTS of both keys first: 0 when the lock is free and the state is
 -- new (a first call, most admissions), which then needs no HMGET and no
@@ -87,8 +90,13 @@ else
   end
   redis.call('HSET', KEYS[1], unpack(args))
 end
--- The key's TTL only grows: other rules' fields may need the longer one.
-if new or redis.call('PTTL', KEYS[1]) < tonumber(ttl) then
-  redis.call('PEXPIRE', KEYS[1], ttl)
+-- The key lives to the grid point at or after its values' empty time (ms,
+-- + 1 for the µs TIME has past its ms). Its TTL only grows: other rules'
+-- fields may need the longer one.
+local nowms = (r[2] - r[2] % 1000) / 1000
+local exp = nowms + ttl + 1
+exp = exp + (grid - exp % grid) % grid
+if new or redis.call('PTTL', KEYS[1]) < exp - nowms then
+  redis.call('PEXPIREAT', KEYS[1], exp)
 end
 return {0, r[2], 'admitted'}

@@ -29,7 +29,8 @@
 //
 // Example_tenADay prints a week of each. The rules of one call are decided
 // all or nothing, under one lock, and kept in one hash, <prefix>{<key>}:f,
-// which expires when every rule would be empty. Refund gives units back;
+// which expires when every rule would be empty (a funnel's end rounded up
+// to a grid of at most half its drain: DESIGN.md). Refund gives units back;
 // Peek reads without changing anything.
 //
 // # Exactness

@@ -154,3 +154,12 @@ func fragmentSHA(f *mutex.Fragment, field string) string {
 	}
 	return (*redis.Script)(v.UnsafePointer()).Hash()
 }
+
+// Grid returns the step to which r's writes round a key's expiry up.
+func Grid(r Rule) time.Duration {
+	c, err := r.compile()
+	if err != nil {
+		panic(err)
+	}
+	return time.Duration(c.grid) * time.Millisecond
+}

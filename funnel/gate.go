@@ -99,7 +99,7 @@ func (l *leader) admitAlone(now int64, how string, others bool) Result {
 // pointer (go-redis writes *int64 and *string as their values; boxing
 // would allocate).
 type admitCall struct {
-	args     [2*setMax + 3]any
+	args     [2*setMax + 4]any
 	keys     [2]string
 	deadline int64
 	nonce    string
@@ -127,16 +127,16 @@ func newNonce() string {
 
 // admitArgs returns admit.lua's arguments for n units but the deadline and
 // the nonce: the fields, each rule's value after n units on an empty state
-// without its time, and the key's TTL in ms.
+// without its time, the key's TTL in ms, and the rules' largest grid.
 func admitArgs(rules []rule, ids []any, n int64) []any {
-	args := append(make([]any, 0, 2*len(rules)+3), ids...)
-	var ttl int64
+	args := append(make([]any, 0, 2*len(rules)+4), ids...)
+	var ttl, grid int64 = 0, 1
 	for _, r := range rules {
 		v, t := r.fresh(n)
 		args = append(args, v)
-		ttl = max(ttl, t)
+		ttl, grid = max(ttl, t), max(grid, r.grid)
 	}
-	return append(args, ttl)
+	return append(args, ttl, grid)
 }
 
 // fresh returns rule r's value after n units on an empty state, without
@@ -149,7 +149,7 @@ func (r rule) fresh(n int64) (string, int64) {
 	b := strconv.AppendInt(nil, r.gate(r.wait(fill, 1)), 36)
 	b = append(b, ':')
 	b = strconv.AppendInt(b, fill, 36)
-	return string(append(b, ':')), min(ceilDiv(ceilDiv(fill, r.leak), 1000), maxTTL)
+	return string(append(b, ':')), min(ceilDiv(ceilDiv(fill, r.leak), 1000), maxFreshTTL)
 }
 
 // fresh is rule i's fresh(n), made once per set for n = 1.
@@ -203,8 +203,8 @@ func (r rule) expect(seen string, n, est int64) (expectation, bool) {
 	e.anchor = a
 	fill := r.drain(lv, a) + n*r.per
 	e.kept = r.encode(fill, a)
-	e.expiry = ceilDiv(satAdd(a, ceilDiv(fill, r.leak)), 1000)
-	return e, e.empty < maxLuaInt && e.expiry < maxLuaInt/1000
+	e.expiry = r.expiryOf(satAdd(a, ceilDiv(fill, r.leak)))
+	return e, e.empty < maxLuaInt && e.expiry < maxLuaInt/1000 && e.expiry-est/1000 < maxFreshTTL
 }
 
 // returning returns returning.lua's gate for n units of c on the values
@@ -218,9 +218,9 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 	var keys []string
 	if k == 1 { // one allocation for the call's slices
 		m := new(returningArgs)
-		exp, nums, args, keys = m.exp[:k], m.nums[:5*k+1], m.args[:0], m.keys[:]
+		exp, nums, args, keys = m.exp[:k], m.nums[:6*k+1], m.args[:0], m.keys[:]
 	} else {
-		exp, nums, args, keys = make([]expectation, k), make([]int64, 5*k+1), make([]any, 0, 9*k+2), make([]string, 2)
+		exp, nums, args, keys = make([]expectation, k), make([]int64, 6*k+1), make([]any, 0, 10*k+2), make([]string, 2)
 	}
 	// Numbers and strings go by pointer, into nums, exp and seen, which
 	// outlive the call's sends: boxing each would allocate.
@@ -233,12 +233,12 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 		var ttl int64
 		e.fresh, ttl = c.fresh(i, n)
 		exp[i] = e
-		x := nums[5*i : 5*i+5]
-		x[0], x[1], x[2], x[3], x[4] = e.fit, e.anchor, e.empty, e.expiry, ttl
-		args = append(args, &seen[i], &x[0], &x[1], &x[2], &exp[i].kept, &x[3], &exp[i].fresh, &x[4])
+		x := nums[6*i : 6*i+6]
+		x[0], x[1], x[2], x[3], x[4], x[5] = e.fit, e.anchor, e.empty, e.expiry, ttl, max(r.grid, 1)
+		args = append(args, &seen[i], &x[0], &x[1], &x[2], &exp[i].kept, &x[3], &exp[i].fresh, &x[4], &x[5])
 	}
-	nums[5*k] = deadline
-	args = append(args, &nums[5*k], nonce)
+	nums[6*k] = deadline
+	args = append(args, &nums[6*k], nonce)
 	keys[0], keys[1] = c.key, lock
 	return mutex.Call{Fragment: returningGate, Keys: keys, Args: args}, exp, true
 }
@@ -246,8 +246,8 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 // returningArgs holds returning's slices for a call of one rule.
 type returningArgs struct {
 	exp  [1]expectation
-	nums [6]int64
-	args [11]any
+	nums [7]int64
+	args [12]any
 	keys [2]string
 }
 

@@ -36,6 +36,18 @@ func ceilDiv(a, b int64) int64 {
 	return a/b + min(a%b, 1)
 }
 
+// expiryOf returns the expiry (Unix ms) a key needs for a value of r that
+// is empty from server time empty (µs): that time in ms, rounded up to
+// r.grid. Every write of a funnel's value gives the key at least this, so a
+// value read tells a bound on the key's expiry (returning.lua).
+func (r rule) expiryOf(empty int64) int64 {
+	ms := ceilDiv(empty, 1000)
+	if r.grid <= 1 {
+		return ms
+	}
+	return satAdd(ms, (r.grid-ms%r.grid)%r.grid)
+}
+
 // drain returns the fill of r's funnel at now; a clock that moved back
 // drains nothing.
 func (r rule) drain(s level, now int64) int64 {

@@ -62,6 +62,11 @@ func FuzzDecide(f *testing.F) {
 			}
 			return
 		}
+		// The grid: the largest power of two ms at most half the time the
+		// full funnel takes to empty, at least 1, at most 2^maxGridLog.
+		if g, half := r.grid, r.full/r.leak/2000; g < 1 || g&(g-1) != 0 || g > max(half, 1) || (g < 1<<maxGridLog && 2*g <= half) {
+			t.Fatalf("rule{full %d, leak %d}: grid %d ms", r.full, r.leak, g)
+		}
 		hi, lo := bits.Mul64(uint64(capacity), uint64(r.per))
 		switch {
 		case r.per < 1 || time.Duration(r.per)*time.Microsecond != p:
@@ -165,11 +170,18 @@ func FuzzDecide(f *testing.F) {
 			ttl, ok := args[0].(*int64)
 			deadline, ok2 := args[1].(*int64)
 			empty := ceilDiv(x, r.leak) // µs
-			// The TTL is the time until empty, rounded up to the ms, capped
-			// at maxTTL (the longest a time.Duration holds).
-			want := min(ceilDiv(empty, 1000), maxTTL)
-			if !ok || !ok2 || *deadline != 7 || len(args) != 4 || args[2] != r.id || *ttl != want {
+			if !ok || !ok2 || *deadline != 7 || len(args) != 4 || args[2] != r.id {
 				t.Fatalf("%s: writeArgs(%d) = %v; empty in %dµs", where(), x, args, empty)
+			}
+			if x > 0 && now >= 0 && now < 1<<53 && empty < 1<<53 {
+				// The key lives to the funnel's empty time in ms, rounded up
+				// to the rule's grid (a PEXPIRE at now's ms or later), capped
+				// at maxTTL (the longest a time.Duration holds).
+				need := ceilDiv(now+empty, 1000)
+				at := now/1000 + *ttl
+				if *ttl != maxTTL && (at < need || at >= need+r.grid || at%r.grid != 0) {
+					t.Fatalf("%s: writeArgs(%d) TTL %d ms from %d µs: the key lives to %d, want the grid point (%d ms) at or after %d", where(), x, *ttl, now, at, r.grid, need)
+				}
 			}
 			value := "" // an empty funnel's field is deleted
 			if x > 0 {

@@ -11,11 +11,16 @@
 -- arithmetic stays the caller's, exact. Otherwise it is read.lua's gate
 -- (read_state): the lock is busy, or another process changed the state.
 -- KEYS[1] the state hash, KEYS[2] the key's lock
--- ARGV the rules' fields (k of them); then for each rule 8 values: the value
+-- ARGV the rules' fields (k of them); then for each rule 9 values: the value
 -- seen ('' for none), <fit>, <anchor>, <empty> (server µs, decimal), the new
 -- value before <empty> and the key's expiry with it (Unix ms), the new value
--- from <empty> on without its time and the key's TTL with it (ms); then the
--- call's deadline (server µs; 0 for none) and this call's nonce.
+-- from <empty> on without its time and the key's TTL with it (ms), and the
+-- rule's grid (ms); then the call's deadline (server µs; 0 for none) and
+-- this call's nonce.
+-- The key's expiry: every write of a funnel's value v gives the key at
+-- least the grid point at or after v's empty time (ms; math.go's expiryOf),
+-- so the values present bound it, and a key that keeps coming back needs no
+-- PEXPIRE until its new values pass their grid point.
 -- Returns read.lua's reply (proceed 0: denied, on the values seen), or
 -- {0, now, 'admitted', how} when admitted here (the lock is not taken):
 -- how has a letter per rule, 'k' where the new value was the caller's, 'f'
@@ -24,7 +29,7 @@
 -- ":<nonce>": this call run again (its reply lost, go-redis retried it)
 -- answers 'admitted' instead of counting twice.
 local n = #ARGV
-local k = (n - 2) / 9
+local k = (n - 2) / 10
 local deadline, mark = tonumber(ARGV[n - 1]), ':' .. ARGV[n]
 local a = {} -- the 8 values of each rule, off ARGV: read_state reads ARGV
 for i = k + 1, n - 2 do
@@ -53,10 +58,8 @@ if deadline > 0 and now >= deadline then
 elseif r[1] == 0 then
   return r -- a rule has no room for one unit
 end
-local present = false -- the key held one of these fields
 for i = 1, k do
-  local b, v = 8 * (i - 1), r[i + 2]
-  present = present or v ~= false -- HMGET's nil is false in Lua
+  local b, v = 9 * (i - 1), r[i + 2]
   if v and v ~= a[b + 1] then
     return r -- changed by another process
   elseif v and now < tonumber(a[b + 2]) then
@@ -64,15 +67,23 @@ for i = 1, k do
     return r
   end
 end
-local how, values, ttl, at = {}, {}, 0, nil
+-- ms: the key's expiry is at least bound, and must be at least exp
+local nowms = (now - now % 1000) / 1000
+local how, values, bound, exp, at = {}, {}, 0, 0, nil
 for i = 1, k do
-  local b, v = 8 * (i - 1), r[i + 2]
+  local b, v = 9 * (i - 1), r[i + 2]
+  local g = tonumber(a[b + 9])
+  if v then -- the value seen: its grid point
+    local e = tonumber(a[b + 4]) + 999
+    e = (e - e % 1000) / 1000
+    bound = math.max(bound, e + (g - e % g) % g)
+  end
   if v and now < tonumber(a[b + 4]) then
     if now < tonumber(a[b + 3]) then
       return r -- the server's clock is behind the caller's estimate
     end
     how[i], values[i] = 'k', a[b + 5] .. mark
-    ttl = math.max(ttl, tonumber(a[b + 6]) - math.floor(now / 1000))
+    exp = math.max(exp, tonumber(a[b + 6]))
   else
     if not at then -- the time in base 36, as admit.lua writes it
       local ds, j, x = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 13, now
@@ -85,7 +96,8 @@ for i = 1, k do
       at = string.char(unpack(ds, j + 1, 13))
     end
     how[i], values[i] = 'f', a[b + 7] .. at .. mark
-    ttl = math.max(ttl, tonumber(a[b + 8]))
+    local e = nowms + tonumber(a[b + 8]) + 1 -- + 1: TIME's µs past its ms
+    exp = math.max(exp, e + (g - e % g) % g)
   end
 end
 if k == 1 then
@@ -97,16 +109,19 @@ else
   end
   redis.call('HSET', KEYS[1], unpack(args))
 end
--- The key's TTL only grows: other rules' fields may need the longer one.
+how = table.concat(how)
+if exp <= bound then
+  return {0, now, 'admitted', how}
+end
 -- The key's TTL only grows: other rules' fields may need the longer one.
 -- A key that held one of these fields has a TTL (every write gives one):
--- PEXPIRE GT keeps the longer in one command (Redis 7.0 on; before, an
+-- PEXPIREAT GT keeps the longer in one command (Redis 7.0 on; before, an
 -- error, and PTTL's test below). A key that may be new gets it from that
 -- test (a key without a TTL reads -1).
-if present and type(redis.pcall('PEXPIRE', KEYS[1], ttl, 'GT')) ~= 'table' then
-  return {0, now, 'admitted', table.concat(how)}
+if bound > 0 and type(redis.pcall('PEXPIREAT', KEYS[1], exp, 'GT')) ~= 'table' then
+  return {0, now, 'admitted', how}
 end
-if redis.call('PTTL', KEYS[1]) < ttl then
-  redis.call('PEXPIRE', KEYS[1], ttl)
+if redis.call('PTTL', KEYS[1]) < exp - nowms then
+  redis.call('PEXPIREAT', KEYS[1], exp)
 end
-return {0, now, 'admitted', table.concat(how)}
+return {0, now, 'admitted', how}

@@ -1,6 +1,7 @@
 package funnel_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -253,11 +254,12 @@ func TestReturningHotKeyNoStarvation(t *testing.T) {
 	}
 }
 
-// The returning key's gate keeps the key's TTL as every write does: it
-// grows with the state (one unit of a rule of 1000 an hour holds 3.6 s), it
-// never shrinks below what another rule set's field on the key needs, and a
-// key that expired under the gate (its values gone) gets one. Each
-// admission here is the gate's one command (EVALSHA).
+// The returning key's gate keeps the key's TTL as every write does: the key
+// lives to the grid point at or after its state's empty time, so it grows
+// with the state (a rule of 100 a second with a grid of 32.8 s crosses a
+// grid point in 60 units); it never shrinks below what another rule set's
+// field on the key needs, and a key that expired under the gate (its values
+// gone) gets one. Each admission here is the gate's one command (EVALSHA).
 func TestReturningKeepsTheTTL(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
@@ -284,13 +286,29 @@ func TestReturningKeepsTheTTL(t *testing.T) {
 		for range 2 { // the scripts loaded, on another key
 			allowKey("warm-up", false, funnel.AtMost(1000, time.Hour))
 		}
-		grows := funnel.Rule{Name: "grows", Capacity: 100000, Leak: 1000, Per: time.Hour}
-		allow(false, grows)
-		allow(true, grows)
-		allow(true, grows)
-		if d := pttl(); d < 10*time.Second || d > 11*time.Second {
-			t.Fatalf("PTTL = %v after 3 units of 1000/h; want 10.8 s: the gate must grow the TTL", d)
+		grows := funnel.Rule{Name: "grows", Capacity: 100, Leak: 1, Per: time.Second}
+		grid := funnel.Grid(grows)
+		if grid != 32768*time.Millisecond {
+			t.Fatalf("grid of 100 a second = %v, want 2^15 ms", grid)
 		}
+		var first, last time.Duration
+		for i := range 60 {
+			start := time.Now()
+			res, err := lim.Allow(ctx, "k", grows)
+			if err != nil || !res.Allowed {
+				t.Fatalf("Allow %d = %+v, %v", i, res, err)
+			}
+			d := pttl()
+			// Alive until the state is empty, and not a grid longer.
+			if d < res.ResetAfter-time.Since(start)-time.Millisecond || d > res.ResetAfter+grid+time.Millisecond {
+				t.Fatalf("unit %d: PTTL = %v with the state empty in %v; want up to the next grid point (%v)", i, d, res.ResetAfter, grid)
+			}
+			first, last = cmp.Or(first, d), d
+		}
+		if last < first+grid/2 {
+			t.Fatalf("PTTL %v after 60 units, %v after the first; want it grown past a grid point", last, first)
+		}
+		allow(true, grows)
 
 		// Another rule set's field needs an hour: a returning admission of
 		// a rule that needs a minute leaves it.
@@ -308,8 +326,8 @@ func TestReturningKeepsTheTTL(t *testing.T) {
 			t.Fatal(err)
 		}
 		allow(true, minute)
-		if d := pttl(); d <= 0 || d > time.Minute {
-			t.Fatalf("PTTL = %v after the gate wrote a key that was gone; want at most a minute", d)
+		if d := pttl(); d <= 0 || d > time.Minute+funnel.Grid(minute) {
+			t.Fatalf("PTTL = %v after the gate wrote a key that was gone; want at most a minute and a grid (%v)", d, funnel.Grid(minute))
 		}
 	})
 }

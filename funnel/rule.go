@@ -121,6 +121,10 @@ type rule struct {
 	// shared: the state may hold more than full (Sharing), and keeps no
 	// gate: another capacity's would be wrong for it.
 	shared bool
+	// grid is the step (ms, a power of two) to which a key's expiry is
+	// rounded up for a funnel's value: the largest at most half the time
+	// its full funnel takes to empty; 0 (no rounding) for the others.
+	grid int64
 }
 
 // compile returns r in exact units, or an error matching ErrInvalidRule.
@@ -144,7 +148,9 @@ func (r Rule) compile() (rule, error) {
 		return bad("Capacity * Per (in µs) exceeds 2^61")
 	}
 	id := fieldOf(r.stateName(r.Name + "/" + strconv.FormatInt(r.Capacity, 10) + "/" + strconv.FormatInt(r.Leak, 10) + "/" + strconv.FormatInt(per, 10)))
-	return rule{name: r.Name, id: id, arg: id, per: per, full: int64(full), leak: r.Leak, shared: r.shared}, nil
+	half := int64(full) / r.Leak / 2000 // ms
+	grid := int64(1) << min(max(bits.Len64(uint64(half))-1, 0), maxGridLog)
+	return rule{name: r.Name, id: id, arg: id, per: per, full: int64(full), leak: r.Leak, shared: r.shared, grid: grid}, nil
 }
 
 // invalid returns why a field of r is out of range, "" if none is.

@@ -210,11 +210,11 @@ func writeArgs(rules []rule, fills, ats []int64, logs [][]int64, now, deadline i
 			args = append(args, r.arg, r.encodeWindow(logs[i], ats[i]))
 			continue
 		}
-		empty := satAdd(ats[i]-now, ceilDiv(fills[i], r.leak)) // µs from now
 		if r.cal != nil {
-			empty = ats[i] - now + r.calendarEmpty(fills[i], ats[i])
+			ttl = max(ttl, ceilDiv(ats[i]-now+r.calendarEmpty(fills[i], ats[i]), 1000))
+		} else { // PEXPIRE runs at or after now: the key lives to expiryOf
+			ttl = max(ttl, r.expiryOf(satAdd(ats[i], ceilDiv(fills[i], r.leak)))-now/1000)
 		}
-		ttl = max(ttl, ceilDiv(empty, 1000))
 		args = append(args, r.arg, r.encode(fills[i], ats[i]))
 	}
 	head[0] = min(ttl, maxTTL)
@@ -227,3 +227,10 @@ var emptyArg any = ""
 // maxTTL is the longest state TTL written, in ms: the longest a client can
 // hold as a time.Duration (miniredis wraps past it).
 const maxTTL = math.MaxInt64 / int64(time.Millisecond)
+
+// maxGridLog bounds a rule's grid: 2^32 ms, 50 days. A fresh value's TTL is
+// at most maxFreshTTL, so rounded up to a grid it is at most maxTTL.
+const (
+	maxGridLog  = 32
+	maxFreshTTL = maxTTL - 1<<maxGridLog - 1
+)
