@@ -15,9 +15,6 @@ const MaxDenyCache = 1 << 24
 // entry is a miss; nothing runs in the background. Lookups share a read
 // lock and allocate nothing. Every method is a no-op on a nil *denyCache.
 type denyCache struct {
-	// now is a test's clock (nil: time.Now), which stands still during a
-	// call: store takes the call to have started at its reading.
-	now     func() time.Time
 	max     int
 	forgets atomic.Uint64 // the epoch of store
 
@@ -50,14 +47,6 @@ func newDenyCache(max int) *denyCache {
 	return &denyCache{max: max, index: make(map[string]int32), oldest: -1, newest: -1, free: -1}
 }
 
-// clock returns the cache's time.
-func (c *denyCache) clock() time.Time {
-	if c.now != nil {
-		return c.now()
-	}
-	return time.Now()
-}
-
 // lookup returns key's cached denial, its waits counted down, for a call
 // of the same set and at least as many units, before its gate time.
 func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
@@ -68,7 +57,7 @@ func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
 	if !ok || e.set != set || n < e.n {
 		return Result{}, false
 	}
-	return e.at(c.clock())
+	return e.at(time.Now())
 }
 
 // entry returns key's entry, if there is one.
@@ -110,9 +99,6 @@ func (c *denyCache) epoch() uint64 {
 func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epoch uint64, r Result) {
 	if c == nil || r.Allowed || r.RetryAfter <= 0 {
 		return
-	}
-	if c.now != nil {
-		sent = c.now()
 	}
 	e := denial{set: set, n: n, until: sent.Add(r.RetryAfter), resetUntil: sent.Add(r.ResetAfter), tightUntil: sent.Add(r.TightestReset), res: r}
 	c.mu.Lock()

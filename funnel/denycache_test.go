@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
@@ -16,23 +17,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// denyClock is a settable clock for a deny cache (funnel.SetDenyClock).
-type denyClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *denyClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *denyClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
+// sleepTo sleeps, in a synctest bubble, until d after start on the
+// bubble's clock, which stands still while the test's calls run.
+func sleepTo(start time.Time, d time.Duration) { time.Sleep(time.Until(start.Add(d))) }
 
 // cachedLimiter returns a Limiter with a deny cache of maxKeys keys on a
 // fresh client of b, and a counter of the commands that client sends.
@@ -79,13 +66,15 @@ func TestDenyCacheGateTime(t *testing.T) {
 }
 
 func testDenyCacheGateTime(t *testing.T, opts ...funnel.Option) {
-	b := testutil.Mini(t)
+	b := testutil.Mini(t) // outside the bubble: its server blocks on the network
+	synctest.Test(t, func(t *testing.T) { denyCacheGateTime(t, b, opts...) })
+}
+
+func denyCacheGateTime(t *testing.T, b *testutil.Backend, opts ...funnel.Option) {
 	lim, cmds := cachedLimiter(t, b, 100, opts...)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	c0 := time.Date(2001, 2, 3, 4, 5, 6, 7, time.UTC)
-	clock := &denyClock{t: c0}
-	funnel.SetDenyClock(lim, clock.Now)
-	at := func(d time.Duration) { b.Mini.SetTime(t0.Add(d)); clock.Set(c0.Add(d)) }
+	c0 := time.Now() // the bubble's clock: 2000-01-01
+	at := func(d time.Duration) { b.Mini.SetTime(t0.Add(d)); sleepTo(c0, d) }
 	cooldown := funnel.AtMost(1, time.Minute)
 	const key = "+8613800138000"
 
@@ -285,61 +274,58 @@ func TestDenyCacheOtherProcess(t *testing.T) {
 	} {
 		t.Run(op.name, func(t *testing.T) {
 			b := testutil.Mini(t)
-			a, aCmds := cachedLimiter(t, b, 100)
-			p, pCmds := cachedLimiter(t, b, 100) // "B"
-			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-			aClock := &denyClock{t: time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)}
-			pClock := &denyClock{t: time.Date(2011, 1, 1, 0, 0, 0, 0, time.UTC)}
-			a0, p0 := aClock.Now(), pClock.Now()
-			funnel.SetDenyClock(a, aClock.Now)
-			funnel.SetDenyClock(p, pClock.Now)
-			at := func(d time.Duration) {
-				b.Mini.SetTime(t0.Add(d))
-				aClock.Set(a0.Add(d))
-				pClock.Set(p0.Add(d))
-			}
-			rule := funnel.Rule{Name: "r", Capacity: 3, Leak: 1, Per: time.Hour} // a unit an hour
-			const key = "k"
+			synctest.Test(t, func(t *testing.T) {
+				a, aCmds := cachedLimiter(t, b, 100)
+				p, pCmds := cachedLimiter(t, b, 100) // "B"
+				t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+				c0 := time.Now()
+				at := func(d time.Duration) {
+					b.Mini.SetTime(t0.Add(d))
+					sleepTo(c0, d)
+				}
+				rule := funnel.Rule{Name: "r", Capacity: 3, Leak: 1, Per: time.Hour} // a unit an hour
+				const key = "k"
 
-			at(0)
-			if res, _ := counted(t, a, aCmds, key, 3, rule); !res.Allowed {
-				t.Fatalf("A takes 3: %+v", res)
-			}
-			if res, n := counted(t, p, pCmds, key, 1, rule); res.Allowed || res.RetryAfter != time.Hour || n == 0 {
-				t.Fatalf("B: %+v, %d commands; want denied by Redis for 1h", res, n)
-			}
-			if res, n := counted(t, a, aCmds, key, 1, rule); res.Allowed || n == 0 {
-				t.Fatalf("A: %+v, %d commands; want denied by Redis", res, n)
-			}
+				at(0)
+				if res, _ := counted(t, a, aCmds, key, 3, rule); !res.Allowed {
+					t.Fatalf("A takes 3: %+v", res)
+				}
+				if res, n := counted(t, p, pCmds, key, 1, rule); res.Allowed || res.RetryAfter != time.Hour || n == 0 {
+					t.Fatalf("B: %+v, %d commands; want denied by Redis for 1h", res, n)
+				}
+				if res, n := counted(t, a, aCmds, key, 1, rule); res.Allowed || n == 0 {
+					t.Fatalf("A: %+v, %d commands; want denied by Redis", res, n)
+				}
 
-			at(10 * time.Minute)
-			if err := op.do(context.Background(), a, key, rule); err != nil {
-				t.Fatal(err)
-			}
-			// In A at once: its own entry is gone.
-			if res, n := counted(t, a, aCmds, key, 1, rule); !res.Allowed || n == 0 || res.Remaining != 2 {
-				t.Fatalf("A after its %s: %+v, %d commands; want admitted by Redis, 2 left", op.name, res, n)
-			}
-			// In B at T at the latest: it denies from its cache, though
-			// Redis would admit it.
-			for _, d := range []time.Duration{10 * time.Minute, 59 * time.Minute, time.Hour - time.Nanosecond} {
-				at(d)
+				at(10 * time.Minute)
+				if err := op.do(context.Background(), a, key, rule); err != nil {
+					t.Fatal(err)
+				}
+				// In A at once: its own entry is gone.
+				if res, n := counted(t, a, aCmds, key, 1, rule); !res.Allowed || n == 0 || res.Remaining != 2 {
+					t.Fatalf("A after its %s: %+v, %d commands; want admitted by Redis, 2 left", op.name, res, n)
+				}
+				// In B at T at the latest: it denies from its cache, though
+				// Redis would admit it.
+				for _, d := range []time.Duration{10 * time.Minute, 59 * time.Minute, time.Hour - time.Nanosecond} {
+					at(d)
+					res, n := counted(t, p, pCmds, key, 1, rule)
+					if res.Allowed || n != 0 || res.RetryAfter != time.Hour-d {
+						t.Fatalf("B at +%v: %+v, %d commands; want its cached denial, RetryAfter %v", d, res, n, time.Hour-d)
+					}
+					if pk := peek(t, p, key, rule); !pk.Allowed {
+						t.Fatalf("B at +%v: Redis says %+v; want room", d, pk)
+					}
+				}
+				// At T, B asks Redis and sees the refund: one unit (A's) is left
+				// in the funnel, 5/6 of it leaked, and B's unit on top leaves
+				// room for one more. Without the refund B's call would leave 0.
+				at(time.Hour)
 				res, n := counted(t, p, pCmds, key, 1, rule)
-				if res.Allowed || n != 0 || res.RetryAfter != time.Hour-d {
-					t.Fatalf("B at +%v: %+v, %d commands; want its cached denial, RetryAfter %v", d, res, n, time.Hour-d)
+				if !res.Allowed || n == 0 || res.Remaining != 1 {
+					t.Fatalf("B at T: %+v, %d commands; want admitted by Redis with 1 left", res, n)
 				}
-				if pk := peek(t, p, key, rule); !pk.Allowed {
-					t.Fatalf("B at +%v: Redis says %+v; want room", d, pk)
-				}
-			}
-			// At T, B asks Redis and sees the refund: one unit (A's) is left
-			// in the funnel, 5/6 of it leaked, and B's unit on top leaves
-			// room for one more. Without the refund B's call would leave 0.
-			at(time.Hour)
-			res, n := counted(t, p, pCmds, key, 1, rule)
-			if !res.Allowed || n == 0 || res.Remaining != 1 {
-				t.Fatalf("B at T: %+v, %d commands; want admitted by Redis with 1 left", res, n)
-			}
+			})
 		})
 	}
 }
@@ -374,24 +360,25 @@ func (h *afterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // that the refund just opened.
 func TestDenyCacheEpoch(t *testing.T) {
 	t.Run("direct", func(t *testing.T) {
-		clock := &denyClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-		c := funnel.NewDenyCache(10, clock.Now)
-		set := new(funnel.RuleSet)
-		deny := funnel.Result{Rule: "r", Tightest: "r", RetryAfter: time.Minute, ResetAfter: time.Minute}
-		epoch := c.Epoch()
-		c.Forget("other") // any key: the epoch counts every forget
-		c.Store("k", set, 1, clock.Now(), epoch, deny)
-		if res, ok := c.Lookup("k", set, 1); ok {
-			t.Fatalf("a denial from before a forget was cached: %+v", res)
-		}
-		c.Store("k", set, 1, clock.Now(), c.Epoch(), deny)
-		if res, ok := c.Lookup("k", set, 1); !ok || res != deny {
-			t.Fatalf("Lookup = %+v, %v; want %+v", res, ok, deny)
-		}
-		c.Forget("k")
-		if _, ok := c.Lookup("k", set, 1); ok || c.Len() != 0 {
-			t.Fatalf("after Forget: hit %v, %d entries", ok, c.Len())
-		}
+		synctest.Test(t, func(t *testing.T) {
+			c := funnel.NewDenyCache(10)
+			set := new(funnel.RuleSet)
+			deny := funnel.Result{Rule: "r", Tightest: "r", RetryAfter: time.Minute, ResetAfter: time.Minute}
+			epoch := c.Epoch()
+			c.Forget("other") // any key: the epoch counts every forget
+			c.Store("k", set, 1, time.Now(), epoch, deny)
+			if res, ok := c.Lookup("k", set, 1); ok {
+				t.Fatalf("a denial from before a forget was cached: %+v", res)
+			}
+			c.Store("k", set, 1, time.Now(), c.Epoch(), deny)
+			if res, ok := c.Lookup("k", set, 1); !ok || res != deny {
+				t.Fatalf("Lookup = %+v, %v; want %+v", res, ok, deny)
+			}
+			c.Forget("k")
+			if _, ok := c.Lookup("k", set, 1); ok || c.Len() != 0 {
+				t.Fatalf("after Forget: hit %v, %d entries", ok, c.Len())
+			}
+		})
 	})
 	t.Run("limiter", func(t *testing.T) {
 		testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
@@ -431,138 +418,141 @@ func TestDenyCacheEpoch(t *testing.T) {
 // distinct denied keys through a cache of 10,000 never make it hold more, or
 // keep much memory; the latest keys stay.
 func TestDenyCacheBounded(t *testing.T) {
-	const maxKeys, keys = 10_000, 1_000_000
-	clock := &denyClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	c := funnel.NewDenyCache(maxKeys, clock.Now)
-	set := new(funnel.RuleSet)
-	deny := funnel.Result{Rule: "r", Tightest: "r", RetryAfter: time.Hour, ResetAfter: time.Hour}
-	var buf []byte
-	for i := range keys {
-		buf = strconv.AppendInt(append(buf[:0], "key:"...), int64(i), 10)
-		c.Store(string(buf), set, 1, clock.Now(), c.Epoch(), deny)
-		if l := c.Len(); l > maxKeys {
-			t.Fatalf("%d entries after %d keys", l, i+1)
+	synctest.Test(t, func(t *testing.T) {
+		const maxKeys, keys = 10_000, 1_000_000
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c := funnel.NewDenyCache(maxKeys)
+		set := new(funnel.RuleSet)
+		deny := funnel.Result{Rule: "r", Tightest: "r", RetryAfter: time.Hour, ResetAfter: time.Hour}
+		var buf []byte
+		for i := range keys {
+			buf = strconv.AppendInt(append(buf[:0], "key:"...), int64(i), 10)
+			c.Store(string(buf), set, 1, time.Now(), c.Epoch(), deny)
+			if l := c.Len(); l > maxKeys {
+				t.Fatalf("%d entries after %d keys", l, i+1)
+			}
 		}
-	}
-	if l := c.Len(); l != maxKeys {
-		t.Fatalf("%d entries, want %d", l, maxKeys)
-	}
-	for _, i := range []int{keys - 1, keys - maxKeys} {
-		if _, ok := c.Lookup("key:"+strconv.Itoa(i), set, 1); !ok {
-			t.Fatalf("key %d, among the latest %d, was evicted", i, maxKeys)
+		if l := c.Len(); l != maxKeys {
+			t.Fatalf("%d entries, want %d", l, maxKeys)
 		}
-	}
-	for _, i := range []int{0, keys - maxKeys - 1} {
-		if _, ok := c.Lookup("key:"+strconv.Itoa(i), set, 1); ok {
-			t.Fatalf("key %d is still cached", i)
+		for _, i := range []int{keys - 1, keys - maxKeys} {
+			if _, ok := c.Lookup("key:"+strconv.Itoa(i), set, 1); !ok {
+				t.Fatalf("key %d, among the latest %d, was evicted", i, maxKeys)
+			}
 		}
-	}
-	// Stored again, a key becomes the newest: the other keys go in order.
-	c.Store("key:"+strconv.Itoa(keys-maxKeys), set, 1, clock.Now(), c.Epoch(), deny)
-	c.Store("new", set, 1, clock.Now(), c.Epoch(), deny)
-	if _, ok := c.Lookup("key:"+strconv.Itoa(keys-maxKeys), set, 1); !ok {
-		t.Fatal("a key stored again was evicted as the oldest")
-	}
-	if _, ok := c.Lookup("key:"+strconv.Itoa(keys-maxKeys+1), set, 1); ok {
-		t.Fatal("the oldest key was not evicted")
-	}
-	if l := c.Len(); l != maxKeys {
-		t.Fatalf("%d entries, want %d", l, maxKeys)
-	}
-	if err := c.Check(); err != nil {
-		t.Fatal(err)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	// 10,000 entries take a few MB; a million would take hundreds.
-	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 32<<20 {
-		t.Fatalf("the heap grew by %d MB for %d entries", grew>>20, c.Len())
-	}
-	runtime.KeepAlive(c)
+		for _, i := range []int{0, keys - maxKeys - 1} {
+			if _, ok := c.Lookup("key:"+strconv.Itoa(i), set, 1); ok {
+				t.Fatalf("key %d is still cached", i)
+			}
+		}
+		// Stored again, a key becomes the newest: the other keys go in order.
+		c.Store("key:"+strconv.Itoa(keys-maxKeys), set, 1, time.Now(), c.Epoch(), deny)
+		c.Store("new", set, 1, time.Now(), c.Epoch(), deny)
+		if _, ok := c.Lookup("key:"+strconv.Itoa(keys-maxKeys), set, 1); !ok {
+			t.Fatal("a key stored again was evicted as the oldest")
+		}
+		if _, ok := c.Lookup("key:"+strconv.Itoa(keys-maxKeys+1), set, 1); ok {
+			t.Fatal("the oldest key was not evicted")
+		}
+		if l := c.Len(); l != maxKeys {
+			t.Fatalf("%d entries, want %d", l, maxKeys)
+		}
+		if err := c.Check(); err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		// 10,000 entries take a few MB; a million would take hundreds.
+		if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 32<<20 {
+			t.Fatalf("the heap grew by %d MB for %d entries", grew>>20, c.Len())
+		}
+		runtime.KeepAlive(c)
+	})
 }
 
 // A key stored again and again (a batch of denials, one store each) evicts
 // no other key; forgotten entries' room is reused.
 func TestDenyCacheHotKey(t *testing.T) {
-	clock := &denyClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	c := funnel.NewDenyCache(10, clock.Now)
-	set := new(funnel.RuleSet)
-	deny := funnel.Result{Rule: "r", RetryAfter: time.Hour}
-	for i := range 10 {
-		c.Store("k"+strconv.Itoa(i), set, 1, clock.Now(), c.Epoch(), deny)
-	}
-	for range 1000 {
-		c.Store("k9", set, 1, clock.Now(), c.Epoch(), deny)
-	}
-	for i := range 10 {
-		if _, ok := c.Lookup("k"+strconv.Itoa(i), set, 1); !ok {
-			t.Fatalf("k%d was evicted by the stores of k9", i)
+	synctest.Test(t, func(t *testing.T) {
+		c := funnel.NewDenyCache(10)
+		set := new(funnel.RuleSet)
+		deny := funnel.Result{Rule: "r", RetryAfter: time.Hour}
+		for i := range 10 {
+			c.Store("k"+strconv.Itoa(i), set, 1, time.Now(), c.Epoch(), deny)
 		}
-	}
-	c.Forget("k3")
-	c.Forget("k5")
-	c.Store("a", set, 1, clock.Now(), c.Epoch(), deny)
-	c.Store("b", set, 1, clock.Now(), c.Epoch(), deny)
-	for _, k := range []string{"k0", "k9", "a", "b"} {
-		if _, ok := c.Lookup(k, set, 1); !ok {
-			t.Fatalf("%s is not cached: a forgotten entry's room was not reused", k)
+		for range 1000 {
+			c.Store("k9", set, 1, time.Now(), c.Epoch(), deny)
 		}
-	}
-	c.Store("c", set, 1, clock.Now(), c.Epoch(), deny) // evicts the oldest, k0
-	if _, ok := c.Lookup("k0", set, 1); ok || c.Len() != 10 {
-		t.Fatalf("k0 cached %v, %d entries; want k0 evicted, 10 entries", ok, c.Len())
-	}
-	if err := c.Check(); err != nil {
-		t.Fatal(err)
-	}
+		for i := range 10 {
+			if _, ok := c.Lookup("k"+strconv.Itoa(i), set, 1); !ok {
+				t.Fatalf("k%d was evicted by the stores of k9", i)
+			}
+		}
+		c.Forget("k3")
+		c.Forget("k5")
+		c.Store("a", set, 1, time.Now(), c.Epoch(), deny)
+		c.Store("b", set, 1, time.Now(), c.Epoch(), deny)
+		for _, k := range []string{"k0", "k9", "a", "b"} {
+			if _, ok := c.Lookup(k, set, 1); !ok {
+				t.Fatalf("%s is not cached: a forgotten entry's room was not reused", k)
+			}
+		}
+		c.Store("c", set, 1, time.Now(), c.Epoch(), deny) // evicts the oldest, k0
+		if _, ok := c.Lookup("k0", set, 1); ok || c.Len() != 10 {
+			t.Fatalf("k0 cached %v, %d entries; want k0 evicted, 10 entries", ok, c.Len())
+		}
+		if err := c.Check(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // Random stores and forgets against a model: the cache holds exactly the
 // latest stored keys, at most max, less the forgotten ones.
 func TestDenyCacheModel(t *testing.T) {
-	const maxKeys, keys = 8, 30
-	clock := &denyClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	c := funnel.NewDenyCache(maxKeys, clock.Now)
-	set := new(funnel.RuleSet)
-	deny := funnel.Result{Rule: "r", RetryAfter: time.Hour}
-	var model []string // oldest first
-	drop := func(k string) {
-		for i, m := range model {
-			if m == k {
-				model = append(model[:i], model[i+1:]...)
-				return
+	synctest.Test(t, func(t *testing.T) {
+		const maxKeys, keys = 8, 30
+		c := funnel.NewDenyCache(maxKeys)
+		set := new(funnel.RuleSet)
+		deny := funnel.Result{Rule: "r", RetryAfter: time.Hour}
+		var model []string // oldest first
+		drop := func(k string) {
+			for i, m := range model {
+				if m == k {
+					model = append(model[:i], model[i+1:]...)
+					return
+				}
 			}
 		}
-	}
-	r := rand.New(rand.NewPCG(1, 2))
-	for op := range 20_000 {
-		k := "k" + strconv.Itoa(r.IntN(keys))
-		if r.IntN(4) == 0 {
-			c.Forget(k)
-			drop(k)
-		} else {
-			c.Store(k, set, 1, clock.Now(), c.Epoch(), deny)
-			drop(k)
-			if len(model) == maxKeys {
-				model = model[1:]
+		r := rand.New(rand.NewPCG(1, 2))
+		for op := range 20_000 {
+			k := "k" + strconv.Itoa(r.IntN(keys))
+			if r.IntN(4) == 0 {
+				c.Forget(k)
+				drop(k)
+			} else {
+				c.Store(k, set, 1, time.Now(), c.Epoch(), deny)
+				drop(k)
+				if len(model) == maxKeys {
+					model = model[1:]
+				}
+				model = append(model, k)
 			}
-			model = append(model, k)
-		}
-		if err := c.Check(); err != nil {
-			t.Fatalf("op %d: %v", op, err)
-		}
-		if c.Len() != len(model) {
-			t.Fatalf("op %d: %d entries, model %d", op, c.Len(), len(model))
-		}
-		for _, m := range model {
-			if _, ok := c.Lookup(m, set, 1); !ok {
-				t.Fatalf("op %d: %s missing; model %v", op, m, model)
+			if err := c.Check(); err != nil {
+				t.Fatalf("op %d: %v", op, err)
+			}
+			if c.Len() != len(model) {
+				t.Fatalf("op %d: %d entries, model %d", op, c.Len(), len(model))
+			}
+			for _, m := range model {
+				if _, ok := c.Lookup(m, set, 1); !ok {
+					t.Fatalf("op %d: %s missing; model %v", op, m, model)
+				}
 			}
 		}
-	}
+	})
 }
 
 // End to end: distinct denied keys through a Limiter with a cache of 20
@@ -630,7 +620,7 @@ func TestWithDenyCacheInvalid(t *testing.T) {
 // A hit allocates nothing: AllowN allocates no more for a cached denial
 // than it did before the lookup.
 func TestDenyCacheHitAllocs(t *testing.T) {
-	c := funnel.NewDenyCache(10, nil)
+	c := funnel.NewDenyCache(10)
 	set := new(funnel.RuleSet)
 	c.Store("k", set, 1, time.Now(), c.Epoch(), funnel.Result{Rule: "r", RetryAfter: time.Hour})
 	if a := testing.AllocsPerRun(100, func() {
@@ -656,7 +646,7 @@ func TestDenyCacheNil(t *testing.T) {
 // On the real clock the wait counts from when the call was sent, and an
 // entry past its gate time is a miss.
 func TestDenyCacheSent(t *testing.T) {
-	c := funnel.NewDenyCache(10, nil)
+	c := funnel.NewDenyCache(10)
 	set := new(funnel.RuleSet)
 	deny := funnel.Result{Rule: "r", RetryAfter: time.Minute, ResetAfter: 2 * time.Minute}
 	c.Store("k", set, 1, time.Now().Add(-59*time.Second), c.Epoch(), deny)
@@ -681,7 +671,7 @@ func TestDenyCacheSent(t *testing.T) {
 func TestDenyCacheConcurrent(t *testing.T) {
 	t.Run("direct", func(t *testing.T) {
 		const maxKeys = 50
-		c := funnel.NewDenyCache(maxKeys, nil)
+		c := funnel.NewDenyCache(maxKeys)
 		sets := []*funnel.RuleSet{new(funnel.RuleSet), new(funnel.RuleSet)}
 		deny := funnel.Result{Rule: "r", RetryAfter: time.Hour, ResetAfter: time.Hour}
 		var wg sync.WaitGroup

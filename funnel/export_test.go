@@ -20,11 +20,6 @@ func Calendar(r Rule) (loc *time.Location, month, ok bool) {
 	return r.loc, r.kind == kindMonth, r.kind == kindDay || r.kind == kindMonth
 }
 
-// SetDenyClock makes the deny cache of l (WithDenyCache) read its clock from
-// now, and take a denial's call to have started at now's reading when the
-// denial is stored: a test's clock stands still during a call.
-func SetDenyClock(l *Limiter, now func() time.Time) { l.denials.now = now }
-
 // DenyCacheLen returns the number of entries in l's deny cache.
 func DenyCacheLen(l *Limiter) int { return l.denials.len() }
 
@@ -35,12 +30,8 @@ type DenyCache = denyCache
 // pointer only.
 type RuleSet = ruleSet
 
-// NewDenyCache returns a deny cache of max keys on the clock now.
-func NewDenyCache(max int, now func() time.Time) *DenyCache {
-	c := newDenyCache(max)
-	c.now = now
-	return c
-}
+// NewDenyCache returns a deny cache of max keys.
+func NewDenyCache(max int) *DenyCache { return newDenyCache(max) }
 
 func (c *denyCache) Lookup(key string, set *RuleSet, n int64) (Result, bool) {
 	return c.lookup(key, set, n)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	_ "time/tzdata" // the zones of the calendar tests, with Go alone
@@ -319,41 +320,53 @@ func TestWindowOracle(t *testing.T) {
 	for _, v := range []string{"default", "uniform", "alone", "denycache"} {
 		t.Run(v, func(t *testing.T) {
 			o := funnelmodel.NewOracle(t, "./funnel/")
-			ctx := context.Background()
-			clock := &denyClock{}
-			var tg windowTarget
-			switch v {
-			case "uniform":
-				o.Lim = newLimiter(t, o.B, funnel.WithUniformCost())
-			case "alone":
-				o.Lim = newLimiter(t, o.B, funnel.WithoutBatching())
-			case "denycache":
-				o.Lim = newLimiter(t, o.B, funnel.WithDenyCache(100))
-				funnel.SetDenyClock(o.Lim, clock.Now)
-			}
-			tg.asOfDenial = v == "denycache"
-			at := func(now int64) {
-				o.At(now)
-				clock.Set(o.T0.Add(time.Duration(now) * time.Microsecond))
-			}
-			tg = windowTarget{
-				asOfDenial: tg.asOfDenial,
-				base:       o.T0.UnixMicro(),
-				allowN: func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error) {
-					at(now)
-					return o.Lim.AllowN(ctx, key, n, rules...)
-				},
-				peek: func(now int64, key string, rules []funnel.Rule) (funnel.Result, error) {
-					at(now)
-					return o.Lim.Peek(ctx, key, rules...)
-				},
-				refund: func(now int64, key string, n int64, rules []funnel.Rule) error {
-					at(now)
-					return o.Lim.Refund(ctx, key, n, rules...)
-				},
-			}
-			c := playWindow(t, o.Rng, tg, 20, 100)
-			t.Logf("%+v", c)
+			// In a synctest bubble (its server outside): the deny cache's
+			// clock moves with the server's, by sleeps.
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				var tg windowTarget
+				switch v {
+				case "uniform":
+					o.Lim = newLimiter(t, o.B, funnel.WithUniformCost())
+				case "alone":
+					o.Lim = newLimiter(t, o.B, funnel.WithoutBatching())
+				default:
+					o.Lim = newLimiter(t, o.B)
+				case "denycache":
+					o.Lim = newLimiter(t, o.B, funnel.WithDenyCache(100))
+				}
+				tg.asOfDenial = v == "denycache"
+				// Each key's schedule starts over at 0; the bubble's clock
+				// only moves on: shift keeps it monotonic, each key's
+				// durations as they are.
+				c0, shift, last := time.Now(), int64(0), int64(0)
+				at := func(now int64) {
+					o.At(now)
+					if now < last {
+						shift += last - now
+					}
+					last = now
+					sleepTo(c0, time.Duration(shift+now)*time.Microsecond)
+				}
+				tg = windowTarget{
+					asOfDenial: tg.asOfDenial,
+					base:       o.T0.UnixMicro(),
+					allowN: func(now int64, key string, n int64, rules []funnel.Rule) (funnel.Result, error) {
+						at(now)
+						return o.Lim.AllowN(ctx, key, n, rules...)
+					},
+					peek: func(now int64, key string, rules []funnel.Rule) (funnel.Result, error) {
+						at(now)
+						return o.Lim.Peek(ctx, key, rules...)
+					},
+					refund: func(now int64, key string, n int64, rules []funnel.Rule) error {
+						at(now)
+						return o.Lim.Refund(ctx, key, n, rules...)
+					},
+				}
+				c := playWindow(t, o.Rng, tg, 20, 100)
+				t.Logf("%+v", c)
+			})
 		})
 	}
 }
