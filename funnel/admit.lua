@@ -13,7 +13,8 @@
 -- deadline: the server time (µs) from which its caller may have given up,
 -- 0 for none, -1 to admit only through the lock (serverclock.go); this
 -- call's nonce.
--- Returns read.lua's reply, or {0, now, 'admitted'} when this call was
+-- Returns read.lua's reply (proceed 2 when the fields are empty and the
+-- lock is held), or {0, now, 'admitted'} when this call was
 -- admitted here (proceed 0: the lock is not taken), or {0, now, 'late'}
 -- when it runs at or past its deadline: then it writes nothing and takes no
 -- lock (its caller has an error, or will have one). The value written ends
@@ -65,7 +66,10 @@ else
     return {0, r[2], 'admitted'}
   elseif deadline > 0 and r[2] >= deadline then
     return {0, r[2], 'late'}
-  elseif v or deadline < 0 or redis.call('EXISTS', KEYS[2]) == 1 then
+  elseif v or deadline < 0 then
+    return r
+  elseif redis.call('EXISTS', KEYS[2]) == 1 then
+    r[1] = 2 -- the lock is held (no rule is full: the fields are empty)
     return r
   end
 end

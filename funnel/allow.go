@@ -219,7 +219,7 @@ func newRuleSet(rules []Rule, compile func(Rule) (rule, error)) (*ruleSet, error
 		s.ids[i] = r.arg
 	}
 	s.calendar = slices.ContainsFunc(rs, func(r rule) bool { return r.cal != nil })
-	s.funnels = !s.calendar && !slices.ContainsFunc(rs, func(r rule) bool { return r.window > 0 })
+	s.funnels = !s.calendar && !slices.ContainsFunc(rs, func(r rule) bool { return r.window > 0 || r.shared })
 	if s.funnels {
 		s.fresh1, s.freshTTL1 = make([]string, len(rs)), make([]int64, len(rs))
 		for i, r := range rs {

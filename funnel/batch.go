@@ -258,13 +258,14 @@ type leader struct {
 // lead runs batch b, whose leader asks n units: its attempts, each call's
 // decision, one write, and each call's outcome.
 func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n int64) {
-	var ws sealed
-	defer func() { ws.wake() }()
+	var ws, all sealed // all: as sealed, every call woken however ws narrows
+	defer func() { all.wake() }()
 	l := lim.newLeader(c, n)
 	if l.optimistic { // crowded batches of one key read and commit in turn
 		done, err := lim.turns.take(ctx, batchKey{c.key, c.set})
 		if err != nil {
 			ws = lim.batches.seal(k, b)
+			all = ws
 			ws[0].err = err
 			ws.rerunOthers()
 			return
@@ -279,6 +280,7 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 		l.recv = time.Now()
 		if ws == nil { // the first reply seals the batch
 			ws = lim.batches.seal(k, b)
+			all = ws
 		}
 		l.late = false
 		again := l.settle(ctx, ws, lk, res, err)
@@ -345,8 +347,10 @@ func (l *leader) attempt(ctx context.Context) (*mutex.Lock, any, error) {
 	switch {
 	case lim.penalty != nil:
 		gate = mutex.Call{Fragment: penaltyGate, Keys: []string{l.c.key}, Args: l.c.penalized(lim.penalty, "1")}
+	case l.lock != "" && l.cache:
+		return l.oneScript(ctx)
 	case l.lock != "":
-		gate = l.admitGate(ctx)
+		gate, _ = l.admitGate(ctx)
 	default:
 		gate = l.c.read(readGate)
 	}

@@ -3,20 +3,30 @@ package funnel
 import (
 	"context"
 	_ "embed"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"time"
 
+	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/funnelguard/funnelguard/mutex"
+	"github.com/redis/go-redis/v9"
 )
 
-// The one-script admission: a lock attempt whose gate admits the call
-// itself when the key's lock is free and its state is empty (admit.lua) or
-// what this Limiter last saw (returning.lua, a call of funnels only). The
-// caller decides in advance and sends times and values; Redis compares them
-// with TIME and writes, with a nonce that makes a retry answer as the first
-// run. Otherwise the gate reads, as read.lua does, and the lock path goes on.
-// The state cache remembers what this Limiter last read or wrote per key.
+// The one-script admission: a script that admits the call itself when the
+// key's lock is free and its state is empty (admit.lua) or what this
+// Limiter last saw (returning.lua, a call of funnels only). The caller
+// decides in advance and sends times and values; Redis compares them with
+// TIME and writes, with a nonce that makes a retry answer as the first run.
+// Otherwise it reads, as read.lua does. A call of funnels with the state
+// cache runs it alone, with no lock (oneScript): on a state another process
+// wrote it runs returning.lua once more on that state, and takes the lock
+// only if that fails too or the lock is held. Other calls run admit.lua as
+// the gate of a lock attempt, and the lock path goes on in the same round
+// trip. The state cache remembers what this Limiter last read or wrote per
+// key.
 
 var (
 	//go:embed admit.lua
@@ -24,9 +34,47 @@ var (
 	//go:embed returning.lua
 	returningSrc string
 
-	admitGate     = mutex.NewGate(readStateFunc + admitSrc)
-	returningGate = mutex.NewGate(readStateFunc + returningSrc)
+	admitScript     = redis.NewScript(readStateFunc + admitSrc)
+	returningScript = redis.NewScript(readStateFunc + returningSrc)
+	admitGate       = mutex.NewGate(readStateFunc + admitSrc)
 )
+
+// oneScript runs the one-script admission for a call of funnels with the
+// state cache, with no lock. Its reply is an attempt's: a gate's declined
+// result (admitted, late or denied), or, through the lock, read.lua's.
+func (l *leader) oneScript(ctx context.Context) (*mutex.Lock, any, error) {
+	for try := 0; try < 2; try++ {
+		call, script := l.admitGate(ctx)
+		if script == nil {
+			break // no clock sample to bound its write by: through the lock
+		}
+		reply, err := l.lim.runner.Run(ctx, script, call.Keys, call.Args, nil)
+		if err != nil {
+			return nil, nil, corrupt(fmt.Errorf("funnel: admit: %w", reach.Mark(err)))
+		}
+		arr, ok := reply.([]any)
+		now, ok2 := arr2(arr)
+		if !ok || !ok2 {
+			return nil, nil, fmt.Errorf("%w: admit returned %T", ErrCorruptState, reply)
+		}
+		p, _ := arr[0].(int64)
+		if p == 0 { // decided in the script
+			return nil, arr[1:], mutex.ErrDeclined
+		}
+		l.recv = time.Now()
+		l.lim.clock.sampled(now, l.recv)
+		if p == 2 { // the lock is held
+			break
+		}
+		l.saw(arr[1:]) // another process's state: returning.lua on it
+	}
+	gate := l.c.read(readGate)
+	lk, res, err := l.lim.locker.TryLockWith(ctx, l.c.name, gate, l.lim.hold...)
+	if errors.Is(err, mutex.ErrLocked) {
+		lk, res, err = l.lim.locker.LockWith(ctx, l.c.name, gate, l.lim.hold...)
+	}
+	return lk, res, err
+}
 
 // settleGate answers the leader's call on the gate's verdict at server time
 // now: "admitted", or "late" (past the call's deadline, nothing written).
@@ -49,27 +97,40 @@ func (l *leader) settleGate(ws sealed, now int64, verdict, how string) (again bo
 	return false
 }
 
-// admitGate returns the gate of an admission attempt: returning.lua's when
-// the key's state was seen and the call can be decided on it, else
-// admit.lua's.
-func (l *leader) admitGate(ctx context.Context) mutex.Call {
+// admitGate returns an admission attempt's call and script: returning.lua's
+// when the key's state was seen and the call can be decided on it, else
+// admit.lua's; no script when admit.lua may only read (its deadline
+// throughLock).
+func (l *leader) admitGate(ctx context.Context) (mutex.Call, *redis.Script) {
 	clock := &l.lim.clock
 	d, ok := ctx.Deadline()
 	deadline := clock.admitDeadline(d, ok, l.sent)
 	l.nonce, l.exp = newNonce(), nil
 	s, fresh := clock.latest(l.sent)
-	if l.seen == nil || !fresh || deadline == throughLock {
-		return l.c.admit(l.n, l.lock, deadline, l.nonce)
+	if deadline == throughLock {
+		return l.c.admit(l.n, l.lock, deadline, l.nonce), nil
+	}
+	if l.seen == nil || !fresh {
+		return l.c.admit(l.n, l.lock, deadline, l.nonce), admitScript
 	}
 	// The server's clock reads at least the time of the latest reply when
 	// the gate runs (a clock that stands still, a test's, too).
 	est := s.offset + s.at
 	gate, exp, ok := l.c.returning(l.n, l.lock, l.seen, est, deadline, l.nonce)
 	if !ok {
-		return l.c.admit(l.n, l.lock, deadline, l.nonce)
+		return l.c.admit(l.n, l.lock, deadline, l.nonce), admitScript
 	}
 	l.exp = exp
-	return gate
+	return gate, returningScript
+}
+
+// arr2 returns the server time of a script's reply {proceed, now, ...}.
+func arr2(arr []any) (int64, bool) {
+	if len(arr) < 2 {
+		return 0, false
+	}
+	now, ok := arr[1].(int64)
+	return now, ok
 }
 
 // admitAlone returns the leader's admission by its gate at server time now,
@@ -240,7 +301,7 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 	nums[6*k] = deadline
 	args = append(args, &nums[6*k], nonce)
 	keys[0], keys[1] = c.key, lock
-	return mutex.Call{Fragment: returningGate, Keys: keys, Args: args}, exp, true
+	return mutex.Call{Keys: keys, Args: args}, exp, true
 }
 
 // returningArgs holds returning's slices for a call of one rule.

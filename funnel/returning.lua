@@ -21,7 +21,8 @@
 -- least the grid point at or after v's empty time (ms; math.go's expiryOf),
 -- so the values present bound it, and a key that keeps coming back needs no
 -- PEXPIRE until its new values pass their grid point.
--- Returns read.lua's reply (proceed 0: denied, on the values seen), or
+-- Returns read.lua's reply (proceed 0: denied, on the values seen; 2: the
+-- lock is held), or
 -- {0, now, 'admitted', how} when admitted here (the lock is not taken):
 -- how has a letter per rule, 'k' where the new value was the caller's, 'f'
 -- where the funnel started over; or {0, now, 'late'} when it ran at or past
@@ -41,6 +42,7 @@ end
 local busy = redis.call('EXISTS', KEYS[2]) == 1
 local r = read_state()
 if busy then
+  r[1] = r[1] * 2 -- 2: the lock is held (0: denied on the values read)
   return r
 end
 local now = r[2]

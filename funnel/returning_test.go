@@ -331,3 +331,61 @@ func TestReturningKeepsTheTTL(t *testing.T) {
 		}
 	})
 }
+
+// A Limiter that has not seen a key another wrote reads it in admit.lua
+// and admits on it in returning.lua: two commands, no lock taken (no script
+// of the lock's runs, no lock key is left), and the state counts both
+// processes' units. With the key's lock held (as another Limiter's lock
+// path holds it), returning.lua says so, and it takes the lock path and
+// waits.
+func TestReturningOtherProcessNoLock(t *testing.T) {
+	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+		ctx := context.Background()
+		rule := funnel.Rule{Name: "r", Capacity: 10, Leak: 1, Per: 24 * time.Hour}
+		a := newLimiter(t, b)
+		cb := b.Client(t)
+		rec := &testutil.CommandRecorder{}
+		cb.AddHook(rec)
+		bLim := mustLimiter(t, cb, funnel.WithPrefix(b.Prefix))
+		for range 2 { // the scripts loaded
+			if _, err := bLim.Allow(ctx, "warm-up", rule); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 3 {
+			if res, err := a.Allow(ctx, "k", rule); err != nil || !res.Allowed {
+				t.Fatalf("A: %+v, %v", res, err)
+			}
+			rec.Reset()
+			res, err := bLim.Allow(ctx, "k", rule)
+			if err != nil || !res.Allowed || res.Remaining != int64(10-2*(i+1)) {
+				t.Fatalf("B after A's unit %d: %+v, %v; want admitted, %d left", i, res, err, 10-2*(i+1))
+			}
+			if cmds := rec.Commands(); len(cmds) != 2 {
+				t.Fatalf("B took %d commands (%v); want admit.lua's and returning.lua's", len(cmds), cmds)
+			}
+		}
+		if keys := testutil.WithoutRecords(keysUnder(t, b.Client(t), b.Prefix)); len(keys) != 2 {
+			t.Fatalf("keys %q; want the two states, no lock", keys)
+		}
+
+		lk, err := a.Locker().Lock(ctx, "k") // the key's lock, as A's lock path holds it
+		if err != nil {
+			t.Fatal(err)
+		}
+		const held = 200 * time.Millisecond
+		time.AfterFunc(held, func() { _ = lk.Unlock(context.Background()) })
+		rec.Reset()
+		start := time.Now()
+		res, err := bLim.Allow(ctx, "k", rule)
+		if err != nil || !res.Allowed || res.Remaining != 3 {
+			t.Fatalf("B with the lock held: %+v, %v; want admitted, 3 left", res, err)
+		}
+		if waited := time.Since(start); waited < held-10*time.Millisecond {
+			t.Fatalf("B admitted after %v with the lock held for %v: not through the lock", waited, held)
+		}
+		if cmds := rec.Commands(); len(cmds) < 3 {
+			t.Fatalf("B took %d commands with the lock held; want returning.lua's, then the lock path's", len(cmds))
+		}
+	})
+}

@@ -83,6 +83,10 @@ func measure(ctx context.Context, c *redis.Client, dir string) error {
 	if err != nil {
 		return err
 	}
+	uniform, err := funnel.New(c, funnel.WithUniformCost()) // the lock path always
+	if err != nil {
+		return err
+	}
 	rule := funnel.AtMost(1_000_000, time.Hour)
 	var lk *mutex.Lock
 	var p *mutex.Permit
@@ -101,9 +105,11 @@ func measure(ctx context.Context, c *redis.Client, dir string) error {
 			call: func() error { fresh++; _, err := lim.Allow(ctx, "fresh"+strconv.Itoa(fresh), rule); return err }},
 		{name: "AllowReturning",
 			call: func() error { _, err := lim.Allow(ctx, "returning", rule); return err }},
-		{name: "AllowLocked", // a key whose state another Limiter wrote last
+		{name: "AllowOther", // a key whose state another Limiter wrote last
 			before: func() error { _, err := other.Allow(ctx, "shared", rule); return err },
 			call:   func() error { _, err := lim.Allow(ctx, "shared", rule); return err }},
+		{name: "AllowLocked", // through the key's lock
+			call: func() error { _, err := uniform.Allow(ctx, "locked", rule); return err }},
 	}
 	for _, s := range steps {
 		if err := run(s, filepath.Join(dir, s.name)); err != nil {
