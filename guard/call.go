@@ -117,7 +117,7 @@ func (c Call) Context() context.Context {
 	return c.ctx
 }
 
-// Done gives back the call's InFlight permit, bounded by WithTimeout
+// Done gives back the call's InFlight permit, bounded by the Timeout
 // even if Enter's ctx ended (one whose release fails comes back when its
 // lease ends). Only the first Done of a Call and its copies does anything.
 func (c Call) Done() {

@@ -14,15 +14,16 @@
 //	)
 //	d, err := g.Do(ctx, phone, send) // send runs only if admitted; refunded if it fails
 //
-// Build the client with ContextTimeoutEnabled, so that WithTimeout bounds
-// each command in go-redis itself (see package mutex for a client without).
+// Build the client with ContextTimeoutEnabled, so that the Timeout
+// (WithTimeout) bounds each command in go-redis itself (see package mutex
+// for a client without).
 //
-// When Redis cannot answer within WithTimeout, a Guard fails closed by
+// When Redis cannot answer within the Timeout, a Guard fails closed by
 // default: it denies with RetryAfter and an error matching ErrUnavailable.
 // WithOnError(FailOpen) decides with the rules in this process
-// (funnel.Local), WithFallback with a token bucket per key: never unlimited. An answer that
-// will not change (NOPERM, OOM, no scripting, a corrupt key) denies with
-// ErrRejected whatever the options say.
+// (funnel.Local), WithFallback with a token bucket per key: never
+// unlimited. An answer that will not change (NOPERM, OOM, no scripting, a
+// corrupt key) denies with ErrRejected whatever the options say.
 //
 // A Redis that refuses connections is decided so at once (the error
 // matches funnel.ErrUnreachable too): on a *redis.Client, a call that has

@@ -113,11 +113,12 @@ func WithSecret(secret []byte) Option {
 // this process, while Redis cannot answer, instead of WithOnError's mode.
 // A bucket that cannot admit is ErrInvalidOption.
 func WithFallback(f Fallback) Option {
+	bad := f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0
+	f.MaxKeys = cmp.Or(f.MaxKeys, DefaultFallbackMax) // here: an Option may serve many News at once
 	return func(c *config) error {
-		if f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0 {
+		if bad {
 			return fmt.Errorf("%w: Fallback needs a positive Limit and Burst", ErrInvalidOption)
 		}
-		f.MaxKeys = cmp.Or(f.MaxKeys, DefaultFallbackMax)
 		c.Fallback = &f
 		return nil
 	}

@@ -299,7 +299,7 @@ func TestHungFunnel(t *testing.T) {
 
 // TestHungGuard: Allow failing closed (a denial, Degraded, ErrUnavailable),
 // Peek and Refund; and Allow failing open, 20 times on one key: each call
-// within WithTimeout + hungMargin, Degraded with ErrUnavailable, and at
+// within the Timeout + hungMargin, Degraded with ErrUnavailable, and at
 // most the rule's 2 admitted (the rules decided in this process).
 func TestHungGuard(t *testing.T) {
 	rules := []funnel.Rule{funnel.AtMost(2, time.Hour)}
@@ -398,7 +398,7 @@ func TestHungGuard(t *testing.T) {
 }
 
 // TestHungGuardInFlight: Do with WithInFlight, the server stopped inside
-// fn (after the admission and the permit): Do returns within WithTimeout
+// fn (after the admission and the permit): Do returns within the Timeout
 // + hungMargin of fn's end, with fn's own result (the permit's release, on
 // the hung server, cannot make it wait or fail), and fn ran once. Then a Do
 // with the server still stopped: refused with ErrUnavailable in the same
