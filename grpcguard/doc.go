@@ -2,7 +2,7 @@
 // that decide each unary call, and each stream once when it opens, under a
 // key derived from the call, before the handler runs.
 //
-//	g, err := guard.New(client, guard.Policy{Prefix: "sms:grpc:", Rules: rules})
+//	g, err := guard.New(client, guard.WithPrefix("sms:grpc:"), guard.WithRules(rules...))
 //	ic, err := grpcguard.New(g,
 //		grpcguard.WithKey(grpcguard.Metadata("x-api-key")),
 //		grpcguard.WithSkip(func(_ context.Context, m string) bool { return strings.HasPrefix(m, "/grpc.health.") }))
@@ -13,11 +13,11 @@
 // are decided with guard.Guard.Enter, as guard.Guard.Middleware decides
 // requests. An admitted call reaches the handler with its guard.Decision
 // in the context (FromContext, and guard.FromContext). With
-// Policy.InFlight it holds a permit of its key's semaphore until the
+// WithInFlight it holds a permit of its key's semaphore until the
 // handler returns (a stream: for its whole life), and the handler's
-// context is cancelled if the permit is lost. With Policy.Shadow, denied
+// context is cancelled if the permit is lost. With WithShadow, denied
 // calls reach the handler too, with the denial as their Decision. With
-// Policy.Trace (otelguard.Tracer.Trace), each decision is a span under the
+// WithTrace (otelguard.Tracer.Trace), each decision is a span under the
 // call's, over the decision's Redis commands; the handler runs in the
 // call's context, not under it. A refused call never reaches the handler,
 // and ends with:
@@ -26,7 +26,7 @@
 //	denied by the rules (the default denial); while  ResourceExhausted  yes
 //	  Redis cannot answer, by a Fallback or
 //	  FailOpen's in-process rules
-//	Redis could not answer, failing closed           Unavailable        yes (Policy.ErrorRetryAfter)
+//	Redis could not answer, failing closed           Unavailable        yes (WithErrorRetryAfter)
 //	  (guard.ErrUnavailable); Redis refused the
 //	  call (guard.ErrRejected)
 //	no InFlight permit in time (guard.ErrBusy)       Unavailable        yes
@@ -49,7 +49,7 @@
 // ErrBusy is Unavailable, as guard.Guard.Middleware answers it 503: the
 // call was admitted by the rules, and only the calls already running keep
 // it out; its units are given back, and its RetryInfo is
-// Policy.ErrorRetryAfter. Nothing is refunded when a handler fails, as in
+// WithErrorRetryAfter. Nothing is refunded when a handler fails, as in
 // Middleware: a failed attempt counts.
 //
 // Limiter adapts a Guard to go-grpc-middleware's ratelimit.Limiter.

@@ -18,13 +18,11 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// Under Policy.Shadow a call over the limit reaches the handler, which
+// Under WithShadow a call over the limit reaches the handler, which
 // sees the denying Decision; so does a stream.
 func TestShadowLetsDeniedThrough(t *testing.T) {
 	var o observed
-	p := perHour(1)
-	p.Shadow = true
-	g := newGuard(t, newBackend(t), p, &o)
+	g := newGuard(t, newBackend(t), append(perHour(1), guard.WithShadow()), &o)
 	e, cc := guarded(t, g)
 	call(t, cc, "Say", "").wantAdmitted(t, 0)
 	for _, r := range []reply{call(t, cc, "Say", ""), chat(t, cc)} {
@@ -41,12 +39,10 @@ func TestShadowLetsDeniedThrough(t *testing.T) {
 	}
 }
 
-// inFlightOne is a Policy of n calls an hour, one call of a key running at
+// inFlightOne is the options of n calls an hour, one call of a key running at
 // once; a call waits 2 s for the permit.
-func inFlightOne(n int64) guard.Policy {
-	p := perHour(n)
-	p.InFlight, p.Timeout = 1, 2*time.Second
-	return p
+func inFlightOne(n int64) []guard.Option {
+	return append(perHour(n), guard.WithInFlight(1), guard.WithTimeout(2*time.Second))
 }
 
 // With InFlight 1, while one unary call of the key runs in its handler, a
@@ -159,9 +155,9 @@ func TestInFlightStreamHoldsPermit(t *testing.T) {
 // the Fallback is ResourceExhausted, as any denial, not Unavailable.
 func TestDegradedDenialIsExhausted(t *testing.T) {
 	rules := []funnel.Rule{funnel.Window(1, time.Hour)}
-	for name, p := range map[string]guard.Policy{
-		"FailOpen": {Rules: rules, OnError: guard.FailOpen},
-		"Fallback": {Rules: rules, Fallback: &guard.Fallback{Limit: 0.001, Burst: 1}},
+	for name, p := range map[string][]guard.Option{
+		"FailOpen": {guard.WithRules(rules...), guard.WithOnError(guard.FailOpen)},
+		"Fallback": {guard.WithRules(rules...), guard.WithFallback(guard.Fallback{Limit: 0.001, Burst: 1})},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := newBackend(t)

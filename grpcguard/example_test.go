@@ -41,7 +41,7 @@ func Example() {
 	client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	defer client.Close()
 
-	g, _ := guard.New(client, guard.Policy{Prefix: "api:", Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	g, _ := guard.New(client, guard.WithPrefix("api:"), guard.WithRules(funnel.AtMost(1, time.Minute)))
 	ic, err := grpcguard.New(g, grpcguard.WithKey(grpcguard.Metadata("x-api-key")))
 	if err != nil {
 		panic(err)
@@ -78,7 +78,7 @@ func ExampleFromContext() {
 	client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	defer client.Close()
 
-	g, _ := guard.New(client, guard.Policy{Rules: []funnel.Rule{funnel.Window(3, time.Hour)}})
+	g, _ := guard.New(client, guard.WithRules(funnel.Window(3, time.Hour)))
 	report := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if d, ok := grpcguard.FromContext(ctx); ok {
 			fmt.Println("admitted,", d.Remaining, "left")
@@ -102,7 +102,7 @@ func ExampleLimiter() {
 	client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	defer client.Close()
 
-	g, _ := guard.New(client, guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	g, _ := guard.New(client, guard.WithRules(funnel.AtMost(1, time.Minute)))
 	lim := grpcguard.Limiter(g, grpcguard.FullMethod())
 	hc, stop := exampleServer(grpc.ChainUnaryInterceptor(ratelimit.UnaryServerInterceptor(lim)))
 	defer stop()

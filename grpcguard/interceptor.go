@@ -59,9 +59,9 @@ func StreamServerInterceptor(g *guard.Guard, opts ...Option) grpc.StreamServerIn
 // Unary returns the interceptor of unary calls. A call that WithSkip skips
 // goes to the handler undecided. Otherwise it is keyed, costed (WithCost)
 // and decided with guard.Guard.Enter, as guard.Guard.Middleware decides a
-// request: admitted (under Policy.Shadow, denied calls too), it goes to the
+// request: admitted (under WithShadow, denied calls too), it goes to the
 // handler with the Decision in its context (FromContext), holding its
-// Policy.InFlight permit until the handler returns (its context is
+// WithInFlight permit until the handler returns (its context is
 // cancelled if the permit is lost); refused, it ends with the status of
 // the package's table (see the package documentation) and the handler
 // does not run. Nothing is refunded when the handler fails, as Middleware
@@ -83,7 +83,7 @@ func (ic *Interceptor) Unary() grpc.UnaryServerInterceptor {
 // Stream returns the interceptor of streams. A stream is decided once, when
 // it opens and before its handler reads a message, as Unary decides a call
 // (WithStreamCost instead of WithCost); the handler's stream has the
-// Decision in its context, and holds the stream's Policy.InFlight permit
+// Decision in its context, and holds the stream's WithInFlight permit
 // for the stream's whole life, until the handler returns. A refused stream
 // ends before the handler runs, with the status of the package's table:
 // the client sees it at its first receive.

@@ -131,14 +131,14 @@ func TestFullMethodKey(t *testing.T) {
 func TestForwardedForFromTrustedPeerOnly(t *testing.T) {
 	b := newBackend(t)
 	const xff = "x-forwarded-for"
-	trusting := newGuard(t, b, guard.Policy{Prefix: "trusting:", Rules: perHour(1).Rules}, nil)
+	trusting := newGuard(t, b, append(perHour(1), guard.WithPrefix("trusting:")), nil)
 	_, cc := guarded(t, trusting, grpcguard.WithKey(grpcguard.PeerAddr(guard.ClientIPConfig{TrustedProxies: prefixes("127.0.0.0/8")})))
 	call(t, cc, "Say", "", xff, "203.0.113.7").wantAdmitted(t, 0)
 	call(t, cc, "Say", "", xff, "198.51.100.1, 203.0.113.8").wantAdmitted(t, 0)
 	call(t, cc, "Say", "", xff, "203.0.113.7").wantCode(t, codes.ResourceExhausted)
 	chat(t, cc, xff, "203.0.113.9").wantAdmitted(t, 0)
 
-	untrusting := newGuard(t, b, guard.Policy{Prefix: "untrusting:", Rules: perHour(1).Rules}, nil)
+	untrusting := newGuard(t, b, append(perHour(1), guard.WithPrefix("untrusting:")), nil)
 	_, cc = guarded(t, untrusting, grpcguard.WithKey(grpcguard.PeerAddr(guard.ClientIPConfig{TrustedProxies: prefixes("10.0.0.0/8")})))
 	call(t, cc, "Say", "", xff, "203.0.113.7").wantAdmitted(t, 0)
 	call(t, cc, "Say", "", xff, "203.0.113.8").wantCode(t, codes.ResourceExhausted) // the same peer, whatever it writes
@@ -166,9 +166,8 @@ func TestDefaultKeyIsPeer(t *testing.T) {
 // tells nothing of Redis.
 func TestRedisDownFailClosed(t *testing.T) {
 	b := newBackend(t)
-	p := perHour(5)
-	p.Timeout, p.ErrorRetryAfter = 2*time.Second, 3*time.Second
-	g := newGuard(t, b, p, nil)
+	const timeout, errorRetry = 2 * time.Second, 3 * time.Second
+	g := newGuard(t, b, append(perHour(5), guard.WithTimeout(timeout), guard.WithErrorRetryAfter(errorRetry)), nil)
 	e, cc := guarded(t, g)
 	call(t, cc, "Say", "").wantAdmitted(t, 4)
 	b.m.Close()
@@ -178,11 +177,11 @@ func TestRedisDownFailClosed(t *testing.T) {
 	} {
 		start := time.Now()
 		r := do()
-		if el := time.Since(start); el >= p.Timeout {
-			t.Fatalf("refused after %v; want within the Timeout %v", el, p.Timeout)
+		if el := time.Since(start); el >= timeout {
+			t.Fatalf("refused after %v; want within the Timeout %v", el, timeout)
 		}
 		r.wantCode(t, codes.Unavailable)
-		r.wantRetry(t, p.ErrorRetryAfter)
+		r.wantRetry(t, errorRetry)
 		if r.st.Message() != "rate limiter unavailable" {
 			t.Fatalf("message %q; want the fixed text", r.st.Message())
 		}
@@ -196,7 +195,7 @@ func TestRedisDownFailClosed(t *testing.T) {
 // Unavailable, and the message names neither the error nor the key.
 func TestRejectedTellsNothing(t *testing.T) {
 	b := newBackend(t)
-	g := newGuard(t, b, guard.Policy{Prefix: "rej:", Rules: perHour(5).Rules}, nil)
+	g := newGuard(t, b, append(perHour(5), guard.WithPrefix("rej:")), nil)
 	_, cc := guarded(t, g, grpcguard.WithKey(grpcguard.Metadata("x-tenant")))
 	call(t, cc, "Say", "", "x-tenant", "secret-tenant").wantAdmitted(t, 4)
 	for _, k := range b.m.Keys() {

@@ -17,7 +17,7 @@ import (
 //
 // Limit decides with guard.Guard.Enter, as an Interceptor does, and
 // returns nil when g admits the call (with FailOpen or a Fallback, also
-// while Redis cannot answer; under Policy.Shadow, denied calls too).
+// while Redis cannot answer; under WithShadow, denied calls too).
 // Otherwise its error is the status error an Interceptor would end the
 // call with, and sets the same retry-after metadata; but ratelimit's
 // interceptors end every refused call with codes.ResourceExhausted and the
@@ -31,7 +31,7 @@ import (
 // Interceptor for it).
 //
 // A ratelimit.Limiter learns nothing of the call's end, so Limit gives a
-// Policy.InFlight permit back as soon as it has it: it bounds no running
+// WithInFlight permit back as soon as it has it: it bounds no running
 // calls (the Interceptor does), and costs two more round trips.
 func Limiter(g *guard.Guard, key KeyFunc) ratelimit.Limiter {
 	if key == nil {

@@ -61,7 +61,7 @@ func newBackend(t *testing.T) backend {
 	return backend{m: m, client: client}
 }
 
-// observed is the last Decision a guard made, as Policy.Observe saw it.
+// observed is the last Decision a guard made, as WithObserve saw it.
 type observed struct {
 	mu sync.Mutex
 	d  guard.Decision
@@ -80,26 +80,24 @@ func (o *observed) last() (guard.Decision, int) {
 	return o.d, o.n
 }
 
-// newGuard is a guard on b with the rules rules (each an hour's window of
-// n calls, unless p says otherwise), whose decisions o observes.
-func newGuard(t *testing.T, b backend, p guard.Policy, o *observed) *guard.Guard {
+// newGuard is a guard on b with opts (under a prefix of the test's name
+// unless they set one), whose decisions o observes.
+func newGuard(t *testing.T, b backend, opts []guard.Option, o *observed) *guard.Guard {
 	t.Helper()
-	if p.Prefix == "" {
-		p.Prefix = "grpcguard:" + t.Name() + ":"
-	}
+	opts = append([]guard.Option{guard.WithPrefix("grpcguard:" + t.Name() + ":")}, opts...)
 	if o != nil {
-		p.Observe = o.observe
+		opts = append(opts, guard.WithObserve(o.observe))
 	}
-	g, err := guard.New(b.client, p)
+	g, err := guard.New(b.client, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return g
 }
 
-// perHour is a Policy of n calls in any hour.
-func perHour(n int64) guard.Policy {
-	return guard.Policy{Rules: []funnel.Rule{funnel.Window(n, time.Hour)}}
+// perHour is the options of n calls in any hour.
+func perHour(n int64) []guard.Option {
+	return []guard.Option{guard.WithRules(funnel.Window(n, time.Hour))}
 }
 
 // echo is the test service: its unary methods Say and Ping, and its

@@ -44,7 +44,7 @@ type spanStream struct {
 
 func (s *spanStream) Context() context.Context { return s.ctx }
 
-// With a Policy.Trace that starts a span (as otelguard.Tracer.Trace does),
+// With a WithTrace that starts a span (as otelguard.Tracer.Trace does),
 // a unary call and a stream through the interceptors, on a real server on
 // loopback, each have the guard's span under the request's (started by an
 // interceptor before the guard's, as otelgrpc's stats handler starts it),
@@ -59,12 +59,11 @@ func TestInterceptorsDecideSpan(t *testing.T) {
 
 	b := newBackend(t)
 	b.client.AddHook(commandSpans{tracer})
-	p := perHour(2)
-	p.Trace = func(ctx context.Context, _ string) (context.Context, func(guard.Observation)) {
+	decide := func(ctx context.Context, _ string) (context.Context, func(guard.Observation)) {
 		ctx, span := tracer.Start(ctx, "funnelguard.decide")
 		return ctx, func(guard.Observation) { span.End() }
 	}
-	g := newGuard(t, b, p, nil)
+	g := newGuard(t, b, append(perHour(2), guard.WithTrace(decide)), nil)
 	ic, err := grpcguard.New(g)
 	if err != nil {
 		t.Fatal(err)

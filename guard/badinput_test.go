@@ -31,14 +31,12 @@ import (
 // (matched with errors.Is) or behaviour, never panic, and leave no key
 // outside the test's prefix or without a TTL.
 
-// guardOn returns a Guard on s under s.Prefix + p.Prefix.
-func guardOn(t *testing.T, s testutil.Store, p guard.Policy) *guard.Guard {
+// guardOn returns a Guard on s with opts, after the prefix s.Prefix (a
+// test that sets one starts it with s.Prefix) and a rule of 1 an hour.
+func guardOn(t *testing.T, s testutil.Store, opts ...guard.Option) *guard.Guard {
 	t.Helper()
-	p.Prefix = s.Prefix + p.Prefix
-	if p.Rules == nil {
-		p.Rules = []funnel.Rule{funnel.AtMost(1, time.Hour)}
-	}
-	g, err := guard.New(s.Client, p)
+	defaults := []guard.Option{guard.WithPrefix(s.Prefix), guard.WithRules(funnel.AtMost(1, time.Hour))}
+	g, err := guard.New(s.Client, append(defaults, opts...)...)
 	if err != nil {
 		t.Fatalf("%s: guard.New: %v", s.Name, err)
 	}
@@ -96,7 +94,7 @@ func safeCall(e badEntry, ctx context.Context, g *guard.Guard, key string, n int
 func TestBadInputKeyLength(t *testing.T) {
 	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		g := guardOn(t, s, guard.Policy{OnError: guard.FailOpen})
+		g := guardOn(t, s, guard.WithOnError(guard.FailOpen))
 		for _, n := range []int{0, guard.MaxKeyLen + 1, 1 << 20, 10 << 20} {
 			key := strings.Repeat("k", n)
 			before := s.Cmds.N.Load()
@@ -133,10 +131,10 @@ func TestBadInputStoredFormsDoNotCollide(t *testing.T) {
 	hashed := "h:" + base64.RawURLEncoding.EncodeToString(sum[:])
 	for _, s := range testutil.Stores(t) {
 		ctx := context.Background()
-		g := guardOn(t, s, guard.Policy{Prefix: "g:"})
-		gk := guardOn(t, s, guard.Policy{Prefix: "g:k:"}) // "g:" + "k:" lines up with g's stored form
-		gh := guardOn(t, s, guard.Policy{Prefix: "g:h:"})
-		secret := guardOn(t, s, guard.Policy{Prefix: "g:", Secret: []byte("s3cret")})
+		g := guardOn(t, s, guard.WithPrefix(s.Prefix+"g:"))
+		gk := guardOn(t, s, guard.WithPrefix(s.Prefix+"g:k:")) // "g:" + "k:" lines up with g's stored form
+		gh := guardOn(t, s, guard.WithPrefix(s.Prefix+"g:h:"))
+		secret := guardOn(t, s, guard.WithPrefix(s.Prefix+"g:"), guard.WithSecret([]byte("s3cret")))
 		keys := []string{"x", "k:x", "h:x", "m:x", "k:", "h:", "m:", ":", "k:k:x", "{k:x}", "k:x}", "}{",
 			long, hashed, "k:" + long[:126], strings.Repeat("L", 128), strings.Repeat("L", 129)}
 		calls := 0
@@ -162,7 +160,7 @@ func TestBadInputStoredFormsDoNotCollide(t *testing.T) {
 	}
 }
 
-// TestBadInputPolicies: policies New must refuse, with ErrInvalidPolicy
+// TestBadInputPolicies: policies New must refuse, with ErrInvalidOption
 // (and the funnel's ErrInvalidRule for a bad rule, ErrInvalidOption for a
 // bad Funnel option), and extreme ones it
 // accepts and then uses without overflow.
@@ -177,30 +175,31 @@ func TestBadInputPolicies(t *testing.T) {
 	defer replicated.Close()
 	for desc, tc := range map[string]struct {
 		client mutex.Client
-		p      guard.Policy
+		opts   []guard.Option
 		also   error
 	}{
-		"typed nil *redis.ClusterClient": {cluster, guard.Policy{Rules: ok}, nil},
-		"Per 1ns":                        {s.Client, guard.Policy{Rules: []funnel.Rule{{Name: "r", Capacity: 1, Leak: 1, Per: time.Nanosecond}}}, funnel.ErrInvalidRule},
-		"Capacity MaxInt64":              {s.Client, guard.Policy{Rules: []funnel.Rule{{Name: "r", Capacity: math.MaxInt64, Leak: 1, Per: time.Second}}}, funnel.ErrInvalidRule},
-		"Capacity 732 per 100 years":     {s.Client, guard.Policy{Rules: []funnel.Rule{{Name: "r", Capacity: 732, Leak: 1, Per: century}}}, funnel.ErrInvalidRule},
-		"Timeout -1ns":                   {s.Client, guard.Policy{Rules: ok, Timeout: -1}, nil},
-		"Timeout MinInt64":               {s.Client, guard.Policy{Rules: ok, Timeout: math.MinInt64}, nil},
-		"ErrorRetryAfter -1s":            {s.Client, guard.Policy{Rules: ok, ErrorRetryAfter: -time.Second}, nil},
-		"OnError -1":                     {s.Client, guard.Policy{Rules: ok, OnError: -1}, nil},
-		"Fallback MaxKeys -1":            {s.Client, guard.Policy{Rules: ok, Fallback: &guard.Fallback{Limit: 1, Burst: 1, MaxKeys: -1}}, nil},
-		"Fallback Burst -1":              {s.Client, guard.Policy{Rules: ok, Fallback: &guard.Fallback{Limit: 1, Burst: -1}}, nil},
-		"Fallback Limit -Inf":            {s.Client, guard.Policy{Rules: ok, Fallback: &guard.Fallback{Limit: rate.Limit(math.Inf(-1)), Burst: 1}}, nil},
-		"prefix of 257 bytes":            {s.Client, guard.Policy{Rules: ok, Prefix: strings.Repeat("p", 257)}, nil},
-		"prefix with }":                  {s.Client, guard.Policy{Rules: ok, Prefix: "a}"}, nil},
-		"an empty Rule":                  {s.Client, guard.Policy{Rules: []funnel.Rule{{}}}, funnel.ErrInvalidRule},
-		"WithDenyCache(0)":               {s.Client, guard.Policy{Rules: ok, Funnel: []funnel.Option{funnel.WithDenyCache(0)}}, funnel.ErrInvalidOption},
-		"WithLocker(nil)":                {s.Client, guard.Policy{Rules: ok, Funnel: []funnel.Option{nil, funnel.WithLocker(nil)}}, funnel.ErrInvalidOption},
-		"WithLease(0)":                   {s.Client, guard.Policy{Rules: ok, Funnel: []funnel.Option{funnel.WithLease(0)}}, funnel.ErrInvalidOption},
-		"a Penalty of no denials":        {s.Client, guard.Policy{Rules: ok, Funnel: []funnel.Option{funnel.WithPenalty(funnel.Penalty{Within: time.Minute, For: time.Minute})}}, funnel.ErrInvalidOption},
-		"replica ack as long as Timeout": {replicated, guard.Policy{Rules: ok, Timeout: time.Second, Funnel: []funnel.Option{funnel.WithReplicaAck(1, time.Second)}}, nil},
-		"InFlight -1":                    {s.Client, guard.Policy{Rules: ok, InFlight: -1}, nil},
-		"InFlight MinInt64":              {s.Client, guard.Policy{Rules: ok, InFlight: math.MinInt64}, nil},
+		"typed nil *redis.ClusterClient": {cluster, []guard.Option{guard.WithRules(ok...)}, nil},
+		"Per 1ns":                        {s.Client, []guard.Option{guard.WithRules(funnel.Rule{Name: "r", Capacity: 1, Leak: 1, Per: time.Nanosecond})}, funnel.ErrInvalidRule},
+		"Capacity MaxInt64":              {s.Client, []guard.Option{guard.WithRules(funnel.Rule{Name: "r", Capacity: math.MaxInt64, Leak: 1, Per: time.Second})}, funnel.ErrInvalidRule},
+		"Capacity 732 per 100 years":     {s.Client, []guard.Option{guard.WithRules(funnel.Rule{Name: "r", Capacity: 732, Leak: 1, Per: century})}, funnel.ErrInvalidRule},
+		"Timeout -1ns":                   {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithTimeout(-1)}, nil},
+		"Timeout MinInt64":               {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithTimeout(math.MinInt64)}, nil},
+		"ErrorRetryAfter -1s":            {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithErrorRetryAfter(-time.Second)}, nil},
+		"OnError -1":                     {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithOnError(-1)}, nil},
+		"Fallback MaxKeys -1":            {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithFallback(guard.Fallback{Limit: 1, Burst: 1, MaxKeys: -1})}, nil},
+		"Fallback Burst -1":              {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithFallback(guard.Fallback{Limit: 1, Burst: -1})}, nil},
+		"Fallback Limit -Inf":            {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithFallback(guard.Fallback{Limit: rate.Limit(math.Inf(-1)), Burst: 1})}, nil},
+		"prefix of 257 bytes":            {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithPrefix(strings.Repeat("p", 257))}, nil},
+		"prefix with }":                  {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithPrefix("a}")}, nil},
+		"an empty Rule":                  {s.Client, []guard.Option{guard.WithRules(funnel.Rule{})}, funnel.ErrInvalidRule},
+		"WithDenyCache(0)":               {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithFunnel(funnel.WithDenyCache(0))}, funnel.ErrInvalidOption},
+		"WithLocker(nil)":                {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithFunnel(nil, funnel.WithLocker(nil))}, funnel.ErrInvalidOption},
+		"WithLease(0)":                   {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithFunnel(funnel.WithLease(0))}, funnel.ErrInvalidOption},
+		"a Penalty of no denials":        {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithFunnel(funnel.WithPenalty(funnel.Penalty{Within: time.Minute, For: time.Minute}))}, funnel.ErrInvalidOption},
+		"replica ack as long as Timeout": {replicated, []guard.Option{guard.WithRules(ok...), guard.WithTimeout(time.Second), guard.WithFunnel(funnel.WithReplicaAck(1, time.Second))}, nil},
+		"a nil Option":                   {s.Client, []guard.Option{guard.WithRules(ok...), nil}, nil},
+		"InFlight -1":                    {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithInFlight(-1)}, nil},
+		"InFlight MinInt64":              {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithInFlight(math.MinInt64)}, nil},
 	} {
 		var g *guard.Guard
 		err := func() (err error) {
@@ -209,25 +208,25 @@ func TestBadInputPolicies(t *testing.T) {
 					err = fmt.Errorf("panic: %v", p)
 				}
 			}()
-			g, err = guard.New(tc.client, tc.p)
+			g, err = guard.New(tc.client, tc.opts...)
 			return err
 		}()
-		if !errors.Is(err, guard.ErrInvalidPolicy) || g != nil {
-			t.Errorf("New with %s = %v, %v; want ErrInvalidPolicy", desc, g, err)
+		if !errors.Is(err, guard.ErrInvalidOption) || g != nil {
+			t.Errorf("New with %s = %v, %v; want ErrInvalidOption", desc, g, err)
 		}
 		if tc.also != nil && !errors.Is(err, tc.also) {
 			t.Errorf("New with %s = %v; want it to match %v too", desc, err, tc.also)
 		}
 	}
 
-	for desc, p := range map[string]guard.Policy{
-		"Timeout MaxInt64":             {Prefix: "t:", Timeout: math.MaxInt64},
-		"ErrorRetryAfter MaxInt64":     {Prefix: "e:", ErrorRetryAfter: math.MaxInt64},
-		"Fallback of MaxInt keys":      {Prefix: "f:", Fallback: &guard.Fallback{Limit: rate.Inf, Burst: math.MaxInt, MaxKeys: math.MaxInt}},
-		"rule of 1 per 100 years":      {Prefix: "c:", Rules: []funnel.Rule{{Name: "century", Capacity: 1, Leak: 1, Per: century}}},
-		"rule with a Lua-looking name": {Prefix: "n:", Rules: []funnel.Rule{{Name: "') redis.call('FLUSHALL') --", Capacity: 1, Leak: 1, Per: time.Hour}}},
+	for desc, p := range map[string][]guard.Option{
+		"Timeout MaxInt64":             {guard.WithPrefix(s.Prefix + "t:"), guard.WithTimeout(math.MaxInt64)},
+		"ErrorRetryAfter MaxInt64":     {guard.WithPrefix(s.Prefix + "e:"), guard.WithErrorRetryAfter(math.MaxInt64)},
+		"Fallback of MaxInt keys":      {guard.WithPrefix(s.Prefix + "f:"), guard.WithFallback(guard.Fallback{Limit: rate.Inf, Burst: math.MaxInt, MaxKeys: math.MaxInt})},
+		"rule of 1 per 100 years":      {guard.WithPrefix(s.Prefix + "c:"), guard.WithRules(funnel.Rule{Name: "century", Capacity: 1, Leak: 1, Per: century})},
+		"rule with a Lua-looking name": {guard.WithPrefix(s.Prefix + "n:"), guard.WithRules(funnel.Rule{Name: "') redis.call('FLUSHALL') --", Capacity: 1, Leak: 1, Per: time.Hour})},
 	} {
-		g := guardOn(t, s, p)
+		g := guardOn(t, s, p...)
 		if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
 			t.Errorf("%s: first Allow = %+v, %v", desc, d, err)
 		}
@@ -244,15 +243,15 @@ func TestBadInputPolicies(t *testing.T) {
 func TestBadInputUnits(t *testing.T) {
 	s := testutil.Stores(t)[0]
 	ctx := context.Background()
-	for desc, p := range map[string]guard.Policy{
-		"FailOpen": {Prefix: "o:", OnError: guard.FailOpen},
-		"Fallback": {Prefix: "f:", Fallback: &guard.Fallback{Limit: rate.Inf, Burst: 1}},
+	for desc, p := range map[string][]guard.Option{
+		"FailOpen": {guard.WithPrefix(s.Prefix + "o:"), guard.WithOnError(guard.FailOpen)},
+		"Fallback": {guard.WithPrefix(s.Prefix + "f:"), guard.WithFallback(guard.Fallback{Limit: rate.Inf, Burst: 1})},
 	} {
 		// A Timeout that a loaded machine cannot reach: a call past the
 		// default 500 ms would be admitted by the Fallback (degraded), and
 		// this test is about units, not outages.
-		p.Timeout = time.Minute
-		g := guardOn(t, s, p)
+		p = append(p, guard.WithTimeout(time.Minute))
+		g := guardOn(t, s, p...)
 		if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
 			t.Fatalf("%s: Allow = %+v, %v", desc, d, err)
 		}
@@ -288,12 +287,12 @@ func TestBadInputEndedContexts(t *testing.T) {
 	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel2()
 	for _, s := range testutil.Stores(t) {
-		for desc, p := range map[string]guard.Policy{
-			"FailClosed": {Prefix: "c:"},
-			"FailOpen":   {Prefix: "o:", OnError: guard.FailOpen},
-			"Fallback":   {Prefix: "f:", Fallback: &guard.Fallback{Limit: rate.Inf, Burst: 1}},
+		for desc, p := range map[string][]guard.Option{
+			"FailClosed": {guard.WithPrefix(s.Prefix + "c:")},
+			"FailOpen":   {guard.WithPrefix(s.Prefix + "o:"), guard.WithOnError(guard.FailOpen)},
+			"Fallback":   {guard.WithPrefix(s.Prefix + "f:"), guard.WithFallback(guard.Fallback{Limit: rate.Inf, Burst: 1})},
 		} {
-			g := guardOn(t, s, p)
+			g := guardOn(t, s, p...)
 			for _, ended := range []context.Context{cancelled, expired} {
 				for _, e := range badEntries {
 					d, ran, err := safeCall(e, ended, g, "k", 1)
@@ -321,7 +320,7 @@ func TestBadInputEndedContexts(t *testing.T) {
 // calls the next handler, instead of panicking on the first request.
 func TestBadInputMiddlewareNilKeyFunc(t *testing.T) {
 	s := testutil.Stores(t)[0]
-	g := guardOn(t, s, guard.Policy{})
+	g := guardOn(t, s)
 	next := false
 	h := g.Middleware(nil)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { next = true }))
 	rec := httptest.NewRecorder()
@@ -336,7 +335,7 @@ func TestBadInputMiddlewareNilKeyFunc(t *testing.T) {
 // call to the next handler or to Redis.
 func TestBadInputMiddlewareKeys(t *testing.T) {
 	s := testutil.Stores(t)[0]
-	g := guardOn(t, s, guard.Policy{OnError: guard.FailOpen})
+	g := guardOn(t, s, guard.WithOnError(guard.FailOpen))
 	for _, n := range []int{0, guard.MaxKeyLen + 1, 10 << 20} {
 		key := strings.Repeat("k", n)
 		next := false
@@ -373,8 +372,11 @@ func TestBadInputBugRetryAfterOverflow(t *testing.T) {
 	s := testutil.Stores(t)[1]
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
 	perMax := time.Duration(math.MaxInt64).Truncate(time.Microsecond)
-	g := guardOn(t, s, guard.Policy{Prefix: "r:", RateLimitHeaders: true,
-		Rules: []funnel.Rule{{Name: "max", Capacity: 1, Leak: 1, Per: perMax}, funnel.AtMost(3, 100*365*24*time.Hour)}})
+	g := guardOn(t, s,
+		guard.WithPrefix(s.Prefix+"r:"),
+		guard.WithRateLimitHeaders(),
+		guard.WithRules(funnel.Rule{Name: "max", Capacity: 1, Leak: 1, Per: perMax}, funnel.AtMost(3, 100*365*24*time.Hour)),
+	)
 	h := g.Middleware(func(*http.Request) (string, error) { return "k", nil })(ok)
 	serve := func() *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()

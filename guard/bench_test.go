@@ -44,7 +44,7 @@ func BenchmarkAllow(b *testing.B) {
 		{"denied-1rule", tight, true},
 		{"denied-3rules", tight3, true},
 	} {
-		g, err := guard.New(c, guard.Policy{Prefix: be.Prefix + tc.name + ":", Rules: tc.rules})
+		g, err := guard.New(c, guard.WithPrefix(be.Prefix+tc.name+":"), guard.WithRules(tc.rules...))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func BenchmarkAllowHandOff(b *testing.B) {
 	var seq atomic.Int64
 	for _, cancellable := range []bool{false, true} {
 		name := map[bool]string{false: "admitted-1rule-serial-background", true: "admitted-1rule-serial-cancellable"}[cancellable]
-		g, err := guard.New(c, guard.Policy{Prefix: be.Prefix + name + ":", Rules: roomy})
+		g, err := guard.New(c, guard.WithPrefix(be.Prefix+name+":"), guard.WithRules(roomy...))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -111,7 +111,7 @@ func BenchmarkAllowHandOff(b *testing.B) {
 	}
 }
 
-// BenchmarkDoInFlight measures Guard.Do with and without Policy.InFlight on
+// BenchmarkDoInFlight measures Guard.Do with and without WithInFlight on
 // a real server: new keys serially (a permit free at once: two more round
 // trips), and 16 goroutines on one key with InFlight 4 (waits in the
 // key's queue, each hand-off a release and a Pub/Sub message):
@@ -125,7 +125,7 @@ func BenchmarkDoInFlight(b *testing.B) {
 	run := func(context.Context) error { return nil }
 	var seq atomic.Int64
 	for _, n := range []int64{0, 4} {
-		g, err := guard.New(c, guard.Policy{Prefix: be.Prefix + strconv.FormatInt(n, 10) + ":", Rules: roomy, InFlight: n, Timeout: time.Minute})
+		g, err := guard.New(c, guard.WithPrefix(be.Prefix+strconv.FormatInt(n, 10)+":"), guard.WithRules(roomy...), guard.WithInFlight(n), guard.WithTimeout(time.Minute))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -28,7 +28,11 @@ func TestCalendarRuleInGuard(t *testing.T) {
 	t0 := time.Date(2026, 3, 7, 20, 0, 0, 0, time.UTC) // 15:00 EST; midnight EST is 05:00 UTC
 	rules := []funnel.Rule{funnel.PerDay(2, ny), funnel.Window(10, time.Hour)}
 	for _, shadow := range []bool{false, true} {
-		g := newGuard(t, b, guard.Policy{Prefix: map[bool]string{false: "c:", true: "s:"}[shadow], Rules: rules, Shadow: shadow})
+		opts := []guard.Option{guard.WithPrefix(b.Prefix + map[bool]string{false: "c:", true: "s:"}[shadow]), guard.WithRules(rules...)}
+		if shadow {
+			opts = append(opts, guard.WithShadow())
+		}
+		g := newGuard(t, b, opts...)
 		h := g.Middleware(func(*http.Request) (string, error) { return "k", nil })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusAccepted)
 		}))
@@ -80,7 +84,7 @@ func TestCalendarRuleFailOpen(t *testing.T) {
 		off += 86400
 	}
 	rule := funnel.PerDay(3, time.FixedZone("six-hours-to-midnight", off))
-	g, err := guard.New(b.ClientOpts(t, &redis.Options{MaxRetries: -1}), guard.Policy{Prefix: b.Prefix, OnError: guard.FailOpen, Rules: []funnel.Rule{rule}})
+	g, err := guard.New(b.ClientOpts(t, &redis.Options{MaxRetries: -1}), guard.WithPrefix(b.Prefix), guard.WithOnError(guard.FailOpen), guard.WithRules(rule))
 	if err != nil {
 		t.Fatal(err)
 	}

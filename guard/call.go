@@ -14,7 +14,7 @@ import (
 // zero Call is refused and holds nothing.
 type Call struct {
 	// Decision is AllowN's decision; for a call refused with ErrBusy, the
-	// denial that stands for it. Under Policy.Shadow an admitted Call may
+	// denial that stands for it. Under WithShadow an admitted Call may
 	// carry a denial: the one the guard would have enforced.
 	Decision Decision
 
@@ -38,11 +38,11 @@ type held struct {
 
 // Enter decides a call of n units for key as Middleware decides a request,
 // for servers of other transports (gRPC, queue consumers): AllowN, then,
-// with Policy.InFlight, a permit for the call to hold while it runs. Run
+// with WithInFlight, a permit for the call to hold while it runs. Run
 // the call only if Admitted, in Context, and defer Done.
 //
 //   - Admitted, err nil: the rules admitted it (Degraded: without Redis,
-//     by FailOpen or a Fallback), or denied it under Policy.Shadow.
+//     by FailOpen or a Fallback), or denied it under WithShadow.
 //   - Not admitted, err nil: a denial (a 429), by Redis or the fallback.
 //   - ErrInvalidKey or funnel.ErrInvalidN: a bad key or n (a 400);
 //     ErrNilContext for a nil ctx.
@@ -52,7 +52,7 @@ type held struct {
 //     given back (a 503). Under Shadow the call runs without one.
 //
 // An error never comes with an admitted Call. A failed call is not
-// refunded (RefundN). Every decision is reported to Policy.Observe.
+// refunded (RefundN). Every decision is reported to WithObserve.
 func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	if ctx == nil {
 		return Call{}, ErrNilContext
@@ -64,7 +64,7 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	switch {
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
 		return c.in(ctx), err
-	case d.Allowed || g.p.Shadow:
+	case d.Allowed || g.cfg.Shadow:
 		return g.hold(ctx, p, c, n)
 	case g.failingClosed(d, err):
 		return c.in(ctx), err
@@ -83,8 +83,8 @@ func (g *Guard) failingClosed(d Decision, err error) bool {
 // hold takes the InFlight slot of c, the call of n units p admitted. One
 // refused gets its units back and the error; under Shadow it runs anyway.
 func (g *Guard) hold(ctx context.Context, p *pending, c Call, n int64) (Call, error) {
-	s, d, err := g.take(p, g.p.Shadow)
-	if err != nil && !g.p.Shadow {
+	s, d, err := g.take(p, g.cfg.Shadow)
+	if err != nil && !g.cfg.Shadow {
 		_ = g.giveBack(p.ctx, p.k, p.d, n) // nothing to tell the client: it waits ErrorRetryAfter either way
 		c.Decision = d
 		return c.in(ctx), err
@@ -103,8 +103,8 @@ func (c Call) in(ctx context.Context) Call {
 }
 
 // Admitted reports whether the call may go ahead: the rules admitted it
-// (or denied it under Policy.Shadow), and it holds its InFlight permit if
-// the Policy asks for one (Shadow lets it run without).
+// (or denied it under WithShadow), and it holds its InFlight permit if
+// WithInFlight asks for one (WithShadow lets it run without).
 func (c Call) Admitted() bool { return c.admitted }
 
 // Context is the context the call runs in: Enter's ctx with the Decision
@@ -117,7 +117,7 @@ func (c Call) Context() context.Context {
 	return c.ctx
 }
 
-// Done gives back the call's InFlight permit, bounded by Policy.Timeout
+// Done gives back the call's InFlight permit, bounded by the Timeout
 // even if Enter's ctx ended (one whose release fails comes back when its
 // lease ends). Only the first Done of a Call and its copies does anything.
 func (c Call) Done() {

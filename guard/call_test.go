@@ -24,7 +24,7 @@ type enterCall struct {
 func TestEnterShadowAdmitsDenied(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		g := newGuard(t, b, guard.Policy{Shadow: true, Rules: []funnel.Rule{funnel.Window(1, time.Hour)}})
+		g := newGuard(t, b, guard.WithShadow(), guard.WithRules(funnel.Window(1, time.Hour)))
 		first, err := g.Enter(ctx, "k", 1)
 		first.Done()
 		if err != nil || !first.Admitted() || !first.Decision.Allowed {
@@ -55,7 +55,7 @@ func TestEnterShadowAdmitsDenied(t *testing.T) {
 func TestEnterBusyRefunds(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		g := newGuard(t, b, guard.Policy{InFlight: 1, Rules: []funnel.Rule{funnel.Window(3, time.Hour)}, Timeout: 2 * time.Second})
+		g := newGuard(t, b, guard.WithInFlight(1), guard.WithRules(funnel.Window(3, time.Hour)), guard.WithTimeout(2*time.Second))
 		first, err := g.Enter(ctx, "k", 1)
 		defer first.Done()
 		if err != nil || !first.Admitted() {
@@ -95,7 +95,7 @@ func TestEnterBusyRefunds(t *testing.T) {
 func TestEnterDoneOnce(t *testing.T) {
 	ctx := context.Background()
 	b := testutil.Mini(t)
-	g := newGuard(t, b, guard.Policy{InFlight: 1, Rules: plenty, OnError: guard.FailOpen})
+	g := newGuard(t, b, guard.WithInFlight(1), guard.WithRules(plenty...), guard.WithOnError(guard.FailOpen))
 	b.Mini.SetError("LOADING Redis is loading the dataset in memory")
 	a, err := g.Enter(ctx, "k", 1)
 	if err != nil || !a.Admitted() || !a.Decision.Degraded {
@@ -123,14 +123,14 @@ func TestEnterDoneOnce(t *testing.T) {
 // ErrUnavailable.
 func TestEnterDegradedDenials(t *testing.T) {
 	rules := []funnel.Rule{funnel.Window(1, time.Hour)}
-	for name, p := range map[string]guard.Policy{
-		"FailOpen": {Rules: rules, OnError: guard.FailOpen},
-		"Fallback": {Rules: rules, Fallback: &guard.Fallback{Limit: 0.001, Burst: 1}},
+	for name, p := range map[string][]guard.Option{
+		"FailOpen": {guard.WithRules(rules...), guard.WithOnError(guard.FailOpen)},
+		"Fallback": {guard.WithRules(rules...), guard.WithFallback(guard.Fallback{Limit: 0.001, Burst: 1})},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			b := testutil.Mini(t)
-			g := newGuard(t, b, p)
+			g := newGuard(t, b, p...)
 			b.Mini.SetError("LOADING Redis is loading the dataset in memory")
 			c, err := g.Enter(ctx, "k", 1)
 			c.Done()
@@ -149,7 +149,7 @@ func TestEnterDegradedDenials(t *testing.T) {
 	}
 	t.Run("FailClosed", func(t *testing.T) {
 		b := testutil.Mini(t)
-		g := newGuard(t, b, guard.Policy{Rules: rules})
+		g := newGuard(t, b, guard.WithRules(rules...))
 		b.Mini.SetError("LOADING Redis is loading the dataset in memory")
 		c, err := g.Enter(context.Background(), "k", 1)
 		c.Done()
@@ -164,7 +164,7 @@ func TestEnterDegradedDenials(t *testing.T) {
 // Call's Context is usable.
 func TestEnterInvalid(t *testing.T) {
 	b := testutil.Mini(t)
-	g := newGuard(t, b, guard.Policy{Shadow: true, InFlight: 1, Rules: plenty})
+	g := newGuard(t, b, guard.WithShadow(), guard.WithInFlight(1), guard.WithRules(plenty...))
 	ctx := context.Background()
 	for _, tc := range []struct {
 		ctx  context.Context
@@ -194,7 +194,7 @@ func TestEnterInvalid(t *testing.T) {
 // Timeout runs without one, as Middleware lets it.
 func TestEnterShadowBusy(t *testing.T) {
 	b := testutil.Mini(t)
-	g := newGuard(t, b, guard.Policy{Shadow: true, InFlight: 1, Rules: plenty, Timeout: 2 * time.Second})
+	g := newGuard(t, b, guard.WithShadow(), guard.WithInFlight(1), guard.WithRules(plenty...), guard.WithTimeout(2*time.Second))
 	ctx := context.Background()
 	first, err := g.Enter(ctx, "k", 1)
 	defer first.Done()

@@ -35,12 +35,12 @@ func scaleGuard(t *testing.T, client redis.UniversalClient, prefix string) *guar
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := guard.New(client, guard.Policy{
-		Prefix:  prefix,
-		Rules:   []funnel.Rule{funnel.AtMost(2, time.Hour)},
-		Timeout: 5 * time.Second, // a bound, not a speed requirement
-		Funnel:  []funnel.Option{funnel.WithLocker(locker)},
-	})
+	g, err := guard.New(client,
+		guard.WithPrefix(prefix),
+		guard.WithRules(funnel.AtMost(2, time.Hour)),
+		guard.WithTimeout(5*time.Second), // a bound, not a speed requirement
+		guard.WithFunnel(funnel.WithLocker(locker)),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestClusterGuardKeysShareASlotAndSpread(t *testing.T) {
 func TestClusterGuardInFlight(t *testing.T) {
 	testutil.ScaleOut(t, func(t *testing.T, d *testutil.Deployment) {
 		ctx := context.Background()
-		g, err := guard.New(d.Client(t), guard.Policy{Prefix: d.Prefix, Rules: plenty, InFlight: 1, Timeout: time.Second})
+		g, err := guard.New(d.Client(t), guard.WithPrefix(d.Prefix), guard.WithRules(plenty...), guard.WithInFlight(1), guard.WithTimeout(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,19 +11,15 @@ import (
 	"github.com/funnelguard/funnelguard/internal/testutil"
 )
 
-// countedGuard returns a Guard for p on a fresh client of b that counts its
+// countedGuard returns a Guard with opts on a fresh client of b that counts its
 // commands.
-func countedGuard(t *testing.T, b *testutil.Backend, p guard.Policy) (*guard.Guard, *testutil.CommandCounter) {
+func countedGuard(t *testing.T, b *testutil.Backend, opts ...guard.Option) (*guard.Guard, *testutil.CommandCounter) {
 	t.Helper()
 	client := b.Client(t)
 	cmds := &testutil.CommandCounter{}
 	client.AddHook(cmds)
-	p.Prefix = b.Prefix + "g:"
-	if p.Rules == nil {
-		p.Rules = smsRules
-	}
-	p.Timeout = 10 * time.Second
-	g, err := guard.New(client, p)
+	opts = append([]guard.Option{guard.WithRules(smsRules...)}, opts...)
+	g, err := guard.New(client, append(opts, guard.WithPrefix(b.Prefix+"g:"), guard.WithTimeout(10*time.Second))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,17 +38,17 @@ func allowCounted(t *testing.T, g *guard.Guard, cmds *testutil.CommandCounter, k
 	return d, cmds.N.Load() - before
 }
 
-// With Policy.DenyCache, a denied key is answered through Guard.Allow with
+// With funnel.WithDenyCache, a denied key is answered through Guard.Allow with
 // no Redis command, as a normal denial (not Degraded) counting down; a
 // Refund through the Guard clears it.
 func TestDenyCache(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		var observed []guard.Decision
-		g, cmds := countedGuard(t, b, guard.Policy{
-			Funnel:  []funnel.Option{funnel.WithDenyCache(100)},
-			Secret:  []byte("k"), // the cache keys on the stored key
-			Observe: func(o guard.Observation) { observed = append(observed, o.Decision) },
-		})
+		g, cmds := countedGuard(t, b,
+			guard.WithFunnel(funnel.WithDenyCache(100)),
+			guard.WithSecret([]byte("k")), // the cache keys on the stored key
+			guard.WithObserve(func(o guard.Observation) { observed = append(observed, o.Decision) }),
+		)
 		const phone = "+8613800138000"
 		if d, n := allowCounted(t, g, cmds, phone); !d.Allowed || n == 0 {
 			t.Fatalf("first: %+v, %d commands", d, n)
@@ -83,10 +79,10 @@ func TestDenyCache(t *testing.T) {
 	})
 }
 
-// Without Policy.DenyCache every denied call asks Redis.
+// Without funnel.WithDenyCache every denied call asks Redis.
 func TestDenyCacheOff(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
-		g, cmds := countedGuard(t, b, guard.Policy{})
+		g, cmds := countedGuard(t, b)
 		allowCounted(t, g, cmds, "k")
 		for i := range 3 {
 			if d, n := allowCounted(t, g, cmds, "k"); d.Allowed || n == 0 {
@@ -101,7 +97,7 @@ func TestDenyCacheOff(t *testing.T) {
 // OnError says; a key that is not cached gets the failure mode.
 func TestDenyCacheRedisDown(t *testing.T) {
 	b := testutil.Mini(t)
-	g, cmds := countedGuard(t, b, guard.Policy{Funnel: []funnel.Option{funnel.WithDenyCache(10)}, OnError: guard.FailOpen})
+	g, cmds := countedGuard(t, b, guard.WithFunnel(funnel.WithDenyCache(10)), guard.WithOnError(guard.FailOpen))
 	allowCounted(t, g, cmds, "k")
 	if d, n := allowCounted(t, g, cmds, "k"); d.Allowed || n == 0 {
 		t.Fatalf("second: %+v, %d commands", d, n)
@@ -120,16 +116,16 @@ func TestDenyCacheRedisDown(t *testing.T) {
 func TestDenyCacheInvalid(t *testing.T) {
 	b := testutil.Mini(t)
 	for _, n := range []int{-1, 0, funnel.MaxDenyCache + 1} {
-		_, err := guard.New(b.Client(t), guard.Policy{Rules: smsRules, Funnel: []funnel.Option{funnel.WithDenyCache(n)}})
-		if !errors.Is(err, guard.ErrInvalidPolicy) {
-			t.Errorf("WithDenyCache(%d): %v; want ErrInvalidPolicy", n, err)
+		_, err := guard.New(b.Client(t), guard.WithRules(smsRules...), guard.WithFunnel(funnel.WithDenyCache(n)))
+		if !errors.Is(err, guard.ErrInvalidOption) {
+			t.Errorf("WithDenyCache(%d): %v; want ErrInvalidOption", n, err)
 		}
 		if !errors.Is(err, funnel.ErrInvalidOption) {
 			t.Errorf("WithDenyCache(%d): %v; want funnel.ErrInvalidOption", n, err)
 		}
 	}
 	for _, n := range []int{1, funnel.MaxDenyCache} {
-		if _, err := guard.New(b.Client(t), guard.Policy{Rules: smsRules, Funnel: []funnel.Option{funnel.WithDenyCache(n)}}); err != nil {
+		if _, err := guard.New(b.Client(t), guard.WithRules(smsRules...), guard.WithFunnel(funnel.WithDenyCache(n))); err != nil {
 			t.Errorf("WithDenyCache(%d): %v", n, err)
 		}
 	}

@@ -49,9 +49,9 @@ func (g *Guard) detourLimiter() *funnel.Limiter {
 		if c == nil {
 			return
 		}
-		lim, err := funnel.New(c, funnelOptions(g.p)...)
+		lim, err := funnel.New(c, g.cfg.Funnel...)
 		if err != nil || lim.Locker() == g.lim.Locker() {
-			return // the Policy's options passed New with the client; a Locker of their own
+			return // the guard's options passed New with the client; a Locker of their own
 		}
 		g.detour.lim = lim
 	})

@@ -1,28 +1,29 @@
 // Package guard gives an endpoint one call, Allow(ctx, key), that combines
-// the funnel limiter and the Redis mutex under a Policy: several rules per
+// the funnel limiter and the Redis mutex, configured by options: several rules per
 // key decided all or nothing, refunds, a failure mode for when Redis is down,
 // hashed keys, and net/http middleware.
 //
-//	g, err := guard.New(client, guard.Policy{
-//		Prefix: "sms:phone:",
-//		Rules: []funnel.Rule{
+//	g, err := guard.New(client,
+//		guard.WithPrefix("sms:phone:"),
+//		guard.WithRules(
 //			funnel.AtMost(1, time.Minute),   // cooldown: 60 s between codes
 //			funnel.Window(5, time.Hour),     // 5 in any hour
 //			funnel.Window(10, 24*time.Hour), // 10 in any 24 h
-//		},
-//		Secret: hmacKey, // phone numbers never sit in Redis in clear text
-//	})
+//		),
+//		guard.WithSecret(hmacKey), // phone numbers never sit in Redis in clear text
+//	)
 //	d, err := g.Do(ctx, phone, send) // send runs only if admitted; refunded if it fails
 //
-// Build the client with ContextTimeoutEnabled, so that Policy.Timeout bounds
-// each command in go-redis itself (see package mutex for a client without).
+// Build the client with ContextTimeoutEnabled, so that the Timeout
+// (WithTimeout) bounds each command in go-redis itself (see package mutex
+// for a client without).
 //
-// When Redis cannot answer within Policy.Timeout, a Guard fails closed by
+// When Redis cannot answer within the Timeout, a Guard fails closed by
 // default: it denies with RetryAfter and an error matching ErrUnavailable.
-// FailOpen decides with the rules in this process (funnel.Local), a
-// Fallback with a token bucket per key: never unlimited. An answer that
-// will not change (NOPERM, OOM, no scripting, a corrupt key) denies with
-// ErrRejected whatever the Policy says.
+// WithOnError(FailOpen) decides with the rules in this process
+// (funnel.Local), WithFallback with a token bucket per key: never
+// unlimited. An answer that will not change (NOPERM, OOM, no scripting, a
+// corrupt key) denies with ErrRejected whatever the options say.
 //
 // A Redis that refuses connections is decided so at once (the error
 // matches funnel.ErrUnreachable too): on a *redis.Client, a call that has
@@ -34,13 +35,13 @@
 // hooks; not with a funnel.WithLocker Locker, nor for InFlight permits.
 //
 // Middleware answers a denial 429 with Retry-After, and with
-// Policy.RateLimitHeaders the IETF RateLimit fields. Enter decides a call
-// as Middleware decides a request, for other transports. Policy.InFlight
+// WithRateLimitHeaders the IETF RateLimit fields. Enter decides a call
+// as Middleware decides a request, for other transports. WithInFlight
 // bounds the calls of a key that run at once across the fleet, with a
-// leased permit of a mutex.Semaphore. Policy.Plans decide each key by the
+// leased permit of a mutex.Semaphore. WithPlans decides each key by the
 // rules of its plan, keeping what it took when its plan changes.
 //
-// The package does not log and imports no metrics library: Policy.Observe
-// receives every decision, and Policy.Trace gives the context a decision's
+// The package does not log and imports no metrics library: WithObserve's
+// func receives every decision, and WithTrace's gives the context a decision's
 // Redis commands run in (otelguard's span).
 package guard

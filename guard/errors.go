@@ -17,20 +17,20 @@ var (
 	ErrUnavailable = errors.New("guard: rate limiter unavailable")
 	// ErrRejected wraps an answer that will not change by itself (NOPERM,
 	// OOM, scripting disabled, WRONGTYPE, funnel.ErrCorruptState) or a
-	// closed client: the call is denied whatever OnError and Fallback say,
+	// closed client: the call is denied whatever WithOnError and WithFallback say,
 	// so that breaking a key cannot open its limit.
 	ErrRejected = errors.New("guard: Redis refused the call")
-	// ErrBusy means Policy.InFlight calls of the key ran and none ended
+	// ErrBusy means WithInFlight calls of the key ran and none ended
 	// within Timeout: the call did not run, and its units were given back.
 	ErrBusy = errors.New("guard: too many calls in flight")
 	// ErrInvalidKey means an empty key, one over MaxKeyLen, or one the
-	// Policy's Normalize rejected.
+	// WithNormalize function rejected.
 	ErrInvalidKey = errors.New("guard: invalid key")
-	// ErrInvalidPolicy means a nil client or a Policy that New cannot use,
+	// ErrInvalidOption means a nil client, or a nil or bad Option to New,
 	// wrapped with the cause (funnel.ErrInvalidRule, funnel.ErrInvalidOption).
-	ErrInvalidPolicy = errors.New("guard: invalid policy")
-	// ErrPlan wraps the error of Policy.PlanOf, or a plan name Policy.Plans
-	// does not hold: the call is denied (RetryAfter ErrorRetryAfter) and
+	ErrInvalidOption = errors.New("guard: invalid option")
+	// ErrPlan wraps the error of WithPlans' planOf, or a plan name the
+	// plans do not hold: the call is denied (RetryAfter ErrorRetryAfter) and
 	// nothing is taken.
 	ErrPlan = errors.New("guard: no plan for the key")
 	// ErrNilContext is mutex.ErrNilContext: a nil context, refused before

@@ -26,7 +26,7 @@ func Example_handler() {
 	defer client.Close()
 	sendCode := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
 
-	g, _ := guard.New(client, guard.Policy{Prefix: "sms:phone:", Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	g, _ := guard.New(client, guard.WithPrefix("sms:phone:"), guard.WithRules(funnel.AtMost(1, time.Minute)))
 	mux := http.NewServeMux()
 	mux.Handle("POST /send", g.Middleware(guard.JSONField("phone", 4<<10))(sendCode))
 
@@ -50,7 +50,7 @@ func ExampleGuard_Do() {
 	defer client.Close()
 	ctx := context.Background()
 
-	g, _ := guard.New(client, guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	g, _ := guard.New(client, guard.WithRules(funnel.AtMost(1, time.Minute)))
 	providerDown := fmt.Errorf("provider refused")
 	_, err := g.Do(ctx, "+8613800138000", func(context.Context) error { return providerDown })
 	fmt.Println("send:", err)
@@ -64,18 +64,18 @@ func ExampleGuard_Do() {
 // At most one export per tenant runs at once, across the fleet: a second
 // one waits for the first for Timeout, then is refused with ErrBusy (and
 // Middleware answers it 503 with Retry-After).
-func ExamplePolicy_inFlight() {
+func ExampleWithInFlight() {
 	m, _ := miniredis.Run()
 	defer m.Close()
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer client.Close()
 	ctx := context.Background()
 
-	g, _ := guard.New(client, guard.Policy{
-		Prefix:   "export:",
-		Rules:    []funnel.Rule{funnel.AtMost(100, time.Hour)},
-		InFlight: 1, // a call waits for a permit for Timeout (500 ms by default)
-	})
+	g, _ := guard.New(client,
+		guard.WithPrefix("export:"),
+		guard.WithRules(funnel.AtMost(100, time.Hour)),
+		guard.WithInFlight(1), // a call waits for a permit for Timeout (500 ms by default)
+	)
 	_, _ = g.Do(ctx, "tenant-7", func(ctx context.Context) error {
 		d, err := g.Do(ctx, "tenant-7", func(context.Context) error { return nil })
 		fmt.Println("second export:", d.Allowed, errors.Is(err, guard.ErrBusy), d.RetryAfter)
@@ -99,11 +99,11 @@ func ExampleGuard_Enter() {
 	defer client.Close()
 	ctx := context.Background()
 
-	g, _ := guard.New(client, guard.Policy{
-		Prefix:   "jobs:",
-		Rules:    []funnel.Rule{funnel.Window(2, time.Hour)},
-		InFlight: 1,
-	})
+	g, _ := guard.New(client,
+		guard.WithPrefix("jobs:"),
+		guard.WithRules(funnel.Window(2, time.Hour)),
+		guard.WithInFlight(1),
+	)
 	handle := func(tenant string) {
 		call, err := g.Enter(ctx, tenant, 1)
 		defer call.Done()
@@ -133,7 +133,7 @@ func ExampleGuard_Enter() {
 // Plans per tenant: the rules of each call are its tenant's plan at the
 // call, so an upgrade or a downgrade takes effect on the next call, with
 // what the tenant took kept.
-func ExamplePolicy_plans() {
+func ExampleWithPlans() {
 	m, _ := miniredis.Run()
 	defer m.Close()
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -142,19 +142,18 @@ func ExamplePolicy_plans() {
 
 	var mu sync.Mutex
 	plans := map[string]string{"acme": "pro"} // kept in memory, changed at run time
-	g, _ := guard.New(client, guard.Policy{
-		Prefix: "api:tenant:",
-		Rules:  []funnel.Rule{funnel.Window(10, time.Minute)}, // a tenant of plan ""
-		Plans: map[string][]funnel.Rule{
+	g, _ := guard.New(client,
+		guard.WithPrefix("api:tenant:"),
+		guard.WithRules(funnel.Window(10, time.Minute)), // a tenant of plan ""
+		guard.WithPlans(map[string][]funnel.Rule{
 			"free": {funnel.Window(10, time.Minute)},
 			"pro":  {funnel.Window(1000, time.Minute)},
-		},
-		PlanOf: func(_ context.Context, tenant string) (string, error) {
+		}, func(_ context.Context, tenant string) (string, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			return plans[tenant], nil
-		},
-	})
+		}),
+	)
 	d, _ := g.AllowN(ctx, "acme", 50)
 	fmt.Println("50 calls on pro:", d.Allowed)
 

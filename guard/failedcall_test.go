@@ -19,12 +19,12 @@ import (
 
 // A call that failed closed is not charged: guard.Do and the middleware,
 // answered ErrUnavailable and 503 because Redis was stopped (SIGSTOP) past
-// the Policy's Timeout, take nothing once the server is continued and runs
+// the guard's Timeout, take nothing once the server is continued and runs
 // what they sent. Each path is tried testutil.Tries times (100 by default),
 // on the first call of a key (the cooldown, AtMost(1, 1m): the next
 // call must be admitted) and on a key with state.
 
-// pausedTimeout is the Policy.Timeout of the paused-Redis tests.
+// pausedTimeout is the WithTimeout of the paused-Redis tests.
 const pausedTimeout = 20 * time.Millisecond
 
 // pausedGuard is a guard on a server of its own, which the test stops, and
@@ -74,20 +74,19 @@ func (h *stopHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// newPausedGuard starts a server and a guard on it with p (Prefix, Timeout
-// and OnError set here unless p sets them), and warms it up: scripts
-// loaded, a connection open, a sample of the server's clock.
-func newPausedGuard(t *testing.T, p guard.Policy) *pausedGuard {
+// newPausedGuard starts a server and a guard on it with rules and opts
+// (the prefix and Timeout set here), and warms it up: scripts loaded, a
+// connection open, a sample of the server's clock.
+func newPausedGuard(t *testing.T, rules []funnel.Rule, opts ...guard.Option) *pausedGuard {
 	t.Helper()
 	srv := testutil.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	p.Prefix, p.Timeout = "paused", pausedTimeout
-	g, err := guard.New(c, p)
+	g, err := guard.New(c, append(opts, guard.WithRules(rules...), guard.WithPrefix("paused"), guard.WithTimeout(pausedTimeout))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg := &pausedGuard{g: g, stop: testutil.NewStopper(t, srv.Pid()), state: testmust.Limiter(t, c, funnel.WithPrefix(p.Prefix)), rules: p.Rules}
+	pg := &pausedGuard{g: g, stop: testutil.NewStopper(t, srv.Pid()), state: testmust.Limiter(t, c, funnel.WithPrefix("paused")), rules: rules}
 	pg.hook = &stopHook{stop: pg.stop}
 	c.AddHook(pg.hook)
 	pg.admit(t, "warm-up") // a first script load may take longer than the Timeout
@@ -165,7 +164,7 @@ var failedClosedPaths = map[string]func(g *guard.Guard, key string) error{
 func TestFailedClosedNotChargedFirstCall(t *testing.T) {
 	for name, call := range failedClosedPaths {
 		t.Run(name, func(t *testing.T) {
-			pg := newPausedGuard(t, guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+			pg := newPausedGuard(t, []funnel.Rule{funnel.AtMost(1, time.Minute)})
 			tries, charged := testutil.Tries(t), 0
 			for i := range tries {
 				key := fmt.Sprintf("+86136000%05d", i)
@@ -186,7 +185,7 @@ func TestFailedClosedNotChargedKeyWithState(t *testing.T) {
 	big := funnel.Rule{Name: "big", Capacity: 1000, Leak: 1, Per: 1000 * time.Hour}
 	for name, call := range failedClosedPaths {
 		t.Run(name, func(t *testing.T) {
-			pg := newPausedGuard(t, guard.Policy{Rules: []funnel.Rule{big}})
+			pg := newPausedGuard(t, []funnel.Rule{big})
 			// Two units: the second through the lock, so that the commit's
 			// script is loaded (a commit answered NOSCRIPT by the stopped
 			// server would never be sent as EVAL, and never run).
@@ -223,7 +222,7 @@ func TestFailedClosedNotChargedKeyWithState(t *testing.T) {
 // nothing there (before: a unit that another call had taken).
 func TestFailOpenDoRefundsNothingInRedis(t *testing.T) {
 	big := funnel.Rule{Name: "big", Capacity: 1000, Leak: 1, Per: 1000 * time.Hour}
-	pg := newPausedGuard(t, guard.Policy{Rules: []funnel.Rule{big}, OnError: guard.FailOpen})
+	pg := newPausedGuard(t, []funnel.Rule{big}, guard.WithOnError(guard.FailOpen))
 	pg.admit(t, "k")
 	before := pg.remaining(t, "k")
 	if err := pg.stop.Stop(); err != nil {

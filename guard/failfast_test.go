@@ -22,7 +22,7 @@ func TestRefusedAnswersAtOnce(t *testing.T) {
 	rules := []funnel.Rule{funnel.AtMost(1, time.Minute)}
 	for _, mode := range []guard.FailureMode{guard.FailClosed, guard.FailOpen} {
 		r := testutil.NewRefused(t, 200*time.Millisecond)
-		g, err := guard.New(r.Client(t), guard.Policy{Prefix: testutil.NewPrefix(), Rules: rules, OnError: mode, Timeout: 5 * time.Second})
+		g, err := guard.New(r.Client(t), guard.WithPrefix(testutil.NewPrefix()), guard.WithRules(rules...), guard.WithOnError(mode), guard.WithTimeout(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestRefusedAnswersAtOnce(t *testing.T) {
 // The middleware of a FailClosed guard answers 503 with Retry-After at once.
 func TestRefusedMiddlewareAnswers503AtOnce(t *testing.T) {
 	r := testutil.NewRefused(t, 0)
-	g, err := guard.New(r.Client(t), guard.Policy{Prefix: testutil.NewPrefix(), Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}, Timeout: 5 * time.Second})
+	g, err := guard.New(r.Client(t), guard.WithPrefix(testutil.NewPrefix()), guard.WithRules(funnel.AtMost(1, time.Minute)), guard.WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestRefusedMiddlewareAnswers503AtOnce(t *testing.T) {
 func TestClosedClientDeniesAtOnce(t *testing.T) {
 	b := testutil.Mini(t)
 	c := b.Client(t)
-	g, err := guard.New(c, guard.Policy{Prefix: b.Prefix, Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}, OnError: guard.FailOpen, Timeout: 5 * time.Second})
+	g, err := guard.New(c, guard.WithPrefix(b.Prefix), guard.WithRules(funnel.AtMost(1, time.Minute)), guard.WithOnError(guard.FailOpen), guard.WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Answers that will not change fail closed whatever the Policy says: a
+// Answers that will not change fail closed whatever the options say: a
 // FailOpen guard, or one with a Fallback, that admitted on them would open
 // the limit to whoever can break a key or a permission.
 func TestRefusalsFailClosed(t *testing.T) {
@@ -25,15 +25,15 @@ func TestRefusalsFailClosed(t *testing.T) {
 		"WRONGTYPE Operation against a key holding the wrong kind of value",
 		"NOSCRIPT No matching script. Please use EVAL.",
 	}
-	policies := map[string]guard.Policy{
-		"FailOpen":   {OnError: guard.FailOpen},
-		"Fallback":   {Fallback: &guard.Fallback{Limit: 100, Burst: 100}},
+	policies := map[string][]guard.Option{
+		"FailOpen":   {guard.WithOnError(guard.FailOpen)},
+		"Fallback":   {guard.WithFallback(guard.Fallback{Limit: 100, Burst: 100})},
 		"FailClosed": {},
 	}
 	for name, p := range policies {
 		for _, msg := range refusals {
 			b := testutil.Mini(t)
-			g := newGuard(t, b, p)
+			g := newGuard(t, b, p...)
 			b.Mini.SetError(msg)
 			d, err := g.Allow(context.Background(), "k")
 			if d.Allowed || !d.Degraded || !errors.Is(err, guard.ErrRejected) || errors.Is(err, guard.ErrUnavailable) {
@@ -55,7 +55,7 @@ func TestRefusalsFailClosed(t *testing.T) {
 func TestCorruptStateFailsClosed(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		g := newGuard(t, b, guard.Policy{OnError: guard.FailOpen, Rules: []funnel.Rule{funnel.AtMost(1, time.Hour)}})
+		g := newGuard(t, b, guard.WithOnError(guard.FailOpen), guard.WithRules(funnel.AtMost(1, time.Hour)))
 		if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
 			t.Fatalf("first call = %+v, %v", d, err)
 		}
@@ -82,7 +82,7 @@ func TestFailOpenIsBounded(t *testing.T) {
 	b := testutil.Mini(t)
 	rules := []funnel.Rule{funnel.AtMost(1, time.Minute), funnel.AtMost(3, time.Hour)}
 	// No retries: go-redis would back off on each LOADING reply.
-	g, err := guard.New(b.ClientOpts(t, &redis.Options{MaxRetries: -1}), guard.Policy{Prefix: b.Prefix, OnError: guard.FailOpen, Rules: rules})
+	g, err := guard.New(b.ClientOpts(t, &redis.Options{MaxRetries: -1}), guard.WithPrefix(b.Prefix), guard.WithOnError(guard.FailOpen), guard.WithRules(rules...))
 	if err != nil {
 		t.Fatal(err)
 	}

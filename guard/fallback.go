@@ -8,6 +8,17 @@ import (
 	"golang.org/x/time/rate"
 )
 
+// Fallback is a strict in-process limit per key for while Redis is down
+// (WithFallback).
+type Fallback struct {
+	// Limit and Burst are the token bucket of each key (golang.org/x/time/rate).
+	Limit rate.Limit
+	Burst int
+	// MaxKeys bounds the keys remembered (DefaultFallbackMax if zero); when
+	// full, the oldest half is forgotten.
+	MaxKeys int
+}
+
 // fallback is the in-process limiter used while Redis is down: a token
 // bucket per key, at most max keys, the oldest half forgotten when full.
 type fallback struct {

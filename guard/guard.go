@@ -18,9 +18,9 @@ import (
 // A Guard decides, for one endpoint, whether a call for a key may go ahead.
 // It is safe for concurrent use; build it once with New.
 type Guard struct {
-	p     Policy
+	cfg   config
 	lim   *funnel.Limiter
-	fb    *fallback     // nil without Policy.Fallback
+	fb    *fallback     // nil without WithFallback
 	local *funnel.Local // FailOpen without a Fallback: the rules, in-process
 	// flights counts a key's calls in this process for InFlight while Redis
 	// cannot answer; nil unless InFlight is set and the guard fails open.
@@ -40,7 +40,7 @@ type Decision struct {
 	// the call; 0 when allowed.
 	RetryAfter time.Duration
 	// Rule names the rule that denied (of several, the one that admits
-	// last; the first of Policy.Rules among equal waits); "" when allowed.
+	// last; the first of WithRules among equal waits); "" when allowed.
 	Rule string
 	// Remaining is how many more calls the tightest rule, named Tightest
 	// (the fewest units left; of several, the one empty last), admits now.
@@ -56,16 +56,16 @@ type Decision struct {
 	Degraded bool
 }
 
-// Observation is what Policy.Observe receives after each decision; it
+// Observation is what WithObserve receives after each decision; it
 // never holds the key.
 type Observation struct {
 	Prefix   string // the guard's
-	Plan     string // the key's plan (Policy.Plans), "" for Rules
+	Plan     string // the key's plan (WithPlans), "" for Rules
 	N        int64
 	Decision Decision
 	Err      error
 	Latency  time.Duration
-	// Shadow is set under Policy.Shadow: a denial blocked nothing.
+	// Shadow is set under WithShadow: a denial blocked nothing.
 	Shadow bool
 	// Permit is set when Do, Enter or Middleware waited PermitWait for an
 	// InFlight permit after an admission (Latency includes it). A call
@@ -74,31 +74,32 @@ type Observation struct {
 	PermitWait time.Duration
 }
 
-// New returns a Guard for the Policy p on client, with a funnel.Limiter of
-// its own made with p.Funnel. A bad Policy or a nil client is an error
-// matching ErrInvalidPolicy (and the funnel's error, if any).
-func New(client mutex.Client, p Policy) (*Guard, error) {
+// New returns a Guard on client configured by opts (WithRules at least),
+// with a funnel.Limiter of its own made with WithFunnel's options. A nil
+// client, a nil or bad option is an error matching ErrInvalidOption (and
+// the funnel's error, if any).
+func New(client mutex.Client, opts ...Option) (*Guard, error) {
 	if nilcheck.IsNil(client) {
-		return nil, fmt.Errorf("%w: nil client", ErrInvalidPolicy)
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
 	}
-	p, err := p.check()
+	c, err := configure(opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := funnel.Validate(p.Rules...); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+	if err := funnel.Validate(c.Rules...); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	// A Limiter that can never decide would make every call fail: under
 	// FailOpen, an admission for everyone. funnel.New refuses it here.
-	lim, err := funnel.New(client, funnelOptions(p)...)
+	lim, err := funnel.New(client, c.Funnel...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	if err := checkLocker(lim.Locker(), p); err != nil {
+	if err := checkLocker(lim.Locker(), c); err != nil {
 		return nil, err
 	}
-	g := &Guard{p: p, lim: lim, watch: outage.For(client, p.Timeout),
-		permit: []mutex.Option{mutex.WithTTL(p.InFlightLease), mutex.WithAutoRenew()}}
+	g := &Guard{cfg: c, lim: lim, watch: outage.For(client, c.Timeout),
+		permit: []mutex.Option{mutex.WithTTL(c.InFlightLease), mutex.WithAutoRenew()}}
 	g.failOpen()
 	return g, nil
 }
@@ -107,35 +108,30 @@ func New(client mutex.Client, p Policy) (*Guard, error) {
 // the Fallback or FailOpen's rules, with InFlight counted in process.
 func (g *Guard) failOpen() {
 	switch {
-	case g.p.Fallback != nil:
-		g.fb = newFallback(*g.p.Fallback)
-	case g.p.OnError == FailOpen:
+	case g.cfg.Fallback != nil:
+		g.fb = newFallback(*g.cfg.Fallback)
+	case g.cfg.OnError == FailOpen:
 		g.local = funnel.NewLocal(DefaultFallbackMax)
 	default:
 		return
 	}
-	if g.p.InFlight > 0 {
-		g.flights = &flights{max: g.p.InFlight, n: make(map[string]int64)}
+	if g.cfg.InFlight > 0 {
+		g.flights = &flights{max: g.cfg.InFlight, n: make(map[string]int64)}
 	}
 }
 
-// funnelOptions are the options of the Limiters of a guard with Policy p.
-func funnelOptions(p Policy) []funnel.Option {
-	return append([]funnel.Option{funnel.WithPrefix(p.Prefix)}, p.Funnel...)
-}
-
-// checkLocker refuses what p asks of l that l cannot keep: replica acks
+// checkLocker refuses what c asks of l that l cannot keep: replica acks
 // within Timeout (a WAIT as long would fail every admission a lagging
 // replica holds up), or InFlight semaphores.
-func checkLocker(l *mutex.Locker, p Policy) error {
-	if n, d := l.ReplicaAck(); n > 0 && d >= p.Timeout {
-		return fmt.Errorf("%w: replica acknowledgement within %v: want it under Timeout %v", ErrInvalidPolicy, d, p.Timeout)
+func checkLocker(l *mutex.Locker, c config) error {
+	if n, d := l.ReplicaAck(); n > 0 && d >= c.Timeout {
+		return fmt.Errorf("%w: replica acknowledgement within %v: want it under Timeout %v", ErrInvalidOption, d, c.Timeout)
 	}
-	if p.InFlight == 0 {
+	if c.InFlight == 0 {
 		return nil
 	}
-	if _, err := l.Semaphore("k", p.InFlight); err != nil {
-		return fmt.Errorf("%w: InFlight %d: %w", ErrInvalidPolicy, p.InFlight, err)
+	if _, err := l.Semaphore("k", c.InFlight); err != nil {
+		return fmt.Errorf("%w: InFlight %d: %w", ErrInvalidOption, c.InFlight, err)
 	}
 	return nil
 }
@@ -152,7 +148,7 @@ func (g *Guard) Allow(ctx context.Context, key string) (Decision, error) {
 // error matching ErrUnavailable: the Fallback's, FailOpen's (the rules in
 // this process, funnel.Local) or FailClosed's denial (RetryAfter
 // ErrorRetryAfter). An answer that will not change (no permission, out of
-// memory, no scripting, a corrupt key) denies whatever the Policy says,
+// memory, no scripting, a corrupt key) denies whatever the options say,
 // with ErrRejected. A bad key gives ErrInvalidKey, an ended ctx its error,
 // each with a denial.
 func (g *Guard) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
@@ -165,7 +161,7 @@ func (g *Guard) AllowN(ctx context.Context, key string, n int64) (Decision, erro
 // its plan's name and rules.
 type keyed struct {
 	sk    string
-	plan  string // "" for Policy.Rules
+	plan  string // "" for WithRules
 	rules []funnel.Rule
 }
 
@@ -187,19 +183,19 @@ type pending struct {
 	d     Decision
 	err   error
 	k     keyed
-	ctx   context.Context // the decision's (Policy.Trace's), or the caller's
+	ctx   context.Context // the decision's (WithTrace's), or the caller's
 	o     Observation
 	start time.Time         // zero for a nil ctx: nothing to report
-	end   func(Observation) // Policy.Trace's, called once
+	end   func(Observation) // WithTrace's, called once
 }
 
-// start decides a call of n units for key, in Policy.Trace's context.
+// start decides a call of n units for key, in WithTrace's context.
 func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
 	if ctx == nil {
 		return &pending{err: ErrNilContext}
 	}
 	p := &pending{ctx: ctx}
-	if g.p.Trace != nil {
+	if g.cfg.Trace != nil {
 		p.ctx, p.end = g.trace(ctx, key)
 	}
 	p.start = time.Now()
@@ -208,29 +204,29 @@ func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
 	case p.err == nil:
 		p.d, p.err = g.allow(p.ctx, p.k, n)
 	case errors.Is(p.err, ErrPlan):
-		p.d = Decision{RetryAfter: g.p.ErrorRetryAfter}
+		p.d = Decision{RetryAfter: g.cfg.ErrorRetryAfter}
 	}
-	p.o = Observation{Prefix: g.p.Prefix, Plan: p.k.plan, N: n, Decision: p.d, Err: p.err, Shadow: g.p.Shadow}
+	p.o = Observation{Prefix: g.cfg.Prefix, Plan: p.k.plan, N: n, Decision: p.d, Err: p.err, Shadow: g.cfg.Shadow}
 	return p
 }
 
-// trace calls Policy.Trace, and returns its context (ctx if none) and end.
+// trace calls WithTrace, and returns its context (ctx if none) and end.
 func (g *Guard) trace(ctx context.Context, key string) (context.Context, func(Observation)) {
-	tctx, end := g.p.Trace(ctx, key)
+	tctx, end := g.cfg.Trace(ctx, key)
 	if tctx == nil {
 		return ctx, end
 	}
 	return tctx, end
 }
 
-// report passes p's Observation to Policy.Observe and Trace's end.
+// report passes p's Observation to WithObserve and Trace's end.
 func (p *pending) report(g *Guard) {
-	if p.start.IsZero() || g.p.Observe == nil && p.end == nil {
+	if p.start.IsZero() || g.cfg.Observe == nil && p.end == nil {
 		return
 	}
 	p.o.Latency = time.Since(p.start)
-	if g.p.Observe != nil {
-		g.p.Observe(p.o)
+	if g.cfg.Observe != nil {
+		g.cfg.Observe(p.o)
 	}
 	if end := p.end; end != nil {
 		p.end = nil
@@ -255,11 +251,11 @@ func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 // waited records the wait for a permit since t0 and, if the call got none
 // (err, not under Shadow), its refusal d.
 func (p *pending) waited(g *Guard, t0 time.Time, d Decision, err error) {
-	if g.p.InFlight == 0 {
+	if g.cfg.InFlight == 0 {
 		return
 	}
 	p.o.Permit, p.o.PermitWait = true, time.Since(t0)
-	if err != nil && !g.p.Shadow {
+	if err != nil && !g.cfg.Shadow {
 		p.o.Decision, p.o.Err = d, err
 	}
 }
@@ -278,7 +274,7 @@ func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
 		return Decision{}, err
 	}
 	if !unanswered(err) {
-		return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, fmt.Errorf("%w: %w", ErrRejected, err)
+		return Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: true}, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	uerr := fmt.Errorf("%w: %w", ErrUnavailable, err)
 	switch {
@@ -288,13 +284,13 @@ func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
 	case g.local != nil:
 		res, lerr := g.local.AllowN(time.Now(), k.sk, n, k.rules...)
 		if lerr != nil { // the rules passed New's checks: n is the only cause
-			return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, errors.Join(uerr, lerr)
+			return Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: true}, errors.Join(uerr, lerr)
 		}
 		d := decision(res)
 		d.Degraded = true
 		return d, uerr
 	}
-	return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, uerr
+	return Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: true}, uerr
 }
 
 // Peek reports what Allow would decide for key now, taking nothing (after
@@ -316,7 +312,7 @@ func (g *Guard) Peek(ctx context.Context, key string) (Decision, error) {
 	case ctx.Err() != nil:
 		return Decision{}, err
 	}
-	return Decision{RetryAfter: g.p.ErrorRetryAfter, Degraded: true}, redisError(ctx, err)
+	return Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: true}, redisError(ctx, err)
 }
 
 func decision(res funnel.Result) Decision {
@@ -371,7 +367,7 @@ func redisError(ctx context.Context, err error) error {
 // call runs f, a call to Redis, bounded by Timeout and watched: while
 // Redis refuses connections it ends at once (internal/outage).
 func (g *Guard) call(ctx context.Context, f func(context.Context) error) error {
-	return g.watch.Run(ctx, g.p.Timeout, f)
+	return g.watch.Run(ctx, g.cfg.Timeout, f)
 }
 
 // Do runs fn if Allow admits the call for key, and refunds the unit when fn
@@ -379,7 +375,7 @@ func (g *Guard) call(ctx context.Context, f func(context.Context) error) error {
 // failed refund's), or Allow's error. A Degraded admission took nothing in
 // Redis, and a failing fn refunds nothing there.
 //
-// With Policy.InFlight, fn runs holding a permit of key's semaphore, given
+// With WithInFlight, fn runs holding a permit of key's semaphore, given
 // back when fn returns or panics; its context is cancelled if the permit is
 // lost. An admitted call that gets none within Timeout does not run: Do
 // refunds it and returns a denial (RetryAfter ErrorRetryAfter) with an
@@ -411,7 +407,7 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) err
 
 // storedKey maps a caller's key to the key kept in Redis: normalized, then
 // "k:" and the key itself, or "h:" and a SHA-256 of a long key, or "m:" and
-// an HMAC with Policy.Secret. The three forms cannot collide, and the funnel
+// an HMAC with WithSecret. The three forms cannot collide, and the funnel
 // escapes braces, so no key can reach another key's state or cluster slot.
 func (g *Guard) storedKey(key string) (string, error) {
 	if len(key) > MaxKeyLen {
@@ -427,12 +423,12 @@ func (g *Guard) storedKey(key string) (string, error) {
 	return g.stored(key), nil
 }
 
-// normalize maps key with Policy.Normalize; its error is ErrInvalidKey.
+// normalize maps key with WithNormalize; its error is ErrInvalidKey.
 func (g *Guard) normalize(key string) (string, error) {
-	if g.p.Normalize == nil {
+	if g.cfg.Normalize == nil {
 		return key, nil
 	}
-	nk, err := g.p.Normalize(key)
+	nk, err := g.cfg.Normalize(key)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
@@ -442,8 +438,8 @@ func (g *Guard) normalize(key string) (string, error) {
 // stored is the stored form of the valid, normalized key.
 func (g *Guard) stored(key string) string {
 	switch {
-	case len(g.p.Secret) > 0:
-		m := hmac.New(sha256.New, g.p.Secret)
+	case len(g.cfg.Secret) > 0:
+		m := hmac.New(sha256.New, g.cfg.Secret)
 		m.Write([]byte(key))
 		return "m:" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 	case len(key) > maxPlainKey:

@@ -18,22 +18,15 @@ var smsRules = []funnel.Rule{
 	funnel.AtMost(10, 24*time.Hour),
 }
 
-func newGuard(t *testing.T, b *testutil.Backend, p guard.Policy) *guard.Guard {
+// newGuard returns a guard on b with opts, after defaults of its own: the
+// prefix b.Prefix + "g:" (a test that sets one starts it with b.Prefix),
+// smsRules, and a Timeout of 10 s.
+func newGuard(t *testing.T, b *testutil.Backend, opts ...guard.Option) *guard.Guard {
 	t.Helper()
-	if p.Prefix == "" {
-		p.Prefix = b.Prefix + "g:"
-	} else {
-		p.Prefix = b.Prefix + p.Prefix
-	}
-	if p.Rules == nil {
-		p.Rules = smsRules
-	}
-	if p.Timeout == 0 {
-		// DefaultTimeout (500 ms) is a product setting: a test that passed
-		// only when each call returned within it would test the machine.
-		p.Timeout = 10 * time.Second
-	}
-	g, err := guard.New(b.Client(t), p)
+	// DefaultTimeout (500 ms) is a product setting: a test that passed
+	// only when each call returned within it would test the machine.
+	defaults := []guard.Option{guard.WithPrefix(b.Prefix + "g:"), guard.WithRules(smsRules...), guard.WithTimeout(10 * time.Second)}
+	g, err := guard.New(b.Client(t), append(defaults, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +36,7 @@ func newGuard(t *testing.T, b *testutil.Backend, p guard.Policy) *guard.Guard {
 func TestDecisions(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		g := newGuard(t, b, guard.Policy{})
+		g := newGuard(t, b)
 		d, err := g.Allow(ctx, "+8613800138000")
 		if err != nil || !d.Allowed || d.Degraded {
 			t.Fatalf("first = %+v, %v", d, err)
@@ -62,9 +55,9 @@ func TestDecisions(t *testing.T) {
 func TestAllOrNothing(t *testing.T) {
 	b := testutil.Mini(t)
 	ctx := context.Background()
-	g := newGuard(t, b, guard.Policy{Rules: []funnel.Rule{
-		funnel.AtMost(3, time.Minute), funnel.AtMost(3, time.Hour), funnel.AtMost(1, 24*time.Hour),
-	}})
+	g := newGuard(t, b,
+		guard.WithRules(funnel.AtMost(3, time.Minute), funnel.AtMost(3, time.Hour), funnel.AtMost(1, 24*time.Hour)),
+	)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	b.Mini.SetTime(t0)
 	if d, _ := g.Allow(ctx, "k"); !d.Allowed {
@@ -90,7 +83,7 @@ func TestAllOrNothing(t *testing.T) {
 func TestRefundAndDo(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		g := newGuard(t, b, guard.Policy{})
+		g := newGuard(t, b)
 		if d, _ := g.Allow(ctx, "p"); !d.Allowed {
 			t.Fatal("denied")
 		}
@@ -121,8 +114,8 @@ func TestRefundAndDo(t *testing.T) {
 func TestFailClosedAndOpen(t *testing.T) {
 	ctx := context.Background()
 	b := testutil.Mini(t)
-	closed := newGuard(t, b, guard.Policy{})
-	open := newGuard(t, b, guard.Policy{OnError: guard.FailOpen, Prefix: "open:"})
+	closed := newGuard(t, b)
+	open := newGuard(t, b, guard.WithOnError(guard.FailOpen), guard.WithPrefix(b.Prefix+"open:"))
 	b.Mini.SetError("LOADING Redis is loading the dataset in memory")
 	d, err := closed.Allow(ctx, "k")
 	if d.Allowed || !d.Degraded || d.RetryAfter != guard.DefaultErrorRetry || !errors.Is(err, guard.ErrUnavailable) {
@@ -140,7 +133,7 @@ func TestFailClosedAndOpen(t *testing.T) {
 
 func TestStoppedServerFailsClosed(t *testing.T) {
 	srv := testutil.StartServer(t)
-	g, err := guard.New(srv.Client(t), guard.Policy{Rules: smsRules, Timeout: 200 * time.Millisecond})
+	g, err := guard.New(srv.Client(t), guard.WithRules(smsRules...), guard.WithTimeout(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +150,7 @@ func TestStoppedServerFailsClosed(t *testing.T) {
 	}
 }
 
-// A Redis that does not answer costs Policy.Timeout: Allow returns, denied
+// A Redis that does not answer costs WithTimeout: Allow returns, denied
 // with ErrUnavailable, while every command it sent is still held unanswered,
 // and by its Timeout plus a margin for a loaded machine (a second; without
 // the Timeout it would wait as long as Redis does, here for ever).
@@ -168,7 +161,7 @@ func TestSlowRedisBoundedByTimeout(t *testing.T) {
 	defer release() // lets the commands still held go, so that none outlives the test
 	c.AddHook(hold)
 	const timeout = 50 * time.Millisecond
-	g, err := guard.New(c, guard.Policy{Prefix: b.Prefix, Rules: smsRules, Timeout: timeout})
+	g, err := guard.New(c, guard.WithPrefix(b.Prefix), guard.WithRules(smsRules...), guard.WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +192,7 @@ func TestSlowRedisBoundedByTimeout(t *testing.T) {
 
 func TestFallbackWhileDown(t *testing.T) {
 	b := testutil.Mini(t)
-	g := newGuard(t, b, guard.Policy{Fallback: &guard.Fallback{Limit: 0.001, Burst: 2}})
+	g := newGuard(t, b, guard.WithFallback(guard.Fallback{Limit: 0.001, Burst: 2}))
 	b.Mini.SetError("MASTERDOWN Link with MASTER is down")
 	ctx := context.Background()
 	for i, want := range []bool{true, true, false} {
@@ -216,7 +209,7 @@ func TestFallbackWhileDown(t *testing.T) {
 func TestObserver(t *testing.T) {
 	b := testutil.Mini(t)
 	var got []guard.Observation
-	g := newGuard(t, b, guard.Policy{Observe: func(o guard.Observation) { got = append(got, o) }})
+	g := newGuard(t, b, guard.WithObserve(func(o guard.Observation) { got = append(got, o) }))
 	g.Allow(context.Background(), "secret-phone")
 	g.Allow(context.Background(), "secret-phone")
 	if len(got) != 2 || !got[0].Decision.Allowed || got[1].Decision.Allowed || got[0].Latency <= 0 {
@@ -227,32 +220,57 @@ func TestObserver(t *testing.T) {
 	}
 }
 
-func TestBadPolicy(t *testing.T) {
+func TestBadOptions(t *testing.T) {
 	c := testutil.Mini(t).Client(t)
-	for name, p := range map[string]guard.Policy{
+	for name, p := range map[string][]guard.Option{
 		"no rules":       {},
-		"bad rule":       {Rules: []funnel.Rule{{Name: "x", Capacity: 0, Leak: 1, Per: time.Second}}},
-		"duplicate rule": {Rules: []funnel.Rule{funnel.AtMost(1, time.Second), funnel.AtMost(1, time.Second)}},
-		"brace prefix":   {Prefix: "a{", Rules: smsRules},
-		"bad mode":       {Rules: smsRules, OnError: 7},
-		"bad fallback":   {Rules: smsRules, Fallback: &guard.Fallback{}},
+		"bad rule":       {guard.WithRules(funnel.Rule{Name: "x", Capacity: 0, Leak: 1, Per: time.Second})},
+		"duplicate rule": {guard.WithRules(funnel.AtMost(1, time.Second), funnel.AtMost(1, time.Second))},
+		"brace prefix":   {guard.WithPrefix("a{"), guard.WithRules(smsRules...)},
+		"bad mode":       {guard.WithRules(smsRules...), guard.WithOnError(7)},
+		"bad fallback":   {guard.WithRules(smsRules...), guard.WithFallback(guard.Fallback{})},
+		"a nil Option":   {guard.WithRules(smsRules...), nil},
 	} {
-		if _, err := guard.New(c, p); !errors.Is(err, guard.ErrInvalidPolicy) {
-			t.Errorf("%s: New = %v, want ErrInvalidPolicy", name, err)
+		if _, err := guard.New(c, p...); !errors.Is(err, guard.ErrInvalidOption) {
+			t.Errorf("%s: New = %v, want ErrInvalidOption", name, err)
 		}
 	}
-	if _, err := guard.New(c, guard.Policy{Rules: []funnel.Rule{{Name: "x", Leak: 1, Per: time.Second}}}); !errors.Is(err, funnel.ErrInvalidRule) {
+	if _, err := guard.New(c, guard.WithRules(funnel.Rule{Name: "x", Leak: 1, Per: time.Second})); !errors.Is(err, funnel.ErrInvalidRule) {
 		t.Errorf("bad rule error does not carry funnel.ErrInvalidRule: %v", err)
 	}
-	if _, err := guard.New(nil, guard.Policy{Rules: smsRules}); !errors.Is(err, guard.ErrInvalidPolicy) {
+	if _, err := guard.New(nil, guard.WithRules(smsRules...)); !errors.Is(err, guard.ErrInvalidOption) {
 		t.Errorf("nil client: %v", err)
+	}
+}
+
+// Options apply in order: a later one replaces what an earlier one set
+// (the rules, the prefix), but WithFunnel's options add up.
+func TestOptionsInOrder(t *testing.T) {
+	b := testutil.Mini(t)
+	ctx := context.Background()
+	g := newGuard(t, b, guard.WithRules(funnel.AtMost(5, time.Hour)), guard.WithRules(funnel.AtMost(1, time.Hour)),
+		guard.WithPrefix(b.Prefix+"x:"), guard.WithPrefix(b.Prefix+"y:"))
+	if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
+		t.Fatalf("first Allow = %+v, %v", d, err)
+	}
+	if d, _ := g.Allow(ctx, "k"); d.Allowed {
+		t.Fatal("second Allow admitted: the first WithRules decided, not the last")
+	}
+	for _, k := range b.Mini.Keys() {
+		if !strings.HasPrefix(k, b.Prefix+"y:") {
+			t.Errorf("key %q outside the last WithPrefix", k)
+		}
+	}
+	_, err := guard.New(b.Client(t), guard.WithRules(smsRules...), guard.WithFunnel(funnel.WithUniformCost()), guard.WithFunnel(funnel.WithDenyCache(0)))
+	if !errors.Is(err, funnel.ErrInvalidOption) {
+		t.Errorf("New with a bad option in a second WithFunnel = %v; want funnel.ErrInvalidOption", err)
 	}
 }
 
 func TestPeekTakesNothing(t *testing.T) {
 	b := testutil.Mini(t)
 	ctx := context.Background()
-	g := newGuard(t, b, guard.Policy{})
+	g := newGuard(t, b)
 	for range 3 {
 		if d, err := g.Peek(ctx, "k"); err != nil || !d.Allowed {
 			t.Fatalf("Peek = %+v, %v", d, err)

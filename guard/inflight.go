@@ -36,7 +36,7 @@ func (s slot) context(parent context.Context) context.Context {
 // process), ErrUnavailable (failing closed), ErrRejected, or ctx's.
 func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, error) {
 	switch {
-	case g.p.InFlight == 0:
+	case g.cfg.InFlight == 0:
 		return slot{}, nil
 	case degraded:
 		return g.enterLocal(sk, nil)
@@ -59,7 +59,7 @@ func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
 	case g.flights == nil:
 		return slot{}, fmt.Errorf("%w: no permit without Redis", ErrUnavailable)
 	case !g.flights.enter(sk):
-		return slot{}, fmt.Errorf("%w: %d calls of the key run in this process: %w", ErrBusy, g.p.InFlight, ErrUnavailable)
+		return slot{}, fmt.Errorf("%w: %d calls of the key run in this process: %w", ErrBusy, g.cfg.InFlight, ErrUnavailable)
 	}
 	return slot{local: g.flights, key: sk, degraded: uerr}, nil
 }
@@ -67,7 +67,7 @@ func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
 // acquire takes a permit of sk's semaphore, renewed until given back, or
 // ErrBusy when none came free within Timeout.
 func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
-	sem, err := g.lim.Locker().Semaphore(sk, g.p.InFlight)
+	sem, err := g.lim.Locker().Semaphore(sk, g.cfg.InFlight)
 	if err != nil { // New tried the Locker and the size: never, for a stored key
 		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
@@ -81,7 +81,7 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	case err == nil || ctx.Err() != nil:
 		return p, err
 	case busy && !errors.Is(err, mutex.ErrUnreachable):
-		return nil, fmt.Errorf("%w: %d calls of the key ran through %v: %w", ErrBusy, g.p.InFlight, g.p.Timeout, err)
+		return nil, fmt.Errorf("%w: %d calls of the key ran through %v: %w", ErrBusy, g.cfg.InFlight, g.cfg.Timeout, err)
 	}
 	return nil, permitError(ctx, err)
 }
@@ -122,7 +122,7 @@ func (g *Guard) leave(ctx context.Context, s slot) {
 // busyDecision is the denial that stands for a call enter refused with
 // err: Degraded unless Redis answered (the key was busy, or ctx ended).
 func (g *Guard) busyDecision(err error) Decision {
-	return Decision{RetryAfter: g.p.ErrorRetryAfter,
+	return Decision{RetryAfter: g.cfg.ErrorRetryAfter,
 		Degraded: errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected)}
 }
 

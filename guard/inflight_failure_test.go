@@ -66,14 +66,14 @@ func onSemaphore(cmd redis.Cmder) bool {
 	return false
 }
 
-// faultyGuard is a guard on a miniredis whose semaphore commands get reply.
-func faultyGuard(t *testing.T, p guard.Policy, reply string) *guard.Guard {
+// faultyGuard is a guard with p on a miniredis whose semaphore commands
+// get reply.
+func faultyGuard(t *testing.T, p []guard.Option, reply string) *guard.Guard {
 	t.Helper()
 	b := testutil.Mini(t)
 	c := b.ClientOpts(t, &redis.Options{MaxRetries: -1})
 	c.AddHook(semFault{replyError(reply)})
-	p.Prefix, p.Rules, p.InFlight = b.Prefix, plenty, 1
-	g, err := guard.New(c, p)
+	g, err := guard.New(c, append(p, guard.WithPrefix(b.Prefix), guard.WithRules(plenty...), guard.WithInFlight(1))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,12 +85,12 @@ func faultyGuard(t *testing.T, p guard.Policy, reply string) *guard.Guard {
 // denial), nor, on a refusal, under FailOpen (ErrRejected).
 func TestInFlightRedisFailsClosed(t *testing.T) {
 	for name, c := range map[string]struct {
-		p     guard.Policy
+		p     []guard.Option
 		reply string
 		want  error
 	}{
-		"FailClosed, LOADING": {guard.Policy{}, "LOADING Redis is loading the dataset in memory", guard.ErrUnavailable},
-		"FailOpen, NOPERM":    {guard.Policy{OnError: guard.FailOpen}, "NOPERM no permissions to run the 'evalsha' command", guard.ErrRejected},
+		"FailClosed, LOADING": {[]guard.Option{}, "LOADING Redis is loading the dataset in memory", guard.ErrUnavailable},
+		"FailOpen, NOPERM":    {[]guard.Option{guard.WithOnError(guard.FailOpen)}, "NOPERM no permissions to run the 'evalsha' command", guard.ErrRejected},
 	} {
 		g := faultyGuard(t, c.p, c.reply)
 		d, err := g.Do(context.Background(), "k", func(context.Context) error {
@@ -108,9 +108,9 @@ func TestInFlightRedisFailsClosed(t *testing.T) {
 // process's count of the key's calls: InFlight 1, so a second call of the
 // key while the first runs is refused with ErrBusy; another key runs.
 func TestInFlightFailOpenCountsInProcess(t *testing.T) {
-	for name, p := range map[string]guard.Policy{
-		"FailOpen": {OnError: guard.FailOpen},
-		"Fallback": {Fallback: &guard.Fallback{Limit: 100, Burst: 100}},
+	for name, p := range map[string][]guard.Option{
+		"FailOpen": {guard.WithOnError(guard.FailOpen)},
+		"Fallback": {guard.WithFallback(guard.Fallback{Limit: 100, Burst: 100})},
 	} {
 		g := faultyGuard(t, p, "LOADING Redis is loading the dataset in memory")
 		ctx := context.Background()

@@ -38,7 +38,7 @@ func TestInFlightHelperProcess(t *testing.T) {
 	}
 	addr, prefix, _ := strings.Cut(spec, ",")
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	g, err := guard.New(c, guard.Policy{Prefix: prefix, Rules: plenty, InFlight: killSlots, Timeout: time.Minute})
+	g, err := guard.New(c, guard.WithPrefix(prefix), guard.WithRules(plenty...), guard.WithInFlight(killSlots), guard.WithTimeout(time.Minute))
 	if err != nil {
 		fmt.Printf("error %v\n", err)
 		os.Exit(1)
@@ -125,7 +125,7 @@ func TestInFlightKilledProcessFreesSlots(t *testing.T) {
 	if n := live - rc.ZCard(ctx, semKey(prefix, "k", "sem:queue")).Val(); err != nil || n != killSlots {
 		t.Fatalf("%d holders after the kill (%v), want the dead process's %d", n, err, killSlots)
 	}
-	g, err := guard.New(srv.Client(t), guard.Policy{Prefix: prefix, Rules: plenty, InFlight: killSlots, Timeout: time.Minute})
+	g, err := guard.New(srv.Client(t), guard.WithPrefix(prefix), guard.WithRules(plenty...), guard.WithInFlight(killSlots), guard.WithTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,13 +171,13 @@ func TestInFlightLongCallRenewed(t *testing.T) {
 	b := testutil.RealBackend(t)
 	ctx := context.Background()
 	const lease = time.Second
-	long := guard.Policy{InFlight: 2, InFlightLease: lease, Rules: plenty}
-	busy := guard.Policy{InFlight: 2, Rules: plenty, Timeout: 100 * time.Millisecond}
+	long := []guard.Option{guard.WithInFlight(2), guard.WithInFlightLease(lease), guard.WithRules(plenty...)}
+	busy := []guard.Option{guard.WithInFlight(2), guard.WithRules(plenty...), guard.WithTimeout(100 * time.Millisecond)}
 	var running, most atomic.Int64
 	errs := make(chan error, 2)
 	started := make(chan struct{}, 2)
 	for range 2 {
-		g := newGuard(t, b, long)
+		g := newGuard(t, b, long...)
 		go func() {
 			_, err := g.Do(ctx, "k", func(fctx context.Context) error {
 				raise(&most, running.Add(1))
@@ -203,7 +203,7 @@ func TestInFlightLongCallRenewed(t *testing.T) {
 	var others, refused atomic.Int64
 	var wg sync.WaitGroup
 	for range 4 {
-		g := newGuard(t, b, busy)
+		g := newGuard(t, b, busy...)
 		wg.Go(func() {
 			for {
 				select {
@@ -240,17 +240,17 @@ func TestInFlightLongCallRenewed(t *testing.T) {
 }
 
 // TestInFlightLeasePolicy: InFlightLease under MinInFlightLease, negative
-// or over mutex.MaxTTL is ErrInvalidPolicy; MinInFlightLease, MaxTTL and
+// or over mutex.MaxTTL is ErrInvalidOption; MinInFlightLease, MaxTTL and
 // zero (the default) are accepted.
 func TestInFlightLeasePolicy(t *testing.T) {
 	b := testutil.Mini(t)
 	for _, d := range []time.Duration{-time.Second, -1, 1, guard.MinInFlightLease - 1, mutex.MaxTTL + 1, math.MaxInt64} {
-		if _, err := guard.New(b.Client(t), guard.Policy{Rules: plenty, InFlight: 1, InFlightLease: d}); !errors.Is(err, guard.ErrInvalidPolicy) {
-			t.Errorf("InFlightLease %v: %v, want ErrInvalidPolicy", d, err)
+		if _, err := guard.New(b.Client(t), guard.WithRules(plenty...), guard.WithInFlight(1), guard.WithInFlightLease(d)); !errors.Is(err, guard.ErrInvalidOption) {
+			t.Errorf("InFlightLease %v: %v, want ErrInvalidOption", d, err)
 		}
 	}
 	for _, d := range []time.Duration{0, guard.MinInFlightLease, mutex.MaxTTL} {
-		g := newGuard(t, b, guard.Policy{Rules: plenty, InFlight: 1, InFlightLease: d})
+		g := newGuard(t, b, guard.WithRules(plenty...), guard.WithInFlight(1), guard.WithInFlightLease(d))
 		if _, err := g.Do(context.Background(), "k", func(context.Context) error { return nil }); err != nil {
 			t.Errorf("InFlightLease %v: Do = %v", d, err)
 		}

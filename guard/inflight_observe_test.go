@@ -22,12 +22,16 @@ func TestInFlightObserved(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var obs []guard.Observation
-	g := newGuard(t, b, guard.Policy{InFlight: 1, Rules: []funnel.Rule{funnel.AtMost(10, time.Hour)}, Timeout: 300 * time.Millisecond,
-		Observe: func(o guard.Observation) {
+	g := newGuard(t, b,
+		guard.WithInFlight(1),
+		guard.WithRules(funnel.AtMost(10, time.Hour)),
+		guard.WithTimeout(300*time.Millisecond),
+		guard.WithObserve(func(o guard.Observation) {
 			mu.Lock()
 			defer mu.Unlock()
 			obs = append(obs, o)
-		}})
+		}),
+	)
 	last := func() guard.Observation {
 		mu.Lock()
 		defer mu.Unlock()

@@ -61,8 +61,8 @@ func TestInFlightNeverMoreThanN(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		const n, callers = 3, 32
 		ctx := context.Background()
-		p := guard.Policy{InFlight: n, Rules: plenty, Timeout: time.Minute}
-		gs := []*guard.Guard{newGuard(t, b, p), newGuard(t, b, p)}
+		p := []guard.Option{guard.WithInFlight(n), guard.WithRules(plenty...), guard.WithTimeout(time.Minute)}
+		gs := []*guard.Guard{newGuard(t, b, p...), newGuard(t, b, p...)}
 		var running, most, served atomic.Int64
 		release := make(chan struct{})
 		var once sync.Once
@@ -129,7 +129,7 @@ func holdKey(t *testing.T, g *guard.Guard, key string) (release func(), wait fun
 // another key.
 func TestInFlightOtherKeys(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
-		g := newGuard(t, b, guard.Policy{InFlight: 1, Rules: plenty, Timeout: 5 * time.Second})
+		g := newGuard(t, b, guard.WithInFlight(1), guard.WithRules(plenty...), guard.WithTimeout(5*time.Second))
 		_, wait := holdKey(t, g, "a")
 		ran := false
 		d, err := g.Do(context.Background(), "b", func(context.Context) error { ran = true; return nil })
@@ -149,7 +149,7 @@ func TestInFlightOtherKeys(t *testing.T) {
 func TestInFlightBusy(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		g := newGuard(t, b, guard.Policy{InFlight: 1, Rules: []funnel.Rule{funnel.AtMost(3, time.Hour)}, Timeout: 2 * time.Second})
+		g := newGuard(t, b, guard.WithInFlight(1), guard.WithRules(funnel.AtMost(3, time.Hour)), guard.WithTimeout(2*time.Second))
 		_, wait := holdKey(t, g, "k")
 		d, err := g.Do(ctx, "k", func(context.Context) error {
 			t.Error("fn ran while the key's permit was held")
@@ -175,7 +175,7 @@ func TestInFlightBusy(t *testing.T) {
 func TestInFlightReleasedOnErrorAndPanic(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		g := newGuard(t, b, guard.Policy{InFlight: 1, Rules: plenty, Timeout: 5 * time.Second})
+		g := newGuard(t, b, guard.WithInFlight(1), guard.WithRules(plenty...), guard.WithTimeout(5*time.Second))
 		boom := errors.New("provider down")
 		if _, err := g.Do(ctx, "k", func(context.Context) error { return boom }); !errors.Is(err, boom) {
 			t.Fatalf("Do with a failing fn = %v, want its error", err)
@@ -207,7 +207,7 @@ func mustRun(t *testing.T, g *guard.Guard, when string) {
 // running the handler, and gives its unit back.
 func TestInFlightMiddlewareBusy(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
-		g := newGuard(t, b, guard.Policy{InFlight: 1, Rules: []funnel.Rule{funnel.AtMost(2, time.Hour)}, Timeout: 2 * time.Second})
+		g := newGuard(t, b, guard.WithInFlight(1), guard.WithRules(funnel.AtMost(2, time.Hour)), guard.WithTimeout(2*time.Second))
 		in, out := make(chan struct{}), make(chan struct{})
 		var calls atomic.Int64
 		h := g.Middleware(guard.Header("X-Key"))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -255,8 +255,8 @@ func TestInFlightMiddlewareBusy(t *testing.T) {
 func TestInFlightOtherSize(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		g := newGuard(t, b, guard.Policy{InFlight: 2, Rules: plenty})
-		other := newGuard(t, b, guard.Policy{InFlight: 3, Rules: plenty, OnError: guard.FailOpen})
+		g := newGuard(t, b, guard.WithInFlight(2), guard.WithRules(plenty...))
+		other := newGuard(t, b, guard.WithInFlight(3), guard.WithRules(plenty...), guard.WithOnError(guard.FailOpen))
 		_, wait := holdKey(t, g, "k")
 		d, err := other.Do(ctx, "k", func(context.Context) error {
 			t.Error("fn ran under another InFlight")
@@ -275,7 +275,7 @@ func TestInFlightOtherSize(t *testing.T) {
 // permit through, as it does a denied one.
 func TestInFlightShadow(t *testing.T) {
 	b := testutil.Mini(t)
-	g := newGuard(t, b, guard.Policy{InFlight: 1, Rules: plenty, Timeout: 2 * time.Second, Shadow: true})
+	g := newGuard(t, b, guard.WithInFlight(1), guard.WithRules(plenty...), guard.WithTimeout(2*time.Second), guard.WithShadow())
 	_, wait := holdKey(t, g, "k")
 	ran := false
 	h := g.Middleware(guard.Header("X-Key"))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
@@ -298,13 +298,12 @@ func TestInFlightRoundTrips(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
 		// trips returns the round trips of a Do of a new key and of the
-		// same key again, by a guard of p.
-		trips := func(name string, p guard.Policy) (fresh, seen int) {
+		// same key again, by a guard with opts.
+		trips := func(name string, opts ...guard.Option) (fresh, seen int) {
 			c := b.Client(t)
 			rec := &testutil.CommandRecorder{}
 			c.AddHook(rec)
-			p.Prefix, p.Rules, p.Timeout = b.Prefix+name+":", plenty, 10*time.Second
-			g, err := guard.New(c, p)
+			g, err := guard.New(c, append(opts, guard.WithPrefix(b.Prefix+name+":"), guard.WithRules(plenty...), guard.WithTimeout(10*time.Second))...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -326,8 +325,8 @@ func TestInFlightRoundTrips(t *testing.T) {
 			}
 			return fresh, seen
 		}
-		fresh, seen := trips("off", guard.Policy{})
-		freshIF, seenIF := trips("on", guard.Policy{InFlight: 4})
+		fresh, seen := trips("off")
+		freshIF, seenIF := trips("on", guard.WithInFlight(4))
 		if freshIF != fresh+2 || seenIF != seen+2 {
 			t.Errorf("Do of a new key, of a seen one: %d, %d round trips with InFlight, %d, %d without; want 2 more", freshIF, seenIF, fresh, seen)
 		}

@@ -17,7 +17,7 @@ import (
 // JSONField returns a KeyFunc that keys on the member field of the JSON
 // object in the request body ({"phone": "+8613800138000"}), not of nested
 // objects: a string, as it decodes, or an integer, as written ("-0" as
-// "0"), not normalized further (see Policy.Normalize, guard/phonekey).
+// "0"), not normalized further (see WithNormalize, guard/phonekey).
 //
 // It reads at most maxBytes and always gives r a body that reads the same
 // bytes, for the handler. Errors: a longer body, ErrBodyTooLarge; a

@@ -254,7 +254,7 @@ func (f *failing) Read([]byte) (int, error) { return 0, f.err }
 
 // The handler behind Middleware decodes the whole body JSONField read.
 func TestJSONFieldMiddlewareBodyIntact(t *testing.T) {
-	g := newGuard(t, testutil.Mini(t), guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	g := newGuard(t, testutil.Mini(t), guard.WithRules(funnel.AtMost(1, time.Minute)))
 	sent := `{"phone":"+8613800138000","country":"CN","pad":"` + strings.Repeat("x", 1000) + `"}`
 	var got []byte
 	h := g.Middleware(guard.JSONField("phone", 4<<10))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

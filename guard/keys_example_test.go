@@ -23,7 +23,7 @@ func ExampleKeyFunc() {
 	defer m.Close()
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer client.Close()
-	g, _ := guard.New(client, guard.Policy{Prefix: "sms:phone:", Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	g, _ := guard.New(client, guard.WithPrefix("sms:phone:"), guard.WithRules(funnel.AtMost(1, time.Minute)))
 
 	sendCode := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

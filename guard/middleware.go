@@ -33,7 +33,7 @@ import (
 //     WithErrorHandler replaces these answers and the 503s.
 //
 // WithSkip and WithCost set what is guarded and what it costs; under
-// Policy.Shadow nothing is blocked. With Policy.RateLimitHeaders, responses
+// WithShadow nothing is blocked. With WithRateLimitHeaders, responses
 // carry RateLimit-Policy and RateLimit (rateLimitHeaders).
 func (g *Guard) Middleware(keyFunc KeyFunc, opts ...MiddlewareOption) func(http.Handler) http.Handler {
 	mc := middlewareConfig{denied: deniedJSON, failed: errorJSON}
@@ -75,7 +75,7 @@ func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
 	}
 	c, err := h.g.Enter(r.Context(), key, n)
 	defer c.Done()
-	if h.g.p.RateLimitHeaders && c.answered {
+	if h.g.cfg.RateLimitHeaders && c.answered {
 		h.g.rateLimitHeaders(w.Header(), c.allowed, c.k.rules, h.g.partitionKey(c.k.sk))
 	}
 	switch {
@@ -277,9 +277,9 @@ func (g *Guard) rateLimitHeaders(h http.Header, d Decision, rules []funnel.Rule,
 // partitionKey is the pk parameter of the RateLimit field of the stored key
 // sk (";pk=:...:"): the same for every request of the key, telling nothing
 // of it (9 bytes of a SHA-256 of the prefix and sk, itself an HMAC with
-// Policy.Secret).
+// WithSecret).
 func (g *Guard) partitionKey(sk string) string {
-	sum := sha256.Sum256([]byte(g.p.Prefix + sk))
+	sum := sha256.Sum256([]byte(g.cfg.Prefix + sk))
 	return ";pk=:" + base64.StdEncoding.EncodeToString(sum[:9]) + ":"
 }
 

@@ -100,7 +100,7 @@ func badRequests() []badRequest {
 // TestMiddlewareBadRequests: each bad request gets its status and a body
 // that says what the client can fix.
 func TestMiddlewareBadRequests(t *testing.T) {
-	g := newGuard(t, testutil.Mini(t), guard.Policy{Rules: []funnel.Rule{funnel.AtMost(3, time.Minute)}})
+	g := newGuard(t, testutil.Mini(t), guard.WithRules(funnel.AtMost(3, time.Minute)))
 	for _, c := range badRequests() {
 		t.Run(c.name, func(t *testing.T) {
 			code, body := serveBad(g, c)
@@ -115,7 +115,7 @@ func TestMiddlewareBadRequests(t *testing.T) {
 // TestMiddlewareBadRequestsQuoteNothing: no answer to a bad request names
 // the code that refused it or quotes what the client sent.
 func TestMiddlewareBadRequestsQuoteNothing(t *testing.T) {
-	g := newGuard(t, testutil.Mini(t), guard.Policy{Rules: []funnel.Rule{funnel.AtMost(3, time.Minute)}})
+	g := newGuard(t, testutil.Mini(t), guard.WithRules(funnel.AtMost(3, time.Minute)))
 	for _, c := range badRequests() {
 		_, body := serveBad(g, c)
 		for _, s := range []string{"guard:", "phonekey:", "funnel:", sent} {

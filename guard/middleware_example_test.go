@@ -14,14 +14,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// exampleGuard returns a guard of p on an in-process miniredis.
-func exampleGuard(p guard.Policy) (*guard.Guard, func()) {
+// exampleGuard returns a guard with opts on an in-process miniredis.
+func exampleGuard(opts ...guard.Option) (*guard.Guard, func()) {
 	m, err := miniredis.Run()
 	if err != nil {
 		panic(err)
 	}
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	g, err := guard.New(client, p)
+	g, err := guard.New(client, opts...)
 	if err != nil {
 		panic(err)
 	}
@@ -45,7 +45,7 @@ func user(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil 
 var accepted = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
 
 func ExampleWithDeniedHandler() {
-	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	g, stop := exampleGuard(guard.WithRules(funnel.AtMost(1, time.Minute)))
 	defer stop()
 	h := g.Middleware(user, guard.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d guard.Decision) {
 		w.Header().Set("Retry-After", strconv.FormatInt(guard.RetryAfterSeconds(d.RetryAfter), 10))
@@ -60,7 +60,7 @@ func ExampleWithDeniedHandler() {
 }
 
 func ExampleWithErrorHandler() {
-	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	g, stop := exampleGuard(guard.WithRules(funnel.AtMost(1, time.Minute)))
 	defer stop()
 	h := g.Middleware(user, guard.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, d guard.Decision, err error) {
 		w.WriteHeader(http.StatusUnauthorized)
@@ -74,7 +74,7 @@ func ExampleWithErrorHandler() {
 // answers with its Fix, never with the error, which may quote the request.
 // The KeyFuncs of this package do the same.
 func ExampleRequestError() {
-	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	g, stop := exampleGuard(guard.WithRules(funnel.AtMost(1, time.Minute)))
 	defer stop()
 	account := func(r *http.Request) (string, error) {
 		id := r.Header.Get("X-Account")
@@ -93,7 +93,7 @@ func ExampleRequestError() {
 }
 
 func ExampleWithSkip() {
-	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	g, stop := exampleGuard(guard.WithRules(funnel.AtMost(1, time.Minute)))
 	defer stop()
 	internal := func(r *http.Request) bool { return r.Header.Get("X-Internal") == "yes" }
 	h := g.Middleware(user, guard.WithSkip(internal))(accepted)
@@ -107,7 +107,7 @@ func ExampleWithSkip() {
 }
 
 func ExampleWithCost() {
-	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(10, time.Minute)}})
+	g, stop := exampleGuard(guard.WithRules(funnel.AtMost(10, time.Minute)))
 	defer stop()
 	items := func(r *http.Request) (int64, error) { return strconv.ParseInt(r.Header.Get("X-Items"), 10, 64) }
 	h := g.Middleware(user, guard.WithCost(items))(accepted)
@@ -121,7 +121,7 @@ func ExampleWithCost() {
 }
 
 func ExampleFromContext() {
-	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(3, time.Minute)}})
+	g, stop := exampleGuard(guard.WithRules(funnel.AtMost(3, time.Minute)))
 	defer stop()
 	h := g.Middleware(user)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d, _ := guard.FromContext(r.Context())
@@ -135,9 +135,9 @@ func ExampleFromContext() {
 }
 
 // A new limit rolled out dark: every request goes through, and the handler
-// (or Policy.Observe) sees what the limit would have done.
-func ExamplePolicy_shadow() {
-	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}, Shadow: true})
+// (or WithObserve) sees what the limit would have done.
+func ExampleWithShadow() {
+	g, stop := exampleGuard(guard.WithRules(funnel.AtMost(1, time.Minute)), guard.WithShadow())
 	defer stop()
 	h := g.Middleware(user)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d, _ := guard.FromContext(r.Context())
@@ -152,11 +152,11 @@ func ExamplePolicy_shadow() {
 
 // Brute force of a verification code: three checks an hour, and five
 // denials within ten minutes shut the number out for a day.
-func ExamplePolicy_penalty() {
-	g, stop := exampleGuard(guard.Policy{
-		Rules:  []funnel.Rule{funnel.AtMost(3, time.Hour)},
-		Funnel: []funnel.Option{funnel.WithPenalty(funnel.Penalty{Denials: 5, Within: 10 * time.Minute, For: 24 * time.Hour})},
-	})
+func ExampleWithFunnel_penalty() {
+	g, stop := exampleGuard(
+		guard.WithRules(funnel.AtMost(3, time.Hour)),
+		guard.WithFunnel(funnel.WithPenalty(funnel.Penalty{Denials: 5, Within: 10 * time.Minute, For: 24 * time.Hour})),
+	)
 	defer stop()
 	h := g.Middleware(user, guard.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d guard.Decision) {
 		w.WriteHeader(http.StatusTooManyRequests)
@@ -177,8 +177,8 @@ func ExamplePolicy_penalty() {
 	// 429 denied by penalty
 }
 
-func ExamplePolicy_rateLimitHeaders() {
-	g, stop := exampleGuard(guard.Policy{Rules: []funnel.Rule{funnel.AtMost(10, time.Minute)}, RateLimitHeaders: true})
+func ExampleWithRateLimitHeaders() {
+	g, stop := exampleGuard(guard.WithRules(funnel.AtMost(10, time.Minute)), guard.WithRateLimitHeaders())
 	defer stop()
 	r := httptest.NewRequest(http.MethodPost, "/api", nil)
 	r.Header.Set("X-User", "fay")

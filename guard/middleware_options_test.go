@@ -42,7 +42,7 @@ func (s *seen) handler() http.Handler {
 
 func TestMiddlewareHandlers(t *testing.T) {
 	b := testutil.Mini(t)
-	g := newGuard(t, b, guard.Policy{Rules: oneAnHour})
+	g := newGuard(t, b, guard.WithRules(oneAnHour...))
 	var denied []guard.Decision
 	var failed []error
 	h := g.Middleware(keyFromHeader,
@@ -73,7 +73,7 @@ func TestMiddlewareHandlers(t *testing.T) {
 
 func TestMiddlewareSkipAndContext(t *testing.T) {
 	b := testutil.Mini(t)
-	g := newGuard(t, b, guard.Policy{Rules: oneAnHour})
+	g := newGuard(t, b, guard.WithRules(oneAnHour...))
 	var s seen
 	h := g.Middleware(keyFromHeader, guard.WithSkip(func(r *http.Request) bool {
 		return r.Header.Get("X-Health") != ""
@@ -104,7 +104,7 @@ func TestMiddlewareSkipAndContext(t *testing.T) {
 
 func TestMiddlewareCost(t *testing.T) {
 	b := testutil.Mini(t)
-	g := newGuard(t, b, guard.Policy{Rules: []funnel.Rule{funnel.AtMost(5, time.Hour)}})
+	g := newGuard(t, b, guard.WithRules(funnel.AtMost(5, time.Hour)))
 	var s seen
 	h := g.Middleware(keyFromHeader, guard.WithCost(func(r *http.Request) (int64, error) {
 		return strconv.ParseInt(r.Header.Get("X-Cost"), 10, 64)
@@ -131,11 +131,16 @@ func TestMiddlewareShadow(t *testing.T) {
 	b := testutil.Mini(t)
 	var mu sync.Mutex
 	var obs []guard.Observation
-	g := newGuard(t, b, guard.Policy{Rules: oneAnHour, Shadow: true, RateLimitHeaders: true, Observe: func(o guard.Observation) {
-		mu.Lock()
-		obs = append(obs, o)
-		mu.Unlock()
-	}})
+	g := newGuard(t, b,
+		guard.WithRules(oneAnHour...),
+		guard.WithShadow(),
+		guard.WithRateLimitHeaders(),
+		guard.WithObserve(func(o guard.Observation) {
+			mu.Lock()
+			obs = append(obs, o)
+			mu.Unlock()
+		}),
+	)
 	var s seen
 	h := g.Middleware(keyFromHeader)(s.handler())
 	for i := range 3 {
@@ -162,7 +167,7 @@ func TestMiddlewareShadow(t *testing.T) {
 func TestPenaltyBox(t *testing.T) {
 	b := testutil.Mini(t)
 	b.Mini.SetTime(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
-	g := newGuard(t, b, guard.Policy{Rules: oneAnHour, Funnel: []funnel.Option{funnel.WithPenalty(funnel.Penalty{Denials: 3, Within: time.Minute, For: 15 * time.Minute})}})
+	g := newGuard(t, b, guard.WithRules(oneAnHour...), guard.WithFunnel(funnel.WithPenalty(funnel.Penalty{Denials: 3, Within: time.Minute, For: 15 * time.Minute})))
 	var s seen
 	h := g.Middleware(keyFromHeader)(s.handler())
 	var codes []int
@@ -176,15 +181,15 @@ func TestPenaltyBox(t *testing.T) {
 	if want := []int{202, 429, 429, 429, 429, 429}; !slices.Equal(codes, want) {
 		t.Fatalf("codes = %v, want %v", codes, want)
 	}
-	if _, err := guard.New(b.Client(t), guard.Policy{Rules: oneAnHour, Funnel: []funnel.Option{funnel.WithPenalty(funnel.Penalty{Denials: 0, Within: time.Minute, For: time.Minute})}}); !errors.Is(err, guard.ErrInvalidPolicy) {
-		t.Fatalf("a Policy with a bad Penalty: %v, want ErrInvalidPolicy", err)
+	if _, err := guard.New(b.Client(t), guard.WithRules(oneAnHour...), guard.WithFunnel(funnel.WithPenalty(funnel.Penalty{Denials: 0, Within: time.Minute, For: time.Minute}))); !errors.Is(err, guard.ErrInvalidOption) {
+		t.Fatalf("a guard with a bad Penalty: %v, want ErrInvalidOption", err)
 	}
 }
 
 // The default answers to a KeyFunc's errors: 413, 415, 400, 500.
 func TestMiddlewareKeyErrors(t *testing.T) {
 	b := testutil.Mini(t)
-	g := newGuard(t, b, guard.Policy{Rules: oneAnHour})
+	g := newGuard(t, b, guard.WithRules(oneAnHour...))
 	var s seen
 	for _, tc := range []struct {
 		name   string
@@ -217,7 +222,7 @@ func TestPenaltyBoxBruteForceRealServer(t *testing.T) {
 	b := testutil.RealBackend(t)
 	ctx := context.Background()
 	rule := funnel.AtMost(5, time.Hour)
-	g := newGuard(t, b, guard.Policy{Rules: []funnel.Rule{rule}, Funnel: []funnel.Option{funnel.WithPenalty(funnel.Penalty{Denials: 10, Within: time.Minute, For: 2 * time.Second})}})
+	g := newGuard(t, b, guard.WithRules(rule), guard.WithFunnel(funnel.WithPenalty(funnel.Penalty{Denials: 10, Within: time.Minute, For: 2 * time.Second})))
 	count := map[string]int{}
 	for range 200 {
 		d, err := g.Allow(ctx, "+8613800138000")

@@ -37,7 +37,7 @@ func serve(h http.Handler, key string) *httptest.ResponseRecorder {
 func TestMiddleware(t *testing.T) {
 	b := testutil.Mini(t)
 	b.Mini.SetTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	g := newGuard(t, b, guard.Policy{Rules: []funnel.Rule{{Name: "slow", Capacity: 1, Leak: 2, Per: 3 * time.Second}}})
+	g := newGuard(t, b, guard.WithRules(funnel.Rule{Name: "slow", Capacity: 1, Leak: 2, Per: 3 * time.Second}))
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
 	h := g.Middleware(keyFromHeader)(ok)
 
@@ -90,10 +90,12 @@ func TestRetryAfterSeconds(t *testing.T) {
 func TestRateLimitHeaders(t *testing.T) {
 	b := testutil.Mini(t)
 	b.Mini.SetTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	g := newGuard(t, b, guard.Policy{RateLimitHeaders: true, Rules: []funnel.Rule{
-		{Name: `mi"n`, Capacity: 2, Leak: 1, Per: time.Minute},
-		funnel.AtMost(5, time.Hour),
-	}})
+	g := newGuard(t, b,
+		guard.WithRateLimitHeaders(),
+		guard.WithRules(
+			funnel.Rule{Name: `mi"n`, Capacity: 2, Leak: 1, Per: time.Minute},
+			funnel.AtMost(5, time.Hour)),
+	)
 	h := g.Middleware(keyFromHeader)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	rec := serve(h, "a")
 	if got, want := rec.Header().Get("RateLimit-Policy"), `"mi\"n";q=2;w=60, "5/1h0m0s";q=5;w=3600`; got != want {
@@ -124,8 +126,8 @@ func TestKeysStayInTheirSlot(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
 		c := b.Client(t)
-		phone := newGuard(t, b, guard.Policy{Prefix: "sms:phone:", Rules: []funnel.Rule{funnel.AtMost(1, time.Hour)}})
-		ip := newGuard(t, b, guard.Policy{Prefix: "sms:", Rules: []funnel.Rule{funnel.AtMost(1, time.Hour)}})
+		phone := newGuard(t, b, guard.WithPrefix(b.Prefix+"sms:phone:"), guard.WithRules(funnel.AtMost(1, time.Hour)))
+		ip := newGuard(t, b, guard.WithPrefix(b.Prefix+"sms:"), guard.WithRules(funnel.AtMost(1, time.Hour)))
 		keys := []string{"x", "{x}", "}{", "a{b}c", "phone:x", "k:x", "h:x", strings.Repeat("L", 200), strings.Repeat("L", 201)}
 		for _, k := range keys {
 			for _, g := range []*guard.Guard{phone, ip} {
@@ -147,7 +149,7 @@ func TestKeysStayInTheirSlot(t *testing.T) {
 			t.Fatalf("%d distinct tagged keys for %d keys in 2 guards", len(tags), len(keys))
 		}
 
-		secret := newGuard(t, b, guard.Policy{Prefix: "hid:", Secret: []byte("s3cret"), Rules: []funnel.Rule{funnel.AtMost(1, time.Hour)}})
+		secret := newGuard(t, b, guard.WithPrefix(b.Prefix+"hid:"), guard.WithSecret([]byte("s3cret")), guard.WithRules(funnel.AtMost(1, time.Hour)))
 		secret.Allow(ctx, "+8613800138000")
 		hidden, _ := c.Keys(ctx, b.Prefix+"hid:*").Result()
 		for _, k := range hidden {
@@ -163,13 +165,15 @@ func TestKeysStayInTheirSlot(t *testing.T) {
 
 func TestNormalize(t *testing.T) {
 	b := testutil.Mini(t)
-	g := newGuard(t, b, guard.Policy{Normalize: func(k string) (string, error) {
-		k = strings.ReplaceAll(k, " ", "")
-		if k == "" {
-			return "", errors.New("empty number")
-		}
-		return k, nil
-	}})
+	g := newGuard(t, b,
+		guard.WithNormalize(func(k string) (string, error) {
+			k = strings.ReplaceAll(k, " ", "")
+			if k == "" {
+				return "", errors.New("empty number")
+			}
+			return k, nil
+		}),
+	)
 	ctx := context.Background()
 	if d, _ := g.Allow(ctx, "138 0013 8000"); !d.Allowed {
 		t.Fatal("first spelling denied")

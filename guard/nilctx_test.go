@@ -17,7 +17,7 @@ func TestNilContext(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		var nilCtx context.Context
 		ctx := context.Background()
-		g := newGuard(t, b, guard.Policy{OnError: guard.FailOpen, InFlight: 1})
+		g := newGuard(t, b, guard.WithOnError(guard.FailOpen), guard.WithInFlight(1))
 		if _, err := g.Allow(ctx, "+15550001111"); err != nil {
 			t.Fatal(err)
 		}

@@ -9,54 +9,32 @@ import (
 )
 
 // planOf returns the name and rules of key's plan (key as the caller gave
-// it): Rules, or the Plans entry PlanOf names. An error of PlanOf, or a
-// name Plans does not hold, matches ErrPlan.
+// it): WithRules', or those of the plan WithPlans' planOf names. An error
+// of planOf, or a name the plans do not hold, matches ErrPlan.
 func (g *Guard) planOf(ctx context.Context, key string) (string, []funnel.Rule, error) {
-	if g.p.PlanOf == nil {
-		return "", g.p.Rules, nil
+	if g.cfg.PlanOf == nil {
+		return "", g.cfg.Rules, nil
 	}
-	name, err := g.p.PlanOf(ctx, key)
-	rules, ok := g.p.Plans[name]
+	name, err := g.cfg.PlanOf(ctx, key)
+	rules, ok := g.cfg.Plans[name]
 	switch {
 	case err != nil:
 		return name, nil, fmt.Errorf("%w: %w", ErrPlan, err)
 	case name == "":
-		return "", g.p.Rules, nil
+		return "", g.cfg.Rules, nil
 	case !ok:
-		return name, nil, fmt.Errorf("%w: %q is not one of Policy.Plans", ErrPlan, name)
+		return name, nil, fmt.Errorf("%w: %q is not one of the plans (WithPlans)", ErrPlan, name)
 	}
 	return name, rules, nil
-}
-
-// checkPlans validates p's plans and makes the rules of every plan,
-// Rules among them, share one state (funnel.Rule.Sharing) where their
-// kinds and periods match: a key whose plan changes keeps what it took.
-func (p Policy) checkPlans() (Policy, error) {
-	if (p.PlanOf == nil) != (len(p.Plans) == 0) {
-		return p, fmt.Errorf("%w: Plans and PlanOf go together", ErrInvalidPolicy)
-	}
-	if p.PlanOf == nil {
-		return p, nil
-	}
-	p.Rules = sharing(p.Rules)
-	plans := make(map[string][]funnel.Rule, len(p.Plans))
-	for name, rules := range p.Plans {
-		if err := checkPlan(name, rules); err != nil {
-			return p, err
-		}
-		plans[name] = sharing(rules)
-	}
-	p.Plans = plans
-	return p, nil
 }
 
 // checkPlan refuses a plan without a name or rules, or with a bad rule.
 func checkPlan(name string, rules []funnel.Rule) error {
 	if name == "" || len(rules) == 0 {
-		return fmt.Errorf("%w: plan %q: a plan has a name and at least one rule (the plan \"\" is Rules)", ErrInvalidPolicy, name)
+		return fmt.Errorf("%w: plan %q: a plan has a name and at least one rule (the plan \"\" is WithRules')", ErrInvalidOption, name)
 	}
 	if err := funnel.Validate(rules...); err != nil {
-		return fmt.Errorf("%w: plan %q: %w", ErrInvalidPolicy, name, err)
+		return fmt.Errorf("%w: plan %q: %w", ErrInvalidOption, name, err)
 	}
 	return nil
 }

@@ -43,8 +43,12 @@ var (
 )
 
 func plansGuard(t *testing.T, b *testutil.Backend, ts *tenants, observe func(guard.Observation)) *guard.Guard {
-	return newGuard(t, b, guard.Policy{Rules: freeRules, RateLimitHeaders: true, Observe: observe,
-		Plans: map[string][]funnel.Rule{"free": freeRules, "pro": proRules}, PlanOf: ts.planOf})
+	return newGuard(t, b,
+		guard.WithRules(freeRules...),
+		guard.WithRateLimitHeaders(),
+		guard.WithObserve(observe),
+		guard.WithPlans(map[string][]funnel.Rule{"free": freeRules, "pro": proRules}, ts.planOf),
+	)
 }
 
 // A key's plan is read at each call: moved to a smaller plan it is judged by
@@ -114,7 +118,7 @@ func TestPlansShareByKindNotOrder(t *testing.T) {
 		free := []funnel.Rule{day, funnel.Window(100, time.Minute)}
 		pro := []funnel.Rule{funnel.Window(1000, time.Minute), funnel.PerDay(100_000, time.UTC)}
 		ts := &tenants{plan: map[string]string{"acme": "pro"}}
-		g := newGuard(t, b, guard.Policy{Rules: free, Plans: map[string][]funnel.Rule{"free": free, "pro": pro}, PlanOf: ts.planOf})
+		g := newGuard(t, b, guard.WithRules(free...), guard.WithPlans(map[string][]funnel.Rule{"free": free, "pro": pro}, ts.planOf))
 		if d, err := g.AllowN(ctx, "acme", 40); err != nil || !d.Allowed {
 			t.Fatalf("40 under pro: %+v, %v", d, err)
 		}
@@ -134,8 +138,11 @@ func TestPlansNamedRules(t *testing.T) {
 	free := []funnel.Rule{named(funnel.Window(10, time.Minute), "free")}
 	pro := []funnel.Rule{named(funnel.Window(1000, time.Minute), "pro")}
 	ts := &tenants{plan: map[string]string{"acme": "pro"}}
-	g := newGuard(t, b, guard.Policy{Rules: free, RateLimitHeaders: true,
-		Plans: map[string][]funnel.Rule{"free": free, "pro": pro}, PlanOf: ts.planOf})
+	g := newGuard(t, b,
+		guard.WithRules(free...),
+		guard.WithRateLimitHeaders(),
+		guard.WithPlans(map[string][]funnel.Rule{"free": free, "pro": pro}, ts.planOf),
+	)
 	h := g.Middleware(guard.Header("X-Tenant"))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	serve := func() *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", "/", nil)
@@ -197,22 +204,22 @@ func TestPlansUnknown(t *testing.T) {
 func TestPlansInvalid(t *testing.T) {
 	b := testutil.Mini(t)
 	planOf := func(context.Context, string) (string, error) { return "", nil }
-	for name, p := range map[string]guard.Policy{
-		"Plans without PlanOf": {Rules: freeRules, Plans: map[string][]funnel.Rule{"pro": proRules}},
-		"PlanOf without Plans": {Rules: freeRules, PlanOf: planOf},
-		"an empty plan":        {Rules: freeRules, Plans: map[string][]funnel.Rule{"pro": nil}, PlanOf: planOf},
-		"a plan named \"\"":    {Rules: freeRules, Plans: map[string][]funnel.Rule{"": proRules}, PlanOf: planOf},
-		"a bad rule":           {Rules: freeRules, Plans: map[string][]funnel.Rule{"pro": {{Name: "x", Capacity: -1}}}, PlanOf: planOf},
+	for name, p := range map[string][]guard.Option{
+		"WithPlans without planOf": {guard.WithRules(freeRules...), guard.WithPlans(map[string][]funnel.Rule{"pro": proRules}, nil)},
+		"WithPlans without plans":  {guard.WithRules(freeRules...), guard.WithPlans(nil, planOf)},
+		"an empty plan":            {guard.WithRules(freeRules...), guard.WithPlans(map[string][]funnel.Rule{"pro": nil}, planOf)},
+		"a plan named \"\"":        {guard.WithRules(freeRules...), guard.WithPlans(map[string][]funnel.Rule{"": proRules}, planOf)},
+		"a bad rule":               {guard.WithRules(freeRules...), guard.WithPlans(map[string][]funnel.Rule{"pro": {{Name: "x", Capacity: -1}}}, planOf)},
 	} {
-		if _, err := guard.New(b.Client(t), p); !errors.Is(err, guard.ErrInvalidPolicy) {
-			t.Errorf("%s: %v; want ErrInvalidPolicy", name, err)
+		if _, err := guard.New(b.Client(t), p...); !errors.Is(err, guard.ErrInvalidOption) {
+			t.Errorf("%s: %v; want ErrInvalidOption", name, err)
 		}
 	}
 	// Plans without Rules: the error says what Rules are for (a new user
 	// gave only Plans and read "no rules").
-	_, err := guard.New(b.Client(t), guard.Policy{Plans: map[string][]funnel.Rule{"free": freeRules}, PlanOf: planOf})
-	if !errors.Is(err, guard.ErrInvalidPolicy) || !strings.Contains(err.Error(), `Rules decide the keys whose plan is ""`) {
-		t.Errorf("Plans without Rules: %v; want ErrInvalidPolicy saying what Rules decide", err)
+	_, err := guard.New(b.Client(t), guard.WithPlans(map[string][]funnel.Rule{"free": freeRules}, planOf))
+	if !errors.Is(err, guard.ErrInvalidOption) || !strings.Contains(err.Error(), `Rules decide the keys whose plan is ""`) {
+		t.Errorf("WithPlans without WithRules: %v; want ErrInvalidOption saying what WithRules decide", err)
 	}
 }
 
@@ -226,12 +233,14 @@ type planKey struct{}
 func TestPlansRace(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		free, pro := funnel.Window(10, time.Minute), funnel.Window(1000, time.Minute)
-		g := newGuard(t, b, guard.Policy{Rules: []funnel.Rule{free}, Timeout: 10 * time.Second,
-			Plans: map[string][]funnel.Rule{"free": {free}, "pro": {pro}},
-			PlanOf: func(ctx context.Context, _ string) (string, error) {
+		g := newGuard(t, b,
+			guard.WithRules(free),
+			guard.WithTimeout(10*time.Second),
+			guard.WithPlans(map[string][]funnel.Rule{"free": {free}, "pro": {pro}}, func(ctx context.Context, _ string) (string, error) {
 				p, _ := ctx.Value(planKey{}).(string)
 				return p, nil
-			}})
+			}),
+		)
 		const goroutines, calls = 16, 20
 		var mu sync.Mutex
 		counts := map[int64]string{}

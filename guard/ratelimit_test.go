@@ -31,7 +31,7 @@ func newRateLimitServer(t *testing.T, rules ...funnel.Rule) *rateLimitServer {
 	b := testutil.Mini(t)
 	t0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 	b.Mini.SetTime(t0)
-	g := newGuard(t, b, guard.Policy{RateLimitHeaders: true, Rules: rules})
+	g := newGuard(t, b, guard.WithRateLimitHeaders(), guard.WithRules(rules...))
 	h := g.Middleware(func(*http.Request) (string, error) { return "+8613600000009", nil })(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	return &rateLimitServer{t: t, b: b, h: h, t0: t0}
 }
@@ -155,8 +155,11 @@ func TestRateLimitHeadersFunnelQuota(t *testing.T) {
 func TestRateLimitHeadersPenaltyBox(t *testing.T) {
 	b := testutil.Mini(t)
 	b.Mini.SetTime(time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC))
-	g := newGuard(t, b, guard.Policy{RateLimitHeaders: true, Rules: oneAnHour,
-		Funnel: []funnel.Option{funnel.WithPenalty(funnel.Penalty{Denials: 2, Within: time.Minute, For: 24 * time.Hour})}})
+	g := newGuard(t, b,
+		guard.WithRateLimitHeaders(),
+		guard.WithRules(oneAnHour...),
+		guard.WithFunnel(funnel.WithPenalty(funnel.Penalty{Denials: 2, Within: time.Minute, For: 24 * time.Hour})),
+	)
 	h := g.Middleware(keyFromHeader)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	var got []string
 	for range 4 {

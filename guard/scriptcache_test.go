@@ -46,18 +46,18 @@ func TestScriptCacheLossUnderLoad(t *testing.T) {
 	defer cancel()
 	stats := &testutil.ScriptStats{}
 	prefix := testutil.NewPrefix()
-	newGuard := func(p guard.Policy) *guard.Guard {
+	newGuard := func(opts ...guard.Option) *guard.Guard {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
 		t.Cleanup(func() { c.Close() })
 		c.AddHook(stats)
-		p.Prefix, p.Rules, p.Timeout = prefix, scriptCacheRules, 10*time.Second // not DefaultTimeout: see newGuard
-		g, err := guard.New(c, p)
+		// Not DefaultTimeout: see newGuard.
+		g, err := guard.New(c, append(opts, guard.WithPrefix(prefix), guard.WithRules(scriptCacheRules...), guard.WithTimeout(10*time.Second))...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return g
 	}
-	guards := []*guard.Guard{newGuard(guard.Policy{}), newGuard(guard.Policy{Funnel: []funnel.Option{funnel.WithUniformCost()}}), newGuard(guard.Policy{Funnel: []funnel.Option{funnel.WithDenyCache(100)}})}
+	guards := []*guard.Guard{newGuard(), newGuard(guard.WithFunnel(funnel.WithUniformCost())), newGuard(guard.WithFunnel(funnel.WithDenyCache(100)))}
 	capacity := scriptCacheRules[0].Capacity
 
 	var admitted, denied atomic.Int64
@@ -124,11 +124,11 @@ func TestScriptCacheLossCost(t *testing.T) {
 	flush := func(ctx context.Context) error { return testutil.ScriptFlush(ctx, srv.Addr) }
 	prefix := testutil.NewPrefix()
 	for _, uniform := range []bool{false, true} {
-		p := guard.Policy{Prefix: prefix, Rules: []funnel.Rule{funnel.AtMost(1, time.Hour)}, Timeout: 10 * time.Second}
+		p := []guard.Option{guard.WithPrefix(prefix), guard.WithRules(funnel.AtMost(1, time.Hour)), guard.WithTimeout(10 * time.Second)}
 		if uniform {
-			p.Funnel = []funnel.Option{funnel.WithUniformCost()}
+			p = append(p, guard.WithFunnel(funnel.WithUniformCost()))
 		}
-		g, err := guard.New(c, p)
+		g, err := guard.New(c, p...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,7 @@ import (
 // the decision's context.
 type traceID struct{}
 
-// A traceRecorder is a Policy.Trace that numbers each decision, puts its
+// A traceRecorder is a WithTrace that numbers each decision, puts its
 // number in the context it returns, and records the end of each; and a
 // go-redis hook that records, for each command, the number its context
 // carries (0 for none).
@@ -29,7 +29,7 @@ type traceRecorder struct {
 	keys []string            // the key of each Trace call
 	ends map[int][]endRecord // the ends of each decision, by number
 	cmds []int               // each command's decision number
-	obs  []guard.Observation // as Policy.Observe saw them
+	obs  []guard.Observation // as WithObserve saw them
 }
 
 type endRecord struct {
@@ -130,7 +130,7 @@ func (r *traceRecorder) checkDecision(name string, id int, key string, from, unt
 	}
 }
 
-// Policy.Trace is called once per decision, whatever the entry point
+// WithTrace is called once per decision, whatever the entry point
 // (Allow, AllowN, Do, Enter, Middleware), before its first command: the
 // context it returns is the one every command of the decision runs in,
 // the wait for the InFlight permit included; its end gets the Observation
@@ -142,8 +142,14 @@ func TestTraceHookPerDecision(t *testing.T) {
 	r := &traceRecorder{t: t, ends: map[int][]endRecord{}}
 	client := b.Client(t)
 	client.AddHook(r)
-	g, err := guard.New(client, guard.Policy{Prefix: b.Prefix + "trace:", Rules: []funnel.Rule{funnel.AtMost(100, time.Hour)},
-		InFlight: 2, Timeout: 10 * time.Second, Trace: r.trace, Observe: r.observe})
+	g, err := guard.New(client,
+		guard.WithPrefix(b.Prefix+"trace:"),
+		guard.WithRules(funnel.AtMost(100, time.Hour)),
+		guard.WithInFlight(2),
+		guard.WithTimeout(10*time.Second),
+		guard.WithTrace(r.trace),
+		guard.WithObserve(r.observe),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,11 @@ func TestWindowRuleInGuard(t *testing.T) {
 	b.Mini.SetTime(t0)
 	rules := []funnel.Rule{funnel.Window(2, time.Minute), {Name: "hour", Capacity: 10, Leak: 10, Per: time.Hour}}
 	for _, shadow := range []bool{false, true} {
-		g := newGuard(t, b, guard.Policy{Prefix: map[bool]string{false: "w:", true: "s:"}[shadow], Rules: rules, RateLimitHeaders: true, Shadow: shadow})
+		opts := []guard.Option{guard.WithPrefix(b.Prefix + map[bool]string{false: "w:", true: "s:"}[shadow]), guard.WithRules(rules...), guard.WithRateLimitHeaders()}
+		if shadow {
+			opts = append(opts, guard.WithShadow())
+		}
+		g := newGuard(t, b, opts...)
 		h := g.Middleware(func(*http.Request) (string, error) { return "k", nil })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusAccepted)
 		}))
@@ -74,7 +78,7 @@ func TestWindowRuleInGuard(t *testing.T) {
 // at most n per key.
 func TestWindowRuleFailOpen(t *testing.T) {
 	b := testutil.Mini(t)
-	g, err := guard.New(b.ClientOpts(t, &redis.Options{MaxRetries: -1}), guard.Policy{Prefix: b.Prefix, OnError: guard.FailOpen, Rules: []funnel.Rule{funnel.Window(3, time.Hour)}})
+	g, err := guard.New(b.ClientOpts(t, &redis.Options{MaxRetries: -1}), guard.WithPrefix(b.Prefix), guard.WithOnError(guard.FailOpen), guard.WithRules(funnel.Window(3, time.Hour)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// An Observer as a guard's Policy.Observe: each decision counted by
+// An Observer as a guard's WithObserve: each decision counted by
 // outcome and the rule that denied.
 func ExampleNewObserver() {
 	m, _ := miniredis.Run()
@@ -31,11 +31,11 @@ func ExampleNewObserver() {
 
 	reader := sdkmetric.NewManualReader() // in production, a periodic reader and an exporter
 	obs, _ := otelguard.NewObserver(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
-	g, _ := guard.New(client, guard.Policy{
-		Prefix:  "sms:phone:",
-		Rules:   []funnel.Rule{funnel.Window(2, time.Hour)},
-		Observe: obs.Observe,
-	})
+	g, _ := guard.New(client,
+		guard.WithPrefix("sms:phone:"),
+		guard.WithRules(funnel.Window(2, time.Hour)),
+		guard.WithObserve(obs.Observe),
+	)
 	for range 3 {
 		_, _ = g.Allow(context.Background(), "+8613800138000")
 	}
@@ -70,7 +70,7 @@ func ExampleTracer_Guard() {
 	_ = redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false))
 	tr, _ := otelguard.NewTracer(tp, sdkmetric.NewMeterProvider())
 
-	g, _ := guard.New(client, guard.Policy{Prefix: "sms:phone:", Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	g, _ := guard.New(client, guard.WithPrefix("sms:phone:"), guard.WithRules(funnel.AtMost(1, time.Minute)))
 	traced := tr.Guard(g, "sms:phone:")
 	_, _ = traced.Do(context.Background(), "+8613800138000", func(ctx context.Context) error {
 		return nil // send the code, with ctx: its spans go under the guard's too
@@ -103,7 +103,7 @@ func ExampleTracer_Guard() {
 	// EVALSHA spans under it: true
 }
 
-// Tracer.Trace as a guard's Policy.Trace: a span per decision whatever the
+// Tracer.Trace as a guard's WithTrace: a span per decision whatever the
 // entry point, here Middleware, under the request's span (otelhttp's in
 // production) and over the decision's Redis commands; the handler's work
 // stays under the request's span.
@@ -118,7 +118,7 @@ func ExampleTracer_Trace() {
 	_ = redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false))
 	tr, _ := otelguard.NewTracer(tp, sdkmetric.NewMeterProvider())
 
-	g, _ := guard.New(client, guard.Policy{Prefix: "api:", Rules: []funnel.Rule{funnel.Window(100, time.Minute)}, Trace: tr.Trace})
+	g, _ := guard.New(client, guard.WithPrefix("api:"), guard.WithRules(funnel.Window(100, time.Minute)), guard.WithTrace(tr.Trace))
 	h := g.Middleware(guard.Header("X-Api-Key"))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, span := tp.Tracer("app").Start(r.Context(), "handler")
 		defer span.End()

@@ -8,8 +8,8 @@ import (
 )
 
 // A Guard is a guard.Guard whose calls are traced by a Tracer. Made by
-// Tracer.Guard; safe for concurrent use. Tracer.Trace, as the guard's
-// Policy.Trace, spans every decision instead, Middleware's and Enter's
+// Tracer.Guard; safe for concurrent use. Tracer.Trace, given to
+// guard.WithTrace, spans every decision instead, Middleware's and Enter's
 // too; a guard with both has two spans per call, this Guard's and
 // SpanDecide under it.
 type Guard struct {
@@ -18,7 +18,7 @@ type Guard struct {
 	prefix string
 }
 
-// Guard returns g traced by t. prefix is the Policy.Prefix g was made with
+// Guard returns g traced by t. prefix is the guard.WithPrefix g was made with
 // (a guard.Guard does not tell its own): the spans' AttrPrefix, as an
 // Observer's measurements have it.
 func (t *Tracer) Guard(g *guard.Guard, prefix string) *Guard {

@@ -44,7 +44,7 @@ func newEnv(t *testing.T) *env {
 		_ = e.tp.Shutdown(context.Background())
 	})
 	// Without the statement: its arguments are the stored keys, in clear
-	// unless the Policy has a Secret.
+	// unless the guard has a secret (guard.WithSecret).
 	err := redisotel.InstrumentTracing(e.client, redisotel.WithTracerProvider(e.tp), redisotel.WithDBStatement(false))
 	if err != nil {
 		t.Fatal(err)
@@ -55,24 +55,17 @@ func newEnv(t *testing.T) *env {
 // twoAnHour is the rule of most tests: a third call within the hour is denied.
 var twoAnHour = funnel.Window(2, time.Hour)
 
-// guard returns a guard on e's client under p, observed by a new Observer
-// if p has no Observe.
-func (e *env) guard(t *testing.T, p guard.Policy) *guard.Guard {
+// guard returns a guard on e's client with opts, after defaults of its
+// own: twoAnHour, a Timeout of 5 s, and a new Observer's Observe.
+func (e *env) guard(t *testing.T, opts ...guard.Option) *guard.Guard {
 	t.Helper()
-	if p.Rules == nil {
-		p.Rules = []funnel.Rule{twoAnHour}
+	obs, err := otelguard.NewObserver(e.mp)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if p.Timeout == 0 {
-		p.Timeout = 5 * time.Second // a loaded machine is no outage
-	}
-	if p.Observe == nil {
-		obs, err := otelguard.NewObserver(e.mp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Observe = obs.Observe
-	}
-	g, err := guard.New(e.client, p)
+	// A loaded machine is no outage.
+	defaults := []guard.Option{guard.WithRules(twoAnHour), guard.WithTimeout(5 * time.Second), guard.WithObserve(obs.Observe)}
+	g, err := guard.New(e.client, append(defaults, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

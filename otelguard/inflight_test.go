@@ -16,7 +16,7 @@ import (
 // admission.
 func TestObserverInFlightPermit(t *testing.T) {
 	e := newEnv(t)
-	g := e.guard(t, guard.Policy{Prefix: "api:export:", InFlight: 1, Timeout: 300 * time.Millisecond})
+	g := e.guard(t, guard.WithPrefix("api:export:"), guard.WithInFlight(1), guard.WithTimeout(300*time.Millisecond))
 	ctx := context.Background()
 	held, err := g.Enter(ctx, phone, 1)
 	if err != nil || !held.Admitted() {

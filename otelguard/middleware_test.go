@@ -37,19 +37,19 @@ func noKey(t *testing.T, spans []sdktrace.ReadOnlySpan) {
 	}
 }
 
-// With Policy.Trace set to Tracer.Trace, a guard's Middleware has a span of
+// With WithTrace set to Tracer.Trace, a guard's Middleware has a span of
 // the guard's per request: SpanDecide, a child of the request's span (here
 // started by hand, as otelhttp's handler starts it), and the parent of the
 // decision's Redis commands (redisotel's spans), with the decision's
 // attributes. The handler's own span is the request span's child, not the
-// ended decision's. Before Policy.Trace, the commands were the request
+// ended decision's. Before WithTrace, the commands were the request
 // span's children and Middleware had no span of the guard's.
 func TestMiddlewareDecideSpan(t *testing.T) {
 	e := newEnv(t)
 	tr := e.tracer(t, otelguard.WithKeyAttributes(func(string) []attribute.KeyValue {
 		return []attribute.KeyValue{attribute.String("test.key_class", "cn")}
 	}))
-	g := e.guard(t, guard.Policy{Prefix: "api:", Trace: tr.Trace})
+	g := e.guard(t, guard.WithPrefix("api:"), guard.WithTrace(tr.Trace))
 	tracer := e.tp.Tracer("test")
 	h := g.Middleware(guard.Header("X-Api-Key"))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, span := tracer.Start(r.Context(), "handler")
@@ -123,7 +123,7 @@ func TestMiddlewareDecideSpan(t *testing.T) {
 	}
 }
 
-// Enter under Policy.InFlight: SpanDecide covers the wait for the permit
+// Enter under WithInFlight: SpanDecide covers the wait for the permit
 // (its commands are the span's children, funnelguard.wait its time) and
 // ends when Enter returns; the permit's release at Done is the caller's
 // span's child. A failed decision (a bad key) is a span with status Error
@@ -132,7 +132,7 @@ func TestMiddlewareDecideSpan(t *testing.T) {
 func TestEnterDecideSpan(t *testing.T) {
 	e := newEnv(t)
 	tr := e.tracer(t)
-	g := e.guard(t, guard.Policy{Prefix: "rpc:", InFlight: 1, Trace: tr.Trace})
+	g := e.guard(t, guard.WithPrefix("rpc:"), guard.WithInFlight(1), guard.WithTrace(tr.Trace))
 	ctx, call := e.tp.Tracer("test").Start(t.Context(), "call")
 	c, err := g.Enter(ctx, phone, 1)
 	if err != nil || !c.Admitted() {

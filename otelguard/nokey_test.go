@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// badPhone is a key the Policy's Normalize rejects with an error that
+// badPhone is a key the guard's WithNormalize func rejects with an error that
 // quotes it, as errors often do.
 const badPhone = "+86138001380xx"
 
@@ -34,7 +34,7 @@ func normalize(k string) (string, error) {
 func TestNoKeyInTelemetry(t *testing.T) {
 	e := newEnv(t)
 	tr := e.tracer(t)
-	g := tr.Guard(e.guard(t, guard.Policy{Prefix: "sms:phone:", Normalize: normalize}), "sms:phone:")
+	g := tr.Guard(e.guard(t, guard.WithPrefix("sms:phone:"), guard.WithNormalize(normalize)), "sms:phone:")
 	ctx := context.Background()
 	for range 3 {
 		if _, err := g.Allow(ctx, phone); err != nil {
@@ -137,7 +137,7 @@ func TestKeyAndConstantAttributes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := tr.Guard(e.guard(t, guard.Policy{Observe: obs.Observe}), "")
+	g := tr.Guard(e.guard(t, guard.WithObserve(obs.Observe)), "")
 	ctx := context.Background()
 	if _, err := g.Allow(ctx, phone); err != nil {
 		t.Fatal(err)

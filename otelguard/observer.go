@@ -29,7 +29,7 @@ const (
 	MetricLockWait = "funnelguard.lock.wait"
 	// MetricSemaphoreWait is how long Tracer.Acquire waited, in seconds,
 	// with AttrOutcome; and, recorded by an Observer, how long a guard's
-	// call admitted under Policy.InFlight waited for its key's permit
+	// call admitted under WithInFlight waited for its key's permit
 	// (guard.Observation.PermitWait), with AttrOutcome (ok, not_obtained
 	// for ErrBusy, error) and AttrPrefix.
 	MetricSemaphoreWait = "funnelguard.semaphore.wait"
@@ -41,7 +41,7 @@ const (
 const semaphoreWaitDescription = "Time waited for semaphore permits (Tracer.Acquire, a guard's InFlight permit), by outcome."
 
 // Explicit bucket boundaries, in seconds: a decision takes one or two round
-// trips (well under a millisecond on a LAN) up to its Policy.Timeout; a lock
+// trips (well under a millisecond on a LAN) up to its Timeout (guard.WithTimeout); a lock
 // or semaphore waits for a holder, seconds or more. The SDK's default
 // boundaries (0 to 10000) are for milliseconds.
 var (
@@ -50,10 +50,10 @@ var (
 )
 
 // An Observer records a guard's decisions as OpenTelemetry metrics. Its
-// Observe method is a guard.Policy.Observe:
+// Observe method is the func of guard.WithObserve:
 //
 //	obs, err := otelguard.NewObserver(meterProvider)
-//	g, err := guard.New(client, guard.Policy{Prefix: "sms:phone:", Rules: rules, Observe: obs.Observe})
+//	g, err := guard.New(client, guard.WithPrefix("sms:phone:"), guard.WithRules(rules...), guard.WithObserve(obs.Observe))
 //
 // One Observer may serve many guards: each measurement carries its guard's
 // Prefix. It is safe for concurrent use.
@@ -94,7 +94,7 @@ func NewObserver(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
-// Observe records one decision; use it as guard.Policy.Observe.
+// Observe records one decision; give it to guard.WithObserve.
 //
 // The outcome is "allowed" when the Decision allows (a fail-open admission
 // too: it is also counted by MetricDegraded and MetricFailOpen), "error" when

@@ -16,7 +16,7 @@ import (
 // latency per decision.
 func TestObserverCountsDecisions(t *testing.T) {
 	e := newEnv(t)
-	g := e.guard(t, guard.Policy{Prefix: "sms:phone:"})
+	g := e.guard(t, guard.WithPrefix("sms:phone:"))
 	ctx := context.Background()
 	for i, want := range []bool{true, true, false} {
 		d, err := g.Allow(ctx, phone)
@@ -57,11 +57,11 @@ func TestObserverCountsDecisions(t *testing.T) {
 	}
 }
 
-// A Policy in shadow mode: its decisions say so, and an empty Prefix is
+// A guard in shadow mode: its decisions say so, and an empty Prefix is
 // reported as the one the guard uses.
 func TestObserverShadowAndDefaultPrefix(t *testing.T) {
 	e := newEnv(t)
-	g := e.guard(t, guard.Policy{Shadow: true})
+	g := e.guard(t, guard.WithShadow())
 	if _, err := g.Allow(context.Background(), phone); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestObserverOutage(t *testing.T) {
 	} {
 		t.Run(tc.outcome, func(t *testing.T) {
 			e := newEnv(t)
-			g := e.guard(t, guard.Policy{Prefix: "sms:ip:", OnError: tc.mode})
+			g := e.guard(t, guard.WithPrefix("sms:ip:"), guard.WithOnError(tc.mode))
 			e.mr.Close()
 			d, err := g.Allow(context.Background(), phone)
 			if !errors.Is(err, guard.ErrUnavailable) || d.Allowed != tc.allowed || !d.Degraded {
@@ -139,13 +139,14 @@ func TestNewObserverNilProvider(t *testing.T) {
 // one is an error of type no_plan.
 func TestObserverPlans(t *testing.T) {
 	e := newEnv(t)
-	g := e.guard(t, guard.Policy{Plans: map[string][]funnel.Rule{"pro": {twoAnHour}},
-		PlanOf: func(_ context.Context, key string) (string, error) {
+	g := e.guard(t,
+		guard.WithPlans(map[string][]funnel.Rule{"pro": {twoAnHour}}, func(_ context.Context, key string) (string, error) {
 			if key == phone {
 				return "pro", nil
 			}
 			return "", errors.New("unknown tenant")
-		}})
+		}),
+	)
 	ctx := context.Background()
 	if d, err := g.Allow(ctx, phone); err != nil || !d.Allowed {
 		t.Fatalf("Allow on pro: %+v, %v", d, err)

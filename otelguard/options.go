@@ -29,15 +29,16 @@ const (
 	// when allowed or when no rule decided (Redis unavailable and failing
 	// closed). A span has it only when it is not empty.
 	AttrRule = attribute.Key("funnelguard.rule")
-	// AttrPrefix is the guard's Policy.Prefix (guard.DefaultPrefix when the
-	// Policy left it empty).
+	// AttrPrefix is the guard's prefix (guard.DefaultPrefix when
+	// guard.WithPrefix left it empty or was not given).
 	AttrPrefix = attribute.Key("funnelguard.prefix")
-	// AttrPlan is Observation.Plan: the key's plan (guard.Policy.Plans), on
+	// AttrPlan is Observation.Plan: the key's plan (guard.WithPlans), on
 	// decisions of a guard with plans only.
 	AttrPlan = attribute.Key("funnelguard.plan")
 	// AttrDegraded is Decision.Degraded: decided without Redis.
 	AttrDegraded = attribute.Key("funnelguard.degraded")
-	// AttrShadow is Observation.Shadow: the Policy blocks nothing.
+	// AttrShadow is Observation.Shadow: the guard blocks nothing
+	// (guard.WithShadow).
 	AttrShadow = attribute.Key("funnelguard.shadow")
 	// AttrN is the units a call asked for, or the permits of an Acquire.
 	AttrN = attribute.Key("funnelguard.n")
@@ -122,7 +123,7 @@ func errorType(err error) string {
 	return "_OTHER"
 }
 
-// prefixOf returns the prefix a guard made with Policy.Prefix p uses.
+// prefixOf returns the prefix a guard made with guard.WithPrefix(p) uses.
 func prefixOf(p string) string {
 	if p == "" {
 		return guard.DefaultPrefix

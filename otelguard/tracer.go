@@ -29,11 +29,11 @@ const (
 )
 
 // A Tracer starts a span around a guard's decision (Trace, as
-// guard.Policy.Trace, for every entry point; or the wrappers of Guard), a
+// guard.WithTrace, for every entry point; or the wrappers of Guard), a
 // lock's acquisition or a semaphore's, and passes the span's context down,
 // so that the spans of the Redis commands the call makes (go-redis's
 // redisotel hooks on the same client) are its children, and fn's of the
-// wrapper's Do too. A guard.Policy.Observe cannot do that: it runs after
+// wrapper's Do too. A guard.WithObserve func cannot do that: it runs after
 // the decision.
 //
 // Spans carry the outcome, never the key: see the Attr constants, and
@@ -70,11 +70,11 @@ func NewTracer(tp trace.TracerProvider, mp metric.MeterProvider, opts ...Option)
 }
 
 // Trace starts a span named SpanDecide for one decision of a guard, and
-// returns its context and the func that ends it; use it as
-// guard.Policy.Trace:
+// returns its context and the func that ends it; give it to
+// guard.WithTrace:
 //
 //	tr, err := otelguard.NewTracer(tracerProvider, meterProvider)
-//	g, err := guard.New(client, guard.Policy{Prefix: "sms:phone:", Rules: rules, Trace: tr.Trace})
+//	g, err := guard.New(client, guard.WithPrefix("sms:phone:"), guard.WithRules(rules...), guard.WithTrace(tr.Trace))
 //	http.Handle("/send", otelhttp.NewHandler(g.Middleware(keyFunc)(send), "send"))
 //
 // The guard calls it at the start of every decision, whatever the entry

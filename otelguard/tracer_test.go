@@ -91,7 +91,7 @@ func (e *env) named(name string) []sdktrace.ReadOnlySpan {
 // of the guard's span, in its trace; the guard span tells the decision.
 func TestAllowSpanParentsRedisCommands(t *testing.T) {
 	e := newEnv(t)
-	g := e.tracer(t).Guard(e.guard(t, guard.Policy{Prefix: "sms:phone:"}), "sms:phone:")
+	g := e.tracer(t).Guard(e.guard(t, guard.WithPrefix("sms:phone:")), "sms:phone:")
 	ctx := context.Background()
 	for i, want := range []bool{true, true, false} {
 		d, err := g.AllowN(ctx, phone, 1)
@@ -138,7 +138,7 @@ func TestAllowSpanParentsRedisCommands(t *testing.T) {
 // failure is the span's error, named by its error.type.
 func TestDoSpanParentsCommandsAndFn(t *testing.T) {
 	e := newEnv(t)
-	g := e.tracer(t).Guard(e.guard(t, guard.Policy{}), "")
+	g := e.tracer(t).Guard(e.guard(t), "")
 	sendFailed := errors.New("provider refused")
 	var fnSpan trace.SpanContext
 	_, err := g.Do(context.Background(), phone, func(ctx context.Context) error {

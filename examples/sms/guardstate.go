@@ -40,7 +40,7 @@ func newGuardStates(client redis.UniversalClient, secret []byte) (*guardStates, 
 	return d, nil
 }
 
-// storedKey is the key a guard with Policy.Secret keeps key's state under
+// storedKey is the key a guard with WithSecret keeps key's state under
 // (guard.Guard's storedKey: "m:" and the key's HMAC-SHA256).
 func (d *guardStates) storedKey(key string) string {
 	m := hmac.New(sha256.New, d.secret)

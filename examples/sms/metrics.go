@@ -51,7 +51,7 @@ func newMetrics() *metrics {
 	return m
 }
 
-// observe is a guard.Policy.Observe for the guard named name.
+// observe is the func of guard.WithObserve for the guard named name.
 func (m *metrics) observe(name string) func(guard.Observation) {
 	return func(o guard.Observation) {
 		m.latency.WithLabelValues(name).Observe(o.Latency.Seconds())

@@ -75,7 +75,7 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 	if s.states, err = newGuardStates(client, cfg.Secret); err != nil {
 		return nil, err
 	}
-	// Numbers, prefixes and addresses are stored as HMACs (guard.Policy.Secret).
+	// Numbers, prefixes and addresses are stored as HMACs (guard.WithSecret).
 	// The guards a send to a number goes through all cost the same for a
 	// number never seen as for one that was sent codes (WithUniformCost): the
 	// answers' timing must not tell them apart. (The budget's key is one for
@@ -98,8 +98,14 @@ func NewService(client redis.UniversalClient, cfg Config, provider Provider, log
 		if g.uniform {
 			opts = append(opts, funnel.WithUniformCost())
 		}
-		*g.to, err = guard.New(client, guard.Policy{Prefix: g.prefix, Rules: g.rules, Funnel: opts,
-			Secret: cfg.Secret, Timeout: cfg.Timeout, Observe: s.metrics.observe(g.name)})
+		*g.to, err = guard.New(client,
+			guard.WithPrefix(g.prefix),
+			guard.WithRules(g.rules...),
+			guard.WithFunnel(opts...),
+			guard.WithSecret(cfg.Secret),
+			guard.WithTimeout(cfg.Timeout),
+			guard.WithObserve(s.metrics.observe(g.name)),
+		)
 		if err != nil {
 			return nil, err
 		}

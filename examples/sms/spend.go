@@ -136,9 +136,9 @@ func (c SpendConfig) shareTier(price micros, verified int64) int {
 // share guard's PlanOf reads.
 type shareTierKey struct{}
 
-// sharePlans are the share guard's tiers above the first, as guard.Plans:
-// "x2", "x4", ...; the first is its Rules. Each is a PerDay rule of one
-// zone, so all keep one state in a country's key (guard.Policy.Plans): a
+// sharePlans are the share guard's tiers above the first, for guard.WithPlans:
+// "x2", "x4", ...; the first is its rule (guard.WithRules). Each is a PerDay rule of one
+// zone, so all keep one state in a country's key (guard.WithPlans): a
 // country moved to a wider tier keeps what it spent.
 func (c SpendConfig) sharePlans(zone *time.Location) map[string][]funnel.Rule {
 	plans := map[string][]funnel.Rule{}
@@ -238,14 +238,19 @@ func newSpendGuards(s *Service) (*spendGuards, error) {
 		{&m.open, "spend-open", "sms:open:", c.openRule(s.cfg.BudgetZone)},
 		{&m.share, "country-share", "sms:share:", c.shareRule(s.cfg.BudgetZone, 0)},
 	} {
-		p := guard.Policy{Prefix: g.prefix, Rules: []funnel.Rule{g.rule},
-			Funnel: []funnel.Option{funnel.WithUniformCost()}, Secret: s.cfg.Secret, Timeout: s.cfg.Timeout,
-			Observe: s.metrics.observe(g.name)}
+		opts := []guard.Option{
+			guard.WithPrefix(g.prefix),
+			guard.WithRules(g.rule),
+			guard.WithFunnel(funnel.WithUniformCost()),
+			guard.WithSecret(s.cfg.Secret),
+			guard.WithTimeout(s.cfg.Timeout),
+			guard.WithObserve(s.metrics.observe(g.name)),
+		}
 		if g.to == &m.share && c.PerVerifiedPPM > 0 { // a fixed share is one rule
-			p.Plans, p.PlanOf = c.sharePlans(s.cfg.BudgetZone), shareTierOf
+			opts = append(opts, guard.WithPlans(c.sharePlans(s.cfg.BudgetZone), shareTierOf))
 		}
 		var err error
-		*g.to, err = guard.New(s.client, p)
+		*g.to, err = guard.New(s.client, opts...)
 		if err != nil {
 			return nil, err
 		}

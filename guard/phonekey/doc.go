@@ -3,7 +3,7 @@
 // and "13600000009" read in CN are all the key "+8613600000009" (E.164), so
 // that re-spelling a number does not buy it another allowance.
 //
-//	g, err := guard.New(client, guard.Policy{Prefix: "sms:phone:", Rules: rules})
+//	g, err := guard.New(client, guard.WithPrefix("sms:phone:"), guard.WithRules(rules...))
 //	phone := phonekey.JSONField("phone", "CN", 4<<10) // {"phone": "136 0000 0009"}
 //	http.Handle("POST /send", g.Middleware(phone)(sendCode))
 //

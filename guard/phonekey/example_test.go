@@ -40,9 +40,10 @@ func ExampleJSONField() {
 	defer m.Close()
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer client.Close()
-	g, err := guard.New(client, guard.Policy{Prefix: "sms:phone:", Rules: []funnel.Rule{
-		funnel.AtMost(1, time.Minute), funnel.Window(5, time.Hour), funnel.Window(10, 24*time.Hour),
-	}})
+	g, err := guard.New(client,
+		guard.WithPrefix("sms:phone:"),
+		guard.WithRules(funnel.AtMost(1, time.Minute), funnel.Window(5, time.Hour), funnel.Window(10, 24*time.Hour)),
+	)
 	if err != nil {
 		panic(err)
 	}

@@ -136,7 +136,7 @@ func TestJSONField(t *testing.T) {
 // to fix.
 func TestMiddleware(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
-		g, err := guard.New(b.Client(t), guard.Policy{Prefix: b.Prefix, Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+		g, err := guard.New(b.Client(t), guard.WithPrefix(b.Prefix), guard.WithRules(funnel.AtMost(1, time.Minute)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +179,7 @@ func TestMiddleware(t *testing.T) {
 // TestMiddlewareBadNumbers: the 400 for a number that is not one says what
 // to fix, without the error chain or the number the client sent.
 func TestMiddlewareBadNumbers(t *testing.T) {
-	g, err := guard.New(testutil.Mini(t).Client(t), guard.Policy{Rules: []funnel.Rule{funnel.AtMost(1, time.Minute)}})
+	g, err := guard.New(testutil.Mini(t).Client(t), guard.WithRules(funnel.AtMost(1, time.Minute)))
 	if err != nil {
 		t.Fatal(err)
 	}

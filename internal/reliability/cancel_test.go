@@ -150,7 +150,7 @@ func TestCancelledCallsReturnAtOnce(t *testing.T) {
 	}
 	lim := mustLimiter(t, c, funnel.WithPrefix(prefix+"f:"))
 	rule := funnel.Rule{Name: "roomy", Capacity: 1 << 40, Leak: 1 << 40, Per: time.Second}
-	g, err := guard.New(c, guard.Policy{Prefix: prefix + "g:", Rules: []funnel.Rule{rule}, Timeout: cancelDeadline})
+	g, err := guard.New(c, guard.WithPrefix(prefix+"g:"), guard.WithRules(rule), guard.WithTimeout(cancelDeadline))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,11 +26,11 @@ func TestDetourKeepsHooks(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	var seen atomic.Int64
 	c.AddHook(countHook{&seen})
-	g, err := guard.New(c, guard.Policy{
-		Prefix:  testutil.NewPrefix(),
-		Rules:   []funnel.Rule{{Name: "busy", Capacity: 1 << 40, Leak: 1 << 40, Per: time.Second}},
-		Timeout: 500 * time.Millisecond,
-	})
+	g, err := guard.New(c,
+		guard.WithPrefix(testutil.NewPrefix()),
+		guard.WithRules(funnel.Rule{Name: "busy", Capacity: 1 << 40, Leak: 1 << 40, Per: time.Second}),
+		guard.WithTimeout(500*time.Millisecond),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ import (
 
 const (
 	// hungDeadline is the ctx deadline of each call (a guard's
-	// Policy.Timeout, with a background ctx).
+	// WithTimeout, with a background ctx).
 	hungDeadline = 300 * time.Millisecond
 	// hungMargin is the requirement's "small margin": what a call may take
 	// past its deadline to notice it and return.
@@ -299,7 +299,7 @@ func TestHungFunnel(t *testing.T) {
 
 // TestHungGuard: Allow failing closed (a denial, Degraded, ErrUnavailable),
 // Peek and Refund; and Allow failing open, 20 times on one key: each call
-// within Policy.Timeout + hungMargin, Degraded with ErrUnavailable, and at
+// within the Timeout + hungMargin, Degraded with ErrUnavailable, and at
 // most the rule's 2 admitted (the rules decided in this process).
 func TestHungGuard(t *testing.T) {
 	rules := []funnel.Rule{funnel.AtMost(2, time.Hour)}
@@ -313,11 +313,11 @@ func TestHungGuard(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			srv, c := hungServer(t, kind.opts)
 			prefix := testutil.NewPrefix()
-			closed, err := guard.New(c, guard.Policy{Prefix: prefix + "closed:", Rules: rules, Timeout: hungDeadline, OnError: guard.FailClosed})
+			closed, err := guard.New(c, guard.WithPrefix(prefix+"closed:"), guard.WithRules(rules...), guard.WithTimeout(hungDeadline), guard.WithOnError(guard.FailClosed))
 			if err != nil {
 				t.Fatal(err)
 			}
-			open, err := guard.New(c, guard.Policy{Prefix: prefix + "open:", Rules: rules, Timeout: hungDeadline, OnError: guard.FailOpen})
+			open, err := guard.New(c, guard.WithPrefix(prefix+"open:"), guard.WithRules(rules...), guard.WithTimeout(hungDeadline), guard.WithOnError(guard.FailOpen))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -343,7 +343,7 @@ func TestHungGuard(t *testing.T) {
 				}
 				t.Logf("%+v, %v after %v", d, err, took)
 			})
-			// A guard's calls take Policy.Timeout, not ctx: a background
+			// A guard's calls take WithTimeout, not ctx: a background
 			// ctx here (hungCall's deadline is the same and does not bind).
 			hungCall(t, kind.name, "guard Peek (FailClosed)", func(context.Context) error {
 				d, err := closed.Peek(context.Background(), "+447700900123")
@@ -371,7 +371,7 @@ func TestHungGuard(t *testing.T) {
 					}
 					total += took
 					if took-starved > hungDeadline+hungMargin { // as hungJudge: the time the process had the CPUs it asked for
-						t.Errorf("call %d took %v: over Policy.Timeout %v + %v (a thread of this process waited up to %v for a CPU meanwhile)",
+						t.Errorf("call %d took %v: over WithTimeout %v + %v (a thread of this process waited up to %v for a CPU meanwhile)",
 							i, took, hungDeadline, hungMargin, starved)
 					}
 					if !d.Degraded || !errors.Is(err, guard.ErrUnavailable) {
@@ -397,8 +397,8 @@ func TestHungGuard(t *testing.T) {
 	}
 }
 
-// TestHungGuardInFlight: Do with Policy.InFlight, the server stopped inside
-// fn (after the admission and the permit): Do returns within Policy.Timeout
+// TestHungGuardInFlight: Do with WithInFlight, the server stopped inside
+// fn (after the admission and the permit): Do returns within the Timeout
 // + hungMargin of fn's end, with fn's own result (the permit's release, on
 // the hung server, cannot make it wait or fail), and fn ran once. Then a Do
 // with the server still stopped: refused with ErrUnavailable in the same
@@ -407,7 +407,7 @@ func TestHungGuardInFlight(t *testing.T) {
 	for _, kind := range hungClients {
 		t.Run(kind.name, func(t *testing.T) {
 			srv, c := hungServer(t, kind.opts)
-			g, err := guard.New(c, guard.Policy{Prefix: testutil.NewPrefix(), Rules: []funnel.Rule{funnel.AtMost(100, time.Hour)}, Timeout: hungDeadline, InFlight: 2})
+			g, err := guard.New(c, guard.WithPrefix(testutil.NewPrefix()), guard.WithRules(funnel.AtMost(100, time.Hour)), guard.WithTimeout(hungDeadline), guard.WithInFlight(2))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -530,8 +530,12 @@ func TestLostReplyGuardDo(t *testing.T) {
 		t.Helper()
 		// Uniform cost: the admission of a key with no state goes through
 		// the lock and its commit, whose reply the tests lose.
-		g, err := guard.New(e.client, guard.Policy{Prefix: e.b.Prefix, Rules: []funnel.Rule{funnel.AtMost(3, time.Hour)},
-			Timeout: faultHang, Funnel: []funnel.Option{funnel.WithUniformCost()}})
+		g, err := guard.New(e.client,
+			guard.WithPrefix(e.b.Prefix),
+			guard.WithRules(funnel.AtMost(3, time.Hour)),
+			guard.WithTimeout(faultHang),
+			guard.WithFunnel(funnel.WithUniformCost()),
+		)
 		if err != nil {
 			t.Fatal(err)
 		}

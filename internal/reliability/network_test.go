@@ -358,8 +358,11 @@ func newNetRig(t *testing.T, lease time.Duration, o *redis.Options) *netRig {
 	r.holder = mustLocker(t, pc, mutex.WithPrefix(r.prefix), mutex.WithTTL(lease))
 	faultWarm(t, r.holder, r.prefix)
 	var err error
-	r.g, err = guard.New(pc, guard.Policy{Prefix: r.prefix + "g:", Timeout: 200 * time.Millisecond,
-		Rules: []funnel.Rule{{Name: "burst", Capacity: 1000, Leak: 1000, Per: time.Second}}})
+	r.g, err = guard.New(pc,
+		guard.WithPrefix(r.prefix+"g:"),
+		guard.WithTimeout(200*time.Millisecond),
+		guard.WithRules(funnel.Rule{Name: "burst", Capacity: 1000, Leak: 1000, Per: time.Second}),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}

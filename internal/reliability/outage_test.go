@@ -74,11 +74,11 @@ func outageLoad(g *guard.Guard, stop <-chan struct{}) func() []outageCall {
 // outageGuard is the guard of these tests: FailClosed, Timeout 500 ms.
 func outageGuard(t *testing.T, c redis.UniversalClient) *guard.Guard {
 	t.Helper()
-	g, err := guard.New(c, guard.Policy{
-		Prefix:  testutil.NewPrefix(),
-		Rules:   []funnel.Rule{{Name: "roomy", Capacity: 1 << 40, Leak: 1 << 40, Per: time.Second}},
-		Timeout: 500 * time.Millisecond,
-	})
+	g, err := guard.New(c,
+		guard.WithPrefix(testutil.NewPrefix()),
+		guard.WithRules(funnel.Rule{Name: "roomy", Capacity: 1 << 40, Leak: 1 << 40, Per: time.Second}),
+		guard.WithTimeout(500*time.Millisecond),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -172,7 +172,7 @@ func TestOverAdmission(t *testing.T) {
 // for the key's lock in the guard's Locker. The bug this test found: once the
 // funnel was full, each queued call was still handed the lock in turn,
 // re-read the state under it, declined and passed the lock on, so the tail
-// of the queue outwaited Policy.Timeout and ended as ErrUnavailable, and
+// of the queue outwaited WithTimeout and ended as ErrUnavailable, and
 // FailOpen admitted 205 against a bound of 7 with Redis up.
 //
 // What it asserts is the property, not the machine's speed: admissions stay
@@ -195,7 +195,7 @@ func TestGuardBurstOnOneKey(t *testing.T) {
 			// under load; 300 made a dial storm through the proxy).
 			const conns = 64
 			c := x.Client(t, &redis.Options{PoolSize: conns})
-			g, err := guard.New(c, guard.Policy{Prefix: testutil.NewPrefix(), Rules: []funnel.Rule{rule}, OnError: mode})
+			g, err := guard.New(c, guard.WithPrefix(testutil.NewPrefix()), guard.WithRules(rule), guard.WithOnError(mode))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -65,12 +65,12 @@ func recoveryLoad(g *guard.Guard, base string, stop <-chan struct{}) func() []re
 // recoveryGuard is the guard of the recovery tests on client c.
 func recoveryGuard(t *testing.T, c *redis.Client) *guard.Guard {
 	t.Helper()
-	g, err := guard.New(c, guard.Policy{
-		Prefix:  testutil.NewPrefix(),
-		Rules:   []funnel.Rule{{Name: "busy", Capacity: 1 << 40, Leak: 1 << 40, Per: time.Second}},
-		Timeout: 500 * time.Millisecond,
-		Funnel:  []funnel.Option{funnel.WithUniformCost(), funnel.WithLease(3 * time.Second)},
-	})
+	g, err := guard.New(c,
+		guard.WithPrefix(testutil.NewPrefix()),
+		guard.WithRules(funnel.Rule{Name: "busy", Capacity: 1 << 40, Leak: 1 << 40, Per: time.Second}),
+		guard.WithTimeout(500*time.Millisecond),
+		guard.WithFunnel(funnel.WithUniformCost(), funnel.WithLease(3*time.Second)),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestKillRestartUnderLoad(t *testing.T) {
 	for i := range clients {
 		c := srv.Client(t)
 		lockers[i] = mustLocker(t, c, mutex.WithPrefix(prefix), mutex.WithTTL(time.Second), mutex.WithRetryInterval(10*time.Millisecond))
-		g, err := guard.New(srv.Client(t), guard.Policy{Prefix: prefix + "g:", Rules: []funnel.Rule{rule}, Timeout: 300 * time.Millisecond})
+		g, err := guard.New(srv.Client(t), guard.WithPrefix(prefix+"g:"), guard.WithRules(rule), guard.WithTimeout(300*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,203 @@
+package guard
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/keyspace"
+)
+
+// An Option configures a Guard in New. Options apply in order: a later one
+// replaces what an earlier one set, but WithFunnel adds to it. The funcs
+// an Option is given must be fast and safe for concurrent use.
+type Option func(*config) error
+
+// set is an Option that cannot fail.
+func set(f func(*config)) Option {
+	return func(c *config) error { f(c); return nil }
+}
+
+// WithPrefix namespaces the guard's keys in Redis (DefaultPrefix if unset
+// or empty): guards with different prefixes never share state.
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
+		c.Prefix = cmp.Or(prefix, DefaultPrefix)
+		if err := keyspace.CheckPrefix(c.Prefix); err != nil {
+			return fmt.Errorf("%w: prefix %q: %v", ErrInvalidOption, c.Prefix, err)
+		}
+		return nil
+	}
+}
+
+// WithRules sets the rules decided all or nothing on every call (at least
+// one; New refuses a guard without); with WithPlans, for the keys whose
+// plan is "".
+func WithRules(rules ...funnel.Rule) Option {
+	rules = slices.Clone(rules) // the caller may reuse its slice
+	return set(func(c *config) { c.Rules = rules })
+}
+
+// WithOnError sets what to decide when Redis cannot answer: FailClosed
+// (the default) or FailOpen. ErrRejected always denies.
+func WithOnError(mode FailureMode) Option {
+	return func(c *config) error {
+		if mode != FailClosed && mode != FailOpen {
+			return fmt.Errorf("%w: OnError %d", ErrInvalidOption, mode)
+		}
+		c.OnError = mode
+		return nil
+	}
+}
+
+// WithErrorRetryAfter sets the RetryAfter of a denial because Redis could
+// not answer, and of ErrBusy (DefaultErrorRetry if unset or zero).
+func WithErrorRetryAfter(d time.Duration) Option {
+	return set(func(c *config) { c.ErrorRetryAfter = d })
+}
+
+// WithTimeout bounds every call to Redis, lock waits included
+// (DefaultTimeout if unset or zero).
+func WithTimeout(d time.Duration) Option {
+	return set(func(c *config) { c.Timeout = d })
+}
+
+// WithInFlight, if n is positive, bounds the calls of one key that run at
+// once across the fleet: Do, Middleware and Enter hold a permit of the
+// key's mutex.Semaphore (on the funnel's Locker, in the key's cluster slot)
+// while the call runs, two round trips a call. One that finds none waits in
+// FIFO order for the Timeout, then is refused with ErrBusy, its units given
+// back. The call's context is cancelled if its permit is lost. Allow and
+// AllowN take no permit. A negative n, or a Locker that cannot keep
+// semaphores, is ErrInvalidOption. Guards sharing a key's semaphore (one
+// prefix or Locker) must agree on n, else ErrRejected. When Redis cannot
+// answer, FailClosed refuses the call (ErrUnavailable); FailOpen and a
+// Fallback count InFlight per process.
+func WithInFlight(n int64) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("%w: InFlight %d: want 0 (no bound) or more", ErrInvalidOption, n)
+		}
+		c.InFlight = n
+		return nil
+	}
+}
+
+// WithInFlightLease sets the lease of a WithInFlight permit
+// (DefaultInFlightLease if unset or zero; MinInFlightLease to
+// mutex.MaxTTL), renewed every third of it while the call runs; a permit
+// none of whose renewals lands in time is lost. A killed process's
+// permits, and its waiters' places, are back within 3 retry intervals of
+// its Locker plus the lease (3.15 s by default).
+func WithInFlightLease(d time.Duration) Option {
+	return set(func(c *config) { c.InFlightLease = d })
+}
+
+// WithNormalize makes the guard map every key to its canonical form (a
+// phone number to E.164) with normalize first; its error rejects the key
+// with ErrInvalidKey.
+func WithNormalize(normalize func(key string) (string, error)) Option {
+	return set(func(c *config) { c.Normalize = normalize })
+}
+
+// WithSecret makes the guard store HMAC-SHA256(secret, key), not the key.
+// Keys over 128 bytes are always stored hashed.
+func WithSecret(secret []byte) Option {
+	return set(func(c *config) { c.Secret = secret })
+}
+
+// WithFallback makes the guard decide with f, a token bucket per key in
+// this process, while Redis cannot answer, instead of WithOnError's mode.
+// A bucket that cannot admit is ErrInvalidOption.
+func WithFallback(f Fallback) Option {
+	bad := f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0
+	f.MaxKeys = cmp.Or(f.MaxKeys, DefaultFallbackMax) // here: an Option may serve many News at once
+	return func(c *config) error {
+		if bad {
+			return fmt.Errorf("%w: Fallback needs a positive Limit and Burst", ErrInvalidOption)
+		}
+		c.Fallback = &f
+		return nil
+	}
+}
+
+// WithObserve makes the guard call observe after every decision, once its
+// InFlight permit is known.
+func WithObserve(observe func(Observation)) Option {
+	return set(func(c *config) { c.Observe = observe })
+}
+
+// WithTrace makes the guard call trace as every decision starts (Allow,
+// AllowN, Do, Enter, Middleware), with the caller's ctx and key (before
+// WithNormalize: for a hash of its own, never for a span or a log). Its
+// Redis commands, the plan's lookup and the permit's wait run in the
+// context trace returns, which must derive from ctx (its deadline bounds
+// the decision on a hung server; nil is ctx); end, if not nil, is called
+// once with the Observation. The call itself (fn, the handler,
+// Call.Context), its refund and release run in the caller's ctx. A nil ctx
+// is ErrNilContext first. Peek and Refund are not traced.
+func WithTrace(trace func(ctx context.Context, key string) (_ context.Context, end func(Observation))) Option {
+	return set(func(c *config) { c.Trace = trace })
+}
+
+// WithPlans sets rule sets by name ("free", "pro"): planOf names the plan
+// of each call's key, as the caller gave it, and the plan's rules decide
+// the call instead of WithRules' (plan ""). An error of planOf, or a name
+// not in plans, refuses the call with ErrPlan (Middleware: 503). A changed
+// plan takes effect on the key's next call, with what it took kept: the
+// rules of every plan of one kind and period (and zone) share one state,
+// in whatever order the plans list them (funnel.Rule.Sharing), and names
+// do not part it. A plan's rules keep no gate in Redis: each call after
+// the first takes two round trips. plans and planOf go together.
+func WithPlans(plans map[string][]funnel.Rule, planOf func(ctx context.Context, key string) (string, error)) Option {
+	return func(c *config) error {
+		if (planOf == nil) != (len(plans) == 0) {
+			return fmt.Errorf("%w: the plans and planOf of WithPlans go together", ErrInvalidOption)
+		}
+		c.Plans, c.PlanOf = make(map[string][]funnel.Rule, len(plans)), planOf
+		for name, rules := range plans {
+			if err := checkPlan(name, rules); err != nil {
+				return err
+			}
+			c.Plans[name] = sharing(rules)
+		}
+		return nil
+	}
+}
+
+// WithFunnel adds options of the guard's funnel.Limiter, applied after
+// funnel.WithPrefix(the guard's prefix); a bad one is ErrInvalidOption and
+// funnel.ErrInvalidOption. WithDenyCache denies a denied key in process
+// until its gate time (a Refund through this Guard clears it);
+// WithUniformCost hides which keys are new; WithPenalty boxes a key its
+// rules keep denying; WithReplicaAck's wait must be under the Timeout (its
+// failure is WithOnError's); WithLocker's Locker takes the keys' locks and
+// InFlight semaphores, shared by the guards that share it.
+func WithFunnel(opts ...funnel.Option) Option {
+	opts = slices.Clone(opts)
+	return set(func(c *config) { c.Funnel = append(c.Funnel, opts...) })
+}
+
+// WithRateLimitHeaders makes Middleware send the RateLimit-Policy and
+// RateLimit fields (draft-ietf-httpapi-ratelimit-headers-11), off by
+// default since they disclose the quota: each rule's q units in w seconds
+// (funnel.Rule.Quota: a funnel counts its burst and what leaks within w),
+// and r and t of one rule, with pk naming the key's partition without
+// telling it:
+//
+//	RateLimit-Policy: "1/1m0s";q=1;w=60, "5 in 1h0m0s";q=5;w=3600
+//	RateLimit: "1/1m0s";r=0;t=60;pk=:...:
+func WithRateLimitHeaders() Option {
+	return set(func(c *config) { c.RateLimitHeaders = true })
+}
+
+// WithShadow makes the guard decide, count and observe every call but
+// block none: Middleware and Enter let denied calls through (the real
+// Decision in FromContext, Call.Decision), and each Observation has Shadow
+// set. Allow and AllowN return the real Decision. For rolling a limit out.
+func WithShadow() Option {
+	return set(func(c *config) { c.Shadow = true })
+}
