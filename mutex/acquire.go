@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
-	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -112,7 +111,8 @@ func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...O
 	return lk, res, nil
 }
 
-// begin checks an acquisition's context, fragment (if call) and options.
+// begin checks an acquisition's context, fragment (if call), name and
+// options.
 func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Option) (lockConfig, error) {
 	if ctx == nil {
 		return lockConfig{}, ErrNilContext
@@ -125,7 +125,15 @@ func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Opti
 			return lockConfig{}, err
 		}
 	}
-	return l.config(name, opts)
+	switch {
+	case l == nil:
+		return lockConfig{}, errNilLocker
+	case checkName(name) != nil:
+		return lockConfig{}, checkName(name)
+	case len(opts) == 0:
+		return l.defaults, nil
+	}
+	return l.options(opts)
 }
 
 // nextWait is the pause before the next attempt: a jittered retry interval,
@@ -178,7 +186,7 @@ func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Ca
 func (l *Locker) takeToken(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
 	n, adopting := l.orphans.take(name)
 	if adopting {
-		mode = mode.scripted(l.canNotify())
+		mode = mode.scripted(l.notify)
 	} else {
 		n = l.names(name)
 	}
@@ -247,7 +255,7 @@ func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any,
 		}
 	}
 	mark := argFresh
-	if mode == pollMarked || (mode == first && l.canNotify()) {
+	if mode == pollMarked || (mode == first && l.notify) {
 		mark = argMark
 	}
 	return l.dep.acquire(ctx, l, name, n, cfg, call, mark, start)
@@ -336,7 +344,7 @@ func (l *Locker) setFree(ctx context.Context, name string, n *names, value any, 
 	if l.batch.alone() {
 		ok, err := l.setFreeAlone(ctx, name, n, value, cfg)
 		l.batch.free(err)
-		return ok, reach.Mark(err)
+		return ok, marked(err)
 	}
 	key, h := n.key, newHold(l, name, *n)
 	undo := l.undoLateSetNX(h)
@@ -349,7 +357,7 @@ func (l *Locker) setFree(ctx context.Context, name string, n *names, value any, 
 		return false, err
 	}
 	ok, err := cmd.(*redis.BoolCmd).Result()
-	return ok, reach.Mark(err)
+	return ok, marked(err)
 }
 
 func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, value any, cfg lockConfig) (bool, error) {
@@ -367,7 +375,7 @@ func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, value an
 	if l.batch.alone() {
 		old, err := l.setFreeGetAlone(ctx, name, n, value, cfg)
 		l.batch.free(err)
-		return old, reach.Mark(err)
+		return old, marked(err)
 	}
 	key, h := n.key, newHold(l, name, *n)
 	undo := l.undoLateSet(h)
@@ -380,7 +388,7 @@ func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, value an
 		return "", err
 	}
 	old, err := cmd.(*redis.StatusCmd).Result()
-	return old, reach.Mark(err)
+	return old, marked(err)
 }
 
 func (l *Locker) setFreeGetAlone(ctx context.Context, name string, n *names, value any, cfg lockConfig) (string, error) {

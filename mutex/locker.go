@@ -45,10 +45,10 @@ type Locker struct {
 	ttl      time.Duration
 	retry    time.Duration
 	fenceTTL time.Duration // 0: no fencing
-	notify   bool
-	dep      deployment // single (New) or *quorum (NewQuorum)
-	ttlMS    any        // ttl in ms and fenceTTL in ms, boxed once for the scripts
-	fenceMS  any
+	notify   bool          // release notifications: not WithoutNotifications, and the client subscribes (wire)
+	dep      deployment    // single (New) or *quorum (NewQuorum)
+	defaults lockConfig    // an acquisition's without options, made once (box)
+	fenceMS  any           // fenceTTL in ms, boxed once for the scripts
 	// setNX takes a free lock natively (takeFree); nil when the client has
 	// none or the Locker needs the script (fencing, replica acks, a quorum).
 	setNX              nativeSetter
@@ -103,6 +103,8 @@ func (l *Locker) wire() {
 	l.honours = ctxcall.Honours(l.client)
 	l.runner = ctxcall.NewRunner(l.client)
 	l.dial = outage.DialOf(l.client)
+	_, subscribes := l.client.(subscriber)
+	l.notify = l.notify && subscribes
 	if s, ok := l.runner.Scripter().(nativeSetter); ok && l.fenceTTL == 0 && l.acks == 0 {
 		l.setNX = s
 	}
@@ -113,7 +115,8 @@ func (l *Locker) wire() {
 }
 
 func (l *Locker) box() {
-	l.ttlMS, l.fenceMS = l.ttl.Milliseconds(), l.fenceTTL.Milliseconds()
+	l.defaults = lockConfig{ttl: l.ttl, ttlMS: l.ttl.Milliseconds()}
+	l.fenceMS = l.fenceTTL.Milliseconds()
 }
 
 // Key returns <prefix>{<name>}:<kind>, a key in the lock's cluster slot for

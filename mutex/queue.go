@@ -74,7 +74,7 @@ func (l *Locker) Waiters(name string) int {
 func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Call, primed bool, pttl time.Duration) outcome {
 	s := waitState{l: l, name: name, cfg: cfg, call: call, primed: primed, pttl: pttl, mode: pollMarked}
 	s.w = l.enqueue(name, cfg, call)
-	s.notify = l.canNotify()
+	s.notify = l.notify
 	defer s.stopTimer()
 	for {
 		t := l.headOf(name, s.w)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/keyspace"
@@ -174,7 +175,10 @@ func (s *Semaphore) check(ctx context.Context, n int64, opts []Option) (lockConf
 	if s == nil {
 		return lockConfig{}, fmt.Errorf("%w: nil Semaphore", ErrInvalid)
 	}
-	cfg, err := s.l.config(s.name, opts)
+	cfg, err := s.l.defaults, error(nil) // s.name was checked by Locker.Semaphore
+	if len(opts) > 0 {
+		cfg, err = s.l.options(opts)
+	}
 	if err != nil {
 		return cfg, err
 	}
@@ -209,6 +213,32 @@ func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lo
 		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, short)
 	}
 	return r, nil
+}
+
+// semNums reads a semaphore script's array reply: integers, sent as
+// integers or as decimal text (times and fences exceed what Lua's number
+// formatting keeps exact).
+func semNums(reply any) ([]int64, error) {
+	arr, ok := reply.([]any)
+	if !ok || len(arr) < 2 {
+		return nil, fmt.Errorf("%w: %T %v", ErrUnexpectedReply, reply, reply)
+	}
+	out := make([]int64, len(arr))
+	for i, v := range arr {
+		switch x := v.(type) {
+		case int64:
+			out[i] = x
+		case string:
+			n, err := strconv.ParseInt(x, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%w: element %d is %q", ErrUnexpectedReply, i, x)
+			}
+			out[i] = n
+		default:
+			return nil, fmt.Errorf("%w: element %d is %T", ErrUnexpectedReply, i, v)
+		}
+	}
+	return out, nil
 }
 
 // mayHold reports whether an acquisition that failed with err may hold
