@@ -1,7 +1,6 @@
 package mutex
 
 import (
-	"crypto/rand"
 	"fmt"
 	"strings"
 	"sync"
@@ -133,13 +132,6 @@ func (l *Locker) Key(name, kind string) (string, error) {
 	return keyspace.Key(l.prefix, name, kind), nil
 }
 
-func checkName(name string) error {
-	if name == "" || len(name) > MaxNameLen {
-		return fmt.Errorf("%w: name of %d bytes: want 1 to %d", ErrInvalid, len(name), MaxNameLen)
-	}
-	return nil
-}
-
 // LockKey returns the key of the lock on name, for a Fragment that only
 // reads it and for monitoring. Never write it.
 func (l *Locker) LockKey(name string) string {
@@ -160,67 +152,6 @@ func reservedKind(kind string) bool {
 		return true
 	}
 	return strings.HasPrefix(kind, kindRecord+":") || strings.HasPrefix(kind, kindSem+":")
-}
-
-// names are the keys and fresh value of one token's lock on one name, cut
-// from one string: one allocation per acquisition.
-type names struct {
-	key   string // the lock: Key(name, "lock")
-	fkey  string // the fencing counter, Key(name, "fence"); "" without fencing
-	nkey  string // the name's release record, Key(name, "record")
-	tkey  string // the token's release record, Key(name, "record:<token>")
-	token string // tokenLen hex digits of random bits
-	value string // the lock's value while nobody waits for it (putFreeValue)
-}
-
-func (l *Locker) names(name string) names {
-	var raw [tokenLen / 2]byte
-	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
-	tag := keyspace.Tag(name)
-	base := len(l.prefix) + len(tag) + 3 // <prefix>{<tag>}:
-	size := base + len("lock") + base + len("record:") + tokenLen + freeLen
-	if l.fenceTTL > 0 {
-		size += base + len("fence")
-	}
-	var b strings.Builder
-	b.Grow(size)
-	writeBase(&b, l.prefix, tag)
-	b.WriteString("lock")
-	keyEnd := b.Len()
-	if l.fenceTTL > 0 {
-		writeBase(&b, l.prefix, tag)
-		b.WriteString("fence")
-	}
-	fenceEnd := b.Len()
-	writeBase(&b, l.prefix, tag)
-	b.WriteString("record")
-	recordEnd := b.Len()
-	// ":" and the token end the token's record key; the value follows.
-	var tail [1 + tokenLen + freeLen]byte
-	tail[0] = ':'
-	putFreeValue(tail[1+tokenLen:], raw[:])
-	copy(tail[1:1+tokenLen], tokenOf(tail[1+tokenLen:]))
-	b.Write(tail[:])
-	s := b.String()
-	tokenEnd := len(s) - freeLen
-	n := names{
-		key:   s[:keyEnd],
-		nkey:  s[fenceEnd:recordEnd],
-		tkey:  s[fenceEnd:tokenEnd],
-		token: s[recordEnd+1 : tokenEnd],
-		value: s[tokenEnd:],
-	}
-	if fenceEnd > keyEnd {
-		n.fkey = s[keyEnd:fenceEnd]
-	}
-	return n
-}
-
-func writeBase(b *strings.Builder, prefix, tag string) {
-	b.WriteString(prefix)
-	b.WriteByte('{')
-	b.WriteString(tag)
-	b.WriteString("}:")
 }
 
 // Client is the part of a go-redis client that a Locker needs: running

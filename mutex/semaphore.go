@@ -179,13 +179,10 @@ func (s *Semaphore) check(ctx context.Context, n int64, opts []Option) (lockConf
 	if len(opts) > 0 {
 		cfg, err = s.l.options(opts)
 	}
-	if err != nil {
-		return cfg, err
+	if err == nil && (n < 1 || n > s.size) {
+		err = fmt.Errorf("%w: %d permits of a semaphore of %d", ErrInvalid, n, s.size)
 	}
-	if n < 1 || n > s.size {
-		return cfg, fmt.Errorf("%w: %d permits of a semaphore of %d", ErrInvalid, n, s.size)
-	}
-	return cfg, nil
+	return cfg, err
 }
 
 // acquireOnce runs semaphore_acquire.lua for tok; its reply is {granted,

@@ -281,8 +281,7 @@ func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, a
 	return reply, marked(err)
 }
 
-// marked is reach.Mark for the error of a call, which has none on the
-// common path.
+// marked is reach.Mark, skipped on the common path: no error.
 func marked(err error) error {
 	if err == nil {
 		return nil
@@ -305,8 +304,7 @@ func (l *Locker) acquireRun(ctx context.Context, script *redis.Script, keys []st
 	return l.runAcked(ctx, script, keys, args, late)
 }
 
-// runAcked is run followed, in the same round trip, by WAIT when the
-// Locker waits for replicas (pipeWait).
+// runAcked is run, then WAIT in the same round trip if replicas must ack.
 func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (reply any, short, err error) {
 	if l.acks == 0 {
 		reply, err = l.run(ctx, script, keys, args, late)
