@@ -336,7 +336,7 @@ func (l *Locker) setFree(ctx context.Context, name string, n *names, s freeSet) 
 		l.batch.free(err)
 		return took, marked(err)
 	}
-	undo := l.undoLateSet(newHold(l, name, *n), s)
+	undo := l.undoLateSet(newHold(l, name, *n), s.getOld)
 	c, err := l.batch.do(&queued{
 		ctx:  ctx,
 		add:  func(p redis.Pipeliner) redis.Cmder { return s.cmd(ctx, p) },
@@ -356,7 +356,7 @@ func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, s free
 	c, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (redis.Cmder, error) {
 		c := s.cmd(ctx, l.setNX)
 		return c, c.Err()
-	}, l.undoLateSet(newHold(l, name, *n), s))
+	}, l.undoLateSet(newHold(l, name, *n), s.getOld))
 	if c == nil {
 		return false, err
 	}
@@ -368,10 +368,10 @@ func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, s free
 
 // undoLateSet is undoLate for takeFree's SET, whose reply found the lock
 // held without GET: it may have found the SET's own repeat.
-func (l *Locker) undoLateSet(h *hold, s freeSet) func(redis.Cmder, error) {
+func (l *Locker) undoLateSet(h *hold, getOld bool) func(redis.Cmder, error) {
 	return func(c redis.Cmder, err error) {
-		took, _ := s.took(c)
-		l.undoIf(h, took || (!s.getOld && err == nil), err)
+		took, _ := freeSet{token: h.token, getOld: getOld}.took(c)
+		l.undoIf(h, took || (!getOld && err == nil), err)
 	}
 }
 
