@@ -347,18 +347,25 @@ func (lk *Lock) unsureOf(err error, next *hold, pass passing, lease time.Duratio
 // dropWait is how long drop waits for its release.
 const dropWait = 100 * time.Millisecond
 
-// drop releases a handle obtained for a caller that has left, waiting for
-// it dropWait at most, so the caller returns near its deadline on a hung
-// server.
+// drop releases a handle obtained for a caller that has left (waitAtMost).
 func (lk *Lock) drop() {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	waitAtMost(dropWait, func() {
 		ctx, cancel := ctxcall.DeadlineOnly(context.Background(), time.Now().Add(unlockTimeout))
 		defer cancel()
 		_ = lk.Unlock(ctx)
+	})
+}
+
+// waitAtMost runs release in a goroutine of its own and waits for it d at
+// most, so that a caller that gave up returns near its deadline on a hung
+// server too (Lock.drop, Semaphore.cancel).
+func waitAtMost(d time.Duration, release func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		release()
 	}()
-	t := time.NewTimer(dropWait)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-done:

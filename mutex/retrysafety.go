@@ -26,7 +26,8 @@ import (
 // owner per name holds because a remembered token is taken out by the one
 // attempt that uses it and goes back only if that attempt got no lock, and a
 // late reply or a repeated hand-over acts on the lock only if it can claim
-// the token back first.
+// the token back first. The core enters the layer once in an acquisition
+// (acquireSafely) and once in a release sent to Redis (releaseSafely).
 //
 // An orphan's command may still run after the adopting handle released the
 // lock, taking it again. That token cannot go back into the orphan memory (a

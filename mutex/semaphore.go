@@ -247,25 +247,16 @@ func mayHold(err error) bool {
 
 // cancel takes tok out of the queue, or gives back the permits it was
 // granted, and records it so that a late acquire of it takes nothing. It
-// runs even when ctx was cancelled, bounded as Unlock is, but the caller
-// waits for it cancelWait at most, so that a call returns by its deadline
-// plus that margin on a hung server too (a healthy server answers well
-// within it; the cancel may run after the call returned). An error leaves
-// the token to its wait lease or its permits' lease.
+// runs even when ctx was cancelled, bounded as Unlock is; the caller waits
+// for it cancelWait at most (waitAtMost), which a healthy server answers
+// well within. An error leaves the token to its wait lease or its permits'
+// lease.
 func (s *Semaphore) cancel(ctx context.Context, tok string) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	waitAtMost(cancelWait, func() {
 		ctx, stop := detach(ctx)
 		defer stop()
 		_, _ = s.dep.semRelease(ctx, s, tok, "c")
-	}()
-	t := time.NewTimer(cancelWait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
+	})
 }
 
 // cancelWait is how long a call that gives up waits for its cancel: under
