@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
-	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -58,7 +57,7 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, 
 		return nil, errors.Join(ErrNotObtained, ctx.Err())
 	}
 	primed, pttl := false, time.Duration(-1)
-	if !l.queued(name) {
+	if l.nqueues.Load() == 0 || l.Waiters(name) == 0 {
 		// The uncontended case needs no queue: one attempt first, which on
 		// contention stands for the queue head's first (primed).
 		lk, p, _, err := l.attempt(ctx, name, cfg, nil, first)
@@ -112,7 +111,7 @@ func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...O
 	return lk, res, nil
 }
 
-// begin checks an acquisition's context, fragment (if call) and options.
+// begin checks an acquisition's context, fragment (if call), name, options.
 func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Option) (lockConfig, error) {
 	if ctx == nil {
 		return lockConfig{}, ErrNilContext
@@ -125,7 +124,13 @@ func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Opti
 			return lockConfig{}, err
 		}
 	}
-	return l.config(name, opts)
+	switch err := checkName(name); {
+	case l == nil:
+		return lockConfig{}, errNilLocker
+	case err != nil || len(opts) == 0:
+		return l.defaults, err
+	}
+	return l.options(opts)
 }
 
 // nextWait is the pause before the next attempt: a jittered retry interval,
@@ -164,76 +169,53 @@ func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call 
 	return l.take(ctx, name, cfg, call, mode)
 }
 
-// take makes one attempt under a new or a remembered token; when the lock
-// is held under a spent token it deletes it and tries once more
-// (retrysafety.go).
+// take makes one attempt under a fresh token or, as the retry-safety layer
+// decides (acquireSafely), a remembered one.
 func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
-	lk, pttl, res, err := l.takeToken(ctx, name, cfg, call, mode)
-	if err == ErrLocked && l.clearSpent(ctx, name) {
-		return l.takeToken(ctx, name, cfg, call, mode)
-	}
-	return lk, pttl, res, err
-}
-
-func (l *Locker) takeToken(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
-	n, adopting := l.orphans.take(name)
-	if adopting {
-		mode = mode.scripted(l.canNotify())
-	} else {
-		n = l.names(name)
-	}
-	// Boxed once, the SET's argument and the hold's; with a fragment (no
-	// SET) only once the lock is obtained.
 	var value any
-	if call == nil {
-		value = n.value
-	}
-	start := time.Now()
-	r, res, err := l.takeOnce(ctx, name, &n, value, cfg, call, mode, start)
+	var start time.Time
+	n, adopted, r, res, err := l.acquireSafely(ctx, name, mode, func(n names, mode attemptMode) ([3]int64, any, error) {
+		// Boxed once, the SET's argument and the hold's; with a fragment
+		// (no SET) only once the lock is obtained.
+		if call == nil {
+			value = n.value
+		}
+		start = time.Now()
+		return l.takeOnce(ctx, name, &n, value, cfg, call, mode, start)
+	})
 	switch {
 	case err != nil:
-		l.remember(name, n, adopting, err)
 		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", name, err)
 	case r[0] == declinedReply:
-		l.remember(name, n, adopting, nil)
 		return nil, -1, res, ErrDeclined
 	case r[0] != 1:
-		l.remember(name, n, adopting, nil)
 		return nil, time.Duration(r[1]) * time.Millisecond, res, ErrLocked
 	}
 	if value == nil {
 		value = n.value
 	}
-	lk := newRoot(l, name, n, value, r[2])
-	lk.hold.adopted = adopting
-	lk.hold.add(lk, start, time.Duration(r[1])*time.Millisecond)
+	lk := newRoot(l, name, n, value, r[2], adopted, leaseEnd(start, time.Duration(r[1])*time.Millisecond))
 	if cfg.renew {
 		lk.hold.startRenew(lk.hold, cfg.ttl)
 	}
 	return lk, -1, res, nil
 }
 
-// remember keeps the names of an attempt that got no lock for the next
-// attempt (retrysafety.go): when it used a remembered token, or may yet run
-// on a client that honours deadlines. On another client its late reply
-// releases what it took (undoLate). A refused connection sent nothing.
-func (l *Locker) remember(name string, n names, adopting bool, err error) {
-	if adopting || (l.honours && unknownOutcome(err) && !errors.Is(err, ErrUnreachable)) {
-		l.orphans.put(name, n)
-	}
+// A root is a hold and its root handle in one allocation.
+type root struct {
+	h  hold
+	lk Lock
 }
 
-// scripted is the mode of an attempt under a remembered token: the script,
-// since a native SET finding the lock its own could not tell the orphan's
-// lease left.
-func (m attemptMode) scripted(canNotify bool) attemptMode {
-	switch {
-	case m == first && canNotify:
-		return pollMarked
-	case m <= first:
-		return poll
-	}
-	return m
+// newRoot returns the root handle of a lock just obtained, held surely until
+// deadline; nobody else sees it yet, so it needs no locking (hold.add).
+func newRoot(l *Locker, name string, n names, value any, fence int64, adopted bool, deadline time.Time) *Lock {
+	r := &root{h: hold{locker: l, name: name, names: n, valueArg: value, fence: fence, adopted: adopted}}
+	r.lk.hold = &r.h
+	r.h.one[0] = &r.lk
+	r.h.handles = r.h.one[:1]
+	r.h.deadline = deadline
+	return &r.lk
 }
 
 // takeOnce is take's round trip: a native SET when the mode and the client
@@ -247,7 +229,7 @@ func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any,
 		}
 	}
 	mark := argFresh
-	if mode == pollMarked || (mode == first && l.canNotify()) {
+	if mode == pollMarked || (mode == first && l.notify) {
 		mark = argMark
 	}
 	return l.dep.acquire(ctx, l, name, n, cfg, call, mark, start)
@@ -307,121 +289,90 @@ func (l *Locker) takeFree(ctx context.Context, name string, n *names, value any,
 	if l.setNX == nil || !l.scripted.Load() || l.noSetGet.Load() {
 		return [3]int64{}, false, nil
 	}
-	if followed {
-		ok, err := l.setFree(ctx, name, n, value, cfg)
-		switch {
-		case err != nil:
-			return [3]int64{0, -1, 0}, true, err
-		case ok:
-			return [3]int64{1, cfg.ttl.Milliseconds(), 0}, true, nil
-		}
-		return [3]int64{0, -1, 0}, true, nil
-	}
-	token := n.token
-	old, err := l.setFreeGet(ctx, name, n, value, cfg)
+	took, err := l.setFree(ctx, name, n, freeSet{key: n.key, token: n.token, value: value, ttl: cfg.ttl, getOld: !followed})
 	switch {
-	case err == redis.Nil, err == nil && heldBy(old, token):
+	case took:
 		return [3]int64{1, cfg.ttl.Milliseconds(), 0}, true, nil
-	case err != nil && strings.Contains(err.Error(), "syntax error"):
+	case !followed && err != nil && strings.Contains(err.Error(), "syntax error"):
 		l.noSetGet.Store(true)
 		return [3]int64{}, false, nil
-	case err != nil:
-		return [3]int64{0, -1, 0}, true, err
 	}
-	return [3]int64{0, -1, 0}, true, nil
+	return [3]int64{0, -1, 0}, true, err
 }
 
-// setFree is takeFree's SET NX PX, batched (send.go) and bounded by ctx.
-func (l *Locker) setFree(ctx context.Context, name string, n *names, value any, cfg lockConfig) (bool, error) {
-	if l.batch.alone() {
-		ok, err := l.setFreeAlone(ctx, name, n, value, cfg)
-		l.batch.free(err)
-		return ok, reach.Mark(err)
+// A freeSet is takeFree's SET NX PX of a free lock for token, with GET when
+// it must tell a repeat of its own SET (getOld).
+type freeSet struct {
+	key, token string
+	value      any
+	ttl        time.Duration
+	getOld     bool
+}
+
+// cmd sends the SET on c, or queues it on a pipeline.
+func (s freeSet) cmd(ctx context.Context, c nativeSetter) redis.Cmder {
+	if s.getOld {
+		return c.SetArgs(ctx, s.key, s.value, redis.SetArgs{Mode: "NX", TTL: s.ttl, Get: true})
 	}
-	key, h := n.key, newHold(l, name, *n)
-	undo := l.undoLateSetNX(h)
-	cmd, err := l.batch.do(&queued{
+	return c.SetNX(ctx, s.key, s.value, s.ttl)
+}
+
+// took reads the SET's reply: whether the token holds the lock now.
+func (s freeSet) took(c redis.Cmder) (bool, error) {
+	if !s.getOld {
+		return c.(*redis.BoolCmd).Result()
+	}
+	old, err := c.(*redis.StatusCmd).Result()
+	if err == redis.Nil {
+		return true, nil
+	}
+	return err == nil && heldBy(old, s.token), err
+}
+
+// setFree sends s, batched (send.go) and bounded by ctx.
+func (l *Locker) setFree(ctx context.Context, name string, n *names, s freeSet) (bool, error) {
+	if l.batch.alone() {
+		took, err := l.setFreeAlone(ctx, name, n, s)
+		l.batch.free(err)
+		return took, marked(err)
+	}
+	undo := l.undoLateSet(newHold(l, name, *n), s.getOld)
+	c, err := l.batch.do(&queued{
 		ctx:  ctx,
-		add:  func(p redis.Pipeliner) redis.Cmder { return p.SetNX(ctx, key, value, cfg.ttl) },
-		late: func(c redis.Cmder) { undo(c.(*redis.BoolCmd).Result()) },
+		add:  func(p redis.Pipeliner) redis.Cmder { return s.cmd(ctx, p) },
+		late: func(c redis.Cmder) { undo(c, c.Err()) },
 	})
 	if err != nil {
 		return false, err
 	}
-	ok, err := cmd.(*redis.BoolCmd).Result()
-	return ok, reach.Mark(err)
+	took, err := s.took(c)
+	return took, marked(err)
 }
 
-func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, value any, cfg lockConfig) (bool, error) {
-	if l.runner.Direct(ctx) {
-		return l.setNX.SetNX(ctx, n.key, value, cfg.ttl).Result()
-	}
-	key := n.key
-	return ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (bool, error) {
-		return l.setNX.SetNX(ctx, key, value, cfg.ttl).Result()
-	}, l.undoLateSetNX(newHold(l, name, *n)))
-}
-
-// setFreeGet is takeFree's SET NX PX GET, batched and bounded by ctx.
-func (l *Locker) setFreeGet(ctx context.Context, name string, n *names, value any, cfg lockConfig) (string, error) {
-	if l.batch.alone() {
-		old, err := l.setFreeGetAlone(ctx, name, n, value, cfg)
-		l.batch.free(err)
-		return old, reach.Mark(err)
-	}
-	key, h := n.key, newHold(l, name, *n)
-	undo := l.undoLateSet(h)
-	cmd, err := l.batch.do(&queued{
-		ctx:  ctx,
-		add:  func(p redis.Pipeliner) redis.Cmder { return p.SetArgs(ctx, key, value, setGetArgs(cfg)) },
-		late: func(c redis.Cmder) { undo(c.(*redis.StatusCmd).Result()) },
-	})
-	if err != nil {
-		return "", err
-	}
-	old, err := cmd.(*redis.StatusCmd).Result()
-	return old, reach.Mark(err)
-}
-
-func (l *Locker) setFreeGetAlone(ctx context.Context, name string, n *names, value any, cfg lockConfig) (string, error) {
+func (l *Locker) setFreeAlone(ctx context.Context, name string, n *names, s freeSet) (bool, error) {
 	if l.runner.Direct(ctx) { // no closures on the common path
-		return l.setNX.SetArgs(ctx, n.key, value, setGetArgs(cfg)).Result()
+		return s.took(s.cmd(ctx, l.setNX))
 	}
-	key := n.key
-	return ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (string, error) {
-		return l.setNX.SetArgs(ctx, key, value, setGetArgs(cfg)).Result()
-	}, l.undoLateSet(newHold(l, name, *n)))
-}
-
-func setGetArgs(cfg lockConfig) redis.SetArgs {
-	return redis.SetArgs{Mode: "NX", TTL: cfg.ttl, Get: true}
-}
-
-// undoLateSetNX is undoLate for SET without GET: a late reply that found
-// the lock held may be a retry of its own SET.
-func (l *Locker) undoLateSetNX(h *hold) func(bool, error) {
-	return func(_ bool, err error) {
-		if (err == nil || l.lateUnknown(err)) && l.reclaim(h) {
-			l.releaseOrphan(h)
-		}
+	c, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (redis.Cmder, error) {
+		c := s.cmd(ctx, l.setNX)
+		return c, c.Err()
+	}, l.undoLateSet(newHold(l, name, *n), s.getOld))
+	if c == nil {
+		return false, err
 	}
-}
-
-// undoLateSet is undoLate for takeFree.
-func (l *Locker) undoLateSet(h *hold) func(string, error) {
-	return func(old string, err error) {
-		if (err == redis.Nil || (err == nil && heldBy(old, h.token)) || (err != nil && l.lateUnknown(err))) && l.reclaim(h) {
-			l.releaseOrphan(h)
-		}
+	if took, cerr := s.took(c); cerr == nil {
+		return took, nil
 	}
+	return false, err // as ctxcall.Do gave it
 }
 
-// reclaim reports whether a late reply, or the repeat of a release that
-// handed the lock to h, may act on h's lock: always on a client that ignores
-// deadlines (nothing was remembered), else only if it claims h's token back
-// (an attempt may have adopted the lock).
-func (l *Locker) reclaim(h *hold) bool {
-	return !l.honours || l.orphans.claim(h.name, h.token)
+// undoLateSet is undoLate for takeFree's SET, whose reply found the lock
+// held without GET: it may have found the SET's own repeat.
+func (l *Locker) undoLateSet(h *hold, getOld bool) func(redis.Cmder, error) {
+	return func(c redis.Cmder, err error) {
+		took, _ := freeSet{token: h.token, getOld: getOld}.took(c)
+		l.undoIf(h, took || (!getOld && err == nil), err)
+	}
 }
 
 // ownerKey is the context key of the holds a context carries, as a chain

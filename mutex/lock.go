@@ -45,10 +45,7 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	case declinedReply:
 		return rest, ErrDeclined // the gate's table: its result is all of it
 	}
-	var res any
-	if len(rest) > 0 {
-		res = rest[0]
-	}
+	res := resultOf(rest)
 	if short != nil {
 		return res, fmt.Errorf("mutex: run %q: %w", h.name, short)
 	}
@@ -285,18 +282,6 @@ type hold struct {
 
 func newHold(l *Locker, name string, n names) *hold {
 	return &hold{locker: l, name: name, names: n, valueArg: n.value}
-}
-
-// A root is a hold and its root handle in one allocation.
-type root struct {
-	h  hold
-	lk Lock
-}
-
-func newRoot(l *Locker, name string, n names, value any, fence int64) *Lock {
-	r := &root{h: hold{locker: l, name: name, names: n, valueArg: value, fence: fence}}
-	r.lk.hold = &r.h
-	return &r.lk
 }
 
 // lockKeys appends a lock script's keys: the lock's, the release records'

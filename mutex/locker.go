@@ -1,7 +1,6 @@
 package mutex
 
 import (
-	"crypto/rand"
 	"fmt"
 	"strings"
 	"sync"
@@ -45,10 +44,10 @@ type Locker struct {
 	ttl      time.Duration
 	retry    time.Duration
 	fenceTTL time.Duration // 0: no fencing
-	notify   bool
-	dep      deployment // single (New) or *quorum (NewQuorum)
-	ttlMS    any        // ttl in ms and fenceTTL in ms, boxed once for the scripts
-	fenceMS  any
+	notify   bool          // release notifications: not WithoutNotifications, and the client subscribes (wire)
+	dep      deployment    // single (New) or *quorum (NewQuorum)
+	defaults lockConfig    // an acquisition's without options, made once (box)
+	fenceMS  any           // fenceTTL in ms, boxed once for the scripts
 	// setNX takes a free lock natively (takeFree); nil when the client has
 	// none or the Locker needs the script (fencing, replica acks, a quorum).
 	setNX              nativeSetter
@@ -103,6 +102,8 @@ func (l *Locker) wire() {
 	l.honours = ctxcall.Honours(l.client)
 	l.runner = ctxcall.NewRunner(l.client)
 	l.dial = outage.DialOf(l.client)
+	_, subscribes := l.client.(subscriber)
+	l.notify = l.notify && subscribes
 	if s, ok := l.runner.Scripter().(nativeSetter); ok && l.fenceTTL == 0 && l.acks == 0 {
 		l.setNX = s
 	}
@@ -113,7 +114,8 @@ func (l *Locker) wire() {
 }
 
 func (l *Locker) box() {
-	l.ttlMS, l.fenceMS = l.ttl.Milliseconds(), l.fenceTTL.Milliseconds()
+	l.defaults = lockConfig{ttl: l.ttl, ttlMS: l.ttl.Milliseconds()}
+	l.fenceMS = l.fenceTTL.Milliseconds()
 }
 
 // Key returns <prefix>{<name>}:<kind>, a key in the lock's cluster slot for
@@ -128,13 +130,6 @@ func (l *Locker) Key(name, kind string) (string, error) {
 		return "", fmt.Errorf("%w: key kind %q is the Locker's own", ErrInvalid, kind)
 	}
 	return keyspace.Key(l.prefix, name, kind), nil
-}
-
-func checkName(name string) error {
-	if name == "" || len(name) > MaxNameLen {
-		return fmt.Errorf("%w: name of %d bytes: want 1 to %d", ErrInvalid, len(name), MaxNameLen)
-	}
-	return nil
 }
 
 // LockKey returns the key of the lock on name, for a Fragment that only
@@ -157,67 +152,6 @@ func reservedKind(kind string) bool {
 		return true
 	}
 	return strings.HasPrefix(kind, kindRecord+":") || strings.HasPrefix(kind, kindSem+":")
-}
-
-// names are the keys and fresh value of one token's lock on one name, cut
-// from one string: one allocation per acquisition.
-type names struct {
-	key   string // the lock: Key(name, "lock")
-	fkey  string // the fencing counter, Key(name, "fence"); "" without fencing
-	nkey  string // the name's release record, Key(name, "record")
-	tkey  string // the token's release record, Key(name, "record:<token>")
-	token string // tokenLen hex digits of random bits
-	value string // the lock's value while nobody waits for it (putFreeValue)
-}
-
-func (l *Locker) names(name string) names {
-	var raw [tokenLen / 2]byte
-	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
-	tag := keyspace.Tag(name)
-	base := len(l.prefix) + len(tag) + 3 // <prefix>{<tag>}:
-	size := base + len("lock") + base + len("record:") + tokenLen + freeLen
-	if l.fenceTTL > 0 {
-		size += base + len("fence")
-	}
-	var b strings.Builder
-	b.Grow(size)
-	writeBase(&b, l.prefix, tag)
-	b.WriteString("lock")
-	keyEnd := b.Len()
-	if l.fenceTTL > 0 {
-		writeBase(&b, l.prefix, tag)
-		b.WriteString("fence")
-	}
-	fenceEnd := b.Len()
-	writeBase(&b, l.prefix, tag)
-	b.WriteString("record")
-	recordEnd := b.Len()
-	// ":" and the token end the token's record key; the value follows.
-	var tail [1 + tokenLen + freeLen]byte
-	tail[0] = ':'
-	putFreeValue(tail[1+tokenLen:], raw[:])
-	copy(tail[1:1+tokenLen], tokenOf(tail[1+tokenLen:]))
-	b.Write(tail[:])
-	s := b.String()
-	tokenEnd := len(s) - freeLen
-	n := names{
-		key:   s[:keyEnd],
-		nkey:  s[fenceEnd:recordEnd],
-		tkey:  s[fenceEnd:tokenEnd],
-		token: s[recordEnd+1 : tokenEnd],
-		value: s[tokenEnd:],
-	}
-	if fenceEnd > keyEnd {
-		n.fkey = s[keyEnd:fenceEnd]
-	}
-	return n
-}
-
-func writeBase(b *strings.Builder, prefix, tag string) {
-	b.WriteString(prefix)
-	b.WriteByte('{')
-	b.WriteString(tag)
-	b.WriteString("}:")
 }
 
 // Client is the part of a go-redis client that a Locker needs: running

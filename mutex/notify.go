@@ -35,16 +35,11 @@ func (l *Locker) channel(name string) string {
 	return keyspace.Key(l.prefix, name, kindReleased)
 }
 
-func (l *Locker) canNotify() bool {
-	_, ok := l.client.(subscriber)
-	return l.notify && ok
-}
-
 // subscribe listens for releases of name for its queue's lifetime; true
 // when it subscribed just now.
 func (l *Locker) subscribe(ctx context.Context, name string) bool {
 	s, _ := l.client.(subscriber)
-	if !l.canNotify() {
+	if !l.notify {
 		return false
 	}
 	l.mu.Lock()

@@ -74,14 +74,10 @@ func (l *Locker) configure(q *quorum, at place, opts []Option) error {
 	return nil
 }
 
-func (l *Locker) config(name string, opts []Option) (lockConfig, error) {
-	if l == nil {
-		return lockConfig{}, errNilLocker
-	}
-	if err := checkName(name); err != nil {
-		return lockConfig{}, err
-	}
-	cfg := lockConfig{ttl: l.ttl, ttlMS: l.ttlMS}
+// options is the configuration of an acquisition given opts, which are
+// not none: without options it is l.defaults.
+func (l *Locker) options(opts []Option) (lockConfig, error) {
+	cfg := l.defaults
 	for _, o := range opts {
 		if o.o != nil {
 			cfg.add(o.o)

@@ -74,7 +74,7 @@ func (l *Locker) Waiters(name string) int {
 func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Call, primed bool, pttl time.Duration) outcome {
 	s := waitState{l: l, name: name, cfg: cfg, call: call, primed: primed, pttl: pttl, mode: pollMarked}
 	s.w = l.enqueue(name, cfg, call)
-	s.notify = l.canNotify()
+	s.notify = l.notify
 	defer s.stopTimer()
 	for {
 		t := l.headOf(name, s.w)
@@ -224,15 +224,6 @@ func (s *waitState) leave(ctx context.Context, lk *Lock, res any, err error) out
 	return s.l.leave(ctx, s.name, s.w, outcome{lk: lk, res: res, err: err})
 }
 
-func (l *Locker) queued(name string) bool {
-	if l.nqueues.Load() == 0 {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.queues[name] != nil
-}
-
 // A turn is what a waiter learns when it wakes (headOf).
 type turn struct {
 	queued  bool          // still queued; if not, a lock was handed to it
@@ -359,11 +350,8 @@ func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
 
 // nextWaiter picks the waiter a releasing holder of name hands the lock to,
 // and how, or nil to release it to all comers. After maxChain hand-overs the
-// next one is passUnlessMarked if mayYield, else none.
+// next one is passUnlessMarked if mayYield, else none (see release.waiter).
 func (l *Locker) nextWaiter(name string, mayYield bool) (*waiter, passing) {
-	if l.nqueues.Load() == 0 {
-		return nil, passLocal
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.queues[name]
@@ -408,11 +396,8 @@ func (l *Locker) yielded(w *waiter) {
 	signal(w.wake)
 }
 
-// released tells the head of name's queue to try at once.
+// released tells the head of name's queue to try at once (release.wake).
 func (l *Locker) released(name string) {
-	if l.nqueues.Load() == 0 {
-		return
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if q := l.queues[name]; q != nil && len(q.waiters) > 0 {

@@ -91,26 +91,38 @@ func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
 	return res, err
 }
 
-// pickWaiter chooses the local waiter the last handle hands the lock to.
+// pickWaiter chooses the local waiter the last handle hands the lock to, or
+// the next owner of the release it repeats (roundTrip picks its waiter).
 func (r *release) pickWaiter() {
 	switch {
 	case r.again == nil:
-		// A fragment's release cannot yield: its reply is the fragment's.
-		if r.next, r.pass = r.l.nextWaiter(r.h.name, r.call == nil); r.next != nil {
+		if r.next, r.pass = r.waiter(); r.next != nil {
 			r.nh, r.lease = newHold(r.l, r.h.name, r.l.names(r.h.name)), r.next.cfg.ttl
 		}
 	case r.again.next != nil:
-		// The same hand-over as the release that may have run, to the
-		// waiter now first in line, unless an attempt took the token.
 		r.nh, r.lease, r.pass = r.again.next, r.again.lease, r.again.pass
-		if r.foreign = !r.l.reclaim(r.nh); !r.foreign {
-			r.next, _ = r.l.nextWaiter(r.h.name, r.call == nil)
-		}
+	}
+}
+
+// waiter picks the waiter first in line, taking no lock when none waits. A
+// fragment's release cannot yield: its reply is the fragment's.
+func (r *release) waiter() (*waiter, passing) {
+	if r.l.nqueues.Load() == 0 {
+		return nil, passLocal
+	}
+	return r.l.nextWaiter(r.h.name, r.call == nil)
+}
+
+// wake tells the name's waiters of this Locker, if any, that it is free.
+func (r *release) wake() {
+	if r.l.nqueues.Load() != 0 {
+		r.l.released(r.h.name)
 	}
 }
 
 // release on one Redis takes the first path that applies: a local
-// hand-over, unlock.lua for the plain case, release.lua for the rest.
+// hand-over, else a round trip through the retry-safety layer
+// (releaseSafely, roundTrip).
 func (single) release(ctx context.Context, r *release) (any, error) {
 	if r.last {
 		r.pickWaiter()
@@ -118,13 +130,29 @@ func (single) release(ctx context.Context, r *release) (any, error) {
 	if r.handOverLocally() {
 		return nil, nil
 	}
-	seq, st := r.l.releases.begin()
+	return r.l.releaseSafely(ctx, r)
+}
+
+// roundTrip sends the release under st (late: for a reply after its caller
+// left): unlock.lua for the plain case, else (or when that found the lock
+// not plain) release.lua. failed is the error that left the handle held.
+func (r *release) roundTrip(ctx context.Context, st stamp, late func(any, error)) (res any, err, failed error) {
+	if r.again != nil && r.nh != nil && !r.foreign {
+		r.next, _ = r.waiter() // the waiter now first in line
+	}
 	if r.plain() {
-		if done, err := r.unlockPlain(ctx, seq, st); done {
-			return nil, err
+		if done, failed := r.unlockPlain(ctx, st); done {
+			return nil, unlockErr(r.h.name, failed), failed
 		}
 	}
-	return r.script(ctx, seq, st)
+	return r.script(ctx, st, late)
+}
+
+func unlockErr(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("mutex: unlock %q: %w", name, err)
 }
 
 // handOverLocally passes the lock to the next local waiter without a round
@@ -151,31 +179,28 @@ func (r *release) plain() bool {
 
 // unlockPlain runs unlock.lua; done is false when it found the lock not
 // plain or not held, and release.lua decides under the same stamp.
-func (r *release) unlockPlain(ctx context.Context, seq uint64, st stamp) (done bool, err error) {
+func (r *release) unlockPlain(ctx context.Context, st stamp) (done bool, err error) {
 	h, l := r.h, r.l
 	reply, err := l.run(ctx, unlockScript, []string{h.key, h.nkey, h.tkey}, st.unlockArgs(h.valueArg, h.token), nil)
 	switch {
 	case err != nil:
-		l.releases.end(seq, false)
 		r.lk.unsureOf(err, nil, passLocal, 0, time.Time{})
-		return true, fmt.Errorf("mutex: unlock %q: %w", h.name, err)
+		return true, err
 	case reply == any(int64(0)):
-		l.releases.end(seq, true)
 		l.scripted.Store(true)
 		h.release(r.lk, true)
-		l.released(h.name)
+		r.wake()
 		return true, nil
 	}
 	return false, nil
 }
 
-func (r *release) script(ctx context.Context, seq uint64, st stamp) (any, error) {
+func (r *release) script(ctx context.Context, st stamp, late func(any, error)) (any, error, error) {
 	start := time.Now()
 	if r.again != nil && r.again.next != nil {
 		start = r.again.start // the hand-over may date from then
 	}
-	reply, short, err := r.send(ctx, st)
-	r.l.releases.end(seq, err == nil)
+	reply, short, err := r.send(ctx, st, late)
 	var n [3]int64
 	var rest []any
 	if err == nil {
@@ -186,35 +211,32 @@ func (r *release) script(ctx context.Context, seq uint64, st stamp) (any, error)
 	case err != nil:
 		r.cancelHandOver()
 		r.lk.unsureOf(err, r.nh, r.pass, r.lease, start)
-		r.rememberHandOver(err)
-		return nil, fmt.Errorf("mutex: unlock %q: %w", r.h.name, err)
+		return nil, unlockErr(r.h.name, err), err
 	case n[0] < 0:
 		r.cancelHandOver()
 		r.h.end(lost)
-		return nil, ErrNotHeld
+		return nil, ErrNotHeld, nil
 	}
 	rest = r.yield(rest)
 	short = r.settle(ctx, n[0], n[1], start, short)
-	return r.result(rest, short)
+	res, err := r.result(rest, short)
+	return res, err, nil
 }
 
 // send sends the release script, with the next owner's token and lease for
 // a hand-over; short reports too few replicas for a hand-over or a fragment.
-func (r *release) send(ctx context.Context, st stamp) (reply any, short, err error) {
+func (r *release) send(ctx context.Context, st stamp, late func(any, error)) (reply any, short, err error) {
 	h, l := r.h, r.l
 	script := releaseScript
 	if r.call != nil {
 		script = r.call.Fragment.release
 	}
 	nextToken, nextLease := any(""), any(0)
-	var late func(any, error)
 	if r.nh != nil {
 		nextToken, nextLease = r.nh.token, r.lease.Milliseconds()
 		if r.pass == passUnlessMarked {
 			nextToken = unlessMarked + r.nh.token
 		}
-		// A late reply may have handed the lock to nh, whom nobody holds.
-		late = l.orphanOf(r.nh)
 	}
 	owner, sseq, smark := st.releaseArgs()
 	keys, args := scriptCall(r.call, &h.names, true, h.token, argID(r.lk.id), nextToken, nextLease, l.fenceMS, owner, sseq, smark)
@@ -250,20 +272,11 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 	case left == 0 && r.nh != nil:
 		// Handed to nh by an earlier run, for a waiter that has gone.
 		r.l.releaseRoot(ctx, r.nh)
-		r.l.released(r.h.name)
+		r.wake()
 	case left == 0:
-		r.l.released(r.h.name)
+		r.wake()
 	}
 	return short
-}
-
-// rememberHandOver keeps the token of a hand-over of unknown outcome on a
-// client that honours deadlines (no late reply will come): the next attempt
-// adopts it (retrysafety.go), and the handle's next release reclaims it.
-func (r *release) rememberHandOver(err error) {
-	if r.nh != nil && !r.foreign && r.l.honours && unknownOutcome(err) {
-		r.l.orphans.put(r.h.name, r.nh.names)
-	}
 }
 
 // giveNext completes a hand-over through Redis, whose lease began at start.
@@ -309,10 +322,7 @@ func (r *release) cancelHandOver() {
 // result is the fragment's result, ErrResultUnknown for a replayed table,
 // and the replicas' shortfall.
 func (r *release) result(rest []any, short error) (any, error) {
-	var res any
-	if len(rest) > 0 {
-		res = rest[0]
-	}
+	res := resultOf(rest)
 	if len(rest) > 1 && rest[1] == any(int64(2)) && r.call != nil {
 		return nil, ErrResultUnknown
 	}
@@ -337,18 +347,25 @@ func (lk *Lock) unsureOf(err error, next *hold, pass passing, lease time.Duratio
 // dropWait is how long drop waits for its release.
 const dropWait = 100 * time.Millisecond
 
-// drop releases a handle obtained for a caller that has left, waiting for
-// it dropWait at most, so the caller returns near its deadline on a hung
-// server.
+// drop releases a handle obtained for a caller that has left (waitAtMost).
 func (lk *Lock) drop() {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	waitAtMost(dropWait, func() {
 		ctx, cancel := ctxcall.DeadlineOnly(context.Background(), time.Now().Add(unlockTimeout))
 		defer cancel()
 		_ = lk.Unlock(ctx)
+	})
+}
+
+// waitAtMost runs release in a goroutine of its own and waits for it d at
+// most, so that a caller that gave up returns near its deadline on a hung
+// server too (Lock.drop, Semaphore.cancel).
+func waitAtMost(d time.Duration, release func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		release()
 	}()
-	t := time.NewTimer(dropWait)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-done:

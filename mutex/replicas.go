@@ -57,18 +57,6 @@ type acked struct {
 	short error
 }
 
-// runAcked is run followed, in the same round trip, by WAIT.
-func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (reply any, short, err error) {
-	if l.acks == 0 {
-		reply, err = l.run(ctx, script, keys, args, late)
-		return reply, nil, err
-	}
-	a, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (acked, error) {
-		return l.pipeWait(ctx, script, keys, args)
-	}, lateReply(late))
-	return a.reply, a.short, reach.Mark(err)
-}
-
 // pipeWait sends script and WAIT in one pipeline on the master of keys[0].
 func (l *Locker) pipeWait(ctx context.Context, script *redis.Script, keys []string, args []any) (acked, error) {
 	start := time.Now()

@@ -26,13 +26,76 @@ import (
 // owner per name holds because a remembered token is taken out by the one
 // attempt that uses it and goes back only if that attempt got no lock, and a
 // late reply or a repeated hand-over acts on the lock only if it can claim
-// the token back first.
+// the token back first. The core enters the layer once in an acquisition
+// (acquireSafely) and once in a release sent to Redis (releaseSafely).
 //
 // An orphan's command may still run after the adopting handle released the
 // lock, taking it again. That token cannot go back into the orphan memory (a
 // new handle would share the released handle's record), so it is kept apart
 // as spent, and an attempt that finds the lock held under it deletes it
 // (spent.lua) and tries once more.
+
+// An attemptFunc makes one acquire round trip under n's token, in mode.
+type attemptFunc func(n names, mode attemptMode) ([3]int64, any, error)
+
+// acquireSafely is the layer's one part in an acquisition: an attempt (try)
+// under a remembered token of name if there is one (adopted), else a fresh
+// one; once more if the lock is held under a spent token, deleted first.
+func (l *Locker) acquireSafely(ctx context.Context, name string, mode attemptMode, try attemptFunc) (n names, adopted bool, r [3]int64, res any, err error) {
+	n, adopted, r, res, err = l.tryToken(name, mode, try)
+	if err == nil && r[0] == 0 && l.clearSpent(ctx, name) {
+		return l.tryToken(name, mode, try)
+	}
+	return n, adopted, r, res, err
+}
+
+// tryToken makes one attempt; a remembered token's uses the script, since a
+// native SET finding the lock its own could not tell the orphan's lease
+// left. It remembers the token of an attempt that got no lock when it was
+// remembered, or when the attempt may yet run (lateRun).
+func (l *Locker) tryToken(name string, mode attemptMode, try attemptFunc) (names, bool, [3]int64, any, error) {
+	n, adopted := l.orphans.take(name)
+	switch {
+	case !adopted:
+		n = l.names(name)
+	case mode == first && l.notify:
+		mode = pollMarked
+	case mode <= first:
+		mode = poll
+	}
+	r, res, err := try(n, mode)
+	if (err != nil || r[0] != 1) && (adopted || l.lateRun(err)) {
+		l.orphans.put(name, n)
+	}
+	return n, adopted, r, res, err
+}
+
+// lateRun reports whether an attempt that failed with err may yet run on a
+// client that honours deadlines (on another, undoLate; a refusal sent nothing).
+func (l *Locker) lateRun(err error) bool {
+	return l.honours && unknownOutcome(err) && !errors.Is(err, ErrUnreachable)
+}
+
+// releaseSafely is the layer's one part in a release sent to Redis: it
+// numbers the release for its record (releases), repeats a hand-over only
+// if no attempt adopted the token meanwhile (reclaim; else it is foreign),
+// undoes a late reply that may have handed the lock over, and on a client
+// that honours deadlines remembers a hand-over of unknown outcome instead.
+func (l *Locker) releaseSafely(ctx context.Context, r *release) (any, error) {
+	var late func(any, error)
+	if nh := r.nh; nh != nil {
+		r.foreign = r.again != nil && !l.reclaim(nh)
+		late = func(any, error) { l.undoIf(nh, true, nil) } // nobody holds it
+	}
+	seq, st := l.releases.begin()
+	res, err, failed := r.roundTrip(ctx, st, late)
+	// A reply that came, even one of the wrong shape, says the release ran.
+	l.releases.end(seq, failed == nil || errors.Is(failed, ErrUnexpectedReply))
+	if r.nh != nil && !r.foreign && l.honours && unknownOutcome(failed) {
+		l.orphans.put(r.h.name, r.nh.names)
+	}
+	return res, err
+}
 
 // maxOrphans bounds the names a Locker remembers, and maxTokens the tokens
 // of one name (attempts of one name may overlap); past either, the oldest
@@ -196,11 +259,8 @@ func (l *Locker) clearSpent(ctx context.Context, name string) bool {
 		return false
 	}
 	reply, err := l.run(ctx, spentScript, []string{l.LockKey(name)}, args, nil)
-	if err != nil {
-		return false
-	}
-	i, err := integer(reply)
-	if err != nil || i < 1 || i > int64(len(args)) {
+	i, ierr := integer(reply)
+	if err != nil || ierr != nil || i < 1 || i > int64(len(args)) {
 		return false
 	}
 	l.spent.drop(name, args[i-1].(string))
@@ -340,17 +400,28 @@ func (r *releases) end(seq uint64, answered bool) {
 }
 
 // undoLate returns what to do with an acquire script's reply that came after
-// its caller left: release the lock of h if the attempt took it, or may have
-// (lateUnknown), and no attempt adopted it meanwhile (reclaim).
+// its caller left (undoIf).
 func (l *Locker) undoLate(h *hold) func(any, error) {
 	return func(reply any, err error) {
-		if err != nil && !l.lateUnknown(err) {
-			return
-		}
-		if r, _, aerr := acquired(reply); (err != nil || (aerr == nil && r[0] == 1)) && l.reclaim(h) {
-			l.releaseOrphan(h)
-		}
+		r, _, aerr := acquired(reply)
+		l.undoIf(h, err == nil && aerr == nil && r[0] == 1, err)
 	}
+}
+
+// undoIf releases h's lock, which a late reply says an attempt took or may
+// have taken (lateUnknown), unless an attempt adopted it since (reclaim).
+func (l *Locker) undoIf(h *hold, took bool, err error) {
+	if (took || l.lateUnknown(err)) && l.reclaim(h) {
+		l.releaseOrphan(h)
+	}
+}
+
+// reclaim reports whether a late reply, or the repeat of a release that
+// handed the lock to h, may act on h's lock: always on a client that ignores
+// deadlines (nothing was remembered), else only if it claims h's token back
+// (an attempt may have adopted the lock).
+func (l *Locker) reclaim(h *hold) bool {
+	return !l.honours || l.orphans.claim(h.name, h.token)
 }
 
 // lateUnknown reports whether a late error of unknown outcome is undone as
@@ -392,16 +463,6 @@ func (l *Locker) releaseOrphan(h *hold) {
 		return // no answer throughout: the lease ends the orphan
 	}
 	l.releaseRoot(ctx, h)
-}
-
-// orphanOf returns what to do with the late reply of a release that may
-// have handed the lock to h: release it, since nobody will hold it.
-func (l *Locker) orphanOf(h *hold) func(any, error) {
-	return func(any, error) {
-		if l.reclaim(h) {
-			l.releaseOrphan(h)
-		}
-	}
 }
 
 func (l *Locker) releaseRoot(ctx context.Context, h *hold) {

@@ -133,11 +133,16 @@ func acquired(reply any) ([3]int64, any, error) {
 		return [3]int64{declinedReply}, arr[1:], nil
 	}
 	r, rest, err := ints(reply, 3)
-	var res any
-	if len(rest) > 0 {
-		res = rest[0]
-	}
+	res := resultOf(rest)
 	return r, res, err
+}
+
+// resultOf is a fragment's result: the first element after the lock's part.
+func resultOf(rest []any) any {
+	if len(rest) > 0 {
+		return rest[0]
+	}
+	return nil
 }
 
 func integer(reply any) (int64, error) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/keyspace"
@@ -174,14 +175,14 @@ func (s *Semaphore) check(ctx context.Context, n int64, opts []Option) (lockConf
 	if s == nil {
 		return lockConfig{}, fmt.Errorf("%w: nil Semaphore", ErrInvalid)
 	}
-	cfg, err := s.l.config(s.name, opts)
-	if err != nil {
-		return cfg, err
+	cfg, err := s.l.defaults, error(nil) // s.name was checked by Locker.Semaphore
+	if len(opts) > 0 {
+		cfg, err = s.l.options(opts)
 	}
-	if n < 1 || n > s.size {
-		return cfg, fmt.Errorf("%w: %d permits of a semaphore of %d", ErrInvalid, n, s.size)
+	if err == nil && (n < 1 || n > s.size) {
+		err = fmt.Errorf("%w: %d permits of a semaphore of %d", ErrInvalid, n, s.size)
 	}
-	return cfg, nil
+	return cfg, err
 }
 
 // acquireOnce runs semaphore_acquire.lua for tok; its reply is {granted,
@@ -211,6 +212,32 @@ func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lo
 	return r, nil
 }
 
+// semNums reads a semaphore script's array reply: integers, sent as
+// integers or as decimal text (times and fences exceed what Lua's number
+// formatting keeps exact).
+func semNums(reply any) ([]int64, error) {
+	arr, ok := reply.([]any)
+	if !ok || len(arr) < 2 {
+		return nil, fmt.Errorf("%w: %T %v", ErrUnexpectedReply, reply, reply)
+	}
+	out := make([]int64, len(arr))
+	for i, v := range arr {
+		switch x := v.(type) {
+		case int64:
+			out[i] = x
+		case string:
+			n, err := strconv.ParseInt(x, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%w: element %d is %q", ErrUnexpectedReply, i, x)
+			}
+			out[i] = n
+		default:
+			return nil, fmt.Errorf("%w: element %d is %T", ErrUnexpectedReply, i, v)
+		}
+	}
+	return out, nil
+}
+
 // mayHold reports whether an acquisition that failed with err may hold
 // permits: its outcome is unknown, or too few replicas acknowledged its
 // grant.
@@ -220,25 +247,16 @@ func mayHold(err error) bool {
 
 // cancel takes tok out of the queue, or gives back the permits it was
 // granted, and records it so that a late acquire of it takes nothing. It
-// runs even when ctx was cancelled, bounded as Unlock is, but the caller
-// waits for it cancelWait at most, so that a call returns by its deadline
-// plus that margin on a hung server too (a healthy server answers well
-// within it; the cancel may run after the call returned). An error leaves
-// the token to its wait lease or its permits' lease.
+// runs even when ctx was cancelled, bounded as Unlock is; the caller waits
+// for it cancelWait at most (waitAtMost), which a healthy server answers
+// well within. An error leaves the token to its wait lease or its permits'
+// lease.
 func (s *Semaphore) cancel(ctx context.Context, tok string) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	waitAtMost(cancelWait, func() {
 		ctx, stop := detach(ctx)
 		defer stop()
 		_, _ = s.dep.semRelease(ctx, s, tok, "c")
-	}()
-	t := time.NewTimer(cancelWait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
+	})
 }
 
 // cancelWait is how long a call that gives up waits for its cancel: under

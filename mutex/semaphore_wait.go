@@ -176,8 +176,8 @@ func parseGrant(g string) (ends, fence int64, ok bool) {
 // SUBSCRIBE goes on when the subscribing waiter's ctx ends (subscribe).
 func (w *semWaiter) listen(ctx context.Context) bool {
 	l := w.s.l
-	sub, ok := l.client.(subscriber)
-	if w.subscribed || !ok || !l.canNotify() {
+	sub, _ := l.client.(subscriber)
+	if w.subscribed || !l.notify {
 		return false
 	}
 	w.subscribed = true
@@ -217,7 +217,7 @@ func (w *semWaiter) listen(ctx context.Context) bool {
 // poll.
 func (w *semWaiter) listenIfHeard() {
 	l := w.s.l
-	if _, ok := l.client.(subscriber); !ok || !l.canNotify() {
+	if !l.notify {
 		return
 	}
 	ch := w.s.channel

@@ -263,7 +263,7 @@ func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, a
 	if l.batch.alone() {
 		reply, err := l.runner.Run(ctx, script, keys, args, late)
 		l.batch.free(err)
-		return reply, reach.Mark(err)
+		return reply, marked(err)
 	}
 	q := &queued{
 		ctx:   ctx,
@@ -278,7 +278,15 @@ func (l *Locker) run(ctx context.Context, script *redis.Script, keys []string, a
 		return nil, err
 	}
 	reply, err := cmd.(*redis.Cmd).Result()
-	return reply, reach.Mark(err)
+	return reply, marked(err)
+}
+
+// marked is reach.Mark, skipped on the common path: no error.
+func marked(err error) error {
+	if err == nil {
+		return nil
+	}
+	return reach.Mark(err)
 }
 
 // acquireRun runs an acquire script, followed by WAIT when the Locker waits
@@ -294,6 +302,18 @@ func (l *Locker) acquireRun(ctx context.Context, script *redis.Script, keys []st
 		return l.runThenWait(ctx, script, keys, args, late)
 	}
 	return l.runAcked(ctx, script, keys, args, late)
+}
+
+// runAcked is run, then WAIT in the same round trip if replicas must ack.
+func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (reply any, short, err error) {
+	if l.acks == 0 {
+		reply, err = l.run(ctx, script, keys, args, late)
+		return reply, nil, err
+	}
+	a, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (acked, error) {
+		return l.pipeWait(ctx, script, keys, args)
+	}, lateReply(late))
+	return a.reply, a.short, reach.Mark(err)
 }
 
 // scriptCall returns the keys and arguments of a lock script: call's

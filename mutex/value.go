@@ -1,11 +1,15 @@
 package mutex
 
 import (
+	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/funnelguard/funnelguard/internal/keyspace"
 )
 
 // A lock's value is one string, so that one GET reads all of it and a plain
@@ -130,4 +134,71 @@ func tokenOf[V ~string | ~[]byte](v V) V { return v[:tokenLen] }
 // heldBy reports whether v is the value of a lock that token holds.
 func heldBy(v, token string) bool {
 	return len(v) >= headLen && tokenOf(v) == token
+}
+
+// checkName refuses a name that cannot be locked: empty, or over MaxNameLen.
+func checkName(name string) error {
+	if name == "" || len(name) > MaxNameLen {
+		return fmt.Errorf("%w: name of %d bytes: want 1 to %d", ErrInvalid, len(name), MaxNameLen)
+	}
+	return nil
+}
+
+// names are the keys and fresh value of one token's lock on one name, cut
+// from one string: one allocation per acquisition.
+type names struct {
+	key   string // the lock: Key(name, "lock")
+	fkey  string // the fencing counter, Key(name, "fence"); "" without fencing
+	nkey  string // the name's release record, Key(name, "record")
+	tkey  string // the token's release record, Key(name, "record:<token>")
+	token string // tokenLen hex digits of random bits
+	value string // the lock's value while nobody waits for it (putFreeValue)
+}
+
+func (l *Locker) names(name string) names {
+	var raw [tokenLen / 2]byte
+	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
+	tag := keyspace.Tag(name)
+	base := len(l.prefix) + len(tag) + 3 // <prefix>{<tag>}:
+	size := base + len("lock") + base + len("record:") + tokenLen + freeLen
+	if l.fenceTTL > 0 {
+		size += base + len("fence")
+	}
+	var b strings.Builder
+	b.Grow(size)
+	writeKey(&b, l.prefix, tag, "lock")
+	keyEnd := b.Len()
+	if l.fenceTTL > 0 {
+		writeKey(&b, l.prefix, tag, "fence")
+	}
+	fenceEnd := b.Len()
+	writeKey(&b, l.prefix, tag, "record")
+	recordEnd := b.Len()
+	// ":" and the token end the token's record key; the value follows.
+	var tail [1 + tokenLen + freeLen]byte
+	tail[0] = ':'
+	putFreeValue(tail[1+tokenLen:], raw[:])
+	copy(tail[1:1+tokenLen], tokenOf(tail[1+tokenLen:]))
+	b.Write(tail[:])
+	s := b.String()
+	tokenEnd := len(s) - freeLen
+	n := names{
+		key:   s[:keyEnd],
+		nkey:  s[fenceEnd:recordEnd],
+		tkey:  s[fenceEnd:tokenEnd],
+		token: s[recordEnd+1 : tokenEnd],
+		value: s[tokenEnd:],
+	}
+	if fenceEnd > keyEnd {
+		n.fkey = s[keyEnd:fenceEnd]
+	}
+	return n
+}
+
+func writeKey(b *strings.Builder, prefix, tag, kind string) {
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	b.WriteString(tag)
+	b.WriteString("}:")
+	b.WriteString(kind)
 }
