@@ -21,9 +21,10 @@ import (
 // decides in advance and sends times and values; Redis compares them with
 // TIME and writes, with a nonce that makes a retry answer as the first run.
 // Otherwise it reads, as read.lua does. A call of funnels with the state
-// cache runs it alone, with no lock (oneScript): on a state another process
-// wrote it runs returning.lua once more on that state, and takes the lock
-// only if that fails too or the lock is held. Other calls run admit.lua as
+// cache runs it alone, with no lock (oneScript, through Locker.Eval, which
+// shares round trips with the Locker's overlapping calls): on a state
+// another process wrote it runs returning.lua once more on that state, and
+// takes the lock only if that fails too or the lock is held. Other calls run admit.lua as
 // the gate of a lock attempt, and the lock path goes on in the same round
 // trip. The state cache remembers what this Limiter last read or wrote per
 // key.
@@ -48,7 +49,7 @@ func (l *leader) oneScript(ctx context.Context) (*mutex.Lock, any, error) {
 		if script == nil {
 			break // no clock sample to bound its write by: through the lock
 		}
-		reply, err := l.lim.runner.Run(ctx, script, call.Keys, call.Args, nil)
+		reply, err := l.lim.locker.Eval(ctx, script, call.Keys, call.Args...)
 		if err != nil {
 			return nil, nil, corrupt(fmt.Errorf("funnel: admit: %w", reach.Mark(err)))
 		}

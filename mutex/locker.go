@@ -1,6 +1,7 @@
 package mutex
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -167,3 +168,23 @@ var (
 	_ Client = (*redis.Ring)(nil)
 	_ Client = redis.UniversalClient(nil)
 )
+
+// Eval runs script, which takes no lock, as the Locker sends its own
+// commands: beside them in one pipeline when calls overlap, returning by
+// ctx's end on any client (a reply after that is dropped). For a caller's
+// script on the keys of its locks, such as one that checks a lock is free
+// (LockKey) and writes what the lock guards in the same script.
+func (l *Locker) Eval(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	switch {
+	case ctx == nil:
+		return nil, ErrNilContext
+	case l == nil:
+		return nil, errNilLocker
+	case script == nil:
+		return nil, fmt.Errorf("%w: Eval of a nil script", ErrInvalid)
+	}
+	if err := l.unsupported("Eval"); err != nil {
+		return nil, err
+	}
+	return l.run(ctx, script, keys, args, nil)
+}
