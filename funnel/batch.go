@@ -348,7 +348,10 @@ func (l *leader) attempt(ctx context.Context) (*mutex.Lock, any, error) {
 	case lim.penalty != nil:
 		gate = mutex.Call{Fragment: penaltyGate, Keys: []string{l.c.key}, Args: l.c.penalized(lim.penalty, "1")}
 	case l.lock != "" && l.cache:
-		return l.oneScript(ctx)
+		if res, decided, err := l.oneScript(ctx); decided {
+			return nil, res, err
+		}
+		gate = l.c.read(readGate)
 	case l.lock != "":
 		gate, _ = l.admitGate(ctx)
 	default:

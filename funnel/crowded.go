@@ -43,14 +43,8 @@ func (l *leader) readFree(ctx context.Context) (*mutex.Lock, any, error) {
 			return nil, nil, corrupt(fmt.Errorf("funnel: read: %w", reach.Mark(err)))
 		}
 	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) < 2 {
-		return nil, nil, fmt.Errorf("%w: read returned %T", ErrCorruptState, reply)
-	}
-	if p, _ := arr[0].(int64); p == 0 {
-		return nil, arr[1:], mutex.ErrDeclined
-	}
-	return nil, arr[1:], nil
+	_, res, err := readReply(reply)
+	return nil, res, err
 }
 
 // commitFree writes the batch's decisions, write.lua's args, with

@@ -3,14 +3,12 @@ package funnel
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
 )
@@ -41,40 +39,48 @@ var (
 )
 
 // oneScript runs the one-script admission for a call of funnels with the
-// state cache, with no lock. Its reply is an attempt's: a gate's declined
-// result (admitted, late or denied), or, through the lock, read.lua's.
-func (l *leader) oneScript(ctx context.Context) (*mutex.Lock, any, error) {
+// state cache, with no lock: its reply as a gate's declined result
+// (admitted, late or denied), or an error; decided false when the call
+// goes on through the lock, with read.lua.
+func (l *leader) oneScript(ctx context.Context) (res any, decided bool, err error) {
 	for try := 0; try < 2; try++ {
 		call, script := l.admitGate(ctx)
 		if script == nil {
-			break // no clock sample to bound its write by: through the lock
+			return nil, false, nil // no clock sample to bound its write by
 		}
 		reply, err := l.lim.locker.Eval(ctx, script, call.Keys, call.Args...)
 		if err != nil {
-			return nil, nil, corrupt(fmt.Errorf("funnel: admit: %w", reach.Mark(err)))
+			return nil, true, corrupt(fmt.Errorf("funnel: admit: %w", err))
 		}
-		arr, ok := reply.([]any)
-		now, ok2 := arr2(arr)
-		if !ok || !ok2 {
-			return nil, nil, fmt.Errorf("%w: admit returned %T", ErrCorruptState, reply)
-		}
-		p, _ := arr[0].(int64)
-		if p == 0 { // decided in the script
-			return nil, arr[1:], mutex.ErrDeclined
+		p, res, err := readReply(reply)
+		if err != nil || p == 0 { // decided in the script
+			return res, true, err
 		}
 		l.recv = time.Now()
-		l.lim.clock.sampled(now, l.recv)
+		l.lim.clock.sampled(res[0].(int64), l.recv)
 		if p == 2 { // the lock is held
-			break
+			return nil, false, nil
 		}
-		l.saw(arr[1:]) // another process's state: returning.lua on it
+		l.saw(res) // another process's state: returning.lua on it
 	}
-	gate := l.c.read(readGate)
-	lk, res, err := l.lim.locker.TryLockWith(ctx, l.c.name, gate, l.lim.hold...)
-	if errors.Is(err, mutex.ErrLocked) {
-		lk, res, err = l.lim.locker.LockWith(ctx, l.c.name, gate, l.lim.hold...)
+	return nil, false, nil
+}
+
+// readReply splits a read's reply, {proceed, now, ...}: proceed, and the
+// rest as a gate's result, with ErrDeclined when proceed is 0.
+func readReply(reply any) (int64, []any, error) {
+	arr, ok := reply.([]any)
+	if !ok || len(arr) < 2 {
+		return 0, nil, fmt.Errorf("%w: a read returned %T", ErrCorruptState, reply)
 	}
-	return lk, res, err
+	p, _ := arr[0].(int64)
+	if _, ok := arr[1].(int64); !ok {
+		return 0, nil, fmt.Errorf("%w: a read's time is %T", ErrCorruptState, arr[1])
+	}
+	if p == 0 {
+		return 0, arr[1:], mutex.ErrDeclined
+	}
+	return p, arr[1:], nil
 }
 
 // settleGate answers the leader's call on the gate's verdict at server time
@@ -123,15 +129,6 @@ func (l *leader) admitGate(ctx context.Context) (mutex.Call, *redis.Script) {
 	}
 	l.exp = exp
 	return gate, returningScript
-}
-
-// arr2 returns the server time of a script's reply {proceed, now, ...}.
-func arr2(arr []any) (int64, bool) {
-	if len(arr) < 2 {
-		return 0, false
-	}
-	now, ok := arr[1].(int64)
-	return now, ok
 }
 
 // admitAlone returns the leader's admission by its gate at server time now,
@@ -296,7 +293,7 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 		e.fresh, ttl = c.fresh(i, n)
 		exp[i] = e
 		x := nums[6*i : 6*i+6]
-		x[0], x[1], x[2], x[3], x[4], x[5] = e.fit, e.anchor, e.empty, e.expiry, ttl, max(r.grid, 1)
+		x[0], x[1], x[2], x[3], x[4], x[5] = e.fit, e.anchor, e.empty, e.expiry, ttl, r.grid
 		args = append(args, &seen[i], &x[0], &x[1], &x[2], &exp[i].kept, &x[3], &exp[i].fresh, &x[4], &x[5])
 	}
 	nums[6*k] = deadline
