@@ -124,7 +124,9 @@ func (p *Permit) Release(ctx context.Context) error {
 	res, err := s.dep.semRelease(ctx, s, p.token, "")
 	if err != nil {
 		p.mu.Lock()
-		p.phase = held // to be released again; renewal does not restart
+		if p.phase == releasing { // to be released again (unless its lease passed meanwhile); renewal does not restart
+			p.phase = held
+		}
 		p.mu.Unlock()
 		return fmt.Errorf("mutex: release semaphore %q: %w", s.name, err)
 	}
