@@ -38,60 +38,22 @@ const semRecordTTL = recordTTL
 // A Semaphore is a counting semaphore of size permits on one name, kept in
 // the Locker's Redis, in the shape of golang.org/x/sync/semaphore: holders
 // take weighted, leased permits (TryAcquire, Acquire) and give them back
-// (Permit.Release). Made by Locker.Semaphore; safe for concurrent use, and
-// cheap: it holds no connection and starts no goroutine until a call waits.
+// (Permit.Release). Made by Locker.Semaphore; safe for concurrent use; it
+// holds no connection and starts no goroutine until a call waits.
 //
-// Guarantees, whatever the processes: the permits held (the sum of n over
-// the Permits whose Done has not closed) never exceed the size. A permit
-// whose holder neither releases nor extends it comes back when its lease
-// ends, on the server's clock. Waiters are served in FIFO order across
-// processes: a release grants the head waiters, in order, as many as now
-// fit, and stops at the first that does not, so a large request is not
-// starved by small ones; a granted waiter wakes holding its permits (one
-// Pub/Sub message, no further round trip). A waiter that stops polling (its
-// process died) is passed over once its wait lease ends, 3 retry intervals
-// after its last poll at most; permits granted to it before that come back
-// when their lease ends: a process that dies while it waits has them back
-// at most 3 retry intervals plus the lease after it died (10.15 s with
-// DefaultRetryInterval and DefaultTTL; see Acquire).
+// Whatever the processes, the permits held (the sum of n over the Permits
+// whose Done has not closed) never exceed the size; a permit neither
+// released nor extended comes back when its lease ends, on the server's
+// clock. Waiters are served in FIFO order across processes: a release
+// grants the head waiters that now fit, in order, and stops at the first
+// that does not, so a large request is not starved. Every key has a TTL,
+// and all share the name's hash slot.
 //
-// Every key has a TTL (the latest lease, wait lease or release record it
-// keeps, plus at most a quarter of that duration, so that most calls need
-// not move it) and all of them share the name's hash slot:
-// <prefix>{<name>}:sem (a hash: the counts and each token's state),
-// sem:ends (every holder's, waiter's and release record's end, one sorted
-// set) and sem:queue (the waiters in FIFO order).
-//
-// On a quorum Locker (NewQuorum) of M nodes, each node keeps the semaphore
-// as above, and an acquisition holds when Q = SemaphoreQuorum(M, size) nodes
-// granted it within its validity (the lease they all still have, less the
-// time the call took and the drift margin, as for a quorum lock); otherwise
-// it is given back on every node. Q is not a majority: each node grants at
-// most size permits, so holders of total weight W on Q nodes each need
-// W*Q <= M*size, and W stays <= size for sure only when (size+1)*Q >
-// M*size, that is Q = floor(M*size/(size+1)) + 1:
-//
-//	M \ size   1   2   3   4   5   6
-//	3           2   3   3   3   3   3
-//	5           3   4   4   5   5   5
-//	7           4   5   6   6   6   7
-//
-// The semaphore works while Q nodes answer: it survives M-Q nodes down,
-// none when Q = M (size >= M-1); a node restarted without its data counts as
-// down until the leases it forgot have ended. What a quorum cannot offer:
-// Acquire does not queue (each node has its own queue, and no order across
-// nodes), it tries again every jittered retry interval, so there is no FIFO
-// and a large request can be starved by small ones; Fence is 0 (the nodes'
-// numbers are not ordered together); a quorum made WithRejoinDelay is
-// refused (the semaphore's scripts do not run the rejoin gate).
-//
-// With WithReplicaAck, every acquisition and extension waits for the
-// replicas as a lock's does: a grant they did not acknowledge is given back
-// and the call fails with ErrNotReplicated (a waiter granted by another's
-// release confirms its grant with one more round trip, which waits); an
-// unacknowledged Extend fails with it and the Permit counts on its old
-// lease. So a Permit reported held was on the replicas, and a failover to
-// one of them keeps the count.
+// On a quorum Locker (NewQuorum) an acquisition needs SemaphoreQuorum nodes,
+// not a majority, and Acquire polls instead of queueing (no FIFO; Fence is
+// 0). With WithReplicaAck every acquisition and extension waits for the
+// replicas as a lock's does (else ErrNotReplicated, and a grant is given
+// back). RELIABILITY.md has the measurements and the quorum's table.
 type Semaphore struct {
 	l       *Locker
 	name    string

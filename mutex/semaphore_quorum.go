@@ -9,19 +9,11 @@ import (
 
 // SemaphoreQuorum returns how many of nodes independent masters must grant
 // an acquisition of a semaphore of size permits so that the permits held
-// never exceed size: floor(nodes*size/(size+1)) + 1.
-//
-// Each node grants at most size permits (the sum of n over its holders). If
-// holders of total weight W each hold their permits on Q nodes, they occupy
-// W*Q node-permits of the nodes*size there are, so W <= nodes*size/Q; W can
-// never reach size+1 exactly when (size+1)*Q > nodes*size. A smaller Q lets
-// size+1 holders in: three nodes and size 2 with a majority (Q = 2) admit
-// three holders, on nodes {1,2}, {2,3} and {3,1}. The quorum is a majority
-// for size 1 and grows with size up to all the nodes (from size nodes-1 on),
-// and a semaphore on the quorum survives nodes-Q nodes down: none when Q is
-// nodes.
-//
-// nodes must be at least 1 and size at least 1 (ErrInvalid).
+// never exceed size: floor(nodes*size/(size+1)) + 1. Each node grants at
+// most size, so holders of weight W on Q nodes each need W*Q <= nodes*size,
+// and W stays at most size only when (size+1)*Q > nodes*size: a majority
+// for size 1, every node from size nodes-1 on. nodes and size must be at
+// least 1 (ErrInvalid).
 func SemaphoreQuorum(nodes int, size int64) (int, error) {
 	if nodes < 1 || size < 1 {
 		return 0, fmt.Errorf("%w: quorum of a semaphore of %d on %d nodes", ErrInvalid, size, nodes)

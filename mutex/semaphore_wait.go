@@ -11,34 +11,17 @@ import (
 )
 
 // Acquire takes n permits, waiting in the semaphore's FIFO queue (shared by
-// every process) while they are not free or others wait before it. It
-// returns when Redis granted them: a release grants the head waiters in the
-// same script and announces it on Pub/Sub, so the waiter wakes holding its
-// permits; while it waits it polls every 1 to 2 retry intervals (every
-// quarter of its lease, plus up to a retry interval, when that is
-// shorter), which keeps its place and finds a grant whose message was lost
-// (without notifications, see WithoutNotifications, every retry interval,
-// jittered as a Lock's). Each poll keeps its place for a wait lease of 3
-// retry intervals: a waiter that stops polling (its process died or froze)
-// is passed over one retry interval after its next poll was due, at most 3
-// retry intervals after its last one (150 ms with DefaultRetryInterval),
-// and a live waiter whose poll came later than that (a pause, a slow
-// network) queues again at the place it had: only the permits freed while
-// it was out go to the waiters behind it. Permits granted to a dead waiter
-// before its wait lease ended are held, unrenewed, until their lease ends:
-// a process that dies while it waits has all it was granted back at most a
-// wait lease plus the lease after it died (3 retry intervals + Lease:
-// 10.15 s with DefaultRetryInterval and DefaultTTL; a shorter Lease, renewed
-// with WithAutoRenew while the permits are used, shortens it). When ctx ends first,
-// Acquire leaves the queue (giving back permits granted meanwhile, and
-// letting the next waiters in) and returns an error matching both
-// ErrNotObtained and ctx.Err() (at once, with no round trip, when ctx has
-// ended already). n must be 1 to Size (ErrInvalid); the options are
-// TryAcquire's. A waiter stopped past its lease (a long GC pause, SIGSTOP)
-// may wake holding a grant whose lease has ended: its Permit's Done is
-// closed already. On a quorum Locker it does not queue: it tries as
-// TryAcquire does every jittered retry interval (no FIFO, see Semaphore),
-// and returns at once an error of TryAcquire other than ErrNoPermits.
+// every process) while they are not free or others wait before it. A
+// release grants the head waiters and announces it on Pub/Sub, so a waiter
+// wakes holding its permits; it also polls every 1 to 2 retry intervals,
+// which keeps its place. A waiter that stops polling (its process died) is
+// passed over at most 3 retry intervals after its last poll; a live one
+// that polled late queues again at its place. When ctx ends first, Acquire
+// leaves the queue (giving back what it was granted meanwhile) and returns
+// an error matching both ErrNotObtained and ctx.Err(). A waiter stopped
+// past its lease may wake holding a grant whose Done is closed already. n
+// must be 1 to Size (ErrInvalid); the options are TryAcquire's. On a quorum
+// Locker it tries as TryAcquire does every jittered retry interval.
 func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...Option) (*Permit, error) {
 	cfg, err := s.check(ctx, n, opts)
 	if err != nil {
