@@ -274,28 +274,41 @@ func TestSemaphoreShrinkKeepsRecords(t *testing.T) {
 // for every call, not a wrong count: TryAcquire, Acquire and a Release of
 // a token fail with Redis's error, and nothing is written.
 func TestSemaphoreOtherLayoutRefused(t *testing.T) {
-	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
-		ctx := context.Background()
-		c := b.Client(t)
-		s := mustSem(t, newLocker(t, b), "old", 3)
-		hash := mutex.SemKey(s, "sem")
-		// The layout before issue 45's: "<size>:<fence>:<seq>:<due>:<dd>:<exp>".
-		if err := c.HSet(ctx, hash, "held", "1", "m", "3:17:0:0:0:0").Err(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.TryAcquire(ctx, 1); err == nil || !strings.Contains(err.Error(), "another layout") {
-			t.Errorf("TryAcquire on another layout: %v, want Redis's error", err)
-		}
-		actx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		if _, err := s.Acquire(actx, 1); err == nil || !strings.Contains(err.Error(), "another layout") {
-			t.Errorf("Acquire on another layout: %v, want Redis's error", err)
-		}
-		if _, err := mutex.SemRelease(ctx, s, "0123456789abcdef0123456789abcdef"); err == nil || !strings.Contains(err.Error(), "another layout") {
-			t.Errorf("a release on another layout: %v, want Redis's error", err)
-		}
-		if got := c.HGet(ctx, hash, "m").Val(); got != "3:17:0:0:0:0" {
-			t.Errorf("the scalars became %q", got)
-		}
-	})
+	// The layouts of earlier versions: before issue 45's three keys
+	// ("<size>:<fence>:<seq>:<due>:<dd>:<exp>", a field per count), and the
+	// nine scalars as text before they were a JSON array.
+	for _, old := range []struct{ name, held, m string }{
+		{"five keys", "1", "3:17:0:0:0:0"},
+		{"text scalars", "", "1:0:0:3:1765000000000:0:1765000030000:0:1765000037500"},
+	} {
+		t.Run(old.name, func(t *testing.T) {
+			testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
+				ctx := context.Background()
+				c := b.Client(t)
+				s := mustSem(t, newLocker(t, b), "old", 3)
+				hash := mutex.SemKey(s, "sem")
+				fields := []any{"m", old.m}
+				if old.held != "" {
+					fields = append(fields, "held", old.held)
+				}
+				if err := c.HSet(ctx, hash, fields...).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.TryAcquire(ctx, 1); err == nil || !strings.Contains(err.Error(), "another layout") {
+					t.Errorf("TryAcquire on another layout: %v, want Redis's error", err)
+				}
+				actx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				if _, err := s.Acquire(actx, 1); err == nil || !strings.Contains(err.Error(), "another layout") {
+					t.Errorf("Acquire on another layout: %v, want Redis's error", err)
+				}
+				if _, err := mutex.SemRelease(ctx, s, "0123456789abcdef0123456789abcdef"); err == nil || !strings.Contains(err.Error(), "another layout") {
+					t.Errorf("a release on another layout: %v, want Redis's error", err)
+				}
+				if got := c.HGet(ctx, hash, "m").Val(); got != old.m {
+					t.Errorf("the scalars became %q", got)
+				}
+			})
+		})
+	}
 }

@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -25,7 +26,7 @@ func semHeld(t *testing.T, rc *redis.Client, s *mutex.Semaphore) (int64, int64) 
 }
 
 // semCounts returns the counts a semaphore's hash keeps in its scalars
-// ("<held>:<w>:<d>:..." in field m): the permits held, the waiters and the
+// ("[<held>,<w>,<d>,...]" in field m): the permits held, the waiters and the
 // records (0 when there is no hash).
 func semCounts(rc *redis.Client, s *mutex.Semaphore) (held, w, d int64) {
 	return parseSemCounts(rc.HGet(context.Background(), mutex.SemKey(s, "sem"), "m").Val())
@@ -33,14 +34,11 @@ func semCounts(rc *redis.Client, s *mutex.Semaphore) (held, w, d int64) {
 
 // parseSemCounts reads the counts of field m's value.
 func parseSemCounts(m string) (held, w, d int64) {
-	f := strings.SplitN(m, ":", 4)
-	if len(f) < 4 {
+	var f []int64
+	if json.Unmarshal([]byte(m), &f) != nil || len(f) < 3 {
 		return 0, 0, 0
 	}
-	held, _ = strconv.ParseInt(f[0], 10, 64)
-	w, _ = strconv.ParseInt(f[1], 10, 64)
-	d, _ = strconv.ParseInt(f[2], 10, 64)
-	return held, w, d
+	return f[0], f[1], f[2]
 }
 
 // semHolds reports whether tok holds permits of s in Redis, and the end of
