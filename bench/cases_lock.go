@@ -85,8 +85,8 @@ func defaultClientCases() []benchCase {
 	}}
 }
 
-// libNoDeadline is funnelguard called with a context that cannot end, in
-// the default client's case.
+// libNoDeadline is funnelguard called with a context that cannot end (no
+// hand-off), beside the same cycle under the round's context.
 const libNoDeadline = "funnelguard, no deadline"
 
 // libUnacked is funnelguard without WithReplicaAck, in the replicated case.

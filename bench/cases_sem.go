@@ -37,6 +37,7 @@ func semCases(goroutines int) []benchCase {
 		{name: "Semaphore acquire+release uncontended serial", ref: libAsynq, serverCmds: true, turns: true, subjects: []subject{
 			{libFunnelguard, funnelguardSem(false)},
 			{libAsynq, asynqSem(tasks, 0)},
+			{libNoDeadline, semNoDeadline()},
 		}},
 		{name: fmt.Sprintf("Semaphore contended, N=%d, %d goroutines", semSize, goroutines), parallel: true,
 			ref: libAsynq1ms, serverCmds: true, subjects: []subject{
@@ -74,6 +75,19 @@ func funnelguardSem(contended bool) func(context.Context, *env) (workload, error
 			}
 			return p.Release(context.WithoutCancel(ctx)) // as the lock cases: no deadline on a release
 		}}, nil
+	}
+}
+
+// semNoDeadline is funnelguardSem's uncontended cycle with a context that
+// cannot end (context.WithoutCancel of the round's): TryAcquire runs in the
+// caller's goroutine, with no hand-off (what the hand-off costs).
+func semNoDeadline() func(context.Context, *env) (workload, error) {
+	mk := funnelguardSem(false)
+	return func(ctx context.Context, e *env) (workload, error) {
+		w, err := mk(ctx, e)
+		op := w.op
+		w.op = func(ctx context.Context, g, i int) error { return op(context.WithoutCancel(ctx), g, i) }
+		return w, err
 	}
 }
 
