@@ -73,7 +73,7 @@ func (g *Guard) hold(ctx context.Context, p *pending, c Call, n int64) (Call, er
 		return c.in(ctx), err
 	}
 	c.admitted = true
-	if s.permit != nil || s.local != nil {
+	if g.cfg.InFlight > 0 { // a slot, or under Shadow none to give back
 		c.done = sync.OnceFunc(func() { g.leave(ctx, s) }) // ctx's values, not its end
 	}
 	return c.in(s.context(ctx)), nil

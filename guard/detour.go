@@ -9,23 +9,26 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// decide runs f with g's Limiter as call does. After Redis came back from
+// decide runs f with g's Limiter as call does, and returns its Result's
+// Decision or what failed decides for its error. After Redis came back from
 // refusing connections, while the watch detours, a call the client refused
 // unsent (go-redis's dial breaker) runs again on the detour: a Limiter of
 // the guard's own on a client made from the client's options
 // (outage.Watch.Spare), without its hooks. A funnel.WithLocker Locker,
 // whose client the breaker holds, and InFlight permits take none.
-func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limiter) error) error {
-	return g.call(ctx, func(cctx context.Context) error {
-		err := f(cctx, g.lim)
-		if !g.detours(err) {
-			return err
-		}
-		if d := g.detour(); d != nil {
-			return f(cctx, d)
+func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limiter) (funnel.Result, error)) (Decision, error) {
+	var res funnel.Result
+	err := g.call(ctx, func(cctx context.Context) (err error) {
+		res, err = f(cctx, g.lim)
+		if g.detours(err) && g.detour() != nil {
+			res, err = f(cctx, g.detour())
 		}
 		return err
 	})
+	if err != nil {
+		return g.failed(ctx, err)
+	}
+	return decision(res), nil
 }
 
 // detours reports whether a decision that failed with err goes again on

@@ -252,15 +252,9 @@ func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 
 // allow decides for the keyed call k.
 func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
-	var res funnel.Result
-	err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (err error) {
-		res, err = lim.AllowN(cctx, k.sk, n, k.rules...)
-		return err
+	d, err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (funnel.Result, error) {
+		return lim.AllowN(cctx, k.sk, n, k.rules...)
 	})
-	if err == nil {
-		return decision(res), nil
-	}
-	d, err := g.failed(ctx, err)
 	switch {
 	case !errors.Is(err, ErrUnavailable):
 		return d, err
@@ -285,15 +279,9 @@ func (g *Guard) Peek(ctx context.Context, key string) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	var res funnel.Result
-	err = g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (err error) {
-		res, err = lim.Peek(cctx, k.sk, k.rules...)
-		return err
+	return g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (funnel.Result, error) {
+		return lim.Peek(cctx, k.sk, k.rules...)
 	})
-	if err != nil {
-		return g.failed(ctx, err)
-	}
-	return decision(res), nil
 }
 
 func decision(res funnel.Result) Decision {
@@ -318,9 +306,9 @@ func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
 
 // refund is RefundN for the keyed call k.
 func (g *Guard) refund(ctx context.Context, k keyed, n int64) error {
-	_, err := g.failed(ctx, g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) error {
-		return lim.Refund(cctx, k.sk, n, k.rules...)
-	}))
+	_, err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (funnel.Result, error) {
+		return funnel.Result{}, lim.Refund(cctx, k.sk, n, k.rules...)
+	})
 	return err
 }
 
