@@ -57,7 +57,7 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
 	case d.Allowed || g.cfg.Shadow:
 		return g.hold(ctx, p, c, n)
-	case d.Degraded && !errors.Is(err, ErrRejected) && (g.fb != nil || g.local != nil):
+	case d.Degraded && !errors.Is(err, ErrRejected) && g.open != nil:
 		err = nil // a fallback's denial, like Redis's
 	}
 	return c.in(ctx), err

@@ -20,10 +20,11 @@ import (
 // A Guard decides, for one endpoint, whether a call for a key may go ahead.
 // It is safe for concurrent use; build it once with New.
 type Guard struct {
-	cfg   config
-	lim   *funnel.Limiter
-	fb    *fallback     // nil without WithFallback
-	local *funnel.Local // FailOpen without a Fallback: the rules, in-process
+	cfg config
+	lim *funnel.Limiter
+	// open decides while Redis cannot answer: the Fallback, or FailOpen's
+	// rules in process (funnel.Local); nil when failing closed.
+	open func(k keyed, n int64) (funnel.Result, error)
 	// flights counts a key's calls in this process for InFlight while Redis
 	// cannot answer; nil unless InFlight is set and the guard fails open.
 	flights *flights
@@ -112,9 +113,12 @@ func New(client mutex.Client, opts ...Option) (*Guard, error) {
 func (g *Guard) failOpen() {
 	switch {
 	case g.cfg.Fallback != nil:
-		g.fb = newFallback(*g.cfg.Fallback)
+		g.open = newFallback(*g.cfg.Fallback).allow
 	case g.cfg.OnError == FailOpen:
-		g.local = funnel.NewLocal(DefaultFallbackMax)
+		local := funnel.NewLocal(DefaultFallbackMax)
+		g.open = func(k keyed, n int64) (funnel.Result, error) {
+			return local.AllowN(time.Now(), k.sk, n, k.rules...)
+		}
 	default:
 		return
 	}
@@ -255,19 +259,15 @@ func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
 	d, err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (funnel.Result, error) {
 		return lim.AllowN(cctx, k.sk, n, k.rules...)
 	})
-	switch {
-	case !errors.Is(err, ErrUnavailable):
+	if g.open == nil || !errors.Is(err, ErrUnavailable) {
 		return d, err
-	case g.fb != nil:
-		d.Allowed, d.RetryAfter = g.fb.allow(k.sk, n)
-	case g.local != nil:
-		res, lerr := g.local.AllowN(time.Now(), k.sk, n, k.rules...)
-		if lerr != nil { // the rules passed New's checks: n is the only cause
-			return d, errors.Join(err, lerr)
-		}
-		d = decision(res)
-		d.Degraded = true
 	}
+	res, oerr := g.open(k, n)
+	if oerr != nil { // the rules passed New's checks: n is the only cause
+		return d, errors.Join(err, oerr)
+	}
+	d = decision(res)
+	d.Degraded = true
 	return d, err
 }
 
