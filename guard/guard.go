@@ -234,21 +234,23 @@ func (p *pending) report(g *Guard) {
 	}
 }
 
-// take takes the InFlight slot of p's admitted call in the decision's
-// context; a call refused one (err) gets d, the denial that stands for it
-// (Degraded unless Redis answered), unless shadow lets it run without. p's
-// Observation records the wait and, unless under Shadow, the refusal.
+// take takes the InFlight slot, if any, of p's admitted call in the
+// decision's context; a call refused one (err) gets d, the denial that
+// stands for it (Degraded unless Redis answered), unless shadow lets it run
+// without. p's Observation records the wait and, unless under Shadow, the
+// refusal.
 func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
+	if g.cfg.InFlight == 0 {
+		return slot{}, p.d, nil
+	}
 	t0 := time.Now()
 	s, err = g.enter(p.ctx, p.k.sk, p.d.Degraded)
-	d = p.d
-	if err != nil && !shadow {
-		d = Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected)}
+	p.o.Permit, p.o.PermitWait = true, time.Since(t0)
+	if err == nil || shadow {
+		return s, p.d, err
 	}
-	if g.cfg.InFlight > 0 {
-		p.o.Permit, p.o.PermitWait = true, time.Since(t0)
-	}
-	if err != nil && !g.cfg.Shadow {
+	d = Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected)}
+	if !g.cfg.Shadow {
 		p.o.Decision, p.o.Err = d, err
 	}
 	return s, d, err

@@ -35,10 +35,7 @@ func (s slot) context(parent context.Context) context.Context {
 // must not run: ErrBusy (with ErrUnavailable when counted in this
 // process), ErrUnavailable (failing closed), ErrRejected, or ctx's.
 func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, error) {
-	switch {
-	case g.cfg.InFlight == 0:
-		return slot{}, nil
-	case degraded:
+	if degraded {
 		return g.enterLocal(sk, nil)
 	}
 	p, err := g.acquire(ctx, sk)
