@@ -232,7 +232,7 @@ func multipartValues(body []byte, boundary, name string) (url.Values, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !isValue(p, name) {
+		if p.FormName() != name || p.FileName() != "" {
 			continue
 		}
 		v, err := io.ReadAll(p)
@@ -241,12 +241,6 @@ func multipartValues(body []byte, boundary, name string) (url.Values, error) {
 		}
 		vs.Add(name, string(v))
 	}
-}
-
-// isValue reports whether the part p is a value of the field name, not a
-// file.
-func isValue(p *multipart.Part, name string) bool {
-	return p.FormName() == name && p.FileName() == ""
 }
 
 func noBody(r *http.Request) bool {
