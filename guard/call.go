@@ -20,20 +20,12 @@ type Call struct {
 
 	admitted bool
 	ctx      context.Context
-	held     *held // nil unless the call holds an InFlight slot
+	done     func() // gives back the call's InFlight slot, once; nil if none
 	// For Middleware's RateLimit field: the keyed call, AllowN's decision
 	// (before ErrBusy replaced it), and whether Redis made it.
 	k        keyed
 	allowed  Decision
 	answered bool
-}
-
-// held is the InFlight slot of an admitted Call, given back once.
-type held struct {
-	g      *Guard
-	parent context.Context // Enter's ctx, whose values the release keeps
-	s      slot
-	once   sync.Once
 }
 
 // Enter decides a call of n units for key as Middleware decides a request,
@@ -63,21 +55,12 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	c := Call{Decision: d, k: p.k, allowed: d, answered: err == nil}
 	switch {
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
-		return c.in(ctx), err
 	case d.Allowed || g.cfg.Shadow:
 		return g.hold(ctx, p, c, n)
-	case g.failingClosed(d, err):
-		return c.in(ctx), err
-	case err != nil && !d.Degraded: // ctx ended, or no plan
-		return c.in(ctx), err
+	case d.Degraded && !errors.Is(err, ErrRejected) && g.open != nil:
+		err = nil // a fallback's denial, like Redis's
 	}
-	return c.in(ctx), nil // denied, by Redis or the fallback
-}
-
-// failingClosed reports whether the denial d stands for a refusal of Redis,
-// or for an answer Redis could not give and no fallback replaced.
-func (g *Guard) failingClosed(d Decision, err error) bool {
-	return errors.Is(err, ErrRejected) || d.Degraded && g.fb == nil && g.local == nil
+	return c.in(ctx), err
 }
 
 // hold takes the InFlight slot of c, the call of n units p admitted. One
@@ -90,8 +73,8 @@ func (g *Guard) hold(ctx context.Context, p *pending, c Call, n int64) (Call, er
 		return c.in(ctx), err
 	}
 	c.admitted = true
-	if s.permit != nil || s.local != nil {
-		c.held = &held{g: g, parent: ctx, s: s}
+	if g.cfg.InFlight > 0 { // a slot, or under Shadow none to give back
+		c.done = sync.OnceFunc(func() { g.leave(ctx, s) }) // ctx's values, not its end
 	}
 	return c.in(s.context(ctx)), nil
 }
@@ -121,7 +104,7 @@ func (c Call) Context() context.Context {
 // even if Enter's ctx ended (one whose release fails comes back when its
 // lease ends). Only the first Done of a Call and its copies does anything.
 func (c Call) Done() {
-	if h := c.held; h != nil {
-		h.once.Do(func() { h.g.leave(h.parent, h.s) })
+	if c.done != nil {
+		c.done()
 	}
 }

@@ -27,14 +27,8 @@ func unanswered(err error) bool {
 		errors.Is(err, redis.ErrClosed):
 		return false
 	case errors.As(err, &reply):
-		return transient(reply.Error())
+		code, _, _ := strings.Cut(reply.Error(), " ")
+		return slices.Contains(transientReplies, code)
 	}
 	return true
-}
-
-// transient reports whether the error reply msg has the code of one of the
-// transientReplies.
-func transient(msg string) bool {
-	code, _, _ := strings.Cut(msg, " ")
-	return slices.Contains(transientReplies, code)
 }

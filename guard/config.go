@@ -18,8 +18,7 @@ const (
 	FailClosed FailureMode = iota
 	// FailOpen decides with the guard's rules in this process's memory
 	// (funnel.Local, up to DefaultFallbackMax keys), unless WithFallback is
-	// set: a fleet of N processes admits at most N times the rules' bound
-	// per key, on top of what Redis counted before, never everyone.
+	// set: a fleet of N processes admits at most N times the rules' bound.
 	FailOpen
 )
 
@@ -29,9 +28,7 @@ const (
 	DefaultTimeout     = 500 * time.Millisecond
 	DefaultErrorRetry  = time.Second
 	DefaultFallbackMax = 10000
-	// DefaultInFlightLease is the lease of an InFlight permit: a send of
-	// 0.1 to 2 s makes no renewal, and a dead process's slots are free in
-	// about 3 s, before a "resend in N s" countdown ends.
+	// DefaultInFlightLease is the lease of an InFlight permit.
 	DefaultInFlightLease = 3 * time.Second
 	// MinInFlightLease is the shortest WithInFlightLease: below it a
 	// pause or a busy server would lose the permits of running calls.

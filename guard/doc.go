@@ -15,31 +15,21 @@
 //	d, err := g.Do(ctx, phone, send) // send runs only if admitted; refunded if it fails
 //
 // Build the client with ContextTimeoutEnabled, so that the Timeout
-// (WithTimeout) bounds each command in go-redis itself (see package mutex
-// for a client without).
+// (WithTimeout) bounds each command in go-redis itself.
 //
 // When Redis cannot answer within the Timeout, a Guard fails closed by
 // default: it denies with RetryAfter and an error matching ErrUnavailable.
 // WithOnError(FailOpen) decides with the rules in this process
 // (funnel.Local), WithFallback with a token bucket per key: never
 // unlimited. An answer that will not change (NOPERM, OOM, no scripting, a
-// corrupt key) denies with ErrRejected whatever the options say.
+// corrupt key) denies with ErrRejected whatever the options say. A Redis
+// that refuses connections costs a call the refusal, not the Timeout (the
+// error matches funnel.ErrUnreachable too).
 //
-// A Redis that refuses connections is decided so at once (the error
-// matches funnel.ErrUnreachable too): on a *redis.Client, a call that has
-// run for 50 ms dials with the client's dialer, and a refusal ends it and
-// the next calls until a dial connects (one every 20 ms). A hung server
-// costs the Timeout. For 1.1 s after a dial connects again, a call the
-// client refuses unsent (go-redis's dial breaker) is made again on a
-// client of the Guard's own, made from the client's options without its
-// hooks; not with a funnel.WithLocker Locker, nor for InFlight permits.
-//
-// Middleware answers a denial 429 with Retry-After, and with
-// WithRateLimitHeaders the IETF RateLimit fields. Enter decides a call
+// Middleware answers a denial 429 with Retry-After; Enter decides a call
 // as Middleware decides a request, for other transports. WithInFlight
-// bounds the calls of a key that run at once across the fleet, with a
-// leased permit of a mutex.Semaphore. WithPlans decides each key by the
-// rules of its plan, keeping what it took when its plan changes.
+// bounds the calls of a key that run at once across the fleet; WithPlans
+// decides each key by the rules of its plan.
 //
 // The package does not log and imports no metrics library: WithObserve's
 // func receives every decision, and WithTrace's gives the context a decision's

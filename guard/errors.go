@@ -76,11 +76,6 @@ func fixable(sentinel error, fix string) error {
 	return &RequestError{Fix: fix, Err: fmt.Errorf("%w: %s", sentinel, fix)}
 }
 
-// noKey is a RequestError matching ErrNoKey whose Fix is formatted.
-func noKey(format string, a ...any) error {
-	return fixable(ErrNoKey, fmt.Sprintf(format, a...))
-}
-
 // fixOf is the Fix of the first RequestError in err's chain, or def.
 func fixOf(err error, def string) string {
 	var re *RequestError

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/forgetful"
 	"golang.org/x/time/rate"
 )
@@ -31,22 +32,22 @@ func newFallback(cfg Fallback) *fallback {
 	return &fallback{cfg: cfg, keys: forgetful.New[string, *rate.Limiter](cfg.MaxKeys)}
 }
 
-// allow takes n tokens for key if it has them, or says how long until it
-// will (an hour for more than Burst: never).
-func (f *fallback) allow(key string, n int64) (bool, time.Duration) {
+// allow takes n tokens for k's stored key if it has them, or says how long
+// until it will (an hour for more than Burst: never).
+func (f *fallback) allow(k keyed, n int64) (funnel.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	lim := f.limiter(key)
+	lim := f.limiter(k.sk)
 	now := time.Now()
 	switch {
 	case n > int64(f.cfg.Burst):
-		return false, time.Hour
+		return funnel.Result{RetryAfter: time.Hour}, nil
 	case lim.AllowN(now, int(n)):
-		return true, 0
+		return funnel.Result{Allowed: true}, nil
 	}
 	r := lim.ReserveN(now, int(n))
 	defer r.CancelAt(now)
-	return false, max(r.DelayFrom(now), time.Millisecond)
+	return funnel.Result{RetryAfter: max(r.DelayFrom(now), time.Millisecond)}, nil
 }
 
 // limiter is key's bucket, a new one if key has none; f.mu is held.

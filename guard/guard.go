@@ -1,12 +1,14 @@
 package guard
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
@@ -18,18 +20,19 @@ import (
 // A Guard decides, for one endpoint, whether a call for a key may go ahead.
 // It is safe for concurrent use; build it once with New.
 type Guard struct {
-	cfg   config
-	lim   *funnel.Limiter
-	fb    *fallback     // nil without WithFallback
-	local *funnel.Local // FailOpen without a Fallback: the rules, in-process
+	cfg config
+	lim *funnel.Limiter
+	// open decides while Redis cannot answer: the Fallback, or FailOpen's
+	// rules in process (funnel.Local); nil when failing closed.
+	open func(k keyed, n int64) (funnel.Result, error)
 	// flights counts a key's calls in this process for InFlight while Redis
 	// cannot answer; nil unless InFlight is set and the guard fails open.
 	flights *flights
 	// watch ends calls at once while Redis refuses connections (nil but for
 	// a *redis.Client), and says when to detour (detour.go).
 	watch  *outage.Watch
-	detour detour
-	permit []mutex.Option // how an InFlight permit is held
+	detour func() *funnel.Limiter // detourLimiter, made once (detour.go)
+	permit []mutex.Option         // how an InFlight permit is held
 }
 
 // Decision is the outcome of Allow.
@@ -100,6 +103,7 @@ func New(client mutex.Client, opts ...Option) (*Guard, error) {
 	}
 	g := &Guard{cfg: c, lim: lim, watch: outage.For(client, c.Timeout),
 		permit: []mutex.Option{mutex.WithTTL(c.InFlightLease), mutex.WithAutoRenew()}}
+	g.detour = sync.OnceValue(g.detourLimiter)
 	g.failOpen()
 	return g, nil
 }
@@ -109,9 +113,12 @@ func New(client mutex.Client, opts ...Option) (*Guard, error) {
 func (g *Guard) failOpen() {
 	switch {
 	case g.cfg.Fallback != nil:
-		g.fb = newFallback(*g.cfg.Fallback)
+		g.open = newFallback(*g.cfg.Fallback).allow
 	case g.cfg.OnError == FailOpen:
-		g.local = funnel.NewLocal(DefaultFallbackMax)
+		local := funnel.NewLocal(DefaultFallbackMax)
+		g.open = func(k keyed, n int64) (funnel.Result, error) {
+			return local.AllowN(time.Now(), k.sk, n, k.rules...)
+		}
 	default:
 		return
 	}
@@ -196,7 +203,9 @@ func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
 	}
 	p := &pending{ctx: ctx}
 	if g.cfg.Trace != nil {
-		p.ctx, p.end = g.trace(ctx, key)
+		var tctx context.Context
+		tctx, p.end = g.cfg.Trace(ctx, key)
+		p.ctx = cmp.Or(tctx, ctx)
 	}
 	p.start = time.Now()
 	p.k, p.err = g.key(p.ctx, key)
@@ -210,18 +219,9 @@ func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
 	return p
 }
 
-// trace calls WithTrace, and returns its context (ctx if none) and end.
-func (g *Guard) trace(ctx context.Context, key string) (context.Context, func(Observation)) {
-	tctx, end := g.cfg.Trace(ctx, key)
-	if tctx == nil {
-		return ctx, end
-	}
-	return tctx, end
-}
-
 // report passes p's Observation to WithObserve and Trace's end.
 func (p *pending) report(g *Guard) {
-	if p.start.IsZero() || g.cfg.Observe == nil && p.end == nil {
+	if p.start.IsZero() {
 		return
 	}
 	p.o.Latency = time.Since(p.start)
@@ -234,63 +234,43 @@ func (p *pending) report(g *Guard) {
 	}
 }
 
-// take takes the InFlight slot of p's admitted call in the decision's
-// context; a call refused one (err) gets d, the denial that stands for it,
-// unless shadow lets it run without.
+// take takes the InFlight slot, if any, of p's admitted call in the
+// decision's context; a call refused one (err) gets d, the denial that
+// stands for it (Degraded unless Redis answered), unless shadow lets it run
+// without. p's Observation records the wait and, unless under Shadow, the
+// refusal.
 func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
+	if g.cfg.InFlight == 0 {
+		return slot{}, p.d, nil
+	}
 	t0 := time.Now()
 	s, err = g.enter(p.ctx, p.k.sk, p.d.Degraded)
-	d = p.d
-	if err != nil && !shadow {
-		d = g.busyDecision(err)
-	}
-	p.waited(g, t0, d, err)
-	return s, d, err
-}
-
-// waited records the wait for a permit since t0 and, if the call got none
-// (err, not under Shadow), its refusal d.
-func (p *pending) waited(g *Guard, t0 time.Time, d Decision, err error) {
-	if g.cfg.InFlight == 0 {
-		return
-	}
 	p.o.Permit, p.o.PermitWait = true, time.Since(t0)
-	if err != nil && !g.cfg.Shadow {
+	if err == nil || shadow {
+		return s, p.d, err
+	}
+	d = Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected)}
+	if !g.cfg.Shadow {
 		p.o.Decision, p.o.Err = d, err
 	}
+	return s, d, err
 }
 
 // allow decides for the keyed call k.
 func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
-	var res funnel.Result
-	err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (err error) {
-		res, err = lim.AllowN(cctx, k.sk, n, k.rules...)
-		return err
+	d, err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (funnel.Result, error) {
+		return lim.AllowN(cctx, k.sk, n, k.rules...)
 	})
-	if err == nil {
-		return decision(res), nil
+	if g.open == nil || !errors.Is(err, ErrUnavailable) {
+		return d, err
 	}
-	if errors.Is(err, funnel.ErrInvalidN) || ctx.Err() != nil {
-		return Decision{}, err
+	res, oerr := g.open(k, n)
+	if oerr != nil { // the rules passed New's checks: n is the only cause
+		return d, errors.Join(err, oerr)
 	}
-	if !unanswered(err) {
-		return Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: true}, fmt.Errorf("%w: %w", ErrRejected, err)
-	}
-	uerr := fmt.Errorf("%w: %w", ErrUnavailable, err)
-	switch {
-	case g.fb != nil:
-		ok, wait := g.fb.allow(k.sk, n)
-		return Decision{Allowed: ok, RetryAfter: wait, Degraded: true}, uerr
-	case g.local != nil:
-		res, lerr := g.local.AllowN(time.Now(), k.sk, n, k.rules...)
-		if lerr != nil { // the rules passed New's checks: n is the only cause
-			return Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: true}, errors.Join(uerr, lerr)
-		}
-		d := decision(res)
-		d.Degraded = true
-		return d, uerr
-	}
-	return Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: true}, uerr
+	d = decision(res)
+	d.Degraded = true
+	return d, err
 }
 
 // Peek reports what Allow would decide for key now, taking nothing (after
@@ -301,18 +281,9 @@ func (g *Guard) Peek(ctx context.Context, key string) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	var res funnel.Result
-	err = g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (err error) {
-		res, err = lim.Peek(cctx, k.sk, k.rules...)
-		return err
+	return g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (funnel.Result, error) {
+		return lim.Peek(cctx, k.sk, k.rules...)
 	})
-	switch {
-	case err == nil:
-		return decision(res), nil
-	case ctx.Err() != nil:
-		return Decision{}, err
-	}
-	return Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: true}, redisError(ctx, err)
 }
 
 func decision(res funnel.Result) Decision {
@@ -337,31 +308,33 @@ func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
 
 // refund is RefundN for the keyed call k.
 func (g *Guard) refund(ctx context.Context, k keyed, n int64) error {
-	err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) error {
-		return lim.Refund(cctx, k.sk, n, k.rules...)
+	_, err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (funnel.Result, error) {
+		return funnel.Result{}, lim.Refund(cctx, k.sk, n, k.rules...)
 	})
-	return redisError(ctx, err)
+	return err
 }
 
 // giveBack refunds what the admission d of k took in Redis (nothing if
 // Degraded), whatever happened to ctx: the call did not happen.
 func (g *Guard) giveBack(ctx context.Context, k keyed, d Decision, n int64) error {
-	if d.Degraded || !d.Allowed {
+	if d.Degraded {
 		return nil
 	}
 	return g.refund(context.WithoutCancel(ctx), k, n)
 }
 
-// redisError wraps a call's error: ErrUnavailable when Redis could not
-// answer, ErrRejected when it refused; a bad n or ctx's error as it is.
-func redisError(ctx context.Context, err error) error {
+// failed is what a call that failed with err decides: nothing for a bad n
+// or an ended ctx, whose errors pass as they are; else a denial, with
+// ErrUnavailable when Redis could not answer, ErrRejected when it refused.
+func (g *Guard) failed(ctx context.Context, err error) (Decision, error) {
+	d := Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: true}
 	switch {
 	case err == nil, errors.Is(err, funnel.ErrInvalidN), ctx.Err() != nil:
-		return err
+		return Decision{}, err
 	case unanswered(err):
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return d, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return fmt.Errorf("%w: %w", ErrRejected, err)
+	return d, fmt.Errorf("%w: %w", ErrRejected, err)
 }
 
 // call runs f, a call to Redis, bounded by Timeout and watched: while

@@ -35,10 +35,7 @@ func (s slot) context(parent context.Context) context.Context {
 // must not run: ErrBusy (with ErrUnavailable when counted in this
 // process), ErrUnavailable (failing closed), ErrRejected, or ctx's.
 func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, error) {
-	switch {
-	case g.cfg.InFlight == 0:
-		return slot{}, nil
-	case degraded:
+	if degraded {
 		return g.enterLocal(sk, nil)
 	}
 	p, err := g.acquire(ctx, sk)
@@ -82,8 +79,11 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 		return p, err
 	case busy && !errors.Is(err, mutex.ErrUnreachable):
 		return nil, fmt.Errorf("%w: %d calls of the key ran through %v: %w", ErrBusy, g.cfg.InFlight, g.cfg.Timeout, err)
+	case errors.Is(err, mutex.ErrInvalid): // Redis keeps the semaphore with another size
+		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
-	return nil, permitError(ctx, err)
+	_, err = g.failed(ctx, err)
+	return nil, err
 }
 
 // takePermit takes a permit of sem, waiting in its queue if none is free;
@@ -99,15 +99,6 @@ func (g *Guard) takePermit(cctx context.Context, sem *mutex.Semaphore) (p *mutex
 	return p, errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded), err
 }
 
-// permitError wraps a semaphore's error: ErrRejected for one Redis keeps
-// with another size (a guard with another InFlight), else redisError.
-func permitError(ctx context.Context, err error) error {
-	if errors.Is(err, mutex.ErrInvalid) {
-		return fmt.Errorf("%w: %w", ErrRejected, err)
-	}
-	return redisError(ctx, err)
-}
-
 // leave gives s back, bounded by Timeout whatever ctx says (a permit whose
 // release fails comes back when its lease ends).
 func (g *Guard) leave(ctx context.Context, s slot) {
@@ -117,13 +108,6 @@ func (g *Guard) leave(ctx context.Context, s slot) {
 	case s.local != nil:
 		s.local.leave(s.key)
 	}
-}
-
-// busyDecision is the denial that stands for a call enter refused with
-// err: Degraded unless Redis answered (the key was busy, or ctx ended).
-func (g *Guard) busyDecision(err error) Decision {
-	return Decision{RetryAfter: g.cfg.ErrorRetryAfter,
-		Degraded: errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected)}
 }
 
 // flights counts each key's calls running in this process, for InFlight

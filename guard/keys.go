@@ -24,24 +24,16 @@ type KeyFunc func(*http.Request) (string, error)
 // choose freely (an API key checked later) or that a trusted proxy sets.
 func Header(name string) KeyFunc {
 	name = textproto.CanonicalMIMEHeaderKey(name)
+	what := "header " + name
 	return func(r *http.Request) (string, error) {
-		var vs []string
+		vs := r.Header.Values(name)
 		if name == "Host" {
 			vs = []string{r.Host}
-		} else {
-			vs = r.Header.Values(name)
 		}
-		switch {
-		case len(vs) == 0:
-			return "", fixable(ErrNoKey, "missing header "+name)
-		case len(vs) > 1:
-			return "", fixable(ErrNoKey, "header "+name+" given more than once")
+		if len(vs) == 1 {
+			vs = []string{strings.TrimSpace(vs[0])}
 		}
-		v := strings.TrimSpace(vs[0])
-		if v == "" {
-			return "", fixable(ErrNoKey, "empty header "+name)
-		}
-		return v, nil
+		return single(vs, what)
 	}
 }
 
@@ -50,27 +42,27 @@ func Header(name string) KeyFunc {
 // missing, empty or given twice, or a query that does not parse, is an
 // error matching ErrNoKey. It never reads the body.
 func Query(name string) KeyFunc {
+	what := fmt.Sprintf("query parameter %q", name)
 	return func(r *http.Request) (string, error) {
 		q, err := url.ParseQuery(r.URL.RawQuery)
 		if err != nil {
 			return "", fixable(ErrNoKey, "malformed query string")
 		}
-		return single(q, name, "query parameter")
+		return single(q[name], what)
 	}
 }
 
-// single is the one non-empty value of name in vs.
-func single(vs url.Values, name, what string) (string, error) {
-	switch v := vs[name]; {
-	case len(v) == 0:
-		return "", noKey("missing %s %q", what, name)
-	case len(v) > 1:
-		return "", noKey("%s %q given more than once", what, name)
-	case v[0] == "":
-		return "", noKey("empty %s %q", what, name)
-	default:
-		return v[0], nil
+// single is the one non-empty value in vs, the values of what.
+func single(vs []string, what string) (string, error) {
+	switch {
+	case len(vs) == 0:
+		return "", fixable(ErrNoKey, "missing "+what)
+	case len(vs) > 1:
+		return "", fixable(ErrNoKey, what+" given more than once")
+	case vs[0] == "":
+		return "", fixable(ErrNoKey, "empty "+what)
 	}
+	return vs[0], nil
 }
 
 // Route is a KeyFunc that keys on the method and the http.ServeMux pattern

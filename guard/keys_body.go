@@ -31,6 +31,7 @@ func JSONField(field string, maxBytes int64) KeyFunc {
 	if maxBytes < 1 {
 		return badKeyFunc("JSONField with maxBytes < 1")
 	}
+	what := fmt.Sprintf("field %q", field)
 	return func(r *http.Request) (string, error) {
 		switch {
 		case noBody(r):
@@ -42,7 +43,7 @@ func JSONField(field string, maxBytes int64) KeyFunc {
 		if err != nil {
 			return "", err
 		}
-		return jsonMember(body, field)
+		return jsonMember(body, field, what)
 	}
 }
 
@@ -63,20 +64,21 @@ func declaredJSON(ct string) bool {
 	return err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
 }
 
-// jsonMember is the key in the member field of the JSON object body.
-func jsonMember(body []byte, field string) (string, error) {
+// jsonMember is the key in the member field (what, in a Fix) of the JSON
+// object body.
+func jsonMember(body []byte, field, what string) (string, error) {
 	val, n, exact, err := scanObject(body, field)
 	switch {
 	case err != nil:
 		return "", err
 	case n == 0:
-		return "", noKey("missing field %q", field)
+		return "", fixable(ErrNoKey, "missing "+what)
 	case n > 1:
-		return "", noKey("field %q given more than once", field)
+		return "", fixable(ErrNoKey, what+" given more than once")
 	case !exact:
-		return "", noKey("missing field %q (names are case-sensitive)", field)
+		return "", fixable(ErrNoKey, "missing "+what+" (names are case-sensitive)")
 	}
-	return jsonKey(val, field)
+	return jsonKey(val, what)
 }
 
 // scanObject reads the JSON object that is all of body but white space,
@@ -125,40 +127,30 @@ func nextMember(dec *json.Decoder) (string, json.RawMessage, bool) {
 	return name, val, err == nil && ok && dec.Decode(&val) == nil
 }
 
-// jsonKey is the key that the value val of the member field makes.
-func jsonKey(val json.RawMessage, field string) (string, error) {
-	switch {
-	case val[0] == '"':
-		return jsonString(val, field)
-	case val[0] != '-' && (val[0] < '0' || val[0] > '9'):
-		return "", noKey("field %q must be a string or a number", field)
+// jsonKey is the key that the value val of the member field makes: a
+// string, decoded, or an integer as written, with "-0" as "0" (a fraction
+// or an exponent would give one number many spellings, each a key).
+func jsonKey(val json.RawMessage, what string) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(val))
+	dec.UseNumber()
+	var v any
+	_ = dec.Decode(&v) // scanObject decoded val already
+	switch v := v.(type) {
+	case string:
+		if v == "" {
+			return "", fixable(ErrNoKey, "empty "+what)
+		}
+		return v, nil
+	case json.Number:
+		switch {
+		case strings.ContainsAny(string(v), ".eE"):
+			return "", fixable(ErrNoKey, what+" must be an integer, without a fraction or an exponent")
+		case v == "-0":
+			return "0", nil
+		}
+		return string(v), nil
 	}
-	return jsonInteger(val, field)
-}
-
-// jsonInteger is the key of a number value: the integer as written, with
-// "-0" as "0" (a fraction or an exponent would give one number many
-// spellings, each a key of its own).
-func jsonInteger(val json.RawMessage, field string) (string, error) {
-	switch {
-	case bytes.ContainsAny(val, ".eE"):
-		return "", noKey("field %q must be an integer, without a fraction or an exponent", field)
-	case string(val) == "-0":
-		return "0", nil
-	}
-	return string(val), nil
-}
-
-// jsonString is the key of a string value: the string, decoded.
-func jsonString(val json.RawMessage, field string) (string, error) {
-	var s string
-	if err := json.Unmarshal(val, &s); err != nil {
-		return "", errNotJSONObject
-	}
-	if s == "" {
-		return "", noKey("empty field %q", field)
-	}
-	return s, nil
+	return "", fixable(ErrNoKey, what+" must be a string or a number")
 }
 
 // FormField returns a KeyFunc that keys on the form field name in the body
@@ -176,11 +168,12 @@ func FormField(name string, maxBytes int64) KeyFunc {
 	if maxBytes < 1 {
 		return badKeyFunc("FormField with maxBytes < 1")
 	}
+	what := fmt.Sprintf("form field %q", name)
 	return func(r *http.Request) (string, error) {
 		if err := formRequest(r); err != nil {
 			return "", err
 		}
-		return formField(r, name, maxBytes)
+		return formField(r, name, what, maxBytes)
 	}
 }
 
@@ -198,9 +191,9 @@ func formRequest(r *http.Request) error {
 	return nil
 }
 
-// formField reads the field name, at most maxBytes, from a body of one of
-// the two form types.
-func formField(r *http.Request, name string, maxBytes int64) (string, error) {
+// formField reads the field name (what, in a Fix), at most maxBytes, from
+// a body of one of the two form types.
+func formField(r *http.Request, name, what string, maxBytes int64) (string, error) {
 	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	multi := mt == "multipart/form-data" && params["boundary"] != ""
 	if err != nil || mt != "application/x-www-form-urlencoded" && !multi {
@@ -214,7 +207,7 @@ func formField(r *http.Request, name string, maxBytes int64) (string, error) {
 	if err != nil {
 		return "", errMalformedForm
 	}
-	return single(vs, name, "form field")
+	return single(vs[name], what)
 }
 
 // formValues parses body, urlencoded or multipart (with boundary), for the
@@ -239,7 +232,7 @@ func multipartValues(body []byte, boundary, name string) (url.Values, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !isValue(p, name) {
+		if p.FormName() != name || p.FileName() != "" {
 			continue
 		}
 		v, err := io.ReadAll(p)
@@ -248,12 +241,6 @@ func multipartValues(body []byte, boundary, name string) (url.Values, error) {
 		}
 		vs.Add(name, string(v))
 	}
-}
-
-// isValue reports whether the part p is a value of the field name, not a
-// file.
-func isValue(p *multipart.Part, name string) bool {
-	return p.FormName() == name && p.FileName() == ""
 }
 
 func noBody(r *http.Request) bool {

@@ -92,9 +92,8 @@ func (c ClientIPConfig) elements(line string) []string {
 	return listElements(line)
 }
 
-// walk steps from cur, a trusted hop, to the hops the header lines report,
-// from the right, while each is trusted. It returns the first untrusted
-// hop, or the last hop reached if the entries end or one is not an address.
+// walk is the walk ClientIPConfig describes, from cur, a trusted hop, over
+// the header lines.
 func (c ClientIPConfig) walk(cur netip.Addr, lines []string) netip.Addr {
 	hop := 0
 	for i := len(lines) - 1; i >= 0; i-- {

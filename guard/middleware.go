@@ -33,8 +33,7 @@ import (
 //     WithErrorHandler replaces these answers and the 503s.
 //
 // WithSkip and WithCost set what is guarded and what it costs; under
-// WithShadow nothing is blocked. With WithRateLimitHeaders, responses
-// carry RateLimit-Policy and RateLimit (rateLimitHeaders).
+// WithShadow nothing is blocked.
 func (g *Guard) Middleware(keyFunc KeyFunc, opts ...MiddlewareOption) func(http.Handler) http.Handler {
 	mc := middlewareConfig{denied: deniedJSON, failed: errorJSON}
 	for _, o := range opts {
@@ -144,12 +143,10 @@ func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d Decision
 	}
 }
 
-// WithErrorHandler answers the requests the guard could not decide with h
-// instead of the default JSON (see Middleware): err matches ErrInvalidKey,
-// ErrUnavailable or ErrRejected (failing closed), ErrPlan, ErrBusy, or is
-// the request context's; d is the denial that stands for the decision.
-// What the client can fix is the Fix of the *RequestError in err's chain,
-// if any; err itself is for the server's logs.
+// WithErrorHandler answers the requests the guard could not decide (see
+// Middleware) with h instead of the default JSON; d is the denial that
+// stands for the decision. What the client can fix is the Fix of the
+// *RequestError in err's chain, if any; err itself is for the server's logs.
 func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, d Decision, err error)) MiddlewareOption {
 	return func(c *middlewareConfig) {
 		if h != nil {
@@ -193,10 +190,8 @@ var errorAnswers = []struct {
 	{ErrPlan, http.StatusServiceUnavailable, "no plan for the request's key"},
 }
 
-// errorJSON is the default answer to a request the guard could not decide:
-// a 503 with Retry-After, or a bad request whose body says what the client
-// can fix (RequestError.Fix), never the error chain, which names the
-// server's code and may quote the request.
+// errorJSON is the default answer to a request the guard could not decide;
+// its body never holds the error chain, which may quote the request.
 func errorJSON(w http.ResponseWriter, r *http.Request, d Decision, err error) {
 	for _, a := range errorAnswers {
 		switch {
@@ -249,19 +244,16 @@ func writeJSON(w http.ResponseWriter, status int, b body) {
 	_ = json.NewEncoder(w).Encode(b)
 }
 
-// rateLimitHeaders writes the quota of every rule (RateLimit-Policy: q units
-// per w seconds, as funnel.Rule.Quota says, w rounded up) and the state of
-// one rule (RateLimit): after an admission the Tightest (r its units left,
-// t the seconds until it is empty); after a denial the rule that denied
-// (r=0, t its RetryAfter), or the Tightest when no rule did (the penalty
-// box), since the field names an item of RateLimit-Policy; pk, the key's
-// partition.
+// rateLimitHeaders writes the quota of every rule (RateLimit-Policy) and
+// the state of one rule (RateLimit): after an admission the Tightest, after
+// a denial the rule that denied (r=0), or the Tightest when no rule did (the
+// penalty box), since the field names an item of RateLimit-Policy.
 func (g *Guard) rateLimitHeaders(h http.Header, d Decision, rules []funnel.Rule, pk string) {
 	now := time.Now()
 	pol := make([]string, len(rules))
 	for i, r := range rules {
 		q, w := r.Quota(now)
-		pol[i] = sfString(r.Name) + ";q=" + strconv.FormatInt(q, 10) + ";w=" + strconv.FormatInt(max(ceilSeconds(w), 1), 10)
+		pol[i] = sfString(r.Name) + ";q=" + strconv.FormatInt(q, 10) + ";w=" + strconv.FormatInt(RetryAfterSeconds(w), 10)
 	}
 	h.Set("RateLimit-Policy", strings.Join(pol, ", "))
 	name, left, t := d.Tightest, d.Remaining, d.TightestReset
@@ -275,9 +267,7 @@ func (g *Guard) rateLimitHeaders(h http.Header, d Decision, rules []funnel.Rule,
 }
 
 // partitionKey is the pk parameter of the RateLimit field of the stored key
-// sk (";pk=:...:"): the same for every request of the key, telling nothing
-// of it (9 bytes of a SHA-256 of the prefix and sk, itself an HMAC with
-// WithSecret).
+// sk: the same for every request of the key, telling nothing of it.
 func (g *Guard) partitionKey(sk string) string {
 	sum := sha256.Sum256([]byte(g.cfg.Prefix + sk))
 	return ";pk=:" + base64.StdEncoding.EncodeToString(sum[:9]) + ":"

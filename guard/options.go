@@ -67,15 +67,13 @@ func WithTimeout(d time.Duration) Option {
 
 // WithInFlight, if n is positive, bounds the calls of one key that run at
 // once across the fleet: Do, Middleware and Enter hold a permit of the
-// key's mutex.Semaphore (on the funnel's Locker, in the key's cluster slot)
-// while the call runs, two round trips a call. One that finds none waits in
-// FIFO order for the Timeout, then is refused with ErrBusy, its units given
-// back. The call's context is cancelled if its permit is lost. Allow and
-// AllowN take no permit. A negative n, or a Locker that cannot keep
-// semaphores, is ErrInvalidOption. Guards sharing a key's semaphore (one
-// prefix or Locker) must agree on n, else ErrRejected. When Redis cannot
-// answer, FailClosed refuses the call (ErrUnavailable); FailOpen and a
-// Fallback count InFlight per process.
+// key's mutex.Semaphore (on the funnel's Locker) while the call runs. One
+// that finds none waits in FIFO order for the Timeout, then is refused
+// with ErrBusy, its units given back; its context is cancelled if its
+// permit is lost. A negative n, or a Locker that cannot keep semaphores,
+// is ErrInvalidOption; guards sharing a key's semaphore must agree on n,
+// else ErrRejected. When Redis cannot answer, FailClosed refuses the call
+// (ErrUnavailable); FailOpen and a Fallback count InFlight per process.
 func WithInFlight(n int64) Option {
 	return func(c *config) error {
 		if n < 0 {
@@ -88,10 +86,8 @@ func WithInFlight(n int64) Option {
 
 // WithInFlightLease sets the lease of a WithInFlight permit
 // (DefaultInFlightLease if unset or zero; MinInFlightLease to
-// mutex.MaxTTL), renewed every third of it while the call runs; a permit
-// none of whose renewals lands in time is lost. A killed process's
-// permits, and its waiters' places, are back within 3 retry intervals of
-// its Locker plus the lease (3.15 s by default).
+// mutex.MaxTTL), renewed while the call runs: a killed process's permits
+// are back about a lease later.
 func WithInFlightLease(d time.Duration) Option {
 	return set(func(c *config) { c.InFlightLease = d })
 }
@@ -131,14 +127,11 @@ func WithObserve(observe func(Observation)) Option {
 }
 
 // WithTrace makes the guard call trace as every decision starts (Allow,
-// AllowN, Do, Enter, Middleware), with the caller's ctx and key (before
-// WithNormalize: for a hash of its own, never for a span or a log). Its
-// Redis commands, the plan's lookup and the permit's wait run in the
-// context trace returns, which must derive from ctx (its deadline bounds
-// the decision on a hung server; nil is ctx); end, if not nil, is called
-// once with the Observation. The call itself (fn, the handler,
-// Call.Context), its refund and release run in the caller's ctx. A nil ctx
-// is ErrNilContext first. Peek and Refund are not traced.
+// AllowN, Do, Enter, Middleware; not Peek or Refund), with the caller's
+// ctx and key (before WithNormalize: never for a span or a log). The
+// decision runs in the context trace returns, which must derive from ctx
+// (nil is ctx); end, if not nil, is called once with the Observation. The
+// call itself, its refund and release run in the caller's ctx.
 func WithTrace(trace func(ctx context.Context, key string) (_ context.Context, end func(Observation))) Option {
 	return set(func(c *config) { c.Trace = trace })
 }
@@ -148,10 +141,8 @@ func WithTrace(trace func(ctx context.Context, key string) (_ context.Context, e
 // the call instead of WithRules' (plan ""). An error of planOf, or a name
 // not in plans, refuses the call with ErrPlan (Middleware: 503). A changed
 // plan takes effect on the key's next call, with what it took kept: the
-// rules of every plan of one kind and period (and zone) share one state,
-// in whatever order the plans list them (funnel.Rule.Sharing), and names
-// do not part it. A plan's rules keep no gate in Redis: each call after
-// the first takes two round trips. plans and planOf go together.
+// rules of one kind and period share one state across the plans
+// (funnel.Rule.Sharing). plans and planOf go together.
 func WithPlans(plans map[string][]funnel.Rule, planOf func(ctx context.Context, key string) (string, error)) Option {
 	return func(c *config) error {
 		if (planOf == nil) != (len(plans) == 0) {
@@ -170,12 +161,8 @@ func WithPlans(plans map[string][]funnel.Rule, planOf func(ctx context.Context, 
 
 // WithFunnel adds options of the guard's funnel.Limiter, applied after
 // funnel.WithPrefix(the guard's prefix); a bad one is ErrInvalidOption and
-// funnel.ErrInvalidOption. WithDenyCache denies a denied key in process
-// until its gate time (a Refund through this Guard clears it);
-// WithUniformCost hides which keys are new; WithPenalty boxes a key its
-// rules keep denying; WithReplicaAck's wait must be under the Timeout (its
-// failure is WithOnError's); WithLocker's Locker takes the keys' locks and
-// InFlight semaphores, shared by the guards that share it.
+// funnel.ErrInvalidOption. WithReplicaAck's wait must be under the
+// Timeout; WithLocker's Locker holds the InFlight semaphores too.
 func WithFunnel(opts ...funnel.Option) Option {
 	opts = slices.Clone(opts)
 	return set(func(c *config) { c.Funnel = append(c.Funnel, opts...) })
@@ -184,12 +171,8 @@ func WithFunnel(opts ...funnel.Option) Option {
 // WithRateLimitHeaders makes Middleware send the RateLimit-Policy and
 // RateLimit fields (draft-ietf-httpapi-ratelimit-headers-11), off by
 // default since they disclose the quota: each rule's q units in w seconds
-// (funnel.Rule.Quota: a funnel counts its burst and what leaks within w),
-// and r and t of one rule, with pk naming the key's partition without
-// telling it:
-//
-//	RateLimit-Policy: "1/1m0s";q=1;w=60, "5 in 1h0m0s";q=5;w=3600
-//	RateLimit: "1/1m0s";r=0;t=60;pk=:...:
+// (funnel.Rule.Quota), and r and t of one rule, with a pk that names the
+// key's partition without telling it.
 func WithRateLimitHeaders() Option {
 	return set(func(c *config) { c.RateLimitHeaders = true })
 }
