@@ -237,8 +237,8 @@ func (p *pending) report(g *Guard) {
 // take takes the InFlight slot, if any, of p's admitted call in the
 // decision's context; a call refused one (err) gets d, the denial that
 // stands for it (Degraded unless Redis answered), unless shadow lets it run
-// without. p's Observation records the wait and, unless under Shadow, the
-// refusal.
+// without. p's Observation records the wait and the refusal of a call
+// that does not run.
 func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	if g.cfg.InFlight == 0 {
 		return slot{}, p.d, nil
@@ -250,9 +250,7 @@ func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 		return s, p.d, err
 	}
 	d = Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected)}
-	if !g.cfg.Shadow {
-		p.o.Decision, p.o.Err = d, err
-	}
+	p.o.Decision, p.o.Err = d, err // the call does not run, Shadow or not
 	return s, d, err
 }
 

@@ -70,3 +70,40 @@ func TestInFlightObserved(t *testing.T) {
 		t.Errorf("%d observations; want 4, one per call", len(obs))
 	}
 }
+
+// Under Shadow, Do still blocks a call that got no permit (it follows the
+// real decision, as Allow does), so Observe sees that refusal, not the
+// admission: a Do refused under Shadow was observed as admitted with no
+// error.
+func TestInFlightObservedShadowDo(t *testing.T) {
+	b := testutil.Mini(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var last guard.Observation
+	g := newGuard(t, b,
+		guard.WithShadow(),
+		guard.WithInFlight(1),
+		guard.WithRules(funnel.AtMost(10, time.Hour)),
+		guard.WithTimeout(100*time.Millisecond),
+		guard.WithObserve(func(o guard.Observation) {
+			mu.Lock()
+			defer mu.Unlock()
+			last = o
+		}),
+	)
+	held, err := g.Enter(ctx, "k", 1)
+	if err != nil || !held.Admitted() {
+		t.Fatalf("Enter: %+v, %v", held, err)
+	}
+	defer held.Done()
+	ran := false
+	d, err := g.Do(ctx, "k", func(context.Context) error { ran = true; return nil })
+	if !errors.Is(err, guard.ErrBusy) || d.Allowed || ran {
+		t.Fatalf("shadow Do while the permit is held: %+v, %v, ran %v; want ErrBusy, not run", d, err, ran)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !last.Permit || !errors.Is(last.Err, guard.ErrBusy) || last.Decision.Allowed {
+		t.Errorf("shadow Do refused a permit observed %+v; want Permit, ErrBusy, a denial", last)
+	}
+}
