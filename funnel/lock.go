@@ -110,18 +110,7 @@ func (l *leader) take(w *waiter, r reading) bool {
 // commit writes r's levels and releases the lock; again reports that the
 // lease lapsed or the write came late: nothing was written.
 func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r reading) (again bool) {
-	fills, ats := make([]int64, len(r.levels)), make([]int64, len(r.levels))
-	var logs [][]int64
-	for j, lv := range r.levels {
-		fills[j], ats[j] = lv.fill, lv.at
-		if lv.log != nil {
-			if logs == nil {
-				logs = make([][]int64, len(r.levels))
-			}
-			logs[j] = *lv.log
-		}
-	}
-	args := writeArgs(l.c.rules, fills, ats, logs, r.now, ws.deadline())
+	args := writeArgs(l.c.rules, r.levels, r.now, ws.deadline())
 	if lk == nil {
 		return l.commitFree(ctx, ws, args)
 	}

@@ -191,31 +191,31 @@ func parseRead(rules []rule, res any) (snapshot, error) {
 	return s, nil
 }
 
-// writeArgs returns write.lua's arguments for rules holding fills at ats
-// (windows: logs) at now, refused from server time deadline: the key's TTL
-// in ms, the deadline, then field, value pairs ("" deletes the field). The
-// two numbers go by pointer into one allocation: boxing would take two.
-func writeArgs(rules []rule, fills, ats []int64, logs [][]int64, now, deadline int64) []any {
+// writeArgs returns write.lua's arguments for rules holding levels at now,
+// refused from server time deadline: the key's TTL in ms, the deadline,
+// then field, value pairs ("" deletes the field). The two numbers go by
+// pointer into one allocation: boxing would take two.
+func writeArgs(rules []rule, levels []level, now, deadline int64) []any {
 	head := &[2]int64{0, deadline}
 	args := make([]any, 2, 2+2*len(rules))
 	args[0], args[1] = &head[0], &head[1]
 	var ttl int64
 	for i, r := range rules {
-		if fills[i] == 0 {
+		lv := levels[i]
+		switch {
+		case lv.fill == 0:
 			args = append(args, r.arg, emptyArg)
 			continue
-		}
-		if r.window > 0 {
-			ttl = max(ttl, ceilDiv(r.windowEmpty(logs[i], now), 1000))
-			args = append(args, r.arg, r.encodeWindow(logs[i], ats[i]))
+		case r.window > 0:
+			ttl = max(ttl, ceilDiv(r.windowEmpty(lv.units(), now), 1000))
+			args = append(args, r.arg, r.encodeWindow(lv.units(), lv.at))
 			continue
+		case r.cal != nil:
+			ttl = max(ttl, ceilDiv(lv.at-now+r.calendarEmpty(lv.fill, lv.at), 1000))
+		default: // PEXPIRE runs at or after now: the key lives to expiryOf
+			ttl = max(ttl, r.expiryOf(satAdd(lv.at, ceilDiv(lv.fill, r.leak)))-now/1000)
 		}
-		if r.cal != nil {
-			ttl = max(ttl, ceilDiv(ats[i]-now+r.calendarEmpty(fills[i], ats[i]), 1000))
-		} else { // PEXPIRE runs at or after now: the key lives to expiryOf
-			ttl = max(ttl, r.expiryOf(satAdd(ats[i], ceilDiv(fills[i], r.leak)))-now/1000)
-		}
-		args = append(args, r.arg, r.encode(fills[i], ats[i]))
+		args = append(args, r.arg, r.encode(lv.fill, lv.at))
 	}
 	head[0] = min(ttl, maxTTL)
 	return args
