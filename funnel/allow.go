@@ -174,43 +174,16 @@ type ruleSet struct {
 // per rules, so that calls with the same rules share batches and denials.
 func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
 	if len(rules) > setMax {
-		return newRuleSet(rules, lim.compiled.compile)
+		return newRuleSet(rules, &lim.compiled)
 	}
 	var k setKey
 	k.n = copy(k.rules[:], rules)
-	lim.mu.RLock()
-	s := lim.sets[k]
-	lim.mu.RUnlock()
-	if s != nil {
-		return s, nil
-	}
-	s, err := newRuleSet(rules, lim.compiled.compile)
-	if err != nil {
-		return nil, err
-	}
-	return lim.keepSet(k, s), nil
+	return lim.sets.get(k, func() (*ruleSet, error) { return newRuleSet(rules, &lim.compiled) })
 }
 
-// keepSet caches s as the set of k while there is room, and returns the
-// set of k: s, or the one another call cached meanwhile.
-func (lim *Limiter) keepSet(k setKey, s *ruleSet) *ruleSet {
-	lim.mu.Lock()
-	defer lim.mu.Unlock()
-	if first := lim.sets[k]; first != nil {
-		return first
-	}
-	if len(lim.sets) < maxCompiled {
-		if lim.sets == nil {
-			lim.sets = make(map[setKey]*ruleSet)
-		}
-		lim.sets[k] = s
-	}
-	return s
-}
-
-// newRuleSet compiles rules with compile.
-func newRuleSet(rules []Rule, compile func(Rule) (rule, error)) (*ruleSet, error) {
-	rs, err := compileRules(rules, compile)
+// newRuleSet compiles rules through cache.
+func newRuleSet(rules []Rule, cache *memo[Rule, rule]) (*ruleSet, error) {
+	rs, err := compileRules(rules, cache)
 	if err != nil {
 		return nil, err
 	}

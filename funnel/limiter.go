@@ -3,7 +3,6 @@ package funnel
 import (
 	_ "embed"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
@@ -61,9 +60,8 @@ type Limiter struct {
 	// release after its call left waits for it to connect.
 	dial outage.Dial
 
-	compiled compiledRules
-	mu       sync.RWMutex
-	sets     map[setKey]*ruleSet
+	compiled memo[Rule, rule]
+	sets     memo[setKey, *ruleSet]
 
 	batches batches
 	alone   bool // WithoutBatching

@@ -22,7 +22,7 @@ type Local struct {
 
 	mu       sync.Mutex
 	keys     *forgetful.Map[string, map[string]level] // key -> rule id -> level
-	compiled compiledRules
+	compiled memo[Rule, rule]
 }
 
 // NewLocal returns a Local that remembers at most maxKeys keys
@@ -48,7 +48,7 @@ func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Resul
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rs, err := compileRules(rules, l.compiled.compile)
+	rs, err := compileRules(rules, &l.compiled)
 	if err != nil {
 		return Result{}, err
 	}

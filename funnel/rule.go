@@ -222,51 +222,58 @@ func fieldOf(definition string) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:6])
 }
 
-// compiledRules caches validated rules: callers pass the same few Rules on
-// every call. It is safe for concurrent use.
-type compiledRules struct {
+// A memo caches what build makes of a key, for at most maxCompiled keys
+// (past them, it builds per call); the first value cached for a key wins.
+// It is safe for concurrent use; a nil *memo caches nothing.
+type memo[K comparable, V any] struct {
 	mu sync.RWMutex
-	m  map[Rule]rule
+	m  map[K]V
 }
 
-// compile returns r validated, from the cache when possible.
-func (cr *compiledRules) compile(r Rule) (rule, error) {
-	cr.mu.RLock()
-	c, ok := cr.m[r]
-	cr.mu.RUnlock()
+// get returns k's value, built by build on a miss.
+func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
+	if c == nil {
+		return build()
+	}
+	c.mu.RLock()
+	v, ok := c.m[k]
+	c.mu.RUnlock()
 	if ok {
-		return c, nil
+		return v, nil
 	}
-	c, err := r.compile()
+	v, err := build()
 	if err != nil {
-		return rule{}, err
+		return v, err
 	}
-	cr.mu.Lock()
-	if len(cr.m) < maxCompiled {
-		if cr.m == nil {
-			cr.m = make(map[Rule]rule)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if first, ok := c.m[k]; ok {
+		return first, nil
+	}
+	if len(c.m) < maxCompiled {
+		if c.m == nil {
+			c.m = make(map[K]V)
 		}
-		cr.m[r] = c
+		c.m[k] = v
 	}
-	cr.mu.Unlock()
-	return c, nil
+	return v, nil
 }
 
 // Validate reports whether rules can be used together in one call: at least
 // one, each valid, no two with one name. Errors match ErrInvalidRule.
 func Validate(rules ...Rule) error {
-	_, err := compileRules(rules, Rule.compile)
+	_, err := compileRules(rules, nil)
 	return err
 }
 
-// compileRules validates the rules of one call with compile.
-func compileRules(rules []Rule, compile func(Rule) (rule, error)) ([]rule, error) {
+// compileRules validates the rules of one call, through cache (nil: none).
+func compileRules(rules []Rule, cache *memo[Rule, rule]) ([]rule, error) {
 	if len(rules) == 0 {
 		return nil, fmt.Errorf("%w: no rules", ErrInvalidRule)
 	}
 	out := make([]rule, len(rules))
 	for i, r := range rules {
-		c, err := compile(r)
+		c, err := cache.get(r, r.compile)
 		if err != nil {
 			return nil, err
 		}
