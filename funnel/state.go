@@ -67,8 +67,8 @@ func (r rule) encodeWindow(log []int64, at int64) string {
 // parseWindow reads a window's value: false unless it has the shape, at
 // most r's units, in order, none after <at>.
 func (r rule) parseWindow(s string) (level, bool) {
-	logs, at, ok := parseWindowHead(s)
-	if !ok {
+	logs, at, ok := splitValue(s)
+	if !ok || logs == "" {
 		return level{}, false
 	}
 	var log []int64
@@ -84,15 +84,6 @@ func (r rule) parseWindow(s string) (level, bool) {
 		}
 	}
 	return level{fill: int64(len(log)), at: at, log: &log}, true
-}
-
-// parseWindowHead splits a window's value into its log (not empty) and <at>.
-func parseWindowHead(s string) (logs string, at int64, ok bool) {
-	_, rest, ok1 := strings.Cut(s, ":")
-	logs, ats, ok2 := strings.Cut(rest, ":")
-	ats, nonce, _ := strings.Cut(ats, ":")
-	at, ok3 := parseBase36(ats)
-	return logs, at, ok1 && ok2 && ok3 && !strings.Contains(nonce, ":") && logs != ""
 }
 
 // parseLogEntry reads <offset> or <offset>*<count> (count >= 1).
@@ -147,15 +138,22 @@ func (r rule) most() int64 {
 
 // parseLevel reads the level in a stored value; false if it has not the shape.
 func parseLevel(s string) (level, bool) {
-	if strings.Count(s, ":") > 3 {
+	fills, at, ok := splitValue(s)
+	fill, ok2 := parseBase36(fills)
+	if !ok || !ok2 {
 		return level{}, false
 	}
+	return level{fill: fill, at: at}, true
+}
+
+// splitValue splits a stored value into its <fill> (a window's log) and
+// <at>; false if it has not the shape.
+func splitValue(s string) (fill string, at int64, ok bool) {
 	_, rest, ok1 := strings.Cut(s, ":") // the wait: the read script's business
-	fills, ats, ok2 := strings.Cut(rest, ":")
-	ats, _, _ = strings.Cut(ats, ":") // a nonce, if admit.lua wrote the value
-	fill, ok3 := parseBase36(fills)
-	at, ok4 := parseBase36(ats)
-	return level{fill: fill, at: at}, ok1 && ok2 && ok3 && ok4
+	fill, ats, ok2 := strings.Cut(rest, ":")
+	ats, nonce, _ := strings.Cut(ats, ":") // a nonce, if a gate wrote the value
+	at, ok3 := parseBase36(ats)
+	return fill, at, ok1 && ok2 && ok3 && !strings.Contains(nonce, ":")
 }
 
 // parseBase36 reads a stored integer, which is never negative.
