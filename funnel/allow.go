@@ -78,7 +78,7 @@ func corrupt(err error) error {
 type call struct {
 	key   string // the state key
 	name  string // the lock name
-	lock  string // the lock's key, when made with key (else "")
+	lock  string // the lock's key ("" until needed, unless made with key)
 	set   *ruleSet
 	rules []rule
 	ids   []any
@@ -122,18 +122,8 @@ func (lim *Limiter) keys(key string) (state, lock string) {
 		return lim.stateKey(key), ""
 	}
 	tag := keyspace.Tag(key)
-	var b strings.Builder
-	b.Grow(2*(len(lim.prefix)+len(tag)+3) + len("f") + len(lockKind))
-	b.WriteString(lim.prefix)
-	b.WriteByte('{')
-	b.WriteString(tag)
-	b.WriteString("}:f")
-	cut := b.Len()
-	b.WriteString(lim.prefix)
-	b.WriteByte('{')
-	b.WriteString(tag)
-	b.WriteString("}:" + lockKind)
-	s := b.String()
+	s := lim.prefix + "{" + tag + "}:f" + lim.prefix + "{" + tag + "}:" + lockKind // one allocation
+	cut := len(lim.prefix) + len(tag) + len("{}:f")
 	return s[:cut], s[cut:]
 }
 

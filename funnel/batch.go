@@ -222,9 +222,8 @@ func (w *waiter) wait(ctx context.Context) error {
 	}
 }
 
-// A leader runs one batch. It holds what the Redis commands take; the calls
-// are passed apart (sealed), so that escape analysis keeps them on the
-// stack of a call that leads alone.
+// A leader runs one batch. The calls are passed apart (sealed), so that
+// escape analysis keeps them on the stack of a call that leads alone.
 type leader struct {
 	lim *Limiter
 	c   call
@@ -235,9 +234,9 @@ type leader struct {
 	epoch uint64
 	recv  time.Time // when the last reply came: a sample of the server's clock
 	late  bool      // the last write was refused as late
-	// lock is the key's lock for a one-script admission (gate.go); "" for
-	// none. seen is the state the state cache holds; exp what the
-	// returning gate was sent for it; nonce the gate's.
+	// lock is the key's lock for a one-script admission (gate.go), "" for
+	// none; seen is the state cache's values, exp what returning.lua was
+	// sent for them, nonce the gate's.
 	lock  string
 	seen  []string
 	exp   []expectation
@@ -246,12 +245,11 @@ type leader struct {
 	// joined; carried: the leader leads them on (carryOn).
 	alone, carried bool
 	cache          bool // the state cache keeps what the calls read and write
-	// optimistic: the key is crowded, its batches commit without the lock
-	// (crowded.go); next is commit.lua's reply for the next read; lockKey is
-	// the key's lock; lost counts commits that found the state changed.
+	// optimistic: the key is crowded (crowded.go); next is commit.lua's
+	// reply for the next read; lost counts commits that found the state
+	// changed.
 	optimistic bool
 	next       any
-	lockKey    string
 	lost       int
 }
 
@@ -304,13 +302,12 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 func (lim *Limiter) newLeader(c call, n int64) leader {
 	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
 	if !lim.uniform && !c.set.calendar {
-		l.lock = c.lock
-		if l.lock == "" {
-			l.lock = lim.locker.LockKey(c.name)
+		if l.c.lock == "" {
+			l.c.lock = lim.locker.LockKey(c.name)
 		}
+		l.lock = l.c.lock
 	}
 	if l.cache = l.lock != "" && c.set.funnels && lim.states != nil; l.cache {
-		l.lockKey = l.lock
 		l.seen, l.optimistic = lim.states.lookup(c.key, c.set)
 		if l.optimistic {
 			l.seen = nil

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/funnelguard/funnelguard/mutex"
@@ -53,17 +52,15 @@ func (l *leader) readFree(ctx context.Context) (*mutex.Lock, any, error) {
 func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again bool) {
 	k := len(l.c.rules)
 	nonce := newNonce()
-	reply, err := l.lim.runner.Run(ctx, commitScript, []string{l.c.key, l.lockKey}, l.casArgs(args, nonce), nil)
+	reply, err := l.lim.runner.Run(ctx, commitScript, []string{l.c.key, l.c.lock}, l.casArgs(args, nonce), nil)
 	if err != nil {
 		ws.failAdmitted(corrupt(fmt.Errorf("funnel: commit: %w", reach.Mark(err))))
 		return false
 	}
 	switch x := reply.(type) {
 	case int64:
-		if x < 0 { // late: nothing written
-			l.lim.clock.keep(l.lim.clock.sampled(-x, time.Now()))
-			l.late = true
-			return ws.late()
+		if x < 0 {
+			return l.wroteLate(ws, -x)
 		}
 		for i := range k { // what Redis holds: the values with the nonce
 			if v, _ := args[3+2*i].(string); v != "" {
@@ -71,7 +68,6 @@ func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again b
 			}
 		}
 		l.wrote(ws, args)
-		l.cacheDenials(ws)
 		return false
 	case []any:
 		l.lost++

@@ -19,7 +19,8 @@ import (
 // room, or the key is boxed): then every call is denied. Deciding the calls
 // updates its levels to the state to write.
 type reading struct {
-	snapshot
+	now      int64
+	levels   []level
 	till     int64
 	declined bool
 	clock    sample // the server's clock, from this reply
@@ -31,8 +32,9 @@ func (lim *Limiter) read(c call, res any) (reading, error) {
 	if lim.penalty != nil {
 		res, till = unbox(c, res)
 	}
-	snap, err := parseRead(c.rules, res)
-	return reading{snapshot: snap, till: till}, err
+	r, err := parseRead(c.rules, res)
+	r.till = till
+	return r, err
 }
 
 // settleRead decides the calls ws on a read's reply and commits what they
@@ -119,20 +121,26 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 		return ws.late()
 	}
 	reply, err := l.lim.unlock(ctx, lk, &mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: args})
+	late, _ := reply.(int64) // write.lua's minus the server time: late
 	switch {
 	case errors.Is(err, mutex.ErrNotHeld):
 		return true
-	case err == nil && isLate(reply):
-		l.lim.clock.keep(l.lim.clock.sampled(-reply.(int64), time.Now()))
-		l.late = true
-		return ws.late()
+	case err == nil && late < 0:
+		return l.wroteLate(ws, -late)
 	case err != nil:
 		ws.failAdmitted(err)
 	default:
 		l.wrote(ws, args)
-		l.cacheDenials(ws)
 	}
 	return false
+}
+
+// wroteLate handles a write refused as late at server time now: nothing
+// was written, and the clock sample it was bounded by was wrong.
+func (l *leader) wroteLate(ws sealed, now int64) (again bool) {
+	l.lim.clock.keep(l.lim.clock.sampled(now, time.Now()))
+	l.late = true
+	return ws.late()
 }
 
 // cacheDenials keeps the denials of ws in the deny cache.
@@ -164,9 +172,11 @@ func (l *leader) saw(res any) {
 	l.lim.states.store(l.c.key, l.c.set, values, keepCrowding)
 }
 
-// wrote keeps the values of a commit, write.lua's args (field, value pairs
-// after two numbers).
+// wrote keeps the denials of ws in the deny cache and the values of their
+// commit, write.lua's args (field, value pairs after two numbers), in the
+// state cache.
 func (l *leader) wrote(ws sealed, args []any) {
+	l.cacheDenials(ws)
 	if !l.cache {
 		return
 	}
@@ -175,12 +185,6 @@ func (l *leader) wrote(ws sealed, args []any) {
 		values[i], _ = args[3+2*i].(string)
 	}
 	l.lim.states.store(l.c.key, l.c.set, values, crowdingOf(len(ws) > 1))
-}
-
-// isLate reports whether write.lua's reply (a negative time) says late.
-func isLate(reply any) bool {
-	n, ok := reply.(int64)
-	return ok && n < 0
 }
 
 // releaseTimeout bounds a release that finishes after its call returned.

@@ -162,27 +162,21 @@ func parseBase36(s string) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
-// snapshot is a read: the server time and the levels of the call's rules.
-type snapshot struct {
-	now    int64
-	levels []level
-}
-
 // parseRead reads the read script's result after proceed: {now, value...}.
-func parseRead(rules []rule, res any) (snapshot, error) {
+func parseRead(rules []rule, res any) (reading, error) {
 	arr, ok := res.([]any)
 	if !ok || len(arr) != len(rules)+1 {
-		return snapshot{}, fmt.Errorf("%w: read returned %T %v", ErrCorruptState, res, res)
+		return reading{}, fmt.Errorf("%w: read returned %T %v", ErrCorruptState, res, res)
 	}
 	now, ok := arr[0].(int64)
 	if !ok {
-		return snapshot{}, fmt.Errorf("%w: read returned time %T", ErrCorruptState, arr[0])
+		return reading{}, fmt.Errorf("%w: read returned time %T", ErrCorruptState, arr[0])
 	}
-	s := snapshot{now: now, levels: make([]level, len(rules))}
+	s := reading{now: now, levels: make([]level, len(rules))}
 	for i, r := range rules {
 		lv, err := r.decode(arr[i+1])
 		if err != nil {
-			return snapshot{}, err
+			return reading{}, err
 		}
 		s.levels[i] = lv
 	}
