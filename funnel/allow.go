@@ -25,10 +25,7 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 // leave the call admitted. A call whose ctx ends while it waits in a batch
 // returns ctx's error, unless the batch decided it meanwhile.
 func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Rule) (Result, error) {
-	if ctx == nil {
-		return Result{}, ErrNilContext
-	}
-	c, err := lim.prepare(key, rules)
+	c, err := lim.prepare(ctx, key, rules)
 	if err != nil {
 		return Result{}, err
 	}
@@ -84,16 +81,20 @@ type call struct {
 	ids   []any
 }
 
-// check validates the Limiter and a key.
-func (lim *Limiter) check(key string) error {
-	if lim == nil {
+// check validates a call's context, the Limiter and a key.
+func (lim *Limiter) check(ctx context.Context, key string) error {
+	switch {
+	case ctx == nil:
+		return ErrNilContext
+	case lim == nil:
 		return errNilLimiter
 	}
 	return checkKey(key)
 }
 
-func (lim *Limiter) prepare(key string, rules []Rule) (call, error) {
-	if err := lim.check(key); err != nil {
+// prepare validates a call and compiles its rules.
+func (lim *Limiter) prepare(ctx context.Context, key string, rules []Rule) (call, error) {
+	if err := lim.check(ctx, key); err != nil {
 		return call{}, err
 	}
 	s, err := lim.ruleSet(rules)

@@ -91,8 +91,12 @@ func (bs *batches) seal(k batchKey, b *batch) sealed {
 // sealed is the calls of a closed batch, the leader's first.
 type sealed []*waiter
 
-// rerunOthers makes every call but the leader's run again.
-func (ws sealed) rerunOthers() { ws[1:].rerunAll() }
+// failLeader answers the leader's call err and makes every other call run
+// again.
+func (ws sealed) failLeader(err error) {
+	ws[0].err = err
+	ws[1:].rerunAll()
+}
 
 // rerunAll makes every call run again.
 func (ws sealed) rerunAll() {
@@ -151,7 +155,7 @@ func (ws sealed) late() (again bool) {
 		}
 		w.res, w.err = Result{}, errLate
 		if i == 0 {
-			ws.rerunOthers()
+			ws.failLeader(errLate)
 			return false
 		}
 		w.gone.Store(true) // not decided again
@@ -264,8 +268,7 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 		if err != nil {
 			ws = lim.batches.seal(k, b)
 			all = ws
-			ws[0].err = err
-			ws.rerunOthers()
+			ws.failLeader(err)
 			return
 		}
 		defer done()
@@ -409,8 +412,7 @@ func (l *leader) failed(ctx context.Context, ws sealed, err error) {
 	case l.carried:
 		ws.rerunAll() // the leader's own call is decided
 	default:
-		ws[0].err = err
-		ws.rerunOthers()
+		ws.failLeader(err)
 	}
 }
 

@@ -13,10 +13,7 @@ import (
 // Peek reports what Allow would decide for key now, changing nothing and
 // taking no lock: one round trip.
 func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result, error) {
-	if ctx == nil {
-		return Result{}, ErrNilContext
-	}
-	c, err := lim.prepare(key, rules)
+	c, err := lim.prepare(ctx, key, rules)
 	if err != nil {
 		return Result{}, err
 	}
@@ -28,8 +25,8 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if err != nil {
 		return Result{}, corrupt(fmt.Errorf("funnel: peek: %w", reach.Mark(err)))
 	}
-	_, res, err := readReply(reply)
-	if err != nil && !errors.Is(err, mutex.ErrDeclined) {
+	res, err := readAny(reply)
+	if err != nil {
 		return Result{}, err
 	}
 	r, err := lim.read(c, res)
@@ -56,10 +53,7 @@ func peeked(rules []rule, r reading) Result {
 // a call that was admitted but did not happen. A Window rule gives back its
 // newest units. It takes the key's lock.
 func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Rule) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
-	c, err := lim.prepare(key, rules)
+	c, err := lim.prepare(ctx, key, rules)
 	if err != nil {
 		return err
 	}
@@ -67,8 +61,8 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 		return fmt.Errorf("%w: refund of %d units", ErrInvalidN, n)
 	}
 	return lim.locked(ctx, c, readAll, func(reply any) (*mutex.Fragment, []any, error) {
-		_, res, err := readReply(reply)
-		if err != nil && !errors.Is(err, mutex.ErrDeclined) {
+		res, err := readAny(reply)
+		if err != nil {
 			return nil, nil, err
 		}
 		snap, err := parseRead(c.rules, res)
@@ -81,10 +75,7 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 
 // Reset forgets every rule's state for key, under its lock.
 func (lim *Limiter) Reset(ctx context.Context, key string) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
-	if err := lim.check(key); err != nil {
+	if err := lim.check(ctx, key); err != nil {
 		return err
 	}
 	c := call{key: lim.stateKey(key), name: key}

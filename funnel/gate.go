@@ -3,6 +3,7 @@ package funnel
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -73,6 +74,15 @@ func readReply(reply any) (int64, []any, error) {
 	return p, arr[1:], nil
 }
 
+// readAny is readReply's result, whether or not a rule had room.
+func readAny(reply any) ([]any, error) {
+	_, res, err := readReply(reply)
+	if errors.Is(err, mutex.ErrDeclined) {
+		return res, nil
+	}
+	return res, err
+}
+
 // settleGate answers the leader's call on the gate's verdict at server time
 // now: "admitted", or "late" (past the call's deadline, nothing written).
 func (l *leader) settleGate(ws sealed, now int64, verdict, how string) (again bool) {
@@ -89,8 +99,7 @@ func (l *leader) settleGate(ws sealed, now int64, verdict, how string) (again bo
 		l.late = true
 		return true
 	}
-	ws[0].err = errLate
-	ws.rerunOthers()
+	ws.failLeader(errLate)
 	return false
 }
 

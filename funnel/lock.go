@@ -53,7 +53,7 @@ func (l *leader) settleRead(ctx context.Context, ws sealed, lk *mutex.Lock, res 
 	if taken == 0 || ws[0].err != nil {
 		_, _ = l.lim.unlock(ctx, lk, nil) // nil when declined
 		if ws[0].err != nil && taken > 0 {
-			ws.rerunOthers() // the leader has no time left to write
+			ws.failLeader(ws[0].err) // the leader has no time left to write
 			return false
 		}
 		l.cacheDenials(ws)

@@ -106,15 +106,14 @@ func (r rule) decode(v any) (level, error) {
 	if !ok {
 		return level{}, fmt.Errorf("%w: field %q holds %T", ErrCorruptState, r.id, v)
 	}
+	var lv level
 	if r.window > 0 {
-		lv, ok := r.parseWindow(s)
-		if !ok {
-			return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
-		}
-		return lv, nil
+		lv, ok = r.parseWindow(s)
+	} else {
+		lv, ok = parseLevel(s)
+		ok = ok && (lv.fill <= r.full || r.shared)
 	}
-	lv, ok := parseLevel(s)
-	if !ok || lv.fill > r.full && !r.shared {
+	if !ok {
 		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
 	}
 	return lv, nil
