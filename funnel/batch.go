@@ -3,6 +3,7 @@ package funnel
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,11 +137,14 @@ func (ws sealed) failAdmitted(err error) {
 // deadline is the earliest server time from which the write of an admitted
 // call is refused (noDeadline when none has one).
 func (ws sealed) deadline() int64 {
-	d := noDeadline
+	d := int64(math.MaxInt64)
 	for _, w := range ws {
-		if w.res.Allowed && w.err == nil && w.until != noDeadline && (d == noDeadline || w.until < d) {
-			d = w.until
+		if w.res.Allowed && w.err == nil && w.until != noDeadline {
+			d = min(d, w.until)
 		}
+	}
+	if d == math.MaxInt64 {
+		return noDeadline
 	}
 	return d
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
@@ -21,9 +20,9 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if lim.penalty != nil {
 		script, args = penaltyPeek, c.penalized(lim.penalty, "0")
 	}
-	reply, err := lim.runner.Run(ctx, script, []string{c.key}, args, nil)
+	reply, err := lim.locker.Eval(ctx, script, []string{c.key}, args...)
 	if err != nil {
-		return Result{}, corrupt(fmt.Errorf("funnel: peek: %w", reach.Mark(err)))
+		return Result{}, corrupt(fmt.Errorf("funnel: peek: %w", err))
 	}
 	res, err := readAny(reply)
 	if err != nil {

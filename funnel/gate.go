@@ -142,7 +142,7 @@ func (l *leader) admitAlone(now int64, how string, others bool) Result {
 		}
 	}
 	if l.cache {
-		l.lim.states.store(l.c.key, l.c.set, values, crowdingOf(others))
+		l.lim.states.store(l.c.key, l.c.set, values, &others)
 	}
 	d := decide(rules, levels, now, l.n)
 	return d.result(rules)
@@ -356,23 +356,6 @@ type seenState struct {
 	crowded bool
 }
 
-// A crowding says what store does with a key's crowded mark.
-type crowding int8
-
-const (
-	keepCrowding crowding = iota // as it was (a read)
-	calm                         // an admission with no other call waiting
-	crowded                      // an admission with other calls waiting
-)
-
-// crowdingOf is the mark of an admission that had others waiting, or not.
-func crowdingOf(others bool) crowding {
-	if others {
-		return crowded
-	}
-	return calm
-}
-
 // newStateCache returns a cache of at most max keys (at least 2).
 func newStateCache(max int) *stateCache {
 	return &stateCache{half: max / 2, cur: make(map[string]seenState)}
@@ -396,10 +379,11 @@ func (c *stateCache) lookup(key string, set *ruleSet) ([]string, bool) {
 	return e.values, e.crowded
 }
 
-// store remembers values as key's state for set, marked as crowd says;
-// nil values forget key. It never writes into a slice it keeps: lookup's
-// callers send its strings by pointer.
-func (c *stateCache) store(key string, set *ruleSet, values []string, crowd crowding) {
+// store remembers values as key's state for set, crowded as *crowd says
+// (an admission had others waiting; nil: as it was); nil values forget
+// key. It never writes into a slice it keeps: lookup's callers send its
+// strings by pointer.
+func (c *stateCache) store(key string, set *ruleSet, values []string, crowd *bool) {
 	if c == nil {
 		return
 	}
@@ -418,8 +402,8 @@ func (c *stateCache) store(key string, set *ruleSet, values []string, crowd crow
 		}
 	}
 	e.set, e.values = set, values
-	if crowd != keepCrowding {
-		e.crowded = crowd == crowded
+	if crowd != nil {
+		e.crowded = *crowd
 	}
 	c.cur[key] = e
 }

@@ -10,14 +10,9 @@ import (
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
-// The lock path: the state read with the lock (or, crowded, without it),
-// the batch decided on it, and one write that commits only while the lock
-// is held (or the state is unchanged: crowded.go).
-
 // A reading is a read's reply: the state, the end of the key's penalty box
-// (0: not in it), and whether the gate declined the lock (a rule has no
-// room, or the key is boxed): then every call is denied. Deciding the calls
-// updates its levels to the state to write.
+// (0: not in it), and whether the gate declined the lock: then every call
+// is denied. Deciding the calls updates its levels to the state to write.
 type reading struct {
 	now      int64
 	levels   []level
@@ -145,9 +140,6 @@ func (l *leader) wroteLate(ws sealed, now int64) (again bool) {
 
 // cacheDenials keeps the denials of ws in the deny cache.
 func (l *leader) cacheDenials(ws sealed) {
-	if l.lim.denials == nil {
-		return
-	}
 	for _, w := range ws {
 		if w.err == nil {
 			l.lim.denials.store(l.c.key, l.c.set, w.n, l.sent, l.epoch, w.res)
@@ -169,7 +161,7 @@ func (l *leader) saw(res any) {
 		values[i], _ = arr[i+1].(string)
 	}
 	l.seen = values
-	l.lim.states.store(l.c.key, l.c.set, values, keepCrowding)
+	l.lim.states.store(l.c.key, l.c.set, values, nil)
 }
 
 // wrote keeps the denials of ws in the deny cache and the values of their
@@ -184,7 +176,8 @@ func (l *leader) wrote(ws sealed, args []any) {
 	for i := range values {
 		values[i], _ = args[3+2*i].(string)
 	}
-	l.lim.states.store(l.c.key, l.c.set, values, crowdingOf(len(ws) > 1))
+	others := len(ws) > 1
+	l.lim.states.store(l.c.key, l.c.set, values, &others)
 }
 
 // releaseTimeout bounds a release that finishes after its call returned.
@@ -192,8 +185,7 @@ const releaseTimeout = 2 * time.Second
 
 // unlock releases lk, running call (nil: none) as it does, while ctx has
 // time; if that fails without saying the lock is gone, or ctx has no time
-// left, a goroutine of its own releases it, bounded by releaseTimeout. The
-// call returns by its deadline, and its lock goes as soon as Redis answers.
+// left, a goroutine of its own releases it, bounded by releaseTimeout.
 func (lim *Limiter) unlock(ctx context.Context, lk *mutex.Lock, call *mutex.Call) (any, error) {
 	if err := ctxcall.Ended(ctx); err != nil {
 		go lim.finishRelease(ctx, lk, nil)
