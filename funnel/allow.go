@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/mutex"
@@ -170,6 +171,40 @@ func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
 	var k setKey
 	k.n = copy(k.rules[:], rules)
 	return lim.sets.get(k, func() (*ruleSet, error) { return newRuleSet(rules, &lim.compiled) })
+}
+
+// A memo caches what build makes of a key, for at most maxCompiled keys
+// (past them, it builds per call); the first value cached for a key wins.
+// It is safe for concurrent use.
+type memo[K comparable, V any] struct {
+	mu sync.RWMutex
+	m  map[K]V
+}
+
+// get returns k's value, built by build on a miss.
+func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
+	c.mu.RLock()
+	v, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return v, nil
+	}
+	v, err := build()
+	if err != nil {
+		return v, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if first, ok := c.m[k]; ok {
+		return first, nil
+	}
+	if len(c.m) < maxCompiled {
+		if c.m == nil {
+			c.m = make(map[K]V)
+		}
+		c.m[k] = v
+	}
+	return v, nil
 }
 
 // newRuleSet compiles rules through cache.

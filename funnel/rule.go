@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -206,40 +205,6 @@ func (r Rule) invalidFunnel() string {
 func fieldOf(definition string) string {
 	sum := sha256.Sum256([]byte(definition))
 	return base64.RawURLEncoding.EncodeToString(sum[:6])
-}
-
-// A memo caches what build makes of a key, for at most maxCompiled keys
-// (past them, it builds per call); the first value cached for a key wins.
-// It is safe for concurrent use.
-type memo[K comparable, V any] struct {
-	mu sync.RWMutex
-	m  map[K]V
-}
-
-// get returns k's value, built by build on a miss.
-func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
-	c.mu.RLock()
-	v, ok := c.m[k]
-	c.mu.RUnlock()
-	if ok {
-		return v, nil
-	}
-	v, err := build()
-	if err != nil {
-		return v, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if first, ok := c.m[k]; ok {
-		return first, nil
-	}
-	if len(c.m) < maxCompiled {
-		if c.m == nil {
-			c.m = make(map[K]V)
-		}
-		c.m[k] = v
-	}
-	return v, nil
 }
 
 // Validate reports whether rules can be used together in one call: at least
