@@ -12,10 +12,8 @@ import (
 )
 
 // The concurrent admissions of one key with one rule set in one Limiter
-// form a batch: the first call leads it, the calls that come before its
-// first reply join it, and the leader decides them in arrival order on one
-// read and writes them in one script (DESIGN.md, "Hot keys"). Without
-// batching, every call leads a batch of its own.
+// form a batch, decided in arrival order on one read and written in one
+// script by the call that leads it (DESIGN.md, "Hot keys").
 
 // A waiter is one call in a batch.
 type waiter struct {
@@ -337,10 +335,8 @@ func (l *leader) carryOn(ws sealed) sealed {
 }
 
 // attempt chooses the batch's path and runs its first round trip: a
-// crowded key's read without the lock (crowded.go), else a lock attempt
-// whose gate is the penalty box's, the one-script admission of a fresh or
-// returning key (gate.go), or read.lua. A gate that does not deny waits
-// for a held lock.
+// crowded key's read (crowded.go), else a lock attempt gated by the penalty
+// box, the one-script admission (gate.go) or read.lua.
 func (l *leader) attempt(ctx context.Context) (*mutex.Lock, any, error) {
 	if l.optimistic {
 		return l.readFree(ctx)
