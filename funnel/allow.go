@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/mutex"
@@ -25,10 +26,7 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 // leave the call admitted. A call whose ctx ends while it waits in a batch
 // returns ctx's error, unless the batch decided it meanwhile.
 func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Rule) (Result, error) {
-	if ctx == nil {
-		return Result{}, ErrNilContext
-	}
-	c, err := lim.prepare(key, rules)
+	c, err := lim.prepare(ctx, key, rules)
 	if err != nil {
 		return Result{}, err
 	}
@@ -78,22 +76,26 @@ func corrupt(err error) error {
 type call struct {
 	key   string // the state key
 	name  string // the lock name
-	lock  string // the lock's key, when made with key (else "")
+	lock  string // the lock's key ("" until needed, unless made with key)
 	set   *ruleSet
 	rules []rule
 	ids   []any
 }
 
-// check validates the Limiter and a key.
-func (lim *Limiter) check(key string) error {
-	if lim == nil {
+// check validates a call's context, the Limiter and a key.
+func (lim *Limiter) check(ctx context.Context, key string) error {
+	switch {
+	case ctx == nil:
+		return ErrNilContext
+	case lim == nil:
 		return errNilLimiter
 	}
 	return checkKey(key)
 }
 
-func (lim *Limiter) prepare(key string, rules []Rule) (call, error) {
-	if err := lim.check(key); err != nil {
+// prepare validates a call and compiles its rules.
+func (lim *Limiter) prepare(ctx context.Context, key string, rules []Rule) (call, error) {
+	if err := lim.check(ctx, key); err != nil {
 		return call{}, err
 	}
 	s, err := lim.ruleSet(rules)
@@ -122,18 +124,8 @@ func (lim *Limiter) keys(key string) (state, lock string) {
 		return lim.stateKey(key), ""
 	}
 	tag := keyspace.Tag(key)
-	var b strings.Builder
-	b.Grow(2*(len(lim.prefix)+len(tag)+3) + len("f") + len(lockKind))
-	b.WriteString(lim.prefix)
-	b.WriteByte('{')
-	b.WriteString(tag)
-	b.WriteString("}:f")
-	cut := b.Len()
-	b.WriteString(lim.prefix)
-	b.WriteByte('{')
-	b.WriteString(tag)
-	b.WriteString("}:" + lockKind)
-	s := b.String()
+	s := lim.prefix + "{" + tag + "}:f" + lim.prefix + "{" + tag + "}:" + lockKind // one allocation
+	cut := len(lim.prefix) + len(tag) + len("{}:f")
 	return s[:cut], s[cut:]
 }
 
@@ -174,43 +166,50 @@ type ruleSet struct {
 // per rules, so that calls with the same rules share batches and denials.
 func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
 	if len(rules) > setMax {
-		return newRuleSet(rules, lim.compiled.compile)
+		return newRuleSet(rules, &lim.compiled)
 	}
 	var k setKey
 	k.n = copy(k.rules[:], rules)
-	lim.mu.RLock()
-	s := lim.sets[k]
-	lim.mu.RUnlock()
-	if s != nil {
-		return s, nil
+	return lim.sets.get(k, func() (*ruleSet, error) { return newRuleSet(rules, &lim.compiled) })
+}
+
+// A memo caches what build makes of a key, for at most maxCompiled keys
+// (past them, it builds per call); the first value cached for a key wins.
+// It is safe for concurrent use.
+type memo[K comparable, V any] struct {
+	mu sync.RWMutex
+	m  map[K]V
+}
+
+// get returns k's value, built by build on a miss.
+func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
+	c.mu.RLock()
+	v, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return v, nil
 	}
-	s, err := newRuleSet(rules, lim.compiled.compile)
+	v, err := build()
 	if err != nil {
-		return nil, err
+		return v, err
 	}
-	return lim.keepSet(k, s), nil
-}
-
-// keepSet caches s as the set of k while there is room, and returns the
-// set of k: s, or the one another call cached meanwhile.
-func (lim *Limiter) keepSet(k setKey, s *ruleSet) *ruleSet {
-	lim.mu.Lock()
-	defer lim.mu.Unlock()
-	if first := lim.sets[k]; first != nil {
-		return first
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if first, ok := c.m[k]; ok {
+		return first, nil
 	}
-	if len(lim.sets) < maxCompiled {
-		if lim.sets == nil {
-			lim.sets = make(map[setKey]*ruleSet)
+	if len(c.m) < maxCompiled {
+		if c.m == nil {
+			c.m = make(map[K]V)
 		}
-		lim.sets[k] = s
+		c.m[k] = v
 	}
-	return s
+	return v, nil
 }
 
-// newRuleSet compiles rules with compile.
-func newRuleSet(rules []Rule, compile func(Rule) (rule, error)) (*ruleSet, error) {
-	rs, err := compileRules(rules, compile)
+// newRuleSet compiles rules through cache.
+func newRuleSet(rules []Rule, cache *memo[Rule, rule]) (*ruleSet, error) {
+	rs, err := compileRules(rules, cache)
 	if err != nil {
 		return nil, err
 	}

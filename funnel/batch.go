@@ -3,6 +3,7 @@ package funnel
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,10 +12,8 @@ import (
 )
 
 // The concurrent admissions of one key with one rule set in one Limiter
-// form a batch: the first call leads it, the calls that come before its
-// first reply join it, and the leader decides them in arrival order on one
-// read and writes them in one script (DESIGN.md, "Hot keys"). Without
-// batching, every call leads a batch of its own.
+// form a batch, decided in arrival order on one read and written in one
+// script by the call that leads it (DESIGN.md, "Hot keys").
 
 // A waiter is one call in a batch.
 type waiter struct {
@@ -91,8 +90,12 @@ func (bs *batches) seal(k batchKey, b *batch) sealed {
 // sealed is the calls of a closed batch, the leader's first.
 type sealed []*waiter
 
-// rerunOthers makes every call but the leader's run again.
-func (ws sealed) rerunOthers() { ws[1:].rerunAll() }
+// failLeader answers the leader's call err and makes every other call run
+// again.
+func (ws sealed) failLeader(err error) {
+	ws[0].err = err
+	ws[1:].rerunAll()
+}
 
 // rerunAll makes every call run again.
 func (ws sealed) rerunAll() {
@@ -132,11 +135,14 @@ func (ws sealed) failAdmitted(err error) {
 // deadline is the earliest server time from which the write of an admitted
 // call is refused (noDeadline when none has one).
 func (ws sealed) deadline() int64 {
-	d := noDeadline
+	d := int64(math.MaxInt64)
 	for _, w := range ws {
-		if w.res.Allowed && w.err == nil && w.until != noDeadline && (d == noDeadline || w.until < d) {
-			d = w.until
+		if w.res.Allowed && w.err == nil && w.until != noDeadline {
+			d = min(d, w.until)
 		}
+	}
+	if d == math.MaxInt64 {
+		return noDeadline
 	}
 	return d
 }
@@ -151,7 +157,7 @@ func (ws sealed) late() (again bool) {
 		}
 		w.res, w.err = Result{}, errLate
 		if i == 0 {
-			ws.rerunOthers()
+			ws.failLeader(errLate)
 			return false
 		}
 		w.gone.Store(true) // not decided again
@@ -222,9 +228,8 @@ func (w *waiter) wait(ctx context.Context) error {
 	}
 }
 
-// A leader runs one batch. It holds what the Redis commands take; the calls
-// are passed apart (sealed), so that escape analysis keeps them on the
-// stack of a call that leads alone.
+// A leader runs one batch. The calls are passed apart (sealed), so that
+// escape analysis keeps them on the stack of a call that leads alone.
 type leader struct {
 	lim *Limiter
 	c   call
@@ -235,9 +240,9 @@ type leader struct {
 	epoch uint64
 	recv  time.Time // when the last reply came: a sample of the server's clock
 	late  bool      // the last write was refused as late
-	// lock is the key's lock for a one-script admission (gate.go); "" for
-	// none. seen is the state the state cache holds; exp what the
-	// returning gate was sent for it; nonce the gate's.
+	// lock is the key's lock for a one-script admission (gate.go), "" for
+	// none; seen is the state cache's values, exp what returning.lua was
+	// sent for them, nonce the gate's.
 	lock  string
 	seen  []string
 	exp   []expectation
@@ -246,12 +251,11 @@ type leader struct {
 	// joined; carried: the leader leads them on (carryOn).
 	alone, carried bool
 	cache          bool // the state cache keeps what the calls read and write
-	// optimistic: the key is crowded, its batches commit without the lock
-	// (crowded.go); next is commit.lua's reply for the next read; lockKey is
-	// the key's lock; lost counts commits that found the state changed.
+	// optimistic: the key is crowded (crowded.go); next is commit.lua's
+	// reply for the next read; lost counts commits that found the state
+	// changed.
 	optimistic bool
 	next       any
-	lockKey    string
 	lost       int
 }
 
@@ -266,8 +270,7 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 		if err != nil {
 			ws = lim.batches.seal(k, b)
 			all = ws
-			ws[0].err = err
-			ws.rerunOthers()
+			ws.failLeader(err)
 			return
 		}
 		defer done()
@@ -304,13 +307,12 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 func (lim *Limiter) newLeader(c call, n int64) leader {
 	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
 	if !lim.uniform && !c.set.calendar {
-		l.lock = c.lock
-		if l.lock == "" {
-			l.lock = lim.locker.LockKey(c.name)
+		if l.c.lock == "" {
+			l.c.lock = lim.locker.LockKey(c.name)
 		}
+		l.lock = l.c.lock
 	}
 	if l.cache = l.lock != "" && c.set.funnels && lim.states != nil; l.cache {
-		l.lockKey = l.lock
 		l.seen, l.optimistic = lim.states.lookup(c.key, c.set)
 		if l.optimistic {
 			l.seen = nil
@@ -333,10 +335,8 @@ func (l *leader) carryOn(ws sealed) sealed {
 }
 
 // attempt chooses the batch's path and runs its first round trip: a
-// crowded key's read without the lock (crowded.go), else a lock attempt
-// whose gate is the penalty box's, the one-script admission of a fresh or
-// returning key (gate.go), or read.lua. A gate that does not deny waits
-// for a held lock.
+// crowded key's read (crowded.go), else a lock attempt gated by the penalty
+// box, the one-script admission (gate.go) or read.lua.
 func (l *leader) attempt(ctx context.Context) (*mutex.Lock, any, error) {
 	if l.optimistic {
 		return l.readFree(ctx)
@@ -412,8 +412,7 @@ func (l *leader) failed(ctx context.Context, ws sealed, err error) {
 	case l.carried:
 		ws.rerunAll() // the leader's own call is decided
 	default:
-		ws[0].err = err
-		ws.rerunOthers()
+		ws.failLeader(err)
 	}
 }
 

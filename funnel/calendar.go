@@ -35,10 +35,7 @@ func calendarRule(n int64, loc *time.Location, kind ruleKind, period string, nom
 
 // compileCalendar returns r, a valid calendar rule, in exact units.
 func (r Rule) compileCalendar() rule {
-	c := &calendar{loc: r.loc, month: r.kind == kindMonth}
-	if c.loc == nil {
-		c.loc = time.UTC
-	}
+	c := &calendar{loc: r.loc, month: r.kind == kindMonth} // calendarRule set loc
 	kind := "/day/"
 	if c.month {
 		kind = "/month/"

@@ -5,20 +5,16 @@ import (
 	_ "embed"
 	"fmt"
 	"sync"
-	"time"
 
-	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
 )
 
 // A crowded key (its admissions in this process had others waiting) is
-// admitted without its lock: a batch reads the state (read.lua), decides
-// its calls, and commits with commit.lua, which writes only if the state is
-// what was read and the lock is free. Otherwise it returns the state as it
-// is now, and the batch is decided again on it at once, or says the lock is
-// held, and the batch takes it. The batches of one key in this process take
-// turns, so that they never make each other's commits fail.
+// admitted without its lock: a batch reads the state, decides its calls,
+// and commits with commit.lua if the state is unchanged and the lock free
+// (DESIGN.md, "Cost"). The batches of one key in this process take turns,
+// so that they never make each other's commits fail.
 
 var (
 	//go:embed commit.lua
@@ -30,17 +26,16 @@ var (
 // takes the lock, whose waiters are served in turn.
 const maxLost = 16
 
-// readFree reads the state for a crowded batch: commit.lua's last reply
-// that found it changed, or read.lua's. It returns it as a gate's, with no
-// lock (ErrDeclined when a rule has no room for one unit).
+// readFree reads the state for a crowded batch, as a gate's with no lock:
+// commit.lua's last reply that found it changed, or read.lua's.
 func (l *leader) readFree(ctx context.Context) (*mutex.Lock, any, error) {
 	reply := l.next
 	l.next = nil
 	if reply == nil {
 		var err error
-		reply, err = l.lim.runner.Run(ctx, readPeek, []string{l.c.key}, l.c.ids, nil)
+		reply, err = l.lim.locker.Eval(ctx, readPeek, []string{l.c.key}, l.c.ids...)
 		if err != nil {
-			return nil, nil, corrupt(fmt.Errorf("funnel: read: %w", reach.Mark(err)))
+			return nil, nil, corrupt(fmt.Errorf("funnel: read: %w", err))
 		}
 	}
 	_, res, err := readReply(reply)
@@ -53,17 +48,15 @@ func (l *leader) readFree(ctx context.Context) (*mutex.Lock, any, error) {
 func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again bool) {
 	k := len(l.c.rules)
 	nonce := newNonce()
-	reply, err := l.lim.runner.Run(ctx, commitScript, []string{l.c.key, l.lockKey}, l.casArgs(args, nonce), nil)
+	reply, err := l.lim.locker.Eval(ctx, commitScript, []string{l.c.key, l.c.lock}, l.casArgs(args, nonce)...)
 	if err != nil {
-		ws.failAdmitted(corrupt(fmt.Errorf("funnel: commit: %w", reach.Mark(err))))
+		ws.failAdmitted(corrupt(fmt.Errorf("funnel: commit: %w", err)))
 		return false
 	}
 	switch x := reply.(type) {
 	case int64:
-		if x < 0 { // late: nothing written
-			l.lim.clock.keep(l.lim.clock.sampled(-x, time.Now()))
-			l.late = true
-			return ws.late()
+		if x < 0 {
+			return l.wroteLate(ws, -x)
 		}
 		for i := range k { // what Redis holds: the values with the nonce
 			if v, _ := args[3+2*i].(string); v != "" {
@@ -71,7 +64,6 @@ func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again b
 			}
 		}
 		l.wrote(ws, args)
-		l.cacheDenials(ws)
 		return false
 	case []any:
 		l.lost++

@@ -53,15 +53,6 @@ func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
 	if c == nil {
 		return Result{}, false
 	}
-	e, ok := c.entry(key)
-	if !ok || e.set != set || n < e.n {
-		return Result{}, false
-	}
-	return e.at(time.Now())
-}
-
-// entry returns key's entry, if there is one.
-func (c *denyCache) entry(key string) (denial, bool) {
 	c.mu.RLock()
 	i, ok := c.index[key]
 	var e denial
@@ -69,7 +60,10 @@ func (c *denyCache) entry(key string) (denial, bool) {
 		e = c.nodes[i].d
 	}
 	c.mu.RUnlock()
-	return e, ok
+	if !ok || e.set != set || n < e.n {
+		return Result{}, false
+	}
+	return e.at(time.Now())
 }
 
 // at returns e's Result with its waits counted down to now, before its

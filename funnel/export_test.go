@@ -118,7 +118,8 @@ func SetCrowded(l *Limiter, key string, rules ...Rule) error {
 	if err != nil {
 		return err
 	}
-	l.states.store(l.stateKey(key), set, make([]string, len(rules)), crowded)
+	crowded := true
+	l.states.store(l.stateKey(key), set, make([]string, len(rules)), &crowded)
 	return nil
 }
 

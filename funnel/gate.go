@@ -3,6 +3,7 @@ package funnel
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -13,19 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The one-script admission: a script that admits the call itself when the
-// key's lock is free and its state is empty (admit.lua) or what this
-// Limiter last saw (returning.lua, a call of funnels only). The caller
-// decides in advance and sends times and values; Redis compares them with
-// TIME and writes, with a nonce that makes a retry answer as the first run.
-// Otherwise it reads, as read.lua does. A call of funnels with the state
-// cache runs it alone, with no lock (oneScript, through Locker.Eval, which
-// shares round trips with the Locker's overlapping calls): on a state
-// another process wrote it runs returning.lua once more on that state, and
-// takes the lock only if that fails too or the lock is held. Other calls run admit.lua as
-// the gate of a lock attempt, and the lock path goes on in the same round
-// trip. The state cache remembers what this Limiter last read or wrote per
-// key.
+// The one-script admission (DESIGN.md, "Cost"): admit.lua admits a key
+// with no state, returning.lua one whose state is what this Limiter last
+// saw (the state cache), while the lock is free; otherwise they read, as
+// read.lua does.
 
 var (
 	//go:embed admit.lua
@@ -38,10 +30,9 @@ var (
 	admitGate       = mutex.NewGate(readStateFunc + admitSrc)
 )
 
-// oneScript runs the one-script admission for a call of funnels with the
-// state cache, with no lock: its reply as a gate's declined result
-// (admitted, late or denied), or an error; decided false when the call
-// goes on through the lock, with read.lua.
+// oneScript runs the one-script admission alone, for a call of funnels
+// with the state cache: its reply as a gate's declined result, or an
+// error; decided false when the call goes on through the lock.
 func (l *leader) oneScript(ctx context.Context) (res any, decided bool, err error) {
 	for try := 0; try < 2; try++ {
 		call, script := l.admitGate(ctx)
@@ -83,6 +74,15 @@ func readReply(reply any) (int64, []any, error) {
 	return p, arr[1:], nil
 }
 
+// readAny is readReply's result, whether or not a rule had room.
+func readAny(reply any) ([]any, error) {
+	_, res, err := readReply(reply)
+	if errors.Is(err, mutex.ErrDeclined) {
+		return res, nil
+	}
+	return res, err
+}
+
 // settleGate answers the leader's call on the gate's verdict at server time
 // now: "admitted", or "late" (past the call's deadline, nothing written).
 func (l *leader) settleGate(ws sealed, now int64, verdict, how string) (again bool) {
@@ -99,36 +99,31 @@ func (l *leader) settleGate(ws sealed, now int64, verdict, how string) (again bo
 		l.late = true
 		return true
 	}
-	ws[0].err = errLate
-	ws.rerunOthers()
+	ws.failLeader(errLate)
 	return false
 }
 
 // admitGate returns an admission attempt's call and script: returning.lua's
-// when the key's state was seen and the call can be decided on it, else
-// admit.lua's; no script when admit.lua may only read (its deadline
-// throughLock).
+// when the call can be decided on the state seen, else admit.lua's; no
+// script when admit.lua may only read (throughLock).
 func (l *leader) admitGate(ctx context.Context) (mutex.Call, *redis.Script) {
 	clock := &l.lim.clock
 	d, ok := ctx.Deadline()
 	deadline := clock.admitDeadline(d, ok, l.sent)
 	l.nonce, l.exp = newNonce(), nil
-	s, fresh := clock.latest(l.sent)
+	if s, fresh := clock.latest(l.sent); fresh && l.seen != nil && deadline != throughLock {
+		// The server's clock reads at least the time of the latest reply
+		// when the gate runs (a clock that stands still, a test's, too).
+		if gate, exp, ok := l.c.returning(l.n, l.lock, l.seen, s.offset+s.at, deadline, l.nonce); ok {
+			l.exp = exp
+			return gate, returningScript
+		}
+	}
+	script := admitScript
 	if deadline == throughLock {
-		return l.c.admit(l.n, l.lock, deadline, l.nonce), nil
+		script = nil
 	}
-	if l.seen == nil || !fresh {
-		return l.c.admit(l.n, l.lock, deadline, l.nonce), admitScript
-	}
-	// The server's clock reads at least the time of the latest reply when
-	// the gate runs (a clock that stands still, a test's, too).
-	est := s.offset + s.at
-	gate, exp, ok := l.c.returning(l.n, l.lock, l.seen, est, deadline, l.nonce)
-	if !ok {
-		return l.c.admit(l.n, l.lock, deadline, l.nonce), admitScript
-	}
-	l.exp = exp
-	return gate, returningScript
+	return l.c.admit(l.n, l.lock, deadline, l.nonce), script
 }
 
 // admitAlone returns the leader's admission by its gate at server time now,
@@ -147,7 +142,7 @@ func (l *leader) admitAlone(now int64, how string, others bool) Result {
 		}
 	}
 	if l.cache {
-		l.lim.states.store(l.c.key, l.c.set, values, crowdingOf(others))
+		l.lim.states.store(l.c.key, l.c.set, values, &others)
 	}
 	d := decide(rules, levels, now, l.n)
 	return d.result(rules)
@@ -155,8 +150,7 @@ func (l *leader) admitAlone(now int64, how string, others bool) Result {
 
 // admitCall holds admit's arguments and keys for a call of one unit on up
 // to setMax rules, in one allocation; the deadline and the nonce go by
-// pointer (go-redis writes *int64 and *string as their values; boxing
-// would allocate).
+// pointer, as boxing would allocate.
 type admitCall struct {
 	args     [2*setMax + 4]any
 	keys     [2]string
@@ -222,10 +216,8 @@ func (c call) fresh(i int, n int64) (string, int64) {
 // maxLuaInt is the largest integer a Lua number holds exactly.
 const maxLuaInt = 1 << 53
 
-// An expectation is what returning.lua gets for one rule: from fit (server
-// µs) the call's units fit; from empty the funnel is empty and starts over
-// with fresh; before it the gate writes kept, the level anchored at anchor,
-// with the key's expiry (Unix ms). A rule with nothing seen has all zero.
+// An expectation is what returning.lua gets for one rule (that file says
+// what each field is); a rule with nothing seen has all zero.
 type expectation struct {
 	fit, anchor, empty, expiry int64
 	kept                       string
@@ -235,12 +227,8 @@ type expectation struct {
 // expect returns rule r's expectation for n more units on the value seen
 // ("" for none), the server's clock reading at least est when the gate
 // runs; false when r is no funnel, seen does not parse, or a time does not
-// fit a Lua number.
-//
-// A funnel's level is linear until it empties, so the level the lock path
-// would write at the gate's time is the same as fill(a) + n units anchored
-// at a = max(fit, est), for a <= now < empty. Anchored near now, a server
-// clock that steps back afterwards credits little leak twice.
+// fit a Lua number. A funnel's level is linear until it empties, so the
+// value anchored at max(fit, est) is the one the lock path would write.
 func (r rule) expect(seen string, n, est int64) (expectation, bool) {
 	if r.window > 0 || r.cal != nil || r.shared {
 		return expectation{}, false
@@ -281,8 +269,7 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 	} else {
 		exp, nums, args, keys = make([]expectation, k), make([]int64, 6*k+1), make([]any, 0, 10*k+2), make([]string, 2)
 	}
-	// Numbers and strings go by pointer, into nums, exp and seen, which
-	// outlive the call's sends: boxing each would allocate.
+	// By pointer into nums, exp and seen: boxing each would allocate.
 	args = append(args, c.ids...)
 	for i, r := range c.rules {
 		e, ok := r.expect(seen[i], n, est)
@@ -351,11 +338,10 @@ const DefaultStateCache = 1 << 14
 const MaxStateCache = 1 << 24
 
 // A stateCache remembers, per state key, its rules' values as this Limiter
-// last read or wrote them, for the returning key's gate, which
-// admits only if Redis holds those very values: an entry needs no
-// invalidation. It holds at most max keys in two generations: stores go to
-// cur; when cur holds max/2 keys it becomes old, and old is dropped. Every
-// method is a no-op on a nil *stateCache (the cache is off).
+// last read or wrote them; returning.lua checks them, so an entry needs no
+// invalidation. It holds at most max keys in two generations: when cur
+// holds max/2 keys it becomes old, and old is dropped. A nil *stateCache
+// is off.
 type stateCache struct {
 	mu       sync.Mutex
 	half     int
@@ -363,29 +349,11 @@ type stateCache struct {
 }
 
 // seenState is one key's entry: the rule set it was seen with, the values
-// ("" for none), and whether the key is crowded (its last admission had
-// other calls of this Limiter waiting: crowded.go).
+// ("" for none), and whether the key is crowded (crowded.go).
 type seenState struct {
 	set     *ruleSet
 	values  []string
 	crowded bool
-}
-
-// A crowding says what store does with a key's crowded mark.
-type crowding int8
-
-const (
-	keepCrowding crowding = iota // as it was (a read)
-	calm                         // an admission with no other call waiting
-	crowded                      // an admission with other calls waiting
-)
-
-// crowdingOf is the mark of an admission that had others waiting, or not.
-func crowdingOf(others bool) crowding {
-	if others {
-		return crowded
-	}
-	return calm
 }
 
 // newStateCache returns a cache of at most max keys (at least 2).
@@ -411,10 +379,11 @@ func (c *stateCache) lookup(key string, set *ruleSet) ([]string, bool) {
 	return e.values, e.crowded
 }
 
-// store remembers values as key's state for set, marked as crowd says;
-// nil values forget key. It never writes into a slice it keeps: lookup's
-// callers send its strings by pointer.
-func (c *stateCache) store(key string, set *ruleSet, values []string, crowd crowding) {
+// store remembers values as key's state for set, crowded as *crowd says
+// (an admission had others waiting; nil: as it was); nil values forget
+// key. It never writes into a slice it keeps: lookup's callers send its
+// strings by pointer.
+func (c *stateCache) store(key string, set *ruleSet, values []string, crowd *bool) {
 	if c == nil {
 		return
 	}
@@ -433,8 +402,8 @@ func (c *stateCache) store(key string, set *ruleSet, values []string, crowd crow
 		}
 	}
 	e.set, e.values = set, values
-	if crowd != keepCrowding {
-		e.crowded = crowd == crowded
+	if crowd != nil {
+		e.crowded = *crowd
 	}
 	c.cur[key] = e
 }

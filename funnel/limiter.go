@@ -3,10 +3,8 @@ package funnel
 import (
 	_ "embed"
 	"fmt"
-	"sync"
 	"time"
 
-	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/internal/nilcheck"
 	"github.com/funnelguard/funnelguard/internal/outage"
@@ -43,27 +41,21 @@ var (
 	resetAll  = mutex.NewFragment(resetSrc)
 )
 
-// A Limiter decides calls against funnels kept in Redis, one hash per key,
-// written only by a script that knows nobody else writes it. A call
-// deniable when it arrives costs one round trip, without waiting for the
-// lock; an admission costs one or two (see the package documentation). The
-// zero value is not usable; call New. A Limiter is safe for concurrent use.
+// A Limiter decides calls against rules kept in Redis, one hash per key, at
+// the cost the package documentation gives. The zero value is not usable;
+// call New. A Limiter is safe for concurrent use.
 type Limiter struct {
 	client mutex.Client
 	locker *mutex.Locker
 	prefix string
 	lease  time.Duration
 	hold   []mutex.Option // mutex.WithTTL(lease) (and WithAckAtRelease), made once
-	// runner sends the scripts the Limiter runs without the Locker, so
-	// that they end by their context's end.
-	runner ctxcall.Runner
 	// dial connects as the client does (nil for a cluster or a ring): a
 	// release after its call left waits for it to connect.
 	dial outage.Dial
 
-	compiled compiledRules
-	mu       sync.RWMutex
-	sets     map[setKey]*ruleSet
+	compiled memo[Rule, rule]
+	sets     memo[setKey, *ruleSet]
 
 	batches batches
 	alone   bool // WithoutBatching
@@ -208,7 +200,7 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 	if nilcheck.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
 	}
-	lim := &Limiter{client: client, prefix: DefaultPrefix, lease: DefaultLease, runner: ctxcall.NewRunner(client), dial: outage.DialOf(client)}
+	lim := &Limiter{client: client, prefix: DefaultPrefix, lease: DefaultLease, dial: outage.DialOf(client)}
 	lim.clock.base = time.Now()
 	lim.states = newStateCache(DefaultStateCache)
 	for _, o := range opts {

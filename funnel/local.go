@@ -22,7 +22,7 @@ type Local struct {
 
 	mu       sync.Mutex
 	keys     *forgetful.Map[string, map[string]level] // key -> rule id -> level
-	compiled compiledRules
+	compiled memo[Rule, rule]
 }
 
 // NewLocal returns a Local that remembers at most maxKeys keys
@@ -48,7 +48,7 @@ func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Resul
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rs, err := compileRules(rules, l.compiled.compile)
+	rs, err := compileRules(rules, &l.compiled)
 	if err != nil {
 		return Result{}, err
 	}
@@ -56,8 +56,12 @@ func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Resul
 		return Result{}, err
 	}
 	us := l.base.Add(max(now.Sub(l.base), 0)).UnixMicro()
-	st, _ := l.keys.Get(key)
-	d := decide(rs, levelsOf(st, rs), us, n)
+	st, _ := l.keys.Get(key) // rule id -> level; nil: none yet
+	levels := make([]level, len(rs))
+	for i, r := range rs {
+		levels[i] = st[r.id]
+	}
+	d := decide(rs, levels, us, n)
 	if !d.allowed {
 		d.retry = max(d.retry, 1) // never "retry now" on a denial
 		return d.result(rs), nil
@@ -66,31 +70,16 @@ func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Resul
 	return d.result(rs), nil
 }
 
-// levelsOf returns the levels of rules in st, a key's state (nil: none).
-func levelsOf(st map[string]level, rules []rule) []level {
-	levels := make([]level, len(rules))
-	for i, r := range rules {
-		levels[i] = st[r.id]
-	}
-	return levels
-}
-
 // take stores the levels after d as key's state st (nil: none yet); l.mu
 // is held.
 func (l *Local) take(key string, st map[string]level, rules []rule, d decision) {
 	if st == nil {
-		st = l.add(key)
+		st = make(map[string]level, 1)
+		l.keys.Put(key, st)
 	}
 	for i, r := range rules {
 		st[r.id] = d.level(i) // a window's log is new: never shared
 	}
-}
-
-// add makes room for key and returns its empty state; l.mu is held.
-func (l *Local) add(key string) map[string]level {
-	st := make(map[string]level, 1)
-	l.keys.Put(key, st)
-	return st
 }
 
 // Len reports how many keys the Local remembers.

@@ -10,16 +10,12 @@ import (
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
-// The lock path: the state read with the lock (or, crowded, without it),
-// the batch decided on it, and one write that commits only while the lock
-// is held (or the state is unchanged: crowded.go).
-
 // A reading is a read's reply: the state, the end of the key's penalty box
-// (0: not in it), and whether the gate declined the lock (a rule has no
-// room, or the key is boxed): then every call is denied. Deciding the calls
-// updates its levels to the state to write.
+// (0: not in it), and whether the gate declined the lock: then every call
+// is denied. Deciding the calls updates its levels to the state to write.
 type reading struct {
-	snapshot
+	now      int64
+	levels   []level
 	till     int64
 	declined bool
 	clock    sample // the server's clock, from this reply
@@ -31,8 +27,9 @@ func (lim *Limiter) read(c call, res any) (reading, error) {
 	if lim.penalty != nil {
 		res, till = unbox(c, res)
 	}
-	snap, err := parseRead(c.rules, res)
-	return reading{snapshot: snap, till: till}, err
+	r, err := parseRead(c.rules, res)
+	r.till = till
+	return r, err
 }
 
 // settleRead decides the calls ws on a read's reply and commits what they
@@ -51,7 +48,7 @@ func (l *leader) settleRead(ctx context.Context, ws sealed, lk *mutex.Lock, res 
 	if taken == 0 || ws[0].err != nil {
 		_, _ = l.lim.unlock(ctx, lk, nil) // nil when declined
 		if ws[0].err != nil && taken > 0 {
-			ws.rerunOthers() // the leader has no time left to write
+			ws.failLeader(ws[0].err) // the leader has no time left to write
 			return false
 		}
 		l.cacheDenials(ws)
@@ -110,18 +107,7 @@ func (l *leader) take(w *waiter, r reading) bool {
 // commit writes r's levels and releases the lock; again reports that the
 // lease lapsed or the write came late: nothing was written.
 func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r reading) (again bool) {
-	fills, ats := make([]int64, len(r.levels)), make([]int64, len(r.levels))
-	var logs [][]int64
-	for j, lv := range r.levels {
-		fills[j], ats[j] = lv.fill, lv.at
-		if lv.log != nil {
-			if logs == nil {
-				logs = make([][]int64, len(r.levels))
-			}
-			logs[j] = *lv.log
-		}
-	}
-	args := writeArgs(l.c.rules, fills, ats, logs, r.now, ws.deadline())
+	args := writeArgs(l.c.rules, r.levels, r.now, ws.deadline())
 	if lk == nil {
 		return l.commitFree(ctx, ws, args)
 	}
@@ -130,27 +116,30 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 		return ws.late()
 	}
 	reply, err := l.lim.unlock(ctx, lk, &mutex.Call{Fragment: writeBack, Keys: []string{l.c.key}, Args: args})
+	late, _ := reply.(int64) // write.lua's minus the server time: late
 	switch {
 	case errors.Is(err, mutex.ErrNotHeld):
 		return true
-	case err == nil && isLate(reply):
-		l.lim.clock.keep(l.lim.clock.sampled(-reply.(int64), time.Now()))
-		l.late = true
-		return ws.late()
+	case err == nil && late < 0:
+		return l.wroteLate(ws, -late)
 	case err != nil:
 		ws.failAdmitted(err)
 	default:
 		l.wrote(ws, args)
-		l.cacheDenials(ws)
 	}
 	return false
 }
 
+// wroteLate handles a write refused as late at server time now: nothing
+// was written, and the clock sample it was bounded by was wrong.
+func (l *leader) wroteLate(ws sealed, now int64) (again bool) {
+	l.lim.clock.keep(l.lim.clock.sampled(now, time.Now()))
+	l.late = true
+	return ws.late()
+}
+
 // cacheDenials keeps the denials of ws in the deny cache.
 func (l *leader) cacheDenials(ws sealed) {
-	if l.lim.denials == nil {
-		return
-	}
 	for _, w := range ws {
 		if w.err == nil {
 			l.lim.denials.store(l.c.key, l.c.set, w.n, l.sent, l.epoch, w.res)
@@ -172,12 +161,14 @@ func (l *leader) saw(res any) {
 		values[i], _ = arr[i+1].(string)
 	}
 	l.seen = values
-	l.lim.states.store(l.c.key, l.c.set, values, keepCrowding)
+	l.lim.states.store(l.c.key, l.c.set, values, nil)
 }
 
-// wrote keeps the values of a commit, write.lua's args (field, value pairs
-// after two numbers).
+// wrote keeps the denials of ws in the deny cache and the values of their
+// commit, write.lua's args (field, value pairs after two numbers), in the
+// state cache.
 func (l *leader) wrote(ws sealed, args []any) {
+	l.cacheDenials(ws)
 	if !l.cache {
 		return
 	}
@@ -185,13 +176,8 @@ func (l *leader) wrote(ws sealed, args []any) {
 	for i := range values {
 		values[i], _ = args[3+2*i].(string)
 	}
-	l.lim.states.store(l.c.key, l.c.set, values, crowdingOf(len(ws) > 1))
-}
-
-// isLate reports whether write.lua's reply (a negative time) says late.
-func isLate(reply any) bool {
-	n, ok := reply.(int64)
-	return ok && n < 0
+	others := len(ws) > 1
+	l.lim.states.store(l.c.key, l.c.set, values, &others)
 }
 
 // releaseTimeout bounds a release that finishes after its call returned.
@@ -199,8 +185,7 @@ const releaseTimeout = 2 * time.Second
 
 // unlock releases lk, running call (nil: none) as it does, while ctx has
 // time; if that fails without saying the lock is gone, or ctx has no time
-// left, a goroutine of its own releases it, bounded by releaseTimeout. The
-// call returns by its deadline, and its lock goes as soon as Redis answers.
+// left, a goroutine of its own releases it, bounded by releaseTimeout.
 func (lim *Limiter) unlock(ctx context.Context, lk *mutex.Lock, call *mutex.Call) (any, error) {
 	if err := ctxcall.Ended(ctx); err != nil {
 		go lim.finishRelease(ctx, lk, nil)

@@ -205,27 +205,23 @@ func (d *decision) unpeek(rules []rule) {
 
 // refund takes n units out of every rule at now, never below empty (a
 // window its newest, a calendar rule the current period's), and returns
-// the fills, their times and the windows' logs.
-func refund(rules []rule, states []level, now, n int64) (fills, ats []int64, logs [][]int64) {
-	fills, ats = make([]int64, len(rules)), make([]int64, len(rules))
+// the levels after.
+func refund(rules []rule, states []level, now, n int64) []level {
+	out := make([]level, len(rules))
 	for i, r := range rules {
-		ats[i] = clock(states[i], now)
-		if r.window > 0 {
-			if logs == nil {
-				logs = make([][]int64, len(rules))
-			}
-			live := r.live(states[i].units(), ats[i])
-			logs[i] = live[:len(live)-int(min(n, int64(len(live))))]
-			fills[i] = int64(len(logs[i]))
-			continue
+		at := clock(states[i], now)
+		switch {
+		case r.window > 0:
+			live := r.live(states[i].units(), at)
+			log := live[:len(live)-int(min(n, int64(len(live))))]
+			out[i] = level{fill: int64(len(log)), at: at, log: &log}
+		case r.cal != nil: // units of the current period only
+			out[i] = level{fill: max(r.cal.count(states[i], at)-n, 0), at: at}
+		default:
+			out[i] = level{fill: max(r.drain(states[i], at)-min(n, r.full/r.per)*r.per, 0), at: at}
 		}
-		if r.cal != nil { // units of the current period only
-			fills[i] = max(r.cal.count(states[i], ats[i])-n, 0)
-			continue
-		}
-		fills[i] = max(r.drain(states[i], ats[i])-min(n, r.full/r.per)*r.per, 0)
 	}
-	return fills, ats, logs
+	return out
 }
 
 // Result is the outcome of a call for one key.

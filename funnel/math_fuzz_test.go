@@ -144,8 +144,7 @@ func FuzzDecide(f *testing.F) {
 		if m < 1 {
 			m = k
 		}
-		backs, _, _ := refund([]rule{r}, states, now, m)
-		back := backs[0]
+		back := refund([]rule{r}, states, now, m)[0].fill
 		want := max(drained-min(m, capacity)*r.per, 0)
 		if back != want || back < 0 {
 			t.Fatalf("%s: refund(%d) %d, want %d", where(), m, back, want)
@@ -166,7 +165,7 @@ func FuzzDecide(f *testing.F) {
 					t.Fatalf("%s: encode(%d) = %q: wait, want %d", where(), x, v, want)
 				}
 			}
-			args := writeArgs([]rule{r}, []int64{x}, []int64{now}, nil, now, 7)
+			args := writeArgs([]rule{r}, []level{{fill: x, at: now}}, now, 7)
 			ttl, ok := args[0].(*int64)
 			deadline, ok2 := args[1].(*int64)
 			empty := ceilDiv(x, r.leak) // µs

@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -51,26 +50,17 @@ func (r Rule) Sharing(state string) Rule {
 	return r
 }
 
-// badShare reports a Sharing state name that is empty or too long.
-func (r Rule) badShare() bool {
-	return r.shared && (r.share == "" || len(r.share) > MaxRuleName)
-}
-
 // stateName is the name of r's state: base, or its Sharing name with the
 // figures that make the unit of its level.
 func (r Rule) stateName(base string) string {
 	if !r.shared {
 		return base
 	}
-	return "shared/" + r.share + "/" + strconv.Itoa(int(r.kind)) + "/" + strconv.FormatInt(int64(r.Per/time.Microsecond), 10) + "/" + r.zoneName()
-}
-
-// zoneName is a calendar rule's zone, "" for the others.
-func (r Rule) zoneName() string {
-	if r.loc == nil {
-		return ""
+	zone := "" // a calendar rule's
+	if r.loc != nil {
+		zone = r.loc.String()
 	}
-	return r.loc.String()
+	return "shared/" + r.share + "/" + strconv.Itoa(int(r.kind)) + "/" + strconv.FormatInt(int64(r.Per/time.Microsecond), 10) + "/" + zone
 }
 
 // A ruleKind tells a funnel from the rules that count units otherwise.
@@ -159,8 +149,11 @@ func (r Rule) invalid() string {
 		return why
 	}
 	switch r.kind {
-	case kindDay, kindMonth:
-		return r.invalidCalendar()
+	case kindDay, kindMonth: // Leak and Per are not used
+		if r.Capacity > maxScaled {
+			return "a calendar rule counts at most 2^61 units"
+		}
+		return ""
 	case kindWindow:
 		return r.invalidWindow()
 	}
@@ -172,7 +165,7 @@ func (r Rule) invalidCommon() string {
 	switch {
 	case r.Name == "" || len(r.Name) > MaxRuleName:
 		return fmt.Sprintf("the name must have 1 to %d bytes", MaxRuleName)
-	case r.badShare():
+	case r.shared && (r.share == "" || len(r.share) > MaxRuleName):
 		return fmt.Sprintf("a Sharing state name must have 1 to %d bytes", MaxRuleName)
 	case r.Capacity <= 0:
 		return "Capacity must be positive"
@@ -207,14 +200,6 @@ func (r Rule) invalidFunnel() string {
 	return ""
 }
 
-// invalidCalendar checks a calendar rule, whose Leak and Per are not used.
-func (r Rule) invalidCalendar() string {
-	if r.Capacity > maxScaled {
-		return "a calendar rule counts at most 2^61 units"
-	}
-	return ""
-}
-
 // fieldOf is a rule's field in the state hash: 48 bits of the SHA-256 of
 // its definition, so a changed rule starts empty, in 8 base64url bytes.
 func fieldOf(definition string) string {
@@ -222,51 +207,21 @@ func fieldOf(definition string) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:6])
 }
 
-// compiledRules caches validated rules: callers pass the same few Rules on
-// every call. It is safe for concurrent use.
-type compiledRules struct {
-	mu sync.RWMutex
-	m  map[Rule]rule
-}
-
-// compile returns r validated, from the cache when possible.
-func (cr *compiledRules) compile(r Rule) (rule, error) {
-	cr.mu.RLock()
-	c, ok := cr.m[r]
-	cr.mu.RUnlock()
-	if ok {
-		return c, nil
-	}
-	c, err := r.compile()
-	if err != nil {
-		return rule{}, err
-	}
-	cr.mu.Lock()
-	if len(cr.m) < maxCompiled {
-		if cr.m == nil {
-			cr.m = make(map[Rule]rule)
-		}
-		cr.m[r] = c
-	}
-	cr.mu.Unlock()
-	return c, nil
-}
-
 // Validate reports whether rules can be used together in one call: at least
 // one, each valid, no two with one name. Errors match ErrInvalidRule.
 func Validate(rules ...Rule) error {
-	_, err := compileRules(rules, Rule.compile)
+	_, err := compileRules(rules, new(memo[Rule, rule]))
 	return err
 }
 
-// compileRules validates the rules of one call with compile.
-func compileRules(rules []Rule, compile func(Rule) (rule, error)) ([]rule, error) {
+// compileRules validates the rules of one call, through cache.
+func compileRules(rules []Rule, cache *memo[Rule, rule]) ([]rule, error) {
 	if len(rules) == 0 {
 		return nil, fmt.Errorf("%w: no rules", ErrInvalidRule)
 	}
 	out := make([]rule, len(rules))
 	for i, r := range rules {
-		c, err := compile(r)
+		c, err := cache.get(r, r.compile)
 		if err != nil {
 			return nil, err
 		}

@@ -36,8 +36,8 @@ func (s sample) until(deadline int64) int64 {
 	return s.offset + s.at + span - margin(span)
 }
 
-// A serverClock is a Limiter's latest sample, two words written without a
-// lock: a reader may pair two samples' halves, well inside the margin.
+// A serverClock is a Limiter's latest sample, written without a lock: a
+// reader may pair two samples' halves, well inside the margin.
 type serverClock struct {
 	base   time.Time // local µs count from it (its monotonic reading)
 	offset atomic.Int64

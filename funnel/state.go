@@ -67,8 +67,8 @@ func (r rule) encodeWindow(log []int64, at int64) string {
 // parseWindow reads a window's value: false unless it has the shape, at
 // most r's units, in order, none after <at>.
 func (r rule) parseWindow(s string) (level, bool) {
-	logs, at, ok := parseWindowHead(s)
-	if !ok {
+	logs, at, ok := splitValue(s)
+	if !ok || logs == "" {
 		return level{}, false
 	}
 	var log []int64
@@ -84,15 +84,6 @@ func (r rule) parseWindow(s string) (level, bool) {
 		}
 	}
 	return level{fill: int64(len(log)), at: at, log: &log}, true
-}
-
-// parseWindowHead splits a window's value into its log (not empty) and <at>.
-func parseWindowHead(s string) (logs string, at int64, ok bool) {
-	_, rest, ok1 := strings.Cut(s, ":")
-	logs, ats, ok2 := strings.Cut(rest, ":")
-	ats, nonce, _ := strings.Cut(ats, ":")
-	at, ok3 := parseBase36(ats)
-	return logs, at, ok1 && ok2 && ok3 && !strings.Contains(nonce, ":") && logs != ""
 }
 
 // parseLogEntry reads <offset> or <offset>*<count> (count >= 1).
@@ -115,15 +106,14 @@ func (r rule) decode(v any) (level, error) {
 	if !ok {
 		return level{}, fmt.Errorf("%w: field %q holds %T", ErrCorruptState, r.id, v)
 	}
+	var lv level
 	if r.window > 0 {
-		lv, ok := r.parseWindow(s)
-		if !ok {
-			return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
-		}
-		return lv, nil
+		lv, ok = r.parseWindow(s)
+	} else {
+		lv, ok = parseLevel(s)
+		ok = ok && (lv.fill <= r.full || r.shared)
 	}
-	lv, ok := parseLevel(s)
-	if !ok || lv.fill > r.full && !r.shared {
+	if !ok {
 		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
 	}
 	return lv, nil
@@ -147,15 +137,22 @@ func (r rule) most() int64 {
 
 // parseLevel reads the level in a stored value; false if it has not the shape.
 func parseLevel(s string) (level, bool) {
-	if strings.Count(s, ":") > 3 {
+	fills, at, ok := splitValue(s)
+	fill, ok2 := parseBase36(fills)
+	if !ok || !ok2 {
 		return level{}, false
 	}
+	return level{fill: fill, at: at}, true
+}
+
+// splitValue splits a stored value into its <fill> (a window's log) and
+// <at>; false if it has not the shape.
+func splitValue(s string) (fill string, at int64, ok bool) {
 	_, rest, ok1 := strings.Cut(s, ":") // the wait: the read script's business
-	fills, ats, ok2 := strings.Cut(rest, ":")
-	ats, _, _ = strings.Cut(ats, ":") // a nonce, if admit.lua wrote the value
-	fill, ok3 := parseBase36(fills)
-	at, ok4 := parseBase36(ats)
-	return level{fill: fill, at: at}, ok1 && ok2 && ok3 && ok4
+	fill, ats, ok2 := strings.Cut(rest, ":")
+	ats, nonce, _ := strings.Cut(ats, ":") // a nonce, if a gate wrote the value
+	at, ok3 := parseBase36(ats)
+	return fill, at, ok1 && ok2 && ok3 && !strings.Contains(nonce, ":")
 }
 
 // parseBase36 reads a stored integer, which is never negative.
@@ -164,58 +161,52 @@ func parseBase36(s string) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
-// snapshot is a read: the server time and the levels of the call's rules.
-type snapshot struct {
-	now    int64
-	levels []level
-}
-
 // parseRead reads the read script's result after proceed: {now, value...}.
-func parseRead(rules []rule, res any) (snapshot, error) {
+func parseRead(rules []rule, res any) (reading, error) {
 	arr, ok := res.([]any)
 	if !ok || len(arr) != len(rules)+1 {
-		return snapshot{}, fmt.Errorf("%w: read returned %T %v", ErrCorruptState, res, res)
+		return reading{}, fmt.Errorf("%w: read returned %T %v", ErrCorruptState, res, res)
 	}
 	now, ok := arr[0].(int64)
 	if !ok {
-		return snapshot{}, fmt.Errorf("%w: read returned time %T", ErrCorruptState, arr[0])
+		return reading{}, fmt.Errorf("%w: read returned time %T", ErrCorruptState, arr[0])
 	}
-	s := snapshot{now: now, levels: make([]level, len(rules))}
+	s := reading{now: now, levels: make([]level, len(rules))}
 	for i, r := range rules {
 		lv, err := r.decode(arr[i+1])
 		if err != nil {
-			return snapshot{}, err
+			return reading{}, err
 		}
 		s.levels[i] = lv
 	}
 	return s, nil
 }
 
-// writeArgs returns write.lua's arguments for rules holding fills at ats
-// (windows: logs) at now, refused from server time deadline: the key's TTL
-// in ms, the deadline, then field, value pairs ("" deletes the field). The
-// two numbers go by pointer into one allocation: boxing would take two.
-func writeArgs(rules []rule, fills, ats []int64, logs [][]int64, now, deadline int64) []any {
+// writeArgs returns write.lua's arguments for rules holding levels at now,
+// refused from server time deadline: the key's TTL in ms, the deadline,
+// then field, value pairs ("" deletes the field). The two numbers go by
+// pointer into one allocation: boxing would take two.
+func writeArgs(rules []rule, levels []level, now, deadline int64) []any {
 	head := &[2]int64{0, deadline}
 	args := make([]any, 2, 2+2*len(rules))
 	args[0], args[1] = &head[0], &head[1]
 	var ttl int64
 	for i, r := range rules {
-		if fills[i] == 0 {
+		lv := levels[i]
+		switch {
+		case lv.fill == 0:
 			args = append(args, r.arg, emptyArg)
 			continue
-		}
-		if r.window > 0 {
-			ttl = max(ttl, ceilDiv(r.windowEmpty(logs[i], now), 1000))
-			args = append(args, r.arg, r.encodeWindow(logs[i], ats[i]))
+		case r.window > 0:
+			ttl = max(ttl, ceilDiv(r.windowEmpty(lv.units(), now), 1000))
+			args = append(args, r.arg, r.encodeWindow(lv.units(), lv.at))
 			continue
+		case r.cal != nil:
+			ttl = max(ttl, ceilDiv(lv.at-now+r.calendarEmpty(lv.fill, lv.at), 1000))
+		default: // PEXPIRE runs at or after now: the key lives to expiryOf
+			ttl = max(ttl, r.expiryOf(satAdd(lv.at, ceilDiv(lv.fill, r.leak)))-now/1000)
 		}
-		if r.cal != nil {
-			ttl = max(ttl, ceilDiv(ats[i]-now+r.calendarEmpty(fills[i], ats[i]), 1000))
-		} else { // PEXPIRE runs at or after now: the key lives to expiryOf
-			ttl = max(ttl, r.expiryOf(satAdd(ats[i], ceilDiv(fills[i], r.leak)))-now/1000)
-		}
-		args = append(args, r.arg, r.encode(fills[i], ats[i]))
+		args = append(args, r.arg, r.encode(lv.fill, lv.at))
 	}
 	head[0] = min(ttl, maxTTL)
 	return args
