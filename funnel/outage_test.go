@@ -227,7 +227,13 @@ type outageOutcome struct {
 func outageCall(ctx context.Context, lim *funnel.Limiter, i int) outageOutcome {
 	start := time.Now()
 	_, err := lim.AllowN(ctx, "k", int64(i+1), outageRule)
-	return outageOutcome{i: i, took: time.Since(start), err: err, ctxErr: ctx.Err()}
+	ctxErr := ctx.Err()
+	if d, ok := ctx.Deadline(); ctxErr == nil && ok && !time.Now().Before(d) {
+		// Its deadline passed, its timer not run yet (a loaded machine): the
+		// socket's deadline, the same time, may have ended the call first.
+		ctxErr = context.DeadlineExceeded
+	}
+	return outageOutcome{i: i, took: time.Since(start), err: err, ctxErr: ctxErr}
 }
 
 // judge says what is wrong with o ("" if nothing) in an outage of kind: it
