@@ -178,6 +178,15 @@ type Call struct {
 	Args     []any
 }
 
+// acquireOf is the acquire script that runs call's fragment, or the plain
+// one for a nil call.
+func acquireOf(call *Call) *redis.Script {
+	if call == nil {
+		return acquireScript
+	}
+	return call.Fragment.acquire
+}
+
 func (c Call) check() error {
 	if c.Fragment == nil {
 		return fmt.Errorf("%w: Call without a Fragment", ErrInvalid)

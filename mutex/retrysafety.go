@@ -18,22 +18,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The retry-safety layer (PROTOCOL.md, "Deadlines and retries"). An attempt
-// whose caller left before the reply, or a hand-over whose reply was lost,
-// may still take the lock under a token nobody holds. The Locker remembers
-// such tokens (orphans) and makes its next fresh attempts on the name under
-// them, so that a lock an orphan took is adopted instead of waited out. One
-// owner per name holds because a remembered token is taken out by the one
-// attempt that uses it and goes back only if that attempt got no lock, and a
-// late reply or a repeated hand-over acts on the lock only if it can claim
-// the token back first. The core enters the layer once in an acquisition
-// (acquireSafely) and once in a release sent to Redis (releaseSafely).
-//
-// An orphan's command may still run after the adopting handle released the
-// lock, taking it again. That token cannot go back into the orphan memory (a
-// new handle would share the released handle's record), so it is kept apart
-// as spent, and an attempt that finds the lock held under it deletes it
-// (spent.lua) and tries once more.
+// The retry-safety layer (PROTOCOL.md, "Deadlines and retries"): tokens of
+// attempts and hand-overs of unknown outcome are remembered (orphans) and
+// adopted by the next fresh attempt on the name; an adopted token whose hold
+// released the lock is kept as spent, and a lock found held under it is
+// deleted. The core enters the layer once per acquisition (acquireSafely)
+// and once per release sent to Redis (releaseSafely).
 
 // An attemptFunc makes one acquire round trip under n's token, in mode.
 type attemptFunc func(n names, mode attemptMode) ([3]int64, any, error)
@@ -147,18 +137,7 @@ type orphans struct{ byName[names] }
 
 // take removes and returns the oldest remembered attempt on name, if any.
 func (o *orphans) take(name string) (names, bool) {
-	if o.n.Load() == 0 {
-		return names{}, false
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	ns := o.m[name]
-	if len(ns) == 0 {
-		return names{}, false
-	}
-	n := ns[0]
-	o.setLocked(name, ns[1:])
-	return n, true
+	return o.remove(name, func(names) bool { return true })
 }
 
 // put remembers n, the names of an attempt on name whose outcome is
@@ -178,19 +157,25 @@ func (o *orphans) put(name string, n names) {
 // was there. False means an attempt took it to adopt the orphan (or it was
 // forgotten): the caller must leave the lock alone.
 func (o *orphans) claim(name, token string) bool {
+	_, ok := o.remove(name, func(x names) bool { return x.token == token })
+	return ok
+}
+
+// remove takes the oldest of name's remembered attempts that match.
+func (o *orphans) remove(name string, match func(names) bool) (names, bool) {
 	if o.n.Load() == 0 {
-		return false
+		return names{}, false
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	ns := o.m[name]
 	for i, x := range ns {
-		if x.token == token {
+		if match(x) {
 			o.setLocked(name, append(ns[:i:i], ns[i+1:]...))
-			return true
+			return x, true
 		}
 	}
-	return false
+	return names{}, false
 }
 
 // spentLeases is how long, in leases of the Locker, a spent token is looked
@@ -467,8 +452,14 @@ func (l *Locker) releaseOrphan(h *hold) {
 
 func (l *Locker) releaseRoot(ctx context.Context, h *hold) {
 	seq, st := l.releases.begin()
-	owner, sseq, smark := st.releaseArgs()
-	keys, args := scriptCall(nil, &h.names, true, h.token, argZero, argFresh, 0, l.fenceMS, owner, sseq, smark)
+	keys, args := releaseCall(&h.names, argZero, l.fenceMS, st)
 	_, err := l.run(ctx, releaseScript, keys, args, nil)
 	l.releases.end(seq, err == nil)
+}
+
+// releaseCall returns release.lua's keys and arguments for the release of
+// handle id of n's token, to no next owner, under st.
+func releaseCall(n *names, id, fenceMS any, st stamp) ([]string, []any) {
+	owner, seq, mark := st.releaseArgs()
+	return scriptCall(nil, n, true, n.token, id, argFresh, 0, fenceMS, owner, seq, mark)
 }
