@@ -132,7 +132,7 @@ func (q *quorum) release(ctx context.Context, r *release) (any, error) {
 	left := slices.Max(v.yes) // the handles left open: the most any node reports
 	h.release(r.lk, left == 0)
 	if left == 0 {
-		r.wake()
+		r.l.released(h.name)
 	}
 	return nil, nil
 }

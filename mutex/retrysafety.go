@@ -394,9 +394,13 @@ func (l *Locker) undoLate(h *hold) func(any, error) {
 }
 
 // undoIf releases h's lock, which a late reply says an attempt took or may
-// have taken (lateUnknown), unless an attempt adopted it since (reclaim).
+// have taken, unless an attempt adopted it since (reclaim). A late error of
+// unknown outcome is undone only on a client that ignores deadlines: on one
+// that honours them the token was remembered and the next attempt adopts
+// it; a release would take it from the memory and, on a server stopped past
+// its 2 s, leave the lock to its lease.
 func (l *Locker) undoIf(h *hold, took bool, err error) {
-	if (took || l.lateUnknown(err)) && l.reclaim(h) {
+	if (took || (!l.honours && mayHaveRun(err))) && l.reclaim(h) {
 		l.releaseOrphan(h)
 	}
 }
@@ -407,15 +411,6 @@ func (l *Locker) undoIf(h *hold, took bool, err error) {
 // (an attempt may have adopted the lock).
 func (l *Locker) reclaim(h *hold) bool {
 	return !l.honours || l.orphans.claim(h.name, h.token)
-}
-
-// lateUnknown reports whether a late error of unknown outcome is undone as
-// if the attempt took the lock: only on a client that ignores deadlines. On
-// one that honours them the token was remembered and the next attempt adopts
-// it; a release would take it from the memory and, on a server stopped past
-// its 2 s, leave the lock to its lease.
-func (l *Locker) lateUnknown(err error) bool {
-	return !l.honours && mayHaveRun(err)
 }
 
 // unknownOutcome reports whether a command that failed with err may have
