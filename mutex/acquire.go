@@ -28,12 +28,20 @@ func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts .
 	return l.tryLock(ctx, name, &call, opts)
 }
 
+// tryLock is TryLock and TryLockWith: a re-entry through ctx, else one
+// attempt of a fresh token.
 func (l *Locker) tryLock(ctx context.Context, name string, call *Call, opts []Option) (*Lock, any, error) {
 	cfg, err := l.begin(ctx, name, call, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	lk, _, res, err := l.attempt(ctx, name, cfg, call, tryOnce)
+	var lk *Lock
+	var res any
+	if h := ownerOf(ctx, l, name); h != nil {
+		lk, res, err = l.reenter(ctx, h, cfg, call)
+	} else {
+		lk, _, res, err = l.take(ctx, name, cfg, call, tryOnce)
+	}
 	if errors.Is(err, ErrDeclined) {
 		l.declined(name) // waiters of this Locker for name likely hear "no" too
 	}
@@ -57,15 +65,17 @@ func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...O
 	return l.lock(ctx, name, &call, opts)
 }
 
+// lock is Lock and LockWith: a re-entry through ctx, else an attempt and
+// the queue.
 func (l *Locker) lock(ctx context.Context, name string, call *Call, opts []Option) (*Lock, any, error) {
 	cfg, err := l.begin(ctx, name, call, opts)
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, nil, err
-	case ownerOf(ctx, l, name) != nil:
-		lk, _, res, err := l.attempt(ctx, name, cfg, call, tryOnce)
-		return lk, res, err
-	case ctx.Err() != nil:
+	}
+	if h := ownerOf(ctx, l, name); h != nil {
+		return l.reenter(ctx, h, cfg, call)
+	}
+	if ctx.Err() != nil {
 		return nil, nil, errors.Join(ErrNotObtained, ctx.Err())
 	}
 	o := l.firstThenWait(ctx, name, cfg, call)
@@ -81,7 +91,7 @@ func (l *Locker) firstThenWait(ctx context.Context, name string, cfg lockConfig,
 	if call != nil || (l.nqueues.Load() != 0 && l.Waiters(name) != 0) {
 		return l.wait(ctx, name, cfg, call, false, -1)
 	}
-	lk, pttl, _, err := l.attempt(ctx, name, cfg, nil, first)
+	lk, pttl, _, err := l.take(ctx, name, cfg, nil, first)
 	switch {
 	case err == nil:
 		return outcome{lk: lk}
@@ -157,16 +167,6 @@ const (
 	poll                          // a waiting head's: the script, which reads the holder's lease
 	pollMarked                    // poll that also marks the held lock, so that its release publishes
 )
-
-// attempt makes one acquire attempt on name: a re-entry when ctx carries
-// ownership of name, else a fresh token's. On contention it returns
-// ErrLocked and the holder's remaining lease (negative when unknown).
-func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
-	if h := ownerOf(ctx, l, name); h != nil {
-		return l.reenter(ctx, h, cfg, call)
-	}
-	return l.take(ctx, name, cfg, call, mode)
-}
 
 // take makes one attempt under a fresh token or, as the retry-safety layer
 // decides (acquireSafely), a remembered one.
@@ -390,9 +390,9 @@ func ownerOf(ctx context.Context, l *Locker, name string) *hold {
 
 // reenter adds a handle to h, which ctx carries. The hold is busy meanwhile
 // (Lock.use), so its last handle is not handed over locally.
-func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Call) (*Lock, time.Duration, any, error) {
+func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Call) (*Lock, any, error) {
 	if h.enter() != nil {
-		return nil, -1, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock has ended", ErrNotHeld, h.name)
+		return nil, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock has ended", ErrNotHeld, h.name)
 	}
 	defer h.exit()
 	id := h.nextID.Add(1)
@@ -401,19 +401,19 @@ func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Cal
 	switch {
 	case err != nil && h.hasEnded():
 		// The owning lock ended meanwhile (a ctx it carries ends then too).
-		return nil, -1, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock ended meanwhile", ErrNotHeld, h.name)
+		return nil, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock ended meanwhile", ErrNotHeld, h.name)
 	case err != nil:
-		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", h.name, err)
+		return nil, nil, fmt.Errorf("mutex: acquire %q: %w", h.name, err)
 	case r[0] == declinedReply:
-		return nil, -1, res, ErrDeclined
+		return nil, res, ErrDeclined
 	case r[0] != 1:
 		h.lose()
-		return nil, -1, res, fmt.Errorf("%w: re-entry of %q, whose owning lock is gone from Redis", ErrNotHeld, h.name)
+		return nil, res, fmt.Errorf("%w: re-entry of %q, whose owning lock is gone from Redis", ErrNotHeld, h.name)
 	}
 	lk := &Lock{hold: h, id: id}
 	h.add(lk, start, time.Duration(r[1])*time.Millisecond)
 	if cfg.renew {
 		h.startRenew(h, cfg.ttl)
 	}
-	return lk, -1, res, nil
+	return lk, res, nil
 }
