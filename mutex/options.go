@@ -48,7 +48,6 @@ type lockConfig struct {
 	ttlMS    any // ttl in ms, boxed once for the scripts' arguments
 	renew    bool
 	ackLater bool // WithAckAtRelease
-	err      error
 }
 
 func (o *option) check(at place) error {
@@ -85,28 +84,26 @@ func newLocker(client Client, q *quorum, opts []Option) (*Locker, error) {
 }
 
 // options is the configuration of an acquisition given opts, which are
-// not none: without options it is l.defaults.
-func (l *Locker) options(opts []Option) (lockConfig, error) {
-	cfg := l.defaults
+// not none (without options it is l.defaults); the last bad one is the
+// call's error.
+func (l *Locker) options(opts []Option) (cfg lockConfig, err error) {
+	cfg = l.defaults
 	for _, o := range opts {
-		if o.o != nil {
-			cfg.add(o.o)
+		if o.o == nil {
+			continue
 		}
+		if e := o.o.check(inCall); e != nil {
+			err = e
+			continue
+		}
+		c := o.o.call
+		if c.ttl > 0 {
+			cfg.ttl, cfg.ttlMS = c.ttl, c.ttlMS
+		}
+		cfg.renew = cfg.renew || c.renew
+		cfg.ackLater = cfg.ackLater || c.ackLater
 	}
-	return cfg, cfg.err
-}
-
-// add applies one option; the last bad one is the call's error.
-func (cfg *lockConfig) add(o *option) {
-	if err := o.check(inCall); err != nil {
-		cfg.err = err
-		return
-	}
-	if o.call.ttl > 0 {
-		cfg.ttl, cfg.ttlMS = o.call.ttl, o.call.ttlMS
-	}
-	cfg.renew = cfg.renew || o.call.renew
-	cfg.ackLater = cfg.ackLater || o.call.ackLater
+	return cfg, err
 }
 
 // checkDuration refuses a lease or interval under 1 ms or over MaxTTL.
