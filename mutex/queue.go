@@ -348,12 +348,8 @@ func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
 // nextWaiter picks the waiter a releasing holder of name hands the lock to,
 // and how, or nil to release it to all comers. After maxChain hand-overs the
 // next one is passUnlessMarked if mayYield (a fragment's release cannot
-// yield: its reply is the fragment's), else none. It takes no lock when none
-// waits.
+// yield: its reply is the fragment's), else none.
 func (l *Locker) nextWaiter(name string, mayYield bool) (*waiter, passing) {
-	if l.nqueues.Load() == 0 {
-		return nil, passLocal
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.queues[name]
@@ -396,17 +392,6 @@ func (l *Locker) yielded(w *waiter) {
 	w.handing, w.yieldTill = false, time.Now().Add(l.nextWait(-1))
 	l.mu.Unlock()
 	signal(w.wake)
-}
-
-// released tells the head of name's queue, if any, to try at once: name
-// was released. It takes no lock when none waits.
-func (l *Locker) released(name string) {
-	if l.nqueues.Load() == 0 {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.wakeHeadLocked(name)
 }
 
 func (l *Locker) wakeHeadLocked(name string) {

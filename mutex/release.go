@@ -99,13 +99,24 @@ func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
 // the next owner of the release it repeats (roundTrip picks its waiter).
 func (r *release) pickWaiter() {
 	switch {
-	case r.again == nil:
+	case r.again != nil && r.again.nh != nil:
+		r.handOff = r.again.handOff
+	case r.again == nil && r.l.nqueues.Load() != 0: // no lock taken when none waits
 		if r.next, r.pass = r.l.nextWaiter(r.h.name, r.call == nil); r.next != nil {
 			r.nh, r.lease = newHold(r.l, r.h.name, r.l.names(r.h.name)), r.next.cfg.ttl
 		}
-	case r.again.nh != nil:
-		r.handOff = r.again.handOff
 	}
+}
+
+// released tells the head of name's queue, if any, to try at once: name
+// was released. It takes no lock when none waits.
+func (l *Locker) released(name string) {
+	if l.nqueues.Load() == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.wakeHeadLocked(name)
 }
 
 // release on one Redis takes the first path that applies: a local
