@@ -42,7 +42,9 @@ func (l *Locker) acquireSafely(ctx context.Context, name string, mode attemptMod
 // tryToken makes one attempt; a remembered token's uses the script, since a
 // native SET finding the lock its own could not tell the orphan's lease
 // left. It remembers the token of an attempt that got no lock when it was
-// remembered, or when the attempt may yet run (lateRun).
+// remembered, or when the attempt may yet run: its outcome is unknown on a
+// client that honours deadlines (on another, undoLate; a refusal sent
+// nothing).
 func (l *Locker) tryToken(name string, mode attemptMode, try attemptFunc) (names, bool, [3]int64, any, error) {
 	n, adopted := l.orphans.take(name)
 	switch {
@@ -54,16 +56,10 @@ func (l *Locker) tryToken(name string, mode attemptMode, try attemptFunc) (names
 		mode = poll
 	}
 	r, res, err := try(n, mode)
-	if (err != nil || r[0] != 1) && (adopted || l.lateRun(err)) {
+	if (err != nil || r[0] != 1) && (adopted || (l.honours && unknownOutcome(err) && !errors.Is(err, ErrUnreachable))) {
 		l.orphans.put(name, n)
 	}
 	return n, adopted, r, res, err
-}
-
-// lateRun reports whether an attempt that failed with err may yet run on a
-// client that honours deadlines (on another, undoLate; a refusal sent nothing).
-func (l *Locker) lateRun(err error) bool {
-	return l.honours && unknownOutcome(err) && !errors.Is(err, ErrUnreachable)
 }
 
 // releaseSafely is the layer's one part in a release sent to Redis: it
@@ -398,9 +394,10 @@ func (l *Locker) undoLate(h *hold) func(any, error) {
 // unknown outcome is undone only on a client that ignores deadlines: on one
 // that honours them the token was remembered and the next attempt adopts
 // it; a release would take it from the memory and, on a server stopped past
-// its 2 s, leave the lock to its lease.
+// its 2 s, leave the lock to its lease. A refused connection sent nothing:
+// releasing after it would only feed go-redis's dial breaker.
 func (l *Locker) undoIf(h *hold, took bool, err error) {
-	if (took || (!l.honours && mayHaveRun(err))) && l.reclaim(h) {
+	if (took || (!l.honours && unknownOutcome(err) && !reach.Unreachable(err))) && l.reclaim(h) {
 		l.releaseOrphan(h)
 	}
 }
@@ -424,12 +421,6 @@ func unknownOutcome(err error) bool {
 func isReply(err error) bool {
 	var reply redis.Error
 	return errors.As(err, &reply)
-}
-
-// mayHaveRun is unknownOutcome less a refused connection, which sent
-// nothing: releasing after it would only feed go-redis's dial breaker.
-func mayHaveRun(err error) bool {
-	return unknownOutcome(err) && !reach.Unreachable(err)
 }
 
 // releaseOrphan releases the root handle of h, a lock an attempt took after
