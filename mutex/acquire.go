@@ -18,22 +18,30 @@ import (
 // name (Lock.Context), TryLock re-enters it instead, returning a handle that
 // must be unlocked too, or ErrNotHeld if that lock has ended.
 func (l *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	cfg, err := l.begin(ctx, name, nil, opts)
-	if err != nil {
-		return nil, err
-	}
-	lk, _, _, err := l.attempt(ctx, name, cfg, nil, tryOnce)
+	lk, _, err := l.tryLock(ctx, name, nil, opts)
 	return lk, err
 }
 
 // TryLockWith is TryLock that also runs call.Fragment in the same script as
 // the attempt, and returns its result whether or not the lock was obtained.
 func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts ...Option) (*Lock, any, error) {
-	cfg, err := l.begin(ctx, name, &call, opts)
+	return l.tryLock(ctx, name, &call, opts)
+}
+
+// tryLock is TryLock and TryLockWith: a re-entry through ctx, else one
+// attempt of a fresh token.
+func (l *Locker) tryLock(ctx context.Context, name string, call *Call, opts []Option) (*Lock, any, error) {
+	cfg, err := l.begin(ctx, name, call, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	lk, _, res, err := l.attempt(ctx, name, cfg, &call, tryOnce)
+	var lk *Lock
+	var res any
+	if h := ownerOf(ctx, l, name); h != nil {
+		lk, res, err = l.reenter(ctx, h, cfg, call)
+	} else {
+		lk, _, res, err = l.take(ctx, name, cfg, call, tryOnce)
+	}
 	if errors.Is(err, ErrDeclined) {
 		l.declined(name) // waiters of this Locker for name likely hear "no" too
 	}
@@ -45,34 +53,8 @@ func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts .
 // a Redis error, ErrUnreachable included, ends the wait at once. Re-entry
 // through ctx works as in TryLock and never waits.
 func (l *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	cfg, err := l.begin(ctx, name, nil, opts)
-	if err != nil {
-		return nil, err
-	}
-	if ownerOf(ctx, l, name) != nil {
-		lk, _, _, err := l.attempt(ctx, name, cfg, nil, tryOnce)
-		return lk, err
-	}
-	if ctx.Err() != nil {
-		return nil, errors.Join(ErrNotObtained, ctx.Err())
-	}
-	primed, pttl := false, time.Duration(-1)
-	if l.nqueues.Load() == 0 || l.Waiters(name) == 0 {
-		// The uncontended case needs no queue: one attempt first, which on
-		// contention stands for the queue head's first (primed).
-		lk, p, _, err := l.attempt(ctx, name, cfg, nil, first)
-		switch {
-		case err == nil:
-			return lk, nil
-		case ctx.Err() != nil:
-			return nil, errors.Join(ErrNotObtained, ctx.Err())
-		case !errors.Is(err, ErrLocked):
-			return nil, err
-		}
-		primed, pttl = true, p
-	}
-	o := l.wait(ctx, name, cfg, nil, primed, pttl)
-	return o.lk, o.err
+	lk, _, err := l.lock(ctx, name, nil, opts)
+	return lk, err
 }
 
 // LockWith is Lock that runs call.Fragment with every attempt, and returns
@@ -80,23 +62,50 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, 
 // hand-over, read under the lock right after). A gate (NewGate) that
 // declines ends the wait with ErrDeclined and the gate's result.
 func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...Option) (*Lock, any, error) {
-	cfg, err := l.begin(ctx, name, &call, opts)
+	return l.lock(ctx, name, &call, opts)
+}
+
+// lock is Lock and LockWith: a re-entry through ctx, else an attempt and
+// the queue.
+func (l *Locker) lock(ctx context.Context, name string, call *Call, opts []Option) (*Lock, any, error) {
+	cfg, err := l.begin(ctx, name, call, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	if ownerOf(ctx, l, name) != nil {
-		lk, _, res, err := l.attempt(ctx, name, cfg, &call, tryOnce)
-		return lk, res, err
+	if h := ownerOf(ctx, l, name); h != nil {
+		return l.reenter(ctx, h, cfg, call)
 	}
 	if ctx.Err() != nil {
 		return nil, nil, errors.Join(ErrNotObtained, ctx.Err())
 	}
-	o := l.wait(ctx, name, cfg, &call, false, -1)
-	if !o.handed {
+	o := l.firstThenWait(ctx, name, cfg, call)
+	if !o.handed || call == nil {
 		return o.lk, o.res, o.err
 	}
-	// Handed over by a local holder: the fragment has not run yet.
-	lk := o.lk
+	return l.runHanded(ctx, name, o.lk, *call)
+}
+
+// firstThenWait makes Lock's uncontended attempt, which needs no queue and
+// on contention stands for the queue head's first (primed), then waits.
+func (l *Locker) firstThenWait(ctx context.Context, name string, cfg lockConfig, call *Call) outcome {
+	if call != nil || (l.nqueues.Load() != 0 && l.Waiters(name) != 0) {
+		return l.wait(ctx, name, cfg, call, false, -1)
+	}
+	lk, pttl, _, err := l.take(ctx, name, cfg, nil, first)
+	switch {
+	case err == nil:
+		return outcome{lk: lk}
+	case ctx.Err() != nil:
+		return outcome{err: errors.Join(ErrNotObtained, ctx.Err())}
+	case !errors.Is(err, ErrLocked):
+		return outcome{err: err}
+	}
+	return l.wait(ctx, name, cfg, nil, true, pttl)
+}
+
+// runHanded runs call's fragment for lk, handed over by a local holder
+// before the fragment ran for it.
+func (l *Locker) runHanded(ctx context.Context, name string, lk *Lock, call Call) (*Lock, any, error) {
 	res, err := lk.Run(ctx, call)
 	if errors.Is(err, ErrDeclined) {
 		l.declined(name)
@@ -158,16 +167,6 @@ const (
 	poll                          // a waiting head's: the script, which reads the holder's lease
 	pollMarked                    // poll that also marks the held lock, so that its release publishes
 )
-
-// attempt makes one acquire attempt on name: a re-entry when ctx carries
-// ownership of name, else a fresh token's. On contention it returns
-// ErrLocked and the holder's remaining lease (negative when unknown).
-func (l *Locker) attempt(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
-	if h := ownerOf(ctx, l, name); h != nil {
-		return l.reenter(ctx, h, cfg, call)
-	}
-	return l.take(ctx, name, cfg, call, mode)
-}
 
 // take makes one attempt under a fresh token or, as the retry-safety layer
 // decides (acquireSafely), a remembered one.
@@ -243,15 +242,11 @@ func reentering(arg any) bool { return arg != argFresh && arg != argMark }
 func (single) acquire(ctx context.Context, l *Locker, name string, n *names, cfg lockConfig, call *Call, arg any, _ time.Time) ([3]int64, any, error) {
 	keys, args := scriptCall(call, n, false, n.token, arg, cfg.ttlMS, l.fenceMS)
 	reenter := reentering(arg)
-	script := acquireScript
-	if call != nil {
-		script = call.Fragment.acquire
-	}
 	var late func(any, error)
 	if !reenter && !l.runner.Direct(ctx) { // it can be abandoned
 		late = l.undoLate(newHold(l, name, *n))
 	}
-	reply, short, err := l.acquireRun(ctx, script, keys, args, call != nil, reenter || cfg.ackLater, late)
+	reply, short, err := l.acquireRun(ctx, acquireOf(call), keys, args, call != nil, reenter || cfg.ackLater, late)
 	if err != nil {
 		return [3]int64{}, nil, err
 	}
@@ -395,9 +390,9 @@ func ownerOf(ctx context.Context, l *Locker, name string) *hold {
 
 // reenter adds a handle to h, which ctx carries. The hold is busy meanwhile
 // (Lock.use), so its last handle is not handed over locally.
-func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Call) (*Lock, time.Duration, any, error) {
+func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Call) (*Lock, any, error) {
 	if h.enter() != nil {
-		return nil, -1, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock has ended", ErrNotHeld, h.name)
+		return nil, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock has ended", ErrNotHeld, h.name)
 	}
 	defer h.exit()
 	id := h.nextID.Add(1)
@@ -406,19 +401,19 @@ func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Cal
 	switch {
 	case err != nil && h.hasEnded():
 		// The owning lock ended meanwhile (a ctx it carries ends then too).
-		return nil, -1, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock ended meanwhile", ErrNotHeld, h.name)
+		return nil, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock ended meanwhile", ErrNotHeld, h.name)
 	case err != nil:
-		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", h.name, err)
+		return nil, nil, fmt.Errorf("mutex: acquire %q: %w", h.name, err)
 	case r[0] == declinedReply:
-		return nil, -1, res, ErrDeclined
+		return nil, res, ErrDeclined
 	case r[0] != 1:
 		h.lose()
-		return nil, -1, res, fmt.Errorf("%w: re-entry of %q, whose owning lock is gone from Redis", ErrNotHeld, h.name)
+		return nil, res, fmt.Errorf("%w: re-entry of %q, whose owning lock is gone from Redis", ErrNotHeld, h.name)
 	}
 	lk := &Lock{hold: h, id: id}
 	h.add(lk, start, time.Duration(r[1])*time.Millisecond)
 	if cfg.renew {
 		h.startRenew(h, cfg.ttl)
 	}
-	return lk, -1, res, nil
+	return lk, res, nil
 }

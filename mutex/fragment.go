@@ -146,7 +146,10 @@ return r
 // record keeps its result. A replay returns the record and does not run it.
 func wrapRelease(src string, gate bool) string {
 	sum := sha1.Sum([]byte(src))
-	return recordSrc + callID(fmt.Sprintf("fragment %x %t", sum, gate)) + lockPart(releaseSrc) + userPart(src) + cutTail("ARGV", releaseArgs) +
+	// release_call, the digest the record keeps, is computed before KEYS
+	// or ARGV change.
+	callID := "local release_call = call_id(" + strconv.Quote(fmt.Sprintf("fragment %x %t", sum, gate)) + ")\n"
+	return recordSrc + callID + lockPart(releaseSrc) + userPart(src) + cutTail("ARGV", releaseArgs) +
 		cutLockKeys(releaseKeys-1, fmt.Sprintf("ARGV%d", releaseFenceArg)) +
 		"local r = lock_part(" + locals("KEYS", releaseKeys) + ", " + locals("ARGV", releaseArgs) + `)
 if r[1] < 0 or r[4] then
@@ -176,6 +179,15 @@ type Call struct {
 	Fragment *Fragment
 	Keys     []string
 	Args     []any
+}
+
+// acquireOf is the acquire script that runs call's fragment, or the plain
+// one for a nil call.
+func acquireOf(call *Call) *redis.Script {
+	if call == nil {
+		return acquireScript
+	}
+	return call.Fragment.acquire
 }
 
 func (c Call) check() error {

@@ -325,18 +325,15 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 		h.mu.Unlock()
 		return nil
 	}
-	nh := &hold{locker: h.locker, name: h.name, names: h.names, valueArg: h.valueArg, adopted: h.adopted}
-	nh.deadline = h.deadline
-	nh.nextID.Store(h.nextID.Load()) // re-entries must not reuse a live handle's field
-	nlk := &Lock{hold: nh, id: lk.id}
-	nh.one[0] = nlk
-	nh.handles = nh.one[:1]
+	nlk := newRoot(h.locker, h.name, h.names, h.valueArg, 0, h.adopted, h.deadline)
+	nlk.id = lk.id
+	nlk.hold.nextID.Store(h.nextID.Load()) // re-entries must not reuse a live handle's field
 	h.handles = slices.DeleteFunc(h.handles, func(x *Lock) bool { return x == lk })
 	lk.endLocked(handedOver)
 	h.endLocked(handedOver)
 	h.mu.Unlock()
 	if cfg.renew {
-		nh.startRenew(nh, cfg.ttl)
+		nlk.hold.startRenew(nlk.hold, cfg.ttl)
 	}
 	return nlk
 }

@@ -84,14 +84,13 @@ func New(client Client, opts ...Option) (*Locker, error) {
 	if nilcheck.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalid)
 	}
-	l := &Locker{client: client, dep: single{}, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, notify: true, releases: newReleases()}
-	if err := l.configure(nil, inNew, opts); err != nil {
+	l, err := newLocker(client, nil, opts)
+	if err != nil {
 		return nil, err
 	}
 	if err := l.checkAcks(); err != nil {
 		return nil, err
 	}
-	l.box()
 	l.wire()
 	return l, nil
 }
@@ -112,11 +111,6 @@ func (l *Locker) wire() {
 		l.batch.pipe = p.Pipeline
 		_, l.batch.fanOut = l.client.(interface{ Options() *redis.Options })
 	}
-}
-
-func (l *Locker) box() {
-	l.defaults = lockConfig{ttl: l.ttl, ttlMS: l.ttl.Milliseconds()}
-	l.fenceMS = l.fenceTTL.Milliseconds()
 }
 
 // Key returns <prefix>{<name>}:<kind>, a key in the lock's cluster slot for

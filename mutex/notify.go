@@ -136,9 +136,7 @@ func (l *Locker) listen(sub *subscription) {
 			deliverGrants(waits, msg.Payload)
 		}
 		if name, ok := sub.names[msg.Channel]; ok {
-			if q := l.queues[name]; q != nil && len(q.waiters) > 0 {
-				signal(q.waiters[0].wake)
-			}
+			l.wakeHeadLocked(name)
 		}
 		l.mu.Unlock()
 	}

@@ -17,9 +17,9 @@ type Option struct{ o *option }
 type option struct {
 	name  string
 	where place
-	err   error                        // a bad value, reported wherever it is given
-	setup func(*Locker, *quorum) error // in New (q is nil) or NewQuorum
-	call  lockConfig                   // in an acquisition
+	err   error                  // a bad value, reported wherever it is given
+	setup func(*Locker, *quorum) // in New (q is nil) or NewQuorum
+	call  lockConfig             // in an acquisition
 }
 
 type place uint8
@@ -28,6 +28,8 @@ const (
 	inNew place = 1 << iota
 	inQuorum
 	inCall
+
+	inLocker = inNew | inQuorum
 )
 
 // String names the call an option was given to, for errors.
@@ -46,7 +48,6 @@ type lockConfig struct {
 	ttlMS    any // ttl in ms, boxed once for the scripts' arguments
 	renew    bool
 	ackLater bool // WithAckAtRelease
-	err      error
 }
 
 func (o *option) check(at place) error {
@@ -59,44 +60,50 @@ func (o *option) check(at place) error {
 	return nil
 }
 
-func (l *Locker) configure(q *quorum, at place, opts []Option) error {
+// newLocker returns a Locker on client with opts, kept on q (NewQuorum) or,
+// for a nil q, on one Redis (New).
+func newLocker(client Client, q *quorum, opts []Option) (*Locker, error) {
+	l := &Locker{client: client, dep: single{}, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, notify: true, releases: newReleases()}
+	at := inNew
+	if q != nil {
+		// notify stays false: a quorum's releases announce nothing.
+		l.dep, l.notify, at = q, false, inQuorum
+	}
 	for _, o := range opts {
 		if o.o == nil {
 			continue
 		}
 		if err := o.o.check(at); err != nil {
-			return err
+			return nil, err
 		}
-		if err := o.o.setup(l, q); err != nil {
-			return err
-		}
+		o.o.setup(l, q)
 	}
-	return nil
+	l.defaults = lockConfig{ttl: l.ttl, ttlMS: l.ttl.Milliseconds()}
+	l.fenceMS = l.fenceTTL.Milliseconds()
+	return l, nil
 }
 
 // options is the configuration of an acquisition given opts, which are
-// not none: without options it is l.defaults.
-func (l *Locker) options(opts []Option) (lockConfig, error) {
-	cfg := l.defaults
+// not none (without options it is l.defaults); the last bad one is the
+// call's error.
+func (l *Locker) options(opts []Option) (cfg lockConfig, err error) {
+	cfg = l.defaults
 	for _, o := range opts {
-		if o.o != nil {
-			cfg.add(o.o)
+		if o.o == nil {
+			continue
 		}
+		if e := o.o.check(inCall); e != nil {
+			err = e
+			continue
+		}
+		c := o.o.call
+		if c.ttl > 0 {
+			cfg.ttl, cfg.ttlMS = c.ttl, c.ttlMS
+		}
+		cfg.renew = cfg.renew || c.renew
+		cfg.ackLater = cfg.ackLater || c.ackLater
 	}
-	return cfg, cfg.err
-}
-
-// add applies one option; the last bad one is the call's error.
-func (cfg *lockConfig) add(o *option) {
-	if err := o.check(inCall); err != nil {
-		cfg.err = err
-		return
-	}
-	if o.call.ttl > 0 {
-		cfg.ttl, cfg.ttlMS = o.call.ttl, o.call.ttlMS
-	}
-	cfg.renew = cfg.renew || o.call.renew
-	cfg.ackLater = cfg.ackLater || o.call.ackLater
+	return cfg, err
 }
 
 // checkDuration refuses a lease or interval under 1 ms or over MaxTTL.
@@ -107,64 +114,55 @@ func checkDuration(what string, d time.Duration) error {
 	return nil
 }
 
-func lockerOption(name string, set func(*Locker)) Option {
-	return Option{&option{name: name, where: inNew | inQuorum, setup: func(l *Locker, _ *quorum) error {
-		set(l)
-		return nil
-	}}}
+// setting returns the option name of the constructors in where, which set
+// applies; err is a bad value's.
+func setting(name string, where place, err error, set func(*Locker, *quorum)) Option {
+	return Option{&option{name: name, where: where, err: err, setup: set}}
 }
 
 // WithTTL sets the lease of every lock (given to New or NewQuorum; DefaultTTL
 // if unset) or of one acquisition: 1 ms to MaxTTL, in whole milliseconds.
 func WithTTL(d time.Duration) Option {
-	o := &option{name: "WithTTL", where: inNew | inQuorum | inCall, err: checkDuration("lease", d)}
-	o.call = lockConfig{ttl: d, ttlMS: d.Milliseconds()}
-	o.setup = func(l *Locker, _ *quorum) error {
-		l.ttl = d
-		return nil
-	}
-	return Option{o}
+	o := setting("WithTTL", inLocker|inCall, checkDuration("lease", d), func(l *Locker, _ *quorum) { l.ttl = d })
+	o.o.call = lockConfig{ttl: d, ttlMS: d.Milliseconds()}
+	return o
 }
 
 // WithRetryInterval sets the mean time between two attempts of a waiting
 // Lock (DefaultRetryInterval if unset), each drawn from [d/2, 3d/2): 1 ms to
 // MaxTTL. An option of New and NewQuorum.
 func WithRetryInterval(d time.Duration) Option {
-	o := lockerOption("WithRetryInterval", func(l *Locker) { l.retry = d })
-	o.o.err = checkDuration("retry interval", d)
-	return o
+	return setting("WithRetryInterval", inLocker, checkDuration("retry interval", d), func(l *Locker, _ *quorum) { l.retry = d })
 }
 
 // WithoutPipelining sends each call's commands on their own, never in a
 // pipeline with those of overlapping calls. An option of New and NewQuorum.
 func WithoutPipelining() Option {
-	return lockerOption("WithoutPipelining", func(l *Locker) { l.noBatch = true })
+	return setting("WithoutPipelining", inLocker, nil, func(l *Locker, _ *quorum) { l.noBatch = true })
 }
 
 // WithPrefix sets the prefix of the Redis keys (DefaultPrefix if unset): a
 // lock on name is at <prefix>{<name>}:lock. An option of New and NewQuorum.
 func WithPrefix(prefix string) Option {
-	o := lockerOption("WithPrefix", func(l *Locker) { l.prefix = prefix })
-	if err := keyspace.CheckPrefix(prefix); err != nil {
-		o.o.err = fmt.Errorf("%w: prefix: %w", ErrInvalid, err)
+	err := keyspace.CheckPrefix(prefix)
+	if err != nil {
+		err = fmt.Errorf("%w: prefix: %w", ErrInvalid, err)
 	}
-	return o
+	return setting("WithPrefix", inLocker, err, func(l *Locker, _ *quorum) { l.prefix = prefix })
 }
 
 // WithoutNotifications turns off release notifications over Pub/Sub, which
 // only wake a waiting Lock before its next poll. An option of New and
 // NewQuorum.
 func WithoutNotifications() Option {
-	return lockerOption("WithoutNotifications", func(l *Locker) { l.notify = false })
+	return setting("WithoutNotifications", inLocker, nil, func(l *Locker, _ *quorum) { l.notify = false })
 }
 
 // WithFencing gives every acquisition a fencing number (Lock.Fence) greater
 // than those of all earlier acquisitions of the name, for resources outside
 // Redis that can reject a stale holder's writes. An option of New only.
 func WithFencing() Option {
-	o := lockerOption("WithFencing", func(l *Locker) { l.fenceTTL = DefaultFenceTTL })
-	o.o.where = inNew
-	return o
+	return setting("WithFencing", inNew, nil, func(l *Locker, _ *quorum) { l.fenceTTL = DefaultFenceTTL })
 }
 
 // WithReplicaAck makes every write that grants or keeps a lock wait, up to
@@ -173,26 +171,22 @@ func WithFencing() Option {
 // or *redis.ClusterClient (else New fails with ErrUnsupported), n >= 1 and
 // timeout >= 1 ms, below the client's ReadTimeout. An option of New only.
 func WithReplicaAck(n int, timeout time.Duration) Option {
-	o := lockerOption("WithReplicaAck", func(l *Locker) { l.acks, l.ackTimeout = n, timeout })
-	o.o.where = inNew
+	var err error
 	switch {
 	case n < 1 || n > math.MaxInt32:
-		o.o.err = fmt.Errorf("%w: replica acknowledgement by %d replicas: want at least 1", ErrInvalid, n)
+		err = fmt.Errorf("%w: replica acknowledgement by %d replicas: want at least 1", ErrInvalid, n)
 	case timeout < time.Millisecond:
-		o.o.err = fmt.Errorf("%w: replica acknowledgement within %v: want at least 1ms", ErrInvalid, timeout)
+		err = fmt.Errorf("%w: replica acknowledgement within %v: want at least 1ms", ErrInvalid, timeout)
 	}
-	return o
+	return setting("WithReplicaAck", inNew, err, func(l *Locker, _ *quorum) { l.acks, l.ackTimeout = n, timeout })
 }
 
 func quorumOption(name, what string, d time.Duration, set func(*quorum)) Option {
-	o := &option{name: name, where: inQuorum, setup: func(_ *Locker, q *quorum) error {
-		set(q)
-		return nil
-	}}
+	var err error
 	if d < time.Millisecond {
-		o.err = fmt.Errorf("%w: %s %v: want at least 1ms", ErrInvalid, what, d)
+		err = fmt.Errorf("%w: %s %v: want at least 1ms", ErrInvalid, what, d)
 	}
-	return Option{o}
+	return setting(name, inQuorum, err, func(_ *Locker, q *quorum) { set(q) })
 }
 
 // WithNodeTimeout bounds each node's part of a quorum call

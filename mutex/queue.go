@@ -72,9 +72,8 @@ func (l *Locker) Waiters(name string) int {
 // primed: the caller's attempt just found the lock held with pttl left, and
 // stands for the head's first attempt.
 func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Call, primed bool, pttl time.Duration) outcome {
-	s := waitState{l: l, name: name, cfg: cfg, call: call, primed: primed, pttl: pttl, mode: pollMarked}
+	s := waitState{l: l, name: name, cfg: cfg, call: call, primed: primed, pttl: pttl}
 	s.w = l.enqueue(name, cfg, call)
-	s.notify = l.notify
 	defer s.stopTimer()
 	for {
 		t := l.headOf(name, s.w)
@@ -110,8 +109,6 @@ type waitState struct {
 	cfg    lockConfig
 	call   *Call
 	w      *waiter
-	mode   attemptMode
-	notify bool
 	primed bool          // the caller's attempt stands for the head's first one
 	pttl   time.Duration // the lease that attempt found left
 	timer  *time.Timer
@@ -165,7 +162,7 @@ func (s *waitState) step(ctx context.Context, t turn) (pause time.Duration, o ou
 // more attempt at once: a release before the subscription went unheard.
 // Otherwise it is the pause before the next attempt.
 func (s *waitState) listen(ctx context.Context, pttl time.Duration) time.Duration {
-	if s.notify && s.l.subscribe(ctx, s.name) {
+	if s.l.subscribe(ctx, s.name) {
 		return atOnce
 	}
 	return s.l.nextWait(pttl)
@@ -173,7 +170,7 @@ func (s *waitState) listen(ctx context.Context, pttl time.Duration) time.Duratio
 
 // try makes an attempt: a head's, or a recheck's (see declined).
 func (s *waitState) try(ctx context.Context, head bool) (time.Duration, outcome, bool) {
-	lk, pttl, res, err := s.l.attempt(ctx, s.name, s.cfg, s.call, s.mode)
+	lk, pttl, res, err := s.l.take(ctx, s.name, s.cfg, s.call, pollMarked)
 	switch {
 	case err == nil:
 		return 0, s.leave(ctx, lk, res, nil), true
@@ -350,7 +347,8 @@ func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
 
 // nextWaiter picks the waiter a releasing holder of name hands the lock to,
 // and how, or nil to release it to all comers. After maxChain hand-overs the
-// next one is passUnlessMarked if mayYield, else none (see release.waiter).
+// next one is passUnlessMarked if mayYield (a fragment's release cannot
+// yield: its reply is the fragment's), else none.
 func (l *Locker) nextWaiter(name string, mayYield bool) (*waiter, passing) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -396,10 +394,7 @@ func (l *Locker) yielded(w *waiter) {
 	signal(w.wake)
 }
 
-// released tells the head of name's queue to try at once (release.wake).
-func (l *Locker) released(name string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (l *Locker) wakeHeadLocked(name string) {
 	if q := l.queues[name]; q != nil && len(q.waiters) > 0 {
 		signal(q.waiters[0].wake)
 	}

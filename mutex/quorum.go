@@ -92,14 +92,8 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg
 	if arg == argMark {
 		arg = argFresh // a quorum's releases neither publish nor yield: a mark serves nothing
 	}
-	keys, args := scriptCall(nil, n, false, n.token, arg, cfg.ttlMS, l.fenceMS)
-	script, sendKeys, sendArgs := acquireScript, keys, args
-	if q.up != nil {
-		sendKeys = append(append(make([]string, 0, len(q.up.Keys)+len(keys)), q.up.Keys...), keys...)
-		sendArgs = append(append(make([]any, 0, len(q.up.Args)+len(args)), q.up.Args...), args...)
-		script = q.up.Fragment.acquire
-	}
-	v := q.poll(ctx, script, sendKeys, sendArgs, readAcquire)
+	keys, args := scriptCall(q.up, n, false, n.token, arg, cfg.ttlMS, l.fenceMS)
+	v := q.poll(ctx, acquireOf(q.up), keys, args, readAcquire)
 	elapsed, lease := time.Since(start), cfg.ttl
 	if len(v.yes) >= q.need && elapsed < lease-drift(lease) {
 		return [3]int64{1, v.nth(q.need), 0}, nil, nil
@@ -117,17 +111,16 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg
 
 // undo releases handle id of n's token on every node.
 func (q *quorum) undo(ctx context.Context, n *names, id any) {
-	ctx = context.WithoutCancel(ctx)
-	o, s, m := noStamp.releaseArgs()
-	q.fan(ctx, releaseScript, []string{n.key, n.nkey, n.tkey}, []any{n.token, id, "", 0, 0, o, s, m})
+	keys, args := releaseCall(n, id, 0, noStamp)
+	q.fan(context.WithoutCancel(ctx), releaseScript, keys, args)
 }
 
 // release closes r's handle on every node; the hold ends when no node
 // reports a handle left open.
 func (q *quorum) release(ctx context.Context, r *release) (any, error) {
 	h := r.h
-	o, s, m := noStamp.releaseArgs()
-	v := q.poll(ctx, releaseScript, []string{h.key, h.nkey, h.tkey}, []any{h.token, handleID(r.lk.id), "", 0, 0, o, s, m}, readHolder(-1))
+	keys, args := releaseCall(&h.names, argID(r.lk.id), 0, noStamp)
+	v := q.poll(ctx, releaseScript, keys, args, readHolder(-1))
 	err := v.verdict(len(q.nodes), q.need, "unlock", "hold the lock")
 	switch {
 	case errors.Is(err, ErrNotHeld):
@@ -139,7 +132,7 @@ func (q *quorum) release(ctx context.Context, r *release) (any, error) {
 	left := slices.Max(v.yes) // the handles left open: the most any node reports
 	h.release(r.lk, left == 0)
 	if left == 0 {
-		r.wake()
+		r.l.released(h.name)
 	}
 	return nil, nil
 }
@@ -194,12 +187,11 @@ func NewQuorum(clients []Client, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	q := &quorum{nodes: slices.Clone(clients), need: len(clients)/2 + 1}
-	// notify stays false: a quorum's releases announce nothing.
-	l := &Locker{client: clients[0], dep: q, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, honours: true, runner: ctxcall.NewRunner(clients[0]), releases: newReleases()}
-	if err := l.configure(q, inQuorum, opts); err != nil {
+	l, err := newLocker(clients[0], q, opts)
+	if err != nil {
 		return nil, err
 	}
-	l.box()
+	l.honours, l.runner = true, ctxcall.NewRunner(clients[0])
 	if q.timeout == 0 {
 		q.timeout = min(DefaultNodeTimeout, l.ttl/10)
 	}

@@ -42,28 +42,32 @@ func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 	return lk.release(ctx, &call)
 }
 
+// A handOff is the next owner a release names: its hold (nil for none), how
+// the lock passes to it, and its lease.
+type handOff struct {
+	nh    *hold
+	pass  passing
+	lease time.Duration
+}
+
 // unsure is a release that failed with an unknown outcome. The handle's
 // next release makes the very same call (the same next owner or none, never
 // a local hand-over), so that the first one's record answers it.
 type unsure struct {
-	next  *hold         // the next owner that release named, nil for none
-	pass  passing       // how it handed the lock to next
-	lease time.Duration // its lease
-	start time.Time     // when that release was sent: its lease began after
+	handOff
+	start time.Time // when that release was sent: its lease began after
 }
 
 // A release is one Unlock or UnlockWith that won the move to releasing.
 type release struct {
-	lk    *Lock
-	h     *hold
-	l     *Locker
-	call  *Call   // the fragment to run; nil for Unlock
-	again *unsure // the release this one repeats, if any
-	last  bool    // lk was the hold's last open handle when the release began
-	next  *waiter // the local waiter the lock goes to, if any
-	pass  passing // how
-	nh    *hold   // that waiter's hold, when it goes through Redis
-	lease time.Duration
+	lk      *Lock
+	h       *hold
+	l       *Locker
+	call    *Call   // the fragment to run; nil for Unlock
+	again   *unsure // the release this one repeats, if any
+	last    bool    // lk was the hold's last open handle when the release began
+	next    *waiter // the local waiter the lock goes to, if any
+	handOff         // how, and that waiter's hold when it goes through Redis
 	// foreign: nh is a token this release repeats but no longer owns (an
 	// attempt took it to adopt the lock): handed to no waiter, never released.
 	foreign bool
@@ -95,29 +99,24 @@ func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
 // the next owner of the release it repeats (roundTrip picks its waiter).
 func (r *release) pickWaiter() {
 	switch {
-	case r.again == nil:
-		if r.next, r.pass = r.waiter(); r.next != nil {
+	case r.again != nil && r.again.nh != nil:
+		r.handOff = r.again.handOff
+	case r.again == nil && r.l.nqueues.Load() != 0: // no lock taken when none waits
+		if r.next, r.pass = r.l.nextWaiter(r.h.name, r.call == nil); r.next != nil {
 			r.nh, r.lease = newHold(r.l, r.h.name, r.l.names(r.h.name)), r.next.cfg.ttl
 		}
-	case r.again.next != nil:
-		r.nh, r.lease, r.pass = r.again.next, r.again.lease, r.again.pass
 	}
 }
 
-// waiter picks the waiter first in line, taking no lock when none waits. A
-// fragment's release cannot yield: its reply is the fragment's.
-func (r *release) waiter() (*waiter, passing) {
-	if r.l.nqueues.Load() == 0 {
-		return nil, passLocal
+// released tells the head of name's queue, if any, to try at once: name
+// was released. It takes no lock when none waits.
+func (l *Locker) released(name string) {
+	if l.nqueues.Load() == 0 {
+		return
 	}
-	return r.l.nextWaiter(r.h.name, r.call == nil)
-}
-
-// wake tells the name's waiters of this Locker, if any, that it is free.
-func (r *release) wake() {
-	if r.l.nqueues.Load() != 0 {
-		r.l.released(r.h.name)
-	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.wakeHeadLocked(name)
 }
 
 // release on one Redis takes the first path that applies: a local
@@ -138,7 +137,7 @@ func (single) release(ctx context.Context, r *release) (any, error) {
 // not plain) release.lua. failed is the error that left the handle held.
 func (r *release) roundTrip(ctx context.Context, st stamp, late func(any, error)) (res any, err, failed error) {
 	if r.again != nil && r.nh != nil && !r.foreign {
-		r.next, _ = r.waiter() // the waiter now first in line
+		r.next, _ = r.l.nextWaiter(r.h.name, r.call == nil) // the waiter now first in line
 	}
 	if r.plain() {
 		if done, failed := r.unlockPlain(ctx, st); done {
@@ -184,12 +183,12 @@ func (r *release) unlockPlain(ctx context.Context, st stamp) (done bool, err err
 	reply, err := l.run(ctx, unlockScript, []string{h.key, h.nkey, h.tkey}, st.unlockArgs(h.valueArg, h.token), nil)
 	switch {
 	case err != nil:
-		r.lk.unsureOf(err, nil, passLocal, 0, time.Time{})
+		r.lk.unsureOf(err, handOff{}, time.Time{})
 		return true, err
 	case reply == any(int64(0)):
 		l.scripted.Store(true)
 		h.release(r.lk, true)
-		r.wake()
+		l.released(h.name)
 		return true, nil
 	}
 	return false, nil
@@ -197,7 +196,7 @@ func (r *release) unlockPlain(ctx context.Context, st stamp) (done bool, err err
 
 func (r *release) script(ctx context.Context, st stamp, late func(any, error)) (any, error, error) {
 	start := time.Now()
-	if r.again != nil && r.again.next != nil {
+	if r.again != nil && r.again.nh != nil {
 		start = r.again.start // the hand-over may date from then
 	}
 	reply, short, err := r.send(ctx, st, late)
@@ -210,7 +209,7 @@ func (r *release) script(ctx context.Context, st stamp, late func(any, error)) (
 	switch {
 	case err != nil:
 		r.cancelHandOver()
-		r.lk.unsureOf(err, r.nh, r.pass, r.lease, start)
+		r.lk.unsureOf(err, r.handOff, start)
 		return nil, unlockErr(r.h.name, err), err
 	case n[0] < 0:
 		r.cancelHandOver()
@@ -272,9 +271,9 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 	case left == 0 && r.nh != nil:
 		// Handed to nh by an earlier run, for a waiter that has gone.
 		r.l.releaseRoot(ctx, r.nh)
-		r.wake()
+		r.l.released(r.h.name)
 	case left == 0:
-		r.wake()
+		r.l.released(r.h.name)
 	}
 	return short
 }
@@ -333,14 +332,14 @@ func (r *release) result(rest []any, short error) (any, error) {
 }
 
 // unsureOf records the first release of lk with an unknown outcome.
-func (lk *Lock) unsureOf(err error, next *hold, pass passing, lease time.Duration, start time.Time) {
+func (lk *Lock) unsureOf(err error, next handOff, start time.Time) {
 	if !unknownOutcome(err) {
 		return
 	}
 	lk.hold.mu.Lock()
 	defer lk.hold.mu.Unlock()
 	if lk.unsure == nil {
-		lk.unsure = &unsure{next: next, pass: pass, lease: lease, start: start}
+		lk.unsure = &unsure{next, start}
 	}
 }
 

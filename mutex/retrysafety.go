@@ -18,22 +18,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The retry-safety layer (PROTOCOL.md, "Deadlines and retries"). An attempt
-// whose caller left before the reply, or a hand-over whose reply was lost,
-// may still take the lock under a token nobody holds. The Locker remembers
-// such tokens (orphans) and makes its next fresh attempts on the name under
-// them, so that a lock an orphan took is adopted instead of waited out. One
-// owner per name holds because a remembered token is taken out by the one
-// attempt that uses it and goes back only if that attempt got no lock, and a
-// late reply or a repeated hand-over acts on the lock only if it can claim
-// the token back first. The core enters the layer once in an acquisition
-// (acquireSafely) and once in a release sent to Redis (releaseSafely).
-//
-// An orphan's command may still run after the adopting handle released the
-// lock, taking it again. That token cannot go back into the orphan memory (a
-// new handle would share the released handle's record), so it is kept apart
-// as spent, and an attempt that finds the lock held under it deletes it
-// (spent.lua) and tries once more.
+// The retry-safety layer (PROTOCOL.md, "Deadlines and retries"): tokens of
+// attempts and hand-overs of unknown outcome are remembered (orphans) and
+// adopted by the next fresh attempt on the name; an adopted token whose hold
+// released the lock is kept as spent, and a lock found held under it is
+// deleted. The core enters the layer once per acquisition (acquireSafely)
+// and once per release sent to Redis (releaseSafely).
 
 // An attemptFunc makes one acquire round trip under n's token, in mode.
 type attemptFunc func(n names, mode attemptMode) ([3]int64, any, error)
@@ -52,7 +42,9 @@ func (l *Locker) acquireSafely(ctx context.Context, name string, mode attemptMod
 // tryToken makes one attempt; a remembered token's uses the script, since a
 // native SET finding the lock its own could not tell the orphan's lease
 // left. It remembers the token of an attempt that got no lock when it was
-// remembered, or when the attempt may yet run (lateRun).
+// remembered, or when the attempt may yet run: its outcome is unknown on a
+// client that honours deadlines (on another, undoLate; a refusal sent
+// nothing).
 func (l *Locker) tryToken(name string, mode attemptMode, try attemptFunc) (names, bool, [3]int64, any, error) {
 	n, adopted := l.orphans.take(name)
 	switch {
@@ -64,16 +56,10 @@ func (l *Locker) tryToken(name string, mode attemptMode, try attemptFunc) (names
 		mode = poll
 	}
 	r, res, err := try(n, mode)
-	if (err != nil || r[0] != 1) && (adopted || l.lateRun(err)) {
+	if (err != nil || r[0] != 1) && (adopted || (l.honours && unknownOutcome(err) && !errors.Is(err, ErrUnreachable))) {
 		l.orphans.put(name, n)
 	}
 	return n, adopted, r, res, err
-}
-
-// lateRun reports whether an attempt that failed with err may yet run on a
-// client that honours deadlines (on another, undoLate; a refusal sent nothing).
-func (l *Locker) lateRun(err error) bool {
-	return l.honours && unknownOutcome(err) && !errors.Is(err, ErrUnreachable)
 }
 
 // releaseSafely is the layer's one part in a release sent to Redis: it
@@ -147,18 +133,7 @@ type orphans struct{ byName[names] }
 
 // take removes and returns the oldest remembered attempt on name, if any.
 func (o *orphans) take(name string) (names, bool) {
-	if o.n.Load() == 0 {
-		return names{}, false
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	ns := o.m[name]
-	if len(ns) == 0 {
-		return names{}, false
-	}
-	n := ns[0]
-	o.setLocked(name, ns[1:])
-	return n, true
+	return o.remove(name, func(names) bool { return true })
 }
 
 // put remembers n, the names of an attempt on name whose outcome is
@@ -178,19 +153,25 @@ func (o *orphans) put(name string, n names) {
 // was there. False means an attempt took it to adopt the orphan (or it was
 // forgotten): the caller must leave the lock alone.
 func (o *orphans) claim(name, token string) bool {
+	_, ok := o.remove(name, func(x names) bool { return x.token == token })
+	return ok
+}
+
+// remove takes the oldest of name's remembered attempts that match.
+func (o *orphans) remove(name string, match func(names) bool) (names, bool) {
 	if o.n.Load() == 0 {
-		return false
+		return names{}, false
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	ns := o.m[name]
 	for i, x := range ns {
-		if x.token == token {
+		if match(x) {
 			o.setLocked(name, append(ns[:i:i], ns[i+1:]...))
-			return true
+			return x, true
 		}
 	}
-	return false
+	return names{}, false
 }
 
 // spentLeases is how long, in leases of the Locker, a spent token is looked
@@ -409,9 +390,14 @@ func (l *Locker) undoLate(h *hold) func(any, error) {
 }
 
 // undoIf releases h's lock, which a late reply says an attempt took or may
-// have taken (lateUnknown), unless an attempt adopted it since (reclaim).
+// have taken, unless an attempt adopted it since (reclaim). A late error of
+// unknown outcome is undone only on a client that ignores deadlines: on one
+// that honours them the token was remembered and the next attempt adopts
+// it; a release would take it from the memory and, on a server stopped past
+// its 2 s, leave the lock to its lease. A refused connection sent nothing:
+// releasing after it would only feed go-redis's dial breaker.
 func (l *Locker) undoIf(h *hold, took bool, err error) {
-	if (took || l.lateUnknown(err)) && l.reclaim(h) {
+	if (took || (!l.honours && unknownOutcome(err) && !reach.Unreachable(err))) && l.reclaim(h) {
 		l.releaseOrphan(h)
 	}
 }
@@ -422,15 +408,6 @@ func (l *Locker) undoIf(h *hold, took bool, err error) {
 // (an attempt may have adopted the lock).
 func (l *Locker) reclaim(h *hold) bool {
 	return !l.honours || l.orphans.claim(h.name, h.token)
-}
-
-// lateUnknown reports whether a late error of unknown outcome is undone as
-// if the attempt took the lock: only on a client that ignores deadlines. On
-// one that honours them the token was remembered and the next attempt adopts
-// it; a release would take it from the memory and, on a server stopped past
-// its 2 s, leave the lock to its lease.
-func (l *Locker) lateUnknown(err error) bool {
-	return !l.honours && mayHaveRun(err)
 }
 
 // unknownOutcome reports whether a command that failed with err may have
@@ -444,12 +421,6 @@ func unknownOutcome(err error) bool {
 func isReply(err error) bool {
 	var reply redis.Error
 	return errors.As(err, &reply)
-}
-
-// mayHaveRun is unknownOutcome less a refused connection, which sent
-// nothing: releasing after it would only feed go-redis's dial breaker.
-func mayHaveRun(err error) bool {
-	return unknownOutcome(err) && !reach.Unreachable(err)
 }
 
 // releaseOrphan releases the root handle of h, a lock an attempt took after
@@ -467,8 +438,14 @@ func (l *Locker) releaseOrphan(h *hold) {
 
 func (l *Locker) releaseRoot(ctx context.Context, h *hold) {
 	seq, st := l.releases.begin()
-	owner, sseq, smark := st.releaseArgs()
-	keys, args := scriptCall(nil, &h.names, true, h.token, argZero, argFresh, 0, l.fenceMS, owner, sseq, smark)
+	keys, args := releaseCall(&h.names, argZero, l.fenceMS, st)
 	_, err := l.run(ctx, releaseScript, keys, args, nil)
 	l.releases.end(seq, err == nil)
+}
+
+// releaseCall returns release.lua's keys and arguments for the release of
+// handle id of n's token, to no next owner, under st.
+func releaseCall(n *names, id, fenceMS any, st stamp) ([]string, []any) {
+	owner, seq, mark := st.releaseArgs()
+	return scriptCall(nil, n, true, n.token, id, argFresh, 0, fenceMS, owner, seq, mark)
 }

@@ -65,12 +65,6 @@ var (
 	pttlScript    = redis.NewScript(pttlSrc)
 )
 
-// callID computes, before KEYS or ARGV change, the digest a fragment's
-// release record keeps.
-func callID(kind string) string {
-	return "local release_call = call_id(" + strconv.Quote(kind) + ")\n"
-}
-
 // plainCall is the call of a plain release: "r", the handle id and the next
 // owner's token; with the record's token it needs no digest. unlock.lua
 // writes the same for the root handle ("r0>").

@@ -180,9 +180,7 @@ func (b *batcher) send(batch []*queued) {
 		b.mu.Unlock()
 	}
 	b.evalMissing(ctx, batch)
-	if late := b.answer(batch); len(late) > 0 {
-		runLate(late)
-	}
+	b.answer(batch)
 }
 
 // failQueuedLocked answers every queued command with err, unsent, when err
@@ -216,26 +214,18 @@ func (b *batcher) evalMissing(ctx context.Context, batch []*queued) {
 	}
 }
 
-func (b *batcher) answer(batch []*queued) []*queued {
+// answer wakes each caller of batch, and hands the reply of each that left
+// to its late function in a goroutine of its own: one may call the Locker
+// again (it would queue behind itself on this slot) or wait up to 2 s, and
+// must not add to the others' wait.
+func (b *batcher) answer(batch []*queued) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var late []*queued
 	for _, q := range batch {
-		if q.state == left {
-			late = append(late, q)
-		} else {
+		switch {
+		case q.state != left:
 			close(q.done)
-		}
-	}
-	return late
-}
-
-// runLate hands each late reply to its late function, each in a goroutine
-// of its own: one may call the Locker again (it would queue behind itself
-// on this slot) or wait up to 2 s, and must not add to the others' wait.
-func runLate(late []*queued) {
-	for _, q := range late {
-		if q.late != nil {
+		case q.late != nil:
 			go q.late(q.cmd)
 		}
 	}
