@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/keyspace"
@@ -174,9 +173,7 @@ func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lo
 	return r, nil
 }
 
-// semNums reads a semaphore script's array reply: integers, sent as
-// integers or as decimal text (times and fences exceed what Lua's number
-// formatting keeps exact).
+// semNums reads a semaphore script's array reply of integers.
 func semNums(reply any) ([]int64, error) {
 	arr, ok := reply.([]any)
 	if !ok || len(arr) < 2 {
@@ -184,16 +181,7 @@ func semNums(reply any) ([]int64, error) {
 	}
 	out := make([]int64, len(arr))
 	for i, v := range arr {
-		switch x := v.(type) {
-		case int64:
-			out[i] = x
-		case string:
-			n, err := strconv.ParseInt(x, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("%w: element %d is %q", ErrUnexpectedReply, i, x)
-			}
-			out[i] = n
-		default:
+		if out[i], ok = v.(int64); !ok {
 			return nil, fmt.Errorf("%w: element %d is %T", ErrUnexpectedReply, i, v)
 		}
 	}
