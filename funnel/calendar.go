@@ -24,7 +24,6 @@ func PerMonth(n int64, loc *time.Location) Rule {
 	return calendarRule(n, loc, kindMonth, "month", 30*24*time.Hour)
 }
 
-// calendarRule returns the calendar rule of n units per period of kind.
 func calendarRule(n int64, loc *time.Location, kind ruleKind, period string, nominal time.Duration) Rule {
 	if loc == nil {
 		loc = time.UTC
@@ -33,7 +32,6 @@ func calendarRule(n int64, loc *time.Location, kind ruleKind, period string, nom
 	return Rule{Name: name, Capacity: n, Leak: n, Per: nominal, kind: kind, loc: loc}
 }
 
-// compileCalendar returns r, a valid calendar rule, in exact units.
 func (r Rule) compileCalendar() rule {
 	c := &calendar{loc: r.loc, month: r.kind == kindMonth} // calendarRule set loc
 	kind := "/day/"

@@ -135,7 +135,6 @@ func (c *denyCache) node() int32 {
 	return i
 }
 
-// unlink takes node i out of the list.
 func (c *denyCache) unlink(i int32) {
 	p, n := c.nodes[i].prev, c.nodes[i].next
 	if p >= 0 {
@@ -150,7 +149,6 @@ func (c *denyCache) unlink(i int32) {
 	}
 }
 
-// link makes node i the newest.
 func (c *denyCache) link(i int32) {
 	c.nodes[i].prev, c.nodes[i].next = c.newest, -1
 	if c.newest >= 0 {

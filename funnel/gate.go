@@ -74,7 +74,6 @@ func readReply(reply any) (int64, []any, error) {
 	return p, arr[1:], nil
 }
 
-// readAny is readReply's result, whether or not a rule had room.
 func readAny(reply any) ([]any, error) {
 	_, res, err := readReply(reply)
 	if errors.Is(err, mutex.ErrDeclined) {
@@ -173,7 +172,6 @@ func (c call) admit(n int64, lock string, deadline int64, nonce string) mutex.Ca
 	return mutex.Call{Fragment: admitGate, Keys: m.keys[:], Args: args}
 }
 
-// newNonce returns 41 random bits in base 36.
 func newNonce() string {
 	return strconv.FormatUint(rand.Uint64()>>23, 36)
 }
@@ -289,7 +287,6 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 	return mutex.Call{Keys: keys, Args: args}, exp, true
 }
 
-// returningArgs holds returning's slices for a call of one rule.
 type returningArgs struct {
 	exp  [1]expectation
 	nums [7]int64
@@ -356,7 +353,6 @@ type seenState struct {
 	crowded bool
 }
 
-// newStateCache returns a cache of at most max keys (at least 2).
 func newStateCache(max int) *stateCache {
 	return &stateCache{half: max / 2, cur: make(map[string]seenState)}
 }

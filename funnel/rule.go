@@ -117,7 +117,6 @@ type rule struct {
 	grid int64
 }
 
-// compile returns r in exact units, or an error matching ErrInvalidRule.
 func (r Rule) compile() (rule, error) {
 	bad := func(why string) (rule, error) {
 		return rule{}, fmt.Errorf("%w: %q: %s", ErrInvalidRule, r.Name, why)
@@ -160,7 +159,6 @@ func (r Rule) invalid() string {
 	return r.invalidFunnel()
 }
 
-// invalidCommon checks the fields every kind of rule uses.
 func (r Rule) invalidCommon() string {
 	switch {
 	case r.Name == "" || len(r.Name) > MaxRuleName:
@@ -185,7 +183,6 @@ func (r Rule) invalidWindow() string {
 	return r.invalidFunnel()
 }
 
-// invalidFunnel checks a funnel's Leak and Per.
 func (r Rule) invalidFunnel() string {
 	switch {
 	case r.Leak <= 0:
@@ -214,7 +211,6 @@ func Validate(rules ...Rule) error {
 	return err
 }
 
-// compileRules validates the rules of one call, through cache.
 func compileRules(rules []Rule, cache *memo[Rule, rule]) ([]rule, error) {
 	if len(rules) == 0 {
 		return nil, fmt.Errorf("%w: no rules", ErrInvalidRule)
