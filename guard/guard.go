@@ -196,7 +196,6 @@ type pending struct {
 	end   func(Observation) // WithTrace's, called once
 }
 
-// start decides a call of n units for key, in WithTrace's context.
 func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
 	if ctx == nil {
 		return &pending{err: ErrNilContext}
@@ -219,7 +218,6 @@ func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
 	return p
 }
 
-// report passes p's Observation to WithObserve and Trace's end.
 func (p *pending) report(g *Guard) {
 	if p.start.IsZero() {
 		return
@@ -254,7 +252,6 @@ func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	return s, d, err
 }
 
-// allow decides for the keyed call k.
 func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
 	d, err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (funnel.Result, error) {
 		return lim.AllowN(cctx, k.sk, n, k.rules...)
@@ -304,7 +301,6 @@ func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
 	return g.refund(ctx, k, n)
 }
 
-// refund is RefundN for the keyed call k.
 func (g *Guard) refund(ctx context.Context, k keyed, n int64) error {
 	_, err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (funnel.Result, error) {
 		return funnel.Result{}, lim.Refund(cctx, k.sk, n, k.rules...)
