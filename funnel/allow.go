@@ -18,10 +18,9 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 
 // AllowN admits n units for key if they fit in every rule, and takes them
 // from every rule; otherwise it takes nothing. n is 1 to every rule's
-// Capacity. A call deniable when it arrives is denied in one round trip,
-// without waiting for the lock; an admission writes only while it holds
-// the key's lock (or on the state it read), so a stale decision never
-// overwrites newer state. A call with a ctx deadline that returns an error
+// Capacity. An admission writes only on the state it decided on, so a
+// stale decision never overwrites newer state. A call with a ctx deadline
+// that returns an error
 // took nothing; without a deadline, an error after the write was sent may
 // leave the call admitted. A call whose ctx ends while it waits in a batch
 // returns ctx's error, unless the batch decided it meanwhile.
