@@ -232,11 +232,9 @@ func (p *pending) report(g *Guard) {
 	}
 }
 
-// take takes the InFlight slot, if any, of p's admitted call in the
-// decision's context; a call refused one (err) gets d, the denial that
-// stands for it (Degraded unless Redis answered), unless shadow lets it run
-// without. p's Observation records the wait and the refusal of a call
-// that does not run.
+// take takes the InFlight slot, if any, of p's admitted call; a call
+// refused one gets d, the denial that stands for it, unless shadow lets it
+// run without. p's Observation records the wait, and the refusal.
 func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	if g.cfg.InFlight == 0 {
 		return slot{}, p.d, nil

@@ -129,7 +129,6 @@ func (f *flights) enter(key string) bool {
 	return true
 }
 
-// leave counts one call of key less.
 func (f *flights) leave(key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

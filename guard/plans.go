@@ -39,13 +39,12 @@ func checkPlan(name string, rules []funnel.Rule) error {
 	return nil
 }
 
-// sharing returns a copy of rules, each sharing the state "plan rule j",
-// j the least that no earlier rule of the same kind, period and zone took
-// (funnel keeps a shared state per name, kind, period and zone, and
-// Validate refuses two rules of one call in one state): the first rule of
+// sharing returns a copy of rules, each sharing the state "plan rule j", j
+// the least that no earlier rule of the same kind, period and zone took
+// (Validate refuses two rules of one call in one state): the first rule of
 // a kind and period in every plan shares one state, the second another,
-// whatever the order the plans list them in. A rule Validate refuses for
-// another reason keeps "plan rule i", and New reports it.
+// in whatever order the plans list them. A rule invalid otherwise keeps
+// "plan rule i", and New reports it.
 func sharing(rules []funnel.Rule) []funnel.Rule {
 	out := make([]funnel.Rule, len(rules))
 	for i, r := range rules {
