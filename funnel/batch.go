@@ -87,8 +87,6 @@ func (bs *batches) seal(k batchKey, b *batch) sealed {
 // sealed is the calls of a closed batch, the leader's first.
 type sealed []*waiter
 
-// failLeader answers the leader's call err and makes every other call run
-// again.
 func (ws sealed) failLeader(err error) {
 	ws[0].err = err
 	ws[1:].rerunAll()

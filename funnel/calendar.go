@@ -72,7 +72,6 @@ func (c *calendar) period(t int64) (start, end int64) {
 	return start, end
 }
 
-// next returns the date of the period after the one that starts on y-m-d.
 func (c *calendar) next(y int, m time.Month, d int) (int, time.Month, int) {
 	if c.month {
 		return time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC).Date()

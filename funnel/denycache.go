@@ -33,7 +33,6 @@ type denyNode struct {
 	prev, next int32 // -1: none
 }
 
-// A denial is the cached denial of one key.
 type denial struct {
 	set        *ruleSet
 	n          int64

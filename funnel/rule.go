@@ -111,9 +111,8 @@ type rule struct {
 	// shared: the state may hold more than full (Sharing), and keeps no
 	// gate: another capacity's would be wrong for it.
 	shared bool
-	// grid is the step (ms, a power of two) to which a key's expiry is
-	// rounded up for a funnel's value: the largest at most half the time
-	// its full funnel takes to empty; 0 (no rounding) for the others.
+	// grid is the step (ms) to which a key's expiry is rounded up for a
+	// funnel's value (DESIGN.md); 0 (no rounding) for the others.
 	grid int64
 }
 

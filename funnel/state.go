@@ -17,7 +17,6 @@ import (
 // "<offset>*<c>". A calendar rule's <fill> counts the units of the period
 // that holds <at>.
 
-// encode returns the stored value of r holding fill at server time at.
 func (r rule) encode(fill, at int64) string {
 	wait := r.wait(fill, 1)
 	switch {
