@@ -400,7 +400,6 @@ func (g *Guard) normalize(key string) (string, error) {
 	return nk, nil
 }
 
-// stored is the stored form of the valid, normalized key.
 func (g *Guard) stored(key string) string {
 	switch {
 	case len(g.cfg.Secret) > 0:

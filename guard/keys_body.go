@@ -207,8 +207,6 @@ func formField(r *http.Request, name, what string, maxBytes int64) (string, erro
 	return single(vs[name], what)
 }
 
-// formValues parses body, urlencoded or multipart (with boundary), for the
-// values of the field name.
 func formValues(body []byte, multi bool, boundary, name string) (url.Values, error) {
 	if multi {
 		return multipartValues(body, boundary, name)

@@ -161,7 +161,6 @@ func FromContext(ctx context.Context) (Decision, bool) {
 	return d, ok
 }
 
-// deniedJSON is the default answer to a denial: 429 with Retry-After.
 func deniedJSON(w http.ResponseWriter, _ *http.Request, d Decision) {
 	retryJSON(w, http.StatusTooManyRequests, d, "too many requests")
 }

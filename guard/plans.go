@@ -28,7 +28,6 @@ func (g *Guard) planOf(ctx context.Context, key string) (string, []funnel.Rule, 
 	return name, rules, nil
 }
 
-// checkPlan refuses a plan without a name or rules, or with a bad rule.
 func checkPlan(name string, rules []funnel.Rule) error {
 	if name == "" || len(rules) == 0 {
 		return fmt.Errorf("%w: plan %q: a plan has a name and at least one rule (the plan \"\" is WithRules')", ErrInvalidOption, name)
