@@ -13,7 +13,6 @@ import (
 // process's zone rules: give every process the same tzdata. A Refund gives
 // back units of the current day only. The rule is named like "1000 per day
 // (Europe/Paris)"; its Leak is n and its Per 24 hours, not otherwise used.
-// Its admissions take two round trips.
 func PerDay(n int64, loc *time.Location) Rule {
 	return calendarRule(n, loc, kindDay, "day", 24*time.Hour)
 }

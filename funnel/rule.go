@@ -80,8 +80,7 @@ const MaxWindow = 10_000
 // Window returns the rule that admits at most n units in any window of
 // length w, a whole number of microseconds: a sliding log on the server's
 // clock. Each unit is available again exactly w after it was taken; a
-// Refund gives back the newest units. n is at most MaxWindow (a key with
-// one window takes about 16n + 250 bytes of server memory). The rule is
+// Refund gives back the newest units. n is at most MaxWindow. The rule is
 // named like "5 in 1h0m0s"; its Leak is n, and not used.
 func Window(n int64, w time.Duration) Rule {
 	return Rule{Name: strconv.FormatInt(n, 10) + " in " + w.String(), Capacity: n, Leak: n, Per: w, kind: kindWindow}
