@@ -18,10 +18,9 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 
 // AllowN admits n units for key if they fit in every rule, and takes them
 // from every rule; otherwise it takes nothing. n is 1 to every rule's
-// Capacity. A call deniable when it arrives is denied in one round trip,
-// without waiting for the lock; an admission writes only while it holds
-// the key's lock (or on the state it read), so a stale decision never
-// overwrites newer state. A call with a ctx deadline that returns an error
+// Capacity. An admission writes only on the state it decided on, so a
+// stale decision never overwrites newer state. A call with a ctx deadline
+// that returns an error
 // took nothing; without a deadline, an error after the write was sent may
 // leave the call admitted. A call whose ctx ends while it waits in a batch
 // returns ctx's error, unless the batch decided it meanwhile.
@@ -44,8 +43,6 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	return lim.allowBatched(ctx, c, n)
 }
 
-// checkKey reports an error matching ErrInvalidKey unless key has 1 to
-// MaxKeyLen bytes.
 func checkKey(key string) error {
 	if key == "" || len(key) > MaxKeyLen {
 		return fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
@@ -53,8 +50,6 @@ func checkKey(key string) error {
 	return nil
 }
 
-// checkN reports an error matching ErrInvalidN unless n units fit in every
-// rule.
 func checkN(rules []rule, n int64) error {
 	for _, r := range rules {
 		if n < 1 || n > r.full/r.per { // not n*per > full: that can overflow
@@ -82,7 +77,6 @@ type call struct {
 	ids   []any
 }
 
-// check validates a call's context, the Limiter and a key.
 func (lim *Limiter) check(ctx context.Context, key string) error {
 	switch {
 	case ctx == nil:
@@ -93,7 +87,6 @@ func (lim *Limiter) check(ctx context.Context, key string) error {
 	return checkKey(key)
 }
 
-// prepare validates a call and compiles its rules.
 func (lim *Limiter) prepare(ctx context.Context, key string, rules []Rule) (call, error) {
 	if err := lim.check(ctx, key); err != nil {
 		return call{}, err
@@ -139,7 +132,6 @@ const maxCompiled = 256
 // setMax is the most rules of a call whose compiled set is cached.
 const setMax = 4
 
-// setKey identifies the rules of a call, in order.
 type setKey struct {
 	n     int
 	rules [setMax]Rule
@@ -181,7 +173,6 @@ type memo[K comparable, V any] struct {
 	m  map[K]V
 }
 
-// get returns k's value, built by build on a miss.
 func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
 	c.mu.RLock()
 	v, ok := c.m[k]
@@ -207,7 +198,6 @@ func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
 	return v, nil
 }
 
-// newRuleSet compiles rules through cache.
 func newRuleSet(rules []Rule, cache *memo[Rule, rule]) (*ruleSet, error) {
 	rs, err := compileRules(rules, cache)
 	if err != nil {

@@ -27,7 +27,6 @@ type waiter struct {
 	gone     atomic.Bool // its caller left: nothing is decided for it
 }
 
-// batchKey identifies the calls that can share a lock hold.
 type batchKey struct {
 	key string
 	set *ruleSet
@@ -41,7 +40,6 @@ type batch struct {
 	leader  waiter
 }
 
-// batches holds the open batch of each key.
 type batches struct {
 	mu   sync.Mutex
 	open map[batchKey]*batch
@@ -65,7 +63,6 @@ func (bs *batches) join(k batchKey, n int64, d time.Time) (b *batch, w *waiter, 
 	return b, &b.leader, true
 }
 
-// newBatch returns a batch of its leader's call alone.
 func newBatch(n int64, d time.Time) *batch {
 	b := &batch{leader: waiter{n: n, deadline: d}}
 	b.first[0] = &b.leader
@@ -90,21 +87,17 @@ func (bs *batches) seal(k batchKey, b *batch) sealed {
 // sealed is the calls of a closed batch, the leader's first.
 type sealed []*waiter
 
-// failLeader answers the leader's call err and makes every other call run
-// again.
 func (ws sealed) failLeader(err error) {
 	ws[0].err = err
 	ws[1:].rerunAll()
 }
 
-// rerunAll makes every call run again.
 func (ws sealed) rerunAll() {
 	for _, w := range ws {
 		w.again = true
 	}
 }
 
-// failAll answers every call with err.
 func (ws sealed) failAll(err error) {
 	for _, w := range ws {
 		w.err = err
@@ -165,7 +158,6 @@ func (ws sealed) late() (again bool) {
 	return true
 }
 
-// wake hands every call but the leader's its outcome.
 func (ws sealed) wake() {
 	for _, w := range ws {
 		if w.done != nil {
@@ -179,7 +171,6 @@ func (ws sealed) wake() {
 // ErrConflict.
 const maxReruns = 8
 
-// allowBatched joins or leads a batch and returns the call's outcome.
 func (lim *Limiter) allowBatched(ctx context.Context, c call, n int64) (Result, error) {
 	k := batchKey{c.key, c.set}
 	d, _ := ctx.Deadline()

@@ -13,7 +13,6 @@ import (
 // process's zone rules: give every process the same tzdata. A Refund gives
 // back units of the current day only. The rule is named like "1000 per day
 // (Europe/Paris)"; its Leak is n and its Per 24 hours, not otherwise used.
-// Its admissions take two round trips.
 func PerDay(n int64, loc *time.Location) Rule {
 	return calendarRule(n, loc, kindDay, "day", 24*time.Hour)
 }
@@ -24,7 +23,6 @@ func PerMonth(n int64, loc *time.Location) Rule {
 	return calendarRule(n, loc, kindMonth, "month", 30*24*time.Hour)
 }
 
-// calendarRule returns the calendar rule of n units per period of kind.
 func calendarRule(n int64, loc *time.Location, kind ruleKind, period string, nominal time.Duration) Rule {
 	if loc == nil {
 		loc = time.UTC
@@ -33,7 +31,6 @@ func calendarRule(n int64, loc *time.Location, kind ruleKind, period string, nom
 	return Rule{Name: name, Capacity: n, Leak: n, Per: nominal, kind: kind, loc: loc}
 }
 
-// compileCalendar returns r, a valid calendar rule, in exact units.
 func (r Rule) compileCalendar() rule {
 	c := &calendar{loc: r.loc, month: r.kind == kindMonth} // calendarRule set loc
 	kind := "/day/"
@@ -74,7 +71,6 @@ func (c *calendar) period(t int64) (start, end int64) {
 	return start, end
 }
 
-// next returns the date of the period after the one that starts on y-m-d.
 func (c *calendar) next(y int, m time.Month, d int) (int, time.Month, int) {
 	if c.month {
 		return time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC).Date()

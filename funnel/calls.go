@@ -105,7 +105,6 @@ func (lim *Limiter) locked(ctx context.Context, c call, read *mutex.Fragment, wr
 	return ErrConflict
 }
 
-// lockRead takes c's key's lock, reading the state with read (nil: none).
 func (lim *Limiter) lockRead(ctx context.Context, c call, read *mutex.Fragment) (*mutex.Lock, any, error) {
 	if read == nil {
 		lk, err := lim.locker.Lock(ctx, c.name, lim.hold...)

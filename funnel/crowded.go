@@ -131,7 +131,6 @@ func (ts *turns) take(ctx context.Context, k batchKey) (func(), error) {
 	}
 }
 
-// leave gives k's turn back if held, and forgets k when no batch wants it.
 func (ts *turns) leave(k batchKey, t *turn, held bool) {
 	if held {
 		<-t.ch

@@ -33,7 +33,6 @@ type denyNode struct {
 	prev, next int32 // -1: none
 }
 
-// A denial is the cached denial of one key.
 type denial struct {
 	set        *ruleSet
 	n          int64
@@ -135,7 +134,6 @@ func (c *denyCache) node() int32 {
 	return i
 }
 
-// unlink takes node i out of the list.
 func (c *denyCache) unlink(i int32) {
 	p, n := c.nodes[i].prev, c.nodes[i].next
 	if p >= 0 {
@@ -150,7 +148,6 @@ func (c *denyCache) unlink(i int32) {
 	}
 }
 
-// link makes node i the newest.
 func (c *denyCache) link(i int32) {
 	c.nodes[i].prev, c.nodes[i].next = c.newest, -1
 	if c.newest >= 0 {

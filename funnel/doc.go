@@ -29,8 +29,7 @@
 //
 // Example_tenADay prints a week of each. The rules of one call are decided
 // all or nothing, under one lock, and kept in one hash, <prefix>{<key>}:f,
-// which expires when every rule would be empty (a funnel's end rounded up
-// to a grid of at most half its drain: DESIGN.md). Refund gives units back;
+// which expires when every rule would be empty. Refund gives units back;
 // Peek reads without changing anything.
 //
 // # Exactness
@@ -43,20 +42,13 @@
 //
 // # Cost
 //
-// A call deniable when it arrives costs one round trip and never waits for
-// the lock (not under a Sharing rule, which keeps no gate). An admission of
-// a new key, or of a returning key whose every rule is a funnel, costs one
-// when its lock is free; any other costs two: the state read with the lock,
-// then written, while the lock is held, by the script that releases it.
-// Concurrent admissions of one key in one Limiter share a lock hold.
-// DESIGN.md in this directory says how, and the exceptions.
+// A deniable call costs one round trip and never waits for the lock. An
+// admission costs one or two; concurrent admissions of one key in one
+// Limiter share a lock hold. DESIGN.md in this directory says when, and how.
 //
 // # A failed call is not charged
 //
 // A call with a ctx deadline that is answered with an error took nothing,
-// even if its write runs later: every write carries a server time past
-// which Redis refuses it, reached before the caller's deadline. A call
-// whose time runs out while it holds its key's lock writes nothing and
-// returns by its deadline; the lock is released by a goroutine bounded by
-// 2 s. DESIGN.md lists the cases this does not cover.
+// even if its write runs later, and returns by its deadline even while it
+// holds its key's lock. DESIGN.md lists the cases this does not cover.
 package funnel

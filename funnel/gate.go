@@ -14,10 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The one-script admission (DESIGN.md, "Cost"): admit.lua admits a key
-// with no state, returning.lua one whose state is what this Limiter last
-// saw (the state cache), while the lock is free; otherwise they read, as
-// read.lua does.
+// The one-script admission (DESIGN.md, "Cost"): while the lock is free,
+// admit.lua admits a key with no state, returning.lua one whose state is
+// the state cache's; otherwise they only read, as read.lua does.
 
 var (
 	//go:embed admit.lua
@@ -74,7 +73,6 @@ func readReply(reply any) (int64, []any, error) {
 	return p, arr[1:], nil
 }
 
-// readAny is readReply's result, whether or not a rule had room.
 func readAny(reply any) ([]any, error) {
 	_, res, err := readReply(reply)
 	if errors.Is(err, mutex.ErrDeclined) {
@@ -148,9 +146,8 @@ func (l *leader) admitAlone(now int64, how string, others bool) Result {
 	return d.result(rules)
 }
 
-// admitCall holds admit's arguments and keys for a call of one unit on up
-// to setMax rules, in one allocation; the deadline and the nonce go by
-// pointer, as boxing would allocate.
+// admitCall holds admit's arguments and keys in one allocation; the
+// deadline and the nonce go by pointer, as boxing them would allocate.
 type admitCall struct {
 	args     [2*setMax + 4]any
 	keys     [2]string
@@ -173,7 +170,6 @@ func (c call) admit(n int64, lock string, deadline int64, nonce string) mutex.Ca
 	return mutex.Call{Fragment: admitGate, Keys: m.keys[:], Args: args}
 }
 
-// newNonce returns 41 random bits in base 36.
 func newNonce() string {
 	return strconv.FormatUint(rand.Uint64()>>23, 36)
 }
@@ -255,8 +251,7 @@ func (r rule) expect(seen string, n, est int64) (expectation, bool) {
 }
 
 // returning returns returning.lua's gate for n units of c on the values
-// seen, and the expectations sent; false when a rule cannot be decided
-// there.
+// seen, and the expectations sent; false when a rule cannot be decided there.
 func (c call) returning(n int64, lock string, seen []string, est, deadline int64, nonce string) (mutex.Call, []expectation, bool) {
 	k := len(c.rules)
 	var exp []expectation
@@ -289,7 +284,6 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 	return mutex.Call{Keys: keys, Args: args}, exp, true
 }
 
-// returningArgs holds returning's slices for a call of one rule.
 type returningArgs struct {
 	exp  [1]expectation
 	nums [7]int64
@@ -339,9 +333,8 @@ const MaxStateCache = 1 << 24
 
 // A stateCache remembers, per state key, its rules' values as this Limiter
 // last read or wrote them; returning.lua checks them, so an entry needs no
-// invalidation. It holds at most max keys in two generations: when cur
-// holds max/2 keys it becomes old, and old is dropped. A nil *stateCache
-// is off.
+// invalidation. It holds at most max keys, in two generations. A nil
+// *stateCache is off.
 type stateCache struct {
 	mu       sync.Mutex
 	half     int
@@ -356,7 +349,6 @@ type seenState struct {
 	crowded bool
 }
 
-// newStateCache returns a cache of at most max keys (at least 2).
 func newStateCache(max int) *stateCache {
 	return &stateCache{half: max / 2, cur: make(map[string]seenState)}
 }

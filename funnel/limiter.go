@@ -147,11 +147,10 @@ func WithDenyCache(maxKeys int) Option {
 }
 
 // WithStateCache sets how many keys' state the Limiter remembers
-// (DefaultStateCache if unset; 0 turns it off, at most MaxStateCache). A
-// returning key whose state in Redis is still what this Limiter last read
-// or wrote is then admitted in one round trip while its lock is free;
-// otherwise the call costs what it would without the cache. The decisions
-// are the same either way.
+// (DefaultStateCache if unset; 0 turns it off, at most MaxStateCache): a
+// returning key whose state in Redis is still the one remembered is
+// admitted in one round trip while its lock is free. The decisions are the
+// same either way.
 func WithStateCache(maxKeys int) Option {
 	return func(lim *Limiter) error {
 		switch {
@@ -241,8 +240,8 @@ func (lim *Limiter) wireLocker() error {
 	return nil
 }
 
-// holdOptions sets how the Limiter holds its locks, and whether a fresh
-// key may be admitted in the gate (admit.lua).
+// holdOptions sets how the Limiter holds its locks, and whether admit.lua
+// may admit.
 func (lim *Limiter) holdOptions() {
 	lim.hold = []mutex.Option{mutex.WithTTL(lim.lease)}
 	if n, _ := lim.locker.ReplicaAck(); n > 0 {

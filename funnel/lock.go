@@ -138,7 +138,6 @@ func (l *leader) wroteLate(ws sealed, now int64) (again bool) {
 	return ws.late()
 }
 
-// cacheDenials keeps the denials of ws in the deny cache.
 func (l *leader) cacheDenials(ws sealed) {
 	for _, w := range ws {
 		if w.err == nil {
@@ -210,7 +209,6 @@ func (lim *Limiter) finishRelease(ctx context.Context, lk *mutex.Lock, call *mut
 	_, _ = releaseWith(ctx, lk, call)
 }
 
-// releaseWith is lk.UnlockWith(call), or lk.Unlock for no call.
 func releaseWith(ctx context.Context, lk *mutex.Lock, call *mutex.Call) (any, error) {
 	if call == nil {
 		return nil, lk.Unlock(ctx)

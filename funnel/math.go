@@ -15,7 +15,6 @@ type level struct {
 	log  *[]int64
 }
 
-// units returns a window's log, nil if it has none.
 func (s level) units() []int64 {
 	if s.log == nil {
 		return nil
@@ -135,7 +134,6 @@ type decision struct {
 	retry   int64     // µs until the call would be admitted; 0 if allowed
 }
 
-// level returns rule i's level after d.
 func (d decision) level(i int) level {
 	lv := level{fill: d.fills[i], at: d.ats[i]}
 	if d.logs != nil {
@@ -246,7 +244,6 @@ type Result struct {
 	TightestReset time.Duration
 }
 
-// result describes d for the caller.
 func (d decision) result(rules []rule) Result {
 	res := Result{Allowed: d.allowed, RetryAfter: micros(d.retry)}
 	if d.denied >= 0 {

@@ -28,7 +28,6 @@ type Penalty struct {
 // PenaltyRule is the Rule a denial by the penalty box reports.
 const PenaltyRule = "penalty"
 
-// maxPenalty bounds a Penalty's durations: a year.
 const maxPenalty = 365 * 24 * time.Hour
 
 var (

@@ -80,8 +80,7 @@ const MaxWindow = 10_000
 // Window returns the rule that admits at most n units in any window of
 // length w, a whole number of microseconds: a sliding log on the server's
 // clock. Each unit is available again exactly w after it was taken; a
-// Refund gives back the newest units. n is at most MaxWindow (a key with
-// one window takes about 16n + 250 bytes of server memory). The rule is
+// Refund gives back the newest units. n is at most MaxWindow. The rule is
 // named like "5 in 1h0m0s"; its Leak is n, and not used.
 func Window(n int64, w time.Duration) Rule {
 	return Rule{Name: strconv.FormatInt(n, 10) + " in " + w.String(), Capacity: n, Leak: n, Per: w, kind: kindWindow}
@@ -111,13 +110,11 @@ type rule struct {
 	// shared: the state may hold more than full (Sharing), and keeps no
 	// gate: another capacity's would be wrong for it.
 	shared bool
-	// grid is the step (ms, a power of two) to which a key's expiry is
-	// rounded up for a funnel's value: the largest at most half the time
-	// its full funnel takes to empty; 0 (no rounding) for the others.
+	// grid is the step (ms) to which a key's expiry is rounded up for a
+	// funnel's value (DESIGN.md); 0 (no rounding) for the others.
 	grid int64
 }
 
-// compile returns r in exact units, or an error matching ErrInvalidRule.
 func (r Rule) compile() (rule, error) {
 	bad := func(why string) (rule, error) {
 		return rule{}, fmt.Errorf("%w: %q: %s", ErrInvalidRule, r.Name, why)
@@ -160,7 +157,6 @@ func (r Rule) invalid() string {
 	return r.invalidFunnel()
 }
 
-// invalidCommon checks the fields every kind of rule uses.
 func (r Rule) invalidCommon() string {
 	switch {
 	case r.Name == "" || len(r.Name) > MaxRuleName:
@@ -185,7 +181,6 @@ func (r Rule) invalidWindow() string {
 	return r.invalidFunnel()
 }
 
-// invalidFunnel checks a funnel's Leak and Per.
 func (r Rule) invalidFunnel() string {
 	switch {
 	case r.Leak <= 0:
@@ -214,7 +209,6 @@ func Validate(rules ...Rule) error {
 	return err
 }
 
-// compileRules validates the rules of one call, through cache.
 func compileRules(rules []Rule, cache *memo[Rule, rule]) ([]rule, error) {
 	if len(rules) == 0 {
 		return nil, fmt.Errorf("%w: no rules", ErrInvalidRule)

@@ -17,7 +17,6 @@ import (
 // "<offset>*<c>". A calendar rule's <fill> counts the units of the period
 // that holds <at>.
 
-// encode returns the stored value of r holding fill at server time at.
 func (r rule) encode(fill, at int64) string {
 	wait := r.wait(fill, 1)
 	switch {
@@ -58,7 +57,6 @@ func (r rule) appendWindow(b []byte, log []int64, at int64) []byte {
 	return append(b, ':')
 }
 
-// encodeWindow returns window r's value for the units log at at.
 func (r rule) encodeWindow(log []int64, at int64) string {
 	b := r.appendWindow(make([]byte, 0, 32+8*len(log)), log, at)
 	return string(strconv.AppendInt(b, at, 36))
@@ -127,7 +125,6 @@ func (r rule) gate(w int64) int64 {
 	return w
 }
 
-// most is the most units a stored window may hold for r.
 func (r rule) most() int64 {
 	if r.shared {
 		return MaxWindow
@@ -155,7 +152,6 @@ func splitValue(s string) (fill string, at int64, ok bool) {
 	return fill, at, ok1 && ok2 && ok3 && !strings.Contains(nonce, ":")
 }
 
-// parseBase36 reads a stored integer, which is never negative.
 func parseBase36(s string) (int64, bool) {
 	n, err := strconv.ParseInt(s, 36, 64)
 	return n, err == nil && n >= 0

@@ -79,7 +79,6 @@ func (g *Guard) hold(ctx context.Context, p *pending, c Call, n int64) (Call, er
 	return c.in(s.context(ctx)), nil
 }
 
-// in is c with the context ctx, carrying c's Decision.
 func (c Call) in(ctx context.Context) Call {
 	c.ctx = context.WithValue(ctx, decisionKey{}, c.Decision)
 	return c

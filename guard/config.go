@@ -57,9 +57,8 @@ type config struct {
 	RateLimitHeaders, Shadow                bool
 }
 
-// configure applies opts in order, fills in the defaults, checks the
-// durations and that there are rules, makes the rules share their states
-// with the plans' (plans.go), and puts the prefix in the funnel's options.
+// configure applies opts in order, fills in and checks what they leave,
+// and makes the rules share their states with the plans' (plans.go).
 func configure(opts []Option) (config, error) {
 	c := config{Prefix: DefaultPrefix}
 	for i, o := range opts {

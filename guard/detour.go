@@ -9,13 +9,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// decide runs f with g's Limiter as call does, and returns its Result's
-// Decision or what failed decides for its error. After Redis came back from
-// refusing connections, while the watch detours, a call the client refused
-// unsent (go-redis's dial breaker) runs again on the detour: a Limiter of
-// the guard's own on a client made from the client's options
-// (outage.Watch.Spare), without its hooks. A funnel.WithLocker Locker,
-// whose client the breaker holds, and InFlight permits take none.
+// decide runs f with g's Limiter as call does, and returns its Decision or
+// what failed decides for its error. While the watch detours (Redis is back
+// but go-redis's dial breaker still refuses unsent), a refused call runs
+// again on the detour: a Limiter on a client made from the client's options
+// without its hooks (outage.Watch.Spare). A WithLocker Locker and InFlight
+// permits take none.
 func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limiter) (funnel.Result, error)) (Decision, error) {
 	var res funnel.Result
 	err := g.call(ctx, func(cctx context.Context) (err error) {

@@ -76,7 +76,6 @@ func fixable(sentinel error, fix string) error {
 	return &RequestError{Fix: fix, Err: fmt.Errorf("%w: %s", sentinel, fix)}
 }
 
-// fixOf is the Fix of the first RequestError in err's chain, or def.
 func fixOf(err error, def string) string {
 	var re *RequestError
 	if errors.As(err, &re) && re.Fix != "" {

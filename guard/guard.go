@@ -196,7 +196,6 @@ type pending struct {
 	end   func(Observation) // WithTrace's, called once
 }
 
-// start decides a call of n units for key, in WithTrace's context.
 func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
 	if ctx == nil {
 		return &pending{err: ErrNilContext}
@@ -219,7 +218,6 @@ func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
 	return p
 }
 
-// report passes p's Observation to WithObserve and Trace's end.
 func (p *pending) report(g *Guard) {
 	if p.start.IsZero() {
 		return
@@ -234,11 +232,9 @@ func (p *pending) report(g *Guard) {
 	}
 }
 
-// take takes the InFlight slot, if any, of p's admitted call in the
-// decision's context; a call refused one (err) gets d, the denial that
-// stands for it (Degraded unless Redis answered), unless shadow lets it run
-// without. p's Observation records the wait and the refusal of a call
-// that does not run.
+// take takes the InFlight slot, if any, of p's admitted call; a call
+// refused one gets d, the denial that stands for it, unless shadow lets it
+// run without. p's Observation records the wait, and the refusal.
 func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	if g.cfg.InFlight == 0 {
 		return slot{}, p.d, nil
@@ -254,7 +250,6 @@ func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	return s, d, err
 }
 
-// allow decides for the keyed call k.
 func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
 	d, err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (funnel.Result, error) {
 		return lim.AllowN(cctx, k.sk, n, k.rules...)
@@ -304,7 +299,6 @@ func (g *Guard) RefundN(ctx context.Context, key string, n int64) error {
 	return g.refund(ctx, k, n)
 }
 
-// refund is RefundN for the keyed call k.
 func (g *Guard) refund(ctx context.Context, k keyed, n int64) error {
 	_, err := g.decide(ctx, func(cctx context.Context, lim *funnel.Limiter) (funnel.Result, error) {
 		return funnel.Result{}, lim.Refund(cctx, k.sk, n, k.rules...)
@@ -406,7 +400,6 @@ func (g *Guard) normalize(key string) (string, error) {
 	return nk, nil
 }
 
-// stored is the stored form of the valid, normalized key.
 func (g *Guard) stored(key string) string {
 	switch {
 	case len(g.cfg.Secret) > 0:

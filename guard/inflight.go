@@ -118,7 +118,6 @@ type flights struct {
 	n   map[string]int64
 }
 
-// enter counts one more call of key, unless max run already.
 func (f *flights) enter(key string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -129,7 +128,6 @@ func (f *flights) enter(key string) bool {
 	return true
 }
 
-// leave counts one call of key less.
 func (f *flights) leave(key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

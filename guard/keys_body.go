@@ -107,19 +107,16 @@ func scanObject(body []byte, field string) (val json.RawMessage, n int, exact bo
 	return val, n, exact, nil
 }
 
-// nextIs reports whether dec's next token is the delimiter d.
 func nextIs(dec *json.Decoder, d json.Delim) bool {
 	t, err := dec.Token()
 	return err == nil && t == d
 }
 
-// atEOF reports whether dec has nothing more but white space.
 func atEOF(dec *json.Decoder) bool {
 	_, err := dec.Token()
 	return err == io.EOF
 }
 
-// nextMember reads the name and the value of an object's next member.
 func nextMember(dec *json.Decoder) (string, json.RawMessage, bool) {
 	t, err := dec.Token()
 	name, ok := t.(string)
@@ -210,8 +207,6 @@ func formField(r *http.Request, name, what string, maxBytes int64) (string, erro
 	return single(vs[name], what)
 }
 
-// formValues parses body, urlencoded or multipart (with boundary), for the
-// values of the field name.
 func formValues(body []byte, multi bool, boundary, name string) (url.Values, error) {
 	if multi {
 		return multipartValues(body, boundary, name)
@@ -287,7 +282,6 @@ func bodyError(err error, limit int64) error {
 	return &RequestError{Fix: "the request body could not be read", Err: fmt.Errorf("guard: reading the body: %w", err)}
 }
 
-// tooLarge is the error err of a body longer than limit bytes.
 func tooLarge(limit int64, err error) error {
 	return &RequestError{Fix: fmt.Sprintf("the body must be at most %d bytes", limit), Err: err}
 }

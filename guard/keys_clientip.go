@@ -79,12 +79,10 @@ func (c ClientIPConfig) Addr(r *http.Request) (netip.Addr, error) {
 	return a, nil
 }
 
-// header is the canonical name of the forwarding header.
 func (c ClientIPConfig) header() string {
 	return cmp.Or(textproto.CanonicalMIMEHeaderKey(c.Header), "X-Forwarded-For")
 }
 
-// elements splits a line of the forwarding header into its hops.
 func (c ClientIPConfig) elements(line string) []string {
 	if c.header() == "Forwarded" {
 		return forwardedElements(line)

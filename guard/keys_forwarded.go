@@ -112,7 +112,6 @@ const (
 	alnum  = digits + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 )
 
-// only reports whether s is not empty and every byte of it is in chars.
 func only(s, chars string) bool {
 	for i := range len(s) {
 		if strings.IndexByte(chars, s[i]) < 0 {

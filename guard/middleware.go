@@ -46,7 +46,6 @@ func (g *Guard) Middleware(keyFunc KeyFunc, opts ...MiddlewareOption) func(http.
 	}
 }
 
-// guarded is the handler Middleware puts in front of next.
 type guarded struct {
 	g       *Guard
 	keyFunc KeyFunc
@@ -65,7 +64,6 @@ func (h *guarded) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// guard decides for r with Enter, and passes it on or answers it.
 func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
 	key, n, err := h.request(r)
 	if err != nil {
@@ -87,7 +85,6 @@ func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// request is the key of r and the units it costs.
 func (h *guarded) request(r *http.Request) (string, int64, error) {
 	key, err := h.keyFunc(r)
 	if err != nil {
@@ -107,7 +104,6 @@ type middlewareConfig struct {
 	failed func(http.ResponseWriter, *http.Request, Decision, error)
 }
 
-// units is what r costs: 1 without WithCost.
 func (mc *middlewareConfig) units(r *http.Request) (int64, error) {
 	if mc.cost == nil {
 		return 1, nil
@@ -155,7 +151,6 @@ func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, d Decision,
 	}
 }
 
-// decisionKey is the request context's key of the Decision.
 type decisionKey struct{}
 
 // FromContext returns the Decision Middleware made for the request whose
@@ -166,7 +161,6 @@ func FromContext(ctx context.Context) (Decision, bool) {
 	return d, ok
 }
 
-// deniedJSON is the default answer to a denial: 429 with Retry-After.
 func deniedJSON(w http.ResponseWriter, _ *http.Request, d Decision) {
 	retryJSON(w, http.StatusTooManyRequests, d, "too many requests")
 }
@@ -209,7 +203,6 @@ func errorJSON(w http.ResponseWriter, r *http.Request, d Decision, err error) {
 	writeJSON(w, http.StatusServiceUnavailable, body{Error: "request cancelled"})
 }
 
-// retryJSON answers status with msg and Retry-After: RetryAfterSeconds(d.RetryAfter).
 func retryJSON(w http.ResponseWriter, status int, d Decision, msg string) {
 	secs := RetryAfterSeconds(d.RetryAfter)
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))

@@ -16,7 +16,6 @@ import (
 // an Option is given must be fast and safe for concurrent use.
 type Option func(*config) error
 
-// set is an Option that cannot fail.
 func set(f func(*config)) Option {
 	return func(c *config) error { f(c); return nil }
 }

@@ -28,7 +28,6 @@ func (g *Guard) planOf(ctx context.Context, key string) (string, []funnel.Rule, 
 	return name, rules, nil
 }
 
-// checkPlan refuses a plan without a name or rules, or with a bad rule.
 func checkPlan(name string, rules []funnel.Rule) error {
 	if name == "" || len(rules) == 0 {
 		return fmt.Errorf("%w: plan %q: a plan has a name and at least one rule (the plan \"\" is WithRules')", ErrInvalidOption, name)
@@ -39,13 +38,12 @@ func checkPlan(name string, rules []funnel.Rule) error {
 	return nil
 }
 
-// sharing returns a copy of rules, each sharing the state "plan rule j",
-// j the least that no earlier rule of the same kind, period and zone took
-// (funnel keeps a shared state per name, kind, period and zone, and
-// Validate refuses two rules of one call in one state): the first rule of
+// sharing returns a copy of rules, each sharing the state "plan rule j", j
+// the least that no earlier rule of the same kind, period and zone took
+// (Validate refuses two rules of one call in one state): the first rule of
 // a kind and period in every plan shares one state, the second another,
-// whatever the order the plans list them in. A rule Validate refuses for
-// another reason keeps "plan rule i", and New reports it.
+// in whatever order the plans list them. A rule invalid otherwise keeps
+// "plan rule i", and New reports it.
 func sharing(rules []funnel.Rule) []funnel.Rule {
 	out := make([]funnel.Rule, len(rules))
 	for i, r := range rules {
