@@ -62,9 +62,8 @@ func (l *Locker) subscribe(ctx context.Context, name string) bool {
 	return true
 }
 
-// subscribe subscribes ps to ch, then closes ready (if not nil). The
-// SUBSCRIBE outlives ctx, bounded by unlockTimeout, since the Locker's other
-// waiters on ch count on it; the caller waits for it until ctx ends.
+// subscribe subscribes ps to ch, then closes ready. The SUBSCRIBE outlives
+// ctx (up to unlockTimeout): other waiters on ch count on it.
 func (sub *subscription) subscribe(ctx context.Context, ps *redis.PubSub, ch string, ready chan struct{}) {
 	done := make(chan struct{})
 	go func() {
@@ -127,7 +126,6 @@ func (l *Locker) dropChannelLocked(ch string) func() {
 	}
 }
 
-// listen wakes the head waiter of each name whose release is announced.
 func (l *Locker) listen(sub *subscription) {
 	defer close(sub.done)
 	for msg := range sub.ps.Channel() {

@@ -87,8 +87,8 @@ func (l *Locker) pipeWait(ctx context.Context, script *redis.Script, keys []stri
 	}
 }
 
-// runThenWait runs an acquire script on one connection of the master of
-// keys[0] and sends WAIT on it only when the lock was granted.
+// runThenWait runs an acquire script on one connection of keys[0]'s master,
+// then WAIT on it only if the lock was granted.
 func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (reply any, short, err error) {
 	a, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (acked, error) {
 		n, err := l.nodeOf(ctx, keys[0])

@@ -30,9 +30,8 @@ var (
 // recordTTL is how long a release's record lasts (record.lua).
 const recordTTL = 10 * time.Second
 
-// recordMS declares the record's lifetime and that of the name's record
-// key (three times as long), in ms as text: redis.call formats a number at a
-// cost.
+// recordMS declares the lifetimes of a record and of the name's record key
+// (three times as long), in ms as text.
 var recordMS = "local record_px, record_keep = '" + strconv.FormatInt(recordTTL.Milliseconds(), 10) + "', '" +
 	strconv.FormatInt(3*recordTTL.Milliseconds(), 10) + "'\n"
 
@@ -71,8 +70,7 @@ var (
 const plainCall = "local release_call = 'r' .. ARGV[2] .. '>' .. ARGV[3]\n"
 
 // releaseTail ends the plain release script: it records a release that took
-// place, and replies with the handles left alone when that says all (a
-// table costs more to send and read).
+// place, and replies with the handles left alone when that says all.
 const releaseTail = `local r = lock_part(KEYS, ARGV)
 if r[1] >= 0 and not r[4] then
   record(KEYS[2], KEYS[3], ARGV[6], ARGV[7], ARGV[8], ARGV[1], release_call, r[1], r[2], r[3])
@@ -83,8 +81,7 @@ end
 return r
 `
 
-// declinedReply leads a declined gate's reply. Small and positive: go-redis
-// boxes it without an allocation, unlike -1.
+// declinedReply leads a declined gate's reply.
 const declinedReply = 2
 
 // The number of KEYS and ARGV each of the lock's scripts takes, and the

@@ -46,9 +46,9 @@ const freeLen = headLen
 var valueBody string
 
 // layoutNames are value.lua's names for the layout, each followed by its
-// value as Lua source, put in at init (a literal costs a run nothing, a local
-// a VM instruction). Positions are 1-based, as string.sub takes them;
-// MARK_OFFSET is 0-based, for SETRANGE. No name is a prefix of another.
+// value as Lua source, put in at init as literals. Positions are 1-based, as
+// string.sub takes them; MARK_OFFSET is 0-based, for SETRANGE. No name is a
+// prefix of another.
 var layoutNames = []string{
 	"TOKEN_LEN", strconv.Itoa(tokenLen),
 	"MARK_AT", strconv.Itoa(markAt + 1),
@@ -100,8 +100,7 @@ var luaComment = regexp.MustCompile(`--[^\n]*`)
 func luaCode(src string) string { return luaComment.ReplaceAllString(src, "") }
 
 // withValue returns body preceded by the functions of value.lua that it
-// calls, directly or not, and no other: each one defined costs every run a
-// closure.
+// calls, directly or not, and no other (each one defined costs a closure).
 func withValue(body string) string {
 	used := make([]bool, len(valueFuncs))
 	callers := luaCode(body)
@@ -145,7 +144,7 @@ func checkName(name string) error {
 }
 
 // names are the keys and fresh value of one token's lock on one name, cut
-// from one string: one allocation per acquisition.
+// from one string.
 type names struct {
 	key   string // the lock: Key(name, "lock")
 	fkey  string // the fencing counter, Key(name, "fence"); "" without fencing
