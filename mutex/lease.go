@@ -79,8 +79,7 @@ func (l *life) expireLocked(o lifeOwner) bool {
 	return l.ended
 }
 
-// endedLocked returns the cause of s's handle once it has ended, else nil,
-// expiring o first.
+// endedLocked returns the cause of s's handle once it has ended, else nil.
 func (l *life) endedLocked(o lifeOwner, s *lifeSignal) error {
 	l.expireLocked(o)
 	return s.causeLocked()
@@ -229,7 +228,6 @@ func (s *lifeSignal) fireLocked(cause error) {
 	s.subs = nil
 }
 
-// A renewal is the goroutine that keeps a WithAutoRenew lease alive.
 type renewal struct {
 	stop    chan struct{} // closed to end the goroutine
 	stopped bool          // guarded by life.mu

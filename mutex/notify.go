@@ -15,8 +15,7 @@ type subscriber interface {
 }
 
 // A subscription is a Locker's one Pub/Sub connection, open only while some
-// name has waiters; its goroutine wakes the head waiter of a released name.
-// The maps are guarded by Locker.mu.
+// name has waiters. The maps are guarded by Locker.mu.
 type subscription struct {
 	ps    *redis.PubSub
 	names map[string]string                 // channel -> lock name
@@ -83,8 +82,7 @@ func (sub *subscription) subscribe(ctx context.Context, ps *redis.PubSub, ch str
 	}
 }
 
-// unsubscribeLocked stops listening for name; it returns what must run after
-// l.mu is released.
+// unsubscribeLocked returns what must run after l.mu is released.
 func (l *Locker) unsubscribeLocked(name string) func() {
 	sub := l.sub
 	if sub == nil {

@@ -57,7 +57,6 @@ type acked struct {
 	short error
 }
 
-// pipeWait sends script and WAIT in one pipeline on the master of keys[0].
 func (l *Locker) pipeWait(ctx context.Context, script *redis.Script, keys []string, args []any) (acked, error) {
 	start := time.Now()
 	for load := false; ; load = true {
@@ -120,7 +119,6 @@ func (l *Locker) waitCmd(ctx context.Context, d time.Duration) *redis.IntCmd {
 	return redis.NewIntCmd(ctx, "wait", l.acks, max(d.Milliseconds(), 1))
 }
 
-// short reads WAIT's reply: nil when enough replicas acknowledged.
 func (l *Locker) short(wait *redis.IntCmd) error {
 	got, err := wait.Result()
 	switch {

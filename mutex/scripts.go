@@ -64,9 +64,8 @@ var (
 	pttlScript    = redis.NewScript(pttlSrc)
 )
 
-// plainCall is the call of a plain release: "r", the handle id and the next
-// owner's token; with the record's token it needs no digest. unlock.lua
-// writes the same for the root handle ("r0>").
+// plainCall is a plain release's call in its record, as unlock.lua writes
+// it for the root ("r0>"); with the record's token it needs no digest.
 const plainCall = "local release_call = 'r' .. ARGV[2] .. '>' .. ARGV[3]\n"
 
 // releaseTail ends the plain release script: it records a release that took
@@ -84,9 +83,8 @@ return r
 // declinedReply leads a declined gate's reply.
 const declinedReply = 2
 
-// The number of KEYS and ARGV each of the lock's scripts takes, and the
-// position of the fencing TTL argument, without which the counter's key
-// (the last) is not passed.
+// The KEYS and ARGV counts of the lock's scripts; without the fencing TTL
+// argument the counter's key (the last) is not passed.
 const (
 	acquireKeys, acquireArgs = 2, 4
 	releaseKeys, releaseArgs = 4, 8
@@ -117,8 +115,7 @@ func ints(reply any, min int) ([3]int64, []any, error) {
 	return out, arr[min:], nil
 }
 
-// acquired reads an acquire script's reply: {1 or 0, lease or PTTL ms,
-// fence, [result]}, or {declinedReply, result...}.
+// acquired reads an acquire script's reply.
 func acquired(reply any) ([3]int64, any, error) {
 	if arr, ok := reply.([]any); ok && len(arr) > 0 && arr[0] == any(int64(declinedReply)) {
 		return [3]int64{declinedReply}, arr[1:], nil

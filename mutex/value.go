@@ -34,7 +34,6 @@ const (
 	rootID   = "0"
 )
 
-// rootIDs is the list of the root handle alone.
 const rootIDs = string(idSep) + rootID + string(idSep)
 
 // freeLen is the length of a fresh lock's value (putFreeValue).
@@ -71,8 +70,7 @@ var (
 	valueFuncs = luaFuncs(valueSrc)
 )
 
-// A luaFunc is one function of value.lua: its name, its source with its
-// comment, and a pattern of a call of it.
+// A luaFunc is one function of value.lua.
 type luaFunc struct {
 	name string
 	src  string
@@ -121,8 +119,7 @@ func withValue(body string) string {
 	return b.String()
 }
 
-// putFreeValue writes to v[:freeLen] a fresh lock's value for the token of
-// the random bits raw.
+// putFreeValue writes to v[:freeLen] a fresh lock's value for raw's token.
 func putFreeValue(v, raw []byte) {
 	hex.Encode(v[:tokenLen], raw)
 	v[markAt] = markFree
@@ -130,12 +127,10 @@ func putFreeValue(v, raw []byte) {
 
 func tokenOf[V ~string | ~[]byte](v V) V { return v[:tokenLen] }
 
-// heldBy reports whether v is the value of a lock that token holds.
 func heldBy(v, token string) bool {
 	return len(v) >= headLen && tokenOf(v) == token
 }
 
-// checkName refuses a name that cannot be locked: empty, or over MaxNameLen.
 func checkName(name string) error {
 	if name == "" || len(name) > MaxNameLen {
 		return fmt.Errorf("%w: name of %d bytes: want 1 to %d", ErrInvalid, len(name), MaxNameLen)
