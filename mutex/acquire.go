@@ -13,10 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TryLock makes one attempt to acquire the lock on name. It returns
-// ErrLocked when another owner holds it. If ctx carries this Locker's lock on
-// name (Lock.Context), TryLock re-enters it instead, returning a handle that
-// must be unlocked too, or ErrNotHeld if that lock has ended.
+// TryLock makes one attempt to acquire the lock on name, or returns
+// ErrLocked. If ctx carries this Locker's lock on name (Lock.Context), it
+// re-enters it instead: the new handle must be unlocked too (ErrNotHeld if
+// that lock has ended).
 func (l *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	lk, _, err := l.tryLock(ctx, name, nil, opts)
 	return lk, err
@@ -28,8 +28,6 @@ func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts .
 	return l.tryLock(ctx, name, &call, opts)
 }
 
-// tryLock is TryLock and TryLockWith: a re-entry through ctx, else one
-// attempt of a fresh token.
 func (l *Locker) tryLock(ctx context.Context, name string, call *Call, opts []Option) (*Lock, any, error) {
 	cfg, err := l.begin(ctx, name, call, opts)
 	if err != nil {
@@ -57,16 +55,14 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, 
 	return lk, err
 }
 
-// LockWith is Lock that runs call.Fragment with every attempt, and returns
-// the result read by the attempt that obtained the lock (or, after a local
-// hand-over, read under the lock right after). A gate (NewGate) that
-// declines ends the wait with ErrDeclined and the gate's result.
+// LockWith is Lock that runs call.Fragment with every attempt and returns
+// the winning attempt's result (after a local hand-over, run under the lock
+// right after). A gate that declines ends the wait with
+// ErrDeclined and the gate's result.
 func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...Option) (*Lock, any, error) {
 	return l.lock(ctx, name, &call, opts)
 }
 
-// lock is Lock and LockWith: a re-entry through ctx, else an attempt and
-// the queue.
 func (l *Locker) lock(ctx context.Context, name string, call *Call, opts []Option) (*Lock, any, error) {
 	cfg, err := l.begin(ctx, name, call, opts)
 	if err != nil {
@@ -85,8 +81,8 @@ func (l *Locker) lock(ctx context.Context, name string, call *Call, opts []Optio
 	return l.runHanded(ctx, name, o.lk, *call)
 }
 
-// firstThenWait makes Lock's uncontended attempt, which needs no queue and
-// on contention stands for the queue head's first (primed), then waits.
+// firstThenWait makes Lock's first attempt without a queue; on contention it
+// stands for the queue head's first (primed).
 func (l *Locker) firstThenWait(ctx context.Context, name string, cfg lockConfig, call *Call) outcome {
 	if call != nil || (l.nqueues.Load() != 0 && l.Waiters(name) != 0) {
 		return l.wait(ctx, name, cfg, call, false, -1)
@@ -103,8 +99,7 @@ func (l *Locker) firstThenWait(ctx context.Context, name string, cfg lockConfig,
 	return l.wait(ctx, name, cfg, nil, true, pttl)
 }
 
-// runHanded runs call's fragment for lk, handed over by a local holder
-// before the fragment ran for it.
+// runHanded runs call's fragment for lk, handed over locally without it.
 func (l *Locker) runHanded(ctx context.Context, name string, lk *Lock, call Call) (*Lock, any, error) {
 	res, err := lk.Run(ctx, call)
 	if errors.Is(err, ErrDeclined) {
@@ -120,7 +115,6 @@ func (l *Locker) runHanded(ctx context.Context, name string, lk *Lock, call Call
 	return lk, res, nil
 }
 
-// begin checks an acquisition's context, fragment (if call), name, options.
 func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Option) (lockConfig, error) {
 	if ctx == nil {
 		return lockConfig{}, ErrNilContext
@@ -168,8 +162,7 @@ const (
 	pollMarked                    // poll that also marks the held lock, so that its release publishes
 )
 
-// take makes one attempt under a fresh token or, as the retry-safety layer
-// decides (acquireSafely), a remembered one.
+// take makes one attempt under a fresh or remembered token (acquireSafely).
 func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
 	var value any
 	var start time.Time
@@ -206,8 +199,8 @@ type root struct {
 	lk Lock
 }
 
-// newRoot returns the root handle of a lock just obtained, held surely until
-// deadline; nobody else sees it yet, so it needs no locking (hold.add).
+// newRoot returns the root handle of a lock just obtained; nobody else sees
+// it yet, so it needs no locking.
 func newRoot(l *Locker, name string, n names, value any, fence int64, adopted bool, deadline time.Time) *Lock {
 	r := &root{h: hold{locker: l, name: name, names: n, valueArg: value, fence: fence, adopted: adopted}}
 	r.lk.hold = &r.h
@@ -217,8 +210,7 @@ func newRoot(l *Locker, name string, n names, value any, fence int64, adopted bo
 	return &r.lk
 }
 
-// takeOnce is take's round trip: a native SET when the mode and the client
-// allow one, else (or when Lock's first SET found the lock held) the script.
+// takeOnce is take's round trip: a native SET if allowed, else the script.
 func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any, cfg lockConfig, call *Call, mode attemptMode, start time.Time) ([3]int64, any, error) {
 	if call == nil && mode <= first {
 		r, native, err := l.takeFree(ctx, name, n, value, cfg, mode == first)
@@ -237,8 +229,6 @@ func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any,
 // reentering reports whether arg, acquire.lua's ARGV[2], is a handle id.
 func reentering(arg any) bool { return arg != argFresh && arg != argMark }
 
-// acquire runs the acquire script (or a fragment's), with WAIT when the
-// Locker asks replicas to acknowledge.
 func (single) acquire(ctx context.Context, l *Locker, name string, n *names, cfg lockConfig, call *Call, arg any, _ time.Time) ([3]int64, any, error) {
 	keys, args := scriptCall(call, n, false, n.token, arg, cfg.ttlMS, l.fenceMS)
 	reenter := reentering(arg)
@@ -268,18 +258,12 @@ type nativeSetter interface {
 	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
 }
 
-// takeFree makes an attempt as one native SET NX PX, acquire.lua's first
-// step, so the uncontended case costs Redis no script. It replies as the
-// script would, with an unknown lease (-1) on contention.
-//
-// A SET that go-redis repeated after a lost reply finds the lock held by its
-// own token: TryLock's SET has GET to tell; Lock's first (followed) does
-// without GET, whose nil reply costs go-redis allocations, and its caller
-// goes on with the script under the same token, which tells.
-//
-// It reports false and sends nothing until a script of this Locker has run
-// (a server that refuses scripts must hand out no lock it cannot release) or
-// when the server has no SET NX GET (Redis before 7.0).
+// takeFree makes an attempt as one native SET NX PX, replying as
+// acquire.lua would (lease -1 on contention). A repeated SET finds its own
+// token: TryLock's has GET to tell; Lock's (followed) goes on with the script
+// under the same token, which tells. It reports false and sends nothing until
+// a script of this Locker has run (a server that refuses scripts must hand
+// out no lock it cannot release), or without SET NX GET (Redis < 7.0).
 func (l *Locker) takeFree(ctx context.Context, name string, n *names, value any, cfg lockConfig, followed bool) ([3]int64, bool, error) {
 	if l.setNX == nil || !l.scripted.Load() || l.noSetGet.Load() {
 		return [3]int64{}, false, nil
@@ -295,8 +279,7 @@ func (l *Locker) takeFree(ctx context.Context, name string, n *names, value any,
 	return [3]int64{0, -1, 0}, true, err
 }
 
-// A freeSet is takeFree's SET NX PX of a free lock for token, with GET when
-// it must tell a repeat of its own SET (getOld).
+// A freeSet is takeFree's SET NX PX, with GET when getOld.
 type freeSet struct {
 	key, token string
 	value      any
@@ -304,7 +287,6 @@ type freeSet struct {
 	getOld     bool
 }
 
-// cmd sends the SET on c, or queues it on a pipeline.
 func (s freeSet) cmd(ctx context.Context, c nativeSetter) redis.Cmder {
 	if s.getOld {
 		return c.SetArgs(ctx, s.key, s.value, redis.SetArgs{Mode: "NX", TTL: s.ttl, Get: true})
@@ -324,7 +306,6 @@ func (s freeSet) took(c redis.Cmder) (bool, error) {
 	return err == nil && heldBy(old, s.token), err
 }
 
-// setFree sends s, batched (send.go) and bounded by ctx.
 func (l *Locker) setFree(ctx context.Context, name string, n *names, s freeSet) (bool, error) {
 	if l.batch.alone() {
 		took, err := l.setFreeAlone(ctx, name, n, s)
@@ -370,8 +351,7 @@ func (l *Locker) undoLateSet(h *hold, getOld bool) func(redis.Cmder, error) {
 	}
 }
 
-// ownerKey is the context key of the holds a context carries, as a chain
-// of owners (a zero-size key: looking it up allocates nothing).
+// ownerKey is the context key of the chain of holds a context carries.
 type ownerKey struct{}
 
 type owner struct {

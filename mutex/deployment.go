@@ -5,9 +5,8 @@ import (
 	"time"
 )
 
-// A deployment is where a Locker keeps its locks: one Redis (single, New) or
-// a quorum of masters (*quorum, NewQuorum), chosen once by the constructor so
-// that no other code asks which it is.
+// A deployment is where a Locker keeps its locks: one Redis (single) or a
+// quorum (*quorum), chosen by the constructor so no other code asks.
 type deployment interface {
 	nodeCount() int
 	// unsupported returns an error matching ErrUnsupported for what
@@ -35,8 +34,7 @@ func (single) unsupported(string) error { return nil }
 
 func (single) semaphores(int64) (semDeployment, error) { return single{}, nil }
 
-// unsupported is the deployment's (nil for a nil Locker, whose calls fail
-// on their own).
+// unsupported is nil for a nil Locker, whose calls fail on their own.
 func (l *Locker) unsupported(what string) error {
 	if l == nil {
 		return nil

@@ -45,9 +45,8 @@ func newFragment(src string, gate bool) *Fragment {
 }
 
 // The wrappers below run a fragment inside one of the lock's scripts. The
-// lock's keys and arguments come last in KEYS and ARGV and are taken off
-// into locals, so no table is built or shifted for the fragment: a declined
-// gate costs little more than the fragment's own work.
+// lock's keys and arguments come last in KEYS and ARGV and are cut into
+// locals, so no table is built or shifted for the fragment.
 
 func lockPart(lockSrc string) string {
 	return "local function lock_part(KEYS, ARGV)\n" + lockSrc + "\nend\n"
@@ -71,8 +70,7 @@ func cutTail(t string, n int) string {
 	return b.String()
 }
 
-// cutLockKeys is cutTail of n lock keys, plus the fencing counter's when
-// fence (the local of its TTL argument) is not "0".
+// cutLockKeys is cutTail of n lock keys, and of the fencing counter's.
 func cutLockKeys(n int, fence string) string {
 	var b strings.Builder
 	b.WriteString("local n_KEYS = #KEYS\n")
@@ -86,8 +84,7 @@ func cutLockKeys(n int, fence string) string {
 	return b.String()
 }
 
-// putFront writes cutTail's locals to the first n slots of t, for the
-// lock's part once the fragment is done.
+// putFront writes cutTail's locals back to the first n slots of t.
 func putFront(t string, n int) string {
 	var b strings.Builder
 	for i := 1; i <= n; i++ {
@@ -181,8 +178,6 @@ type Call struct {
 	Args     []any
 }
 
-// acquireOf is the acquire script that runs call's fragment, or the plain
-// one for a nil call.
 func acquireOf(call *Call) *redis.Script {
 	if call == nil {
 		return acquireScript

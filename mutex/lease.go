@@ -8,11 +8,9 @@ import (
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
 )
 
-// A life is a lease as this process knows it, behind a lock's hold and a
-// Permit: a conservative end of the lease on the client's monotonic clock,
-// so that Done, Context and Deadline report a lease that passed; it ends
-// once. Its timer runs only while someone watches or renewal runs. mu
-// guards the life and its owner's state.
+// A life is a hold's or Permit's lease as this process knows it: a
+// conservative end on the client's monotonic clock. It ends once; its timer
+// runs only while watched or renewed. mu guards it and its owner's state.
 type life struct {
 	mu       sync.Mutex
 	deadline time.Time   // the lease surely lasts until then (if not deleted)
@@ -34,8 +32,7 @@ func drift(lease time.Duration) time.Duration {
 	return lease/100 + 2*time.Millisecond
 }
 
-// leaseEnd is the end, on the local clock, of a lease of lease set by a
-// script sent at start, less the drift margin.
+// leaseEnd is the local end of a lease set by a script sent at start.
 func leaseEnd(start time.Time, lease time.Duration) time.Time {
 	return start.Add(lease - drift(lease))
 }
@@ -58,8 +55,7 @@ func (l *life) setDeadline(d time.Time) {
 	}
 }
 
-// finishLocked ends the life and stops its timer and renewal; false when
-// it had ended already.
+// finishLocked ends the life; false when it had ended already.
 func (l *life) finishLocked() bool {
 	if l.ended {
 		return false
@@ -75,8 +71,7 @@ func (l *life) finishLocked() bool {
 }
 
 // expireLocked ends o as lost if its lease has passed, without waiting for
-// the timer (late on a loaded machine, or not running); it reports whether
-// the life has ended.
+// the timer, which may be late or stopped; it reports whether it has ended.
 func (l *life) expireLocked(o lifeOwner) bool {
 	if !l.ended && !time.Now().Before(l.deadline) {
 		o.endLocked(lost)
@@ -84,8 +79,7 @@ func (l *life) expireLocked(o lifeOwner) bool {
 	return l.ended
 }
 
-// endedLocked returns the cause of s's handle once it has ended, else nil,
-// expiring o first.
+// endedLocked returns the cause of s's handle once it has ended, else nil.
 func (l *life) endedLocked(o lifeOwner, s *lifeSignal) error {
 	l.expireLocked(o)
 	return s.causeLocked()
@@ -141,7 +135,6 @@ func (l *life) leaseDeadline(o lifeOwner, s *lifeSignal) (time.Time, bool) {
 	return l.deadline, ok
 }
 
-// startRenew starts renewing o's lease of lease every lease/3, once.
 func (l *life) startRenew(o lifeOwner, lease time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -154,7 +147,6 @@ func (l *life) startRenew(o lifeOwner, lease time.Duration) {
 	go renewLoop(o, r, lease)
 }
 
-// stopRenew stops the renewal and waits until none runs.
 func (l *life) stopRenew() {
 	l.mu.Lock()
 	r := l.renew
@@ -167,10 +159,9 @@ func (l *life) stopRenew() {
 	}
 }
 
-// A lifeSignal is a handle's phase, Done's channel and Context's contexts.
-// The call that ends the handle fires it, so all are closed or cancelled
-// before that call returns (a context.AfterFunc would do it later). Its
-// methods run under the mutex of the handle's life.
+// A lifeSignal is a handle's phase, Done's channel and Context's contexts,
+// fired by the call that ends the handle before it returns (an AfterFunc
+// would be later). Guarded by the life's mu.
 type lifeSignal struct {
 	phase  phase
 	ctx    context.Context // Done's; made on first use
@@ -194,7 +185,6 @@ func (s *lifeSignal) causeLocked() error {
 	return nil
 }
 
-// doneLocked returns Done's channel; ended is the cause if it has ended.
 func (s *lifeSignal) doneLocked(ended error) <-chan struct{} {
 	if s.ctx == nil {
 		s.ctx, s.cancel = context.WithCancelCause(context.Background())
@@ -238,7 +228,6 @@ func (s *lifeSignal) fireLocked(cause error) {
 	s.subs = nil
 }
 
-// A renewal is the goroutine that keeps a WithAutoRenew lease alive.
 type renewal struct {
 	stop    chan struct{} // closed to end the goroutine
 	stopped bool          // guarded by life.mu
@@ -270,7 +259,6 @@ func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (bool, error)
 	return held, err
 }
 
-// renewLoop extends x's lease every lease/3 until r is stopped or x is lost.
 func renewLoop(x renewer, r *renewal, lease time.Duration) {
 	defer close(r.done)
 	period := max(lease/3, time.Millisecond)

@@ -9,11 +9,9 @@ import (
 	"time"
 )
 
-// Run runs call.Fragment while this handle holds the lock, without
-// releasing it, and returns its result. It returns ErrNotHeld (not run) when
-// the handle no longer holds the lock, and ErrDeclined with the result when
-// a gate declined. go-redis may repeat a run whose reply was lost, so give
-// Run reads, or writes that can run twice.
+// Run runs call.Fragment while this handle holds the lock and returns its
+// result, or ErrNotHeld (not run), or ErrDeclined with a gate's result. A run
+// may be repeated after a lost reply: give it reads or idempotent writes.
 func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	if ctx == nil {
 		return nil, ErrNilContext
@@ -113,8 +111,6 @@ func (single) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-// extend sets the lease of h's handle id ("" for any handle: renewal) in
-// the Locker's Redis. It reports false when the lock is no longer held.
 func (single) extend(ctx context.Context, h *hold, id string, lease time.Duration, _ time.Time) (bool, error) {
 	reply, short, err := h.locker.runAcked(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, nil)
 	if err != nil {
@@ -127,9 +123,8 @@ func (single) extend(ctx context.Context, h *hold, id string, lease time.Duratio
 	return n == 1, err
 }
 
-// A phase is where a handle is in its life; only held and releasing are
-// open. It changes under its hold's mu, so racing calls on one handle are
-// decided by one transition (PROTOCOL.md, "A handle is a state machine").
+// A phase is where a handle is in its life, changed under its hold's mu
+// (PROTOCOL.md, "A handle is a state machine").
 type phase uint8
 
 const (
@@ -185,10 +180,9 @@ func (lk *Lock) Token() string {
 	return lk.hold.token
 }
 
-// use marks the start of a call that acts for lk in Redis without ending it
-// (Extend, Run, TTL), or returns ErrNotHeld. While it runs the hold is busy:
-// its release is never a local hand-over, which would keep the token, so the
-// call cannot act for the waiter's lock. Each use is ended by hold.exit.
+// use marks the hold busy for a call that acts for lk in Redis (Extend, Run,
+// TTL) until hold.exit: a busy hold is never handed over locally, which keeps
+// the token, so the call cannot act for the waiter's lock.
 func (lk *Lock) use() error {
 	if lk == nil {
 		return ErrNotHeld
@@ -203,8 +197,7 @@ func (lk *Lock) use() error {
 	return nil
 }
 
-// beginRelease moves lk from held to releasing, deciding which of racing
-// releases runs.
+// beginRelease moves lk from held to releasing: one of racing releases wins.
 func (lk *Lock) beginRelease() (again *unsure, last, renews bool, err error) {
 	h := lk.hold
 	h.mu.Lock()
@@ -217,7 +210,6 @@ func (lk *Lock) beginRelease() (again *unsure, last, renews bool, err error) {
 	return lk.unsure, last, h.renew != nil, nil
 }
 
-// abortRelease moves lk back to held after a failed release.
 func (lk *Lock) abortRelease() {
 	lk.hold.mu.Lock()
 	defer lk.hold.mu.Unlock()
@@ -228,10 +220,9 @@ func (lk *Lock) abortRelease() {
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// Done returns a channel closed when this handle ends: by Unlock, before
-// it returns, or when the lock is lost (its lease passed on the client's
-// clock, or Redis reported it gone). In a process paused past the lease the
-// channel closes only after it resumes: check Deadline right before acting.
+// Done returns a channel closed when this handle ends: by Unlock, before it
+// returns, or when the lock is lost (lease passed, or gone in Redis). After a pause past the lease it closes only once the
+// process resumes: check Deadline right before acting.
 func (lk *Lock) Done() <-chan struct{} {
 	if lk == nil {
 		return closedChan
@@ -284,8 +275,7 @@ func newHold(l *Locker, name string, n names) *hold {
 	return &hold{locker: l, name: name, names: n, valueArg: n.value}
 }
 
-// lockKeys appends a lock script's keys: the lock's, the release records'
-// (if release) and the fencing counter's (with fencing).
+// lockKeys appends a lock script's keys.
 func lockKeys(keys []string, n *names, release bool) []string {
 	keys = append(keys, n.key)
 	if release {
@@ -297,7 +287,7 @@ func lockKeys(keys []string, n *names, release bool) []string {
 	return keys
 }
 
-// add records a handle obtained by a script sent at start with lease left.
+// add records a handle obtained by a script sent at start.
 func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -316,9 +306,8 @@ func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 }
 
 // passOn hands the lock from its last handle lk to a local waiter without a
-// round trip, on the same token and lease, while the lease surely lasts 90%
-// of the waiter's own. It returns nil otherwise, or when the hold is busy
-// (see Lock.use).
+// round trip, on the same token and lease, or returns nil when it may not
+// (PROTOCOL.md, "Contention"; Lock.use).
 func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 	h.mu.Lock()
 	if h.ended || h.busy > 0 || len(h.handles) != 1 || h.handles[0] != lk || time.Until(h.deadline) < cfg.ttl-cfg.ttl/10 {
@@ -338,8 +327,7 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 	return nlk
 }
 
-// enter marks the start of a re-entry of the hold (see Lock.use), or
-// returns ErrNotHeld.
+// enter marks the hold busy for a re-entry (Lock.use), or returns ErrNotHeld.
 func (h *hold) enter() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -396,7 +384,6 @@ func (h *hold) lose() {
 	h.endLocked(lost)
 }
 
-// endLocked ends the hold and every open handle in phase p.
 func (h *hold) endLocked(p phase) {
 	if !h.finishLocked() {
 		return

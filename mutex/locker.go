@@ -32,13 +32,8 @@ const (
 // A Locker hands out locks on names, kept in one Redis deployment (a server,
 // a failover group or a cluster) or, from NewQuorum, on a quorum of them.
 // Use New; the zero value is not usable. A Locker is safe for concurrent use
-// and has no Close: share one among the goroutines of a process.
-//
-// Goroutines of one Locker waiting for a name queue in FIFO order, and an
-// Unlock passes the lock to the next, often without a round trip
-// (PROTOCOL.md, "Contention"). Such a hand-over trusts the lease Redis
-// confirmed to the chain's first holder and does not notice a lock deleted
-// behind its back (a FLUSHALL); WithFencing turns it off.
+// and has no Close: share one per process. Its waiters for a name queue in
+// FIFO order (PROTOCOL.md, "Contention").
 type Locker struct {
 	client   Client
 	prefix   string
@@ -49,14 +44,12 @@ type Locker struct {
 	dep      deployment    // single (New) or *quorum (NewQuorum)
 	defaults lockConfig    // an acquisition's without options, made once (box)
 	fenceMS  any           // fenceTTL in ms, boxed once for the scripts
-	// setNX takes a free lock natively (takeFree); nil when the client has
-	// none or the Locker needs the script (fencing, replica acks, a quorum).
+	// setNX is nil when the Locker needs the script (takeFree).
 	setNX              nativeSetter
 	scripted, noSetGet atomic.Bool
 	releases           *releases // numbers releases for their records (retrysafety.go)
-	// honours: the client bounds commands by their context's deadline
-	// (ContextTimeoutEnabled), so an unknown outcome is remembered, not
-	// undone late (retrysafety.go).
+	// honours: the client bounds commands by ctx's deadline, so an unknown
+	// outcome is remembered, not undone late (retrysafety.go).
 	honours    bool
 	runner     ctxcall.Runner
 	dial       outage.Dial // the client's dialer (nil: not a *redis.Client), for releaseOrphan
@@ -68,8 +61,7 @@ type Locker struct {
 
 	mu     sync.Mutex
 	queues map[string]*queue // waiters by name
-	// nqueues is len(queues), written under mu: the uncontended path skips
-	// mu and the map.
+	// nqueues is len(queues), read without mu on the uncontended path.
 	nqueues atomic.Int64
 	sub     *subscription // release notifications; nil while nobody waits
 
@@ -95,9 +87,7 @@ func New(client Client, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
-// wire picks how the Locker talks to its client: a native SET NX for free
-// locks (not with fencing or WithReplicaAck, whose WAIT follows the script),
-// deadlines by the client or ctxcall, pipelines for overlapping calls.
+// wire picks how the Locker talks to its client.
 func (l *Locker) wire() {
 	l.honours = ctxcall.Honours(l.client)
 	l.runner = ctxcall.NewRunner(l.client)
@@ -114,9 +104,7 @@ func (l *Locker) wire() {
 }
 
 // Key returns <prefix>{<name>}:<kind>, a key in the lock's cluster slot for
-// data a Fragment uses under the lock. A kind the Locker writes itself
-// (PROTOCOL.md, "Keys"), an empty kind or a bad name is refused with
-// ErrInvalid.
+// a Fragment's data. A reserved or empty kind or a bad name is ErrInvalid.
 func (l *Locker) Key(name, kind string) (string, error) {
 	if err := checkName(name); err != nil {
 		return "", err
@@ -164,10 +152,8 @@ var (
 )
 
 // Eval runs script, which takes no lock, as the Locker sends its own
-// commands: beside them in one pipeline when calls overlap, returning by
-// ctx's end on any client (a reply after that is dropped). For a caller's
-// script on the keys of its locks, such as one that checks a lock is free
-// (LockKey) and writes what the lock guards in the same script.
+// commands, returning by ctx's end on any client. For a caller's script on
+// its locks' keys, such as one that checks a lock is free (LockKey).
 func (l *Locker) Eval(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	switch {
 	case ctx == nil:

@@ -15,8 +15,7 @@ type subscriber interface {
 }
 
 // A subscription is a Locker's one Pub/Sub connection, open only while some
-// name has waiters; its goroutine wakes the head waiter of a released name.
-// The maps are guarded by Locker.mu.
+// name has waiters. The maps are guarded by Locker.mu.
 type subscription struct {
 	ps    *redis.PubSub
 	names map[string]string                 // channel -> lock name
@@ -62,9 +61,8 @@ func (l *Locker) subscribe(ctx context.Context, name string) bool {
 	return true
 }
 
-// subscribe subscribes ps to ch, then closes ready (if not nil). The
-// SUBSCRIBE outlives ctx, bounded by unlockTimeout, since the Locker's other
-// waiters on ch count on it; the caller waits for it until ctx ends.
+// subscribe subscribes ps to ch, then closes ready. The SUBSCRIBE outlives
+// ctx (up to unlockTimeout): other waiters on ch count on it.
 func (sub *subscription) subscribe(ctx context.Context, ps *redis.PubSub, ch string, ready chan struct{}) {
 	done := make(chan struct{})
 	go func() {
@@ -84,8 +82,7 @@ func (sub *subscription) subscribe(ctx context.Context, ps *redis.PubSub, ch str
 	}
 }
 
-// unsubscribeLocked stops listening for name; it returns what must run after
-// l.mu is released.
+// unsubscribeLocked returns what must run after l.mu is released.
 func (l *Locker) unsubscribeLocked(name string) func() {
 	sub := l.sub
 	if sub == nil {
@@ -127,7 +124,6 @@ func (l *Locker) dropChannelLocked(ch string) func() {
 	}
 }
 
-// listen wakes the head waiter of each name whose release is announced.
 func (l *Locker) listen(sub *subscription) {
 	defer close(sub.done)
 	for msg := range sub.ps.Channel() {

@@ -8,10 +8,9 @@ import (
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 )
 
-// An Option configures a Locker (New, NewQuorum) or one acquisition (the
-// lock and Semaphore calls); each option's doc says where it applies. Given
-// elsewhere, or with a bad value, it makes the call fail with ErrInvalid.
-// The zero Option changes nothing.
+// An Option configures a Locker (New, NewQuorum) or one acquisition; each
+// option's doc says where it applies. Given elsewhere, or with a bad value,
+// it fails the call with ErrInvalid. The zero Option changes nothing.
 type Option struct{ o *option }
 
 type option struct {
@@ -32,7 +31,6 @@ const (
 	inLocker = inNew | inQuorum
 )
 
-// String names the call an option was given to, for errors.
 func (p place) String() string {
 	switch p {
 	case inNew:
@@ -60,8 +58,7 @@ func (o *option) check(at place) error {
 	return nil
 }
 
-// newLocker returns a Locker on client with opts, kept on q (NewQuorum) or,
-// for a nil q, on one Redis (New).
+// newLocker returns a Locker on client, kept on q (nil: one Redis).
 func newLocker(client Client, q *quorum, opts []Option) (*Locker, error) {
 	l := &Locker{client: client, dep: single{}, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, notify: true, releases: newReleases()}
 	at := inNew
@@ -83,9 +80,8 @@ func newLocker(client Client, q *quorum, opts []Option) (*Locker, error) {
 	return l, nil
 }
 
-// options is the configuration of an acquisition given opts, which are
-// not none (without options it is l.defaults); the last bad one is the
-// call's error.
+// options is an acquisition's configuration given opts (none: l.defaults);
+// the last bad one is the error.
 func (l *Locker) options(opts []Option) (cfg lockConfig, err error) {
 	cfg = l.defaults
 	for _, o := range opts {
@@ -114,8 +110,7 @@ func checkDuration(what string, d time.Duration) error {
 	return nil
 }
 
-// setting returns the option name of the constructors in where, which set
-// applies; err is a bad value's.
+// setting returns a constructor option; err is a bad value's.
 func setting(name string, where place, err error, set func(*Locker, *quorum)) Option {
 	return Option{&option{name: name, where: where, err: err, setup: set}}
 }
@@ -152,8 +147,7 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithoutNotifications turns off release notifications over Pub/Sub, which
-// only wake a waiting Lock before its next poll. An option of New and
-// NewQuorum.
+// only wake a waiting Lock early. An option of New and NewQuorum.
 func WithoutNotifications() Option {
 	return setting("WithoutNotifications", inLocker, nil, func(l *Locker, _ *quorum) { l.notify = false })
 }
@@ -204,17 +198,16 @@ func WithRejoinDelay(d time.Duration) Option {
 	return quorumOption("WithRejoinDelay", "rejoin delay", d, func(q *quorum) { q.rejoin = d })
 }
 
-// WithAutoRenew extends the lease every lease/3 until Unlock; a lock that
-// renewal finds taken, or cannot renew in time, is lost (Done, Context).
-// An option of an acquisition.
+// WithAutoRenew keeps extending the lease until Unlock; a lock that renewal
+// finds taken, or cannot renew in time, is lost (Done, Context). An option of
+// an acquisition.
 func WithAutoRenew() Option { return autoRenew }
 
 var autoRenew = Option{&option{name: "WithAutoRenew", where: inCall, call: lockConfig{renew: true}}}
 
 // WithAckAtRelease makes an acquisition wait for no replica: the UnlockWith
-// that ends the hold waits for them and covers the acquisition too. For
-// holds whose only effect is the fragment written at release. An option of
-// an acquisition.
+// that ends the hold waits and covers it too (PROTOCOL.md, "Replicas"). An
+// option of an acquisition.
 func WithAckAtRelease() Option { return ackAtRelease }
 
 var ackAtRelease = Option{&option{name: "WithAckAtRelease", where: inCall, call: lockConfig{ackLater: true}}}

@@ -7,9 +7,8 @@ import (
 	"time"
 )
 
-// maxChain is how many times in a row a lock passes between goroutines of one
-// Locker before the next hand-over yields to waiters of other Lockers that
-// marked it (PROTOCOL.md, "Contention").
+// maxChain bounds hand-overs in a row within a Locker (PROTOCOL.md,
+// "Contention").
 const maxChain = 16
 
 // A passing is how a releaser hands the lock to a local waiter.
@@ -32,18 +31,15 @@ type waiter struct {
 	cfg  lockConfig
 	wake chan struct{} // "try now": became head, release announced, hand-over failed
 	got  chan *Lock    // a lock handed over; sent once, after removal from the queue
-	// handing: a releaser is handing this waiter the lock, and it may not
-	// leave before it learns the outcome.
+	// handing: a releaser is handing this waiter the lock; it may not leave.
 	handing bool
 	delay   bool  // became head because its predecessor got the lock
 	fail    error // ends the wait: another waiter found Redis unreachable
-	// yieldTill is when the head may poll again after a hand-over to it
-	// yielded to another Locker's waiter: wake-ups before it do not count.
+	// yieldTill: after a yielded hand-over, wake-ups before it do not count.
 	yieldTill time.Time
-	// gated waiters run a gate with each attempt; recheck asks one to try
-	// although not the head, because a gate of the name just declined;
-	// rechecked bounds that to once per waiter, so data flipping between
-	// "yes" and "no" cannot set off a storm of attempts.
+	// recheck asks a gated waiter to try although not the head (declined);
+	// rechecked bounds that to once per waiter, so a flipping gate cannot
+	// set off a storm of attempts.
 	gated, recheck, rechecked bool
 }
 
@@ -55,7 +51,7 @@ func signal(ch chan struct{}) {
 }
 
 // Waiters returns how many Lock and LockWith calls of this Locker wait for
-// name now, for metrics or tests.
+// name now.
 func (l *Locker) Waiters(name string) int {
 	if l == nil {
 		return 0
@@ -68,9 +64,8 @@ func (l *Locker) Waiters(name string) int {
 	return 0
 }
 
-// wait is Lock without re-entry: queue up, and poll Redis while at the head.
-// primed: the caller's attempt just found the lock held with pttl left, and
-// stands for the head's first attempt.
+// wait queues up and polls Redis while at the head; primed: the caller's
+// attempt found the lock held with pttl left and stands for the first.
 func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Call, primed bool, pttl time.Duration) outcome {
 	s := waitState{l: l, name: name, cfg: cfg, call: call, primed: primed, pttl: pttl}
 	s.w = l.enqueue(name, cfg, call)
@@ -137,8 +132,7 @@ func (l *Locker) enqueue(name string, cfg lockConfig, call *Call) *waiter {
 	return w
 }
 
-// step decides what the waiter does on its turn t: hold off, listen, or
-// make an attempt. It returns the pause before the next turn, or the outcome.
+// step decides what the waiter does on its turn: hold off, listen, or try.
 func (s *waitState) step(ctx context.Context, t turn) (pause time.Duration, o outcome, end bool) {
 	primed := s.primed
 	s.primed = false // the caller's attempt stands for the first turn only
@@ -158,9 +152,8 @@ func (s *waitState) step(ctx context.Context, t turn) (pause time.Duration, o ou
 	return noTick, o, false
 }
 
-// listen subscribes to the name's releases if it can, and then asks for one
+// listen subscribes to the name's releases if it can, then asks for one
 // more attempt at once: a release before the subscription went unheard.
-// Otherwise it is the pause before the next attempt.
 func (s *waitState) listen(ctx context.Context, pttl time.Duration) time.Duration {
 	if s.l.subscribe(ctx, s.name) {
 		return atOnce
@@ -260,9 +253,8 @@ func (l *Locker) headOf(name string, w *waiter) turn {
 	return t
 }
 
-// declined wakes every gated waiter of name for one attempt of its own, once
-// per waiter: a gate just declined, likely for them too, and each learns it
-// in parallel instead of one after another down the queue.
+// declined wakes every gated waiter of name for one attempt of its own: a
+// gate just declined, likely for them too, and each learns it in parallel.
 func (l *Locker) declined(name string) {
 	l.eachWaiter(name, func(w *waiter) {
 		if w.gated && !w.rechecked {
@@ -282,8 +274,8 @@ func (l *Locker) eachWaiter(name string, f func(*waiter)) {
 	}
 }
 
-// failWaiters ends the wait of every waiter of name but from with err, Redis
-// being unreachable; a waiter being handed the lock is left to it.
+// failWaiters ends the wait of every waiter of name but from with err (an
+// unreachable Redis), except one being handed the lock.
 func (l *Locker) failWaiters(name string, from *waiter, err error) {
 	l.eachWaiter(name, func(w *waiter) {
 		if w != from && !w.handing && w.fail == nil {
@@ -293,9 +285,8 @@ func (l *Locker) failWaiters(name string, from *waiter, err error) {
 	})
 }
 
-// leave takes w out of its queue and returns o. A lock handed to w meanwhile
-// is never left behind: it is returned when w had no lock and no error, else
-// dropped (passed on to the next waiter).
+// leave takes w out of its queue and returns o; a lock handed to w meanwhile
+// is returned, or dropped when w has a lock or an error.
 func (l *Locker) leave(ctx context.Context, name string, w *waiter, o outcome) outcome {
 	l.mu.Lock()
 	for w.handing {
@@ -345,10 +336,9 @@ func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
 	return func() {}
 }
 
-// nextWaiter picks the waiter a releasing holder of name hands the lock to,
-// and how, or nil to release it to all comers. After maxChain hand-overs the
-// next one is passUnlessMarked if mayYield (a fragment's release cannot
-// yield: its reply is the fragment's), else none.
+// nextWaiter picks the waiter a releasing holder hands the lock to, and how,
+// or nil. After maxChain hand-overs it is passUnlessMarked if mayYield (a
+// fragment's release cannot yield: its reply is the fragment's), else nil.
 func (l *Locker) nextWaiter(name string, mayYield bool) (*waiter, passing) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -385,8 +375,8 @@ func (l *Locker) handedOver(name string, w *waiter, lk *Lock) {
 	signal(w.wake)
 }
 
-// yielded completes a hand-over that yielded to waiters of other Lockers: w
-// holds off a retry interval, so that the other Locker's waiter gets its turn.
+// yielded makes w hold off a retry interval, so that the other Locker's
+// waiter gets its turn.
 func (l *Locker) yielded(w *waiter) {
 	l.mu.Lock()
 	w.handing, w.yieldTill = false, time.Now().Add(l.nextWait(-1))

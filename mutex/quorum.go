@@ -24,8 +24,7 @@ const (
 	DefaultNodeTimeout = 50 * time.Millisecond
 )
 
-// A quorum is the set of independent masters a Redlock-style Locker keeps
-// every lock on.
+// A quorum is the set of masters a Redlock-style Locker keeps locks on.
 type quorum struct {
 	nodes   []Client
 	need    int           // len(nodes)/2 + 1
@@ -56,8 +55,8 @@ type nodeReply struct {
 	err   error
 }
 
-// fan runs script on every node in parallel, each bounded by the node
-// timeout, and returns the replies in node order. Errors name their node.
+// fan runs script on every node in parallel, within the node timeout, and
+// returns the replies in node order.
 func (q *quorum) fan(ctx context.Context, script *redis.Script, keys []string, args []any) []nodeReply {
 	out := make([]nodeReply, len(q.nodes))
 	var wg sync.WaitGroup
@@ -86,8 +85,7 @@ func noQuorum(what string, errs []error) error {
 	return errors.Join(append([]error{fmt.Errorf("%w: %s", ErrNoQuorum, what)}, errs...)...)
 }
 
-// acquire runs the acquire script on every node and returns the reply one
-// Redis would have given, or ErrNoQuorum joined with the nodes' errors.
+// acquire returns the reply one Redis would have given, or ErrNoQuorum.
 func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg lockConfig, _ *Call, arg any, start time.Time) ([3]int64, any, error) {
 	if arg == argMark {
 		arg = argFresh // a quorum's releases neither publish nor yield: a mark serves nothing
@@ -109,14 +107,13 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg
 	return [3]int64{0, v.wait, 0}, nil, nil
 }
 
-// undo releases handle id of n's token on every node.
 func (q *quorum) undo(ctx context.Context, n *names, id any) {
 	keys, args := releaseCall(n, id, 0, noStamp)
 	q.fan(context.WithoutCancel(ctx), releaseScript, keys, args)
 }
 
 // release closes r's handle on every node; the hold ends when no node
-// reports a handle left open.
+// reports a handle left.
 func (q *quorum) release(ctx context.Context, r *release) (any, error) {
 	h := r.h
 	keys, args := releaseCall(&h.names, argID(r.lk.id), 0, noStamp)
@@ -163,8 +160,7 @@ func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	return time.Duration(v.nth(q.need)) * time.Millisecond, nil
 }
 
-// semaphores keeps a semaphore on SemaphoreQuorum's nodes, but not with a
-// rejoin gate, which the semaphore's scripts do not run.
+// semaphores refuses a rejoin gate, which the semaphore's scripts do not run.
 func (q *quorum) semaphores(size int64) (semDeployment, error) {
 	if q.up != nil {
 		return nil, fmt.Errorf("%w: a semaphore on a quorum WithRejoinDelay (its scripts do not run the rejoin gate)", ErrUnsupported)
@@ -174,14 +170,11 @@ func (q *quorum) semaphores(size int64) (semDeployment, error) {
 }
 
 // NewQuorum returns a Locker that keeps each lock on a majority of N
-// independent Redis masters (Redlock), surviving the loss of a minority. An
-// acquisition that no majority grants in time returns ErrLocked, or
-// ErrNoQuorum when too many nodes failed. Fragments get ErrUnsupported.
-//
-// The clients must be distinct masters, at least MinQuorumNodes, with
-// ContextTimeoutEnabled; anything else, or a bad option, is an error matching
-// ErrInvalid. Run the masters with appendfsync always, or use
-// WithRejoinDelay (PROTOCOL.md, "Quorum").
+// independent Redis masters (Redlock). An acquisition that no majority grants
+// in time returns ErrLocked, or ErrNoQuorum when too many nodes failed;
+// Fragments get ErrUnsupported. The clients must be at least MinQuorumNodes
+// distinct masters with ContextTimeoutEnabled, else ErrInvalid. Run them with
+// appendfsync always, or use WithRejoinDelay (PROTOCOL.md, "Quorum").
 func NewQuorum(clients []Client, opts ...Option) (*Locker, error) {
 	if err := checkNodes(clients); err != nil {
 		return nil, err
@@ -227,8 +220,7 @@ func checkNode(clients []Client, i int, c Client) error {
 	return nil
 }
 
-// votes are the nodes' answers to one call of a quorum (a lock's or a
-// semaphore's).
+// votes are the nodes' answers to one call of a quorum.
 type votes struct {
 	yes  []int64 // each yes node's value: a lease in ms, the handles left open
 	no   int
@@ -296,9 +288,8 @@ func (v *votes) verdict(nodes, need int, what, did string) error {
 	return noQuorum(fmt.Sprintf("%s: %d of %d nodes %s, %d failed, %d must", what, len(v.yes), nodes, did, len(v.errs), need), v.errs)
 }
 
-// readAcquire reads a node's reply to the acquire script: a grant's lease,
-// or a refusal with its wait. A re-entry that found no lock ({0, -2}) counts
-// for nothing.
+// readAcquire reads a node's acquire reply; a re-entry that found no lock
+// ({0, -2}) counts for nothing.
 func readAcquire(v *votes, reply any) error {
 	r, res, err := acquired(reply)
 	switch {

@@ -11,9 +11,9 @@ import (
 // unlockTimeout bounds an Unlock whose context has no deadline or has ended.
 const unlockTimeout = 2 * time.Second
 
-// Unlock releases the lock. It returns ErrNotHeld when this handle no longer
-// holds it. ctx's deadline bounds it but its cancellation does not stop it.
-// After a Redis error the handle stays held: call Unlock again.
+// Unlock releases the lock, or returns ErrNotHeld. ctx's deadline bounds it;
+// its cancellation does not. After a Redis error the handle stays held: call
+// Unlock again.
 func (lk *Lock) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return ErrNilContext
@@ -22,11 +22,11 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 	return err
 }
 
-// UnlockWith runs call.Fragment only if this handle still holds the lock,
-// and releases it in the same script. It returns the fragment's result, or
-// ErrNotHeld when the handle no longer holds the lock (the fragment did not
-// run). After a Redis error, call it again: a repeat reports the first run's
-// result (ErrResultUnknown for a table) or runs the fragment if it had not.
+// UnlockWith runs call.Fragment and releases the lock in one script, only if
+// this handle still holds it, and returns the fragment's result, or
+// ErrNotHeld (not run). After a Redis error call it again: a repeat reports
+// the first run's result (ErrResultUnknown for a table), or runs the
+// fragment if it had not.
 func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 	if ctx == nil {
 		return nil, ErrNilContext
@@ -42,17 +42,15 @@ func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 	return lk.release(ctx, &call)
 }
 
-// A handOff is the next owner a release names: its hold (nil for none), how
-// the lock passes to it, and its lease.
+// A handOff is the next owner a release names (nh nil for none).
 type handOff struct {
 	nh    *hold
 	pass  passing
 	lease time.Duration
 }
 
-// unsure is a release that failed with an unknown outcome. The handle's
-// next release makes the very same call (the same next owner or none, never
-// a local hand-over), so that the first one's record answers it.
+// unsure is a release of unknown outcome. The handle's next release makes
+// the very same call, so that the first one's record answers it.
 type unsure struct {
 	handOff
 	start time.Time // when that release was sent: its lease began after
@@ -73,7 +71,6 @@ type release struct {
 	foreign bool
 }
 
-// release is Unlock and UnlockWith. A failure leaves the handle held.
 func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
 	if lk == nil {
 		return nil, ErrNotHeld
@@ -95,8 +92,8 @@ func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
 	return res, err
 }
 
-// pickWaiter chooses the local waiter the last handle hands the lock to, or
-// the next owner of the release it repeats (roundTrip picks its waiter).
+// pickWaiter chooses the next owner: a local waiter, or the repeated
+// release's.
 func (r *release) pickWaiter() {
 	switch {
 	case r.again != nil && r.again.nh != nil:
@@ -108,8 +105,7 @@ func (r *release) pickWaiter() {
 	}
 }
 
-// released tells the head of name's queue, if any, to try at once: name
-// was released. It takes no lock when none waits.
+// released tells the head of name's queue, if any, to try at once.
 func (l *Locker) released(name string) {
 	if l.nqueues.Load() == 0 {
 		return
@@ -119,9 +115,7 @@ func (l *Locker) released(name string) {
 	l.wakeHeadLocked(name)
 }
 
-// release on one Redis takes the first path that applies: a local
-// hand-over, else a round trip through the retry-safety layer
-// (releaseSafely, roundTrip).
+// release hands over locally if it may, else goes through releaseSafely.
 func (single) release(ctx context.Context, r *release) (any, error) {
 	if r.last {
 		r.pickWaiter()
@@ -132,9 +126,8 @@ func (single) release(ctx context.Context, r *release) (any, error) {
 	return r.l.releaseSafely(ctx, r)
 }
 
-// roundTrip sends the release under st (late: for a reply after its caller
-// left): unlock.lua for the plain case, else (or when that found the lock
-// not plain) release.lua. failed is the error that left the handle held.
+// roundTrip sends the release under st: unlock.lua when plain, else
+// release.lua. failed is the error that left the handle held.
 func (r *release) roundTrip(ctx context.Context, st stamp, late func(any, error)) (res any, err, failed error) {
 	if r.again != nil && r.nh != nil && !r.foreign {
 		r.next, _ = r.l.nextWaiter(r.h.name, r.call == nil) // the waiter now first in line
@@ -156,8 +149,8 @@ func unlockErr(name string, err error) error {
 
 // handOverLocally passes the lock to the next local waiter without a round
 // trip: never for a fragment (it must run in Redis), with fencing (each
-// holder needs its own number) or when repeating a release that may have
-// run (the lock may be gone).
+// holder needs its own number) or when repeating a release (the lock may be
+// gone).
 func (r *release) handOverLocally() bool {
 	if r.next == nil || r.pass != passLocal || r.call != nil || r.l.fenceTTL != 0 || r.again != nil {
 		return false
@@ -176,8 +169,7 @@ func (r *release) plain() bool {
 	return r.call == nil && r.nh == nil && r.last && r.lk.id == 0 && r.l.fenceTTL == 0
 }
 
-// unlockPlain runs unlock.lua; done is false when it found the lock not
-// plain or not held, and release.lua decides under the same stamp.
+// unlockPlain runs unlock.lua; if !done, release.lua decides under st.
 func (r *release) unlockPlain(ctx context.Context, st stamp) (done bool, err error) {
 	h, l := r.h, r.l
 	reply, err := l.run(ctx, unlockScript, []string{h.key, h.nkey, h.tkey}, st.unlockArgs(h.valueArg, h.token), nil)
@@ -222,8 +214,7 @@ func (r *release) script(ctx context.Context, st stamp, late func(any, error)) (
 	return res, err, nil
 }
 
-// send sends the release script, with the next owner's token and lease for
-// a hand-over; short reports too few replicas for a hand-over or a fragment.
+// send sends release.lua; short reports too few replicas acknowledging.
 func (r *release) send(ctx context.Context, st stamp, late func(any, error)) (reply any, short, err error) {
 	h, l := r.h, r.l
 	script := releaseScript
@@ -246,9 +237,8 @@ func (r *release) send(ctx context.Context, st stamp, late func(any, error)) (re
 	return reply, nil, err
 }
 
-// settle ends the handle after Redis released it, left handles staying
-// open, and completes or cancels the hand-over. It returns the replicas'
-// shortfall still to report.
+// settle ends the handle after Redis released it and completes or cancels
+// the hand-over, returning the replicas' shortfall still to report.
 func (r *release) settle(ctx context.Context, left, fence int64, start time.Time, short error) error {
 	r.h.release(r.lk, left == 0)
 	if r.foreign {
@@ -278,7 +268,6 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 	return short
 }
 
-// giveNext completes a hand-over through Redis, whose lease began at start.
 func (r *release) giveNext(fence int64, start time.Time) {
 	nh := r.nh
 	nh.fence = fence
@@ -298,8 +287,8 @@ const (
 	yielded      = "y"
 )
 
-// yield handles a release whose hand-over yielded to a marked lock: the
-// waiter waits again. It returns the rest of the reply.
+// yield handles a hand-over that yielded to a marked lock: the waiter
+// waits again.
 func (r *release) yield(rest []any) []any {
 	if r.call != nil || len(rest) == 0 || rest[0] != any(yielded) {
 		return rest
@@ -331,7 +320,6 @@ func (r *release) result(rest []any, short error) (any, error) {
 	return res, nil
 }
 
-// unsureOf records the first release of lk with an unknown outcome.
 func (lk *Lock) unsureOf(err error, next handOff, start time.Time) {
 	if !unknownOutcome(err) {
 		return
@@ -346,7 +334,6 @@ func (lk *Lock) unsureOf(err error, next handOff, start time.Time) {
 // dropWait is how long drop waits for its release.
 const dropWait = 100 * time.Millisecond
 
-// drop releases a handle obtained for a caller that has left (waitAtMost).
 func (lk *Lock) drop() {
 	waitAtMost(dropWait, func() {
 		ctx, cancel := ctxcall.DeadlineOnly(context.Background(), time.Now().Add(unlockTimeout))
@@ -355,9 +342,8 @@ func (lk *Lock) drop() {
 	})
 }
 
-// waitAtMost runs release in a goroutine of its own and waits for it d at
-// most, so that a caller that gave up returns near its deadline on a hung
-// server too (Lock.drop, Semaphore.cancel).
+// waitAtMost runs release in a goroutine and waits for it d at most, so a
+// caller that gave up returns near its deadline on a hung server too.
 func waitAtMost(d time.Duration, release func()) {
 	done := make(chan struct{})
 	go func() {
@@ -372,10 +358,8 @@ func waitAtMost(d time.Duration, release func()) {
 	}
 }
 
-// detach returns the context of a release: one that a cancellation of ctx
-// does not stop, so that a lock is released even when the caller gave up,
-// but that keeps ctx's deadline; unlockTimeout when ctx has none or has
-// ended already.
+// detach returns ctx without its cancellation but with its deadline, or
+// with unlockTimeout when ctx has none or has ended.
 func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Done() == nil {
 		return ctx, func() {}

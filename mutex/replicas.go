@@ -57,7 +57,6 @@ type acked struct {
 	short error
 }
 
-// pipeWait sends script and WAIT in one pipeline on the master of keys[0].
 func (l *Locker) pipeWait(ctx context.Context, script *redis.Script, keys []string, args []any) (acked, error) {
 	start := time.Now()
 	for load := false; ; load = true {
@@ -87,8 +86,8 @@ func (l *Locker) pipeWait(ctx context.Context, script *redis.Script, keys []stri
 	}
 }
 
-// runThenWait runs an acquire script on one connection of the master of
-// keys[0] and sends WAIT on it only when the lock was granted.
+// runThenWait runs an acquire script on one connection of keys[0]'s master,
+// then WAIT on it only if the lock was granted.
 func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (reply any, short, err error) {
 	a, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (acked, error) {
 		n, err := l.nodeOf(ctx, keys[0])
@@ -120,7 +119,6 @@ func (l *Locker) waitCmd(ctx context.Context, d time.Duration) *redis.IntCmd {
 	return redis.NewIntCmd(ctx, "wait", l.acks, max(d.Milliseconds(), 1))
 }
 
-// short reads WAIT's reply: nil when enough replicas acknowledged.
 func (l *Locker) short(wait *redis.IntCmd) error {
 	got, err := wait.Result()
 	switch {

@@ -18,19 +18,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The retry-safety layer (PROTOCOL.md, "Deadlines and retries"): tokens of
-// attempts and hand-overs of unknown outcome are remembered (orphans) and
-// adopted by the next fresh attempt on the name; an adopted token whose hold
-// released the lock is kept as spent, and a lock found held under it is
-// deleted. The core enters the layer once per acquisition (acquireSafely)
-// and once per release sent to Redis (releaseSafely).
+// The retry-safety layer (PROTOCOL.md, "Deadlines and retries"), entered
+// once per acquisition (acquireSafely) and per release sent (releaseSafely).
 
 // An attemptFunc makes one acquire round trip under n's token, in mode.
 type attemptFunc func(n names, mode attemptMode) ([3]int64, any, error)
 
-// acquireSafely is the layer's one part in an acquisition: an attempt (try)
-// under a remembered token of name if there is one (adopted), else a fresh
-// one; once more if the lock is held under a spent token, deleted first.
+// acquireSafely makes an attempt under a remembered token of name if there
+// is one, else a fresh one; once more after clearing a spent token's lock.
 func (l *Locker) acquireSafely(ctx context.Context, name string, mode attemptMode, try attemptFunc) (n names, adopted bool, r [3]int64, res any, err error) {
 	n, adopted, r, res, err = l.tryToken(name, mode, try)
 	if err == nil && r[0] == 0 && l.clearSpent(ctx, name) {
@@ -39,12 +34,9 @@ func (l *Locker) acquireSafely(ctx context.Context, name string, mode attemptMod
 	return n, adopted, r, res, err
 }
 
-// tryToken makes one attempt; a remembered token's uses the script, since a
-// native SET finding the lock its own could not tell the orphan's lease
-// left. It remembers the token of an attempt that got no lock when it was
-// remembered, or when the attempt may yet run: its outcome is unknown on a
-// client that honours deadlines (on another, undoLate; a refusal sent
-// nothing).
+// tryToken makes one attempt (a remembered token's by script: a native SET
+// could not tell the orphan's lease left). It remembers the token again when
+// the attempt got no lock and may yet run, or used a remembered token.
 func (l *Locker) tryToken(name string, mode attemptMode, try attemptFunc) (names, bool, [3]int64, any, error) {
 	n, adopted := l.orphans.take(name)
 	switch {
@@ -62,11 +54,9 @@ func (l *Locker) tryToken(name string, mode attemptMode, try attemptFunc) (names
 	return n, adopted, r, res, err
 }
 
-// releaseSafely is the layer's one part in a release sent to Redis: it
-// numbers the release for its record (releases), repeats a hand-over only
-// if no attempt adopted the token meanwhile (reclaim; else it is foreign),
-// undoes a late reply that may have handed the lock over, and on a client
-// that honours deadlines remembers a hand-over of unknown outcome instead.
+// releaseSafely numbers the release for its record, repeats a hand-over
+// only if no attempt adopted its token meanwhile (reclaim), and undoes or
+// remembers a hand-over of unknown outcome.
 func (l *Locker) releaseSafely(ctx context.Context, r *release) (any, error) {
 	var late func(any, error)
 	if nh := r.nh; nh != nil {
@@ -83,24 +73,21 @@ func (l *Locker) releaseSafely(ctx context.Context, r *release) (any, error) {
 	return res, err
 }
 
-// maxOrphans bounds the names a Locker remembers, and maxTokens the tokens
-// of one name (attempts of one name may overlap); past either, the oldest
-// is forgotten, and its orphan lasts until its lease ends.
+// Bounds of the memory: past either, the oldest is forgotten, and its orphan
+// lasts until its lease ends.
 const (
 	maxOrphans = 1024
 	maxTokens  = 4
 )
 
-// byName is a bounded memory of tokens by name, oldest first. The zero
-// value is empty and ready.
+// byName is a bounded memory of tokens by name, oldest first.
 type byName[T any] struct {
 	n  atomic.Int64 // len(m): zero on the common path, which then takes no lock
 	mu sync.Mutex
 	m  map[string][]T
 }
 
-// addLocked appends x to name's entries, forgetting the oldest past the
-// bounds. b.mu is held.
+// addLocked appends x to name's entries. b.mu is held.
 func (b *byName[T]) addLocked(name string, x T) {
 	ts := b.m[name]
 	if ts == nil && len(b.m) >= maxOrphans {
@@ -131,13 +118,10 @@ func (b *byName[T]) setLocked(name string, ts []T) {
 // orphans are the names of attempts with an unknown outcome.
 type orphans struct{ byName[names] }
 
-// take removes and returns the oldest remembered attempt on name, if any.
 func (o *orphans) take(name string) (names, bool) {
 	return o.remove(name, func(names) bool { return true })
 }
 
-// put remembers n, the names of an attempt on name whose outcome is
-// unknown, or that used a remembered token and got no lock.
 func (o *orphans) put(name string, n names) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -149,9 +133,8 @@ func (o *orphans) put(name string, n names) {
 	o.addLocked(name, n)
 }
 
-// claim removes token from name's remembered attempts and reports whether it
-// was there. False means an attempt took it to adopt the orphan (or it was
-// forgotten): the caller must leave the lock alone.
+// claim removes token from name's memory. False means an attempt took it to
+// adopt the orphan (or it was forgotten): leave the lock alone.
 func (o *orphans) claim(name, token string) bool {
 	_, ok := o.remove(name, func(x names) bool { return x.token == token })
 	return ok
@@ -174,9 +157,7 @@ func (o *orphans) remove(name string, match func(names) bool) (names, bool) {
 	return names{}, false
 }
 
-// spentLeases is how long, in leases of the Locker, a spent token is looked
-// for: an orphan's command that runs later holds the lock until its lease
-// ends.
+// spentLeases is how long, in leases, a spent token is looked for.
 const spentLeases = 3
 
 //go:embed spent.lua
@@ -198,8 +179,8 @@ func (s *spent) put(name, token string, until time.Time) {
 	s.addLocked(name, spentToken{token, until})
 }
 
-// args returns name's spent tokens that are not forgotten at now, as
-// spent.lua's arguments, forgetting the others.
+// args returns name's spent tokens still looked for at now, as spent.lua's
+// arguments.
 func (s *spent) args(name string, now time.Time) []any {
 	if s.n.Load() == 0 {
 		return nil
@@ -222,18 +203,16 @@ func (s *spent) drop(name, token string) {
 	s.setLocked(name, ts)
 }
 
-// spend remembers the token of h, whose last handle released the lock in
-// Redis, when it came from the orphan memory. A token handed on without a
-// round trip lives on in the next hold, which inherits adopted.
+// spend remembers h's token as spent when it was adopted. A token handed on
+// locally lives on in the next hold, which inherits adopted.
 func (single) spend(h *hold) {
 	if l := h.locker; h.adopted {
 		l.spent.put(h.name, h.token, time.Now().Add(spentLeases*l.ttl))
 	}
 }
 
-// clearSpent deletes the lock on name if a spent token of the name holds
-// it, and reports whether it did: the caller then tries again. An error
-// leaves the attempt's ErrLocked standing.
+// clearSpent deletes the lock on name if a spent token holds it, and
+// reports whether it did: the caller then tries again.
 func (l *Locker) clearSpent(ctx context.Context, name string) bool {
 	args := l.spent.args(name, time.Now())
 	if len(args) == 0 {
@@ -248,11 +227,8 @@ func (l *Locker) clearSpent(ctx context.Context, name string) bool {
 	return true
 }
 
-// releases numbers the releases of one Locker and knows which have had
-// their reply: a release may overwrite the name's record of an earlier
-// release of this Locker only once nobody can ask for that record again
-// (record.lua). A release without a reply may be made again by its caller
-// while its record lasts, so until then no record from it on is overwritten.
+// releases numbers a Locker's releases and knows which had their reply: a
+// record is overwritten only once nobody can repeat its release (record.lua).
 type releases struct {
 	owner any // the Locker's random id in the records, stampDigits hex digits, boxed once
 
@@ -271,19 +247,16 @@ func newReleases() *releases {
 	return &releases{owner: string(b[:]), next: 1}
 }
 
-// A stamp is a release's place among the releases of its Locker, as
-// record.lua takes it: every release of owner numbered below mark has had
+// A stamp is a release's number; every release of owner below mark has had
 // its reply.
 type stamp struct {
 	owner     any // the Locker's id, boxed once
 	seq, mark uint64
 }
 
-// noStamp is the stamp of a release that overwrites no other record (a
-// quorum's): its record goes to the name's record key only when that is free.
+// noStamp is the stamp of a release that overwrites no record (a quorum's).
 var noStamp = stamp{owner: strings.Repeat("0", stampDigits)}
 
-// begin numbers a release about to be sent and returns its stamp.
 func (r *releases) begin() (uint64, stamp) {
 	r.mu.Lock()
 	seq := r.next
@@ -304,8 +277,7 @@ func (r *releases) begin() (uint64, stamp) {
 	return seq, stamp{owner: r.owner, seq: seq, mark: mark}
 }
 
-// releaseArgs returns the stamp as release.lua takes it (one allocation for
-// seq and mark).
+// releaseArgs returns the stamp as release.lua takes it.
 func (s stamp) releaseArgs() (owner, seq, mark any) {
 	var b [2 * stampDigits]byte
 	putHex(b[:stampDigits], s.seq)
@@ -314,14 +286,10 @@ func (s stamp) releaseArgs() (owner, seq, mark any) {
 	return s.owner, t[:stampDigits], t[stampDigits:]
 }
 
-// recordTail is what follows the token in the record of a release made by
-// unlock.lua (record.lua's format): handle 0, no next owner, no handle
-// left, no fence, no result.
+// recordTail follows the token in unlock.lua's record (record.lua's format).
 const recordTail = ":r0>:0:0:f"
 
-// unlockArgs returns unlock.lua's arguments for the release of token, whose
-// lock holds value: value, the owner, the release's record, and the owner
-// followed by the mark.
+// unlockArgs returns unlock.lua's arguments for the release of token.
 func (s stamp) unlockArgs(value any, token string) []any {
 	const (
 		seqEnd   = 2 * stampDigits // the record starts with the owner and seq
@@ -338,8 +306,7 @@ func (s stamp) unlockArgs(value any, token string) []any {
 	copy(b[recLen:recLen+stampDigits], owner)
 	putHex(b[recLen+stampDigits:], s.mark)
 	t := string(b[:])
-	// One allocation for the arguments: go-redis writes a *string as its
-	// value, so the record and the bound are not boxed one by one.
+	// go-redis writes a *string as its value: one allocation for all.
 	a := &unlockArgv{rec: t[:recLen], bound: t[recLen:]}
 	a.args = [4]any{value, s.owner, &a.rec, &a.bound}
 	return a.args[:]
@@ -363,8 +330,7 @@ func putHex(b []byte, v uint64) {
 	}
 }
 
-// end reports the reply of release seq: answered is false when it never
-// came, so the release may have run and its caller may run it again.
+// end reports the reply of release seq (answered false: it may be repeated).
 func (r *releases) end(seq uint64, answered bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -380,8 +346,7 @@ func (r *releases) end(seq uint64, answered bool) {
 	r.until = time.Now().Add(recordTTL)
 }
 
-// undoLate returns what to do with an acquire script's reply that came after
-// its caller left (undoIf).
+// undoLate handles an acquire reply that came after its caller left.
 func (l *Locker) undoLate(h *hold) func(any, error) {
 	return func(reply any, err error) {
 		r, _, aerr := acquired(reply)
@@ -390,22 +355,17 @@ func (l *Locker) undoLate(h *hold) func(any, error) {
 }
 
 // undoIf releases h's lock, which a late reply says an attempt took or may
-// have taken, unless an attempt adopted it since (reclaim). A late error of
-// unknown outcome is undone only on a client that ignores deadlines: on one
-// that honours them the token was remembered and the next attempt adopts
-// it; a release would take it from the memory and, on a server stopped past
-// its 2 s, leave the lock to its lease. A refused connection sent nothing:
-// releasing after it would only feed go-redis's dial breaker.
+// have taken, unless an attempt adopted it since (reclaim). An unknown
+// outcome is undone only on a client that ignores deadlines: on one that
+// honours them the token was remembered for the next attempt to adopt.
 func (l *Locker) undoIf(h *hold, took bool, err error) {
 	if (took || (!l.honours && unknownOutcome(err) && !reach.Unreachable(err))) && l.reclaim(h) {
 		l.releaseOrphan(h)
 	}
 }
 
-// reclaim reports whether a late reply, or the repeat of a release that
-// handed the lock to h, may act on h's lock: always on a client that ignores
-// deadlines (nothing was remembered), else only if it claims h's token back
-// (an attempt may have adopted the lock).
+// reclaim reports whether a late reply, or a repeated hand-over to h, may
+// act on h's lock: only if no attempt adopted h's token.
 func (l *Locker) reclaim(h *hold) bool {
 	return !l.honours || l.orphans.claim(h.name, h.token)
 }
@@ -416,17 +376,15 @@ func unknownOutcome(err error) bool {
 	return err != nil && err != redis.Nil && !isReply(err)
 }
 
-// isReply reports whether err is an error reply of Redis. (Its own function,
-// so that errors.As's target is not allocated on the calls without error.)
+// isReply reports whether err is an error reply of Redis.
 func isReply(err error) bool {
 	var reply redis.Error
 	return errors.As(err, &reply)
 }
 
-// releaseOrphan releases the root handle of h, a lock an attempt took after
-// its caller gave up. It sends nothing until the server answers a PING of
-// its own (outage.Answering): each failed dial counts toward go-redis's dial
-// breaker, which a 2 s release would feed several times.
+// releaseOrphan releases h, a lock an attempt took after its caller gave
+// up, once the server answers a PING (outage.Answering): failed dials would
+// feed go-redis's dial breaker.
 func (l *Locker) releaseOrphan(h *hold) {
 	ctx, cancel := ctxcall.DeadlineOnly(context.Background(), time.Now().Add(unlockTimeout))
 	defer cancel()
@@ -443,8 +401,7 @@ func (l *Locker) releaseRoot(ctx context.Context, h *hold) {
 	l.releases.end(seq, err == nil)
 }
 
-// releaseCall returns release.lua's keys and arguments for the release of
-// handle id of n's token, to no next owner, under st.
+// releaseCall returns release.lua's keys and arguments, to no next owner.
 func releaseCall(n *names, id, fenceMS any, st stamp) ([]string, []any) {
 	owner, seq, mark := st.releaseArgs()
 	return scriptCall(nil, n, true, n.token, id, argFresh, 0, fenceMS, owner, seq, mark)

@@ -30,9 +30,8 @@ var (
 // recordTTL is how long a release's record lasts (record.lua).
 const recordTTL = 10 * time.Second
 
-// recordMS declares the record's lifetime and that of the name's record
-// key (three times as long), in ms as text: redis.call formats a number at a
-// cost.
+// recordMS declares the lifetimes of a record and of the name's record key
+// (three times as long), in ms as text.
 var recordMS = "local record_px, record_keep = '" + strconv.FormatInt(recordTTL.Milliseconds(), 10) + "', '" +
 	strconv.FormatInt(3*recordTTL.Milliseconds(), 10) + "'\n"
 
@@ -65,14 +64,12 @@ var (
 	pttlScript    = redis.NewScript(pttlSrc)
 )
 
-// plainCall is the call of a plain release: "r", the handle id and the next
-// owner's token; with the record's token it needs no digest. unlock.lua
-// writes the same for the root handle ("r0>").
+// plainCall is a plain release's call in its record, as unlock.lua writes
+// it for the root ("r0>"); with the record's token it needs no digest.
 const plainCall = "local release_call = 'r' .. ARGV[2] .. '>' .. ARGV[3]\n"
 
 // releaseTail ends the plain release script: it records a release that took
-// place, and replies with the handles left alone when that says all (a
-// table costs more to send and read).
+// place, and replies with the handles left alone when that says all.
 const releaseTail = `local r = lock_part(KEYS, ARGV)
 if r[1] >= 0 and not r[4] then
   record(KEYS[2], KEYS[3], ARGV[6], ARGV[7], ARGV[8], ARGV[1], release_call, r[1], r[2], r[3])
@@ -83,13 +80,11 @@ end
 return r
 `
 
-// declinedReply leads a declined gate's reply. Small and positive: go-redis
-// boxes it without an allocation, unlike -1.
+// declinedReply leads a declined gate's reply.
 const declinedReply = 2
 
-// The number of KEYS and ARGV each of the lock's scripts takes, and the
-// position of the fencing TTL argument, without which the counter's key
-// (the last) is not passed.
+// The KEYS and ARGV counts of the lock's scripts; without the fencing TTL
+// argument the counter's key (the last) is not passed.
 const (
 	acquireKeys, acquireArgs = 2, 4
 	releaseKeys, releaseArgs = 4, 8
@@ -120,8 +115,7 @@ func ints(reply any, min int) ([3]int64, []any, error) {
 	return out, arr[min:], nil
 }
 
-// acquired reads an acquire script's reply: {1 or 0, lease or PTTL ms,
-// fence, [result]}, or {declinedReply, result...}.
+// acquired reads an acquire script's reply.
 func acquired(reply any) ([3]int64, any, error) {
 	if arr, ok := reply.([]any); ok && len(arr) > 0 && arr[0] == any(int64(declinedReply)) {
 		return [3]int64{declinedReply}, arr[1:], nil

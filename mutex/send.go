@@ -13,11 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Overlapping calls of a Locker share round trips (PROTOCOL.md): most of a
-// round trip's cost to client and server is system calls, not the command.
-// A call that leaves before its command was sent takes it out of the queue;
-// one that leaves after gets an error of unknown outcome, and its reply goes
-// to its late function.
+// Overlapping calls of a Locker share round trips (PROTOCOL.md,
+// "Contention"). A call that leaves before its command was sent takes it out
+// of the queue; one that leaves after gets an error of unknown outcome, and
+// its reply goes to its late function.
 
 // batchSlots is how many commands or pipelines of one Locker may be in
 // flight at once; batchMax is the most commands one pipeline carries.
@@ -55,8 +54,8 @@ const (
 	left // the caller left after the command was sent
 )
 
-// alone takes a slot for a call that runs by itself, when one is free and
-// nobody queues; the caller then calls free. False: queue (do).
+// alone takes a slot for a call that runs by itself (then free); false:
+// queue.
 func (b *batcher) alone() bool {
 	if b.pipe == nil {
 		return true
@@ -70,8 +69,7 @@ func (b *batcher) alone() bool {
 	return ok
 }
 
-// free gives back alone's slot, or hands it to a goroutine that sends what
-// queued meanwhile.
+// free gives back alone's slot, or sends what queued meanwhile with it.
 func (b *batcher) free(err error) {
 	if b.pipe == nil {
 		return
@@ -214,10 +212,9 @@ func (b *batcher) evalMissing(ctx context.Context, batch []*queued) {
 	}
 }
 
-// answer wakes each caller of batch, and hands the reply of each that left
-// to its late function in a goroutine of its own: one may call the Locker
-// again (it would queue behind itself on this slot) or wait up to 2 s, and
-// must not add to the others' wait.
+// answer wakes each caller of batch, and runs the late function of each that
+// left in a goroutine: one may call the Locker again (it would queue behind
+// itself on this slot) or wait long.
 func (b *batcher) answer(batch []*queued) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -279,10 +276,9 @@ func marked(err error) error {
 	return reach.Mark(err)
 }
 
-// acquireRun runs an acquire script, followed by WAIT when the Locker waits
-// for replicas: in the same round trip, or with a fragment only once granted
-// (a gate's denial costs no wait). nowait skips it (a re-entry, or
-// WithAckAtRelease). short reports a grant too few replicas acknowledged.
+// acquireRun runs an acquire script, then WAIT if replicas must ack: in the
+// same round trip, or with a fragment only once granted. nowait skips it.
+// short reports a grant too few replicas acknowledged.
 func (l *Locker) acquireRun(ctx context.Context, script *redis.Script, keys []string, args []any, fragment, nowait bool, late func(any, error)) (reply any, short, err error) {
 	switch {
 	case l.acks == 0 || nowait:
@@ -306,8 +302,7 @@ func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []stri
 	return a.reply, a.short, reach.Mark(err)
 }
 
-// scriptCall returns the keys and arguments of a lock script: call's
-// fragment's first (fragment.go), then lockKeys and lockArgs.
+// scriptCall returns a lock script's keys and arguments, the fragment's first.
 func scriptCall(call *Call, n *names, release bool, lockArgs ...any) ([]string, []any) {
 	var nk, na int
 	if call != nil {
@@ -343,7 +338,7 @@ func handleID(id uint64) string {
 	return strconv.FormatUint(id, 10)
 }
 
-// Script arguments boxed once: boxing a string returned by a function allocates.
+// Script arguments boxed once.
 var (
 	argZero  any = "0"
 	argFresh any = ""

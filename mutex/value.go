@@ -34,7 +34,6 @@ const (
 	rootID   = "0"
 )
 
-// rootIDs is the list of the root handle alone.
 const rootIDs = string(idSep) + rootID + string(idSep)
 
 // freeLen is the length of a fresh lock's value (putFreeValue).
@@ -46,9 +45,9 @@ const freeLen = headLen
 var valueBody string
 
 // layoutNames are value.lua's names for the layout, each followed by its
-// value as Lua source, put in at init (a literal costs a run nothing, a local
-// a VM instruction). Positions are 1-based, as string.sub takes them;
-// MARK_OFFSET is 0-based, for SETRANGE. No name is a prefix of another.
+// value as Lua source, put in at init as literals. Positions are 1-based, as
+// string.sub takes them; MARK_OFFSET is 0-based, for SETRANGE. No name is a
+// prefix of another.
 var layoutNames = []string{
 	"TOKEN_LEN", strconv.Itoa(tokenLen),
 	"MARK_AT", strconv.Itoa(markAt + 1),
@@ -71,8 +70,7 @@ var (
 	valueFuncs = luaFuncs(valueSrc)
 )
 
-// A luaFunc is one function of value.lua: its name, its source with its
-// comment, and a pattern of a call of it.
+// A luaFunc is one function of value.lua.
 type luaFunc struct {
 	name string
 	src  string
@@ -100,8 +98,7 @@ var luaComment = regexp.MustCompile(`--[^\n]*`)
 func luaCode(src string) string { return luaComment.ReplaceAllString(src, "") }
 
 // withValue returns body preceded by the functions of value.lua that it
-// calls, directly or not, and no other: each one defined costs every run a
-// closure.
+// calls, directly or not, and no other (each one defined costs a closure).
 func withValue(body string) string {
 	used := make([]bool, len(valueFuncs))
 	callers := luaCode(body)
@@ -122,8 +119,7 @@ func withValue(body string) string {
 	return b.String()
 }
 
-// putFreeValue writes to v[:freeLen] a fresh lock's value for the token of
-// the random bits raw.
+// putFreeValue writes to v[:freeLen] a fresh lock's value for raw's token.
 func putFreeValue(v, raw []byte) {
 	hex.Encode(v[:tokenLen], raw)
 	v[markAt] = markFree
@@ -131,12 +127,10 @@ func putFreeValue(v, raw []byte) {
 
 func tokenOf[V ~string | ~[]byte](v V) V { return v[:tokenLen] }
 
-// heldBy reports whether v is the value of a lock that token holds.
 func heldBy(v, token string) bool {
 	return len(v) >= headLen && tokenOf(v) == token
 }
 
-// checkName refuses a name that cannot be locked: empty, or over MaxNameLen.
 func checkName(name string) error {
 	if name == "" || len(name) > MaxNameLen {
 		return fmt.Errorf("%w: name of %d bytes: want 1 to %d", ErrInvalid, len(name), MaxNameLen)
@@ -145,7 +139,7 @@ func checkName(name string) error {
 }
 
 // names are the keys and fresh value of one token's lock on one name, cut
-// from one string: one allocation per acquisition.
+// from one string.
 type names struct {
 	key   string // the lock: Key(name, "lock")
 	fkey  string // the fencing counter, Key(name, "fence"); "" without fencing
