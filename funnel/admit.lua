@@ -31,9 +31,8 @@ local deadline = tonumber(ARGV[n - 1])
 -- PTTL: every redis.call costs ~1.5 µs of Lua around the command's own time.
 local new = redis.call('EXISTS', KEYS[1], KEYS[2]) == 0
 local r
--- fresh[off + i] is rule i's new value: in ARGV when the state is new,
--- copied out when read_state needs ARGV to hold the fields alone.
-local fresh, off = ARGV, k
+-- ARGV[k + i] is rule i's new value (read_state(k) reads the k fields
+-- before it).
 if new then
   local t = redis.call('TIME')
   r = {1, tonumber(t[1]) * 1000000 + tonumber(t[2])}
@@ -46,14 +45,7 @@ if new then
     return r
   end
 else
-  fresh, off = {}, 0
-  for i = 1, k do
-    fresh[i] = ARGV[k + i]
-  end
-  for i = n, k + 1, -1 do
-    ARGV[i] = nil
-  end
-  r = read_state()
+  r = read_state(k)
   local v
   for i = 3, k + 2 do
     v = r[i]
@@ -85,12 +77,12 @@ repeat
 until x == 0
 local at = string.char(unpack(ds, j + 1, 13))
 if k == 1 then -- most calls: no table to build and unpack
-  redis.call('HSET', KEYS[1], ARGV[1], fresh[off + 1] .. at .. mark)
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[k + 1] .. at .. mark)
 else
   local args = {}
   for i = 1, k do
     args[2 * i - 1] = ARGV[i]
-    args[2 * i] = fresh[off + i] .. at .. mark
+    args[2 * i] = ARGV[k + i] .. at .. mark
   end
   redis.call('HSET', KEYS[1], unpack(args))
 end

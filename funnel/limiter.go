@@ -30,13 +30,15 @@ var (
 	writeSrc string
 	//go:embed reset.lua
 	resetSrc string
-	// readStateFunc is read.lua as the function read_state, for the
-	// scripts that read the state first.
-	readStateFunc = "local function read_state()\n" + readSrc + "\nend\n"
+	// readStateFunc is read.lua as the function read_state(nf), for the
+	// scripts that read the state first: nf fields, their own arguments
+	// after them (copying ARGV out cost a returning key ~1.5 µs of Lua).
+	readStateFunc = "local function read_state(nf)\n" + readSrc + "\nend\n"
+	readAlone     = "local nf = #ARGV\n" + readSrc
 
-	readGate  = mutex.NewGate(readSrc)     // Allow: deny without the lock
-	readAll   = mutex.NewFragment(readSrc) // Refund: always take the lock
-	readPeek  = redis.NewScript(readSrc)   // Peek, a crowded key: no lock
+	readGate  = mutex.NewGate(readAlone)     // Allow: deny without the lock
+	readAll   = mutex.NewFragment(readAlone) // Refund: always take the lock
+	readPeek  = redis.NewScript(readAlone)   // Peek, a crowded key: no lock
 	writeBack = mutex.NewFragment(writeSrc)
 	resetAll  = mutex.NewFragment(resetSrc)
 )

@@ -1,7 +1,8 @@
 -- read: the state of a key's rules, with the server time, and whether the
 -- call may go on to take the lock (a gate, see mutex.NewGate).
 -- KEYS[1] the state hash
--- ARGV the rules' fields
+-- ARGV the rules' fields: the first nf (all when nf is nil; read_state(nf)
+-- leaves a caller's arguments after them in ARGV)
 -- Returns {proceed, now µs, value...}: proceed is 0 when a rule has no room
 -- for one unit now (TIME is before its gate, <at> + <wait>), so the call is
 -- denied without the lock. A value is "<wait>:<fill>:<at>[:<nonce>]" in
@@ -10,7 +11,7 @@
 -- ones included).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local values = redis.call('HMGET', KEYS[1], unpack(ARGV))
+local values = redis.call('HMGET', KEYS[1], unpack(ARGV, 1, nf))
 local proceed = 1
 for i = 1, #values do
   local v = values[i]

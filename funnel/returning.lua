@@ -32,15 +32,9 @@
 local n = #ARGV
 local k = (n - 2) / 10
 local deadline, mark = tonumber(ARGV[n - 1]), ':' .. ARGV[n]
-local a = {} -- the 8 values of each rule, off ARGV: read_state reads ARGV
-for i = k + 1, n - 2 do
-  a[i - k] = ARGV[i]
-end
-for i = n, k + 1, -1 do
-  ARGV[i] = nil
-end
+local a = ARGV -- rule i's 9 values from a[k + 9 * (i - 1) + 1] on
 local busy = redis.call('EXISTS', KEYS[2]) == 1
-local r = read_state()
+local r = read_state(k)
 if busy then
   r[1] = r[1] * 2 -- 2: the lock is held (0: denied on the values read)
   return r
@@ -61,7 +55,7 @@ elseif r[1] == 0 then
   return r -- a rule has no room for one unit
 end
 for i = 1, k do
-  local b, v = 9 * (i - 1), r[i + 2]
+  local b, v = k + 9 * (i - 1), r[i + 2]
   if v and v ~= a[b + 1] then
     return r -- changed by another process
   elseif v and now < tonumber(a[b + 2]) then
@@ -73,7 +67,7 @@ end
 local nowms = (now - now % 1000) / 1000
 local how, values, bound, exp, at = {}, {}, 0, 0, nil
 for i = 1, k do
-  local b, v = 9 * (i - 1), r[i + 2]
+  local b, v = k + 9 * (i - 1), r[i + 2]
   local g = tonumber(a[b + 9])
   if v then -- the value seen: its grid point
     local e = tonumber(a[b + 4]) + 999
