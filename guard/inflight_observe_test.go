@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -18,23 +19,10 @@ import (
 // counted busy calls as allowed, and no wait for a permit). AllowN takes no
 // permit and says none.
 func TestInFlightObserved(t *testing.T) {
-	b := testutil.Mini(t)
 	ctx := context.Background()
-	var mu sync.Mutex
-	var obs []guard.Observation
-	g := newGuard(t, b,
-		guard.WithInFlight(1),
-		guard.WithRules(funnel.AtMost(10, time.Hour)),
-		guard.WithTimeout(300*time.Millisecond),
-		guard.WithObserve(func(o guard.Observation) {
-			mu.Lock()
-			defer mu.Unlock()
-			obs = append(obs, o)
-		}),
-	)
+	g, observed := observedGuard(t, 300*time.Millisecond)
 	last := func() guard.Observation {
-		mu.Lock()
-		defer mu.Unlock()
+		obs := observed()
 		return obs[len(obs)-1]
 	}
 	held, err := g.Enter(ctx, "k", 1)
@@ -64,10 +52,31 @@ func TestInFlightObserved(t *testing.T) {
 	if o := last(); o.Permit || o.PermitWait != 0 {
 		t.Errorf("Allow observed %+v; want no permit", o)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(obs) != 4 {
-		t.Errorf("%d observations; want 4, one per call", len(obs))
+	if n := len(observed()); n != 4 {
+		t.Errorf("%d observations; want 4, one per call", n)
+	}
+}
+
+// observedGuard is a guard of one permit a key (WithInFlight(1)) and a
+// Timeout of wait on a fresh miniredis, with opts, and the Observations it
+// made so far.
+func observedGuard(t *testing.T, wait time.Duration, opts ...guard.Option) (*guard.Guard, func() []guard.Observation) {
+	var mu sync.Mutex
+	var obs []guard.Observation
+	g := newGuard(t, testutil.Mini(t), append([]guard.Option{
+		guard.WithInFlight(1),
+		guard.WithRules(funnel.AtMost(10, time.Hour)),
+		guard.WithTimeout(wait),
+		guard.WithObserve(func(o guard.Observation) {
+			mu.Lock()
+			defer mu.Unlock()
+			obs = append(obs, o)
+		}),
+	}, opts...)...)
+	return g, func() []guard.Observation {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(obs)
 	}
 }
 
@@ -76,21 +85,8 @@ func TestInFlightObserved(t *testing.T) {
 // admission: a Do refused under Shadow was observed as admitted with no
 // error.
 func TestInFlightObservedShadowDo(t *testing.T) {
-	b := testutil.Mini(t)
 	ctx := context.Background()
-	var mu sync.Mutex
-	var last guard.Observation
-	g := newGuard(t, b,
-		guard.WithShadow(),
-		guard.WithInFlight(1),
-		guard.WithRules(funnel.AtMost(10, time.Hour)),
-		guard.WithTimeout(100*time.Millisecond),
-		guard.WithObserve(func(o guard.Observation) {
-			mu.Lock()
-			defer mu.Unlock()
-			last = o
-		}),
-	)
+	g, observed := observedGuard(t, 100*time.Millisecond, guard.WithShadow())
 	held, err := g.Enter(ctx, "k", 1)
 	if err != nil || !held.Admitted() {
 		t.Fatalf("Enter: %+v, %v", held, err)
@@ -101,9 +97,8 @@ func TestInFlightObservedShadowDo(t *testing.T) {
 	if !errors.Is(err, guard.ErrBusy) || d.Allowed || ran {
 		t.Fatalf("shadow Do while the permit is held: %+v, %v, ran %v; want ErrBusy, not run", d, err, ran)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !last.Permit || !errors.Is(last.Err, guard.ErrBusy) || last.Decision.Allowed {
+	obs := observed()
+	if last := obs[len(obs)-1]; !last.Permit || !errors.Is(last.Err, guard.ErrBusy) || last.Decision.Allowed {
 		t.Errorf("shadow Do refused a permit observed %+v; want Permit, ErrBusy, a denial", last)
 	}
 }
