@@ -139,17 +139,22 @@ func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Opti
 // nextWait is the pause before the next attempt: a jittered retry interval,
 // or just past the end of the holder's lease when that comes sooner.
 func (l *Locker) nextWait(pttl time.Duration) time.Duration {
-	// retry/2 + [0, retry), saturated: a retry interval of centuries must
-	// not wrap to a negative wait (which would mean "no timer").
-	half, jitter := l.retry/2, time.Duration(mathrand.Int64N(int64(l.retry)))
-	wait := time.Duration(math.MaxInt64)
-	if jitter <= math.MaxInt64-half {
-		wait = half + jitter
-	}
+	wait := l.jittered(l.retry / 2)
 	if pttl >= 0 && pttl+time.Millisecond < wait {
 		wait = pttl + time.Millisecond
 	}
 	return wait
+}
+
+// jittered is base plus up to a retry interval, saturated: a retry
+// interval of centuries must not wrap to a negative wait (which would mean
+// "no timer").
+func (l *Locker) jittered(base time.Duration) time.Duration {
+	jitter := time.Duration(mathrand.Int64N(int64(l.retry)))
+	if jitter > math.MaxInt64-base {
+		return math.MaxInt64
+	}
+	return base + jitter
 }
 
 // An attemptMode says what one acquire attempt of a fresh token is for.

@@ -3,8 +3,6 @@ package mutex
 import (
 	"context"
 	"errors"
-	"math"
-	mathrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -78,11 +76,7 @@ func (single) semWait(ctx context.Context, s *Semaphore, n int64, cfg lockConfig
 // half gone), plus up to a retry interval of jitter (saturated). So polls
 // come at most 2 retry intervals apart, one less than the wait lease.
 func (s *Semaphore) pollWait(lease time.Duration) time.Duration {
-	base, jitter := min(s.l.retry, lease/4), time.Duration(mathrand.Int64N(int64(s.l.retry)))
-	if jitter > math.MaxInt64-base {
-		return math.MaxInt64
-	}
-	return base + jitter
+	return s.l.jittered(min(s.l.retry, lease/4))
 }
 
 // mode is the acquire script's mode for the waiter's next poll: "w", or
