@@ -25,11 +25,7 @@ import (
 func TestExpiryCoversTheStateOnEveryPath(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		c := b.Client(t)
-		lims := []*funnel.Limiter{
-			mustLimiter(t, c, funnel.WithPrefix(b.Prefix)),
-			mustLimiter(t, c, funnel.WithPrefix(b.Prefix)),
-		}
+		c, lims := twoLimiters(t, b)
 		rule := funnel.Rule{Name: "second", Capacity: 1000, Leak: 1, Per: time.Second}
 		grid := funnel.Grid(rule)
 		key := b.Prefix + "{k}:f"
@@ -138,11 +134,7 @@ func scriptCommands(t *testing.T, c *redis.Client) serverCounts {
 func TestExpiryCoversTheWindowOnEveryPath(t *testing.T) {
 	testutil.Backends(t, func(t *testing.T, b *testutil.Backend) {
 		ctx := context.Background()
-		c := b.Client(t)
-		lims := []*funnel.Limiter{
-			mustLimiter(t, c, funnel.WithPrefix(b.Prefix)),
-			mustLimiter(t, c, funnel.WithPrefix(b.Prefix)),
-		}
+		c, lims := twoLimiters(t, b)
 		rule := funnel.Window(1000, 10*time.Second)
 		key := b.Prefix + "{w}:f"
 		clock := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
@@ -170,4 +162,15 @@ func TestExpiryCoversTheWindowOnEveryPath(t *testing.T) {
 			}
 		}
 	})
+}
+
+// twoLimiters returns a client of b and two Limiters on it under b's
+// prefix, which take turns on one key (a Limiter that did not write last
+// takes the lock path).
+func twoLimiters(t *testing.T, b *testutil.Backend) (*redis.Client, []*funnel.Limiter) {
+	c := b.Client(t)
+	return c, []*funnel.Limiter{
+		mustLimiter(t, c, funnel.WithPrefix(b.Prefix)),
+		mustLimiter(t, c, funnel.WithPrefix(b.Prefix)),
+	}
 }
