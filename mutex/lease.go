@@ -170,6 +170,14 @@ type lifeSignal struct {
 	next   uint64
 }
 
+// abortReleaseLocked puts a handle whose release failed back to held,
+// unless it ended meanwhile (its lease passed); its owner's mu is held.
+func (s *lifeSignal) abortReleaseLocked() {
+	if s.phase == releasing {
+		s.phase = held
+	}
+}
+
 func (s *lifeSignal) endLocked(p phase) {
 	if s.phase >= released {
 		return

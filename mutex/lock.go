@@ -213,9 +213,7 @@ func (lk *Lock) beginRelease() (again *unsure, last, renews bool, err error) {
 func (lk *Lock) abortRelease() {
 	lk.hold.mu.Lock()
 	defer lk.hold.mu.Unlock()
-	if lk.phase == releasing {
-		lk.phase = held
-	}
+	lk.abortReleaseLocked()
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

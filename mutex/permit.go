@@ -124,9 +124,7 @@ func (p *Permit) Release(ctx context.Context) error {
 	res, err := s.dep.semRelease(ctx, s, p.token, "")
 	if err != nil {
 		p.mu.Lock()
-		if p.phase == releasing { // to be released again (unless its lease passed meanwhile); renewal does not restart
-			p.phase = held
-		}
+		p.abortReleaseLocked() // to be released again; renewal does not restart
 		p.mu.Unlock()
 		return fmt.Errorf("mutex: release semaphore %q: %w", s.name, err)
 	}
