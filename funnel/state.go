@@ -66,14 +66,14 @@ func (r rule) encodeWindow(log []int64, at int64) string {
 // most r's units, in order, none after <at>.
 func (r rule) parseWindow(s string) (level, bool) {
 	logs, at, ok := splitValue(s)
-	if !ok || logs == "" {
+	if !ok {
 		return level{}, false
 	}
 	var log []int64
-	prev := int64(math.MaxInt64)
+	prev := at // offsets go down from at most <at>; an empty log is an entry "", refused
 	for e := range strings.SplitSeq(logs, ",") {
 		off, count, ok := parseLogEntry(e)
-		if !ok || off > prev || off > at || count > r.most()-int64(len(log)) {
+		if !ok || off > prev || count > r.most()-int64(len(log)) {
 			return level{}, false
 		}
 		prev = off
@@ -145,11 +145,11 @@ func parseLevel(s string) (level, bool) {
 // splitValue splits a stored value into its <fill> (a window's log) and
 // <at>; false if it has not the shape.
 func splitValue(s string) (fill string, at int64, ok bool) {
-	_, rest, ok1 := strings.Cut(s, ":") // the wait: the read script's business
-	fill, ats, ok2 := strings.Cut(rest, ":")
+	_, rest, _ := strings.Cut(s, ":") // the wait: the read script's business; rest is "" without it
+	fill, ats, ok1 := strings.Cut(rest, ":")
 	ats, nonce, _ := strings.Cut(ats, ":") // a nonce, if a gate wrote the value
-	at, ok3 := parseBase36(ats)
-	return fill, at, ok1 && ok2 && ok3 && !strings.Contains(nonce, ":")
+	at, ok2 := parseBase36(ats)
+	return fill, at, ok1 && ok2 && !strings.Contains(nonce, ":")
 }
 
 func parseBase36(s string) (int64, bool) {
