@@ -59,7 +59,7 @@ func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
 		e = c.nodes[i].d
 	}
 	c.mu.RUnlock()
-	if !ok || e.set != set || n < e.n {
+	if e.set != set || n < e.n { // a miss's zero e has no set
 		return Result{}, false
 	}
 	return e.at(time.Now())
@@ -90,7 +90,7 @@ func (c *denyCache) epoch() uint64 {
 // store makes r, the denial of a call of n units with set for key sent at
 // sent, key's entry, unless a forget happened since epoch.
 func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epoch uint64, r Result) {
-	if c == nil || r.Allowed || r.RetryAfter <= 0 {
+	if c == nil || r.RetryAfter <= 0 { // an admission's is 0
 		return
 	}
 	e := denial{set: set, n: n, until: sent.Add(r.RetryAfter), resetUntil: sent.Add(r.ResetAfter), tightUntil: sent.Add(r.TightestReset), res: r}

@@ -245,7 +245,7 @@ type Result struct {
 }
 
 func (d decision) result(rules []rule) Result {
-	res := Result{Allowed: d.allowed, RetryAfter: micros(d.retry)}
+	res := Result{Allowed: d.allowed, RetryAfter: micros(d.retry), Remaining: math.MaxInt64} // the first rule's left is less
 	if d.denied >= 0 {
 		res.Rule = rules[d.denied].name
 	}
@@ -253,7 +253,7 @@ func (d decision) result(rules []rule) Result {
 	for i, r := range rules {
 		left := max(r.full-d.fills[i], 0) / r.per
 		empty := r.emptyIn(d, i)
-		if i == 0 || left < res.Remaining || left == res.Remaining && empty > tight {
+		if left < res.Remaining || left == res.Remaining && empty > tight {
 			res.Remaining, res.Tightest, tight = left, r.name, empty
 		}
 		reset = max(reset, empty)

@@ -66,7 +66,7 @@ func (c *serverClock) sampled(now int64, recv time.Time) sample {
 	at := c.local(recv, true)
 	s := sample{offset: now - at, at: at}
 	last, diff := c.at.Load(), s.offset-c.offset.Load()
-	if last == 0 || at-last >= sampleEvery || diff > margin(0) || -diff > margin(0) {
+	if last == 0 || at-last >= sampleEvery || max(diff, -diff) > margin(0) {
 		c.keep(s)
 	}
 	return s
