@@ -99,9 +99,6 @@ func (c *calendar) startOf(y int, m time.Month, d int) int64 {
 
 // count returns the units in s of t's period (t >= s.at).
 func (c *calendar) count(s level, t int64) int64 {
-	if s.fill <= 0 {
-		return 0
-	}
 	if start, _ := c.period(t); s.at < start {
 		return 0
 	}

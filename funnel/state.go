@@ -19,14 +19,11 @@ import (
 
 func (r rule) encode(fill, at int64) string {
 	wait := r.wait(fill, 1)
-	switch {
-	case r.shared:
-		wait = 0
-	case r.cal != nil:
+	if r.cal != nil {
 		wait = r.calendarWait(fill, at, 1)
 	}
 	b := make([]byte, 0, 32)
-	b = strconv.AppendInt(b, wait, 36)
+	b = strconv.AppendInt(b, r.gate(wait), 36)
 	b = append(b, ':')
 	b = strconv.AppendInt(b, fill, 36)
 	b = append(b, ':')
@@ -100,19 +97,16 @@ func (r rule) decode(v any) (level, error) {
 	if v == nil {
 		return level{}, nil
 	}
-	s, ok := v.(string)
-	if !ok {
-		return level{}, fmt.Errorf("%w: field %q holds %T", ErrCorruptState, r.id, v)
-	}
+	s, _ := v.(string) // another type parses as "", which has not the shape
 	var lv level
+	var ok bool
 	if r.window > 0 {
 		lv, ok = r.parseWindow(s)
 	} else {
 		lv, ok = parseLevel(s)
-		ok = ok && (lv.fill <= r.full || r.shared)
 	}
-	if !ok {
-		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
+	if !ok || lv.fill > r.full && !r.shared {
+		return level{}, fmt.Errorf("%w: field %q holds %#v", ErrCorruptState, r.id, v)
 	}
 	return lv, nil
 }
@@ -194,11 +188,11 @@ func writeArgs(rules []rule, levels []level, now, deadline int64) []any {
 			args = append(args, r.arg, emptyArg)
 			continue
 		case r.window > 0:
-			ttl = max(ttl, ceilDiv(r.windowEmpty(lv.units(), now), 1000))
+			ttl = max(ttl, ceilDiv(r.windowWait(lv.units(), now, r.full), 1000)) // lv.at >= now
 			args = append(args, r.arg, r.encodeWindow(lv.units(), lv.at))
 			continue
 		case r.cal != nil:
-			ttl = max(ttl, ceilDiv(lv.at-now+r.calendarEmpty(lv.fill, lv.at), 1000))
+			ttl = max(ttl, ceilDiv(lv.at-now+r.calendarWait(lv.fill, lv.at, r.full), 1000))
 		default: // PEXPIRE runs at or after now: the key lives to expiryOf
 			ttl = max(ttl, r.expiryOf(satAdd(lv.at, ceilDiv(lv.fill, r.leak)))-now/1000)
 		}
