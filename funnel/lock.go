@@ -125,7 +125,7 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 	case err != nil:
 		ws.failAdmitted(err)
 	default:
-		l.wrote(ws, args)
+		l.wrote(ws, args, "")
 	}
 	return false
 }
@@ -165,15 +165,17 @@ func (l *leader) saw(res any) {
 
 // wrote keeps the denials of ws in the deny cache and the values of their
 // commit, write.lua's args (field, value pairs after two numbers), in the
-// state cache.
-func (l *leader) wrote(ws sealed, args []any) {
+// state cache, as Redis holds them: with commit.lua's nonce, if any.
+func (l *leader) wrote(ws sealed, args []any, nonce string) {
 	l.cacheDenials(ws)
 	if !l.cache {
 		return
 	}
 	values := make([]string, len(l.c.rules))
 	for i := range values {
-		values[i], _ = args[3+2*i].(string)
+		if values[i], _ = args[3+2*i].(string); values[i] != "" && nonce != "" {
+			values[i] += ":" + nonce
+		}
 	}
 	others := len(ws) > 1
 	l.lim.states.store(l.c.key, l.c.set, values, &others)
