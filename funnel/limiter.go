@@ -251,7 +251,6 @@ func (lim *Limiter) holdOptions() {
 		lim.hold = append(lim.hold, mutex.WithAckAtRelease())
 		lim.uniform = true // admit.lua's write would wait for no replica
 	}
-	lim.uniform = lim.uniform || lim.penalty != nil // admit.lua does not look at the box
 }
 
 // Locker returns the Locker that the Limiter locks keys with: its own, or

@@ -47,6 +47,7 @@ func WithPenalty(p Penalty) Option {
 			return fmt.Errorf("%w: penalty of %d denials within %v, for %v: want at least 1, within and for 1 ms to a year", ErrInvalidOption, p.Denials, p.Within, p.For)
 		}
 		lim.penalty = []any{p.Denials, p.Within.Microseconds(), p.For.Microseconds()}
+		lim.uniform = true // admit.lua does not look at the box
 		return nil
 	}
 }
@@ -75,7 +76,6 @@ func unbox(c call, res any) (any, int64) {
 
 // boxed is the Result of a call boxed until till, at server time now.
 func boxed(d decision, rules []rule, now, till int64) Result {
-	d.allowed = false
 	res := d.result(rules)
 	res.Allowed, res.Rule, res.Remaining = false, PenaltyRule, 0
 	res.RetryAfter = micros(max(till-now, 1))
