@@ -101,15 +101,14 @@ func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epo
 
 // put makes e the entry of key, the newest; c.mu is held.
 func (c *denyCache) put(key string, e denial) {
-	if i, ok := c.index[key]; ok {
-		c.nodes[i].d = e
+	i, ok := c.index[key]
+	if ok {
 		c.unlink(i)
-		c.link(i)
-		return
+	} else {
+		i = c.node()
+		c.index[key] = i
 	}
-	i := c.node()
-	c.nodes[i] = denyNode{key: key, d: e}
-	c.index[key] = i
+	c.nodes[i] = denyNode{key: key, d: e} // link sets prev and next
 	c.link(i)
 }
 

@@ -63,15 +63,12 @@ func (c call) penalized(box []any, count string) []any {
 
 // unbox splits the end of the box off penalty.lua's reply (0: not boxed).
 func unbox(c call, res any) (any, int64) {
-	arr, ok := res.([]any)
-	if !ok || len(arr) != len(c.rules)+2 {
-		return res, 0
+	if arr, _ := res.([]any); len(arr) == len(c.rules)+2 {
+		if till, ok := arr[len(arr)-1].(int64); ok {
+			return arr[:len(arr)-1], till
+		}
 	}
-	till, ok := arr[len(arr)-1].(int64)
-	if !ok {
-		return res, 0 // a reply of the wrong shape: parseRead reports it
-	}
-	return arr[:len(arr)-1], till
+	return res, 0 // a reply of the wrong shape: parseRead reports it
 }
 
 // boxed is the Result of a call boxed until till, at server time now.
