@@ -43,7 +43,7 @@ var (
 // an error matching ErrInvalidOption.
 func WithPenalty(p Penalty) Option {
 	return func(lim *Limiter) error {
-		if p.Denials < 1 || p.Within < time.Millisecond || p.For < time.Millisecond || p.Within > maxPenalty || p.For > maxPenalty {
+		if p.Denials < 1 || min(p.Within, p.For) < time.Millisecond || max(p.Within, p.For) > maxPenalty {
 			return fmt.Errorf("%w: penalty of %d denials within %v, for %v: want at least 1, within and for 1 ms to a year", ErrInvalidOption, p.Denials, p.Within, p.For)
 		}
 		lim.penalty = []any{p.Denials, p.Within.Microseconds(), p.For.Microseconds()}
