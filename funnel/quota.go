@@ -37,8 +37,5 @@ func (r Rule) Quota(at time.Time) (q int64, w time.Duration) {
 		return math.MaxInt64, w
 	}
 	more, _ := bits.Div64(hi, lo, uint64(per))
-	if more > math.MaxInt64 {
-		return math.MaxInt64, w
-	}
-	return satAdd(r.Capacity, int64(more)), w
+	return satAdd(r.Capacity, int64(min(more, math.MaxInt64))), w
 }

@@ -153,8 +153,8 @@ func parseBase36(s string) (int64, bool) {
 
 // parseRead reads the read script's result after proceed: {now, value...}.
 func parseRead(rules []rule, res any) (reading, error) {
-	arr, ok := res.([]any)
-	if !ok || len(arr) != len(rules)+1 {
+	arr, _ := res.([]any) // another type has no length
+	if len(arr) != len(rules)+1 {
 		return reading{}, fmt.Errorf("%w: read returned %T %v", ErrCorruptState, res, res)
 	}
 	now, ok := arr[0].(int64)
