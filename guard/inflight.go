@@ -70,7 +70,7 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	}
 	var p *mutex.Permit
 	busy := false
-	err = g.call(ctx, func(cctx context.Context) (err error) {
+	err = g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {
 		p, busy, err = g.takePermit(cctx, sem)
 		return err
 	})
@@ -99,12 +99,11 @@ func (g *Guard) takePermit(cctx context.Context, sem *mutex.Semaphore) (p *mutex
 	return p, errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded), err
 }
 
-// leave gives s back, bounded by Timeout whatever ctx says (a permit whose
-// release fails comes back when its lease ends).
+// leave gives s back, as Call.Done says.
 func (g *Guard) leave(ctx context.Context, s slot) {
 	switch {
 	case s.permit != nil:
-		_ = g.call(context.WithoutCancel(ctx), s.permit.Release)
+		_ = g.watch.Run(context.WithoutCancel(ctx), g.cfg.Timeout, s.permit.Release)
 	case s.local != nil:
 		s.local.leave(s.key)
 	}
