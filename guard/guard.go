@@ -20,14 +20,10 @@ import (
 // A Guard decides, for one endpoint, whether a call for a key may go ahead.
 // It is safe for concurrent use; build it once with New.
 type Guard struct {
-	cfg config
-	lim *funnel.Limiter
-	// open decides while Redis cannot answer: the Fallback, or FailOpen's
-	// rules in process (funnel.Local); nil when failing closed.
-	open func(k keyed, n int64) (funnel.Result, error)
-	// flights counts a key's calls in this process for InFlight while Redis
-	// cannot answer; nil unless InFlight is set and the guard fails open.
-	flights *flights
+	cfg     config
+	lim     *funnel.Limiter
+	open    func(k keyed, n int64) (funnel.Result, error) // failOpen's; nil when failing closed
+	flights *flights                                      // failOpen's; nil unless InFlight is set
 	// watch ends calls at once while Redis refuses connections (nil but for
 	// a *redis.Client), and says when to detour (detour.go).
 	watch  *outage.Watch
@@ -109,7 +105,8 @@ func New(client mutex.Client, opts ...Option) (*Guard, error) {
 }
 
 // failOpen sets what decides while Redis cannot answer, if not a denial:
-// the Fallback or FailOpen's rules, with InFlight counted in process.
+// the Fallback or FailOpen's rules (funnel.Local), with InFlight counted in
+// this process.
 func (g *Guard) failOpen() {
 	switch {
 	case g.cfg.Fallback != nil:

@@ -32,13 +32,9 @@ func checked(ok bool, why string, f func(*config)) Option {
 // WithPrefix namespaces the guard's keys in Redis (DefaultPrefix if unset
 // or empty): guards with different prefixes never share state.
 func WithPrefix(prefix string) Option {
-	return func(c *config) error {
-		c.Prefix = cmp.Or(prefix, DefaultPrefix)
-		if err := keyspace.CheckPrefix(c.Prefix); err != nil {
-			return fmt.Errorf("%w: prefix %q: %v", ErrInvalidOption, c.Prefix, err)
-		}
-		return nil
-	}
+	prefix = cmp.Or(prefix, DefaultPrefix)
+	err := keyspace.CheckPrefix(prefix)
+	return checked(err == nil, fmt.Sprintf("prefix %q: %v", prefix, err), func(c *config) { c.Prefix = prefix })
 }
 
 // WithRules sets the rules decided all or nothing on every call (at least
