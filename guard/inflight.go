@@ -13,12 +13,10 @@ import (
 // permit in Redis, a place in this process's count (failing open while
 // Redis cannot answer), or nothing (the zero slot).
 type slot struct {
-	permit *mutex.Permit
-	local  *flights
-	key    string // the stored key, in local
-	// degraded is the error (ErrUnavailable) of a permit's call that made
-	// the slot a place in local.
-	degraded error
+	permit   *mutex.Permit
+	local    *flights
+	key      string // the stored key, in local
+	degraded error  // ErrUnavailable of a permit's call that made the slot a place in local
 }
 
 // context is the context of the call in s, cancelled if its permit is lost.
