@@ -68,9 +68,8 @@ func joinErrors(findings []Finding, err error) error {
 	return errors.Join(errs...)
 }
 
-// askAll asks each server of c into col: every master of a cluster (its
-// error is that of slots that could not be loaded, naming the cluster),
-// every shard of a ring, the one server of another client.
+// askAll asks each server of c (as the package doc says) into col; its
+// error is that of a cluster's slots that could not be loaded.
 func askAll(ctx context.Context, c redis.UniversalClient, col *collector) error {
 	switch c := c.(type) {
 	case *redis.ClusterClient:
