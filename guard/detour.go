@@ -11,11 +11,10 @@ import (
 
 // decide runs f with g's Limiter, bounded by Timeout and watched (while
 // Redis refuses connections it ends at once: internal/outage), and returns
-// its Decision or what failed decides for its error. While the watch detours (Redis is back
-// but go-redis's dial breaker still refuses unsent), a refused call runs
-// again on the detour: a Limiter on a client made from the client's options
-// without its hooks (outage.Watch.Spare). A WithLocker Locker and InFlight
-// permits take none.
+// its Decision or what failed decides for its error. While the watch
+// detours (Redis is back but go-redis's dial breaker still refuses unsent),
+// a refused call runs again on a Limiter on outage.Watch.Spare. A
+// WithLocker Locker and InFlight permits take none.
 func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limiter) (funnel.Result, error)) (Decision, error) {
 	var res funnel.Result
 	err := g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {

@@ -28,10 +28,9 @@ func (s slot) context(parent context.Context) context.Context {
 }
 
 // enter takes a slot for a call of the stored key sk that an admission
-// let through (degraded: made without Redis, and so is the slot), waiting
-// in the key's FIFO queue for Timeout at most. An error means the call
-// must not run: ErrBusy (with ErrUnavailable when counted in this
-// process), ErrUnavailable (failing closed), ErrRejected, or ctx's.
+// let through (degraded: made without Redis, and so is the slot). An error
+// means the call must not run: ErrBusy (with ErrUnavailable when counted in
+// this process), ErrUnavailable (failing closed), ErrRejected, or ctx's.
 func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, error) {
 	if degraded {
 		return g.enterLocal(sk, nil)
