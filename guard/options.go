@@ -102,7 +102,7 @@ func WithSecret(secret []byte) Option {
 // A bucket that cannot admit, or a Limit that is NaN, is ErrInvalidOption.
 func WithFallback(f Fallback) Option {
 	bad := !(f.Limit > 0) || f.Burst <= 0 || f.MaxKeys < 0 // !(> 0): NaN is bad too
-	f.MaxKeys = cmp.Or(f.MaxKeys, DefaultFallbackMax) // here: an Option may serve many News at once
+	f.MaxKeys = cmp.Or(f.MaxKeys, DefaultFallbackMax)      // here: an Option may serve many News at once
 	return checked(!bad, "Fallback needs a positive Limit and Burst", func(c *config) { c.Fallback = &f })
 }
 
