@@ -14,30 +14,29 @@ import (
 // back units of the current day only. The rule is named like "1000 per day
 // (Europe/Paris)"; its Leak is n and its Per 24 hours, not otherwise used.
 func PerDay(n int64, loc *time.Location) Rule {
-	return calendarRule(n, loc, kindDay, "day", 24*time.Hour)
+	return calendarRule(n, loc, kindDay, 24*time.Hour)
 }
 
 // PerMonth is PerDay for calendar months, from the 1st to the 1st. It is
 // named like "50000 per month (UTC)"; its Per is 30 days.
 func PerMonth(n int64, loc *time.Location) Rule {
-	return calendarRule(n, loc, kindMonth, "month", 30*24*time.Hour)
+	return calendarRule(n, loc, kindMonth, 30*24*time.Hour)
 }
 
-func calendarRule(n int64, loc *time.Location, kind ruleKind, period string, nominal time.Duration) Rule {
+// periods names a calendar rule's period, in its name and its state's.
+var periods = [...]string{kindDay: "day", kindMonth: "month"}
+
+func calendarRule(n int64, loc *time.Location, kind ruleKind, nominal time.Duration) Rule {
 	if loc == nil {
 		loc = time.UTC
 	}
-	name := strconv.FormatInt(n, 10) + " per " + period + " (" + loc.String() + ")"
+	name := strconv.FormatInt(n, 10) + " per " + periods[kind] + " (" + loc.String() + ")"
 	return Rule{Name: name, Capacity: n, Leak: n, Per: nominal, kind: kind, loc: loc}
 }
 
 func (r Rule) compileCalendar() rule {
 	c := &calendar{loc: r.loc, month: r.kind == kindMonth} // calendarRule set loc
-	kind := "/day/"
-	if c.month {
-		kind = "/month/"
-	}
-	id := fieldOf(r.stateName(r.Name + kind + strconv.FormatInt(r.Capacity, 10) + "/" + c.loc.String()))
+	id := fieldOf(r.stateName(r.Name + "/" + periods[r.kind] + "/" + strconv.FormatInt(r.Capacity, 10) + "/" + c.loc.String()))
 	return rule{name: r.Name, id: id, arg: id, per: 1, full: r.Capacity, leak: 1, cal: c, shared: r.shared}
 }
 
@@ -99,9 +98,6 @@ func (c *calendar) startOf(y int, m time.Month, d int) int64 {
 
 // count returns the units in s of t's period (t >= s.at).
 func (c *calendar) count(s level, t int64) int64 {
-	if s.fill <= 0 {
-		return 0
-	}
 	if start, _ := c.period(t); s.at < start {
 		return 0
 	}

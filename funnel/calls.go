@@ -24,11 +24,8 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if err != nil {
 		return Result{}, corrupt(fmt.Errorf("funnel: peek: %w", err))
 	}
-	res, err := readAny(reply)
-	if err != nil {
-		return Result{}, err
-	}
-	r, err := lim.read(c, res)
+	arr, _ := reply.([]any) // {proceed, now, value...}: read judges its shape
+	r, err := lim.read(c, arr[min(1, len(arr)):])
 	if err != nil {
 		return Result{}, err
 	}
@@ -60,11 +57,8 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 		return fmt.Errorf("%w: refund of %d units", ErrInvalidN, n)
 	}
 	return lim.locked(ctx, c, readAll, func(reply any) (*mutex.Fragment, []any, error) {
-		res, err := readAny(reply)
-		if err != nil {
-			return nil, nil, err
-		}
-		snap, err := parseRead(c.rules, res)
+		arr, _ := reply.([]any) // {proceed, now, value...}: parseRead judges its shape
+		snap, err := parseRead(c.rules, arr[min(1, len(arr)):])
 		if err != nil {
 			return nil, nil, err
 		}

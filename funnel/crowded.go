@@ -46,7 +46,6 @@ func (l *leader) readFree(ctx context.Context) (*mutex.Lock, any, error) {
 // commit.lua; again reports that the batch is decided again: on the state
 // it found changed, or through the lock.
 func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again bool) {
-	k := len(l.c.rules)
 	nonce := newNonce()
 	reply, err := l.lim.locker.Eval(ctx, commitScript, []string{l.c.key, l.c.lock}, l.casArgs(args, nonce)...)
 	if err != nil {
@@ -58,12 +57,7 @@ func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again b
 		if x < 0 {
 			return l.wroteLate(ws, -x)
 		}
-		for i := range k { // what Redis holds: the values with the nonce
-			if v, _ := args[3+2*i].(string); v != "" {
-				args[3+2*i] = v + ":" + nonce
-			}
-		}
-		l.wrote(ws, args)
+		l.wrote(ws, args, nonce)
 		return false
 	case []any:
 		l.lost++

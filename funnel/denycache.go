@@ -34,12 +34,10 @@ type denyNode struct {
 }
 
 type denial struct {
-	set        *ruleSet
-	n          int64
-	until      time.Time // the gate time, on this process's clock
-	resetUntil time.Time // when every funnel is empty, on the same clock
-	tightUntil time.Time // when the Tightest rule is empty, on the same clock
-	res        Result
+	set  *ruleSet
+	n    int64
+	sent time.Time // its waits count from it, on this process's clock
+	res  Result
 }
 
 func newDenyCache(max int) *denyCache {
@@ -59,7 +57,7 @@ func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
 		e = c.nodes[i].d
 	}
 	c.mu.RUnlock()
-	if !ok || e.set != set || n < e.n {
+	if e.set != set || n < e.n { // a miss's zero e has no set
 		return Result{}, false
 	}
 	return e.at(time.Now())
@@ -68,14 +66,13 @@ func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
 // at returns e's Result with its waits counted down to now, before its
 // gate time.
 func (e *denial) at(now time.Time) (Result, bool) {
-	left := e.until.Sub(now)
-	if left <= 0 {
+	res, past := e.res, now.Sub(e.sent)
+	if res.RetryAfter <= past {
 		return Result{}, false
 	}
-	res := e.res
-	res.RetryAfter = left
-	res.ResetAfter = max(e.resetUntil.Sub(now), 0)
-	res.TightestReset = max(e.tightUntil.Sub(now), 0)
+	res.RetryAfter -= past
+	res.ResetAfter = max(res.ResetAfter-past, 0)
+	res.TightestReset = max(res.TightestReset-past, 0)
 	return res, true
 }
 
@@ -90,10 +87,10 @@ func (c *denyCache) epoch() uint64 {
 // store makes r, the denial of a call of n units with set for key sent at
 // sent, key's entry, unless a forget happened since epoch.
 func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epoch uint64, r Result) {
-	if c == nil || r.Allowed || r.RetryAfter <= 0 {
+	if c == nil || r.RetryAfter <= 0 { // an admission's is 0
 		return
 	}
-	e := denial{set: set, n: n, until: sent.Add(r.RetryAfter), resetUntil: sent.Add(r.ResetAfter), tightUntil: sent.Add(r.TightestReset), res: r}
+	e := denial{set: set, n: n, sent: sent, res: r}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// Under the lock, as forget counts: a forget is wholly before or after.
@@ -104,15 +101,14 @@ func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epo
 
 // put makes e the entry of key, the newest; c.mu is held.
 func (c *denyCache) put(key string, e denial) {
-	if i, ok := c.index[key]; ok {
-		c.nodes[i].d = e
+	i, ok := c.index[key]
+	if ok {
 		c.unlink(i)
-		c.link(i)
-		return
+	} else {
+		i = c.node()
+		c.index[key] = i
 	}
-	i := c.node()
-	c.nodes[i] = denyNode{key: key, d: e}
-	c.index[key] = i
+	c.nodes[i] = denyNode{key: key, d: e} // link sets prev and next
 	c.link(i)
 }
 

@@ -47,10 +47,8 @@ var (
 // the cost the package documentation gives. The zero value is not usable;
 // call New. A Limiter is safe for concurrent use.
 type Limiter struct {
-	client mutex.Client
 	locker *mutex.Locker
 	prefix string
-	lease  time.Duration
 	hold   []mutex.Option // mutex.WithTTL(lease) (and WithAckAtRelease), made once
 	// dial connects as the client does (nil for a cluster or a ring): a
 	// release after its call left waits for it to connect.
@@ -114,7 +112,7 @@ func WithLease(d time.Duration) Option {
 		if d < time.Millisecond || d > mutex.MaxTTL {
 			return fmt.Errorf("%w: lease %v: want 1ms to %v", ErrInvalidOption, d, mutex.MaxTTL)
 		}
-		lim.lease = d
+		lim.hold = []mutex.Option{mutex.WithTTL(d)}
 		return nil
 	}
 }
@@ -201,7 +199,7 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 	if nilcheck.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
 	}
-	lim := &Limiter{client: client, prefix: DefaultPrefix, lease: DefaultLease, dial: outage.DialOf(client)}
+	lim := &Limiter{prefix: DefaultPrefix, hold: []mutex.Option{mutex.WithTTL(DefaultLease)}, dial: outage.DialOf(client)}
 	lim.clock.base = time.Now()
 	lim.states = newStateCache(DefaultStateCache)
 	for _, o := range opts {
@@ -212,18 +210,17 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	if err := lim.wireLocker(); err != nil {
+	if err := lim.wireLocker(client); err != nil {
 		return nil, err
 	}
 	lim.holdOptions()
-	lim.lockKeys = lim.locker.LockKey("k") == keyspace.Key(lim.prefix, "k", lockKind) &&
-		lim.locker.LockKey("{a}~") == keyspace.Key(lim.prefix, "{a}~", lockKind)
+	lim.lockKeys = lim.locker.LockKey("{a}~") == keyspace.Key(lim.prefix, "{a}~", lockKind) // the prefix and the escaping
 	return lim, nil
 }
 
 // wireLocker makes the Limiter's own Locker, unless WithLocker gave one,
 // which must then wait for the replicas WithReplicaAck asks for.
-func (lim *Limiter) wireLocker() error {
+func (lim *Limiter) wireLocker(client mutex.Client) error {
 	if lim.locker != nil {
 		if n, d := lim.locker.ReplicaAck(); lim.acks > 0 && (n != lim.acks || d != lim.ackTimeout) {
 			return fmt.Errorf("%w: WithReplicaAck(%d, %v) with a Locker that waits for %d replicas within %v: set it on the Locker", ErrInvalidOption, lim.acks, lim.ackTimeout, n, d)
@@ -234,7 +231,7 @@ func (lim *Limiter) wireLocker() error {
 	if lim.acks > 0 {
 		lopts = append(lopts, mutex.WithReplicaAck(lim.acks, lim.ackTimeout))
 	}
-	l, err := mutex.New(lim.client, lopts...)
+	l, err := mutex.New(client, lopts...)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
@@ -245,13 +242,11 @@ func (lim *Limiter) wireLocker() error {
 // holdOptions sets how the Limiter holds its locks, and whether admit.lua
 // may admit.
 func (lim *Limiter) holdOptions() {
-	lim.hold = []mutex.Option{mutex.WithTTL(lim.lease)}
 	if n, _ := lim.locker.ReplicaAck(); n > 0 {
 		// The commit's WAIT covers the acquisition: nothing is acted on before it.
 		lim.hold = append(lim.hold, mutex.WithAckAtRelease())
 		lim.uniform = true // admit.lua's write would wait for no replica
 	}
-	lim.uniform = lim.uniform || lim.penalty != nil // admit.lua does not look at the box
 }
 
 // Locker returns the Locker that the Limiter locks keys with: its own, or

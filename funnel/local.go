@@ -62,11 +62,9 @@ func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Resul
 		levels[i] = st[r.id]
 	}
 	d := decide(rs, levels, us, n)
-	if !d.allowed {
-		d.retry = max(d.retry, 1) // never "retry now" on a denial
-		return d.result(rs), nil
+	if d.allowed {
+		l.take(key, st, rs, d)
 	}
-	l.take(key, st, rs, d)
 	return d.result(rs), nil
 }
 

@@ -45,16 +45,16 @@ func (l *leader) settleRead(ctx context.Context, ws sealed, lk *mutex.Lock, res 
 	r.clock = l.lim.clock.sampled(r.now, l.recv)
 	l.saw(res)
 	taken := l.decide(ws, r)
-	if taken == 0 || ws[0].err != nil {
-		_, _ = l.lim.unlock(ctx, lk, nil) // nil when declined
-		if ws[0].err != nil && taken > 0 {
-			ws.failLeader(ws[0].err) // the leader has no time left to write
-			return false
-		}
-		l.cacheDenials(ws)
+	if taken > 0 && ws[0].err == nil {
+		return l.commit(ctx, ws, lk, r)
+	}
+	_, _ = l.lim.unlock(ctx, lk, nil) // nil when declined
+	if taken > 0 {
+		ws.failLeader(ws[0].err) // the leader has no time left to write
 		return false
 	}
-	return l.commit(ctx, ws, lk, r)
+	l.cacheDenials(ws)
+	return false
 }
 
 // decide decides the calls ws in arrival order on r, each seeing the units
@@ -62,20 +62,19 @@ func (l *leader) settleRead(ctx context.Context, ws sealed, lk *mutex.Lock, res 
 func (l *leader) decide(ws sealed, r reading) int {
 	taken := 0
 	for _, w := range ws {
-		if w.done != nil && w.gone.Load() {
-			continue // its caller left: nothing taken for it
+		if w.gone.Load() {
+			continue // its caller left, or it was answered: nothing taken for it
 		}
 		if l.take(w, r) {
 			taken++
-		} else if w.done != nil && w.err != nil {
-			w.gone.Store(true) // answered errLate: not decided again
 		}
 	}
 	return taken
 }
 
 // take decides w on r's levels and, if admitted, takes its units. A call
-// with no time left for the write is answered errLate and takes nothing.
+// with no time left for the write is answered errLate, takes nothing, and
+// is gone: not decided again (a leader's batch ends on it).
 func (l *leader) take(w *waiter, r reading) bool {
 	rules := l.c.rules
 	d := decide(rules, r.levels, r.now, w.n)
@@ -94,6 +93,7 @@ func (l *leader) take(w *waiter, r reading) bool {
 		w.until = max(r.clock.until(l.lim.clock.local(w.deadline, false)), 1)
 		if w.until <= r.now {
 			w.res, w.err = Result{}, errLate
+			w.gone.Store(true)
 			return false
 		}
 	}
@@ -125,7 +125,7 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 	case err != nil:
 		ws.failAdmitted(err)
 	default:
-		l.wrote(ws, args)
+		l.wrote(ws, args, "")
 	}
 	return false
 }
@@ -165,15 +165,17 @@ func (l *leader) saw(res any) {
 
 // wrote keeps the denials of ws in the deny cache and the values of their
 // commit, write.lua's args (field, value pairs after two numbers), in the
-// state cache.
-func (l *leader) wrote(ws sealed, args []any) {
+// state cache, as Redis holds them: with commit.lua's nonce, if any.
+func (l *leader) wrote(ws sealed, args []any, nonce string) {
 	l.cacheDenials(ws)
 	if !l.cache {
 		return
 	}
 	values := make([]string, len(l.c.rules))
 	for i := range values {
-		values[i], _ = args[3+2*i].(string)
+		if values[i], _ = args[3+2*i].(string); values[i] != "" && nonce != "" {
+			values[i] += ":" + nonce
+		}
 	}
 	others := len(ws) > 1
 	l.lim.states.store(l.c.key, l.c.set, values, &others)

@@ -35,25 +35,19 @@ func ceilDiv(a, b int64) int64 {
 	return a/b + min(a%b, 1)
 }
 
-// expiryOf returns the expiry (Unix ms) a key needs for a value of r that
-// is empty from server time empty (µs): that time in ms, rounded up to
-// r.grid. Every write of a funnel's value gives the key at least this, so a
+// expiryOf returns the expiry (Unix ms) a key needs for a value of funnel
+// r that is empty from server time empty (µs): that time in ms, rounded up
+// to r.grid. Every write of a funnel's value gives the key at least this, so a
 // value read tells a bound on the key's expiry (returning.lua).
 func (r rule) expiryOf(empty int64) int64 {
 	ms := ceilDiv(empty, 1000)
-	if r.grid <= 1 {
-		return ms
-	}
 	return satAdd(ms, (r.grid-ms%r.grid)%r.grid)
 }
 
 // drain returns the fill of r's funnel at now; a clock that moved back
 // drains nothing.
 func (r rule) drain(s level, now int64) int64 {
-	if now <= s.at || s.fill <= 0 {
-		return max(s.fill, 0)
-	}
-	d := now - s.at
+	d := max(now-s.at, 0)
 	if d >= ceilDiv(s.fill, r.leak) {
 		return 0
 	}
@@ -86,28 +80,10 @@ func (r rule) windowWait(live []int64, now, n int64) int64 {
 	return live[excess-1] + r.window - now
 }
 
-// windowEmpty returns how long, in µs from now, until window r is empty.
-func (r rule) windowEmpty(log []int64, now int64) int64 {
-	if len(log) == 0 {
-		return 0
-	}
-	return max(log[len(log)-1]+r.window-now, 0)
-}
-
 // calendarWait returns how long, in µs from t, until n more units fit in
 // calendar rule r holding count at t: 0, or until t's period ends.
 func (r rule) calendarWait(count, t, n int64) int64 {
 	if count+n <= r.full {
-		return 0
-	}
-	_, end := r.cal.period(t)
-	return end - t
-}
-
-// calendarEmpty returns how long, in µs from t, until calendar rule r
-// holding count at t counts none.
-func (r rule) calendarEmpty(count, t int64) int64 {
-	if count == 0 {
 		return 0
 	}
 	_, end := r.cal.period(t)
@@ -158,7 +134,6 @@ func decide(rules []rule, states []level, now, n int64) decision {
 			s = states[i]
 		}
 		d.ats[i] = clock(s, now)
-		var w int64
 		switch {
 		case r.window > 0:
 			if d.logs == nil {
@@ -166,15 +141,12 @@ func decide(rules []rule, states []level, now, n int64) decision {
 			}
 			d.logs[i] = r.live(s.units(), d.ats[i])
 			d.fills[i] = int64(len(d.logs[i]))
-			w = r.windowWait(d.logs[i], d.ats[i], n)
 		case r.cal != nil:
 			d.fills[i] = r.cal.count(s, d.ats[i])
-			w = r.calendarWait(d.fills[i], d.ats[i], n)
 		default:
 			d.fills[i] = r.drain(s, d.ats[i])
-			w = r.wait(d.fills[i], n)
 		}
-		if w > 0 {
+		if w := r.waitIn(d, i, n); w > 0 {
 			if w = satAdd(w, d.ats[i]-now); w > d.retry {
 				d.allowed, d.denied, d.retry = false, i, w
 			}
@@ -245,15 +217,15 @@ type Result struct {
 }
 
 func (d decision) result(rules []rule) Result {
-	res := Result{Allowed: d.allowed, RetryAfter: micros(d.retry)}
+	res := Result{Allowed: d.allowed, RetryAfter: micros(d.retry), Remaining: math.MaxInt64} // the first rule's left is less
 	if d.denied >= 0 {
 		res.Rule = rules[d.denied].name
 	}
 	var reset, tight int64
 	for i, r := range rules {
 		left := max(r.full-d.fills[i], 0) / r.per
-		empty := r.emptyIn(d, i)
-		if i == 0 || left < res.Remaining || left == res.Remaining && empty > tight {
+		empty := r.waitIn(d, i, r.full/r.per)
+		if left < res.Remaining || left == res.Remaining && empty > tight {
 			res.Remaining, res.Tightest, tight = left, r.name, empty
 		}
 		reset = max(reset, empty)
@@ -262,15 +234,16 @@ func (d decision) result(rules []rule) Result {
 	return res
 }
 
-// emptyIn returns how long, in µs, until rule r, d's i-th, is empty after d.
-func (r rule) emptyIn(d decision, i int) int64 {
+// waitIn returns how long, in µs from its time, until n more units fit in
+// rule r, d's i-th; for n of its capacity, until it is empty.
+func (r rule) waitIn(d decision, i int, n int64) int64 {
 	switch {
 	case r.window > 0:
-		return r.windowEmpty(d.logs[i], d.ats[i])
+		return r.windowWait(d.logs[i], d.ats[i], n)
 	case r.cal != nil:
-		return r.calendarEmpty(d.fills[i], d.ats[i])
+		return r.calendarWait(d.fills[i], d.ats[i], n)
 	}
-	return ceilDiv(d.fills[i], r.leak)
+	return r.wait(d.fills[i], n)
 }
 
 // micros converts µs to a Duration, clamped instead of overflowing.

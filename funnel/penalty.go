@@ -43,10 +43,11 @@ var (
 // an error matching ErrInvalidOption.
 func WithPenalty(p Penalty) Option {
 	return func(lim *Limiter) error {
-		if p.Denials < 1 || p.Within < time.Millisecond || p.For < time.Millisecond || p.Within > maxPenalty || p.For > maxPenalty {
+		if p.Denials < 1 || min(p.Within, p.For) < time.Millisecond || max(p.Within, p.For) > maxPenalty {
 			return fmt.Errorf("%w: penalty of %d denials within %v, for %v: want at least 1, within and for 1 ms to a year", ErrInvalidOption, p.Denials, p.Within, p.For)
 		}
 		lim.penalty = []any{p.Denials, p.Within.Microseconds(), p.For.Microseconds()}
+		lim.uniform = true // admit.lua does not look at the box
 		return nil
 	}
 }
@@ -62,20 +63,16 @@ func (c call) penalized(box []any, count string) []any {
 
 // unbox splits the end of the box off penalty.lua's reply (0: not boxed).
 func unbox(c call, res any) (any, int64) {
-	arr, ok := res.([]any)
-	if !ok || len(arr) != len(c.rules)+2 {
-		return res, 0
+	if arr, _ := res.([]any); len(arr) == len(c.rules)+2 {
+		if till, ok := arr[len(arr)-1].(int64); ok {
+			return arr[:len(arr)-1], till
+		}
 	}
-	till, ok := arr[len(arr)-1].(int64)
-	if !ok {
-		return res, 0 // a reply of the wrong shape: parseRead reports it
-	}
-	return arr[:len(arr)-1], till
+	return res, 0 // a reply of the wrong shape: parseRead reports it
 }
 
 // boxed is the Result of a call boxed until till, at server time now.
 func boxed(d decision, rules []rule, now, till int64) Result {
-	d.allowed = false
 	res := d.result(rules)
 	res.Allowed, res.Rule, res.Remaining = false, PenaltyRule, 0
 	res.RetryAfter = micros(max(till-now, 1))

@@ -28,26 +28,14 @@ func (r Rule) Quota(at time.Time) (q int64, w time.Duration) {
 		start, end := r.compileCalendar().cal.period(at.UnixMicro())
 		return r.Capacity, micros(end - start)
 	}
-	per := uint64(r.Per / time.Microsecond)
-	if hi, full := bits.Mul64(uint64(r.Capacity), per); hi != 0 || full > maxScaled {
-		return 0, 0 // compile refuses it
-	}
-	w = maxWholeSeconds
-	if r.Per <= maxWholeSeconds {
-		w = r.Per.Truncate(time.Second)
-		if w < r.Per {
-			w += time.Second
-		}
-	}
+	per := int64(r.Per / time.Microsecond)
+	w = min(micros(ceilDiv(per, 1e6)*1e6), maxWholeSeconds)
 	// The quotient of Leak*(w-1µs) by per fits 64 bits when its high word
 	// is below per.
 	hi, lo := bits.Mul64(uint64(r.Leak), uint64(w/time.Microsecond)-1)
-	if hi >= per {
+	if hi >= uint64(per) {
 		return math.MaxInt64, w
 	}
-	more, _ := bits.Div64(hi, lo, per)
-	if more > math.MaxInt64 {
-		return math.MaxInt64, w
-	}
-	return satAdd(r.Capacity, int64(more)), w
+	more, _ := bits.Div64(hi, lo, uint64(per))
+	return satAdd(r.Capacity, int64(min(more, math.MaxInt64))), w
 }

@@ -116,28 +116,22 @@ type rule struct {
 }
 
 func (r Rule) compile() (rule, error) {
-	bad := func(why string) (rule, error) {
+	if why := r.invalid(); why != "" {
 		return rule{}, fmt.Errorf("%w: %q: %s", ErrInvalidRule, r.Name, why)
 	}
-	if why := r.invalid(); why != "" {
-		return bad(why)
-	}
 	per := int64(r.Per / time.Microsecond)
-	if r.kind == kindDay || r.kind == kindMonth {
+	switch r.kind {
+	case kindDay, kindMonth:
 		return r.compileCalendar(), nil
-	}
-	if r.kind == kindWindow {
+	case kindWindow:
 		id := fieldOf(r.stateName(r.Name + "/window/" + strconv.FormatInt(r.Capacity, 10) + "/" + strconv.FormatInt(per, 10)))
 		return rule{name: r.Name, id: id, arg: id, per: 1, full: r.Capacity, leak: 1, window: per, shared: r.shared}, nil
 	}
-	hi, full := bits.Mul64(uint64(r.Capacity), uint64(per))
-	if hi != 0 || full > maxScaled {
-		return bad("Capacity * Per (in µs) exceeds 2^61")
-	}
+	full := r.Capacity * per // at most maxScaled (invalidFunnel)
 	id := fieldOf(r.stateName(r.Name + "/" + strconv.FormatInt(r.Capacity, 10) + "/" + strconv.FormatInt(r.Leak, 10) + "/" + strconv.FormatInt(per, 10)))
-	half := int64(full) / r.Leak / 2000 // ms
+	half := full / r.Leak / 2000 // ms
 	grid := int64(1) << min(max(bits.Len64(uint64(half))-1, 0), maxGridLog)
-	return rule{name: r.Name, id: id, arg: id, per: per, full: int64(full), leak: r.Leak, shared: r.shared, grid: grid}, nil
+	return rule{name: r.Name, id: id, arg: id, per: per, full: full, leak: r.Leak, shared: r.shared, grid: grid}, nil
 }
 
 // invalid returns why a field of r is out of range, "" if none is.
@@ -191,6 +185,8 @@ func (r Rule) invalidFunnel() string {
 		return "Per must be a whole number of microseconds"
 	case r.Leak > maxScaled:
 		return "Leak is too large"
+	case r.Capacity > maxScaled/int64(r.Per/time.Microsecond): // Capacity > 0
+		return "Capacity * Per (in µs) exceeds 2^61"
 	}
 	return ""
 }

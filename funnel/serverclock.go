@@ -7,12 +7,6 @@ import (
 	"time"
 )
 
-// Every write of an admission carries the server time from which Redis
-// refuses it, which the server's clock reaches by the caller's deadline D:
-// from a sample (the TIME of a reply, received at a local time),
-//
-//	until = sample + (D - received) - margin(D - received)
-
 // sampleMaxAge is the age past which a sample is not used: the call goes
 // through the lock, whose read gives a fresh one.
 const sampleMaxAge = time.Minute
@@ -29,8 +23,9 @@ func margin(span int64) int64 {
 	return 1000 + span/1000
 }
 
-// until returns the server time (µs) from which a write for a caller whose
-// deadline is deadline (local µs) is refused.
+// until returns the server time (µs) from which the write of an admission
+// whose caller's deadline is deadline (local µs) is refused: one the
+// server's clock reaches by then, by s and the margin (DESIGN.md).
 func (s sample) until(deadline int64) int64 {
 	span := max(deadline-s.at, 0)
 	return s.offset + s.at + span - margin(span)
@@ -66,7 +61,7 @@ func (c *serverClock) sampled(now int64, recv time.Time) sample {
 	at := c.local(recv, true)
 	s := sample{offset: now - at, at: at}
 	last, diff := c.at.Load(), s.offset-c.offset.Load()
-	if last == 0 || at-last >= sampleEvery || diff > margin(0) || -diff > margin(0) {
+	if last == 0 || at-last >= sampleEvery || max(diff, -diff) > margin(0) {
 		c.keep(s)
 	}
 	return s

@@ -19,14 +19,11 @@ import (
 
 func (r rule) encode(fill, at int64) string {
 	wait := r.wait(fill, 1)
-	switch {
-	case r.shared:
-		wait = 0
-	case r.cal != nil:
+	if r.cal != nil {
 		wait = r.calendarWait(fill, at, 1)
 	}
 	b := make([]byte, 0, 32)
-	b = strconv.AppendInt(b, wait, 36)
+	b = strconv.AppendInt(b, r.gate(wait), 36)
 	b = append(b, ':')
 	b = strconv.AppendInt(b, fill, 36)
 	b = append(b, ':')
@@ -66,14 +63,14 @@ func (r rule) encodeWindow(log []int64, at int64) string {
 // most r's units, in order, none after <at>.
 func (r rule) parseWindow(s string) (level, bool) {
 	logs, at, ok := splitValue(s)
-	if !ok || logs == "" {
+	if !ok {
 		return level{}, false
 	}
 	var log []int64
-	prev := int64(math.MaxInt64)
+	prev := at // offsets go down from at most <at>; an empty log is an entry "", refused
 	for e := range strings.SplitSeq(logs, ",") {
 		off, count, ok := parseLogEntry(e)
-		if !ok || off > prev || off > at || count > r.most()-int64(len(log)) {
+		if !ok || off > prev || count > r.most()-int64(len(log)) {
 			return level{}, false
 		}
 		prev = off
@@ -100,19 +97,16 @@ func (r rule) decode(v any) (level, error) {
 	if v == nil {
 		return level{}, nil
 	}
-	s, ok := v.(string)
-	if !ok {
-		return level{}, fmt.Errorf("%w: field %q holds %T", ErrCorruptState, r.id, v)
-	}
+	s, _ := v.(string) // another type parses as "", which has not the shape
 	var lv level
+	var ok bool
 	if r.window > 0 {
 		lv, ok = r.parseWindow(s)
 	} else {
 		lv, ok = parseLevel(s)
-		ok = ok && (lv.fill <= r.full || r.shared)
 	}
-	if !ok {
-		return level{}, fmt.Errorf("%w: field %q holds %q", ErrCorruptState, r.id, s)
+	if !ok || lv.fill > r.full && !r.shared {
+		return level{}, fmt.Errorf("%w: field %q holds %#v", ErrCorruptState, r.id, v)
 	}
 	return lv, nil
 }
@@ -145,11 +139,11 @@ func parseLevel(s string) (level, bool) {
 // splitValue splits a stored value into its <fill> (a window's log) and
 // <at>; false if it has not the shape.
 func splitValue(s string) (fill string, at int64, ok bool) {
-	_, rest, ok1 := strings.Cut(s, ":") // the wait: the read script's business
-	fill, ats, ok2 := strings.Cut(rest, ":")
+	_, rest, _ := strings.Cut(s, ":") // the wait: the read script's business; rest is "" without it
+	fill, ats, ok1 := strings.Cut(rest, ":")
 	ats, nonce, _ := strings.Cut(ats, ":") // a nonce, if a gate wrote the value
-	at, ok3 := parseBase36(ats)
-	return fill, at, ok1 && ok2 && ok3 && !strings.Contains(nonce, ":")
+	at, ok2 := parseBase36(ats)
+	return fill, at, ok1 && ok2 && !strings.Contains(nonce, ":")
 }
 
 func parseBase36(s string) (int64, bool) {
@@ -159,8 +153,8 @@ func parseBase36(s string) (int64, bool) {
 
 // parseRead reads the read script's result after proceed: {now, value...}.
 func parseRead(rules []rule, res any) (reading, error) {
-	arr, ok := res.([]any)
-	if !ok || len(arr) != len(rules)+1 {
+	arr, _ := res.([]any) // another type has no length
+	if len(arr) != len(rules)+1 {
 		return reading{}, fmt.Errorf("%w: read returned %T %v", ErrCorruptState, res, res)
 	}
 	now, ok := arr[0].(int64)
@@ -194,11 +188,11 @@ func writeArgs(rules []rule, levels []level, now, deadline int64) []any {
 			args = append(args, r.arg, emptyArg)
 			continue
 		case r.window > 0:
-			ttl = max(ttl, ceilDiv(r.windowEmpty(lv.units(), now), 1000))
+			ttl = max(ttl, ceilDiv(r.windowWait(lv.units(), now, r.full), 1000)) // lv.at >= now
 			args = append(args, r.arg, r.encodeWindow(lv.units(), lv.at))
 			continue
 		case r.cal != nil:
-			ttl = max(ttl, ceilDiv(lv.at-now+r.calendarEmpty(lv.fill, lv.at), 1000))
+			ttl = max(ttl, ceilDiv(lv.at-now+r.calendarWait(lv.fill, lv.at, r.full), 1000))
 		default: // PEXPIRE runs at or after now: the key lives to expiryOf
 			ttl = max(ttl, r.expiryOf(satAdd(lv.at, ceilDiv(lv.fill, r.leak)))-now/1000)
 		}
