@@ -116,6 +116,13 @@ func (l *life) checkDeadline(o lifeOwner) {
 	o.endLocked(lost)
 }
 
+// end ends o in phase p (released or lost), once.
+func (l *life) end(o lifeOwner, p phase) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o.endLocked(p)
+}
+
 func (l *life) done(o lifeOwner, s *lifeSignal) <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -170,9 +177,11 @@ type lifeSignal struct {
 	next   uint64
 }
 
-// abortReleaseLocked puts a handle whose release failed back to held,
-// unless it ended meanwhile (its lease passed); its owner's mu is held.
-func (s *lifeSignal) abortReleaseLocked() {
+// abortRelease puts s, a handle whose release failed, back to held, unless
+// it ended meanwhile (its lease passed).
+func (l *life) abortRelease(s *lifeSignal) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if s.phase == releasing {
 		s.phase = held
 	}

@@ -13,13 +13,7 @@ import (
 // result, or ErrNotHeld (not run), or ErrDeclined with a gate's result. A run
 // may be repeated after a lost reply: give it reads or idempotent writes.
 func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
-	if ctx == nil {
-		return nil, ErrNilContext
-	}
-	if err := call.check(); err != nil {
-		return nil, err
-	}
-	if err := lk.use(); err != nil {
+	if err := lk.use(ctx, call.check()); err != nil {
 		return nil, err
 	}
 	defer lk.hold.exit()
@@ -53,13 +47,7 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 // Extend sets the remaining lease of the lock to ttl, which may shorten it.
 // It returns ErrNotHeld when this handle no longer holds the lock.
 func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
-	if err := checkDuration("lease", ttl); err != nil {
-		return err
-	}
-	if err := lk.use(); err != nil {
+	if err := lk.use(ctx, checkDuration("lease", ttl)); err != nil {
 		return err
 	}
 	defer lk.hold.exit()
@@ -78,10 +66,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // TTL returns the remaining lease of the lock as Redis sees it, or ErrNotHeld.
 func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	if ctx == nil {
-		return 0, ErrNilContext
-	}
-	if err := lk.use(); err != nil {
+	if err := lk.use(ctx, nil); err != nil {
 		return 0, err
 	}
 	defer lk.hold.exit()
@@ -182,9 +167,15 @@ func (lk *Lock) Token() string {
 
 // use marks the hold busy for a call that acts for lk in Redis (Extend, Run,
 // TTL) until hold.exit: a busy hold is never handed over locally, which keeps
-// the token, so the call cannot act for the waiter's lock.
-func (lk *Lock) use() error {
-	if lk == nil {
+// the token, so the call cannot act for the waiter's lock. A nil ctx, then
+// bad (the call's own check of its arguments), come first.
+func (lk *Lock) use(ctx context.Context, bad error) error {
+	switch {
+	case ctx == nil:
+		return ErrNilContext
+	case bad != nil:
+		return bad
+	case lk == nil:
 		return ErrNotHeld
 	}
 	h := lk.hold
@@ -208,12 +199,6 @@ func (lk *Lock) beginRelease() (again *unsure, last, renews bool, err error) {
 	lk.phase = releasing
 	last = len(h.handles) == 1 && h.handles[0] == lk
 	return lk.unsure, last, h.renew != nil, nil
-}
-
-func (lk *Lock) abortRelease() {
-	lk.hold.mu.Lock()
-	defer lk.hold.mu.Unlock()
-	lk.abortReleaseLocked()
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -361,12 +346,6 @@ func (h *hold) release(lk *Lock, last bool) {
 	if last {
 		h.locker.dep.spend(h)
 	}
-}
-
-func (h *hold) end(p phase) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.endLocked(p)
 }
 
 // lose ends every handle as lost: Redis reported the lock gone. While one is

@@ -34,21 +34,6 @@ func (s *Semaphore) newPermit(tok string, n int64, cfg lockConfig, start time.Ti
 	return p
 }
 
-// ended reports whether the Permit has ended (released or lost, as it is
-// once its lease has passed).
-func (p *Permit) ended() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.endedLocked(p, &p.lifeSignal) != nil
-}
-
-// end ends the Permit in phase ph (released or lost), once.
-func (p *Permit) end(ph phase) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.endLocked(ph)
-}
-
 func (p *Permit) endLocked(ph phase) {
 	if p.finishLocked() {
 		p.lifeSignal.endLocked(ph)
@@ -123,21 +108,17 @@ func (p *Permit) Release(ctx context.Context) error {
 	s := p.s
 	res, err := s.dep.semRelease(ctx, s, p.token, "")
 	if err != nil {
-		p.mu.Lock()
-		p.abortReleaseLocked() // to be released again; renewal does not restart
-		p.mu.Unlock()
+		p.abortRelease(&p.lifeSignal) // to be released again; renewal does not restart
 		return fmt.Errorf("mutex: release semaphore %q: %w", s.name, err)
 	}
 	if res != semReleased {
-		p.end(lost)
+		p.end(p, lost)
 		return ErrNotHeld
 	}
-	p.end(released)
+	p.end(p, released)
 	return nil
 }
 
-// semRelease runs semaphore_release.lua for tok in mode ("": release,
-// "c": cancel).
 func (single) semRelease(ctx context.Context, s *Semaphore, tok, mode string) (int64, error) {
 	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), mode}, nil)
 	if err != nil {
@@ -159,8 +140,8 @@ func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
 	if err := checkDuration("lease", d); err != nil {
 		return err
 	}
-	if p == nil || p.ended() {
-		return ErrNotHeld // a lease that has passed is so too (ended)
+	if _, ok := p.Deadline(); !ok {
+		return ErrNotHeld // a lease that has passed is so too
 	}
 	held, err := p.s.dep.semExtend(ctx, p, d)
 	switch {
@@ -173,10 +154,8 @@ func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// semExtend runs semaphore_extend.lua and records the new lease. With
-// replica acknowledgement (WithReplicaAck) WAIT follows in the same round
-// trip; when too few replicas acknowledge, the Permit keeps counting on its
-// old lease and the error matches ErrNotReplicated.
+// semExtend runs semaphore_extend.lua, and WAIT in the same round trip
+// (WithReplicaAck), then records the new lease.
 func (single) semExtend(ctx context.Context, p *Permit, d time.Duration) (bool, error) {
 	s, start := p.s, time.Now()
 	reply, short, err := s.l.runAcked(ctx, semExtendScript, s.keys, []any{p.token, d.Milliseconds()}, nil)

@@ -121,7 +121,7 @@ func (q *quorum) release(ctx context.Context, r *release) (any, error) {
 	err := v.verdict(len(q.nodes), q.need, "unlock", "hold the lock")
 	switch {
 	case errors.Is(err, ErrNotHeld):
-		h.end(lost)
+		h.end(h, lost)
 		return nil, ErrNotHeld
 	case err != nil:
 		return nil, fmt.Errorf("mutex: unlock %q: %w", h.name, err)
