@@ -130,8 +130,8 @@ func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Opti
 	switch err := checkName(name); {
 	case l == nil:
 		return lockConfig{}, errNilLocker
-	case err != nil || len(opts) == 0:
-		return l.defaults, err
+	case err != nil:
+		return lockConfig{}, err
 	}
 	return l.options(opts)
 }
