@@ -192,9 +192,7 @@ func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Ca
 		value = n.value
 	}
 	lk := newRoot(l, name, n, value, r[2], adopted, leaseEnd(start, time.Duration(r[1])*time.Millisecond))
-	if cfg.renew {
-		lk.hold.startRenew(lk.hold, cfg.ttl)
-	}
+	lk.hold.startRenew(lk.hold, cfg)
 	return lk, -1, res, nil
 }
 
@@ -397,8 +395,6 @@ func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Cal
 	}
 	lk := &Lock{hold: h, id: id}
 	h.add(lk, start, time.Duration(r[1])*time.Millisecond)
-	if cfg.renew {
-		h.startRenew(h, cfg.ttl)
-	}
+	h.startRenew(h, cfg)
 	return lk, res, nil
 }

@@ -142,7 +142,11 @@ func (l *life) leaseDeadline(o lifeOwner, s *lifeSignal) (time.Time, bool) {
 	return l.deadline, ok
 }
 
-func (l *life) startRenew(o lifeOwner, lease time.Duration) {
+// startRenew starts renewing the lease if cfg asks for it (WithAutoRenew).
+func (l *life) startRenew(o lifeOwner, cfg lockConfig) {
+	if !cfg.renew {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended || l.renew != nil {
@@ -151,7 +155,7 @@ func (l *life) startRenew(o lifeOwner, lease time.Duration) {
 	r := &renewal{stop: make(chan struct{}), done: make(chan struct{})}
 	l.renew = r
 	l.watchLocked(o) // the deadline timer reports loss if renewals keep failing
-	go renewLoop(o, r, lease)
+	go renewLoop(o, r, cfg.ttl)
 }
 
 func (l *life) stopRenew() {

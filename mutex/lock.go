@@ -304,9 +304,7 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 	lk.endLocked(handedOver)
 	h.endLocked(handedOver)
 	h.mu.Unlock()
-	if cfg.renew {
-		nlk.hold.startRenew(nlk.hold, cfg.ttl)
-	}
+	nlk.hold.startRenew(nlk.hold, cfg)
 	return nlk
 }
 

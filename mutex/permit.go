@@ -28,9 +28,7 @@ type Permit struct {
 func (s *Semaphore) newPermit(tok string, n int64, cfg lockConfig, start time.Time, now, ends, fence int64) *Permit {
 	p := &Permit{s: s, token: tok, n: n, fence: fence, lease: cfg.ttl}
 	p.deadline = serverDeadline(start, now, ends)
-	if cfg.renew {
-		p.startRenew(p, p.lease)
-	}
+	p.startRenew(p, cfg)
 	return p
 }
 

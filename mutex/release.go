@@ -269,9 +269,7 @@ func (r *release) giveNext(fence int64, start time.Time) {
 	nh.fence = fence
 	nlk := &Lock{hold: nh}
 	nh.add(nlk, start, r.lease)
-	if r.next.cfg.renew {
-		nh.startRenew(nh, r.next.cfg.ttl)
-	}
+	nh.startRenew(nh, r.next.cfg)
 	r.l.handedOver(r.h.name, r.next, nlk)
 }
 
