@@ -116,21 +116,21 @@ func (l *Locker) runHanded(ctx context.Context, name string, lk *Lock, call Call
 }
 
 func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Option) (lockConfig, error) {
-	if ctx == nil {
+	switch {
+	case ctx == nil:
 		return lockConfig{}, ErrNilContext
+	case l == nil:
+		return lockConfig{}, errNilLocker
 	}
 	if call != nil {
 		if err := call.check(); err != nil {
 			return lockConfig{}, err
 		}
-		if err := l.unsupported("a Fragment"); err != nil {
+		if err := l.dep.unsupported("a Fragment"); err != nil {
 			return lockConfig{}, err
 		}
 	}
-	switch err := checkName(name); {
-	case l == nil:
-		return lockConfig{}, errNilLocker
-	case err != nil:
+	if err := checkName(name); err != nil {
 		return lockConfig{}, err
 	}
 	return l.options(opts)

@@ -18,7 +18,7 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	}
 	defer lk.hold.exit()
 	h := lk.hold
-	if err := h.locker.unsupported("a Fragment"); err != nil {
+	if err := h.locker.dep.unsupported("a Fragment"); err != nil {
 		return nil, err
 	}
 	keys, args := scriptCall(&call, &names{key: h.key}, false, h.token, argID(lk.id))

@@ -98,12 +98,6 @@ func (sub *subscription) subscribe(ctx context.Context, ch string, ready chan st
 	}
 }
 
-// unsubscribeLocked returns what must run after l.mu is released; l.sub is
-// open while a queue is subscribed.
-func (l *Locker) unsubscribeLocked(name string) func() {
-	return l.dropChannelLocked(l.channel(name))
-}
-
 // dropChannelLocked forgets ch's listener and unsubscribes from ch, or
 // closes the connection when no channel is left; it returns what must run
 // after l.mu is released.

@@ -330,8 +330,8 @@ func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
 	}
 	delete(l.queues, name)
 	l.nqueues.Store(int64(len(l.queues)))
-	if q.subscribed {
-		return l.unsubscribeLocked(name)
+	if q.subscribed { // then l.sub is open, with the name's channel
+		return l.dropChannelLocked(l.channel(name))
 	}
 	return func() {}
 }

@@ -35,7 +35,7 @@ func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 		return nil, err
 	}
 	if lk != nil {
-		if err := lk.hold.locker.unsupported("a Fragment"); err != nil {
+		if err := lk.hold.locker.dep.unsupported("a Fragment"); err != nil {
 			return nil, err
 		}
 	}
