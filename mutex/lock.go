@@ -178,14 +178,7 @@ func (lk *Lock) use(ctx context.Context, bad error) error {
 	case lk == nil:
 		return ErrNotHeld
 	}
-	h := lk.hold
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.endedLocked(h, &lk.lifeSignal) != nil || lk.phase != held {
-		return ErrNotHeld
-	}
-	h.busy++
-	return nil
+	return lk.hold.enter(&lk.lifeSignal)
 }
 
 // beginRelease moves lk from held to releasing: one of racing releases wins.
@@ -308,11 +301,12 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 	return nlk
 }
 
-// enter marks the hold busy for a re-entry (Lock.use), or returns ErrNotHeld.
-func (h *hold) enter() error {
+// enter marks the hold busy for a call of the handle s (Lock.use) or for a
+// re-entry (s nil), or returns ErrNotHeld.
+func (h *hold) enter(s *lifeSignal) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.expireLocked(h) {
+	if h.expireLocked(h) || (s != nil && s.phase != held) {
 		return ErrNotHeld
 	}
 	h.busy++

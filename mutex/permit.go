@@ -16,7 +16,6 @@ type Permit struct {
 	token string
 	n     int64
 	fence int64
-	lease time.Duration
 
 	life       // the lease's; mu guards the Permit
 	lifeSignal // its phase, Done's channel and Context's contexts
@@ -26,7 +25,7 @@ type Permit struct {
 // at start whose reply said the server's time was now and the lease ends at
 // ends (both server ms).
 func (s *Semaphore) newPermit(tok string, n int64, cfg lockConfig, start time.Time, now, ends, fence int64) *Permit {
-	p := &Permit{s: s, token: tok, n: n, fence: fence, lease: cfg.ttl}
+	p := &Permit{s: s, token: tok, n: n, fence: fence}
 	p.deadline = serverDeadline(start, now, ends)
 	p.startRenew(p, cfg)
 	return p

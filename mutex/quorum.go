@@ -291,21 +291,14 @@ func readAcquire(v *votes, reply any) error {
 	case r[0] == 0 && r[1] >= 0:
 		v.refused(r[1]) // held by another: free again after its lease at most
 	case r[0] == declinedReply:
-		if w, ok := rejoinWait(res); ok {
-			v.refused(w)
+		// The rejoin gate's result: the ms until the node grants.
+		if arr, _ := res.([]any); len(arr) > 0 {
+			if w, ok := arr[0].(int64); ok {
+				v.refused(w)
+			}
 		}
 	}
 	return nil
-}
-
-// rejoinWait reads the rejoin gate's result: the ms until the node grants.
-func rejoinWait(res any) (int64, bool) {
-	arr, _ := res.([]any)
-	if len(arr) == 0 {
-		return 0, false
-	}
-	w, ok := arr[0].(int64)
-	return w, ok
 }
 
 // readHolder returns the ballot of a holder's script: no when the node's

@@ -38,7 +38,7 @@ func (l *Locker) acquireSafely(ctx context.Context, name string, mode attemptMod
 // could not tell the orphan's lease left). It remembers the token again when
 // the attempt got no lock and may yet run, or used a remembered token.
 func (l *Locker) tryToken(name string, mode attemptMode, try attemptFunc) (names, bool, [3]int64, any, error) {
-	n, adopted := l.orphans.take(name)
+	n, adopted := l.orphans.remove(name, func(names) bool { return true }) // the oldest
 	switch {
 	case !adopted:
 		n = l.names(name)
@@ -135,10 +135,6 @@ func (b *byName[T]) remove(name string, match func(T) bool) (T, bool) {
 
 // orphans are the names of attempts with an unknown outcome.
 type orphans struct{ byName[names] }
-
-func (o *orphans) take(name string) (names, bool) {
-	return o.remove(name, func(names) bool { return true })
-}
 
 func (o *orphans) put(name string, n names) {
 	o.mu.Lock()
