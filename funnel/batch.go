@@ -372,21 +372,18 @@ func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any,
 
 // admitted returns the verdict in a declined gate's result, "admitted" or
 // "late", the server time it ran at, and how returning.lua wrote each rule;
-// verdict is "" for a result of another shape.
+// verdict is "" for a result of another shape (a read's: its second item is
+// a rule's value, never one of the verdicts).
 func admitted(declined bool, res any) (now int64, verdict, how string) {
-	if !declined {
+	arr, _ := res.([]any)
+	if !declined || len(arr) < 2 {
 		return 0, "", ""
 	}
-	arr, ok := res.([]any)
-	if !ok || len(arr) != 2 && len(arr) != 3 {
+	now, ok := arr[0].(int64)
+	if verdict, _ = arr[1].(string); !ok || verdict != "admitted" && verdict != "late" {
 		return 0, "", ""
 	}
-	now, ok = arr[0].(int64)
-	verdict, _ = arr[1].(string)
-	if !ok || verdict != "admitted" && verdict != "late" {
-		return 0, "", ""
-	}
-	if len(arr) == 3 {
+	if len(arr) > 2 {
 		how, _ = arr[2].(string)
 	}
 	return now, verdict, how

@@ -220,15 +220,12 @@ type expectation struct {
 	fresh                      string
 }
 
-// expect returns rule r's expectation for n more units on the value seen
+// expect returns funnel r's expectation for n more units on the value seen
 // ("" for none), the server's clock reading at least est when the gate
-// runs; false when r is no funnel, seen does not parse, or a time does not
-// fit a Lua number. A funnel's level is linear until it empties, so the
+// runs; false when seen does not parse or a time does not fit a Lua number
+// (only a set of funnels keeps values to return to: ruleSet.funnels). A funnel's level is linear until it empties, so the
 // value anchored at max(fit, est) is the one the lock path would write.
 func (r rule) expect(seen string, n, est int64) (expectation, bool) {
-	if r.window > 0 || r.cal != nil || r.shared {
-		return expectation{}, false
-	}
 	if seen == "" {
 		return expectation{}, true
 	}
@@ -258,8 +255,9 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 	var nums []int64
 	var args []any
 	var keys []string
-	if k == 1 { // one allocation for the call's slices
-		m := new(returningArgs)
+	// One allocation for the nonce and, with one rule, the call's slices.
+	m := &returningArgs{nonce: nonce}
+	if k == 1 {
 		exp, nums, args, keys = m.exp[:k], m.nums[:6*k+1], m.args[:0], m.keys[:]
 	} else {
 		exp, nums, args, keys = make([]expectation, k), make([]int64, 6*k+1), make([]any, 0, 10*k+2), make([]string, 2)
@@ -279,16 +277,17 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 		args = append(args, &seen[i], &x[0], &x[1], &x[2], &exp[i].kept, &x[3], &exp[i].fresh, &x[4], &x[5])
 	}
 	nums[6*k] = deadline
-	args = append(args, &nums[6*k], nonce)
+	args = append(args, &nums[6*k], &m.nonce)
 	keys[0], keys[1] = c.key, lock
 	return mutex.Call{Keys: keys, Args: args}, exp, true
 }
 
 type returningArgs struct {
-	exp  [1]expectation
-	nums [7]int64
-	args [12]any
-	keys [2]string
+	exp   [1]expectation
+	nums  [7]int64
+	args  [12]any
+	keys  [2]string
+	nonce string
 }
 
 // returned returns the levels the returning gate admitted the call on and

@@ -33,32 +33,44 @@ local n = #ARGV
 local k = (n - 2) / 10
 local deadline, mark = tonumber(ARGV[n - 1]), ':' .. ARGV[n]
 local a = ARGV -- rule i's 9 values from a[k + 9 * (i - 1) + 1] on
-local busy = redis.call('EXISTS', KEYS[2]) == 1
-local r = read_state(k)
-if busy then
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  local r = read_state(k)
   r[1] = r[1] * 2 -- 2: the lock is held (0: denied on the values read)
   return r
 end
-local now = r[2]
-for i = 3, k + 2 do
-  local v = r[i]
-  if v then -- an admission writes every rule's field: the first one tells
-    if string.sub(v, -#mark) == mark then
-      return {0, now, 'admitted', ''}
-    end
+local now, got = read_values(k)
+local changed = false
+for i = 1, k do -- an empty field (expired) starts over, whatever was seen
+  local v = got[i]
+  if v and v ~= a[k + 9 * (i - 1) + 1] then
+    changed = true
     break
+  end
+end
+if changed then
+  -- Another process wrote, or this very call did (an admission writes every
+  -- rule's field: the first one present tells). Values the caller saw end in
+  -- another call's nonce, so this check waits until they changed.
+  for i = 1, k do
+    local v = got[i]
+    if v then
+      if string.sub(v, -#mark) == mark then
+        return {0, now, 'admitted', ''}
+      end
+      break
+    end
   end
 end
 if deadline > 0 and now >= deadline then
   return {0, now, 'late'}
-elseif r[1] == 0 then
-  return r -- a rule has no room for one unit
+elseif changed then
+  return read_reply(now, got)
 end
 for i = 1, k do
-  local b, v = k + 9 * (i - 1), r[i + 2]
-  if v and v ~= a[b + 1] then
-    return r -- changed by another process
-  elseif v and now < tonumber(a[b + 2]) then
+  -- The values are those seen: <fit> is at or after each rule's gate, so
+  -- this is read.lua's denial too.
+  if got[i] and now < tonumber(a[k + 9 * (i - 1) + 2]) then
+    local r = read_reply(now, got)
     r[1] = 0 -- denied: read.lua's reply, declined
     return r
   end
@@ -67,7 +79,7 @@ end
 local nowms = (now - now % 1000) / 1000
 local how, values, bound, exp, at = {}, {}, 0, 0, nil
 for i = 1, k do
-  local b, v = k + 9 * (i - 1), r[i + 2]
+  local b, v = k + 9 * (i - 1), got[i]
   local g = tonumber(a[b + 9])
   if v then -- the value seen: its grid point
     local e = tonumber(a[b + 4]) + 999
@@ -76,7 +88,7 @@ for i = 1, k do
   end
   if v and now < tonumber(a[b + 4]) then
     if now < tonumber(a[b + 3]) then
-      return r -- the server's clock is behind the caller's estimate
+      return read_reply(now, got) -- the server's clock is behind the caller's estimate
     end
     how[i], values[i] = 'k', a[b + 5] .. mark
     exp = math.max(exp, tonumber(a[b + 6]))

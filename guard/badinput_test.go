@@ -189,6 +189,7 @@ func TestBadInputPolicies(t *testing.T) {
 		"Fallback MaxKeys -1":            {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithFallback(guard.Fallback{Limit: 1, Burst: 1, MaxKeys: -1})}, nil},
 		"Fallback Burst -1":              {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithFallback(guard.Fallback{Limit: 1, Burst: -1})}, nil},
 		"Fallback Limit -Inf":            {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithFallback(guard.Fallback{Limit: rate.Limit(math.Inf(-1)), Burst: 1})}, nil},
+		"Fallback Limit NaN":             {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithFallback(guard.Fallback{Limit: rate.Limit(math.NaN()), Burst: 1})}, nil},
 		"prefix of 257 bytes":            {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithPrefix(strings.Repeat("p", 257))}, nil},
 		"prefix with }":                  {s.Client, []guard.Option{guard.WithRules(ok...), guard.WithPrefix("a}")}, nil},
 		"an empty Rule":                  {s.Client, []guard.Option{guard.WithRules(funnel.Rule{})}, funnel.ErrInvalidRule},

@@ -33,15 +33,14 @@ type Call struct {
 // with WithInFlight, a permit for the call to hold while it runs. Run
 // the call only if Admitted, in Context, and defer Done.
 //
-//   - Admitted, err nil: the rules admitted it (Degraded: without Redis,
-//     by FailOpen or a Fallback), or denied it under WithShadow.
+//   - Admitted, err nil: the rules admitted it (Degraded: without Redis),
+//     or denied it under WithShadow.
 //   - Not admitted, err nil: a denial (a 429), by Redis or the fallback.
 //   - ErrInvalidKey or funnel.ErrInvalidN: a bad key or n (a 400);
 //     ErrNilContext for a nil ctx.
-//   - ErrUnavailable (failing closed), ErrRejected or ErrPlan, with the
-//     denial in Decision (a 503 with Retry-After), or ctx's error.
-//   - ErrBusy: no permit within Timeout; the units taken in Redis were
-//     given back (a 503). Under Shadow the call runs without one.
+//   - ErrUnavailable (failing closed), ErrRejected, ErrPlan or ErrBusy,
+//     with the denial in Decision (a 503 with Retry-After), or ctx's
+//     error. Under Shadow a call refused a permit runs without one.
 //
 // An error never comes with an admitted Call. A failed call is not
 // refunded (RefundN). Every decision is reported to WithObserve.

@@ -15,11 +15,10 @@ import (
 var transientReplies = []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "READONLY", "NOREPLICAS", "MOVED", "ASK"}
 
 // unanswered reports whether err means that Redis could not answer in time
-// (down, unreachable, slow, failing over, the key's lock busy: a time-out,
-// a refused connection, a lost quorum), as opposed to an answer that will
-// not change: a refusal (NOPERM, OOM, no scripting), a corrupt key
-// (WRONGTYPE, a state that does not parse), a reply of the wrong shape, a
-// closed client. Only the first may fail open.
+// (ErrUnavailable: a time-out, a refused connection, a lost quorum, a
+// transient reply), not an answer that will not change (ErrRejected, whose
+// doc lists them; a reply of the wrong shape too). Only the first may fail
+// open.
 func unanswered(err error) bool {
 	var reply redis.Error
 	switch {

@@ -77,10 +77,8 @@ func configure(opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: negative Timeout or ErrorRetryAfter", ErrInvalidOption)
 	case c.InFlightLease < MinInFlightLease || c.InFlightLease > mutex.MaxTTL:
 		return c, fmt.Errorf("%w: InFlightLease %v: want %v to %v (or 0 for %v)", ErrInvalidOption, c.InFlightLease, MinInFlightLease, mutex.MaxTTL, DefaultInFlightLease)
-	case len(c.Rules) == 0 && len(c.Plans) > 0:
-		return c, fmt.Errorf("%w: no rules: with WithPlans too, WithRules decide the keys whose plan is \"\"", ErrInvalidOption)
 	case len(c.Rules) == 0:
-		return c, fmt.Errorf("%w: no rules", ErrInvalidOption)
+		return c, fmt.Errorf("%w: no rules (with WithPlans too, WithRules decide the keys whose plan is \"\")", ErrInvalidOption)
 	case c.PlanOf != nil:
 		c.Rules = sharing(c.Rules)
 	}

@@ -9,15 +9,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// decide runs f with g's Limiter as call does, and returns its Decision or
-// what failed decides for its error. While the watch detours (Redis is back
-// but go-redis's dial breaker still refuses unsent), a refused call runs
-// again on the detour: a Limiter on a client made from the client's options
-// without its hooks (outage.Watch.Spare). A WithLocker Locker and InFlight
-// permits take none.
+// decide runs f with g's Limiter, bounded by Timeout and watched (while
+// Redis refuses connections it ends at once: internal/outage), and returns
+// its Decision or what failed decides for its error. While the watch
+// detours (Redis is back but go-redis's dial breaker still refuses unsent),
+// a refused call runs again on a Limiter on outage.Watch.Spare. A
+// WithLocker Locker and InFlight permits take none.
 func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limiter) (funnel.Result, error)) (Decision, error) {
 	var res funnel.Result
-	err := g.call(ctx, func(cctx context.Context) (err error) {
+	err := g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {
 		res, err = f(cctx, g.lim)
 		if g.detours(err) && g.detour() != nil {
 			res, err = f(cctx, g.detour())

@@ -18,13 +18,8 @@
 // (WithTimeout) bounds each command in go-redis itself.
 //
 // When Redis cannot answer within the Timeout, a Guard fails closed by
-// default: it denies with RetryAfter and an error matching ErrUnavailable.
-// WithOnError(FailOpen) decides with the rules in this process
-// (funnel.Local), WithFallback with a token bucket per key: never
-// unlimited. An answer that will not change (NOPERM, OOM, no scripting, a
-// corrupt key) denies with ErrRejected whatever the options say. A Redis
-// that refuses connections costs a call the refusal, not the Timeout (the
-// error matches funnel.ErrUnreachable too).
+// default (ErrUnavailable), or decides in this process, never unlimited:
+// WithOnError(FailOpen), WithFallback. AllowN gives the whole ladder.
 //
 // Middleware answers a denial 429 with Retry-After; Enter decides a call
 // as Middleware decides a request, for other transports. WithInFlight

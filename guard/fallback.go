@@ -20,8 +20,7 @@ type Fallback struct {
 	MaxKeys int
 }
 
-// fallback is the in-process limiter used while Redis is down: a token
-// bucket per key, at most max keys, the oldest half forgotten when full.
+// fallback is a Fallback's limiter.
 type fallback struct {
 	cfg  Fallback
 	mu   sync.Mutex

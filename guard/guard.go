@@ -20,14 +20,10 @@ import (
 // A Guard decides, for one endpoint, whether a call for a key may go ahead.
 // It is safe for concurrent use; build it once with New.
 type Guard struct {
-	cfg config
-	lim *funnel.Limiter
-	// open decides while Redis cannot answer: the Fallback, or FailOpen's
-	// rules in process (funnel.Local); nil when failing closed.
-	open func(k keyed, n int64) (funnel.Result, error)
-	// flights counts a key's calls in this process for InFlight while Redis
-	// cannot answer; nil unless InFlight is set and the guard fails open.
-	flights *flights
+	cfg     config
+	lim     *funnel.Limiter
+	open    func(k keyed, n int64) (funnel.Result, error) // failOpen's; nil when failing closed
+	flights *flights                                      // failOpen's; nil unless InFlight is set
 	// watch ends calls at once while Redis refuses connections (nil but for
 	// a *redis.Client), and says when to detour (detour.go).
 	watch  *outage.Watch
@@ -109,7 +105,8 @@ func New(client mutex.Client, opts ...Option) (*Guard, error) {
 }
 
 // failOpen sets what decides while Redis cannot answer, if not a denial:
-// the Fallback or FailOpen's rules, with InFlight counted in process.
+// the Fallback or FailOpen's rules (funnel.Local), with InFlight counted in
+// this process.
 func (g *Guard) failOpen() {
 	switch {
 	case g.cfg.Fallback != nil:
@@ -152,12 +149,10 @@ func (g *Guard) Allow(ctx context.Context, key string) (Decision, error) {
 // takes them from every rule.
 //
 // If Redis cannot answer within Timeout, the Decision is Degraded, with an
-// error matching ErrUnavailable: the Fallback's, FailOpen's (the rules in
-// this process, funnel.Local) or FailClosed's denial (RetryAfter
-// ErrorRetryAfter). An answer that will not change (no permission, out of
-// memory, no scripting, a corrupt key) denies whatever the options say,
-// with ErrRejected. A bad key gives ErrInvalidKey, an ended ctx its error,
-// each with a denial.
+// error matching ErrUnavailable: the Fallback's, FailOpen's or FailClosed's
+// denial (RetryAfter ErrorRetryAfter). An answer that will not change
+// denies whatever the options say, with ErrRejected. A bad key gives
+// ErrInvalidKey, an ended ctx its error, each with a denial.
 func (g *Guard) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	p := g.start(ctx, key, n)
 	p.report(g)
@@ -193,7 +188,7 @@ type pending struct {
 	ctx   context.Context // the decision's (WithTrace's), or the caller's
 	o     Observation
 	start time.Time         // zero for a nil ctx: nothing to report
-	end   func(Observation) // WithTrace's, called once
+	end   func(Observation) // WithTrace's
 }
 
 func (g *Guard) start(ctx context.Context, key string, n int64) *pending {
@@ -226,9 +221,8 @@ func (p *pending) report(g *Guard) {
 	if g.cfg.Observe != nil {
 		g.cfg.Observe(p.o)
 	}
-	if end := p.end; end != nil {
-		p.end = nil
-		end(p.o)
+	if p.end != nil {
+		p.end(p.o)
 	}
 }
 
@@ -321,7 +315,7 @@ func (g *Guard) giveBack(ctx context.Context, k keyed, d Decision, n int64) erro
 func (g *Guard) failed(ctx context.Context, err error) (Decision, error) {
 	d := Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: true}
 	switch {
-	case err == nil, errors.Is(err, funnel.ErrInvalidN), ctx.Err() != nil:
+	case errors.Is(err, funnel.ErrInvalidN), ctx.Err() != nil:
 		return Decision{}, err
 	case unanswered(err):
 		return d, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -329,22 +323,14 @@ func (g *Guard) failed(ctx context.Context, err error) (Decision, error) {
 	return d, fmt.Errorf("%w: %w", ErrRejected, err)
 }
 
-// call runs f, a call to Redis, bounded by Timeout and watched: while
-// Redis refuses connections it ends at once (internal/outage).
-func (g *Guard) call(ctx context.Context, f func(context.Context) error) error {
-	return g.watch.Run(ctx, g.cfg.Timeout, f)
-}
-
 // Do runs fn if Allow admits the call for key, and refunds the unit when fn
 // returns an error. It returns the decision and fn's error (joined with a
 // failed refund's), or Allow's error. A Degraded admission took nothing in
 // Redis, and a failing fn refunds nothing there.
 //
-// With WithInFlight, fn runs holding a permit of key's semaphore, given
-// back when fn returns or panics; its context is cancelled if the permit is
-// lost. An admitted call that gets none within Timeout does not run: Do
-// refunds it and returns a denial (RetryAfter ErrorRetryAfter) with an
-// error matching ErrBusy (or ErrUnavailable, ErrRejected).
+// With WithInFlight, fn runs holding a permit, given back when fn returns
+// or panics; an admitted call refused one does not run, and Do returns a
+// denial (RetryAfter ErrorRetryAfter) with the refusal's error.
 func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) error) (Decision, error) {
 	p := g.start(ctx, key, 1)
 	if !p.d.Allowed {
@@ -388,7 +374,6 @@ func (g *Guard) storedKey(key string) (string, error) {
 	return g.stored(key), nil
 }
 
-// normalize maps key with WithNormalize; its error is ErrInvalidKey.
 func (g *Guard) normalize(key string) (string, error) {
 	if g.cfg.Normalize == nil {
 		return key, nil

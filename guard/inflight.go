@@ -13,12 +13,10 @@ import (
 // permit in Redis, a place in this process's count (failing open while
 // Redis cannot answer), or nothing (the zero slot).
 type slot struct {
-	permit *mutex.Permit
-	local  *flights
-	key    string // the stored key, in local
-	// degraded is the error (ErrUnavailable) of a permit's call that made
-	// the slot a place in local.
-	degraded error
+	permit   *mutex.Permit
+	local    *flights
+	key      string // the stored key, in local
+	degraded error  // ErrUnavailable of a permit's call that made the slot a place in local
 }
 
 // context is the context of the call in s, cancelled if its permit is lost.
@@ -30,10 +28,9 @@ func (s slot) context(parent context.Context) context.Context {
 }
 
 // enter takes a slot for a call of the stored key sk that an admission
-// let through (degraded: made without Redis, and so is the slot), waiting
-// in the key's FIFO queue for Timeout at most. An error means the call
-// must not run: ErrBusy (with ErrUnavailable when counted in this
-// process), ErrUnavailable (failing closed), ErrRejected, or ctx's.
+// let through (degraded: made without Redis, and so is the slot). An error
+// means the call must not run: ErrBusy (with ErrUnavailable when counted in
+// this process), ErrUnavailable (failing closed), ErrRejected, or ctx's.
 func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, error) {
 	if degraded {
 		return g.enterLocal(sk, nil)
@@ -70,7 +67,7 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	}
 	var p *mutex.Permit
 	busy := false
-	err = g.call(ctx, func(cctx context.Context) (err error) {
+	err = g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {
 		p, busy, err = g.takePermit(cctx, sem)
 		return err
 	})
@@ -99,12 +96,11 @@ func (g *Guard) takePermit(cctx context.Context, sem *mutex.Semaphore) (p *mutex
 	return p, errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded), err
 }
 
-// leave gives s back, bounded by Timeout whatever ctx says (a permit whose
-// release fails comes back when its lease ends).
+// leave gives s back, as Call.Done says.
 func (g *Guard) leave(ctx context.Context, s slot) {
 	switch {
 	case s.permit != nil:
-		_ = g.call(context.WithoutCancel(ctx), s.permit.Release)
+		_ = g.watch.Run(context.WithoutCancel(ctx), g.cfg.Timeout, s.permit.Release)
 	case s.local != nil:
 		s.local.leave(s.key)
 	}

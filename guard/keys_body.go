@@ -124,9 +124,8 @@ func nextMember(dec *json.Decoder) (string, json.RawMessage, bool) {
 	return name, val, err == nil && ok && dec.Decode(&val) == nil
 }
 
-// jsonKey is the key that the value val of the member field makes: a
-// string, decoded, or an integer as written, with "-0" as "0" (a fraction
-// or an exponent would give one number many spellings, each a key).
+// jsonKey is the key val makes, as JSONField says: a fraction or an
+// exponent would give one number many spellings, each a key.
 func jsonKey(val json.RawMessage, what string) (string, error) {
 	dec := json.NewDecoder(bytes.NewReader(val))
 	dec.UseNumber()

@@ -139,11 +139,10 @@ func listElements(line string) []string {
 	return hops
 }
 
-// parseNode parses an address with an optional port: "192.0.2.1",
-// "192.0.2.1:4711", "2001:db8::1", "[2001:db8::1]", "[2001:db8::1]:4711",
-// the port possibly an RFC 7239 obfuscated one ("_a1"). The address comes
-// back without its zone, IPv4-mapped as IPv4; invalid if s is none of
-// these.
+// parseNode parses an address with an optional port (validPort):
+// "192.0.2.1", "192.0.2.1:4711", "2001:db8::1", "[2001:db8::1]",
+// "[2001:db8::1]:4711". The address comes back without its zone,
+// IPv4-mapped as IPv4; invalid if s is none of these.
 func parseNode(s string) netip.Addr {
 	host, port, bracketed := splitNode(s)
 	a, err := netip.ParseAddr(host)
@@ -170,8 +169,8 @@ func splitNode(s string) (host, port string, bracketed bool) {
 	return s, "", false
 }
 
-// optionalPort reports whether s, what follows an address, is nothing, or
-// ':' and a port number or an RFC 7239 obfuscated port ("_a1").
+// optionalPort reports whether s, what follows an address, is nothing or
+// ':' and a validPort.
 func optionalPort(s string) bool {
 	p, ok := strings.CutPrefix(s, ":")
 	return s == "" || ok && validPort(p)

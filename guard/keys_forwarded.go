@@ -6,13 +6,11 @@ import "strings"
 // each a list of name=value parameters separated by ';', a value being a
 // token or a quoted string; only for= is read. The client writes what is
 // to the left of its proxy's element, so the boundaries must be found
-// exactly where the proxies put them: a ',' in a quoted string is none, and
-// after a quoted string that never ends none can be known.
+// exactly where the proxies put them: a ',' in a quoted string is none.
 
-// forwardedElements returns the for= node of each element of a Forwarded
-// line, left to right, unquoted: "" for an element without one, with two,
-// or with a syntax error. A quoted string that never ends ends the line
-// with "": where its element ends is unknown, and the walk stops there.
+// forwardedElements returns the for= node (forNode) of each element of a
+// Forwarded line, left to right. A quoted string that never ends ends the
+// line with "": where its element ends is unknown, and the walk stops there.
 func forwardedElements(line string) []string {
 	elems, ok := splitQuoted(line, ',')
 	var nodes []string

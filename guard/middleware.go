@@ -23,10 +23,9 @@ import (
 //   - Admitted: on to the next handler, the Decision in its context
 //     (FromContext).
 //   - Denied, by Redis or the fallback: 429 Too Many Requests, Retry-After
-//     in whole seconds rounded up (never 0), and {"error": "...",
-//     "retry_after": seconds}; see WithDeniedHandler.
-//   - Failing closed, ErrRejected, ErrPlan or ErrBusy (no InFlight permit
-//     within Timeout; its units given back): 503 with Retry-After.
+//     (RetryAfterSeconds), and {"error": "...", "retry_after": seconds};
+//     see WithDeniedHandler.
+//   - Failing closed, ErrRejected, ErrPlan or ErrBusy: 503 with Retry-After.
 //   - keyFunc's error or an invalid key: 400; 413 for ErrBodyTooLarge, 415
 //     for ErrContentType, 500 for ErrInvalidKeyFunc. The body's "error" is
 //     the RequestError's Fix, or "invalid request key": never the error.
@@ -129,8 +128,7 @@ func WithCost(cost func(*http.Request) (int64, error)) MiddlewareOption {
 }
 
 // WithDeniedHandler answers denied requests with h instead of the default
-// 429 JSON (which sets Retry-After: RetryAfterSeconds(d.RetryAfter)). The
-// RateLimit fields, if on, are already set.
+// 429 JSON. The RateLimit fields, if on, are already set.
 func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d Decision)) MiddlewareOption {
 	return func(c *middlewareConfig) {
 		if h != nil {

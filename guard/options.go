@@ -20,16 +20,21 @@ func set(f func(*config)) Option {
 	return func(c *config) error { f(c); return nil }
 }
 
+// checked is set(f) if ok, else an Option that fails with ErrInvalidOption
+// and why.
+func checked(ok bool, why string, f func(*config)) Option {
+	if !ok {
+		return func(*config) error { return fmt.Errorf("%w: %s", ErrInvalidOption, why) }
+	}
+	return set(f)
+}
+
 // WithPrefix namespaces the guard's keys in Redis (DefaultPrefix if unset
 // or empty): guards with different prefixes never share state.
 func WithPrefix(prefix string) Option {
-	return func(c *config) error {
-		c.Prefix = cmp.Or(prefix, DefaultPrefix)
-		if err := keyspace.CheckPrefix(c.Prefix); err != nil {
-			return fmt.Errorf("%w: prefix %q: %v", ErrInvalidOption, c.Prefix, err)
-		}
-		return nil
-	}
+	prefix = cmp.Or(prefix, DefaultPrefix)
+	err := keyspace.CheckPrefix(prefix)
+	return checked(err == nil, fmt.Sprintf("prefix %q: %v", prefix, err), func(c *config) { c.Prefix = prefix })
 }
 
 // WithRules sets the rules decided all or nothing on every call (at least
@@ -43,13 +48,7 @@ func WithRules(rules ...funnel.Rule) Option {
 // WithOnError sets what to decide when Redis cannot answer: FailClosed
 // (the default) or FailOpen. ErrRejected always denies.
 func WithOnError(mode FailureMode) Option {
-	return func(c *config) error {
-		if mode != FailClosed && mode != FailOpen {
-			return fmt.Errorf("%w: OnError %d", ErrInvalidOption, mode)
-		}
-		c.OnError = mode
-		return nil
-	}
+	return checked(mode == FailClosed || mode == FailOpen, fmt.Sprintf("OnError %d", mode), func(c *config) { c.OnError = mode })
 }
 
 // WithErrorRetryAfter sets the RetryAfter of a denial because Redis could
@@ -74,13 +73,7 @@ func WithTimeout(d time.Duration) Option {
 // else ErrRejected. When Redis cannot answer, FailClosed refuses the call
 // (ErrUnavailable); FailOpen and a Fallback count InFlight per process.
 func WithInFlight(n int64) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return fmt.Errorf("%w: InFlight %d: want 0 (no bound) or more", ErrInvalidOption, n)
-		}
-		c.InFlight = n
-		return nil
-	}
+	return checked(n >= 0, fmt.Sprintf("InFlight %d: want 0 (no bound) or more", n), func(c *config) { c.InFlight = n })
 }
 
 // WithInFlightLease sets the lease of a WithInFlight permit
@@ -106,17 +99,11 @@ func WithSecret(secret []byte) Option {
 
 // WithFallback makes the guard decide with f, a token bucket per key in
 // this process, while Redis cannot answer, instead of WithOnError's mode.
-// A bucket that cannot admit is ErrInvalidOption.
+// A bucket that cannot admit, or a Limit that is NaN, is ErrInvalidOption.
 func WithFallback(f Fallback) Option {
-	bad := f.Limit <= 0 || f.Burst <= 0 || f.MaxKeys < 0
-	f.MaxKeys = cmp.Or(f.MaxKeys, DefaultFallbackMax) // here: an Option may serve many News at once
-	return func(c *config) error {
-		if bad {
-			return fmt.Errorf("%w: Fallback needs a positive Limit and Burst", ErrInvalidOption)
-		}
-		c.Fallback = &f
-		return nil
-	}
+	bad := !(f.Limit > 0) || f.Burst <= 0 || f.MaxKeys < 0 // !(> 0): NaN is bad too
+	f.MaxKeys = cmp.Or(f.MaxKeys, DefaultFallbackMax)      // here: an Option may serve many News at once
+	return checked(!bad, "Fallback needs a positive Limit and Burst", func(c *config) { c.Fallback = &f })
 }
 
 // WithObserve makes the guard call observe after every decision, once its

@@ -68,9 +68,8 @@ func joinErrors(findings []Finding, err error) error {
 	return errors.Join(errs...)
 }
 
-// askAll asks each server of c into col: every master of a cluster (its
-// error is that of slots that could not be loaded, naming the cluster),
-// every shard of a ring, the one server of another client.
+// askAll asks each server of c (as the package doc says) into col; its
+// error is that of a cluster's slots that could not be loaded.
 func askAll(ctx context.Context, c redis.UniversalClient, col *collector) error {
 	switch c := c.(type) {
 	case *redis.ClusterClient:
@@ -80,9 +79,9 @@ func askAll(ctx context.Context, c redis.UniversalClient, col *collector) error 
 	case *redis.Ring:
 		askRing(ctx, c, col)
 	case *redis.Client:
-		col.ask(ctx, c, c.Options().Addr) // a failover client's is failoverAddr: its server knows
+		col.ask(ctx, c, cmp.Or(c.Options().Addr, failoverAddr)) // a failover client's is failoverAddr
 	default:
-		col.ask(ctx, c, "")
+		col.ask(ctx, c, failoverAddr)
 	}
 	return nil
 }
@@ -122,16 +121,14 @@ func forEachMaster(ctx context.Context, c *redis.ClusterClient, col *collector) 
 	return err
 }
 
-// failoverAddr is the address go-redis gives a failover client's options.
+// failoverAddr is the address go-redis gives a failover client's options,
+// and here that of any server whose address only the server knows.
 const failoverAddr = "FailoverClient"
 
-// ask asks the server of c at addr (failoverAddr or "": the server knows
-// it) into col.
+// ask asks the server of c at addr (failoverAddr: the server knows it)
+// into col.
 func (col *collector) ask(ctx context.Context, c redis.Cmdable, addr string) {
-	if addr == failoverAddr {
-		addr = ""
-	}
-	if i := col.start(cmp.Or(addr, failoverAddr)); i >= 0 {
+	if i := col.start(addr); i >= 0 {
 		col.finish(i, askServer(ctx, c, addr))
 	}
 }

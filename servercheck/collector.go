@@ -9,10 +9,9 @@ import (
 	"sync"
 )
 
-// A collector gathers the findings of one Check. Check closes it when it
+// A collector gathers the findings of one Check, which closes it when it
 // returns, before asking ended on a client that ignores deadlines: the
-// servers still being asked get a finding of no answer, and the askers'
-// late findings are dropped.
+// askers' late findings are dropped.
 type collector struct {
 	mu       sync.Mutex
 	findings []Finding

@@ -6,8 +6,7 @@ import "errors"
 // Err wraps one with the server's address and the cause.
 var (
 	// ErrEvictionPolicy means a memory limit and a maxmemory-policy other
-	// than noeviction: once full, the server deletes funnelguard's keys
-	// (volatile-* too: they all have a TTL), and limits and locks are gone.
+	// than noeviction: once full, the server deletes funnelguard's keys.
 	ErrEvictionPolicy = errors.New("servercheck: maxmemory-policy evicts funnelguard keys")
 	// ErrUnknownPolicy means the server answered but did not tell its
 	// maxmemory-policy (INFO memory and CONFIG GET both refused or silent,

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/redis/go-redis/v9"
 )
 
-// askServer asks the server of c, at addr ("": ask the server) for its
-// settings and judges them.
+// askServer asks the server of c, at addr (failoverAddr: ask the server)
+// for its settings and judges them.
 func askServer(ctx context.Context, c redis.Cmdable, addr string) Finding {
 	a := asking{ctx: ctx, c: c, f: Finding{Addr: addr, MaxMemory: -1}}
 	if err := a.settings(); err != nil {
@@ -78,10 +78,9 @@ func (a *asking) configMaxMemory() error {
 // address asks the server for its side of the connection (CLIENT INFO
 // laddr) when the client does not know it.
 func (a *asking) address() error {
-	if a.f.Addr != "" {
+	if a.f.Addr != failoverAddr {
 		return nil
 	}
-	a.f.Addr = failoverAddr
 	info, err := a.c.ClientInfo(a.ctx).Result()
 	if err != nil {
 		return unreached(err)
@@ -152,22 +151,11 @@ func unreached(err error) error {
 	return err
 }
 
-// noAnswer is the error of a server at addr that did not answer.
+// noAnswer is the error of a server at addr that did not answer, with
+// ctx's end (a client's i/o timeout can come a moment before ctx's timer).
 func noAnswer(ctx context.Context, addr string, err error) error {
-	if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
+	if cerr := ctxcall.Ended(ctx); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%w: %s: %w: %w", ErrNoAnswer, addr, cerr, err)
 	}
 	return fmt.Errorf("%w: %s: %w", ErrNoAnswer, addr, err)
-}
-
-// ctxErr returns ctx's error, or DeadlineExceeded once its deadline has
-// passed (a client's i/o timeout can come a moment before ctx's timer).
-func ctxErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,42 +51,47 @@ func Do[T any](ctx context.Context, w *Workers, f func(context.Context) (T, erro
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	type outcome struct {
-		v   T
-		err error
-	}
-	// The goroutine either hands its outcome to the caller or, once the
-	// caller has left, to late: never both, never neither.
-	var mu sync.Mutex
-	abandoned := false
-	done := make(chan outcome, 1)
-	w.run(func() {
-		v, err := f(ctx)
-		mu.Lock()
-		if !abandoned {
-			done <- outcome{v, err}
-			mu.Unlock()
-			return
-		}
-		mu.Unlock()
-		if late != nil {
-			late(v, err)
-		}
-	})
+	h := &handoff[T]{ctx: ctx, f: f, late: late, done: make(chan struct{})}
+	w.run(h)
 	select {
-	case o := <-done:
-		return o.v, settled(ctx, o.err)
+	case <-h.done:
+		return h.v, settled(ctx, h.err)
 	case <-ctx.Done():
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	select {
-	case o := <-done: // both ready: the outcome is known, so report it
-		return o.v, settled(ctx, o.err)
-	default:
+	if !h.state.CompareAndSwap(running, abandoned) { // both ready: the outcome is known, so report it
+		<-h.done
+		return h.v, settled(ctx, h.err)
 	}
-	abandoned = true
 	return zero, fmt.Errorf("%w: %w", ErrAbandoned, ctx.Err())
+}
+
+// A handoff is one call of Do in a worker. Its outcome goes either to the
+// caller (done closed) or, once the caller has left, to late: never both,
+// never neither. One allocation with its channel, where a closure over a
+// mutex, a flag and a channel took four.
+type handoff[T any] struct {
+	ctx   context.Context
+	f     func(context.Context) (T, error)
+	late  func(T, error)
+	state atomic.Int32 // running, then delivered or abandoned
+	done  chan struct{}
+	v     T
+	err   error
+}
+
+const (
+	running int32 = iota
+	delivered
+	abandoned
+)
+
+func (h *handoff[T]) run() {
+	h.v, h.err = h.f(h.ctx)
+	if h.state.CompareAndSwap(running, delivered) {
+		close(h.done)
+	} else if h.late != nil {
+		h.late(h.v, h.err)
+	}
 }
 
 // ErrAbandoned is joined with ctx.Err() when Do returned before f did: f's
@@ -221,25 +225,28 @@ const Idle = 20 * time.Millisecond
 // its command ends by its context's end as it is): Do then runs it from the
 // caller's goroutine.
 type Workers struct {
-	jobs chan func() // unbuffered: a send succeeds only into an idle worker
+	jobs chan job // unbuffered: a send succeeds only into an idle worker
 }
 
+// A job is a call handed to a worker (a *handoff).
+type job interface{ run() }
+
 // NewWorkers returns Workers with no goroutine yet.
-func NewWorkers() *Workers { return &Workers{jobs: make(chan func())} }
+func NewWorkers() *Workers { return &Workers{jobs: make(chan job)} }
 
 // run has job run in a goroutine: an idle worker's, else a new one's.
-func (w *Workers) run(job func()) {
+func (w *Workers) run(j job) {
 	select {
-	case w.jobs <- job:
+	case w.jobs <- j:
 	default:
-		go w.work(job)
+		go w.work(j)
 	}
 }
 
 // work runs job, then each call handed to it, until a check finds it ran
 // none since the one before. The checks come every Idle from a timer armed
 // once (not a timer reset after every call, which costs each call).
-func (w *Workers) work(job func()) {
+func (w *Workers) work(j job) {
 	var ran atomic.Uint64
 	quit := make(chan struct{})
 	var seen uint64
@@ -256,10 +263,10 @@ func (w *Workers) work(job func()) {
 	})
 	check.Reset(Idle)
 	for {
-		job()
+		j.run()
 		ran.Add(1)
 		select {
-		case job = <-w.jobs:
+		case j = <-w.jobs:
 		case <-quit:
 			return
 		}

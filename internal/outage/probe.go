@@ -23,10 +23,9 @@ func (w *Watch) start(ctx context.Context) *probe {
 }
 
 // run dials once, bounded by w.bound rather than by the call that started
-// it (other calls wait for it too), and records the outcome: a refusal
-// makes w down, and only a dial that connects makes it up again, opening a
-// detour. A time-out changes nothing: a hung server is no refusal, and a
-// refusing server whose dial was starved of its time is not back.
+// it (other calls wait for it too), and records the outcome as the package
+// doc says (a refusing server whose dial was starved of its time is not
+// back).
 func (w *Watch) run(ctx context.Context, p *probe) {
 	ctx, cancel := context.WithTimeout(ctx, w.bound)
 	defer cancel()

@@ -87,9 +87,8 @@ func (w *Watch) Spare() *redis.Client {
 }
 
 // admit lets a call go ahead, returning the count of ups it began in, or
-// the refusal that ends it at once. While the server refuses, one call
-// every Retry probes (and waits for the probe, bounded by ctx); the others
-// fail at once.
+// the refusal that ends it at once (see Retry); a call that probes waits
+// for the probe, bounded by ctx.
 func (w *Watch) admit(ctx context.Context) (uint64, error) {
 	ups := w.ups.Load()
 	if !w.down.Load() {
