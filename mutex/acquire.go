@@ -116,22 +116,22 @@ func (l *Locker) runHanded(ctx context.Context, name string, lk *Lock, call Call
 }
 
 func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Option) (lockConfig, error) {
-	if ctx == nil {
+	switch {
+	case ctx == nil:
 		return lockConfig{}, ErrNilContext
+	case l == nil:
+		return lockConfig{}, errNilLocker
 	}
 	if call != nil {
 		if err := call.check(); err != nil {
 			return lockConfig{}, err
 		}
-		if err := l.unsupported("a Fragment"); err != nil {
+		if err := l.dep.unsupported("a Fragment"); err != nil {
 			return lockConfig{}, err
 		}
 	}
-	switch err := checkName(name); {
-	case l == nil:
-		return lockConfig{}, errNilLocker
-	case err != nil || len(opts) == 0:
-		return l.defaults, err
+	if err := checkName(name); err != nil {
+		return lockConfig{}, err
 	}
 	return l.options(opts)
 }
@@ -192,9 +192,7 @@ func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Ca
 		value = n.value
 	}
 	lk := newRoot(l, name, n, value, r[2], adopted, leaseEnd(start, time.Duration(r[1])*time.Millisecond))
-	if cfg.renew {
-		lk.hold.startRenew(lk.hold, cfg.ttl)
-	}
+	lk.hold.startRenew(lk.hold, cfg)
 	return lk, -1, res, nil
 }
 
@@ -218,9 +216,7 @@ func newRoot(l *Locker, name string, n names, value any, fence int64, adopted bo
 // takeOnce is take's round trip: a native SET if allowed, else the script.
 func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any, cfg lockConfig, call *Call, mode attemptMode, start time.Time) ([3]int64, any, error) {
 	if call == nil && mode <= first {
-		r, native, err := l.takeFree(ctx, name, n, value, cfg, mode == first)
-		held := mode == first && err == nil && r[0] != 1
-		if native && !held {
+		if r, native, err := l.takeFree(ctx, name, n, value, cfg, mode == first); native {
 			return r, nil, err
 		}
 	}
@@ -265,10 +261,11 @@ type nativeSetter interface {
 
 // takeFree makes an attempt as one native SET NX PX, replying as
 // acquire.lua would (lease -1 on contention). A repeated SET finds its own
-// token: TryLock's has GET to tell; Lock's (followed) goes on with the script
-// under the same token, which tells. It reports false and sends nothing until
-// a script of this Locker has run (a server that refuses scripts must hand
-// out no lock it cannot release), or without SET NX GET (Redis < 7.0).
+// token: TryLock's has GET to tell; Lock's (followed) reports false when it
+// finds the lock held, and the script follows under the same token, which
+// tells. It also reports false, sending nothing, until a script of this
+// Locker has run (a server that refuses scripts must hand out no lock it
+// cannot release), or without SET NX GET (Redis < 7.0).
 func (l *Locker) takeFree(ctx context.Context, name string, n *names, value any, cfg lockConfig, followed bool) ([3]int64, bool, error) {
 	if l.setNX == nil || !l.scripted.Load() || l.noSetGet.Load() {
 		return [3]int64{}, false, nil
@@ -277,6 +274,8 @@ func (l *Locker) takeFree(ctx context.Context, name string, n *names, value any,
 	switch {
 	case took:
 		return [3]int64{1, cfg.ttl.Milliseconds(), 0}, true, nil
+	case followed && err == nil:
+		return [3]int64{}, false, nil // found held: the script follows
 	case !followed && err != nil && strings.Contains(err.Error(), "syntax error"):
 		l.noSetGet.Store(true)
 		return [3]int64{}, false, nil
@@ -376,7 +375,7 @@ func ownerOf(ctx context.Context, l *Locker, name string) *hold {
 // reenter adds a handle to h, which ctx carries. The hold is busy meanwhile
 // (Lock.use), so its last handle is not handed over locally.
 func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Call) (*Lock, any, error) {
-	if h.enter() != nil {
+	if h.enter(nil) != nil {
 		return nil, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock has ended", ErrNotHeld, h.name)
 	}
 	defer h.exit()
@@ -397,8 +396,6 @@ func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Cal
 	}
 	lk := &Lock{hold: h, id: id}
 	h.add(lk, start, time.Duration(r[1])*time.Millisecond)
-	if cfg.renew {
-		h.startRenew(h, cfg.ttl)
-	}
+	h.startRenew(h, cfg)
 	return lk, res, nil
 }

@@ -34,14 +34,6 @@ func (single) unsupported(string) error { return nil }
 
 func (single) semaphores(int64) (semDeployment, error) { return single{}, nil }
 
-// unsupported is nil for a nil Locker, whose calls fail on their own.
-func (l *Locker) unsupported(what string) error {
-	if l == nil {
-		return nil
-	}
-	return l.dep.unsupported(what)
-}
-
 // Nodes reports how many Redis deployments the Locker keeps its locks on: 1
 // for New, N for NewQuorum.
 func (l *Locker) Nodes() int { return l.dep.nodeCount() }

@@ -48,12 +48,10 @@ func newFragment(src string, gate bool) *Fragment {
 // lock's keys and arguments come last in KEYS and ARGV and are cut into
 // locals, so no table is built or shifted for the fragment.
 
-func lockPart(lockSrc string) string {
-	return "local function lock_part(KEYS, ARGV)\n" + lockSrc + "\nend\n"
-}
-
-func userPart(src string) string {
-	return "local function user_part(KEYS, ARGV)\n" + src + "\nend\n"
+// part wraps src as the Lua function name(KEYS, ARGV): lock_part, the
+// lock's script, or user_part, the fragment.
+func part(name, src string) string {
+	return "local function " + name + "(KEYS, ARGV)\n" + src + "\nend\n"
 }
 
 // cutTail moves the last n elements of the Lua table t into locals
@@ -129,10 +127,10 @@ var reuseDeclined = fmt.Sprintf("res[1] = %d\n  return res", declinedReply)
 // or declines leaves no lock. Reply: the acquire script's with the result,
 // or {declinedReply, result...}.
 func wrapAcquire(src string, gate bool) string {
-	return userPart(src) + cutTail("ARGV", acquireArgs) + cutLockKeys(acquireKeys-1, fmt.Sprintf("ARGV%d", acquireFenceArg)) +
+	return part("user_part", src) + cutTail("ARGV", acquireArgs) + cutLockKeys(acquireKeys-1, fmt.Sprintf("ARGV%d", acquireFenceArg)) +
 		runUser(gate, reuseDeclined) +
 		putFront("KEYS", acquireKeys) + putFront("ARGV", acquireArgs) +
-		lockPart(acquireSrc) + `local r = lock_part(KEYS, ARGV)
+		part("lock_part", acquireSrc) + `local r = lock_part(KEYS, ARGV)
 r[4] = res
 return r
 `
@@ -146,7 +144,7 @@ func wrapRelease(src string, gate bool) string {
 	// release_call, the digest the record keeps, is computed before KEYS
 	// or ARGV change.
 	callID := "local release_call = call_id(" + strconv.Quote(fmt.Sprintf("fragment %x %t", sum, gate)) + ")\n"
-	return recordSrc + callID + lockPart(releaseSrc) + userPart(src) + cutTail("ARGV", releaseArgs) +
+	return recordSrc + callID + part("lock_part", releaseSrc) + part("user_part", src) + cutTail("ARGV", releaseArgs) +
 		cutLockKeys(releaseKeys-1, fmt.Sprintf("ARGV%d", releaseFenceArg)) +
 		"local r = lock_part(" + locals("KEYS", releaseKeys) + ", " + locals("ARGV", releaseArgs) + `)
 if r[1] < 0 or r[4] then
@@ -162,7 +160,7 @@ return r
 // wrapHeld runs the fragment only while the handle holds the lock. Reply:
 // {1, result}, {0} when not held, or {declinedReply, result...}.
 func wrapHeld(src string, gate bool) string {
-	return lockPart(heldSrc) + userPart(src) +
+	return part("lock_part", heldSrc) + part("user_part", src) +
 		cutTail("KEYS", heldKeys) + cutTail("ARGV", heldArgs) +
 		"if not lock_part(" + locals("KEYS", heldKeys) + ", " + locals("ARGV", heldArgs) + `) then
   return {0}

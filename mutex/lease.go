@@ -116,6 +116,13 @@ func (l *life) checkDeadline(o lifeOwner) {
 	o.endLocked(lost)
 }
 
+// end ends o in phase p (released or lost), once.
+func (l *life) end(o lifeOwner, p phase) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o.endLocked(p)
+}
+
 func (l *life) done(o lifeOwner, s *lifeSignal) <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -135,7 +142,11 @@ func (l *life) leaseDeadline(o lifeOwner, s *lifeSignal) (time.Time, bool) {
 	return l.deadline, ok
 }
 
-func (l *life) startRenew(o lifeOwner, lease time.Duration) {
+// startRenew starts renewing the lease if cfg asks for it (WithAutoRenew).
+func (l *life) startRenew(o lifeOwner, cfg lockConfig) {
+	if !cfg.renew {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended || l.renew != nil {
@@ -144,7 +155,7 @@ func (l *life) startRenew(o lifeOwner, lease time.Duration) {
 	r := &renewal{stop: make(chan struct{}), done: make(chan struct{})}
 	l.renew = r
 	l.watchLocked(o) // the deadline timer reports loss if renewals keep failing
-	go renewLoop(o, r, lease)
+	go renewLoop(o, r, cfg.ttl)
 }
 
 func (l *life) stopRenew() {
@@ -170,9 +181,11 @@ type lifeSignal struct {
 	next   uint64
 }
 
-// abortReleaseLocked puts a handle whose release failed back to held,
-// unless it ended meanwhile (its lease passed); its owner's mu is held.
-func (s *lifeSignal) abortReleaseLocked() {
+// abortRelease puts s, a handle whose release failed, back to held, unless
+// it ended meanwhile (its lease passed).
+func (l *life) abortRelease(s *lifeSignal) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if s.phase == releasing {
 		s.phase = held
 	}

@@ -13,18 +13,12 @@ import (
 // result, or ErrNotHeld (not run), or ErrDeclined with a gate's result. A run
 // may be repeated after a lost reply: give it reads or idempotent writes.
 func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
-	if ctx == nil {
-		return nil, ErrNilContext
-	}
-	if err := call.check(); err != nil {
-		return nil, err
-	}
-	if err := lk.use(); err != nil {
+	if err := lk.use(ctx, call.check()); err != nil {
 		return nil, err
 	}
 	defer lk.hold.exit()
 	h := lk.hold
-	if err := h.locker.unsupported("a Fragment"); err != nil {
+	if err := h.locker.dep.unsupported("a Fragment"); err != nil {
 		return nil, err
 	}
 	keys, args := scriptCall(&call, &names{key: h.key}, false, h.token, argID(lk.id))
@@ -53,13 +47,7 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 // Extend sets the remaining lease of the lock to ttl, which may shorten it.
 // It returns ErrNotHeld when this handle no longer holds the lock.
 func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
-	if err := checkDuration("lease", ttl); err != nil {
-		return err
-	}
-	if err := lk.use(); err != nil {
+	if err := lk.use(ctx, checkDuration("lease", ttl)); err != nil {
 		return err
 	}
 	defer lk.hold.exit()
@@ -78,10 +66,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // TTL returns the remaining lease of the lock as Redis sees it, or ErrNotHeld.
 func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	if ctx == nil {
-		return 0, ErrNilContext
-	}
-	if err := lk.use(); err != nil {
+	if err := lk.use(ctx, nil); err != nil {
 		return 0, err
 	}
 	defer lk.hold.exit()
@@ -182,19 +167,18 @@ func (lk *Lock) Token() string {
 
 // use marks the hold busy for a call that acts for lk in Redis (Extend, Run,
 // TTL) until hold.exit: a busy hold is never handed over locally, which keeps
-// the token, so the call cannot act for the waiter's lock.
-func (lk *Lock) use() error {
-	if lk == nil {
+// the token, so the call cannot act for the waiter's lock. A nil ctx, then
+// bad (the call's own check of its arguments), come first.
+func (lk *Lock) use(ctx context.Context, bad error) error {
+	switch {
+	case ctx == nil:
+		return ErrNilContext
+	case bad != nil:
+		return bad
+	case lk == nil:
 		return ErrNotHeld
 	}
-	h := lk.hold
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.endedLocked(h, &lk.lifeSignal) != nil || lk.phase != held {
-		return ErrNotHeld
-	}
-	h.busy++
-	return nil
+	return lk.hold.enter(&lk.lifeSignal)
 }
 
 // beginRelease moves lk from held to releasing: one of racing releases wins.
@@ -208,12 +192,6 @@ func (lk *Lock) beginRelease() (again *unsure, last, renews bool, err error) {
 	lk.phase = releasing
 	last = len(h.handles) == 1 && h.handles[0] == lk
 	return lk.unsure, last, h.renew != nil, nil
-}
-
-func (lk *Lock) abortRelease() {
-	lk.hold.mu.Lock()
-	defer lk.hold.mu.Unlock()
-	lk.abortReleaseLocked()
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -319,17 +297,16 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 	lk.endLocked(handedOver)
 	h.endLocked(handedOver)
 	h.mu.Unlock()
-	if cfg.renew {
-		nlk.hold.startRenew(nlk.hold, cfg.ttl)
-	}
+	nlk.hold.startRenew(nlk.hold, cfg)
 	return nlk
 }
 
-// enter marks the hold busy for a re-entry (Lock.use), or returns ErrNotHeld.
-func (h *hold) enter() error {
+// enter marks the hold busy for a call of the handle s (Lock.use) or for a
+// re-entry (s nil), or returns ErrNotHeld.
+func (h *hold) enter(s *lifeSignal) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.expireLocked(h) {
+	if h.expireLocked(h) || (s != nil && s.phase != held) {
 		return ErrNotHeld
 	}
 	h.busy++
@@ -361,12 +338,6 @@ func (h *hold) release(lk *Lock, last bool) {
 	if last {
 		h.locker.dep.spend(h)
 	}
-}
-
-func (h *hold) end(p phase) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.endLocked(p)
 }
 
 // lose ends every handle as lost: Redis reported the lock gone. While one is

@@ -163,7 +163,7 @@ func (l *Locker) Eval(ctx context.Context, script *redis.Script, keys []string, 
 	case script == nil:
 		return nil, fmt.Errorf("%w: Eval of a nil script", ErrInvalid)
 	}
-	if err := l.unsupported("Eval"); err != nil {
+	if err := l.dep.unsupported("Eval"); err != nil {
 		return nil, err
 	}
 	return l.run(ctx, script, keys, args, nil)

@@ -15,18 +15,24 @@ type subscriber interface {
 }
 
 // A subscription is a Locker's one Pub/Sub connection, open only while some
-// name has waiters. The maps are guarded by Locker.mu.
+// name has waiters. chans is guarded by Locker.mu.
 type subscription struct {
 	ps    *redis.PubSub
-	names map[string]string                 // channel -> lock name
-	sems  map[string]map[string]chan string // channel -> token -> a semaphore waiter's grant
-	// ready: semaphore channel -> closed once its SUBSCRIBE was sent, so
-	// that a waiter that joins while another subscribes polls after it.
-	ready map[string]chan struct{}
+	chans map[string]*listener // by channel
 	// calls serializes SUBSCRIBE and UNSUBSCRIBE: an UNSUBSCRIBE sent after
 	// Locker.mu was released must not overtake a later waiter's SUBSCRIBE.
 	calls sync.Mutex
 	done  chan struct{} // closed when the reader goroutine has exited
+}
+
+// A listener is what the Locker's waiters hear on one channel: a lock's
+// releases or a semaphore's grants.
+type listener struct {
+	lock   string                 // the lock's name; "" on a semaphore's channel
+	grants map[string]chan string // token -> a semaphore waiter's grant
+	// ready is closed once the channel's SUBSCRIBE was sent, so that a
+	// waiter that joins while another subscribes polls after it.
+	ready chan struct{}
 }
 
 // channel is the Pub/Sub channel of name's releases (release.lua derives it).
@@ -37,7 +43,6 @@ func (l *Locker) channel(name string) string {
 // subscribe listens for releases of name for its queue's lifetime; true
 // when it subscribed just now.
 func (l *Locker) subscribe(ctx context.Context, name string) bool {
-	s, _ := l.client.(subscriber)
 	if !l.notify {
 		return false
 	}
@@ -48,22 +53,35 @@ func (l *Locker) subscribe(ctx context.Context, name string) bool {
 		return false
 	}
 	q.subscribed = true
-	if l.sub == nil {
-		l.openSubLocked(ctx, s)
-	}
 	ch := l.channel(name)
-	l.sub.names[ch] = name
+	c, _ := l.listenLocked(ctx, ch) // fresh: the queue's channel goes with it
+	c.lock = name
 	sub := l.sub
-	ps := sub.ps
 	l.mu.Unlock()
 	// An error only costs the early wake-up: the waiter's ticker still runs.
-	sub.subscribe(ctx, ps, ch, nil)
+	sub.subscribe(ctx, ch, c.ready)
 	return true
 }
 
-// subscribe subscribes ps to ch, then closes ready. The SUBSCRIBE outlives
+// listenLocked returns ch's listener, opening the connection and adding
+// the listener if need be; fresh: added just now, the caller subscribes.
+func (l *Locker) listenLocked(ctx context.Context, ch string) (c *listener, fresh bool) {
+	if l.sub == nil {
+		s, _ := l.client.(subscriber)
+		l.sub = &subscription{ps: s.Subscribe(context.WithoutCancel(ctx)), chans: map[string]*listener{}, done: make(chan struct{})}
+		go l.listen(l.sub)
+	}
+	if c = l.sub.chans[ch]; c == nil {
+		c = &listener{grants: map[string]chan string{}, ready: make(chan struct{})}
+		l.sub.chans[ch] = c
+		fresh = true
+	}
+	return c, fresh
+}
+
+// subscribe subscribes to ch, then closes ready. The SUBSCRIBE outlives
 // ctx (up to unlockTimeout): other waiters on ch count on it.
-func (sub *subscription) subscribe(ctx context.Context, ps *redis.PubSub, ch string, ready chan struct{}) {
+func (sub *subscription) subscribe(ctx context.Context, ch string, ready chan struct{}) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -71,10 +89,8 @@ func (sub *subscription) subscribe(ctx context.Context, ps *redis.PubSub, ch str
 		defer sub.calls.Unlock()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
-		_ = ps.Subscribe(sctx, ch)
-		if ready != nil {
-			close(ready)
-		}
+		_ = sub.ps.Subscribe(sctx, ch)
+		close(ready)
 	}()
 	select {
 	case <-done:
@@ -82,37 +98,20 @@ func (sub *subscription) subscribe(ctx context.Context, ps *redis.PubSub, ch str
 	}
 }
 
-// unsubscribeLocked returns what must run after l.mu is released.
-func (l *Locker) unsubscribeLocked(name string) func() {
-	sub := l.sub
-	if sub == nil {
-		return func() {}
-	}
-	ch := l.channel(name)
-	delete(sub.names, ch)
-	return l.dropChannelLocked(ch)
-}
-
-func (l *Locker) openSubLocked(ctx context.Context, s subscriber) {
-	sub := &subscription{ps: s.Subscribe(context.WithoutCancel(ctx)), names: map[string]string{},
-		sems: map[string]map[string]chan string{}, ready: map[string]chan struct{}{}, done: make(chan struct{})}
-	l.sub = sub
-	go l.listen(sub)
-}
-
-// dropChannelLocked unsubscribes from ch, or closes the connection when no
-// channel is left; it returns what must run after l.mu is released.
+// dropChannelLocked forgets ch's listener and unsubscribes from ch, or
+// closes the connection when no channel is left; it returns what must run
+// after l.mu is released.
 func (l *Locker) dropChannelLocked(ch string) func() {
 	sub := l.sub
-	if len(sub.names) > 0 || len(sub.sems) > 0 {
+	delete(sub.chans, ch)
+	if len(sub.chans) > 0 {
 		return func() {
 			sub.calls.Lock()
 			defer sub.calls.Unlock()
 			l.mu.Lock()
-			_, lock := sub.names[ch]
-			_, sem := sub.sems[ch]
+			_, back := sub.chans[ch]
 			l.mu.Unlock()
-			if !lock && !sem { // nobody came back to it since
+			if !back { // nobody came back to it since
 				_ = sub.ps.Unsubscribe(context.Background(), ch)
 			}
 		}
@@ -128,11 +127,10 @@ func (l *Locker) listen(sub *subscription) {
 	defer close(sub.done)
 	for msg := range sub.ps.Channel() {
 		l.mu.Lock()
-		if waits, ok := sub.sems[msg.Channel]; ok {
-			deliverGrants(waits, msg.Payload)
-		}
-		if name, ok := sub.names[msg.Channel]; ok {
-			l.wakeHeadLocked(name)
+		if c := sub.chans[msg.Channel]; c != nil && c.lock != "" {
+			l.wakeHeadLocked(c.lock)
+		} else if c != nil {
+			deliverGrants(c.grants, msg.Payload)
 		}
 		l.mu.Unlock()
 	}

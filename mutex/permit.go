@@ -16,7 +16,6 @@ type Permit struct {
 	token string
 	n     int64
 	fence int64
-	lease time.Duration
 
 	life       // the lease's; mu guards the Permit
 	lifeSignal // its phase, Done's channel and Context's contexts
@@ -26,27 +25,10 @@ type Permit struct {
 // at start whose reply said the server's time was now and the lease ends at
 // ends (both server ms).
 func (s *Semaphore) newPermit(tok string, n int64, cfg lockConfig, start time.Time, now, ends, fence int64) *Permit {
-	p := &Permit{s: s, token: tok, n: n, fence: fence, lease: cfg.ttl}
+	p := &Permit{s: s, token: tok, n: n, fence: fence}
 	p.deadline = serverDeadline(start, now, ends)
-	if cfg.renew {
-		p.startRenew(p, p.lease)
-	}
+	p.startRenew(p, cfg)
 	return p
-}
-
-// ended reports whether the Permit has ended (released or lost, as it is
-// once its lease has passed).
-func (p *Permit) ended() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.endedLocked(p, &p.lifeSignal) != nil
-}
-
-// end ends the Permit in phase ph (released or lost), once.
-func (p *Permit) end(ph phase) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.endLocked(ph)
 }
 
 func (p *Permit) endLocked(ph phase) {
@@ -123,21 +105,17 @@ func (p *Permit) Release(ctx context.Context) error {
 	s := p.s
 	res, err := s.dep.semRelease(ctx, s, p.token, "")
 	if err != nil {
-		p.mu.Lock()
-		p.abortReleaseLocked() // to be released again; renewal does not restart
-		p.mu.Unlock()
+		p.abortRelease(&p.lifeSignal) // to be released again; renewal does not restart
 		return fmt.Errorf("mutex: release semaphore %q: %w", s.name, err)
 	}
 	if res != semReleased {
-		p.end(lost)
+		p.end(p, lost)
 		return ErrNotHeld
 	}
-	p.end(released)
+	p.end(p, released)
 	return nil
 }
 
-// semRelease runs semaphore_release.lua for tok in mode ("": release,
-// "c": cancel).
 func (single) semRelease(ctx context.Context, s *Semaphore, tok, mode string) (int64, error) {
 	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), mode}, nil)
 	if err != nil {
@@ -159,8 +137,8 @@ func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
 	if err := checkDuration("lease", d); err != nil {
 		return err
 	}
-	if p == nil || p.ended() {
-		return ErrNotHeld // a lease that has passed is so too (ended)
+	if _, ok := p.Deadline(); !ok {
+		return ErrNotHeld // a lease that has passed is so too
 	}
 	held, err := p.s.dep.semExtend(ctx, p, d)
 	switch {
@@ -173,10 +151,8 @@ func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// semExtend runs semaphore_extend.lua and records the new lease. With
-// replica acknowledgement (WithReplicaAck) WAIT follows in the same round
-// trip; when too few replicas acknowledge, the Permit keeps counting on its
-// old lease and the error matches ErrNotReplicated.
+// semExtend runs semaphore_extend.lua, and WAIT in the same round trip
+// (WithReplicaAck), then records the new lease.
 func (single) semExtend(ctx context.Context, p *Permit, d time.Duration) (bool, error) {
 	s, start := p.s, time.Now()
 	reply, short, err := s.l.runAcked(ctx, semExtendScript, s.keys, []any{p.token, d.Milliseconds()}, nil)

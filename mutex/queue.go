@@ -139,10 +139,7 @@ func (s *waitState) step(ctx context.Context, t turn) (pause time.Duration, o ou
 	switch {
 	case t.fail != nil:
 		return 0, s.leave(ctx, nil, nil, t.fail), true
-	case t.head && t.delay:
-		// The waiter before w just got the lock: polling now would fail.
-		return s.l.nextWait(-1), o, false
-	case t.head && t.holdOff > 0:
+	case t.holdOff > 0:
 		return t.holdOff, o, false
 	case t.head && primed:
 		return s.listen(ctx, s.pttl), o, false
@@ -218,8 +215,7 @@ func (s *waitState) leave(ctx context.Context, lk *Lock, res any, err error) out
 type turn struct {
 	queued  bool          // still queued; if not, a lock was handed to it
 	head    bool          // it heads its queue
-	delay   bool          // wait a retry interval: its predecessor just got the lock
-	holdOff time.Duration // do not poll for this long: a hand-over to it yielded
+	holdOff time.Duration // do not poll for this long (head only; see headOf)
 	recheck bool          // make one attempt although not the head (see declined)
 	fail    error         // end the wait with this error (failWaiters)
 }
@@ -244,11 +240,14 @@ func (l *Locker) headOf(name string, w *waiter) turn {
 		return t
 	}
 	t.head, t.recheck = true, false
-	t.delay, w.delay = w.delay, false
-	if !w.yieldTill.IsZero() {
+	if !w.yieldTill.IsZero() { // a hand-over to it yielded
 		if t.holdOff = time.Until(w.yieldTill); t.holdOff <= 0 {
 			w.yieldTill, t.holdOff = time.Time{}, 0
 		}
+	}
+	if w.delay {
+		// The waiter before w just got the lock: polling now would fail.
+		t.holdOff, w.delay = l.nextWait(-1), false
 	}
 	return t
 }
@@ -330,8 +329,8 @@ func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
 	}
 	delete(l.queues, name)
 	l.nqueues.Store(int64(len(l.queues)))
-	if q.subscribed {
-		return l.unsubscribeLocked(name)
+	if q.subscribed { // then l.sub is open, with the name's channel
+		return l.dropChannelLocked(l.channel(name))
 	}
 	return func() {}
 }

@@ -1,6 +1,7 @@
 package mutex
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -50,30 +51,6 @@ func (*quorum) unsupported(what string) error {
 // spend keeps nothing on a quorum: spent.lua serves one Redis.
 func (*quorum) spend(*hold) {}
 
-type nodeReply struct {
-	reply any
-	err   error
-}
-
-// fan runs script on every node in parallel, within the node timeout, and
-// returns the replies in node order.
-func (q *quorum) fan(ctx context.Context, script *redis.Script, keys []string, args []any) []nodeReply {
-	out := make([]nodeReply, len(q.nodes))
-	var wg sync.WaitGroup
-	for i, c := range q.nodes {
-		wg.Go(func() {
-			nctx, cancel := context.WithTimeout(ctx, q.timeout)
-			defer cancel()
-			out[i].reply, out[i].err = script.Run(nctx, c, keys, args...).Result()
-			if out[i].err != nil {
-				out[i].err = fmt.Errorf("node %d%s: %w", i, addr(c), out[i].err)
-			}
-		})
-	}
-	wg.Wait()
-	return out
-}
-
 func addr(c Client) string {
 	if o, ok := c.(interface{ Options() *redis.Options }); ok {
 		return " (" + o.Options().Addr + ")"
@@ -109,7 +86,7 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg
 
 func (q *quorum) undo(ctx context.Context, n *names, id any) {
 	keys, args := releaseCall(n, id, 0, noStamp)
-	q.fan(context.WithoutCancel(ctx), releaseScript, keys, args)
+	q.poll(context.WithoutCancel(ctx), releaseScript, keys, args, func(*votes, any) error { return nil })
 }
 
 // release closes r's handle on every node; the hold ends when no node
@@ -118,13 +95,13 @@ func (q *quorum) release(ctx context.Context, r *release) (any, error) {
 	h := r.h
 	keys, args := releaseCall(&h.names, argID(r.lk.id), 0, noStamp)
 	v := q.poll(ctx, releaseScript, keys, args, readHolder(-1))
-	err := v.verdict(len(q.nodes), q.need, "unlock", "hold the lock")
+	held, err := v.verdict(len(q.nodes), q.need, "unlock", "hold the lock")
 	switch {
-	case errors.Is(err, ErrNotHeld):
-		h.end(lost)
-		return nil, ErrNotHeld
 	case err != nil:
 		return nil, fmt.Errorf("mutex: unlock %q: %w", h.name, err)
+	case !held:
+		h.end(h, lost)
+		return nil, ErrNotHeld
 	}
 	left := slices.Max(v.yes) // the handles left open: the most any node reports
 	h.release(r.lk, left == 0)
@@ -138,10 +115,7 @@ func (q *quorum) release(ctx context.Context, r *release) (any, error) {
 // time, false when a majority no longer has the lock.
 func (q *quorum) extend(ctx context.Context, h *hold, id string, lease time.Duration, start time.Time) (bool, error) {
 	v := q.poll(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, readHolder(0))
-	switch err := v.verdict(len(q.nodes), q.need, "extend", "hold the lock"); {
-	case errors.Is(err, ErrNotHeld):
-		return false, nil
-	case err != nil:
+	if held, err := v.verdict(len(q.nodes), q.need, "extend", "hold the lock"); !held {
 		return false, err
 	}
 	if elapsed := time.Since(start); elapsed >= lease-drift(lease) {
@@ -154,8 +128,8 @@ func (q *quorum) extend(ctx context.Context, h *hold, id string, lease time.Dura
 func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	h := lk.hold
 	v := q.poll(ctx, pttlScript, []string{h.key}, []any{h.token, handleID(lk.id)}, readHolder(-3))
-	if err := v.verdict(len(q.nodes), q.need, "ttl", "hold the lock"); err != nil {
-		return 0, err
+	if held, err := v.verdict(len(q.nodes), q.need, "ttl", "hold the lock"); !held {
+		return 0, cmp.Or(err, ErrNotHeld)
 	}
 	return time.Duration(v.nth(q.need)) * time.Millisecond, nil
 }
@@ -232,11 +206,28 @@ type votes struct {
 // A ballot reads one node's reply into v; its error counts as the node's.
 type ballot func(v *votes, reply any) error
 
+// poll runs script on every node in parallel, within the node timeout, and
+// reads the replies in node order.
 func (q *quorum) poll(ctx context.Context, script *redis.Script, keys []string, args []any, read ballot) votes {
+	out := make([]struct {
+		reply any
+		err   error
+	}, len(q.nodes))
+	var wg sync.WaitGroup
+	for i, c := range q.nodes {
+		wg.Go(func() {
+			nctx, cancel := context.WithTimeout(ctx, q.timeout)
+			defer cancel()
+			out[i].reply, out[i].err = script.Run(nctx, c, keys, args...).Result()
+		})
+	}
+	wg.Wait()
 	v := votes{wait: -1}
-	for _, nr := range q.fan(ctx, script, keys, args) {
+	for i, nr := range out {
 		err := nr.err
-		if err == nil {
+		if err != nil {
+			err = fmt.Errorf("node %d%s: %w", i, addr(q.nodes[i]), err)
+		} else {
 			err = read(&v, nr.reply)
 		}
 		if err != nil {
@@ -276,16 +267,16 @@ func (v *votes) refusal(nodes, need int, took, lease time.Duration) error {
 	return nil
 }
 
-// verdict reads the votes of a holder's call: nil when need nodes said yes,
-// ErrNotHeld when too many said no, else ErrNoQuorum joined with the errors.
-func (v *votes) verdict(nodes, need int, what, did string) error {
+// verdict reads the votes of a holder's call: held when need nodes said yes,
+// not when too many said no, else ErrNoQuorum joined with the errors.
+func (v *votes) verdict(nodes, need int, what, did string) (held bool, err error) {
 	switch {
 	case len(v.yes) >= need:
-		return nil
+		return true, nil
 	case v.no > nodes-need:
-		return ErrNotHeld
+		return false, nil
 	}
-	return noQuorum(fmt.Sprintf("%s: %d of %d nodes %s, %d failed, %d must", what, len(v.yes), nodes, did, len(v.errs), need), v.errs)
+	return false, noQuorum(fmt.Sprintf("%s: %d of %d nodes %s, %d failed, %d must", what, len(v.yes), nodes, did, len(v.errs), need), v.errs)
 }
 
 // readAcquire reads a node's acquire reply; a re-entry that found no lock
@@ -300,21 +291,14 @@ func readAcquire(v *votes, reply any) error {
 	case r[0] == 0 && r[1] >= 0:
 		v.refused(r[1]) // held by another: free again after its lease at most
 	case r[0] == declinedReply:
-		if w, ok := rejoinWait(res); ok {
-			v.refused(w)
+		// The rejoin gate's result: the ms until the node grants.
+		if arr, _ := res.([]any); len(arr) > 0 {
+			if w, ok := arr[0].(int64); ok {
+				v.refused(w)
+			}
 		}
 	}
 	return nil
-}
-
-// rejoinWait reads the rejoin gate's result: the ms until the node grants.
-func rejoinWait(res any) (int64, bool) {
-	arr, _ := res.([]any)
-	if len(arr) == 0 {
-		return 0, false
-	}
-	w, ok := arr[0].(int64)
-	return w, ok
 }
 
 // readHolder returns the ballot of a holder's script: no when the node's

@@ -35,7 +35,7 @@ func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 		return nil, err
 	}
 	if lk != nil {
-		if err := lk.hold.locker.unsupported("a Fragment"); err != nil {
+		if err := lk.hold.locker.dep.unsupported("a Fragment"); err != nil {
 			return nil, err
 		}
 	}
@@ -87,13 +87,13 @@ func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
 	defer cancel()
 	res, err := r.l.dep.release(ctx, &r)
 	if err != nil {
-		lk.abortRelease() // a no-op once the handle has ended
+		lk.hold.abortRelease(&lk.lifeSignal) // a no-op once the handle has ended
 	}
 	return res, err
 }
 
-// pickWaiter chooses the next owner: a local waiter, or the repeated
-// release's.
+// pickWaiter chooses the next owner: a local waiter, or a repeated
+// release's first choice, which goes through Redis (the lock may be gone).
 func (r *release) pickWaiter() {
 	switch {
 	case r.again != nil && r.again.nh != nil:
@@ -148,11 +148,10 @@ func unlockErr(name string, err error) error {
 }
 
 // handOverLocally passes the lock to the next local waiter without a round
-// trip: never for a fragment (it must run in Redis), with fencing (each
-// holder needs its own number) or when repeating a release (the lock may be
-// gone).
+// trip: never for a fragment (it must run in Redis) or with fencing (each
+// holder needs its own number).
 func (r *release) handOverLocally() bool {
-	if r.next == nil || r.pass != passLocal || r.call != nil || r.l.fenceTTL != 0 || r.again != nil {
+	if r.next == nil || r.pass != passLocal || r.call != nil || r.l.fenceTTL != 0 {
 		return false
 	}
 	nlk := r.h.passOn(r.lk, r.next.cfg)
@@ -205,7 +204,7 @@ func (r *release) script(ctx context.Context, st stamp, late func(any, error)) (
 		return nil, unlockErr(r.h.name, err), err
 	case n[0] < 0:
 		r.cancelHandOver()
-		r.h.end(lost)
+		r.h.end(r.h, lost)
 		return nil, ErrNotHeld, nil
 	}
 	rest = r.yield(rest)
@@ -244,25 +243,22 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 	if r.foreign {
 		r.nh = nil // another's now: neither undone nor released here
 	}
-	if short != nil && r.nh != nil && left == 0 {
-		// Handed over on the master alone: undone; the waiter tries again.
-		r.l.releaseRoot(ctx, r.nh)
-		r.cancelHandOver()
-		r.nh = nil
-		if r.call == nil {
-			short = nil // the release itself stands, and needs no replica
-		}
+	// Handed over on the master alone: undone; the waiter tries again.
+	undo := left == 0 && short != nil && r.nh != nil
+	if undo && r.call == nil {
+		short = nil // the release itself stands, and needs no replica
 	}
 	switch {
-	case r.next != nil && left == 0:
-		r.giveNext(fence, start)
-	case r.next != nil:
+	case left != 0:
 		r.cancelHandOver() // Redis still counts open handles
-	case left == 0 && r.nh != nil:
-		// Handed to nh by an earlier run, for a waiter that has gone.
-		r.l.releaseRoot(ctx, r.nh)
-		r.l.released(r.h.name)
-	case left == 0:
+	case r.next != nil && !undo:
+		r.giveNext(fence, start)
+	default:
+		if r.nh != nil {
+			// Undone, or handed to nh by an earlier run for a waiter that has gone.
+			r.l.releaseRoot(ctx, r.nh)
+		}
+		r.cancelHandOver()
 		r.l.released(r.h.name)
 	}
 	return short
@@ -273,9 +269,7 @@ func (r *release) giveNext(fence int64, start time.Time) {
 	nh.fence = fence
 	nlk := &Lock{hold: nh}
 	nh.add(nlk, start, r.lease)
-	if r.next.cfg.renew {
-		nh.startRenew(nh, r.next.cfg.ttl)
-	}
+	nh.startRenew(nh, r.next.cfg)
 	r.l.handedOver(r.h.name, r.next, nlk)
 }
 

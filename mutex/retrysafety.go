@@ -38,7 +38,7 @@ func (l *Locker) acquireSafely(ctx context.Context, name string, mode attemptMod
 // could not tell the orphan's lease left). It remembers the token again when
 // the attempt got no lock and may yet run, or used a remembered token.
 func (l *Locker) tryToken(name string, mode attemptMode, try attemptFunc) (names, bool, [3]int64, any, error) {
-	n, adopted := l.orphans.take(name)
+	n, adopted := l.orphans.remove(name, func(names) bool { return true }) // the oldest
 	switch {
 	case !adopted:
 		n = l.names(name)
@@ -115,12 +115,26 @@ func (b *byName[T]) setLocked(name string, ts []T) {
 	b.n.Store(int64(len(b.m)))
 }
 
+// remove takes the oldest of name's entries that match.
+func (b *byName[T]) remove(name string, match func(T) bool) (T, bool) {
+	var none T
+	if b.n.Load() == 0 {
+		return none, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ts := b.m[name]
+	for i, x := range ts {
+		if match(x) {
+			b.setLocked(name, append(ts[:i:i], ts[i+1:]...))
+			return x, true
+		}
+	}
+	return none, false
+}
+
 // orphans are the names of attempts with an unknown outcome.
 type orphans struct{ byName[names] }
-
-func (o *orphans) take(name string) (names, bool) {
-	return o.remove(name, func(names) bool { return true })
-}
 
 func (o *orphans) put(name string, n names) {
 	o.mu.Lock()
@@ -138,23 +152,6 @@ func (o *orphans) put(name string, n names) {
 func (o *orphans) claim(name, token string) bool {
 	_, ok := o.remove(name, func(x names) bool { return x.token == token })
 	return ok
-}
-
-// remove takes the oldest of name's remembered attempts that match.
-func (o *orphans) remove(name string, match func(names) bool) (names, bool) {
-	if o.n.Load() == 0 {
-		return names{}, false
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	ns := o.m[name]
-	for i, x := range ns {
-		if match(x) {
-			o.setLocked(name, append(ns[:i:i], ns[i+1:]...))
-			return x, true
-		}
-	}
-	return names{}, false
 }
 
 // spentLeases is how long, in leases, a spent token is looked for.
@@ -196,13 +193,6 @@ func (s *spent) args(name string, now time.Time) []any {
 	return args
 }
 
-func (s *spent) drop(name, token string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ts := slices.DeleteFunc(slices.Clone(s.m[name]), func(t spentToken) bool { return t.token == token })
-	s.setLocked(name, ts)
-}
-
 // spend remembers h's token as spent when it was adopted. A token handed on
 // locally lives on in the next hold, which inherits adopted.
 func (single) spend(h *hold) {
@@ -223,7 +213,7 @@ func (l *Locker) clearSpent(ctx context.Context, name string) bool {
 	if err != nil || ierr != nil || i < 1 || i > int64(len(args)) {
 		return false
 	}
-	l.spent.drop(name, args[i-1].(string))
+	l.spent.remove(name, func(t spentToken) bool { return t.token == args[i-1] })
 	return true
 }
 

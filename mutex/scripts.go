@@ -45,7 +45,7 @@ func luaText(s string) string { return "'" + s + "'" }
 // Scripts are assembled from their body and the Lua functions they call.
 var (
 	acquireSrc = fenceSrc + withValue(acquireBody)
-	// releaseSrc is the lock's part of a release (lockPart); its caller
+	// releaseSrc is the lock's part of a release (lock_part); its caller
 	// writes the record (releaseTail, wrapRelease).
 	releaseSrc = fenceSrc + withValue(releaseNames.Replace(releaseBody))
 	extendSrc  = withValue(extendBody)
@@ -58,7 +58,7 @@ var (
 // Scripts are immutable after init (redis.Script caches only its own SHA).
 var (
 	acquireScript = redis.NewScript(acquireSrc)
-	releaseScript = redis.NewScript(recordSrc + plainCall + lockPart(releaseSrc) + releaseTail)
+	releaseScript = redis.NewScript(recordSrc + plainCall + part("lock_part", releaseSrc) + releaseTail)
 	unlockScript  = redis.NewScript(unlockSrc)
 	extendScript  = redis.NewScript(extendSrc)
 	pttlScript    = redis.NewScript(pttlSrc)

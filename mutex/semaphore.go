@@ -136,10 +136,7 @@ func (s *Semaphore) check(ctx context.Context, n int64, opts []Option) (lockConf
 	if s == nil {
 		return lockConfig{}, fmt.Errorf("%w: nil Semaphore", ErrInvalid)
 	}
-	cfg, err := s.l.defaults, error(nil) // s.name was checked by Locker.Semaphore
-	if len(opts) > 0 {
-		cfg, err = s.l.options(opts)
-	}
+	cfg, err := s.l.options(opts) // s.name was checked by Locker.Semaphore
 	if err == nil && (n < 1 || n > s.size) {
 		err = fmt.Errorf("%w: %d permits of a semaphore of %d", ErrInvalid, n, s.size)
 	}

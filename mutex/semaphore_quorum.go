@@ -34,15 +34,13 @@ type semQuorum struct {
 }
 
 // semTry is TryAcquire on a quorum: the acquire script on every node at
-// once, granted when need nodes grant it and the lease they all still have
-// outlasts the time the call took (less the drift margin); otherwise given
-// back on every node.
+// once, granted when need nodes grant it in time (leaseLeft); otherwise
+// given back on every node.
 func (sq semQuorum) semTry(ctx context.Context, s *Semaphore, tok string, n int64, cfg lockConfig) (*Permit, error) {
 	start := time.Now()
 	args := []any{tok, n, s.size, cfg.ttl.Milliseconds(), "t", s.waitLease().Milliseconds(), s.channel}
-	v := sq.q.poll(ctx, semAcquireScript, s.keys, args, readSemAcquire)
-	left := v.nth(sq.need)
-	if left > 0 && time.Now().Before(serverDeadline(start, 0, left)) && v.bad == nil {
+	v := sq.q.poll(ctx, semAcquireScript, s.keys, args, readSemLease)
+	if left, ok := v.leaseLeft(sq.need, start); ok && v.bad == nil {
 		return s.newPermit(tok, n, cfg, start, 0, left, 0), nil
 	}
 	if len(v.yes) > 0 || len(v.errs) > 0 {
@@ -58,21 +56,30 @@ func (sq semQuorum) semTry(ctx context.Context, s *Semaphore, tok string, n int6
 	return nil, ErrNoPermits
 }
 
-// readSemAcquire reads a node's reply to the semaphore's acquire script: a
-// grant's lease (ms), a refusal, or a semaphore of another size.
-func readSemAcquire(v *votes, reply any) error {
+// readSemLease reads a node's reply to the semaphore's acquire or extend
+// script, {1, now, lease end, ...} when it grants: the lease (ms) it gives,
+// a refusal, or a semaphore of another size (acquire only).
+func readSemLease(v *votes, reply any) error {
 	r, err := semNums(reply)
 	switch {
 	case err != nil:
 		return err
 	case r[0] == semBadSize:
 		v.bad = fmt.Errorf("%w: semaphore has size %d in Redis on a node", ErrInvalid, r[1])
-	case r[0] == semGranted && len(r) >= 4:
+	case r[0] == semGranted && len(r) >= 3:
 		v.yes = append(v.yes, r[2]-r[1])
 	default:
 		v.no++
 	}
 	return nil
+}
+
+// leaseLeft returns the lease (ms) need nodes all still give, counted from
+// start, and whether it outlasts the time the call took (less the drift
+// margin).
+func (v *votes) leaseLeft(need int, start time.Time) (int64, bool) {
+	left := v.nth(need)
+	return left, left > 0 && time.Now().Before(serverDeadline(start, 0, left))
 }
 
 // semWait is Acquire on a quorum: semTry, again every jittered retry
@@ -98,18 +105,19 @@ func (sq semQuorum) semWait(ctx context.Context, s *Semaphore, n int64, cfg lock
 	}
 }
 
-// semRelease runs the release script for tok on every node, in mode ""
-// (release) or "c" (cancel: a node that has not run the acquisition yet
-// records tok, so it grants nothing when it does). It answers semReleased
-// when need nodes released the permits, semNotHolder when too many nodes no
-// longer had them for need to, and ErrNoQuorum otherwise.
+// semRelease runs the release script on every node (a cancel records tok
+// on a node that has not run the acquisition yet, which then grants
+// nothing). It answers semReleased when need nodes released the permits,
+// semNotHolder when too many no longer had them for need to, else
+// ErrNoQuorum.
 func (sq semQuorum) semRelease(ctx context.Context, s *Semaphore, tok, mode string) (int64, error) {
 	v := sq.q.poll(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), mode}, readSemRelease)
-	switch err := v.verdict(len(sq.q.nodes), sq.need, "release", "released the permits"); {
-	case errors.Is(err, ErrNotHeld):
-		return semNotHolder, nil
+	held, err := v.verdict(len(sq.q.nodes), sq.need, "release", "released the permits")
+	switch {
 	case err != nil:
 		return 0, err
+	case !held:
+		return semNotHolder, nil
 	}
 	return semReleased, nil
 }
@@ -133,33 +141,14 @@ func readSemRelease(v *votes, reply any) error {
 // failed or the call took the new lease.
 func (sq semQuorum) semExtend(ctx context.Context, p *Permit, d time.Duration) (bool, error) {
 	s, start := p.s, time.Now()
-	v := sq.q.poll(ctx, semExtendScript, s.keys, []any{p.token, d.Milliseconds()}, readSemExtend)
-	switch err := v.verdict(len(sq.q.nodes), sq.need, "extend", "extended the permits"); {
-	case errors.Is(err, ErrNotHeld):
-		return false, nil
-	case err != nil:
+	v := sq.q.poll(ctx, semExtendScript, s.keys, []any{p.token, d.Milliseconds()}, readSemLease)
+	if held, err := v.verdict(len(sq.q.nodes), sq.need, "extend", "extended the permits"); !held {
 		return false, err
 	}
-	left := v.nth(sq.need)
-	deadline := serverDeadline(start, 0, left)
-	if left <= 0 || !time.Now().Before(deadline) {
+	left, ok := v.leaseLeft(sq.need, start)
+	if !ok {
 		return false, noQuorum(fmt.Sprintf("extending took %v of a %v lease", time.Since(start), d), v.errs)
 	}
-	p.setDeadline(deadline)
+	p.setDeadline(serverDeadline(start, 0, left))
 	return true, nil
-}
-
-// readSemExtend reads a node's reply to the semaphore's extend script: the
-// lease (ms) of a node that has the permits.
-func readSemExtend(v *votes, reply any) error {
-	r, err := semNums(reply)
-	switch {
-	case err != nil:
-		return err
-	case r[0] == 1 && len(r) >= 3:
-		v.yes = append(v.yes, r[2]-r[1])
-	default:
-		v.no++
-	}
-	return nil
 }

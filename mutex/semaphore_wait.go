@@ -147,41 +147,28 @@ func parseGrant(g string) (ends, fence int64, ok bool) {
 // listen subscribes the waiter to the semaphore's grants on the Locker's
 // shared Pub/Sub connection, once; it reports whether it did so just now:
 // then the waiter must poll again, as a grant made between its last poll
-// and now went unheard. When another waiter of the Locker is subscribing
-// the connection to the channel, listen waits until it has sent that
-// SUBSCRIBE (bounded by ctx), so that the next poll comes after it; the
-// SUBSCRIBE goes on when the subscribing waiter's ctx ends (subscribe).
+// and now went unheard. A SUBSCRIBE another waiter is sending it waits for,
+// while ctx allows (listener.ready).
 func (w *semWaiter) listen(ctx context.Context) bool {
 	l := w.s.l
-	sub, _ := l.client.(subscriber)
 	if w.subscribed || !l.notify {
 		return false
 	}
 	w.subscribed = true
 	ch := w.s.channel
 	l.mu.Lock()
-	if l.sub == nil {
-		l.openSubLocked(ctx, sub)
-	}
-	s := l.sub
-	waits := s.sems[ch]
-	fresh := waits == nil
-	if fresh {
-		waits = map[string]chan string{}
-		s.sems[ch] = waits
-		s.ready[ch] = make(chan struct{})
-	}
-	waits[w.tok] = w.grant
-	ready := s.ready[ch]
+	c, fresh := l.listenLocked(ctx, ch)
+	c.grants[w.tok] = w.grant
+	sub := l.sub
 	l.mu.Unlock()
-	if !fresh {
-		select {
-		case <-ready:
-		case <-ctx.Done():
-		}
+	if fresh {
+		sub.subscribe(ctx, ch, c.ready)
 		return true
 	}
-	s.subscribe(ctx, s.ps, ch, ready)
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+	}
 	return true
 }
 
@@ -197,18 +184,18 @@ func (w *semWaiter) listenIfHeard() {
 	if !l.notify {
 		return
 	}
-	ch := w.s.channel
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.sub == nil || l.sub.sems[ch] == nil {
+	if l.sub == nil || l.sub.chans[w.s.channel] == nil {
 		return
 	}
+	c := l.sub.chans[w.s.channel]
 	select {
-	case <-l.sub.ready[ch]:
+	case <-c.ready:
 	default:
 		return // being subscribed: listen waits for it after the poll
 	}
-	l.sub.sems[ch][w.tok] = w.grant
+	c.grants[w.tok] = w.grant
 	w.subscribed = true
 }
 
@@ -217,17 +204,13 @@ func (w *semWaiter) leave() {
 	if !w.subscribed {
 		return
 	}
-	l, ch := w.s.l, w.s.channel
+	l := w.s.l
 	l.mu.Lock()
-	sub := l.sub
+	c := l.sub.chans[w.s.channel] // kept while it has grants to deliver
+	delete(c.grants, w.tok)
 	after := func() {}
-	if sub != nil && sub.sems[ch] != nil {
-		delete(sub.sems[ch], w.tok)
-		if len(sub.sems[ch]) == 0 {
-			delete(sub.sems, ch)
-			delete(sub.ready, ch)
-			after = l.dropChannelLocked(ch)
-		}
+	if len(c.grants) == 0 {
+		after = l.dropChannelLocked(w.s.channel)
 	}
 	l.mu.Unlock()
 	after()
