@@ -20,8 +20,6 @@ func (g *Guard) planOf(ctx context.Context, key string) (string, []funnel.Rule, 
 	switch {
 	case err != nil:
 		return name, nil, fmt.Errorf("%w: %w", ErrPlan, err)
-	case name == "":
-		return "", g.cfg.Rules, nil
 	case !ok:
 		return name, nil, fmt.Errorf("%w: %q is not one of the plans (WithPlans)", ErrPlan, name)
 	}
