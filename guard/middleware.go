@@ -191,10 +191,8 @@ func errorJSON(w http.ResponseWriter, r *http.Request, d Decision, err error) {
 			continue
 		case a.status == http.StatusServiceUnavailable:
 			retryJSON(w, a.status, d, a.msg)
-		case a.status < http.StatusInternalServerError:
-			writeJSON(w, a.status, body{Error: fixOf(err, a.msg)})
 		default:
-			writeJSON(w, a.status, body{Error: a.msg})
+			writeJSON(w, a.status, body{Error: fixOf(err, a.msg)})
 		}
 		return
 	}
