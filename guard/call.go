@@ -55,19 +55,18 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	switch {
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
 	case d.Allowed || g.cfg.Shadow:
-		return g.hold(ctx, p, c, n)
+		return g.hold(ctx, p, c)
 	case d.Degraded && !errors.Is(err, ErrRejected) && g.open != nil:
 		err = nil // a fallback's denial, like Redis's
 	}
 	return c.in(ctx), err
 }
 
-// hold takes the InFlight slot of c, the call of n units p admitted. One
-// refused gets its units back and the error; under Shadow it runs anyway.
-func (g *Guard) hold(ctx context.Context, p *pending, c Call, n int64) (Call, error) {
+// hold takes the InFlight slot of c, the call p admitted. One refused
+// gets its units back and the error; under Shadow it runs anyway.
+func (g *Guard) hold(ctx context.Context, p *pending, c Call) (Call, error) {
 	s, d, err := g.take(p, g.cfg.Shadow)
 	if err != nil && !g.cfg.Shadow {
-		_ = g.giveBack(p.ctx, p.k, p.d, n) // nothing to tell the client: it waits ErrorRetryAfter either way
 		c.Decision = d
 		return c.in(ctx), err
 	}
