@@ -83,9 +83,11 @@ func jsonMember(body []byte, field, what string) (string, error) {
 
 // scanObject reads the JSON object that is all of body but white space,
 // and returns how many members are named field in any case (encoding/json's
-// rule for struct fields), and the value of one spelled exactly so.
-func scanObject(body []byte, field string) (val json.RawMessage, n int, exact bool, err error) {
+// rule for struct fields), and the value of one spelled exactly so (a
+// number as a json.Number).
+func scanObject(body []byte, field string) (val any, n int, exact bool, err error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
 	if !nextIs(dec, json.Delim('{')) {
 		return nil, 0, false, errNotJSONObject
 	}
@@ -117,21 +119,17 @@ func atEOF(dec *json.Decoder) bool {
 	return err == io.EOF
 }
 
-func nextMember(dec *json.Decoder) (string, json.RawMessage, bool) {
+func nextMember(dec *json.Decoder) (string, any, bool) {
 	t, err := dec.Token()
 	name, ok := t.(string)
-	var val json.RawMessage
+	var val any
 	return name, val, err == nil && ok && dec.Decode(&val) == nil
 }
 
 // jsonKey is the key val makes, as JSONField says: a fraction or an
 // exponent would give one number many spellings, each a key.
-func jsonKey(val json.RawMessage, what string) (string, error) {
-	dec := json.NewDecoder(bytes.NewReader(val))
-	dec.UseNumber()
-	var v any
-	_ = dec.Decode(&v) // scanObject decoded val already
-	switch v := v.(type) {
+func jsonKey(val any, what string) (string, error) {
+	switch v := val.(type) {
 	case string:
 		if v == "" {
 			return "", fixable(ErrNoKey, "empty "+what)
