@@ -21,11 +21,9 @@ type Call struct {
 	admitted bool
 	ctx      context.Context
 	done     func() // gives back the call's InFlight slot, once; nil if none
-	// For Middleware's RateLimit field: the keyed call, AllowN's decision
-	// (before ErrBusy replaced it), and whether Redis made it.
-	k        keyed
-	allowed  Decision
-	answered bool
+	// For Middleware's RateLimit field: AllowN's call, its decision before
+	// ErrBusy replaced it, and whether Redis made it (no error).
+	p *pending
 }
 
 // Enter decides a call of n units for key as Middleware decides a request,
@@ -51,7 +49,7 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	p := g.start(ctx, key, n)
 	defer p.report(g)
 	d, err := p.d, p.err
-	c := Call{Decision: d, k: p.k, allowed: d, answered: err == nil}
+	c := Call{Decision: d, p: p}
 	switch {
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
 	case d.Allowed || g.cfg.Shadow:

@@ -71,8 +71,8 @@ func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
 	}
 	c, err := h.g.Enter(r.Context(), key, n)
 	defer c.Done()
-	if h.g.cfg.RateLimitHeaders && c.answered {
-		h.g.rateLimitHeaders(w.Header(), c.allowed, c.k.rules, h.g.partitionKey(c.k.sk))
+	if h.g.cfg.RateLimitHeaders && c.p.err == nil {
+		h.g.rateLimitHeaders(w.Header(), c.p.d, c.p.k.rules, h.g.partitionKey(c.p.k.sk))
 	}
 	switch {
 	case err != nil:
