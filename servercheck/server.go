@@ -69,7 +69,7 @@ func (a *asking) configMaxMemory() error {
 		return nil
 	}
 	v, err := configGet(a.ctx, a.c, "maxmemory")
-	if n, ok := parseBytes(v); ok && err == nil {
+	if n, ok := parseBytes(v); ok { // v is "" on an error
 		a.f.MaxMemory = n
 	}
 	return unreached(err)
