@@ -197,42 +197,24 @@ func formField(r *http.Request, name, what string, maxBytes int64) (string, erro
 	if err != nil {
 		return "", err
 	}
-	vs, err := formValues(body, multi, params["boundary"], name)
+	vs, err := formValues(body, multi, params["boundary"])
 	if err != nil {
 		return "", errMalformedForm
 	}
 	return single(vs[name], what)
 }
 
-func formValues(body []byte, multi bool, boundary, name string) (url.Values, error) {
-	if multi {
-		return multipartValues(body, boundary, name)
+// formValues decodes a form body as r.ParseMultipartForm (files left out;
+// none spills to disk, as none is longer than body) or r.ParseForm does.
+func formValues(body []byte, multi bool, boundary string) (url.Values, error) {
+	if !multi {
+		return url.ParseQuery(string(body))
 	}
-	return url.ParseQuery(string(body))
-}
-
-// multipartValues returns the values of the parts named name, leaving out
-// files as r.ParseMultipartForm does.
-func multipartValues(body []byte, boundary, name string) (url.Values, error) {
-	mr := multipart.NewReader(bytes.NewReader(body), boundary)
-	vs := url.Values{}
-	for {
-		p, err := mr.NextPart()
-		if err == io.EOF {
-			return vs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if p.FormName() != name || p.FileName() != "" {
-			continue
-		}
-		v, err := io.ReadAll(p)
-		if err != nil {
-			return nil, err
-		}
-		vs.Add(name, string(v))
+	form, err := multipart.NewReader(bytes.NewReader(body), boundary).ReadForm(int64(len(body)))
+	if err != nil {
+		return nil, err
 	}
+	return form.Value, nil
 }
 
 func noBody(r *http.Request) bool {
