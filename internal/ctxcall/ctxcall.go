@@ -55,14 +55,13 @@ func Do[T any](ctx context.Context, w *Workers, f func(context.Context) (T, erro
 	w.run(h)
 	select {
 	case <-h.done:
-		return h.v, settled(ctx, h.err)
 	case <-ctx.Done():
+		if h.state.CompareAndSwap(running, abandoned) {
+			return zero, fmt.Errorf("%w: %w", ErrAbandoned, ctx.Err())
+		}
+		<-h.done // both ready: the outcome is known, so report it
 	}
-	if !h.state.CompareAndSwap(running, abandoned) { // both ready: the outcome is known, so report it
-		<-h.done
-		return h.v, settled(ctx, h.err)
-	}
-	return zero, fmt.Errorf("%w: %w", ErrAbandoned, ctx.Err())
+	return h.v, settled(ctx, h.err)
 }
 
 // A handoff is one call of Do in a worker. Its outcome goes either to the
