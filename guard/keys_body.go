@@ -131,10 +131,7 @@ func nextMember(dec *json.Decoder) (string, any, bool) {
 func jsonKey(val any, what string) (string, error) {
 	switch v := val.(type) {
 	case string:
-		if v == "" {
-			return "", fixable(ErrNoKey, "empty "+what)
-		}
-		return v, nil
+		return single([]string{v}, what)
 	case json.Number:
 		switch {
 		case strings.ContainsAny(string(v), ".eE"):
