@@ -40,6 +40,9 @@ func (g *Guard) Middleware(keyFunc KeyFunc, opts ...MiddlewareOption) func(http.
 			o(&mc)
 		}
 	}
+	if keyFunc == nil {
+		keyFunc = badKeyFunc("Middleware without a key function")
+	}
 	return func(next http.Handler) http.Handler {
 		return &guarded{g: g, keyFunc: keyFunc, mc: mc, next: next}
 	}
@@ -53,17 +56,10 @@ type guarded struct {
 }
 
 func (h *guarded) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch {
-	case h.mc.skip != nil && h.mc.skip(r):
+	if h.mc.skip != nil && h.mc.skip(r) {
 		h.next.ServeHTTP(w, r)
-	case h.keyFunc == nil:
-		writeJSON(w, http.StatusInternalServerError, body{Error: "guard: Middleware without a key function"})
-	default:
-		h.guard(w, r)
+		return
 	}
-}
-
-func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
 	key, n, err := h.request(r)
 	if err != nil {
 		h.mc.failed(w, r, Decision{}, err)
