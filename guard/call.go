@@ -21,11 +21,9 @@ type Call struct {
 	admitted bool
 	ctx      context.Context
 	done     func() // gives back the call's InFlight slot, once; nil if none
-	// For Middleware's RateLimit field: the keyed call, AllowN's decision
-	// (before ErrBusy replaced it), and whether Redis made it.
-	k        keyed
-	allowed  Decision
-	answered bool
+	// For Middleware's RateLimit field: AllowN's call, its decision before
+	// ErrBusy replaced it, and whether Redis made it (no error).
+	p *pending
 }
 
 // Enter decides a call of n units for key as Middleware decides a request,
@@ -51,23 +49,22 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	p := g.start(ctx, key, n)
 	defer p.report(g)
 	d, err := p.d, p.err
-	c := Call{Decision: d, k: p.k, allowed: d, answered: err == nil}
+	c := Call{Decision: d, p: p}
 	switch {
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
 	case d.Allowed || g.cfg.Shadow:
-		return g.hold(ctx, p, c, n)
+		return g.hold(ctx, p, c)
 	case d.Degraded && !errors.Is(err, ErrRejected) && g.open != nil:
 		err = nil // a fallback's denial, like Redis's
 	}
 	return c.in(ctx), err
 }
 
-// hold takes the InFlight slot of c, the call of n units p admitted. One
-// refused gets its units back and the error; under Shadow it runs anyway.
-func (g *Guard) hold(ctx context.Context, p *pending, c Call, n int64) (Call, error) {
+// hold takes the InFlight slot of c, the call p admitted. One refused
+// gets its units back and the error; under Shadow it runs anyway.
+func (g *Guard) hold(ctx context.Context, p *pending, c Call) (Call, error) {
 	s, d, err := g.take(p, g.cfg.Shadow)
 	if err != nil && !g.cfg.Shadow {
-		_ = g.giveBack(p.ctx, p.k, p.d, n) // nothing to tell the client: it waits ErrorRetryAfter either way
 		c.Decision = d
 		return c.in(ctx), err
 	}

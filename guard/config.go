@@ -58,7 +58,7 @@ type config struct {
 }
 
 // configure applies opts in order, fills in and checks what they leave,
-// and makes the rules share their states with the plans' (plans.go).
+// and makes the rules plan "", sharing states with the plans' (plans.go).
 func configure(opts []Option) (config, error) {
 	c := config{Prefix: DefaultPrefix}
 	for i, o := range opts {
@@ -81,6 +81,7 @@ func configure(opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: no rules (with WithPlans too, WithRules decide the keys whose plan is \"\")", ErrInvalidOption)
 	case c.PlanOf != nil:
 		c.Rules = sharing(c.Rules)
+		c.Plans[""] = c.Rules
 	}
 	c.Funnel = append([]funnel.Option{funnel.WithPrefix(c.Prefix)}, c.Funnel...)
 	return c, nil

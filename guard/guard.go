@@ -227,8 +227,9 @@ func (p *pending) report(g *Guard) {
 }
 
 // take takes the InFlight slot, if any, of p's admitted call; a call
-// refused one gets d, the denial that stands for it, unless shadow lets it
-// run without. p's Observation records the wait, and the refusal.
+// refused one gets d, the denial that stands for it, and its units back,
+// unless shadow lets it run without. p's Observation records the wait, and
+// the refusal; the error joins a failed refund's.
 func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	if g.cfg.InFlight == 0 {
 		return slot{}, p.d, nil
@@ -241,7 +242,7 @@ func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	}
 	d = Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected)}
 	p.o.Decision, p.o.Err = d, err // the call does not run, Shadow or not
-	return s, d, err
+	return s, d, errors.Join(err, g.giveBack(p.ctx, p.k, p.d, p.o.N))
 }
 
 func (g *Guard) allow(ctx context.Context, k keyed, n int64) (Decision, error) {
@@ -338,12 +339,10 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) err
 		return p.d, p.err
 	}
 	s, d, serr := g.take(p, false)
-	if serr != nil {
-		rerr := g.giveBack(p.ctx, p.k, p.d, 1)
-		p.report(g)
-		return d, errors.Join(serr, rerr)
-	}
 	p.report(g)
+	if serr != nil {
+		return d, serr
+	}
 	defer g.leave(ctx, s)
 	err := errors.Join(p.err, s.degraded)
 	if ferr := fn(s.context(ctx)); ferr != nil {
@@ -361,9 +360,6 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) err
 // an HMAC with WithSecret. The three forms cannot collide, and the funnel
 // escapes braces, so no key can reach another key's state or cluster slot.
 func (g *Guard) storedKey(key string) (string, error) {
-	if len(key) > MaxKeyLen {
-		return "", fmt.Errorf("%w: %d bytes (at most %d)", ErrInvalidKey, len(key), MaxKeyLen)
-	}
 	key, err := g.normalize(key)
 	if err != nil {
 		return "", err
@@ -374,8 +370,9 @@ func (g *Guard) storedKey(key string) (string, error) {
 	return g.stored(key), nil
 }
 
+// normalize leaves a key over MaxKeyLen as it is, for storedKey to refuse.
 func (g *Guard) normalize(key string) (string, error) {
-	if g.cfg.Normalize == nil {
+	if g.cfg.Normalize == nil || len(key) > MaxKeyLen {
 		return key, nil
 	}
 	nk, err := g.cfg.Normalize(key)

@@ -83,9 +83,11 @@ func jsonMember(body []byte, field, what string) (string, error) {
 
 // scanObject reads the JSON object that is all of body but white space,
 // and returns how many members are named field in any case (encoding/json's
-// rule for struct fields), and the value of one spelled exactly so.
-func scanObject(body []byte, field string) (val json.RawMessage, n int, exact bool, err error) {
+// rule for struct fields), and the value of one spelled exactly so (a
+// number as a json.Number).
+func scanObject(body []byte, field string) (val any, n int, exact bool, err error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
 	if !nextIs(dec, json.Delim('{')) {
 		return nil, 0, false, errNotJSONObject
 	}
@@ -117,26 +119,19 @@ func atEOF(dec *json.Decoder) bool {
 	return err == io.EOF
 }
 
-func nextMember(dec *json.Decoder) (string, json.RawMessage, bool) {
+func nextMember(dec *json.Decoder) (string, any, bool) {
 	t, err := dec.Token()
 	name, ok := t.(string)
-	var val json.RawMessage
+	var val any
 	return name, val, err == nil && ok && dec.Decode(&val) == nil
 }
 
 // jsonKey is the key val makes, as JSONField says: a fraction or an
 // exponent would give one number many spellings, each a key.
-func jsonKey(val json.RawMessage, what string) (string, error) {
-	dec := json.NewDecoder(bytes.NewReader(val))
-	dec.UseNumber()
-	var v any
-	_ = dec.Decode(&v) // scanObject decoded val already
-	switch v := v.(type) {
+func jsonKey(val any, what string) (string, error) {
+	switch v := val.(type) {
 	case string:
-		if v == "" {
-			return "", fixable(ErrNoKey, "empty "+what)
-		}
-		return v, nil
+		return single([]string{v}, what)
 	case json.Number:
 		switch {
 		case strings.ContainsAny(string(v), ".eE"):
@@ -199,42 +194,24 @@ func formField(r *http.Request, name, what string, maxBytes int64) (string, erro
 	if err != nil {
 		return "", err
 	}
-	vs, err := formValues(body, multi, params["boundary"], name)
+	vs, err := formValues(body, multi, params["boundary"])
 	if err != nil {
 		return "", errMalformedForm
 	}
 	return single(vs[name], what)
 }
 
-func formValues(body []byte, multi bool, boundary, name string) (url.Values, error) {
-	if multi {
-		return multipartValues(body, boundary, name)
+// formValues decodes a form body as r.ParseMultipartForm (files left out;
+// none spills to disk, as none is longer than body) or r.ParseForm does.
+func formValues(body []byte, multi bool, boundary string) (url.Values, error) {
+	if !multi {
+		return url.ParseQuery(string(body))
 	}
-	return url.ParseQuery(string(body))
-}
-
-// multipartValues returns the values of the parts named name, leaving out
-// files as r.ParseMultipartForm does.
-func multipartValues(body []byte, boundary, name string) (url.Values, error) {
-	mr := multipart.NewReader(bytes.NewReader(body), boundary)
-	vs := url.Values{}
-	for {
-		p, err := mr.NextPart()
-		if err == io.EOF {
-			return vs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if p.FormName() != name || p.FileName() != "" {
-			continue
-		}
-		v, err := io.ReadAll(p)
-		if err != nil {
-			return nil, err
-		}
-		vs.Add(name, string(v))
+	form, err := multipart.NewReader(bytes.NewReader(body), boundary).ReadForm(int64(len(body)))
+	if err != nil {
+		return nil, err
 	}
+	return form.Value, nil
 }
 
 func noBody(r *http.Request) bool {

@@ -83,19 +83,16 @@ func (c ClientIPConfig) header() string {
 	return cmp.Or(textproto.CanonicalMIMEHeaderKey(c.Header), "X-Forwarded-For")
 }
 
-func (c ClientIPConfig) elements(line string) []string {
-	if c.header() == "Forwarded" {
-		return forwardedElements(line)
-	}
-	return listElements(line)
-}
-
 // walk is the walk ClientIPConfig describes, from cur, a trusted hop, over
 // the header lines.
 func (c ClientIPConfig) walk(cur netip.Addr, lines []string) netip.Addr {
+	split := listElements
+	if c.header() == "Forwarded" {
+		split = forwardedElements
+	}
 	hop := 0
 	for i := len(lines) - 1; i >= 0; i-- {
-		hops := c.elements(lines[i])
+		hops := split(lines[i])
 		for j := len(hops) - 1; j >= 0; j-- {
 			next := parseNode(hops[j])
 			if !next.IsValid() {

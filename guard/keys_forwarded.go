@@ -79,11 +79,8 @@ func paramValue(v string) (string, bool) {
 		val, rest, ok := quotedString(v)
 		return val, ok && strings.Trim(rest, " \t") == ""
 	}
-	i := strings.IndexAny(v, " \t\"")
-	if i < 0 {
-		i = len(v)
-	}
-	return v[:i], i > 0 && strings.Trim(v[i:], " \t") == ""
+	tok := strings.TrimRight(v, " \t")
+	return tok, tok != "" && !strings.ContainsAny(tok, " \t\"")
 }
 
 // quotedString reads the quoted string at the start of s (RFC 9110,

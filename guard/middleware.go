@@ -40,6 +40,9 @@ func (g *Guard) Middleware(keyFunc KeyFunc, opts ...MiddlewareOption) func(http.
 			o(&mc)
 		}
 	}
+	if keyFunc == nil {
+		keyFunc = badKeyFunc("Middleware without a key function")
+	}
 	return func(next http.Handler) http.Handler {
 		return &guarded{g: g, keyFunc: keyFunc, mc: mc, next: next}
 	}
@@ -53,17 +56,10 @@ type guarded struct {
 }
 
 func (h *guarded) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch {
-	case h.mc.skip != nil && h.mc.skip(r):
+	if h.mc.skip != nil && h.mc.skip(r) {
 		h.next.ServeHTTP(w, r)
-	case h.keyFunc == nil:
-		writeJSON(w, http.StatusInternalServerError, body{Error: "guard: Middleware without a key function"})
-	default:
-		h.guard(w, r)
+		return
 	}
-}
-
-func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
 	key, n, err := h.request(r)
 	if err != nil {
 		h.mc.failed(w, r, Decision{}, err)
@@ -71,8 +67,8 @@ func (h *guarded) guard(w http.ResponseWriter, r *http.Request) {
 	}
 	c, err := h.g.Enter(r.Context(), key, n)
 	defer c.Done()
-	if h.g.cfg.RateLimitHeaders && c.answered {
-		h.g.rateLimitHeaders(w.Header(), c.allowed, c.k.rules, h.g.partitionKey(c.k.sk))
+	if h.g.cfg.RateLimitHeaders && c.p.err == nil {
+		h.g.rateLimitHeaders(w.Header(), c.p.d, c.p.k.rules, h.g.partitionKey(c.p.k.sk))
 	}
 	switch {
 	case err != nil:
@@ -191,10 +187,8 @@ func errorJSON(w http.ResponseWriter, r *http.Request, d Decision, err error) {
 			continue
 		case a.status == http.StatusServiceUnavailable:
 			retryJSON(w, a.status, d, a.msg)
-		case a.status < http.StatusInternalServerError:
-			writeJSON(w, a.status, body{Error: fixOf(err, a.msg)})
 		default:
-			writeJSON(w, a.status, body{Error: a.msg})
+			writeJSON(w, a.status, body{Error: fixOf(err, a.msg)})
 		}
 		return
 	}

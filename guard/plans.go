@@ -20,8 +20,6 @@ func (g *Guard) planOf(ctx context.Context, key string) (string, []funnel.Rule, 
 	switch {
 	case err != nil:
 		return name, nil, fmt.Errorf("%w: %w", ErrPlan, err)
-	case name == "":
-		return "", g.cfg.Rules, nil
 	case !ok:
 		return name, nil, fmt.Errorf("%w: %q is not one of the plans (WithPlans)", ErrPlan, name)
 	}
@@ -47,10 +45,8 @@ func checkPlan(name string, rules []funnel.Rule) error {
 func sharing(rules []funnel.Rule) []funnel.Rule {
 	out := make([]funnel.Rule, len(rules))
 	for i, r := range rules {
-		out[i] = r.Sharing("plan rule " + strconv.Itoa(i))
-		for j := range i {
-			if s := r.Sharing("plan rule " + strconv.Itoa(j)); funnel.Validate(append(out[:i:i], s)...) == nil {
-				out[i] = s
+		for j := range i + 1 {
+			if out[i] = r.Sharing("plan rule " + strconv.Itoa(j)); funnel.Validate(append(out[:i:i], out[i])...) == nil {
 				break
 			}
 		}

@@ -1,7 +1,6 @@
 package servercheck
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,7 +78,7 @@ func askAll(ctx context.Context, c redis.UniversalClient, col *collector) error 
 	case *redis.Ring:
 		askRing(ctx, c, col)
 	case *redis.Client:
-		col.ask(ctx, c, cmp.Or(c.Options().Addr, failoverAddr)) // a failover client's is failoverAddr
+		col.ask(ctx, c, c.Options().Addr) // a failover client's is failoverAddr
 	default:
 		col.ask(ctx, c, failoverAddr)
 	}

@@ -16,11 +16,7 @@ import (
 // for its settings and judges them.
 func askServer(ctx context.Context, c redis.Cmdable, addr string) Finding {
 	a := asking{ctx: ctx, c: c, f: Finding{Addr: addr, MaxMemory: -1}}
-	if err := a.settings(); err != nil {
-		a.f.Err = noAnswer(ctx, a.f.Addr, err)
-		return a.f
-	}
-	a.judge()
+	a.judge(a.settings())
 	return a.f
 }
 
@@ -69,7 +65,7 @@ func (a *asking) configMaxMemory() error {
 		return nil
 	}
 	v, err := configGet(a.ctx, a.c, "maxmemory")
-	if n, ok := parseBytes(v); ok && err == nil {
+	if n, ok := parseBytes(v); ok { // v is "" on an error
 		a.f.MaxMemory = n
 	}
 	return unreached(err)
@@ -89,10 +85,13 @@ func (a *asking) address() error {
 	return nil
 }
 
-// judge sets the finding's Err and Note from its settings.
-func (a *asking) judge() {
+// judge sets the finding's Err and Note from its settings, or from err,
+// why they could not all be read.
+func (a *asking) judge(err error) {
 	f := &a.f
 	switch {
+	case err != nil:
+		f.Err = noAnswer(a.ctx, f.Addr, err)
 	case f.Policy == "":
 		cause := errors.Join(a.infoErr, a.configErr)
 		if cause == nil {

@@ -55,14 +55,13 @@ func Do[T any](ctx context.Context, w *Workers, f func(context.Context) (T, erro
 	w.run(h)
 	select {
 	case <-h.done:
-		return h.v, settled(ctx, h.err)
 	case <-ctx.Done():
+		if h.state.CompareAndSwap(running, abandoned) {
+			return zero, fmt.Errorf("%w: %w", ErrAbandoned, ctx.Err())
+		}
+		<-h.done // both ready: the outcome is known, so report it
 	}
-	if !h.state.CompareAndSwap(running, abandoned) { // both ready: the outcome is known, so report it
-		<-h.done
-		return h.v, settled(ctx, h.err)
-	}
-	return zero, fmt.Errorf("%w: %w", ErrAbandoned, ctx.Err())
+	return h.v, settled(ctx, h.err)
 }
 
 // A handoff is one call of Do in a worker. Its outcome goes either to the
@@ -100,10 +99,10 @@ func (h *handoff[T]) run() {
 // ContextTimeoutEnabled, which the message names.
 var ErrAbandoned = errors.New("outcome unknown: the call was abandoned at its context's end (a cancellation, or a deadline that the Redis client does not bound its commands by: set ContextTimeoutEnabled in its options)")
 
-// timedOut reports whether err is a time-out. (Its own function, so that
-// the target errors.As takes the address of is not allocated on the calls
-// that have no error.)
-func timedOut(err error) bool {
+// TimedOut reports whether err is a time-out, context.DeadlineExceeded
+// included. (Its own function, so that the target errors.As takes the
+// address of is not allocated on the calls that have no error.)
+func TimedOut(err error) bool {
 	var te interface{ Timeout() bool }
 	return errors.As(err, &te) && te.Timeout()
 }
@@ -114,7 +113,7 @@ func timedOut(err error) bool {
 // timer runs on a loaded machine, and the caller must still see that its
 // deadline ended the call.
 func settled(ctx context.Context, err error) error {
-	if err == nil || errors.Is(err, context.DeadlineExceeded) || !timedOut(err) {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || !TimedOut(err) {
 		return err
 	}
 	if cerr := Ended(ctx); cerr != nil {
@@ -142,8 +141,7 @@ func Ended(ctx context.Context) error {
 // from the caller's goroutine, with no hand-off. Its cancel function may
 // still be called before the deadline by code that does not need the call
 // to end at once (a refusal seen by an outage watch: the server is gone,
-// and its connections with it). When parent can end, the context is not
-// marked.
+// and its connections with it).
 func DeadlineOnly(parent context.Context, d time.Time) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithDeadline(parent, d)
 	if parent.Done() != nil {
@@ -184,11 +182,9 @@ func (r Runner) Scripter() redis.Scripter { return r.scripter }
 
 // Direct reports whether a command sent on Scripter from the caller's
 // goroutine ends by ctx's end: ctx cannot end, or the client honours
-// deadlines and only ctx's deadline ends it (DeadlineOnly). A client that
-// honours deadlines still reads a stopped server's socket until the
-// deadline after a cancellation (go-redis sets socket deadlines from
-// ctx.Deadline and never watches ctx.Done), so a ctx that can be cancelled
-// sooner hands the call off as on any client.
+// deadlines and only ctx's deadline ends it (DeadlineOnly). A ctx that can
+// be cancelled sooner hands the call off as on any client (see the package
+// doc: go-redis never watches ctx.Done).
 func (r Runner) Direct(ctx context.Context) bool {
 	if ctx.Done() == nil {
 		return true
@@ -215,10 +211,7 @@ const Idle = 20 * time.Millisecond
 // Workers hands calls to goroutines that outlast them briefly: a goroutine
 // that ran a call waits about Idle for the next before it ends. A caller
 // making calls one after another reuses one goroutine, and the stack go-redis
-// grew on it, where a goroutine started for each call costs about 3 µs more
-// a call (SET NX then a compare-and-delete script on a loopback Redis,
-// 100 ms turns over 20 s on a 2-core VM: 56 µs from the caller's goroutine,
-// 64 µs handed to Workers, 70 µs to a new goroutine per call). Nothing runs
+// grew on it, cheaper than a goroutine started for each call. Nothing runs
 // once calls stop: the last worker ends at most twice Idle after its call.
 //
 // A nil *Workers stands for a call that needs no hand-off (Runner.Workers:

@@ -2,10 +2,10 @@ package outage
 
 import (
 	"context"
-	"errors"
 	"net"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
@@ -56,7 +56,7 @@ func answers(ctx context.Context, dial Dial) bool {
 	defer cancel()
 	conn, err := dial(ctx)
 	if err != nil {
-		return !reach.Unreachable(err) && ctx.Err() == nil && !timedOut(err)
+		return !reach.Unreachable(err) && ctx.Err() == nil && !ctxcall.TimedOut(err)
 	}
 	defer conn.Close()
 	d, _ := ctx.Deadline()
@@ -67,10 +67,4 @@ func answers(ctx context.Context, dial Dial) bool {
 	var b [1]byte
 	_, err = conn.Read(b[:])
 	return err == nil
-}
-
-// timedOut reports whether err is a time-out.
-func timedOut(err error) bool {
-	var te interface{ Timeout() bool }
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &te) && te.Timeout()
 }

@@ -37,7 +37,7 @@ func (w *Watch) run(ctx context.Context, p *probe) {
 	defer w.mu.Unlock()
 	w.flight = nil
 	switch {
-	case err != nil && reach.Unreachable(err):
+	case reach.Unreachable(err):
 		p.err, w.err = refused(err), err
 		w.down.Store(true)
 	case err == nil && w.down.Load():

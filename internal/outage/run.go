@@ -28,7 +28,9 @@ func (w *Watch) Run(ctx context.Context, d time.Duration, f func(context.Context
 		return err
 	}
 	c := &call{w: w, ctx: cctx, cancel: cancel}
-	c.arm()
+	c.mu.Lock()
+	c.t = time.AfterFunc(Every, c.fire)
+	c.mu.Unlock()
 	err = f(cctx)
 	cut := c.end()
 	switch {
@@ -54,33 +56,19 @@ type call struct {
 	cut   error // the refusal that cancelled ctx
 }
 
-// arm sets the timer of the next check, unless the call ended.
-func (c *call) arm() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.ended {
-		c.t = time.AfterFunc(Every, c.fire)
-	}
-}
-
-// fire checks w; on a refusal it cancels the call, else arms the next check.
+// fire checks w; unless the call ended meanwhile, a refusal cancels it,
+// and else the timer is set for the next check.
 func (c *call) fire() {
-	c.mu.Lock()
-	ended := c.ended
-	c.mu.Unlock()
-	if ended {
-		return
-	}
 	err := c.w.check(c.ctx)
-	if err == nil {
-		c.arm()
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.ended {
+	switch {
+	case c.ended:
+	case err != nil:
 		c.cut = err
 		c.cancel()
+	default:
+		c.t.Reset(Every)
 	}
 }
 

@@ -104,10 +104,7 @@ func (w *Watch) admit(ctx context.Context) (uint64, error) {
 	if !p.wait(ctx) {
 		return 0, ctx.Err()
 	}
-	if p.err != nil {
-		return 0, p.err
-	}
-	if w.down.Load() { // the probe neither connected nor was refused: not back
+	if w.down.Load() { // refused, or neither refused nor connected: not back
 		return 0, w.refusal()
 	}
 	return w.ups.Load(), nil

@@ -6,6 +6,7 @@ import (
 	"net"
 	"syscall"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -37,8 +38,7 @@ func Unreachable(err error) bool {
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		var te interface{ Timeout() bool }
-		return !(errors.As(op.Err, &te) && te.Timeout())
+		return !ctxcall.TimedOut(op.Err)
 	}
 	return false
 }
