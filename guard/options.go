@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/funnelguard/funnelguard/funnel"
+	"github.com/funnelguard/funnelguard/internal/keyspace"
 )
 
 // An Option configures a Guard in New. Options apply in order: a later one
@@ -31,7 +32,9 @@ func checked(ok bool, why string, f func(*config)) Option {
 // WithPrefix namespaces the guard's keys in Redis (DefaultPrefix if unset
 // or empty): guards with different prefixes never share state.
 func WithPrefix(prefix string) Option {
-	return set(func(c *config) { c.Prefix = cmp.Or(prefix, DefaultPrefix) })
+	prefix = cmp.Or(prefix, DefaultPrefix)
+	err := keyspace.CheckPrefix(prefix)
+	return checked(err == nil, fmt.Sprintf("prefix %q: %v", prefix, err), func(c *config) { c.Prefix = prefix })
 }
 
 // WithRules sets the rules decided all or nothing on every call (at least
