@@ -69,13 +69,12 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg
 	}
 	keys, args := scriptCall(q.up, n, false, n.token, arg, cfg.ttlMS, l.fenceMS)
 	v := q.poll(ctx, acquireOf(q.up), keys, args, readAcquire)
-	elapsed, lease := time.Since(start), cfg.ttl
-	if len(v.yes) >= q.need && elapsed < lease-drift(lease) {
-		return [3]int64{1, v.nth(q.need), 0}, nil, nil
+	if left, ok := v.leaseLeft(q.need, start); ok {
+		return [3]int64{1, left, 0}, nil, nil
 	}
 	// No majority in time: undo it everywhere (nodes that erred may have granted).
 	q.undo(ctx, n, arg)
-	if err := v.refusal(len(q.nodes), q.need, elapsed, lease); err != nil {
+	if err := v.refusal(len(q.nodes), q.need, time.Since(start), cfg.ttl); err != nil {
 		return [3]int64{}, nil, err
 	}
 	if reentering(arg) {
@@ -252,6 +251,14 @@ func (v *votes) nth(need int) int64 {
 	}
 	slices.Sort(v.yes)
 	return v.yes[len(v.yes)-need]
+}
+
+// leaseLeft returns the lease (ms) need nodes all still give, counted from
+// start, and whether it outlasts the time the call took (less the drift
+// margin): a lock's or permits' grant in time.
+func (v *votes) leaseLeft(need int, start time.Time) (int64, bool) {
+	left := v.nth(need)
+	return left, left > 0 && time.Now().Before(serverDeadline(start, 0, left))
 }
 
 // refusal is the error of an acquisition that did not win in time:
