@@ -118,9 +118,6 @@ func (single) semTry(ctx context.Context, s *Semaphore, tok string, n int64, cfg
 	r, err := s.acquireOnce(ctx, tok, n, cfg, "t")
 	switch {
 	case err != nil:
-		if mayHold(err) {
-			s.cancel(ctx, tok) // it may have taken the permits: give them back
-		}
 		return nil, err
 	case r[0] != semGranted:
 		return nil, ErrNoPermits
@@ -147,11 +144,15 @@ func (s *Semaphore) check(ctx context.Context, n int64, opts []Option) (lockConf
 // server now, lease end, fence} or {waiting, server now}. With replica
 // acknowledgement (WithReplicaAck) WAIT follows in the same round trip, and
 // a grant that too few replicas acknowledged is an error matching
-// ErrNotReplicated, for the caller to give back (mayHold).
+// ErrNotReplicated. Then, or when its outcome is unknown, it gives back
+// what tok may hold (cancel).
 func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lockConfig, mode string) ([]int64, error) {
 	args := []any{tok, n, s.size, cfg.ttl.Milliseconds(), mode, s.waitLease().Milliseconds(), s.channel}
 	reply, short, err := s.l.runAcked(ctx, semAcquireScript, s.keys, args, nil)
 	if err != nil {
+		if unknownOutcome(err) {
+			s.cancel(ctx, tok)
+		}
 		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, err)
 	}
 	r, err := semNums(reply)
@@ -164,7 +165,8 @@ func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lo
 		return nil, fmt.Errorf("%w: semaphore %q: token ended", ErrNotHeld, s.name)
 	case r[0] == semGranted && len(r) < 4:
 		return nil, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
-	case r[0] == semGranted && short != nil: // the caller gives it back (mayHold)
+	case r[0] == semGranted && short != nil:
+		s.cancel(ctx, tok)
 		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, short)
 	}
 	return r, nil
@@ -183,13 +185,6 @@ func semNums(reply any) ([]int64, error) {
 		}
 	}
 	return out, nil
-}
-
-// mayHold reports whether an acquisition that failed with err may hold
-// permits: its outcome is unknown, or too few replicas acknowledged its
-// grant.
-func mayHold(err error) bool {
-	return unknownOutcome(err) || errors.Is(err, ErrNotReplicated)
 }
 
 // cancel takes tok out of the queue, or gives back the permits it was
@@ -211,10 +206,8 @@ func (s *Semaphore) cancel(ctx context.Context, tok string) {
 const cancelWait = 10 * time.Millisecond
 
 // waitLease is how long a queued waiter keeps its place without polling:
-// 3 retry intervals (saturated). A waiter polls every 1 to 2 retry
-// intervals (pollWait), so one that misses a poll is passed over one retry
-// interval after the poll was due: a dead waiter at most 3 retry intervals
-// after it died. A live one that was late queues again at its place.
+// 3 retry intervals (saturated), one more than the longest pause between
+// its polls (pollWait).
 func (s *Semaphore) waitLease() time.Duration {
 	return min(s.l.retry, math.MaxInt64/3) * 3
 }
