@@ -36,7 +36,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...Option) (*Perm
 func (single) semWait(ctx context.Context, s *Semaphore, n int64, cfg lockConfig) (*Permit, error) {
 	w := semWaiter{s: s, tok: newSemToken(), n: n, cfg: cfg, grant: make(chan string, 1)}
 	defer w.leave()
-	w.listenIfHeard()
+	w.listen(ctx, true)
 	for pause := time.Duration(0); ; {
 		if p, done, err := w.sleep(ctx, pause); done {
 			return p, err
@@ -57,7 +57,7 @@ func (single) semWait(ctx context.Context, s *Semaphore, n int64, cfg lockConfig
 			w.seq = r[2]
 		}
 		switch {
-		case w.listen(ctx):
+		case w.listen(ctx, false):
 			pause = 0 // a grant before the waiter listened went unheard
 		case w.subscribed:
 			pause = s.pollWait(cfg.ttl)
@@ -131,19 +131,25 @@ func parseGrant(g string) (ends, fence int64, ok bool) {
 	return ends, fence, err1 == nil && err2 == nil
 }
 
-// listen subscribes the waiter to the semaphore's grants on the Locker's
-// shared Pub/Sub connection, once; it reports whether it did so just now:
-// then the waiter must poll again, as a grant made between its last poll
-// and now went unheard. A SUBSCRIBE another waiter is sending it waits for,
-// while ctx allows (listener.ready).
-func (w *semWaiter) listen(ctx context.Context) bool {
-	l := w.s.l
+// listen makes the waiter hear its grants on the Locker's shared Pub/Sub
+// connection, once, and waits while ctx allows for the channel's
+// SUBSCRIBE (listener.ready). Before the first poll (first) it does so only
+// when another waiter of the Locker has opened the channel: every grant of
+// the token follows that poll, so none goes unheard (a contended hand-off
+// stays one release and one Pub/Sub message). After a poll it opens the
+// channel if need be, and reports true: a grant made between that poll and
+// now went unheard, so the waiter must poll again.
+func (w *semWaiter) listen(ctx context.Context, first bool) bool {
+	l, ch := w.s.l, w.s.channel
 	if w.subscribed || !l.notify {
 		return false
 	}
-	w.subscribed = true
-	ch := w.s.channel
 	l.mu.Lock()
+	if first && (l.sub == nil || l.sub.chans[ch] == nil) {
+		l.mu.Unlock()
+		return false
+	}
+	w.subscribed = true
 	c, fresh := l.listenLocked(ctx, ch)
 	c.grants[w.tok] = w.grant
 	sub := l.sub
@@ -157,33 +163,6 @@ func (w *semWaiter) listen(ctx context.Context) bool {
 	case <-ctx.Done():
 	}
 	return true
-}
-
-// listenIfHeard makes the waiter listen before its first poll when the
-// Locker already listens to the semaphore's grants (another of its waiters
-// subscribed the channel, and that SUBSCRIBE was sent): every grant of the
-// token comes after that poll queued it, so none goes unheard, and the
-// waiter needs no second poll (a contended hand-off stays one release and
-// one Pub/Sub message). Otherwise listen does the work after the first
-// poll.
-func (w *semWaiter) listenIfHeard() {
-	l := w.s.l
-	if !l.notify {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.sub == nil || l.sub.chans[w.s.channel] == nil {
-		return
-	}
-	c := l.sub.chans[w.s.channel]
-	select {
-	case <-c.ready:
-	default:
-		return // being subscribed: listen waits for it after the poll
-	}
-	c.grants[w.tok] = w.grant
-	w.subscribed = true
 }
 
 // leave stops listening for the waiter's grants.
