@@ -299,10 +299,8 @@ func readAcquire(v *votes, reply any) error {
 		v.refused(r[1]) // held by another: free again after its lease at most
 	case r[0] == declinedReply:
 		// The rejoin gate's result: the ms until the node grants.
-		if arr, _ := res.([]any); len(arr) > 0 {
-			if w, ok := arr[0].(int64); ok {
-				v.refused(w)
-			}
+		if w, _, err := ints(res, 1); err == nil {
+			v.refused(w[0])
 		}
 	}
 	return nil

@@ -21,13 +21,9 @@ var ErrNoPermits = errors.New("mutex: not enough free permits")
 // that bound.
 const MaxSemaphoreSize = 1<<53 - 1
 
-// The kinds of key a Semaphore writes (semaphore.lua), and its channel.
-const (
-	kindSem        = "sem"
-	kindSemEnds    = "sem:ends"
-	kindSemQueue   = "sem:queue"
-	kindSemGranted = "sem:granted"
-)
+// kindSem is the kind of a Semaphore's hash; the kinds of its other keys
+// (semaphore.lua) and of its channel start with it.
+const kindSem = "sem"
 
 // semRecordTTL is how long a released or cancelled token is remembered
 // (its record in semaphore.lua's ends set): a release run again within it answers as
@@ -84,8 +80,8 @@ func (l *Locker) Semaphore(name string, size int64) (*Semaphore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Semaphore{l: l, name: name, size: size, dep: dep, channel: keyspace.Key(l.prefix, name, kindSemGranted)}
-	for _, kind := range []string{kindSem, kindSemEnds, kindSemQueue} {
+	s := &Semaphore{l: l, name: name, size: size, dep: dep, channel: keyspace.Key(l.prefix, name, kindSem+":granted")}
+	for _, kind := range []string{kindSem, kindSem + ":ends", kindSem + ":queue"} {
 		s.keys = append(s.keys, keyspace.Key(l.prefix, name, kind))
 	}
 	return s, nil
@@ -102,7 +98,7 @@ func (s *Semaphore) Size() int64 { return s.size }
 // semaphore unchanged. It takes one round trip (one to every node at once on
 // a quorum, where too many failed nodes make an error matching ErrNoQuorum,
 // and an acquisition too slow for its lease too). n must be 1 to Size
-// (ErrInvalid). The options are a lock's: Lease (the Locker's TTL if
+// (ErrInvalid). The options are a lock's: WithTTL (the Locker's TTL if
 // unset) and WithAutoRenew.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...Option) (*Permit, error) {
 	cfg, err := s.check(ctx, n, opts)
