@@ -168,6 +168,16 @@ func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lo
 	return r, nil
 }
 
+// newPermit returns the Permit of tok's n permits, granted by a script sent
+// at start whose reply said the server's time was now and the lease ends at
+// ends (both server ms).
+func (s *Semaphore) newPermit(tok string, n int64, cfg lockConfig, start time.Time, now, ends, fence int64) *Permit {
+	p := &Permit{s: s, token: tok, n: n, fence: fence}
+	p.deadline = serverDeadline(start, now, ends)
+	p.startRenew(p, cfg)
+	return p
+}
+
 // semNums reads a semaphore script's array reply of integers.
 func semNums(reply any) ([]int64, error) {
 	arr, ok := reply.([]any)
