@@ -25,9 +25,8 @@ const MaxSemaphoreSize = 1<<53 - 1
 // (semaphore.lua) and of its channel start with it.
 const kindSem = "sem"
 
-// semRecordTTL is how long a released or cancelled token is remembered
-// (its record in semaphore.lua's ends set): a release run again within it answers as
-// its first run, and a late acquire of the token takes nothing.
+// semRecordTTL is how long a released or cancelled token's record lasts
+// (semaphore.lua's ends set says what a record is for).
 const semRecordTTL = recordTTL
 
 // A Semaphore is a counting semaphore of size permits on one name, kept in
@@ -63,9 +62,9 @@ type Semaphore struct {
 // than the one Redis keeps for a semaphore in use fails with ErrInvalid (the
 // size may change once the name has been idle long enough for its keys to
 // expire). A bad name or a size under 1 or over MaxSemaphoreSize is an
-// error matching ErrInvalid; a
-// quorum Locker made WithRejoinDelay cannot keep semaphores
-// (ErrUnsupported; see Semaphore for quorums and replica acknowledgement).
+// error matching ErrInvalid; a quorum Locker made WithRejoinDelay cannot
+// keep semaphores (ErrUnsupported; see Semaphore for quorums and replica
+// acknowledgement).
 func (l *Locker) Semaphore(name string, size int64) (*Semaphore, error) {
 	if l == nil {
 		return nil, errNilLocker
