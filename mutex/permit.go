@@ -21,16 +21,6 @@ type Permit struct {
 	lifeSignal // its phase, Done's channel and Context's contexts
 }
 
-// newPermit returns the Permit of tok's n permits, granted by a script sent
-// at start whose reply said the server's time was now and the lease ends at
-// ends (both server ms).
-func (s *Semaphore) newPermit(tok string, n int64, cfg lockConfig, start time.Time, now, ends, fence int64) *Permit {
-	p := &Permit{s: s, token: tok, n: n, fence: fence}
-	p.deadline = serverDeadline(start, now, ends)
-	p.startRenew(p, cfg)
-	return p
-}
-
 func (p *Permit) endLocked(ph phase) {
 	if p.finishLocked() {
 		p.lifeSignal.endLocked(ph)

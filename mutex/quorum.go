@@ -69,13 +69,12 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg
 	}
 	keys, args := scriptCall(q.up, n, false, n.token, arg, cfg.ttlMS, l.fenceMS)
 	v := q.poll(ctx, acquireOf(q.up), keys, args, readAcquire)
-	elapsed, lease := time.Since(start), cfg.ttl
-	if len(v.yes) >= q.need && elapsed < lease-drift(lease) {
-		return [3]int64{1, v.nth(q.need), 0}, nil, nil
+	if left, ok := v.leaseLeft(q.need, start); ok {
+		return [3]int64{1, left, 0}, nil, nil
 	}
 	// No majority in time: undo it everywhere (nodes that erred may have granted).
 	q.undo(ctx, n, arg)
-	if err := v.refusal(len(q.nodes), q.need, elapsed, lease); err != nil {
+	if err := v.refusal(len(q.nodes), q.need, time.Since(start), cfg.ttl); err != nil {
 		return [3]int64{}, nil, err
 	}
 	if reentering(arg) {
@@ -254,6 +253,14 @@ func (v *votes) nth(need int) int64 {
 	return v.yes[len(v.yes)-need]
 }
 
+// leaseLeft returns the lease (ms) need nodes all still give, counted from
+// start, and whether it outlasts the time the call took (less the drift
+// margin): a lock's or permits' grant in time.
+func (v *votes) leaseLeft(need int, start time.Time) (int64, bool) {
+	left := v.nth(need)
+	return left, left > 0 && time.Now().Before(serverDeadline(start, 0, left))
+}
+
 // refusal is the error of an acquisition that did not win in time:
 // ErrNoQuorum when too many nodes failed or it took too long, nil when the
 // nodes refused it.
@@ -292,10 +299,8 @@ func readAcquire(v *votes, reply any) error {
 		v.refused(r[1]) // held by another: free again after its lease at most
 	case r[0] == declinedReply:
 		// The rejoin gate's result: the ms until the node grants.
-		if arr, _ := res.([]any); len(arr) > 0 {
-			if w, ok := arr[0].(int64); ok {
-				v.refused(w)
-			}
+		if w, _, err := ints(res, 1); err == nil {
+			v.refused(w[0])
 		}
 	}
 	return nil

@@ -21,17 +21,12 @@ var ErrNoPermits = errors.New("mutex: not enough free permits")
 // that bound.
 const MaxSemaphoreSize = 1<<53 - 1
 
-// The kinds of key a Semaphore writes (semaphore.lua), and its channel.
-const (
-	kindSem        = "sem"
-	kindSemEnds    = "sem:ends"
-	kindSemQueue   = "sem:queue"
-	kindSemGranted = "sem:granted"
-)
+// kindSem is the kind of a Semaphore's hash; the kinds of its other keys
+// (semaphore.lua) and of its channel start with it.
+const kindSem = "sem"
 
-// semRecordTTL is how long a released or cancelled token is remembered
-// (its record in semaphore.lua's ends set): a release run again within it answers as
-// its first run, and a late acquire of the token takes nothing.
+// semRecordTTL is how long a released or cancelled token's record lasts
+// (semaphore.lua's ends set says what a record is for).
 const semRecordTTL = recordTTL
 
 // A Semaphore is a counting semaphore of size permits on one name, kept in
@@ -67,9 +62,9 @@ type Semaphore struct {
 // than the one Redis keeps for a semaphore in use fails with ErrInvalid (the
 // size may change once the name has been idle long enough for its keys to
 // expire). A bad name or a size under 1 or over MaxSemaphoreSize is an
-// error matching ErrInvalid; a
-// quorum Locker made WithRejoinDelay cannot keep semaphores
-// (ErrUnsupported; see Semaphore for quorums and replica acknowledgement).
+// error matching ErrInvalid; a quorum Locker made WithRejoinDelay cannot
+// keep semaphores (ErrUnsupported; see Semaphore for quorums and replica
+// acknowledgement).
 func (l *Locker) Semaphore(name string, size int64) (*Semaphore, error) {
 	if l == nil {
 		return nil, errNilLocker
@@ -84,8 +79,8 @@ func (l *Locker) Semaphore(name string, size int64) (*Semaphore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Semaphore{l: l, name: name, size: size, dep: dep, channel: keyspace.Key(l.prefix, name, kindSemGranted)}
-	for _, kind := range []string{kindSem, kindSemEnds, kindSemQueue} {
+	s := &Semaphore{l: l, name: name, size: size, dep: dep, channel: keyspace.Key(l.prefix, name, kindSem+":granted")}
+	for _, kind := range []string{kindSem, kindSem + ":ends", kindSem + ":queue"} {
 		s.keys = append(s.keys, keyspace.Key(l.prefix, name, kind))
 	}
 	return s, nil
@@ -102,7 +97,7 @@ func (s *Semaphore) Size() int64 { return s.size }
 // semaphore unchanged. It takes one round trip (one to every node at once on
 // a quorum, where too many failed nodes make an error matching ErrNoQuorum,
 // and an acquisition too slow for its lease too). n must be 1 to Size
-// (ErrInvalid). The options are a lock's: Lease (the Locker's TTL if
+// (ErrInvalid). The options are a lock's: WithTTL (the Locker's TTL if
 // unset) and WithAutoRenew.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...Option) (*Permit, error) {
 	cfg, err := s.check(ctx, n, opts)
@@ -118,9 +113,6 @@ func (single) semTry(ctx context.Context, s *Semaphore, tok string, n int64, cfg
 	r, err := s.acquireOnce(ctx, tok, n, cfg, "t")
 	switch {
 	case err != nil:
-		if mayHold(err) {
-			s.cancel(ctx, tok) // it may have taken the permits: give them back
-		}
 		return nil, err
 	case r[0] != semGranted:
 		return nil, ErrNoPermits
@@ -147,11 +139,15 @@ func (s *Semaphore) check(ctx context.Context, n int64, opts []Option) (lockConf
 // server now, lease end, fence} or {waiting, server now}. With replica
 // acknowledgement (WithReplicaAck) WAIT follows in the same round trip, and
 // a grant that too few replicas acknowledged is an error matching
-// ErrNotReplicated, for the caller to give back (mayHold).
+// ErrNotReplicated. Then, or when its outcome is unknown, it gives back
+// what tok may hold (cancel).
 func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lockConfig, mode string) ([]int64, error) {
 	args := []any{tok, n, s.size, cfg.ttl.Milliseconds(), mode, s.waitLease().Milliseconds(), s.channel}
 	reply, short, err := s.l.runAcked(ctx, semAcquireScript, s.keys, args, nil)
 	if err != nil {
+		if unknownOutcome(err) {
+			s.cancel(ctx, tok)
+		}
 		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, err)
 	}
 	r, err := semNums(reply)
@@ -164,10 +160,21 @@ func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lo
 		return nil, fmt.Errorf("%w: semaphore %q: token ended", ErrNotHeld, s.name)
 	case r[0] == semGranted && len(r) < 4:
 		return nil, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
-	case r[0] == semGranted && short != nil: // the caller gives it back (mayHold)
+	case r[0] == semGranted && short != nil:
+		s.cancel(ctx, tok)
 		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, short)
 	}
 	return r, nil
+}
+
+// newPermit returns the Permit of tok's n permits, granted by a script sent
+// at start whose reply said the server's time was now and the lease ends at
+// ends (both server ms).
+func (s *Semaphore) newPermit(tok string, n int64, cfg lockConfig, start time.Time, now, ends, fence int64) *Permit {
+	p := &Permit{s: s, token: tok, n: n, fence: fence}
+	p.deadline = serverDeadline(start, now, ends)
+	p.startRenew(p, cfg)
+	return p
 }
 
 // semNums reads a semaphore script's array reply of integers.
@@ -183,13 +190,6 @@ func semNums(reply any) ([]int64, error) {
 		}
 	}
 	return out, nil
-}
-
-// mayHold reports whether an acquisition that failed with err may hold
-// permits: its outcome is unknown, or too few replicas acknowledged its
-// grant.
-func mayHold(err error) bool {
-	return unknownOutcome(err) || errors.Is(err, ErrNotReplicated)
 }
 
 // cancel takes tok out of the queue, or gives back the permits it was
@@ -211,10 +211,8 @@ func (s *Semaphore) cancel(ctx context.Context, tok string) {
 const cancelWait = 10 * time.Millisecond
 
 // waitLease is how long a queued waiter keeps its place without polling:
-// 3 retry intervals (saturated). A waiter polls every 1 to 2 retry
-// intervals (pollWait), so one that misses a poll is passed over one retry
-// interval after the poll was due: a dead waiter at most 3 retry intervals
-// after it died. A live one that was late queues again at its place.
+// 3 retry intervals (saturated), one more than the longest pause between
+// its polls (pollWait).
 func (s *Semaphore) waitLease() time.Duration {
 	return min(s.l.retry, math.MaxInt64/3) * 3
 }

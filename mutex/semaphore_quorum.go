@@ -1,6 +1,7 @@
 package mutex
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,10 +47,7 @@ func (sq semQuorum) semTry(ctx context.Context, s *Semaphore, tok string, n int6
 	if len(v.yes) > 0 || len(v.errs) > 0 {
 		s.cancel(ctx, tok) // nodes that failed may have granted it too
 	}
-	err := v.bad
-	if err == nil {
-		err = v.refusal(len(sq.q.nodes), sq.need, time.Since(start), cfg.ttl)
-	}
+	err := cmp.Or(v.bad, v.refusal(len(sq.q.nodes), sq.need, time.Since(start), cfg.ttl))
 	if err != nil {
 		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, err)
 	}
@@ -72,14 +70,6 @@ func readSemLease(v *votes, reply any) error {
 		v.no++
 	}
 	return nil
-}
-
-// leaseLeft returns the lease (ms) need nodes all still give, counted from
-// start, and whether it outlasts the time the call took (less the drift
-// margin).
-func (v *votes) leaseLeft(need int, start time.Time) (int64, bool) {
-	left := v.nth(need)
-	return left, left > 0 && time.Now().Before(serverDeadline(start, 0, left))
 }
 
 // semWait is Acquire on a quorum: semTry, again every jittered retry
@@ -107,33 +97,16 @@ func (sq semQuorum) semWait(ctx context.Context, s *Semaphore, n int64, cfg lock
 
 // semRelease runs the release script on every node (a cancel records tok
 // on a node that has not run the acquisition yet, which then grants
-// nothing). It answers semReleased when need nodes released the permits,
-// semNotHolder when too many no longer had them for need to, else
+// nothing; a quorum's tokens never queue, so a node answers semReleased
+// or semNotHolder). It answers semReleased when need nodes released the
+// permits, semNotHolder when too many no longer had them for need to, else
 // ErrNoQuorum.
 func (sq semQuorum) semRelease(ctx context.Context, s *Semaphore, tok, mode string) (int64, error) {
-	v := sq.q.poll(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), mode}, readSemRelease)
-	held, err := v.verdict(len(sq.q.nodes), sq.need, "release", "released the permits")
-	switch {
-	case err != nil:
-		return 0, err
-	case !held:
-		return semNotHolder, nil
+	v := sq.q.poll(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), mode}, readHolder(semNotHolder))
+	if held, err := v.verdict(len(sq.q.nodes), sq.need, "release", "released the permits"); !held {
+		return semNotHolder, err
 	}
 	return semReleased, nil
-}
-
-// readSemRelease reads a node's reply to the semaphore's release script.
-func readSemRelease(v *votes, reply any) error {
-	r, err := integer(reply)
-	switch {
-	case err != nil:
-		return err
-	case r == semReleased:
-		v.yes = append(v.yes, r)
-	default:
-		v.no++
-	}
-	return nil
 }
 
 // semExtend sets the lease of p's permits on every node. It reports false

@@ -47,10 +47,8 @@ func semScript(body string) *redis.Script {
 // semaphore_release.lua.
 const (
 	semGranted   = 1
-	semWaiting   = 0
 	semBadSize   = -1
 	semEnded     = -2
 	semReleased  = 1
-	semDequeued  = 2
 	semNotHolder = 0
 )

@@ -36,7 +36,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...Option) (*Perm
 func (single) semWait(ctx context.Context, s *Semaphore, n int64, cfg lockConfig) (*Permit, error) {
 	w := semWaiter{s: s, tok: newSemToken(), n: n, cfg: cfg, grant: make(chan string, 1)}
 	defer w.leave()
-	w.listenIfHeard()
+	w.listen(ctx, true)
 	for pause := time.Duration(0); ; {
 		if p, done, err := w.sleep(ctx, pause); done {
 			return p, err
@@ -45,9 +45,6 @@ func (single) semWait(ctx context.Context, s *Semaphore, n int64, cfg lockConfig
 		r, err := s.acquireOnce(ctx, w.tok, n, cfg, w.mode())
 		switch {
 		case err != nil:
-			if mayHold(err) { // it may have queued the token, or granted it permits
-				s.cancel(ctx, w.tok)
-			}
 			if ctx.Err() != nil {
 				err = errors.Join(ErrNotObtained, ctx.Err())
 			}
@@ -60,7 +57,7 @@ func (single) semWait(ctx context.Context, s *Semaphore, n int64, cfg lockConfig
 			w.seq = r[2]
 		}
 		switch {
-		case w.listen(ctx):
+		case w.listen(ctx, false):
 			pause = 0 // a grant before the waiter listened went unheard
 		case w.subscribed:
 			pause = s.pollWait(cfg.ttl)
@@ -71,10 +68,9 @@ func (single) semWait(ctx context.Context, s *Semaphore, n int64, cfg lockConfig
 }
 
 // pollWait is the pause between two polls of a waiter that asks for a
-// lease of lease: a retry interval, or a quarter of that lease when it is
-// shorter (a grant whose message was lost is found before its lease is
-// half gone), plus up to a retry interval of jitter (saturated). So polls
-// come at most 2 retry intervals apart, one less than the wait lease.
+// lease of lease: a retry interval, or a quarter of that lease if shorter
+// (a grant whose message was lost is found before its lease is half gone),
+// jittered: at most 2 retry intervals, one less than the wait lease.
 func (s *Semaphore) pollWait(lease time.Duration) time.Duration {
 	return s.l.jittered(min(s.l.retry, lease/4))
 }
@@ -95,7 +91,7 @@ type semWaiter struct {
 	tok        string
 	n          int64
 	cfg        lockConfig
-	grant      chan string // "<token>:<lease end>:<fence>" from the grants' channel
+	grant      chan string // "<lease end>:<fence>" from the grants' channel
 	subscribed bool
 	start      time.Time // when the last poll was sent,
 	now        int64     // and the server's time in its reply
@@ -115,48 +111,45 @@ func (w *semWaiter) sleep(ctx context.Context, pause time.Duration) (p *Permit, 
 		w.s.cancel(ctx, w.tok)
 		return nil, true, errors.Join(ErrNotObtained, ctx.Err())
 	case g := <-w.grant:
-		if w.s.l.acks > 0 {
-			// A grant made by another's script: the poll that follows, with
-			// its WAIT, confirms it on the replicas (or gives it back).
-			return nil, false, nil
+		// A grant the replicas must acknowledge is confirmed by the poll
+		// that follows, with its WAIT (or given back); one that had ended
+		// by the last poll is an earlier one, which the server took back
+		// (the waiter was stopped past its lease, and queued again): poll.
+		if ends, fence, ok := parseGrant(g); ok && ends > w.now && w.s.l.acks == 0 {
+			return w.s.newPermit(w.tok, w.n, w.cfg, w.start, w.now, ends, fence), true, nil
 		}
-		ends, fence, ok := parseGrant(g)
-		if !ok || ends <= w.now {
-			// A grant that had ended by the last poll is an earlier one,
-			// which the server took back (the waiter was stopped past its
-			// lease, and queued again): poll instead.
-			return nil, false, nil
-		}
-		return w.s.newPermit(w.tok, w.n, w.cfg, w.start, w.now, ends, fence), true, nil
 	case <-t.C:
-		return nil, false, nil
 	}
+	return nil, false, nil
 }
 
-// parseGrant reads one grant "<token>:<lease end>:<fence>".
+// parseGrant reads one grant "<lease end>:<fence>".
 func parseGrant(g string) (ends, fence int64, ok bool) {
-	parts := strings.Split(g, ":")
-	if len(parts) != 3 {
-		return 0, 0, false
-	}
-	ends, err1 := strconv.ParseInt(parts[1], 10, 64)
-	fence, err2 := strconv.ParseInt(parts[2], 10, 64)
+	e, f, _ := strings.Cut(g, ":")
+	ends, err1 := strconv.ParseInt(e, 10, 64)
+	fence, err2 := strconv.ParseInt(f, 10, 64)
 	return ends, fence, err1 == nil && err2 == nil
 }
 
-// listen subscribes the waiter to the semaphore's grants on the Locker's
-// shared Pub/Sub connection, once; it reports whether it did so just now:
-// then the waiter must poll again, as a grant made between its last poll
-// and now went unheard. A SUBSCRIBE another waiter is sending it waits for,
-// while ctx allows (listener.ready).
-func (w *semWaiter) listen(ctx context.Context) bool {
-	l := w.s.l
+// listen makes the waiter hear its grants on the Locker's shared Pub/Sub
+// connection, once, and waits while ctx allows for the channel's
+// SUBSCRIBE (listener.ready). Before the first poll (first) it does so only
+// when another waiter of the Locker has opened the channel: every grant of
+// the token follows that poll, so none goes unheard (a contended hand-off
+// stays one release and one Pub/Sub message). After a poll it opens the
+// channel if need be, and reports true: a grant made between that poll and
+// now went unheard, so the waiter must poll again.
+func (w *semWaiter) listen(ctx context.Context, first bool) bool {
+	l, ch := w.s.l, w.s.channel
 	if w.subscribed || !l.notify {
 		return false
 	}
-	w.subscribed = true
-	ch := w.s.channel
 	l.mu.Lock()
+	if first && (l.sub == nil || l.sub.chans[ch] == nil) {
+		l.mu.Unlock()
+		return false
+	}
+	w.subscribed = true
 	c, fresh := l.listenLocked(ctx, ch)
 	c.grants[w.tok] = w.grant
 	sub := l.sub
@@ -170,33 +163,6 @@ func (w *semWaiter) listen(ctx context.Context) bool {
 	case <-ctx.Done():
 	}
 	return true
-}
-
-// listenIfHeard makes the waiter listen before its first poll when the
-// Locker already listens to the semaphore's grants (another of its waiters
-// subscribed the channel, and that SUBSCRIBE was sent): every grant of the
-// token comes after that poll queued it, so none goes unheard, and the
-// waiter needs no second poll (a contended hand-off stays one release and
-// one Pub/Sub message). Otherwise listen does the work after the first
-// poll.
-func (w *semWaiter) listenIfHeard() {
-	l := w.s.l
-	if !l.notify {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.sub == nil || l.sub.chans[w.s.channel] == nil {
-		return
-	}
-	c := l.sub.chans[w.s.channel]
-	select {
-	case <-c.ready:
-	default:
-		return // being subscribed: listen waits for it after the poll
-	}
-	c.grants[w.tok] = w.grant
-	w.subscribed = true
 }
 
 // leave stops listening for the waiter's grants.
@@ -220,10 +186,10 @@ func (w *semWaiter) leave() {
 // its waiter, if it is one of this Locker's; Locker.mu is held.
 func deliverGrants(waits map[string]chan string, payload string) {
 	for g := range strings.SplitSeq(payload, ",") {
-		tok, _, _ := strings.Cut(g, ":")
+		tok, grant, _ := strings.Cut(g, ":")
 		if c, ok := waits[tok]; ok {
 			select {
-			case c <- g:
+			case c <- grant:
 			default:
 			}
 		}
