@@ -43,7 +43,7 @@ func (l *leader) oneScript(ctx context.Context) (res any, decided bool, err erro
 			return nil, true, corrupt(fmt.Errorf("funnel: admit: %w", err))
 		}
 		p, res, err := readReply(reply)
-		if err != nil || p == 0 { // decided in the script
+		if err != nil { // decided in the script (proceed 0: ErrDeclined)
 			return res, true, err
 		}
 		l.recv = time.Now()

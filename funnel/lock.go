@@ -120,10 +120,10 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 	switch {
 	case errors.Is(err, mutex.ErrNotHeld):
 		return true
-	case err == nil && late < 0:
-		return l.wroteLate(ws, -late)
 	case err != nil:
 		ws.failAdmitted(err)
+	case late < 0:
+		return l.wroteLate(ws, -late)
 	default:
 		l.wrote(ws, args, "")
 	}
