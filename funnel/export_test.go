@@ -97,7 +97,7 @@ func WindowState(r Rule, log []int64, at int64) (field, value string) {
 	if err != nil {
 		panic(err)
 	}
-	return c.id, c.encodeWindow(log, at)
+	return c.id, c.encode(level{fill: int64(len(log)), at: at, log: &log})
 }
 
 // LoadScripts loads the scripts of a crowded key's batches (read.lua run

@@ -3,7 +3,6 @@ package funnel
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -71,14 +70,6 @@ func readReply(reply any) (int64, []any, error) {
 		return 0, arr[1:], mutex.ErrDeclined
 	}
 	return p, arr[1:], nil
-}
-
-func readAny(reply any) ([]any, error) {
-	_, res, err := readReply(reply)
-	if errors.Is(err, mutex.ErrDeclined) {
-		return res, nil
-	}
-	return res, err
 }
 
 // settleGate answers the leader's call on the gate's verdict at server time
@@ -191,14 +182,8 @@ func admitArgs(rules []rule, ids []any, n int64) []any {
 // fresh returns rule r's value after n units on an empty state, without
 // its time, and the TTL in ms that it needs.
 func (r rule) fresh(n int64) (string, int64) {
-	if r.window > 0 {
-		return string(r.appendWindow(nil, withUnits(nil, 0, n), 0)), ceilDiv(r.window, 1000)
-	}
-	fill := n * r.per
-	b := strconv.AppendInt(nil, r.gate(r.wait(fill, 1)), 36)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, fill, 36)
-	return string(append(b, ':')), min(ceilDiv(ceilDiv(fill, r.leak), 1000), maxFreshTTL)
+	lv := decide([]rule{r}, nil, 0, n).level(0)
+	return string(r.appendValue(nil, lv)), min(ceilDiv(r.waitIn(lv, r.full/r.per), 1000), maxFreshTTL)
 }
 
 // fresh is rule i's fresh(n), made once per set for n = 1.
@@ -242,7 +227,7 @@ func (r rule) expect(seen string, n, est int64) (expectation, bool) {
 	a = max(a, est)
 	e.anchor = a
 	fill := r.drain(lv, a) + n*r.per
-	e.kept = r.encode(fill, a)
+	e.kept = r.encode(level{fill: fill, at: a})
 	e.expiry = r.expiryOf(satAdd(a, ceilDiv(fill, r.leak)))
 	return e, e.empty < maxLuaInt && e.expiry < maxLuaInt/1000 && e.expiry-est/1000 < maxFreshTTL
 }
