@@ -20,7 +20,7 @@ type waiter struct {
 	n        int64
 	done     chan struct{} // closed once res, err or again is set; nil for the leader
 	deadline time.Time     // the call's context's (zero: none)
-	until    int64         // once admitted: the server time its write is refused from
+	until    int64         // once admitted: when (server µs) its write is refused; MaxInt64: never
 	res      Result
 	err      error
 	again    bool        // not decided, for a reason of its leader's: it runs again
@@ -70,12 +70,8 @@ func newBatch(n int64, d time.Time) *batch {
 	return b
 }
 
-// seal closes b to new calls and returns its calls. A batch of a zero key
-// was never open (WithoutBatching).
+// seal closes b to new calls and returns its calls.
 func (bs *batches) seal(k batchKey, b *batch) sealed {
-	if k.key == "" {
-		return b.waiters
-	}
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	if bs.open[k] == b {
@@ -130,7 +126,7 @@ func (ws sealed) failAdmitted(err error) {
 func (ws sealed) deadline() int64 {
 	d := int64(math.MaxInt64)
 	for _, w := range ws {
-		if w.res.Allowed && w.err == nil && w.until != noDeadline {
+		if w.res.Allowed && w.err == nil {
 			d = min(d, w.until)
 		}
 	}
@@ -294,7 +290,8 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 
 // newLeader is the leader of call c of n units: the lock its one-script
 // gate checks ("" for none: WithUniformCost, a calendar rule), and, where
-// the state cache applies, the state it holds or, for a crowded key, none.
+// the state cache applies, the state it holds (a crowded key's batch reads
+// its own before it uses it: readFree).
 func (lim *Limiter) newLeader(c call, n int64) leader {
 	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
 	if !lim.uniform && !c.set.calendar {
@@ -305,9 +302,6 @@ func (lim *Limiter) newLeader(c call, n int64) leader {
 	}
 	if l.cache = l.lock != "" && c.set.funnels && lim.states != nil; l.cache {
 		l.seen, l.optimistic = lim.states.lookup(c.key, c.set)
-		if l.optimistic {
-			l.seen = nil
-		}
 	}
 	return l
 }

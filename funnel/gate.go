@@ -120,17 +120,17 @@ func (l *leader) admitGate(ctx context.Context) (mutex.Call, *redis.Script) {
 func (l *leader) admitAlone(now int64, how string, others bool) Result {
 	rules := l.c.rules
 	var levels []level
-	var values []string
-	if l.exp != nil {
-		levels, values = l.c.returned(l.seen, l.exp, how, now, l.nonce)
-	} else if l.cache {
-		values = make([]string, len(rules))
-		for i := range rules {
-			fresh, _ := l.c.fresh(i, l.n)
-			values[i] = stamped(fresh, now, l.nonce)
+	if l.cache { // returning.lua (l.exp) runs only with it
+		var values []string
+		if l.exp != nil {
+			levels, values = l.c.returned(l.seen, l.exp, how, now, l.nonce)
+		} else {
+			values = make([]string, len(rules))
+			for i := range rules {
+				fresh, _ := l.c.fresh(i, l.n)
+				values[i] = stamped(fresh, now, l.nonce)
+			}
 		}
-	}
-	if l.cache {
 		l.lim.states.store(l.c.key, l.c.set, values, &others)
 	}
 	d := decide(rules, levels, now, l.n)

@@ -3,6 +3,7 @@ package funnel
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
@@ -23,10 +24,7 @@ type reading struct {
 
 // read parses the result of c's gate, or of Peek's script, after proceed.
 func (lim *Limiter) read(c call, res any) (reading, error) {
-	var till int64
-	if lim.penalty != nil {
-		res, till = unbox(c, res)
-	}
+	res, till := unbox(c, res) // only penalty.lua's reply has the shape
 	r, err := parseRead(c.rules, res)
 	r.till = till
 	return r, err
@@ -88,7 +86,7 @@ func (l *leader) take(w *waiter, r reading) bool {
 		w.res = d.result(rules)
 		return false
 	}
-	w.until = noDeadline
+	w.until = math.MaxInt64
 	if !w.deadline.IsZero() {
 		w.until = max(r.clock.until(l.lim.clock.local(w.deadline, false)), 1)
 		if w.until <= r.now {
