@@ -104,17 +104,12 @@ func (c call) read(f *mutex.Fragment) mutex.Call {
 	return mutex.Call{Fragment: f, Keys: []string{c.key}, Args: c.ids}
 }
 
-// stateKey is where the state of key lives: in the slot of key's lock.
-func (lim *Limiter) stateKey(key string) string {
-	return keyspace.Key(lim.prefix, key, "f")
-}
-
-// keys returns the state key of key and, when the Locker keys its locks
-// under the Limiter's prefix (its own does), the key of key's lock, cut
-// from one string.
+// keys returns the state key of key, in the slot of key's lock, and, when
+// the Locker keys its locks under the Limiter's prefix (its own does), the
+// key of key's lock, cut from one string.
 func (lim *Limiter) keys(key string) (state, lock string) {
 	if !lim.lockKeys {
-		return lim.stateKey(key), ""
+		return keyspace.Key(lim.prefix, key, "f"), ""
 	}
 	tag := keyspace.Tag(key)
 	s := lim.prefix + "{" + tag + "}:f" + lim.prefix + "{" + tag + "}:" + lockKind // one allocation

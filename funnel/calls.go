@@ -71,7 +71,8 @@ func (lim *Limiter) Reset(ctx context.Context, key string) error {
 	if err := lim.check(ctx, key); err != nil {
 		return err
 	}
-	c := call{key: lim.stateKey(key), name: key}
+	c := call{name: key}
+	c.key, c.lock = lim.keys(key)
 	return lim.locked(ctx, c, nil, func(any) (*mutex.Fragment, []any, error) { return resetAll, nil, nil })
 }
 

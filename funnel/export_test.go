@@ -119,7 +119,8 @@ func SetCrowded(l *Limiter, key string, rules ...Rule) error {
 		return err
 	}
 	crowded := true
-	l.states.store(l.stateKey(key), set, make([]string, len(rules)), &crowded)
+	k, _ := l.keys(key)
+	l.states.store(k, set, make([]string, len(rules)), &crowded)
 	return nil
 }
 
