@@ -29,7 +29,7 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	if err != nil {
 		return Result{}, err
 	}
-	if err := checkN(c.rules, n); err != nil {
+	if err := checkN(c.set.rules, n); err != nil {
 		return Result{}, err
 	}
 	// The path: a cached denial, else a batch, or a batch of one, whose
@@ -69,12 +69,10 @@ func corrupt(err error) error {
 
 // call is one validated request.
 type call struct {
-	key   string // the state key
-	name  string // the lock name
-	lock  string // the lock's key ("" until needed, unless made with key)
-	set   *ruleSet
-	rules []rule
-	ids   []any
+	key  string   // the state key
+	name string   // the lock name
+	lock string   // the lock's key ("" until needed, unless made with key)
+	set  *ruleSet // nil for Reset
 }
 
 func (lim *Limiter) check(ctx context.Context, key string) error {
@@ -95,13 +93,13 @@ func (lim *Limiter) prepare(ctx context.Context, key string, rules []Rule) (call
 	if err != nil {
 		return call{}, err
 	}
-	c := call{name: key, set: s, rules: s.rules, ids: s.ids}
+	c := call{name: key, set: s}
 	c.key, c.lock = lim.keys(key)
 	return c, nil
 }
 
 func (c call) read(f *mutex.Fragment) mutex.Call {
-	return mutex.Call{Fragment: f, Keys: []string{c.key}, Args: c.ids}
+	return mutex.Call{Fragment: f, Keys: []string{c.key}, Args: c.set.ids}
 }
 
 // keys returns the state key of key, in the slot of key's lock, and, when

@@ -74,9 +74,7 @@ func newBatch(n int64, d time.Time) *batch {
 func (bs *batches) seal(k batchKey, b *batch) sealed {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
-	if bs.open[k] == b {
-		delete(bs.open, k)
-	}
+	delete(bs.open, k) // b's, while it is open: a key's next batch opens after this
 	return b.waiters
 }
 

@@ -98,9 +98,10 @@ func (l *leader) settleGate(ws sealed, now int64, verdict, how string) (again bo
 func (l *leader) admitGate(ctx context.Context) (mutex.Call, *redis.Script) {
 	clock := &l.lim.clock
 	d, ok := ctx.Deadline()
-	deadline := clock.admitDeadline(d, ok, l.sent)
+	s, fresh := clock.latest(l.sent) // one sample for both: fresh is no throughLock
+	deadline := clock.admitDeadline(d, ok, s, fresh)
 	l.nonce, l.exp = newNonce(), nil
-	if s, fresh := clock.latest(l.sent); fresh && l.seen != nil && deadline != throughLock {
+	if fresh && l.seen != nil {
 		// The server's clock reads at least the time of the latest reply
 		// when the gate runs (a clock that stands still, a test's, too).
 		if gate, exp, ok := l.c.returning(l.n, l.lock, l.seen, s.offset+s.at, deadline, l.nonce); ok {
@@ -118,7 +119,7 @@ func (l *leader) admitGate(ctx context.Context) (mutex.Call, *redis.Script) {
 // admitAlone returns the leader's admission by its gate at server time now,
 // and keeps what the gate wrote in the state cache.
 func (l *leader) admitAlone(now int64, how string, others bool) Result {
-	rules := l.c.rules
+	rules := l.c.set.rules
 	var levels []level
 	if l.cache { // returning.lua (l.exp) runs only with it
 		var values []string
@@ -154,7 +155,7 @@ func (c call) admit(n int64, lock string, deadline int64, nonce string) mutex.Ca
 	if n == 1 && len(c.set.admit1)+2 <= len(m.args) {
 		args = append(m.args[:0], c.set.admit1...)
 	} else {
-		args = admitArgs(c.rules, c.ids, n)
+		args = admitArgs(c.set.rules, c.set.ids, n)
 	}
 	args = append(args, &m.deadline, &m.nonce)
 	m.keys[0], m.keys[1] = c.key, lock
@@ -191,7 +192,7 @@ func (c call) fresh(i int, n int64) (string, int64) {
 	if n == 1 && c.set.fresh1 != nil {
 		return c.set.fresh1[i], c.set.freshTTL1[i]
 	}
-	return c.rules[i].fresh(n)
+	return c.set.rules[i].fresh(n)
 }
 
 // maxLuaInt is the largest integer a Lua number holds exactly.
@@ -235,7 +236,7 @@ func (r rule) expect(seen string, n, est int64) (expectation, bool) {
 // returning returns returning.lua's gate for n units of c on the values
 // seen, and the expectations sent; false when a rule cannot be decided there.
 func (c call) returning(n int64, lock string, seen []string, est, deadline int64, nonce string) (mutex.Call, []expectation, bool) {
-	k := len(c.rules)
+	k := len(c.set.rules)
 	var exp []expectation
 	var nums []int64
 	var args []any
@@ -248,8 +249,8 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 		exp, nums, args, keys = make([]expectation, k), make([]int64, 6*k+1), make([]any, 0, 10*k+2), make([]string, 2)
 	}
 	// By pointer into nums, exp and seen: boxing each would allocate.
-	args = append(args, c.ids...)
-	for i, r := range c.rules {
+	args = append(args, c.set.ids...)
+	for i, r := range c.set.rules {
 		e, ok := r.expect(seen[i], n, est)
 		if !ok {
 			return mutex.Call{}, nil, false
@@ -280,12 +281,12 @@ type returningArgs struct {
 // fresh). how is "" when a retry found the call admitted: the values are
 // not known (nil), and the levels are those seen.
 func (c call) returned(seen []string, exp []expectation, how string, now int64, nonce string) ([]level, []string) {
-	levels := make([]level, len(c.rules))
+	levels := make([]level, len(c.set.rules))
 	var values []string
-	if len(how) == len(c.rules) {
-		values = make([]string, len(c.rules))
+	if len(how) == len(c.set.rules) {
+		values = make([]string, len(c.set.rules))
 	}
-	for i := range c.rules {
+	for i := range c.set.rules {
 		switch {
 		case values == nil:
 			levels[i], _ = parseLevel(seen[i]) // "" fails: an empty level

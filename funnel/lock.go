@@ -22,10 +22,16 @@ type reading struct {
 	clock    sample // the server's clock, from this reply
 }
 
-// read parses the result of c's gate, or of Peek's script, after proceed.
+// read parses the result of c's gate, or of Peek's script, after proceed;
+// penalty.lua's ends with the end of the key's box.
 func (lim *Limiter) read(c call, res any) (reading, error) {
-	res, till := unbox(c, res) // only penalty.lua's reply has the shape
-	r, err := parseRead(c.rules, res)
+	var till int64
+	if arr, _ := res.([]any); len(arr) == len(c.set.rules)+2 {
+		if t, ok := arr[len(arr)-1].(int64); ok {
+			res, till = arr[:len(arr)-1], t
+		}
+	}
+	r, err := parseRead(c.set.rules, res)
 	r.till = till
 	return r, err
 }
@@ -74,7 +80,7 @@ func (l *leader) decide(ws sealed, r reading) int {
 // with no time left for the write is answered errLate, takes nothing, and
 // is gone: not decided again (a leader's batch ends on it).
 func (l *leader) take(w *waiter, r reading) bool {
-	rules := l.c.rules
+	rules := l.c.set.rules
 	d := decide(rules, r.levels, r.now, w.n)
 	switch {
 	case r.till > 0: // in the penalty box
@@ -105,7 +111,7 @@ func (l *leader) take(w *waiter, r reading) bool {
 // commit writes r's levels and releases the lock; again reports that the
 // lease lapsed or the write came late: nothing was written.
 func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r reading) (again bool) {
-	args := writeArgs(l.c.rules, r.levels, r.now, ws.deadline())
+	args := writeArgs(l.c.set.rules, r.levels, r.now, ws.deadline())
 	if lk == nil {
 		return l.commitFree(ctx, ws, args)
 	}
@@ -150,10 +156,10 @@ func (l *leader) saw(res any) {
 		return
 	}
 	arr, _ := res.([]any)
-	if len(arr) != len(l.c.rules)+1 {
+	if len(arr) != len(l.c.set.rules)+1 {
 		return
 	}
-	values := make([]string, len(l.c.rules))
+	values := make([]string, len(l.c.set.rules))
 	for i := range values {
 		values[i], _ = arr[i+1].(string)
 	}
@@ -169,7 +175,7 @@ func (l *leader) wrote(ws sealed, args []any, nonce string) {
 	if !l.cache {
 		return
 	}
-	values := make([]string, len(l.c.rules))
+	values := make([]string, len(l.c.set.rules))
 	for i := range values {
 		if values[i], _ = args[3+2*i].(string); values[i] != "" && nonce != "" {
 			values[i] += ":" + nonce

@@ -77,13 +77,12 @@ const (
 )
 
 // admitDeadline is a gate's deadline argument for a call whose context has
-// deadline d (ok false: none), sent at local time sent.
-func (c *serverClock) admitDeadline(d time.Time, ok bool, sent time.Time) int64 {
-	if !ok {
+// deadline d (ok false: none), by the latest sample s (fresh: c.latest's).
+func (c *serverClock) admitDeadline(d time.Time, ok bool, s sample, fresh bool) int64 {
+	switch {
+	case !ok:
 		return noDeadline
-	}
-	s, fresh := c.latest(sent)
-	if !fresh {
+	case !fresh:
 		return throughLock
 	}
 	return max(s.until(c.local(d, false)), 1)
