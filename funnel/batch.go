@@ -253,9 +253,8 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 	if l.optimistic { // crowded batches of one key read and commit in turn
 		done, err := lim.turns.take(ctx, batchKey{c.key, c.set})
 		if err != nil {
-			ws = lim.batches.seal(k, b)
-			all = ws
-			ws.failLeader(err)
+			all = lim.batches.seal(k, b)
+			all.failLeader(err)
 			return
 		}
 		defer done()

@@ -24,8 +24,8 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if err != nil {
 		return Result{}, corrupt(fmt.Errorf("funnel: peek: %w", err))
 	}
-	arr, _ := reply.([]any) // {proceed, now, value...}: read judges its shape
-	r, err := lim.read(c, arr[min(1, len(arr)):])
+	arr, _ := reply.([]any) // {proceed, now, value...}: parseRead judges its shape
+	r, err := parseRead(c.set.rules, arr[min(1, len(arr)):])
 	if err != nil {
 		return Result{}, err
 	}

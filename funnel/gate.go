@@ -152,7 +152,7 @@ type admitCall struct {
 func (c call) admit(n int64, lock string, deadline int64, nonce string) mutex.Call {
 	m := &admitCall{deadline: deadline, nonce: nonce}
 	var args []any
-	if n == 1 && len(c.set.admit1)+2 <= len(m.args) {
+	if n == 1 { // into m.args while the rules fit (4: setMax)
 		args = append(m.args[:0], c.set.admit1...)
 	} else {
 		args = admitArgs(c.set.rules, c.set.ids, n)

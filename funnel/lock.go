@@ -22,24 +22,10 @@ type reading struct {
 	clock    sample // the server's clock, from this reply
 }
 
-// read parses the result of c's gate, or of Peek's script, after proceed;
-// penalty.lua's ends with the end of the key's box.
-func (lim *Limiter) read(c call, res any) (reading, error) {
-	var till int64
-	if arr, _ := res.([]any); len(arr) == len(c.set.rules)+2 {
-		if t, ok := arr[len(arr)-1].(int64); ok {
-			res, till = arr[:len(arr)-1], t
-		}
-	}
-	r, err := parseRead(c.set.rules, res)
-	r.till = till
-	return r, err
-}
-
 // settleRead decides the calls ws on a read's reply and commits what they
 // took; again reports that nothing was written and they are decided anew.
 func (l *leader) settleRead(ctx context.Context, ws sealed, lk *mutex.Lock, res any, declined bool) (again bool) {
-	r, err := l.lim.read(l.c, res)
+	r, err := parseRead(l.c.set.rules, res)
 	if err != nil {
 		_, _ = l.lim.unlock(ctx, lk, nil)
 		ws.failAll(err)

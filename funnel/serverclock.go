@@ -56,12 +56,13 @@ func (c *serverClock) local(t time.Time, up bool) int64 {
 
 // sampled returns the sample of a reply that carried server time now and
 // came at recv, and keeps it unless one from the last sampleEvery is kept
-// whose offset is within a margin of it.
+// whose offset is within a margin of it (none kept is offset 0, a server
+// clock's only at the Unix epoch).
 func (c *serverClock) sampled(now int64, recv time.Time) sample {
 	at := c.local(recv, true)
 	s := sample{offset: now - at, at: at}
-	last, diff := c.at.Load(), s.offset-c.offset.Load()
-	if last == 0 || at-last >= sampleEvery || max(diff, -diff) > margin(0) {
+	diff := s.offset - c.offset.Load()
+	if at-c.at.Load() >= sampleEvery || max(diff, -diff) > margin(0) {
 		c.keep(s)
 	}
 	return s

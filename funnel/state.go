@@ -143,9 +143,16 @@ func parseBase36(s string) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
-// parseRead reads the read script's result after proceed: {now, value...}.
+// parseRead reads the read script's result after proceed: {now, value...},
+// or penalty.lua's, which ends with the end of the key's box.
 func parseRead(rules []rule, res any) (reading, error) {
 	arr, _ := res.([]any) // another type has no length
+	var till int64
+	if len(arr) == len(rules)+2 {
+		if t, ok := arr[len(arr)-1].(int64); ok {
+			arr, till = arr[:len(arr)-1], t
+		}
+	}
 	if len(arr) != len(rules)+1 {
 		return reading{}, fmt.Errorf("%w: read returned %T %v", ErrCorruptState, res, res)
 	}
@@ -153,7 +160,7 @@ func parseRead(rules []rule, res any) (reading, error) {
 	if !ok {
 		return reading{}, fmt.Errorf("%w: read returned time %T", ErrCorruptState, arr[0])
 	}
-	s := reading{now: now, levels: make([]level, len(rules))}
+	s := reading{now: now, levels: make([]level, len(rules)), till: till}
 	for i, r := range rules {
 		lv, err := r.decode(arr[i+1])
 		if err != nil {
