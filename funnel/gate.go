@@ -318,8 +318,8 @@ const MaxStateCache = 1 << 24
 
 // A stateCache remembers, per state key, its rules' values as this Limiter
 // last read or wrote them; returning.lua checks them, so an entry needs no
-// invalidation. It holds at most max keys, in two generations. A nil
-// *stateCache is off.
+// invalidation. It holds at most max keys, in two generations. The
+// Limiter's is nil when off: a leader asks it only then (leader.cache).
 type stateCache struct {
 	mu       sync.Mutex
 	half     int
@@ -341,9 +341,6 @@ func newStateCache(max int) *stateCache {
 // lookup returns the values seen for key's rules set (nil if none), and
 // whether the key is crowded.
 func (c *stateCache) lookup(key string, set *ruleSet) ([]string, bool) {
-	if c == nil {
-		return nil, false
-	}
 	c.mu.Lock()
 	e, ok := c.cur[key]
 	if !ok {
@@ -361,9 +358,6 @@ func (c *stateCache) lookup(key string, set *ruleSet) ([]string, bool) {
 // key. It never writes into a slice it keeps: lookup's callers send its
 // strings by pointer.
 func (c *stateCache) store(key string, set *ruleSet, values []string, crowd *bool) {
-	if c == nil {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if values == nil {

@@ -47,11 +47,10 @@ const sampleEvery = int64(10 * time.Millisecond / time.Microsecond)
 // (both err toward refusing).
 func (c *serverClock) local(t time.Time, up bool) int64 {
 	d := t.Sub(c.base)
-	us := int64(d / time.Microsecond)
-	if up && d%time.Microsecond != 0 {
-		us++
+	if up {
+		d += time.Microsecond - 1
 	}
-	return max(us, 1)
+	return max(int64(d/time.Microsecond), 1)
 }
 
 // sampled returns the sample of a reply that carried server time now and

@@ -52,7 +52,8 @@ func (r rule) appendValue(b []byte, lv level) []byte {
 }
 
 // parseWindow reads a window's value: false unless it has the shape, at
-// most r's units, in order, none after <at>.
+// most MaxWindow units (decode holds an unshared one to r's), in order,
+// none after <at>.
 func (r rule) parseWindow(s string) (level, bool) {
 	logs, at, ok := splitValue(s)
 	if !ok {
@@ -62,7 +63,7 @@ func (r rule) parseWindow(s string) (level, bool) {
 	prev := at // offsets go down from at most <at>; an empty log is an entry "", refused
 	for e := range strings.SplitSeq(logs, ",") {
 		off, count, ok := parseLogEntry(e)
-		if !ok || off > prev || count > r.most()-int64(len(log)) {
+		if !ok || off > prev || count > MaxWindow-int64(len(log)) {
 			return level{}, false
 		}
 		prev = off
@@ -109,13 +110,6 @@ func (r rule) gate(w int64) int64 {
 		return 0
 	}
 	return w
-}
-
-func (r rule) most() int64 {
-	if r.shared {
-		return MaxWindow
-	}
-	return r.full
 }
 
 // parseLevel reads the level in a stored value; false if it has not the shape.
