@@ -42,7 +42,7 @@ type batch struct {
 
 type batches struct {
 	mu   sync.Mutex
-	open map[batchKey]*batch
+	open map[batchKey]*batch // made by New
 }
 
 // join adds a call of n units with deadline d to k's open batch, or opens
@@ -54,9 +54,6 @@ func (bs *batches) join(k batchKey, n int64, d time.Time) (b *batch, w *waiter, 
 		w := &waiter{n: n, deadline: d, done: make(chan struct{})}
 		b.waiters = append(b.waiters, w)
 		return b, w, false
-	}
-	if bs.open == nil {
-		bs.open = make(map[batchKey]*batch)
 	}
 	b = newBatch(n, d)
 	bs.open[k] = b

@@ -201,6 +201,7 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 	}
 	lim := &Limiter{prefix: DefaultPrefix, hold: []mutex.Option{mutex.WithTTL(DefaultLease)}, dial: outage.DialOf(client)}
 	lim.clock.base = time.Now()
+	lim.batches.open = make(map[batchKey]*batch)
 	lim.states = newStateCache(DefaultStateCache)
 	for _, o := range opts {
 		if o == nil {

@@ -24,9 +24,14 @@ func (r rule) encode(lv level) string {
 }
 
 // appendValue appends r's value for lv but <at>: "<wait>:<fill>:", a
-// window's <fill> its log (live at lv.at, ascending).
+// window's <fill> its log (live at lv.at, ascending); a shared rule's wait
+// is 0 (rule.shared).
 func (r rule) appendValue(b []byte, lv level) []byte {
-	b = strconv.AppendInt(b, r.gate(r.waitIn(lv, 1)), 36)
+	wait := r.waitIn(lv, 1)
+	if r.shared {
+		wait = 0
+	}
+	b = strconv.AppendInt(b, wait, 36)
 	b = append(b, ':')
 	if r.window == 0 {
 		b = strconv.AppendInt(b, lv.fill, 36)
@@ -102,14 +107,6 @@ func (r rule) decode(v any) (level, error) {
 		return level{}, fmt.Errorf("%w: field %q holds %#v", ErrCorruptState, r.id, v)
 	}
 	return lv, nil
-}
-
-// gate is the stored wait of r for the wait w: 0 for a shared rule.
-func (r rule) gate(w int64) int64 {
-	if r.shared {
-		return 0
-	}
-	return w
 }
 
 // parseLevel reads the level in a stored value; false if it has not the shape.
