@@ -237,16 +237,12 @@ func (r rule) expect(seen string, n, est int64) (expectation, bool) {
 // seen, and the expectations sent; false when a rule cannot be decided there.
 func (c call) returning(n int64, lock string, seen []string, est, deadline int64, nonce string) (mutex.Call, []expectation, bool) {
 	k := len(c.set.rules)
-	var exp []expectation
-	var nums []int64
-	var args []any
-	var keys []string
-	// One allocation for the nonce and, with one rule, the call's slices.
+	// One allocation for the nonce, the keys and, with one rule, the call's
+	// slices.
 	m := &returningArgs{nonce: nonce}
-	if k == 1 {
-		exp, nums, args, keys = m.exp[:k], m.nums[:6*k+1], m.args[:0], m.keys[:]
-	} else {
-		exp, nums, args, keys = make([]expectation, k), make([]int64, 6*k+1), make([]any, 0, 10*k+2), make([]string, 2)
+	exp, nums, args := m.exp[:], m.nums[:], m.args[:0]
+	if k > 1 {
+		exp, nums, args = make([]expectation, k), make([]int64, 6*k+1), make([]any, 0, 10*k+2)
 	}
 	// By pointer into nums, exp and seen: boxing each would allocate.
 	args = append(args, c.set.ids...)
@@ -264,8 +260,8 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 	}
 	nums[6*k] = deadline
 	args = append(args, &nums[6*k], &m.nonce)
-	keys[0], keys[1] = c.key, lock
-	return mutex.Call{Keys: keys, Args: args}, exp, true
+	m.keys[0], m.keys[1] = c.key, lock
+	return mutex.Call{Keys: m.keys[:], Args: args}, exp, true
 }
 
 type returningArgs struct {
