@@ -136,10 +136,8 @@ type ruleSet struct {
 	rules []rule
 	ids   []any
 	// admit1 is admit.lua's arguments for one unit, but the deadline and
-	// the nonce; nil for a calendar rule, whose value admit.lua cannot
-	// write (calendar is set).
-	admit1   []any
-	calendar bool
+	// the nonce; nil with a calendar rule, whose value admit.lua cannot write.
+	admit1 []any
 	// funnels: every rule is a funnel, so returning.lua can decide the
 	// call; fresh1 and freshTTL1 are then rule.fresh(1) of each.
 	funnels   bool
@@ -200,15 +198,15 @@ func newRuleSet(rules []Rule, cache *memo[Rule, rule]) (*ruleSet, error) {
 	for i, r := range rs {
 		s.ids[i] = r.arg
 	}
-	s.calendar = slices.ContainsFunc(rs, func(r rule) bool { return r.cal != nil })
-	s.funnels = !s.calendar && !slices.ContainsFunc(rs, func(r rule) bool { return r.window > 0 || r.shared })
+	calendar := slices.ContainsFunc(rs, func(r rule) bool { return r.cal != nil })
+	s.funnels = !calendar && !slices.ContainsFunc(rs, func(r rule) bool { return r.window > 0 || r.shared })
 	if s.funnels {
 		s.fresh1, s.freshTTL1 = make([]string, len(rs)), make([]int64, len(rs))
 		for i, r := range rs {
 			s.fresh1[i], s.freshTTL1[i] = r.fresh(1)
 		}
 	}
-	if !s.calendar {
+	if !calendar {
 		s.admit1 = admitArgs(rs, s.ids, 1)
 	}
 	return s, nil

@@ -288,7 +288,7 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 // its own before it uses it: readFree).
 func (lim *Limiter) newLeader(c call, n int64) leader {
 	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
-	if !lim.uniform && !c.set.calendar {
+	if !lim.uniform && c.set.admit1 != nil { // admit.lua can write the set's values
 		if l.c.lock == "" {
 			l.c.lock = lim.locker.LockKey(c.name)
 		}

@@ -187,9 +187,9 @@ func (r rule) fresh(n int64) (string, int64) {
 	return string(r.appendValue(nil, lv)), min(ceilDiv(r.waitIn(lv, r.full/r.per), 1000), maxFreshTTL)
 }
 
-// fresh is rule i's fresh(n), made once per set for n = 1.
+// fresh is rule i's fresh(n), made once per set (of funnels) for n = 1.
 func (c call) fresh(i int, n int64) (string, int64) {
-	if n == 1 && c.set.fresh1 != nil {
+	if n == 1 {
 		return c.set.fresh1[i], c.set.freshTTL1[i]
 	}
 	return c.set.rules[i].fresh(n)
