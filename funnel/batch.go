@@ -284,8 +284,7 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 
 // newLeader is the leader of call c of n units: the lock its one-script
 // gate checks ("" for none: WithUniformCost, a calendar rule), and, where
-// the state cache applies, the state it holds (a crowded key's batch reads
-// its own before it uses it: readFree).
+// the state cache applies, the state it holds (a crowded batch reads its own).
 func (lim *Limiter) newLeader(c call, n int64) leader {
 	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
 	if !lim.uniform && c.set.admit1 != nil { // admit.lua can write the set's values
