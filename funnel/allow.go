@@ -29,7 +29,7 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	if err != nil {
 		return Result{}, err
 	}
-	if err := checkN(c.rules, n); err != nil {
+	if err := checkN(c.set.rules, n); err != nil {
 		return Result{}, err
 	}
 	// The path: a cached denial, else a batch, or a batch of one, whose
@@ -69,12 +69,10 @@ func corrupt(err error) error {
 
 // call is one validated request.
 type call struct {
-	key   string // the state key
-	name  string // the lock name
-	lock  string // the lock's key ("" until needed, unless made with key)
-	set   *ruleSet
-	rules []rule
-	ids   []any
+	key  string   // the state key
+	name string   // the lock name
+	lock string   // the lock's key ("" until needed, unless made with key)
+	set  *ruleSet // nil for Reset
 }
 
 func (lim *Limiter) check(ctx context.Context, key string) error {
@@ -95,26 +93,21 @@ func (lim *Limiter) prepare(ctx context.Context, key string, rules []Rule) (call
 	if err != nil {
 		return call{}, err
 	}
-	c := call{name: key, set: s, rules: s.rules, ids: s.ids}
+	c := call{name: key, set: s}
 	c.key, c.lock = lim.keys(key)
 	return c, nil
 }
 
 func (c call) read(f *mutex.Fragment) mutex.Call {
-	return mutex.Call{Fragment: f, Keys: []string{c.key}, Args: c.ids}
+	return mutex.Call{Fragment: f, Keys: []string{c.key}, Args: c.set.ids}
 }
 
-// stateKey is where the state of key lives: in the slot of key's lock.
-func (lim *Limiter) stateKey(key string) string {
-	return keyspace.Key(lim.prefix, key, "f")
-}
-
-// keys returns the state key of key and, when the Locker keys its locks
-// under the Limiter's prefix (its own does), the key of key's lock, cut
-// from one string.
+// keys returns the state key of key, in the slot of key's lock, and, when
+// the Locker keys its locks under the Limiter's prefix (its own does), the
+// key of key's lock, cut from one string.
 func (lim *Limiter) keys(key string) (state, lock string) {
 	if !lim.lockKeys {
-		return lim.stateKey(key), ""
+		return keyspace.Key(lim.prefix, key, "f"), ""
 	}
 	tag := keyspace.Tag(key)
 	s := lim.prefix + "{" + tag + "}:f" + lim.prefix + "{" + tag + "}:" + lockKind // one allocation
@@ -143,10 +136,8 @@ type ruleSet struct {
 	rules []rule
 	ids   []any
 	// admit1 is admit.lua's arguments for one unit, but the deadline and
-	// the nonce; nil for a calendar rule, whose value admit.lua cannot
-	// write (calendar is set).
-	admit1   []any
-	calendar bool
+	// the nonce; nil with a calendar rule, whose value admit.lua cannot write.
+	admit1 []any
 	// funnels: every rule is a funnel, so returning.lua can decide the
 	// call; fresh1 and freshTTL1 are then rule.fresh(1) of each.
 	funnels   bool
@@ -207,15 +198,15 @@ func newRuleSet(rules []Rule, cache *memo[Rule, rule]) (*ruleSet, error) {
 	for i, r := range rs {
 		s.ids[i] = r.arg
 	}
-	s.calendar = slices.ContainsFunc(rs, func(r rule) bool { return r.cal != nil })
-	s.funnels = !s.calendar && !slices.ContainsFunc(rs, func(r rule) bool { return r.window > 0 || r.shared })
+	calendar := slices.ContainsFunc(rs, func(r rule) bool { return r.cal != nil })
+	s.funnels = !calendar && !slices.ContainsFunc(rs, func(r rule) bool { return r.window > 0 || r.shared })
 	if s.funnels {
 		s.fresh1, s.freshTTL1 = make([]string, len(rs)), make([]int64, len(rs))
 		for i, r := range rs {
 			s.fresh1[i], s.freshTTL1[i] = r.fresh(1)
 		}
 	}
-	if !s.calendar {
+	if !calendar {
 		s.admit1 = admitArgs(rs, s.ids, 1)
 	}
 	return s, nil

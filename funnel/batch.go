@@ -20,7 +20,7 @@ type waiter struct {
 	n        int64
 	done     chan struct{} // closed once res, err or again is set; nil for the leader
 	deadline time.Time     // the call's context's (zero: none)
-	until    int64         // once admitted: the server time its write is refused from
+	until    int64         // once admitted: when (server µs) its write is refused; MaxInt64: never
 	res      Result
 	err      error
 	again    bool        // not decided, for a reason of its leader's: it runs again
@@ -42,7 +42,7 @@ type batch struct {
 
 type batches struct {
 	mu   sync.Mutex
-	open map[batchKey]*batch
+	open map[batchKey]*batch // made by New
 }
 
 // join adds a call of n units with deadline d to k's open batch, or opens
@@ -54,9 +54,6 @@ func (bs *batches) join(k batchKey, n int64, d time.Time) (b *batch, w *waiter, 
 		w := &waiter{n: n, deadline: d, done: make(chan struct{})}
 		b.waiters = append(b.waiters, w)
 		return b, w, false
-	}
-	if bs.open == nil {
-		bs.open = make(map[batchKey]*batch)
 	}
 	b = newBatch(n, d)
 	bs.open[k] = b
@@ -70,17 +67,11 @@ func newBatch(n int64, d time.Time) *batch {
 	return b
 }
 
-// seal closes b to new calls and returns its calls. A batch of a zero key
-// was never open (WithoutBatching).
+// seal closes b to new calls and returns its calls.
 func (bs *batches) seal(k batchKey, b *batch) sealed {
-	if k.key == "" {
-		return b.waiters
-	}
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
-	if bs.open[k] == b {
-		delete(bs.open, k)
-	}
+	delete(bs.open, k) // b's, while it is open: a key's next batch opens after this
 	return b.waiters
 }
 
@@ -130,7 +121,7 @@ func (ws sealed) failAdmitted(err error) {
 func (ws sealed) deadline() int64 {
 	d := int64(math.MaxInt64)
 	for _, w := range ws {
-		if w.res.Allowed && w.err == nil && w.until != noDeadline {
+		if w.res.Allowed && w.err == nil {
 			d = min(d, w.until)
 		}
 	}
@@ -259,9 +250,8 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 	if l.optimistic { // crowded batches of one key read and commit in turn
 		done, err := lim.turns.take(ctx, batchKey{c.key, c.set})
 		if err != nil {
-			ws = lim.batches.seal(k, b)
-			all = ws
-			ws.failLeader(err)
+			all = lim.batches.seal(k, b)
+			all.failLeader(err)
 			return
 		}
 		defer done()
@@ -294,10 +284,10 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 
 // newLeader is the leader of call c of n units: the lock its one-script
 // gate checks ("" for none: WithUniformCost, a calendar rule), and, where
-// the state cache applies, the state it holds or, for a crowded key, none.
+// the state cache applies, the state it holds (a crowded batch reads its own).
 func (lim *Limiter) newLeader(c call, n int64) leader {
 	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
-	if !lim.uniform && !c.set.calendar {
+	if !lim.uniform && c.set.admit1 != nil { // admit.lua can write the set's values
 		if l.c.lock == "" {
 			l.c.lock = lim.locker.LockKey(c.name)
 		}
@@ -305,9 +295,6 @@ func (lim *Limiter) newLeader(c call, n int64) leader {
 	}
 	if l.cache = l.lock != "" && c.set.funnels && lim.states != nil; l.cache {
 		l.seen, l.optimistic = lim.states.lookup(c.key, c.set)
-		if l.optimistic {
-			l.seen = nil
-		}
 	}
 	return l
 }

@@ -16,7 +16,7 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if err != nil {
 		return Result{}, err
 	}
-	script, args := readPeek, c.ids
+	script, args := readPeek, c.set.ids
 	if lim.penalty != nil {
 		script, args = penaltyPeek, c.penalized(lim.penalty, "0")
 	}
@@ -24,13 +24,13 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if err != nil {
 		return Result{}, corrupt(fmt.Errorf("funnel: peek: %w", err))
 	}
-	arr, _ := reply.([]any) // {proceed, now, value...}: read judges its shape
-	r, err := lim.read(c, arr[min(1, len(arr)):])
+	arr, _ := reply.([]any) // {proceed, now, value...}: parseRead judges its shape
+	r, err := parseRead(c.set.rules, arr[min(1, len(arr)):])
 	if err != nil {
 		return Result{}, err
 	}
 	lim.clock.sampled(r.now, time.Now())
-	return peeked(c.rules, r), nil
+	return peeked(c.set.rules, r), nil
 }
 
 // peeked is what a call of one unit would get on r, with nothing taken.
@@ -58,11 +58,11 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 	}
 	return lim.locked(ctx, c, readAll, func(reply any) (*mutex.Fragment, []any, error) {
 		arr, _ := reply.([]any) // {proceed, now, value...}: parseRead judges its shape
-		snap, err := parseRead(c.rules, arr[min(1, len(arr)):])
+		snap, err := parseRead(c.set.rules, arr[min(1, len(arr)):])
 		if err != nil {
 			return nil, nil, err
 		}
-		return writeBack, writeArgs(c.rules, refund(c.rules, snap.levels, snap.now, n), snap.now, noDeadline), nil
+		return writeBack, writeArgs(c.set.rules, refund(c.set.rules, snap.levels, snap.now, n), snap.now, noDeadline), nil
 	})
 }
 
@@ -71,7 +71,8 @@ func (lim *Limiter) Reset(ctx context.Context, key string) error {
 	if err := lim.check(ctx, key); err != nil {
 		return err
 	}
-	c := call{key: lim.stateKey(key), name: key}
+	c := call{name: key}
+	c.key, c.lock = lim.keys(key)
 	return lim.locked(ctx, c, nil, func(any) (*mutex.Fragment, []any, error) { return resetAll, nil, nil })
 }
 

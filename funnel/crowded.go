@@ -33,7 +33,7 @@ func (l *leader) readFree(ctx context.Context) (*mutex.Lock, any, error) {
 	l.next = nil
 	if reply == nil {
 		var err error
-		reply, err = l.lim.locker.Eval(ctx, readPeek, []string{l.c.key}, l.c.ids...)
+		reply, err = l.lim.locker.Eval(ctx, readPeek, []string{l.c.key}, l.c.set.ids...)
 		if err != nil {
 			return nil, nil, corrupt(fmt.Errorf("funnel: read: %w", err))
 		}
@@ -75,9 +75,9 @@ func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again b
 // casArgs returns commit.lua's arguments: the fields, the values read,
 // write.lua's TTL and deadline, the values to write, and the nonce.
 func (l *leader) casArgs(args []any, nonce string) []any {
-	k := len(l.c.rules)
+	k := len(l.c.set.rules)
 	cas := make([]any, 0, 3*k+3)
-	cas = append(cas, l.c.ids...)
+	cas = append(cas, l.c.set.ids...)
 	for _, v := range l.seen {
 		cas = append(cas, v)
 	}

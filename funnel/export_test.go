@@ -97,7 +97,7 @@ func WindowState(r Rule, log []int64, at int64) (field, value string) {
 	if err != nil {
 		panic(err)
 	}
-	return c.id, c.encodeWindow(log, at)
+	return c.id, c.encode(level{fill: int64(len(log)), at: at, log: &log})
 }
 
 // LoadScripts loads the scripts of a crowded key's batches (read.lua run
@@ -119,7 +119,8 @@ func SetCrowded(l *Limiter, key string, rules ...Rule) error {
 		return err
 	}
 	crowded := true
-	l.states.store(l.stateKey(key), set, make([]string, len(rules)), &crowded)
+	k, _ := l.keys(key)
+	l.states.store(k, set, make([]string, len(rules)), &crowded)
 	return nil
 }
 

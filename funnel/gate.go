@@ -3,7 +3,6 @@ package funnel
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -43,7 +42,7 @@ func (l *leader) oneScript(ctx context.Context) (res any, decided bool, err erro
 			return nil, true, corrupt(fmt.Errorf("funnel: admit: %w", err))
 		}
 		p, res, err := readReply(reply)
-		if err != nil || p == 0 { // decided in the script
+		if err != nil { // decided in the script (proceed 0: ErrDeclined)
 			return res, true, err
 		}
 		l.recv = time.Now()
@@ -73,14 +72,6 @@ func readReply(reply any) (int64, []any, error) {
 	return p, arr[1:], nil
 }
 
-func readAny(reply any) ([]any, error) {
-	_, res, err := readReply(reply)
-	if errors.Is(err, mutex.ErrDeclined) {
-		return res, nil
-	}
-	return res, err
-}
-
 // settleGate answers the leader's call on the gate's verdict at server time
 // now: "admitted", or "late" (past the call's deadline, nothing written).
 func (l *leader) settleGate(ws sealed, now int64, verdict, how string) (again bool) {
@@ -107,9 +98,10 @@ func (l *leader) settleGate(ws sealed, now int64, verdict, how string) (again bo
 func (l *leader) admitGate(ctx context.Context) (mutex.Call, *redis.Script) {
 	clock := &l.lim.clock
 	d, ok := ctx.Deadline()
-	deadline := clock.admitDeadline(d, ok, l.sent)
+	s, fresh := clock.latest(l.sent) // one sample for both: fresh is no throughLock
+	deadline := clock.admitDeadline(d, ok, s, fresh)
 	l.nonce, l.exp = newNonce(), nil
-	if s, fresh := clock.latest(l.sent); fresh && l.seen != nil && deadline != throughLock {
+	if fresh && l.seen != nil {
 		// The server's clock reads at least the time of the latest reply
 		// when the gate runs (a clock that stands still, a test's, too).
 		if gate, exp, ok := l.c.returning(l.n, l.lock, l.seen, s.offset+s.at, deadline, l.nonce); ok {
@@ -127,19 +119,19 @@ func (l *leader) admitGate(ctx context.Context) (mutex.Call, *redis.Script) {
 // admitAlone returns the leader's admission by its gate at server time now,
 // and keeps what the gate wrote in the state cache.
 func (l *leader) admitAlone(now int64, how string, others bool) Result {
-	rules := l.c.rules
+	rules := l.c.set.rules
 	var levels []level
-	var values []string
-	if l.exp != nil {
-		levels, values = l.c.returned(l.seen, l.exp, how, now, l.nonce)
-	} else if l.cache {
-		values = make([]string, len(rules))
-		for i := range rules {
-			fresh, _ := l.c.fresh(i, l.n)
-			values[i] = stamped(fresh, now, l.nonce)
+	if l.cache { // returning.lua (l.exp) runs only with it
+		var values []string
+		if l.exp != nil {
+			levels, values = l.c.returned(l.seen, l.exp, how, now, l.nonce)
+		} else {
+			values = make([]string, len(rules))
+			for i := range rules {
+				fresh, _ := l.c.fresh(i, l.n)
+				values[i] = stamped(fresh, now, l.nonce)
+			}
 		}
-	}
-	if l.cache {
 		l.lim.states.store(l.c.key, l.c.set, values, &others)
 	}
 	d := decide(rules, levels, now, l.n)
@@ -160,10 +152,10 @@ type admitCall struct {
 func (c call) admit(n int64, lock string, deadline int64, nonce string) mutex.Call {
 	m := &admitCall{deadline: deadline, nonce: nonce}
 	var args []any
-	if n == 1 && len(c.set.admit1)+2 <= len(m.args) {
+	if n == 1 { // into m.args while the rules fit (4: setMax)
 		args = append(m.args[:0], c.set.admit1...)
 	} else {
-		args = admitArgs(c.rules, c.ids, n)
+		args = admitArgs(c.set.rules, c.set.ids, n)
 	}
 	args = append(args, &m.deadline, &m.nonce)
 	m.keys[0], m.keys[1] = c.key, lock
@@ -191,22 +183,16 @@ func admitArgs(rules []rule, ids []any, n int64) []any {
 // fresh returns rule r's value after n units on an empty state, without
 // its time, and the TTL in ms that it needs.
 func (r rule) fresh(n int64) (string, int64) {
-	if r.window > 0 {
-		return string(r.appendWindow(nil, withUnits(nil, 0, n), 0)), ceilDiv(r.window, 1000)
-	}
-	fill := n * r.per
-	b := strconv.AppendInt(nil, r.gate(r.wait(fill, 1)), 36)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, fill, 36)
-	return string(append(b, ':')), min(ceilDiv(ceilDiv(fill, r.leak), 1000), maxFreshTTL)
+	lv := decide([]rule{r}, nil, 0, n).level(0)
+	return string(r.appendValue(nil, lv)), min(ceilDiv(r.waitIn(lv, r.full/r.per), 1000), maxFreshTTL)
 }
 
-// fresh is rule i's fresh(n), made once per set for n = 1.
+// fresh is rule i's fresh(n), made once per set (of funnels) for n = 1.
 func (c call) fresh(i int, n int64) (string, int64) {
-	if n == 1 && c.set.fresh1 != nil {
+	if n == 1 {
 		return c.set.fresh1[i], c.set.freshTTL1[i]
 	}
-	return c.rules[i].fresh(n)
+	return c.set.rules[i].fresh(n)
 }
 
 // maxLuaInt is the largest integer a Lua number holds exactly.
@@ -242,7 +228,7 @@ func (r rule) expect(seen string, n, est int64) (expectation, bool) {
 	a = max(a, est)
 	e.anchor = a
 	fill := r.drain(lv, a) + n*r.per
-	e.kept = r.encode(fill, a)
+	e.kept = r.encode(level{fill: fill, at: a})
 	e.expiry = r.expiryOf(satAdd(a, ceilDiv(fill, r.leak)))
 	return e, e.empty < maxLuaInt && e.expiry < maxLuaInt/1000 && e.expiry-est/1000 < maxFreshTTL
 }
@@ -250,21 +236,17 @@ func (r rule) expect(seen string, n, est int64) (expectation, bool) {
 // returning returns returning.lua's gate for n units of c on the values
 // seen, and the expectations sent; false when a rule cannot be decided there.
 func (c call) returning(n int64, lock string, seen []string, est, deadline int64, nonce string) (mutex.Call, []expectation, bool) {
-	k := len(c.rules)
-	var exp []expectation
-	var nums []int64
-	var args []any
-	var keys []string
-	// One allocation for the nonce and, with one rule, the call's slices.
+	k := len(c.set.rules)
+	// One allocation for the nonce, the keys and, with one rule, the call's
+	// slices.
 	m := &returningArgs{nonce: nonce}
-	if k == 1 {
-		exp, nums, args, keys = m.exp[:k], m.nums[:6*k+1], m.args[:0], m.keys[:]
-	} else {
-		exp, nums, args, keys = make([]expectation, k), make([]int64, 6*k+1), make([]any, 0, 10*k+2), make([]string, 2)
+	exp, nums, args := m.exp[:], m.nums[:], m.args[:0]
+	if k > 1 {
+		exp, nums, args = make([]expectation, k), make([]int64, 6*k+1), make([]any, 0, 10*k+2)
 	}
 	// By pointer into nums, exp and seen: boxing each would allocate.
-	args = append(args, c.ids...)
-	for i, r := range c.rules {
+	args = append(args, c.set.ids...)
+	for i, r := range c.set.rules {
 		e, ok := r.expect(seen[i], n, est)
 		if !ok {
 			return mutex.Call{}, nil, false
@@ -278,8 +260,8 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 	}
 	nums[6*k] = deadline
 	args = append(args, &nums[6*k], &m.nonce)
-	keys[0], keys[1] = c.key, lock
-	return mutex.Call{Keys: keys, Args: args}, exp, true
+	m.keys[0], m.keys[1] = c.key, lock
+	return mutex.Call{Keys: m.keys[:], Args: args}, exp, true
 }
 
 type returningArgs struct {
@@ -295,12 +277,12 @@ type returningArgs struct {
 // fresh). how is "" when a retry found the call admitted: the values are
 // not known (nil), and the levels are those seen.
 func (c call) returned(seen []string, exp []expectation, how string, now int64, nonce string) ([]level, []string) {
-	levels := make([]level, len(c.rules))
+	levels := make([]level, len(c.set.rules))
 	var values []string
-	if len(how) == len(c.rules) {
-		values = make([]string, len(c.rules))
+	if len(how) == len(c.set.rules) {
+		values = make([]string, len(c.set.rules))
 	}
-	for i := range c.rules {
+	for i := range c.set.rules {
 		switch {
 		case values == nil:
 			levels[i], _ = parseLevel(seen[i]) // "" fails: an empty level
@@ -332,8 +314,8 @@ const MaxStateCache = 1 << 24
 
 // A stateCache remembers, per state key, its rules' values as this Limiter
 // last read or wrote them; returning.lua checks them, so an entry needs no
-// invalidation. It holds at most max keys, in two generations. A nil
-// *stateCache is off.
+// invalidation. It holds at most max keys, in two generations. The
+// Limiter's is nil when off: a leader asks it only then (leader.cache).
 type stateCache struct {
 	mu       sync.Mutex
 	half     int
@@ -355,9 +337,6 @@ func newStateCache(max int) *stateCache {
 // lookup returns the values seen for key's rules set (nil if none), and
 // whether the key is crowded.
 func (c *stateCache) lookup(key string, set *ruleSet) ([]string, bool) {
-	if c == nil {
-		return nil, false
-	}
 	c.mu.Lock()
 	e, ok := c.cur[key]
 	if !ok {
@@ -375,9 +354,6 @@ func (c *stateCache) lookup(key string, set *ruleSet) ([]string, bool) {
 // key. It never writes into a slice it keeps: lookup's callers send its
 // strings by pointer.
 func (c *stateCache) store(key string, set *ruleSet, values []string, crowd *bool) {
-	if c == nil {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if values == nil {

@@ -201,6 +201,7 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 	}
 	lim := &Limiter{prefix: DefaultPrefix, hold: []mutex.Option{mutex.WithTTL(DefaultLease)}, dial: outage.DialOf(client)}
 	lim.clock.base = time.Now()
+	lim.batches.open = make(map[batchKey]*batch)
 	lim.states = newStateCache(DefaultStateCache)
 	for _, o := range opts {
 		if o == nil {
@@ -213,7 +214,11 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 	if err := lim.wireLocker(client); err != nil {
 		return nil, err
 	}
-	lim.holdOptions()
+	if n, _ := lim.locker.ReplicaAck(); n > 0 {
+		// The commit's WAIT covers the acquisition: nothing is acted on before it.
+		lim.hold = append(lim.hold, mutex.WithAckAtRelease())
+		lim.uniform = true // admit.lua's write would wait for no replica
+	}
 	lim.lockKeys = lim.locker.LockKey("{a}~") == keyspace.Key(lim.prefix, "{a}~", lockKind) // the prefix and the escaping
 	return lim, nil
 }
@@ -237,16 +242,6 @@ func (lim *Limiter) wireLocker(client mutex.Client) error {
 	}
 	lim.locker = l
 	return nil
-}
-
-// holdOptions sets how the Limiter holds its locks, and whether admit.lua
-// may admit.
-func (lim *Limiter) holdOptions() {
-	if n, _ := lim.locker.ReplicaAck(); n > 0 {
-		// The commit's WAIT covers the acquisition: nothing is acted on before it.
-		lim.hold = append(lim.hold, mutex.WithAckAtRelease())
-		lim.uniform = true // admit.lua's write would wait for no replica
-	}
 }
 
 // Locker returns the Locker that the Limiter locks keys with: its own, or

@@ -3,6 +3,7 @@ package funnel
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
@@ -21,21 +22,10 @@ type reading struct {
 	clock    sample // the server's clock, from this reply
 }
 
-// read parses the result of c's gate, or of Peek's script, after proceed.
-func (lim *Limiter) read(c call, res any) (reading, error) {
-	var till int64
-	if lim.penalty != nil {
-		res, till = unbox(c, res)
-	}
-	r, err := parseRead(c.rules, res)
-	r.till = till
-	return r, err
-}
-
 // settleRead decides the calls ws on a read's reply and commits what they
 // took; again reports that nothing was written and they are decided anew.
 func (l *leader) settleRead(ctx context.Context, ws sealed, lk *mutex.Lock, res any, declined bool) (again bool) {
-	r, err := l.lim.read(l.c, res)
+	r, err := parseRead(l.c.set.rules, res)
 	if err != nil {
 		_, _ = l.lim.unlock(ctx, lk, nil)
 		ws.failAll(err)
@@ -76,7 +66,7 @@ func (l *leader) decide(ws sealed, r reading) int {
 // with no time left for the write is answered errLate, takes nothing, and
 // is gone: not decided again (a leader's batch ends on it).
 func (l *leader) take(w *waiter, r reading) bool {
-	rules := l.c.rules
+	rules := l.c.set.rules
 	d := decide(rules, r.levels, r.now, w.n)
 	switch {
 	case r.till > 0: // in the penalty box
@@ -88,7 +78,7 @@ func (l *leader) take(w *waiter, r reading) bool {
 		w.res = d.result(rules)
 		return false
 	}
-	w.until = noDeadline
+	w.until = math.MaxInt64
 	if !w.deadline.IsZero() {
 		w.until = max(r.clock.until(l.lim.clock.local(w.deadline, false)), 1)
 		if w.until <= r.now {
@@ -107,7 +97,7 @@ func (l *leader) take(w *waiter, r reading) bool {
 // commit writes r's levels and releases the lock; again reports that the
 // lease lapsed or the write came late: nothing was written.
 func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r reading) (again bool) {
-	args := writeArgs(l.c.rules, r.levels, r.now, ws.deadline())
+	args := writeArgs(l.c.set.rules, r.levels, r.now, ws.deadline())
 	if lk == nil {
 		return l.commitFree(ctx, ws, args)
 	}
@@ -120,10 +110,10 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 	switch {
 	case errors.Is(err, mutex.ErrNotHeld):
 		return true
-	case err == nil && late < 0:
-		return l.wroteLate(ws, -late)
 	case err != nil:
 		ws.failAdmitted(err)
+	case late < 0:
+		return l.wroteLate(ws, -late)
 	default:
 		l.wrote(ws, args, "")
 	}
@@ -152,10 +142,10 @@ func (l *leader) saw(res any) {
 		return
 	}
 	arr, _ := res.([]any)
-	if len(arr) != len(l.c.rules)+1 {
+	if len(arr) != len(l.c.set.rules)+1 {
 		return
 	}
-	values := make([]string, len(l.c.rules))
+	values := make([]string, len(l.c.set.rules))
 	for i := range values {
 		values[i], _ = arr[i+1].(string)
 	}
@@ -171,7 +161,7 @@ func (l *leader) wrote(ws sealed, args []any, nonce string) {
 	if !l.cache {
 		return
 	}
-	values := make([]string, len(l.c.rules))
+	values := make([]string, len(l.c.set.rules))
 	for i := range values {
 		if values[i], _ = args[3+2*i].(string); values[i] != "" && nonce != "" {
 			values[i] += ":" + nonce

@@ -146,7 +146,7 @@ func decide(rules []rule, states []level, now, n int64) decision {
 		default:
 			d.fills[i] = r.drain(s, d.ats[i])
 		}
-		if w := r.waitIn(d, i, n); w > 0 {
+		if w := r.waitIn(d.level(i), n); w > 0 {
 			if w = satAdd(w, d.ats[i]-now); w > d.retry {
 				d.allowed, d.denied, d.retry = false, i, w
 			}
@@ -224,7 +224,7 @@ func (d decision) result(rules []rule) Result {
 	var reset, tight int64
 	for i, r := range rules {
 		left := max(r.full-d.fills[i], 0) / r.per
-		empty := r.waitIn(d, i, r.full/r.per)
+		empty := r.waitIn(d.level(i), r.full/r.per)
 		if left < res.Remaining || left == res.Remaining && empty > tight {
 			res.Remaining, res.Tightest, tight = left, r.name, empty
 		}
@@ -234,16 +234,16 @@ func (d decision) result(rules []rule) Result {
 	return res
 }
 
-// waitIn returns how long, in µs from its time, until n more units fit in
-// rule r, d's i-th; for n of its capacity, until it is empty.
-func (r rule) waitIn(d decision, i int, n int64) int64 {
+// waitIn returns how long, in µs from lv.at, until n more units fit in
+// rule r holding lv; for n of its capacity, until it is empty.
+func (r rule) waitIn(lv level, n int64) int64 {
 	switch {
 	case r.window > 0:
-		return r.windowWait(d.logs[i], d.ats[i], n)
+		return r.windowWait(lv.units(), lv.at, n)
 	case r.cal != nil:
-		return r.calendarWait(d.fills[i], d.ats[i], n)
+		return r.calendarWait(lv.fill, lv.at, n)
 	}
-	return r.wait(d.fills[i], n)
+	return r.wait(lv.fill, n)
 }
 
 // micros converts µs to a Duration, clamped instead of overflowing.

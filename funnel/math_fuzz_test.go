@@ -153,7 +153,7 @@ func FuzzDecide(f *testing.F) {
 		// The stored form round-trips, and the key lives until the funnel is
 		// empty (its TTL rounded up to the ms).
 		for _, x := range []int64{fill, drained, d.fills[0], back, 0, r.full} {
-			v := r.encode(x, now)
+			v := r.encode(level{fill: x, at: now})
 			lv, err := r.decode(v)
 			if err != nil || lv.fill != x || lv.at != now || lv.log != nil {
 				t.Fatalf("%s: decode(encode(%d)) = %+v, %v from %q", where(), x, lv, err, v)

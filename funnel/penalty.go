@@ -55,20 +55,10 @@ func WithPenalty(p Penalty) Option {
 // penalized returns penalty.lua's arguments: count is "1" for Allow, "0"
 // for Peek.
 func (c call) penalized(box []any, count string) []any {
-	args := make([]any, 0, len(c.ids)+4)
-	args = append(args, c.ids...)
+	args := make([]any, 0, len(c.set.ids)+4)
+	args = append(args, c.set.ids...)
 	args = append(args, box...)
 	return append(args, count)
-}
-
-// unbox splits the end of the box off penalty.lua's reply (0: not boxed).
-func unbox(c call, res any) (any, int64) {
-	if arr, _ := res.([]any); len(arr) == len(c.rules)+2 {
-		if till, ok := arr[len(arr)-1].(int64); ok {
-			return arr[:len(arr)-1], till
-		}
-	}
-	return res, 0 // a reply of the wrong shape: parseRead reports it
 }
 
 // boxed is the Result of a call boxed until till, at server time now.

@@ -47,21 +47,21 @@ const sampleEvery = int64(10 * time.Millisecond / time.Microsecond)
 // (both err toward refusing).
 func (c *serverClock) local(t time.Time, up bool) int64 {
 	d := t.Sub(c.base)
-	us := int64(d / time.Microsecond)
-	if up && d%time.Microsecond != 0 {
-		us++
+	if up {
+		d += time.Microsecond - 1
 	}
-	return max(us, 1)
+	return max(int64(d/time.Microsecond), 1)
 }
 
 // sampled returns the sample of a reply that carried server time now and
 // came at recv, and keeps it unless one from the last sampleEvery is kept
-// whose offset is within a margin of it.
+// whose offset is within a margin of it (none kept is offset 0, a server
+// clock's only at the Unix epoch).
 func (c *serverClock) sampled(now int64, recv time.Time) sample {
 	at := c.local(recv, true)
 	s := sample{offset: now - at, at: at}
-	last, diff := c.at.Load(), s.offset-c.offset.Load()
-	if last == 0 || at-last >= sampleEvery || max(diff, -diff) > margin(0) {
+	diff := s.offset - c.offset.Load()
+	if at-c.at.Load() >= sampleEvery || max(diff, -diff) > margin(0) {
 		c.keep(s)
 	}
 	return s
@@ -77,13 +77,12 @@ const (
 )
 
 // admitDeadline is a gate's deadline argument for a call whose context has
-// deadline d (ok false: none), sent at local time sent.
-func (c *serverClock) admitDeadline(d time.Time, ok bool, sent time.Time) int64 {
-	if !ok {
+// deadline d (ok false: none), by the latest sample s (fresh: c.latest's).
+func (c *serverClock) admitDeadline(d time.Time, ok bool, s sample, fresh bool) int64 {
+	switch {
+	case !ok:
 		return noDeadline
-	}
-	s, fresh := c.latest(sent)
-	if !fresh {
+	case !fresh:
 		return throughLock
 	}
 	return max(s.until(c.local(d, false)), 1)

@@ -17,25 +17,27 @@ import (
 // "<offset>*<c>". A calendar rule's <fill> counts the units of the period
 // that holds <at>.
 
-func (r rule) encode(fill, at int64) string {
-	wait := r.wait(fill, 1)
-	if r.cal != nil {
-		wait = r.calendarWait(fill, at, 1)
-	}
-	b := make([]byte, 0, 32)
-	b = strconv.AppendInt(b, r.gate(wait), 36)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, fill, 36)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, at, 36)
-	return string(b)
+// encode returns r's stored value for lv.
+func (r rule) encode(lv level) string {
+	b := r.appendValue(make([]byte, 0, 32+8*len(lv.units())), lv)
+	return string(strconv.AppendInt(b, lv.at, 36))
 }
 
-// appendWindow appends window r's value for the units log (live at at,
-// ascending), but <at>: "<wait>:<log>:".
-func (r rule) appendWindow(b []byte, log []int64, at int64) []byte {
-	b = strconv.AppendInt(b, r.gate(r.windowWait(log, at, 1)), 36)
+// appendValue appends r's value for lv but <at>: "<wait>:<fill>:", a
+// window's <fill> its log (live at lv.at, ascending); a shared rule's wait
+// is 0 (rule.shared).
+func (r rule) appendValue(b []byte, lv level) []byte {
+	wait := r.waitIn(lv, 1)
+	if r.shared {
+		wait = 0
+	}
+	b = strconv.AppendInt(b, wait, 36)
 	b = append(b, ':')
+	if r.window == 0 {
+		b = strconv.AppendInt(b, lv.fill, 36)
+		return append(b, ':')
+	}
+	log := lv.units()
 	for i := 0; i < len(log); {
 		j := i + 1
 		for j < len(log) && log[j] == log[i] {
@@ -44,7 +46,7 @@ func (r rule) appendWindow(b []byte, log []int64, at int64) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = strconv.AppendInt(b, at-log[i], 36)
+		b = strconv.AppendInt(b, lv.at-log[i], 36)
 		if j-i > 1 {
 			b = append(b, '*')
 			b = strconv.AppendInt(b, int64(j-i), 36)
@@ -54,13 +56,9 @@ func (r rule) appendWindow(b []byte, log []int64, at int64) []byte {
 	return append(b, ':')
 }
 
-func (r rule) encodeWindow(log []int64, at int64) string {
-	b := r.appendWindow(make([]byte, 0, 32+8*len(log)), log, at)
-	return string(strconv.AppendInt(b, at, 36))
-}
-
 // parseWindow reads a window's value: false unless it has the shape, at
-// most r's units, in order, none after <at>.
+// most MaxWindow units (decode holds an unshared one to r's), in order,
+// none after <at>.
 func (r rule) parseWindow(s string) (level, bool) {
 	logs, at, ok := splitValue(s)
 	if !ok {
@@ -70,7 +68,7 @@ func (r rule) parseWindow(s string) (level, bool) {
 	prev := at // offsets go down from at most <at>; an empty log is an entry "", refused
 	for e := range strings.SplitSeq(logs, ",") {
 		off, count, ok := parseLogEntry(e)
-		if !ok || off > prev || count > r.most()-int64(len(log)) {
+		if !ok || off > prev || count > MaxWindow-int64(len(log)) {
 			return level{}, false
 		}
 		prev = off
@@ -111,21 +109,6 @@ func (r rule) decode(v any) (level, error) {
 	return lv, nil
 }
 
-// gate is the stored wait of r for the wait w: 0 for a shared rule.
-func (r rule) gate(w int64) int64 {
-	if r.shared {
-		return 0
-	}
-	return w
-}
-
-func (r rule) most() int64 {
-	if r.shared {
-		return MaxWindow
-	}
-	return r.full
-}
-
 // parseLevel reads the level in a stored value; false if it has not the shape.
 func parseLevel(s string) (level, bool) {
 	fills, at, ok := splitValue(s)
@@ -151,9 +134,16 @@ func parseBase36(s string) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
-// parseRead reads the read script's result after proceed: {now, value...}.
+// parseRead reads the read script's result after proceed: {now, value...},
+// or penalty.lua's, which ends with the end of the key's box.
 func parseRead(rules []rule, res any) (reading, error) {
 	arr, _ := res.([]any) // another type has no length
+	var till int64
+	if len(arr) == len(rules)+2 {
+		if t, ok := arr[len(arr)-1].(int64); ok {
+			arr, till = arr[:len(arr)-1], t
+		}
+	}
 	if len(arr) != len(rules)+1 {
 		return reading{}, fmt.Errorf("%w: read returned %T %v", ErrCorruptState, res, res)
 	}
@@ -161,7 +151,7 @@ func parseRead(rules []rule, res any) (reading, error) {
 	if !ok {
 		return reading{}, fmt.Errorf("%w: read returned time %T", ErrCorruptState, arr[0])
 	}
-	s := reading{now: now, levels: make([]level, len(rules))}
+	s := reading{now: now, levels: make([]level, len(rules)), till: till}
 	for i, r := range rules {
 		lv, err := r.decode(arr[i+1])
 		if err != nil {
@@ -183,20 +173,17 @@ func writeArgs(rules []rule, levels []level, now, deadline int64) []any {
 	var ttl int64
 	for i, r := range rules {
 		lv := levels[i]
-		switch {
-		case lv.fill == 0:
+		if lv.fill == 0 {
 			args = append(args, r.arg, emptyArg)
 			continue
-		case r.window > 0:
-			ttl = max(ttl, ceilDiv(r.windowWait(lv.units(), now, r.full), 1000)) // lv.at >= now
-			args = append(args, r.arg, r.encodeWindow(lv.units(), lv.at))
-			continue
-		case r.cal != nil:
-			ttl = max(ttl, ceilDiv(lv.at-now+r.calendarWait(lv.fill, lv.at, r.full), 1000))
-		default: // PEXPIRE runs at or after now: the key lives to expiryOf
-			ttl = max(ttl, r.expiryOf(satAdd(lv.at, ceilDiv(lv.fill, r.leak)))-now/1000)
 		}
-		args = append(args, r.arg, r.encode(lv.fill, lv.at))
+		empty := satAdd(lv.at, r.waitIn(lv, r.full/r.per))
+		if r.grid == 0 { // a window or a calendar rule (lv.at >= now)
+			ttl = max(ttl, ceilDiv(empty-now, 1000))
+		} else { // PEXPIRE runs at or after now: the key lives to expiryOf
+			ttl = max(ttl, r.expiryOf(empty)-now/1000)
+		}
+		args = append(args, r.arg, r.encode(lv))
 	}
 	head[0] = min(ttl, maxTTL)
 	return args
