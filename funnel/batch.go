@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
 	"github.com/funnelguard/funnelguard/mutex"
 )
 
@@ -394,7 +395,5 @@ func (l *leader) failed(ctx context.Context, ws sealed, err error) {
 // ranOutOfTime reports whether err may come from the end of ctx's time:
 // ctx ended, or a time-out (a client's with ContextTimeoutEnabled).
 func ranOutOfTime(ctx context.Context, err error) bool {
-	var timeout interface{ Timeout() bool }
-	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.As(err, &timeout) && timeout.Timeout()
+	return ctxcall.Ended(ctx) != nil || errors.Is(err, context.Canceled) || ctxcall.TimedOut(err)
 }
