@@ -240,11 +240,7 @@ func (l *Locker) headOf(name string, w *waiter) turn {
 		return t
 	}
 	t.head, t.recheck = true, false
-	if !w.yieldTill.IsZero() { // a hand-over to it yielded
-		if t.holdOff = time.Until(w.yieldTill); t.holdOff <= 0 {
-			w.yieldTill, t.holdOff = time.Time{}, 0
-		}
-	}
+	t.holdOff = max(time.Until(w.yieldTill), 0) // a hand-over to it yielded
 	if w.delay {
 		// The waiter before w just got the lock: polling now would fail.
 		t.holdOff, w.delay = l.nextWait(-1), false
