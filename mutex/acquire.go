@@ -171,14 +171,14 @@ const (
 func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
 	var value any
 	var start time.Time
-	n, adopted, r, res, err := l.acquireSafely(ctx, name, mode, func(n names, mode attemptMode) ([3]int64, any, error) {
+	n, adopted, r, res, err := l.acquireSafely(ctx, name, func(n names, adopted bool) ([3]int64, any, error) {
 		// Boxed once, the SET's argument and the hold's; with a fragment
 		// (no SET) only once the lock is obtained.
 		if call == nil {
 			value = n.value
 		}
 		start = time.Now()
-		return l.takeOnce(ctx, name, &n, value, cfg, call, mode, start)
+		return l.takeOnce(ctx, name, &n, value, cfg, call, mode, adopted, start)
 	})
 	switch {
 	case err != nil:
@@ -213,9 +213,10 @@ func newRoot(l *Locker, name string, n names, value any, fence int64, adopted bo
 	return &r.lk
 }
 
-// takeOnce is take's round trip: a native SET if allowed, else the script.
-func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any, cfg lockConfig, call *Call, mode attemptMode, start time.Time) ([3]int64, any, error) {
-	if call == nil && mode <= first {
+// takeOnce is take's round trip: a native SET if allowed, else the script
+// (always for an adopted token: a SET could not tell the orphan's lease left).
+func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any, cfg lockConfig, call *Call, mode attemptMode, adopted bool, start time.Time) ([3]int64, any, error) {
+	if call == nil && mode <= first && !adopted {
 		if r, native, err := l.takeFree(ctx, name, n, value, cfg, mode == first); native {
 			return r, nil, err
 		}
