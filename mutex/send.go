@@ -331,12 +331,7 @@ type smallCall struct {
 
 const smallKeys, smallArgs = 8, 14
 
-func handleID(id uint64) string {
-	if id == 0 {
-		return "0"
-	}
-	return strconv.FormatUint(id, 10)
-}
+func handleID(id uint64) string { return strconv.FormatUint(id, 10) }
 
 // Script arguments boxed once.
 var (
