@@ -230,16 +230,12 @@ func (l *Locker) headOf(name string, w *waiter) turn {
 	if w.handing {
 		return turn{queued: true}
 	}
-	if w.fail != nil {
-		return turn{queued: true, fail: w.fail}
-	}
-	var t turn
-	t.queued = true
-	t.recheck, w.recheck = w.recheck, false
-	if q.waiters[0] != w {
+	// A failed waiter's turn carries fail, which step reads first.
+	t := turn{queued: true, head: q.waiters[0] == w, recheck: w.recheck, fail: w.fail}
+	w.recheck = false
+	if !t.head {
 		return t
 	}
-	t.head, t.recheck = true, false
 	t.holdOff = max(time.Until(w.yieldTill), 0) // a hand-over to it yielded
 	if w.delay {
 		// The waiter before w just got the lock: polling now would fail.
