@@ -18,26 +18,29 @@ import (
 // re-enters it instead: the new handle must be unlocked too (ErrNotHeld if
 // that lock has ended).
 func (l *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	lk, _, err := l.tryLock(ctx, name, nil, opts)
+	lk, _, err := l.obtain(ctx, name, nil, opts, false)
 	return lk, err
 }
 
 // TryLockWith is TryLock that also runs call.Fragment in the same script as
 // the attempt, and returns its result whether or not the lock was obtained.
 func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts ...Option) (*Lock, any, error) {
-	return l.tryLock(ctx, name, &call, opts)
+	return l.obtain(ctx, name, &call, opts, false)
 }
 
-func (l *Locker) tryLock(ctx context.Context, name string, call *Call, opts []Option) (*Lock, any, error) {
+// obtain is TryLock's one attempt, or Lock's wait when wait is set, unless
+// ctx carries the lock: then either re-enters it.
+func (l *Locker) obtain(ctx context.Context, name string, call *Call, opts []Option, wait bool) (lk *Lock, res any, err error) {
 	cfg, err := l.begin(ctx, name, call, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	var lk *Lock
-	var res any
-	if h := ownerOf(ctx, l, name); h != nil {
+	switch h := ownerOf(ctx, l, name); {
+	case h != nil:
 		lk, res, err = l.reenter(ctx, h, cfg, call)
-	} else {
+	case wait:
+		return l.lock(ctx, name, cfg, call)
+	default:
 		lk, _, res, err = l.take(ctx, name, cfg, call, tryOnce)
 	}
 	if errors.Is(err, ErrDeclined) {
@@ -51,7 +54,7 @@ func (l *Locker) tryLock(ctx context.Context, name string, call *Call, opts []Op
 // a Redis error, ErrUnreachable included, ends the wait at once. Re-entry
 // through ctx works as in TryLock and never waits.
 func (l *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	lk, _, err := l.lock(ctx, name, nil, opts)
+	lk, _, err := l.obtain(ctx, name, nil, opts, true)
 	return lk, err
 }
 
@@ -60,17 +63,11 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, 
 // right after). A gate that declines ends the wait with
 // ErrDeclined and the gate's result.
 func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...Option) (*Lock, any, error) {
-	return l.lock(ctx, name, &call, opts)
+	return l.obtain(ctx, name, &call, opts, true)
 }
 
-func (l *Locker) lock(ctx context.Context, name string, call *Call, opts []Option) (*Lock, any, error) {
-	cfg, err := l.begin(ctx, name, call, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	if h := ownerOf(ctx, l, name); h != nil {
-		return l.reenter(ctx, h, cfg, call)
-	}
+// lock is Lock's wait for a lock that ctx does not carry.
+func (l *Locker) lock(ctx context.Context, name string, cfg lockConfig, call *Call) (*Lock, any, error) {
 	if ctx.Err() != nil {
 		return nil, nil, errors.Join(ErrNotObtained, ctx.Err())
 	}
