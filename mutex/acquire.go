@@ -154,14 +154,13 @@ func (l *Locker) jittered(base time.Duration) time.Duration {
 	return base + jitter
 }
 
-// An attemptMode says what one acquire attempt of a fresh token is for.
+// An attemptMode says what one acquire attempt is for.
 type attemptMode uint8
 
 const (
-	tryOnce    attemptMode = iota // TryLock's: a native SET NX PX GET when it can be
-	first                         // Lock's first: a native SET NX PX, then the script if held
-	poll                          // a waiting head's: the script, which reads the holder's lease
-	pollMarked                    // poll that also marks the held lock, so that its release publishes
+	tryOnce attemptMode = iota // TryLock's: a native SET NX PX GET when it can be
+	first                      // Lock's first: a native SET NX PX, then the script if held
+	poll                       // a waiting head's: the script, reading the lease left and marking the lock (its release publishes)
 )
 
 // take makes one attempt under a fresh or remembered token (acquireSafely).
@@ -219,7 +218,7 @@ func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any,
 		}
 	}
 	mark := argFresh
-	if mode == pollMarked || (mode == first && l.notify) {
+	if mode == poll || (mode == first && l.notify) {
 		mark = argMark
 	}
 	return l.dep.acquire(ctx, l, name, n, cfg, call, mark, start)

@@ -160,7 +160,7 @@ func (s *waitState) listen(ctx context.Context, pttl time.Duration) time.Duratio
 
 // try makes an attempt: a head's, or a recheck's (see declined).
 func (s *waitState) try(ctx context.Context, head bool) (time.Duration, outcome, bool) {
-	lk, pttl, res, err := s.l.take(ctx, s.name, s.cfg, s.call, pollMarked)
+	lk, pttl, res, err := s.l.take(ctx, s.name, s.cfg, s.call, poll)
 	switch {
 	case err == nil:
 		return 0, s.leave(ctx, lk, res, nil), true
