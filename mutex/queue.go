@@ -138,7 +138,7 @@ func (s *waitState) step(ctx context.Context, t turn) (pause time.Duration, o ou
 	s.primed = false // the caller's attempt stands for the first turn only
 	switch {
 	case t.fail != nil:
-		return 0, s.leave(ctx, nil, nil, t.fail), true
+		return 0, s.leave(nil, nil, t.fail), true
 	case t.holdOff > 0:
 		return t.holdOff, o, false
 	case t.head && primed:
@@ -163,17 +163,17 @@ func (s *waitState) try(ctx context.Context, head bool) (time.Duration, outcome,
 	lk, pttl, res, err := s.l.take(ctx, s.name, s.cfg, s.call, poll)
 	switch {
 	case err == nil:
-		return 0, s.leave(ctx, lk, res, nil), true
+		return 0, s.leave(lk, res, nil), true
 	case errors.Is(err, ErrDeclined):
 		s.l.declined(s.name)
-		return 0, s.leave(ctx, nil, res, err), true
+		return 0, s.leave(nil, res, err), true
 	case ctx.Err() != nil:
-		return 0, s.leave(ctx, nil, nil, errors.Join(ErrNotObtained, ctx.Err())), true
+		return 0, s.leave(nil, nil, errors.Join(ErrNotObtained, ctx.Err())), true
 	case !errors.Is(err, ErrLocked):
 		if errors.Is(err, ErrUnreachable) {
 			s.l.failWaiters(s.name, s.w, err)
 		}
-		return 0, s.leave(ctx, nil, nil, err), true
+		return 0, s.leave(nil, nil, err), true
 	case !head:
 		return noTick, outcome{}, false
 	}
@@ -192,7 +192,7 @@ func (s *waitState) sleep(ctx context.Context, pause time.Duration) (outcome, bo
 	}
 	select {
 	case <-ctx.Done():
-		return s.leave(ctx, nil, nil, errors.Join(ErrNotObtained, ctx.Err())), true
+		return s.leave(nil, nil, errors.Join(ErrNotObtained, ctx.Err())), true
 	case lk := <-s.w.got:
 		return outcome{lk: lk, handed: true}, true
 	case <-s.w.wake:
@@ -207,8 +207,8 @@ func (s *waitState) stopTimer() {
 	}
 }
 
-func (s *waitState) leave(ctx context.Context, lk *Lock, res any, err error) outcome {
-	return s.l.leave(ctx, s.name, s.w, outcome{lk: lk, res: res, err: err})
+func (s *waitState) leave(lk *Lock, res any, err error) outcome {
+	return s.l.leave(s.name, s.w, outcome{lk: lk, res: res, err: err})
 }
 
 // A turn is what a waiter learns when it wakes (headOf).
@@ -276,29 +276,25 @@ func (l *Locker) failWaiters(name string, from *waiter, err error) {
 	})
 }
 
-// leave takes w out of its queue and returns o; a lock handed to w meanwhile
-// is returned, or dropped when w has a lock or an error.
-func (l *Locker) leave(ctx context.Context, name string, w *waiter, o outcome) outcome {
+// leave takes w out of its queue and returns o, which has a lock or an
+// error: a lock handed to w meanwhile is dropped.
+func (l *Locker) leave(name string, w *waiter, o outcome) outcome {
 	l.mu.Lock()
 	for w.handing {
 		l.mu.Unlock()
 		<-w.wake // handedOver signals or sends on got: both wake us
 		l.mu.Lock()
 	}
-	var unsub func()
-	handed := true
+	var unsub func() // nil: w was handed a lock, and left the queue
 	if q := l.queues[name]; q != nil && slices.Contains(q.waiters, w) {
-		unsub, handed = l.removeLocked(name, w, o.lk != nil), false
+		unsub = l.removeLocked(name, w, o.lk != nil)
 	}
 	l.mu.Unlock()
-	if !handed {
+	if unsub != nil {
 		unsub()
 		return o
 	}
 	got := <-w.got // sent right after w left the queue
-	if o.lk == nil && o.err == nil {
-		return outcome{lk: got, handed: true}
-	}
 	got.drop()
 	return o
 }
