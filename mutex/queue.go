@@ -22,7 +22,7 @@ const (
 // A queue holds the goroutines of one Locker that wait for one name. Guarded
 // by Locker.mu, as are the waiters' fields but cfg and the channels.
 type queue struct {
-	waiters    []*waiter // FIFO; waiters[0], the head, is the only one polling Redis
+	waiters    []*waiter // FIFO, never empty; waiters[0], the head, is the only one polling Redis
 	chain      int       // hand-overs in a row
 	subscribed bool      // to the name's release channel
 }
@@ -299,14 +299,12 @@ func (l *Locker) leave(name string, w *waiter, o outcome) outcome {
 	return o
 }
 
-// removeLocked takes w out of its queue, wakes the new head, and drops an
-// empty queue. It returns what must run after l.mu is released.
+// removeLocked takes w out of its queue (it is queued: leave checks, and a
+// waiter being handed the lock stays until handedOver), wakes the new head,
+// and drops an empty queue. It returns what must run after l.mu is released.
 func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
 	q := l.queues[name]
 	i := slices.Index(q.waiters, w)
-	if i < 0 {
-		return func() {}
-	}
 	q.waiters = slices.Delete(q.waiters, i, i+1)
 	if len(q.waiters) > 0 {
 		if i == 0 {
@@ -330,7 +328,7 @@ func (l *Locker) nextWaiter(name string, mayYield bool) (*waiter, passing) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.queues[name]
-	if q == nil || len(q.waiters) == 0 || q.waiters[0].handing {
+	if q == nil || q.waiters[0].handing {
 		return nil, passLocal
 	}
 	pass := passLocal
@@ -372,7 +370,7 @@ func (l *Locker) yielded(w *waiter) {
 }
 
 func (l *Locker) wakeHeadLocked(name string) {
-	if q := l.queues[name]; q != nil && len(q.waiters) > 0 {
+	if q := l.queues[name]; q != nil {
 		signal(q.waiters[0].wake)
 	}
 }
