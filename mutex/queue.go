@@ -80,9 +80,6 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 		if end {
 			return o
 		}
-		if pause == atOnce {
-			continue
-		}
 		if o, end := s.sleep(ctx, pause); end {
 			return o
 		}
