@@ -118,9 +118,6 @@ func (l *Locker) enqueue(name string, cfg lockConfig, call *Call) *waiter {
 	defer l.mu.Unlock()
 	q := l.queues[name]
 	if q == nil {
-		if l.queues == nil {
-			l.queues = make(map[string]*queue)
-		}
 		q = &queue{}
 		l.queues[name] = q
 		l.nqueues.Store(int64(len(l.queues)))
