@@ -66,34 +66,31 @@ func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...O
 	return l.obtain(ctx, name, &call, opts, true)
 }
 
-// lock is Lock's wait for a lock that ctx does not carry.
+// lock is Lock's wait for a lock that ctx does not carry. Without a
+// fragment or other waiters, its first attempt is made without a queue, and
+// on contention stands for the queue head's first (primed).
 func (l *Locker) lock(ctx context.Context, name string, cfg lockConfig, call *Call) (*Lock, any, error) {
 	if ctx.Err() != nil {
 		return nil, nil, errors.Join(ErrNotObtained, ctx.Err())
 	}
-	o := l.firstThenWait(ctx, name, cfg, call)
+	primed, pttl := false, time.Duration(-1)
+	if call == nil && (l.nqueues.Load() == 0 || l.Waiters(name) == 0) {
+		lk, left, _, err := l.take(ctx, name, cfg, nil, first)
+		switch {
+		case err == nil:
+			return lk, nil, nil
+		case ctx.Err() != nil:
+			return nil, nil, errors.Join(ErrNotObtained, ctx.Err())
+		case !errors.Is(err, ErrLocked):
+			return nil, nil, err
+		}
+		primed, pttl = true, left
+	}
+	o := l.wait(ctx, name, cfg, call, primed, pttl)
 	if !o.handed || call == nil {
 		return o.lk, o.res, o.err
 	}
 	return l.runHanded(ctx, name, o.lk, *call)
-}
-
-// firstThenWait makes Lock's first attempt without a queue; on contention it
-// stands for the queue head's first (primed).
-func (l *Locker) firstThenWait(ctx context.Context, name string, cfg lockConfig, call *Call) outcome {
-	if call != nil || (l.nqueues.Load() != 0 && l.Waiters(name) != 0) {
-		return l.wait(ctx, name, cfg, call, false, -1)
-	}
-	lk, pttl, _, err := l.take(ctx, name, cfg, nil, first)
-	switch {
-	case err == nil:
-		return outcome{lk: lk}
-	case ctx.Err() != nil:
-		return outcome{err: errors.Join(ErrNotObtained, ctx.Err())}
-	case !errors.Is(err, ErrLocked):
-		return outcome{err: err}
-	}
-	return l.wait(ctx, name, cfg, nil, true, pttl)
 }
 
 // runHanded runs call's fragment for lk, handed over locally without it.
