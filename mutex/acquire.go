@@ -184,8 +184,7 @@ func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Ca
 	if value == nil {
 		value = n.value
 	}
-	lk := newRoot(l, name, n, value, r[2], adopted, leaseEnd(start, time.Duration(r[1])*time.Millisecond))
-	lk.hold.startRenew(lk.hold, cfg)
+	lk := newRoot(l, name, n, value, r[2], adopted, leaseEnd(start, time.Duration(r[1])*time.Millisecond), cfg)
 	return lk, -1, res, nil
 }
 
@@ -195,14 +194,15 @@ type root struct {
 	lk Lock
 }
 
-// newRoot returns the root handle of a lock just obtained; nobody else sees
-// it yet, so it needs no locking.
-func newRoot(l *Locker, name string, n names, value any, fence int64, adopted bool, deadline time.Time) *Lock {
+// newRoot returns the root handle of a lock just obtained, renewed if cfg
+// asks; nobody else sees it yet, so it needs no locking.
+func newRoot(l *Locker, name string, n names, value any, fence int64, adopted bool, deadline time.Time, cfg lockConfig) *Lock {
 	r := &root{h: hold{locker: l, name: name, names: n, valueArg: value, fence: fence, adopted: adopted}}
 	r.lk.hold = &r.h
 	r.h.one[0] = &r.lk
 	r.h.handles = r.h.one[:1]
 	r.h.deadline = deadline
+	r.h.startRenew(&r.h, cfg)
 	return &r.lk
 }
 
