@@ -319,9 +319,8 @@ func putHex(b []byte, v uint64) {
 func (r *releases) end(seq uint64, answered bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if i := slices.Index(r.pending, seq); i >= 0 {
-		r.pending = slices.Delete(r.pending, i, i+1)
-	}
+	i := slices.Index(r.pending, seq) // begin added it, and only end removes it
+	r.pending = slices.Delete(r.pending, i, i+1)
 	if answered {
 		return
 	}
