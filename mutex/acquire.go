@@ -18,26 +18,29 @@ import (
 // re-enters it instead: the new handle must be unlocked too (ErrNotHeld if
 // that lock has ended).
 func (l *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	lk, _, err := l.tryLock(ctx, name, nil, opts)
+	lk, _, err := l.obtain(ctx, name, nil, opts, false)
 	return lk, err
 }
 
 // TryLockWith is TryLock that also runs call.Fragment in the same script as
 // the attempt, and returns its result whether or not the lock was obtained.
 func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts ...Option) (*Lock, any, error) {
-	return l.tryLock(ctx, name, &call, opts)
+	return l.obtain(ctx, name, &call, opts, false)
 }
 
-func (l *Locker) tryLock(ctx context.Context, name string, call *Call, opts []Option) (*Lock, any, error) {
+// obtain is TryLock's one attempt, or Lock's wait when wait is set, unless
+// ctx carries the lock: then either re-enters it.
+func (l *Locker) obtain(ctx context.Context, name string, call *Call, opts []Option, wait bool) (lk *Lock, res any, err error) {
 	cfg, err := l.begin(ctx, name, call, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	var lk *Lock
-	var res any
-	if h := ownerOf(ctx, l, name); h != nil {
+	switch h := ownerOf(ctx, l, name); {
+	case h != nil:
 		lk, res, err = l.reenter(ctx, h, cfg, call)
-	} else {
+	case wait:
+		return l.lock(ctx, name, cfg, call)
+	default:
 		lk, _, res, err = l.take(ctx, name, cfg, call, tryOnce)
 	}
 	if errors.Is(err, ErrDeclined) {
@@ -51,7 +54,7 @@ func (l *Locker) tryLock(ctx context.Context, name string, call *Call, opts []Op
 // a Redis error, ErrUnreachable included, ends the wait at once. Re-entry
 // through ctx works as in TryLock and never waits.
 func (l *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	lk, _, err := l.lock(ctx, name, nil, opts)
+	lk, _, err := l.obtain(ctx, name, nil, opts, true)
 	return lk, err
 }
 
@@ -60,43 +63,34 @@ func (l *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, 
 // right after). A gate that declines ends the wait with
 // ErrDeclined and the gate's result.
 func (l *Locker) LockWith(ctx context.Context, name string, call Call, opts ...Option) (*Lock, any, error) {
-	return l.lock(ctx, name, &call, opts)
+	return l.obtain(ctx, name, &call, opts, true)
 }
 
-func (l *Locker) lock(ctx context.Context, name string, call *Call, opts []Option) (*Lock, any, error) {
-	cfg, err := l.begin(ctx, name, call, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	if h := ownerOf(ctx, l, name); h != nil {
-		return l.reenter(ctx, h, cfg, call)
-	}
+// lock is Lock's wait for a lock that ctx does not carry. Without a
+// fragment or other waiters, its first attempt is made without a queue, and
+// on contention stands for the queue head's first (primed).
+func (l *Locker) lock(ctx context.Context, name string, cfg lockConfig, call *Call) (*Lock, any, error) {
 	if ctx.Err() != nil {
 		return nil, nil, errors.Join(ErrNotObtained, ctx.Err())
 	}
-	o := l.firstThenWait(ctx, name, cfg, call)
+	primed, pttl := false, time.Duration(-1)
+	if call == nil && (l.nqueues.Load() == 0 || l.Waiters(name) == 0) {
+		lk, left, _, err := l.take(ctx, name, cfg, nil, first)
+		switch {
+		case err == nil:
+			return lk, nil, nil
+		case ctx.Err() != nil:
+			return nil, nil, errors.Join(ErrNotObtained, ctx.Err())
+		case !errors.Is(err, ErrLocked):
+			return nil, nil, err
+		}
+		primed, pttl = true, left
+	}
+	o := l.wait(ctx, name, cfg, call, primed, pttl)
 	if !o.handed || call == nil {
 		return o.lk, o.res, o.err
 	}
 	return l.runHanded(ctx, name, o.lk, *call)
-}
-
-// firstThenWait makes Lock's first attempt without a queue; on contention it
-// stands for the queue head's first (primed).
-func (l *Locker) firstThenWait(ctx context.Context, name string, cfg lockConfig, call *Call) outcome {
-	if call != nil || (l.nqueues.Load() != 0 && l.Waiters(name) != 0) {
-		return l.wait(ctx, name, cfg, call, false, -1)
-	}
-	lk, pttl, _, err := l.take(ctx, name, cfg, nil, first)
-	switch {
-	case err == nil:
-		return outcome{lk: lk}
-	case ctx.Err() != nil:
-		return outcome{err: errors.Join(ErrNotObtained, ctx.Err())}
-	case !errors.Is(err, ErrLocked):
-		return outcome{err: err}
-	}
-	return l.wait(ctx, name, cfg, nil, true, pttl)
 }
 
 // runHanded runs call's fragment for lk, handed over locally without it.
@@ -157,28 +151,27 @@ func (l *Locker) jittered(base time.Duration) time.Duration {
 	return base + jitter
 }
 
-// An attemptMode says what one acquire attempt of a fresh token is for.
+// An attemptMode says what one acquire attempt is for.
 type attemptMode uint8
 
 const (
-	tryOnce    attemptMode = iota // TryLock's: a native SET NX PX GET when it can be
-	first                         // Lock's first: a native SET NX PX, then the script if held
-	poll                          // a waiting head's: the script, which reads the holder's lease
-	pollMarked                    // poll that also marks the held lock, so that its release publishes
+	tryOnce attemptMode = iota // TryLock's: a native SET NX PX GET when it can be
+	first                      // Lock's first: a native SET NX PX, then the script if held
+	poll                       // a waiting head's: the script, reading the lease left and marking the lock (its release publishes)
 )
 
 // take makes one attempt under a fresh or remembered token (acquireSafely).
 func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Call, mode attemptMode) (*Lock, time.Duration, any, error) {
 	var value any
 	var start time.Time
-	n, adopted, r, res, err := l.acquireSafely(ctx, name, mode, func(n names, mode attemptMode) ([3]int64, any, error) {
+	n, adopted, r, res, err := l.acquireSafely(ctx, name, func(n names, adopted bool) ([3]int64, any, error) {
 		// Boxed once, the SET's argument and the hold's; with a fragment
 		// (no SET) only once the lock is obtained.
 		if call == nil {
 			value = n.value
 		}
 		start = time.Now()
-		return l.takeOnce(ctx, name, &n, value, cfg, call, mode, start)
+		return l.takeOnce(ctx, name, &n, value, cfg, call, mode, adopted, start)
 	})
 	switch {
 	case err != nil:
@@ -191,8 +184,7 @@ func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Ca
 	if value == nil {
 		value = n.value
 	}
-	lk := newRoot(l, name, n, value, r[2], adopted, leaseEnd(start, time.Duration(r[1])*time.Millisecond))
-	lk.hold.startRenew(lk.hold, cfg)
+	lk := newRoot(l, name, n, value, r[2], adopted, leaseEnd(start, time.Duration(r[1])*time.Millisecond), cfg)
 	return lk, -1, res, nil
 }
 
@@ -202,26 +194,28 @@ type root struct {
 	lk Lock
 }
 
-// newRoot returns the root handle of a lock just obtained; nobody else sees
-// it yet, so it needs no locking.
-func newRoot(l *Locker, name string, n names, value any, fence int64, adopted bool, deadline time.Time) *Lock {
+// newRoot returns the root handle of a lock just obtained, renewed if cfg
+// asks; nobody else sees it yet, so it needs no locking.
+func newRoot(l *Locker, name string, n names, value any, fence int64, adopted bool, deadline time.Time, cfg lockConfig) *Lock {
 	r := &root{h: hold{locker: l, name: name, names: n, valueArg: value, fence: fence, adopted: adopted}}
 	r.lk.hold = &r.h
 	r.h.one[0] = &r.lk
 	r.h.handles = r.h.one[:1]
 	r.h.deadline = deadline
+	r.h.startRenew(&r.h, cfg)
 	return &r.lk
 }
 
-// takeOnce is take's round trip: a native SET if allowed, else the script.
-func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any, cfg lockConfig, call *Call, mode attemptMode, start time.Time) ([3]int64, any, error) {
-	if call == nil && mode <= first {
+// takeOnce is take's round trip: a native SET if allowed, else the script
+// (always for an adopted token: a SET could not tell the orphan's lease left).
+func (l *Locker) takeOnce(ctx context.Context, name string, n *names, value any, cfg lockConfig, call *Call, mode attemptMode, adopted bool, start time.Time) ([3]int64, any, error) {
+	if call == nil && mode <= first && !adopted {
 		if r, native, err := l.takeFree(ctx, name, n, value, cfg, mode == first); native {
 			return r, nil, err
 		}
 	}
 	mark := argFresh
-	if mode == pollMarked || (mode == first && l.notify) {
+	if mode == poll || (mode == first && l.notify) {
 		mark = argMark
 	}
 	return l.dep.acquire(ctx, l, name, n, cfg, call, mark, start)

@@ -290,14 +290,13 @@ func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 		h.mu.Unlock()
 		return nil
 	}
-	nlk := newRoot(h.locker, h.name, h.names, h.valueArg, 0, h.adopted, h.deadline)
+	nlk := newRoot(h.locker, h.name, h.names, h.valueArg, 0, h.adopted, h.deadline, cfg)
 	nlk.id = lk.id
 	nlk.hold.nextID.Store(h.nextID.Load()) // re-entries must not reuse a live handle's field
 	h.handles = slices.DeleteFunc(h.handles, func(x *Lock) bool { return x == lk })
 	lk.endLocked(handedOver)
 	h.endLocked(handedOver)
 	h.mu.Unlock()
-	nlk.hold.startRenew(nlk.hold, cfg)
 	return nlk
 }
 

@@ -77,6 +77,7 @@ func newLocker(client Client, q *quorum, opts []Option) (*Locker, error) {
 	}
 	l.defaults = lockConfig{ttl: l.ttl, ttlMS: l.ttl.Milliseconds()}
 	l.fenceMS = l.fenceTTL.Milliseconds()
+	l.queues = make(map[string]*queue)
 	return l, nil
 }
 

@@ -22,7 +22,7 @@ const (
 // A queue holds the goroutines of one Locker that wait for one name. Guarded
 // by Locker.mu, as are the waiters' fields but cfg and the channels.
 type queue struct {
-	waiters    []*waiter // FIFO; waiters[0], the head, is the only one polling Redis
+	waiters    []*waiter // FIFO, never empty; waiters[0], the head, is the only one polling Redis
 	chain      int       // hand-overs in a row
 	subscribed bool      // to the name's release channel
 }
@@ -80,9 +80,6 @@ func (l *Locker) wait(ctx context.Context, name string, cfg lockConfig, call *Ca
 		if end {
 			return o
 		}
-		if pause == atOnce {
-			continue
-		}
 		if o, end := s.sleep(ctx, pause); end {
 			return o
 		}
@@ -121,9 +118,6 @@ func (l *Locker) enqueue(name string, cfg lockConfig, call *Call) *waiter {
 	defer l.mu.Unlock()
 	q := l.queues[name]
 	if q == nil {
-		if l.queues == nil {
-			l.queues = make(map[string]*queue)
-		}
 		q = &queue{}
 		l.queues[name] = q
 		l.nqueues.Store(int64(len(l.queues)))
@@ -138,7 +132,7 @@ func (s *waitState) step(ctx context.Context, t turn) (pause time.Duration, o ou
 	s.primed = false // the caller's attempt stands for the first turn only
 	switch {
 	case t.fail != nil:
-		return 0, s.leave(ctx, nil, nil, t.fail), true
+		return 0, s.leave(nil, nil, t.fail), true
 	case t.holdOff > 0:
 		return t.holdOff, o, false
 	case t.head && primed:
@@ -160,20 +154,20 @@ func (s *waitState) listen(ctx context.Context, pttl time.Duration) time.Duratio
 
 // try makes an attempt: a head's, or a recheck's (see declined).
 func (s *waitState) try(ctx context.Context, head bool) (time.Duration, outcome, bool) {
-	lk, pttl, res, err := s.l.take(ctx, s.name, s.cfg, s.call, pollMarked)
+	lk, pttl, res, err := s.l.take(ctx, s.name, s.cfg, s.call, poll)
 	switch {
 	case err == nil:
-		return 0, s.leave(ctx, lk, res, nil), true
+		return 0, s.leave(lk, res, nil), true
 	case errors.Is(err, ErrDeclined):
 		s.l.declined(s.name)
-		return 0, s.leave(ctx, nil, res, err), true
+		return 0, s.leave(nil, res, err), true
 	case ctx.Err() != nil:
-		return 0, s.leave(ctx, nil, nil, errors.Join(ErrNotObtained, ctx.Err())), true
+		return 0, s.leave(nil, nil, errors.Join(ErrNotObtained, ctx.Err())), true
 	case !errors.Is(err, ErrLocked):
 		if errors.Is(err, ErrUnreachable) {
 			s.l.failWaiters(s.name, s.w, err)
 		}
-		return 0, s.leave(ctx, nil, nil, err), true
+		return 0, s.leave(nil, nil, err), true
 	case !head:
 		return noTick, outcome{}, false
 	}
@@ -192,7 +186,7 @@ func (s *waitState) sleep(ctx context.Context, pause time.Duration) (outcome, bo
 	}
 	select {
 	case <-ctx.Done():
-		return s.leave(ctx, nil, nil, errors.Join(ErrNotObtained, ctx.Err())), true
+		return s.leave(nil, nil, errors.Join(ErrNotObtained, ctx.Err())), true
 	case lk := <-s.w.got:
 		return outcome{lk: lk, handed: true}, true
 	case <-s.w.wake:
@@ -207,8 +201,8 @@ func (s *waitState) stopTimer() {
 	}
 }
 
-func (s *waitState) leave(ctx context.Context, lk *Lock, res any, err error) outcome {
-	return s.l.leave(ctx, s.name, s.w, outcome{lk: lk, res: res, err: err})
+func (s *waitState) leave(lk *Lock, res any, err error) outcome {
+	return s.l.leave(s.name, s.w, outcome{lk: lk, res: res, err: err})
 }
 
 // A turn is what a waiter learns when it wakes (headOf).
@@ -230,21 +224,13 @@ func (l *Locker) headOf(name string, w *waiter) turn {
 	if w.handing {
 		return turn{queued: true}
 	}
-	if w.fail != nil {
-		return turn{queued: true, fail: w.fail}
-	}
-	var t turn
-	t.queued = true
-	t.recheck, w.recheck = w.recheck, false
-	if q.waiters[0] != w {
+	// A failed waiter's turn carries fail, which step reads first.
+	t := turn{queued: true, head: q.waiters[0] == w, recheck: w.recheck, fail: w.fail}
+	w.recheck = false
+	if !t.head {
 		return t
 	}
-	t.head, t.recheck = true, false
-	if !w.yieldTill.IsZero() { // a hand-over to it yielded
-		if t.holdOff = time.Until(w.yieldTill); t.holdOff <= 0 {
-			w.yieldTill, t.holdOff = time.Time{}, 0
-		}
-	}
+	t.holdOff = max(time.Until(w.yieldTill), 0) // a hand-over to it yielded
 	if w.delay {
 		// The waiter before w just got the lock: polling now would fail.
 		t.holdOff, w.delay = l.nextWait(-1), false
@@ -284,41 +270,35 @@ func (l *Locker) failWaiters(name string, from *waiter, err error) {
 	})
 }
 
-// leave takes w out of its queue and returns o; a lock handed to w meanwhile
-// is returned, or dropped when w has a lock or an error.
-func (l *Locker) leave(ctx context.Context, name string, w *waiter, o outcome) outcome {
+// leave takes w out of its queue and returns o, which has a lock or an
+// error: a lock handed to w meanwhile is dropped.
+func (l *Locker) leave(name string, w *waiter, o outcome) outcome {
 	l.mu.Lock()
 	for w.handing {
 		l.mu.Unlock()
 		<-w.wake // handedOver signals or sends on got: both wake us
 		l.mu.Lock()
 	}
-	var unsub func()
-	handed := true
+	var unsub func() // nil: w was handed a lock, and left the queue
 	if q := l.queues[name]; q != nil && slices.Contains(q.waiters, w) {
-		unsub, handed = l.removeLocked(name, w, o.lk != nil), false
+		unsub = l.removeLocked(name, w, o.lk != nil)
 	}
 	l.mu.Unlock()
-	if !handed {
+	if unsub != nil {
 		unsub()
 		return o
 	}
 	got := <-w.got // sent right after w left the queue
-	if o.lk == nil && o.err == nil {
-		return outcome{lk: got, handed: true}
-	}
 	got.drop()
 	return o
 }
 
-// removeLocked takes w out of its queue, wakes the new head, and drops an
-// empty queue. It returns what must run after l.mu is released.
+// removeLocked takes w out of its queue (it is queued: leave checks, and a
+// waiter being handed the lock stays until handedOver), wakes the new head,
+// and drops an empty queue. It returns what must run after l.mu is released.
 func (l *Locker) removeLocked(name string, w *waiter, gotLock bool) func() {
 	q := l.queues[name]
 	i := slices.Index(q.waiters, w)
-	if i < 0 {
-		return func() {}
-	}
 	q.waiters = slices.Delete(q.waiters, i, i+1)
 	if len(q.waiters) > 0 {
 		if i == 0 {
@@ -342,7 +322,7 @@ func (l *Locker) nextWaiter(name string, mayYield bool) (*waiter, passing) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.queues[name]
-	if q == nil || len(q.waiters) == 0 || q.waiters[0].handing {
+	if q == nil || q.waiters[0].handing {
 		return nil, passLocal
 	}
 	pass := passLocal
@@ -384,7 +364,7 @@ func (l *Locker) yielded(w *waiter) {
 }
 
 func (l *Locker) wakeHeadLocked(name string) {
-	if q := l.queues[name]; q != nil && len(q.waiters) > 0 {
+	if q := l.queues[name]; q != nil {
 		signal(q.waiters[0].wake)
 	}
 }

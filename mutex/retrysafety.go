@@ -21,33 +21,28 @@ import (
 // The retry-safety layer (PROTOCOL.md, "Deadlines and retries"), entered
 // once per acquisition (acquireSafely) and per release sent (releaseSafely).
 
-// An attemptFunc makes one acquire round trip under n's token, in mode.
-type attemptFunc func(n names, mode attemptMode) ([3]int64, any, error)
+// An attemptFunc makes one acquire round trip under n's token, adopted
+// from the orphan memory or fresh.
+type attemptFunc func(n names, adopted bool) ([3]int64, any, error)
 
 // acquireSafely makes an attempt under a remembered token of name if there
 // is one, else a fresh one; once more after clearing a spent token's lock.
-func (l *Locker) acquireSafely(ctx context.Context, name string, mode attemptMode, try attemptFunc) (n names, adopted bool, r [3]int64, res any, err error) {
-	n, adopted, r, res, err = l.tryToken(name, mode, try)
+func (l *Locker) acquireSafely(ctx context.Context, name string, try attemptFunc) (n names, adopted bool, r [3]int64, res any, err error) {
+	n, adopted, r, res, err = l.tryToken(name, try)
 	if err == nil && r[0] == 0 && l.clearSpent(ctx, name) {
-		return l.tryToken(name, mode, try)
+		return l.tryToken(name, try)
 	}
 	return n, adopted, r, res, err
 }
 
-// tryToken makes one attempt (a remembered token's by script: a native SET
-// could not tell the orphan's lease left). It remembers the token again when
-// the attempt got no lock and may yet run, or used a remembered token.
-func (l *Locker) tryToken(name string, mode attemptMode, try attemptFunc) (names, bool, [3]int64, any, error) {
+// tryToken makes one attempt. It remembers the token again when the attempt
+// got no lock and may yet run, or used a remembered token.
+func (l *Locker) tryToken(name string, try attemptFunc) (names, bool, [3]int64, any, error) {
 	n, adopted := l.orphans.remove(name, func(names) bool { return true }) // the oldest
-	switch {
-	case !adopted:
+	if !adopted {
 		n = l.names(name)
-	case mode == first && l.notify:
-		mode = pollMarked
-	case mode <= first:
-		mode = poll
 	}
-	r, res, err := try(n, mode)
+	r, res, err := try(n, adopted)
 	if (err != nil || r[0] != 1) && (adopted || (l.honours && unknownOutcome(err) && !errors.Is(err, ErrUnreachable))) {
 		l.orphans.put(name, n)
 	}
@@ -324,9 +319,8 @@ func putHex(b []byte, v uint64) {
 func (r *releases) end(seq uint64, answered bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if i := slices.Index(r.pending, seq); i >= 0 {
-		r.pending = slices.Delete(r.pending, i, i+1)
-	}
+	i := slices.Index(r.pending, seq) // begin added it, and only end removes it
+	r.pending = slices.Delete(r.pending, i, i+1)
 	if answered {
 		return
 	}

@@ -121,8 +121,7 @@ func acquired(reply any) ([3]int64, any, error) {
 		return [3]int64{declinedReply}, arr[1:], nil
 	}
 	r, rest, err := ints(reply, 3)
-	res := resultOf(rest)
-	return r, res, err
+	return r, resultOf(rest), err
 }
 
 // resultOf is a fragment's result: the first element after the lock's part.

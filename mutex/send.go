@@ -127,11 +127,8 @@ func (b *batcher) leave(q *queued) (redis.Cmder, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	select {
-	case <-q.done: // answered as the context ended: the outcome is known
-		if q.unsent != nil {
-			return nil, q.unsent
-		}
-		return q.cmd, nil
+	case <-q.done: // answered as the context ended
+		return q.answer()
 	default:
 	}
 	if q.state == waiting {
@@ -331,12 +328,7 @@ type smallCall struct {
 
 const smallKeys, smallArgs = 8, 14
 
-func handleID(id uint64) string {
-	if id == 0 {
-		return "0"
-	}
-	return strconv.FormatUint(id, 10)
-}
+func handleID(id uint64) string { return strconv.FormatUint(id, 10) }
 
 // Script arguments boxed once.
 var (
