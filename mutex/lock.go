@@ -221,9 +221,7 @@ func (lk *Lock) Deadline() (deadline time.Time, ok bool) {
 // ErrLockLost when the lock was lost and ErrNotHeld after Unlock.
 func (lk *Lock) Context(parent context.Context) context.Context {
 	if lk == nil {
-		ctx, cancel := context.WithCancelCause(parent)
-		cancel(ErrNotHeld)
-		return ctx
+		return new(lifeSignal).deriveLocked(nil, parent, ErrNotHeld) // ended: uses neither the signal nor a mutex
 	}
 	next, _ := parent.Value(ownerKey{}).(*owner)
 	ctx := context.WithValue(parent, ownerKey{}, &owner{hold: lk.hold, next: next})

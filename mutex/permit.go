@@ -198,9 +198,7 @@ func (p *Permit) Deadline() (deadline time.Time, ok bool) {
 // (read it with context.Cause).
 func (p *Permit) Context(parent context.Context) context.Context {
 	if p == nil {
-		ctx, cancel := context.WithCancelCause(parent)
-		cancel(ErrNotHeld)
-		return ctx
+		return new(lifeSignal).deriveLocked(nil, parent, ErrNotHeld) // ended: uses neither the signal nor a mutex
 	}
 	return p.context(p, &p.lifeSignal, parent)
 }
