@@ -117,10 +117,7 @@ func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Opti
 		return lockConfig{}, errNilLocker
 	}
 	if call != nil {
-		if err := call.check(); err != nil {
-			return lockConfig{}, err
-		}
-		if err := l.dep.unsupported("a Fragment"); err != nil {
+		if err := call.check(l.dep); err != nil {
 			return lockConfig{}, err
 		}
 	}

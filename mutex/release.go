@@ -31,13 +31,8 @@ func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 	if ctx == nil {
 		return nil, ErrNilContext
 	}
-	if err := call.check(); err != nil {
+	if err := call.check(lk.dep()); err != nil {
 		return nil, err
-	}
-	if lk != nil {
-		if err := lk.hold.locker.dep.unsupported("a Fragment"); err != nil {
-			return nil, err
-		}
 	}
 	return lk.release(ctx, &call)
 }
