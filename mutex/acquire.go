@@ -228,7 +228,7 @@ func (single) acquire(ctx context.Context, l *Locker, name string, n *names, cfg
 	if !reenter && !l.runner.Direct(ctx) { // it can be abandoned
 		late = l.undoLate(newHold(l, name, *n))
 	}
-	reply, short, err := l.acquireRun(ctx, acquireOf(call), keys, args, call != nil, reenter || cfg.ackLater, late)
+	reply, short, err := l.runWithAck(ctx, acquireOf(call), keys, args, call != nil, reenter || cfg.ackLater, late)
 	if err != nil {
 		return [3]int64{}, nil, err
 	}

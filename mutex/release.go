@@ -208,7 +208,8 @@ func (r *release) script(ctx context.Context, st stamp, late func(any, error)) (
 	return res, err, nil
 }
 
-// send sends release.lua; short reports too few replicas acknowledging.
+// send sends release.lua, with WAIT only for a hand-over or a fragment;
+// short reports too few replicas acknowledging.
 func (r *release) send(ctx context.Context, st stamp, late func(any, error)) (reply any, short, err error) {
 	h, l := r.h, r.l
 	script := releaseScript
@@ -224,11 +225,7 @@ func (r *release) send(ctx context.Context, st stamp, late func(any, error)) (re
 	}
 	owner, sseq, smark := st.releaseArgs()
 	keys, args := scriptCall(r.call, &h.names, true, h.token, argID(r.lk.id), nextToken, nextLease, l.fenceMS, owner, sseq, smark)
-	if r.nh != nil || r.call != nil {
-		return l.runAcked(ctx, script, keys, args, late)
-	}
-	reply, err = l.run(ctx, script, keys, args, late)
-	return reply, nil, err
+	return l.runWithAck(ctx, script, keys, args, false, r.nh == nil && r.call == nil, late)
 }
 
 // settle ends the handle after Redis released it and completes or cancels
