@@ -148,8 +148,7 @@ func (b *batcher) drain() {
 			b.mu.Unlock()
 			return
 		}
-		batch := make([]*queued, n)
-		copy(batch, b.queue)
+		batch := slices.Clone(b.queue[:n])
 		b.queue = append(b.queue[:0], b.queue[n:]...)
 		for _, q := range batch {
 			q.state = sent
