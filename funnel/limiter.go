@@ -159,7 +159,7 @@ func WithStateCache(maxKeys int) Option {
 		case maxKeys == 0:
 			lim.states = nil
 		default:
-			lim.states = newStateCache(max(maxKeys, 2))
+			lim.states = newStateCache(maxKeys)
 		}
 		return nil
 	}
