@@ -21,16 +21,12 @@ type denyCache struct {
 
 	mu    sync.RWMutex
 	index map[string]*list.Element // key -> its element in order
-	order list.List                // of *denyEntry, at most max
+	order list.List                // of *denial, at most max
 }
 
-// A denyEntry is one key's entry in the list.
-type denyEntry struct {
-	key string
-	d   denial
-}
-
+// A denial is one key's entry.
 type denial struct {
+	key  string
 	set  *ruleSet
 	n    int64
 	sent time.Time // its waits count from it, on this process's clock
@@ -50,7 +46,7 @@ func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
 	c.mu.RLock()
 	var e denial
 	if el, ok := c.index[key]; ok {
-		e = el.Value.(*denyEntry).d
+		e = *el.Value.(*denial)
 	}
 	c.mu.RUnlock()
 	if e.set != set || n < e.n { // a miss's zero e has no set
@@ -86,31 +82,31 @@ func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epo
 	if c == nil || r.RetryAfter <= 0 { // an admission's is 0
 		return
 	}
-	e := denial{set: set, n: n, sent: sent, res: r}
+	e := denial{key: key, set: set, n: n, sent: sent, res: r}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// Under the lock, as forget counts: a forget is wholly before or after.
 	if c.forgets.Load() == epoch {
-		c.put(key, e)
+		c.put(e)
 	}
 }
 
-// put makes e the entry of key, the newest; a new key past max takes the
-// oldest's element. c.mu is held.
-func (c *denyCache) put(key string, e denial) {
-	el, ok := c.index[key]
+// put makes e the entry of its key, the newest; a new key past max takes
+// the oldest's element. c.mu is held.
+func (c *denyCache) put(e denial) {
+	el, ok := c.index[e.key]
 	switch {
 	case ok:
 		c.order.MoveToBack(el)
 	case c.order.Len() < c.max:
-		el = c.order.PushBack(new(denyEntry))
+		el = c.order.PushBack(new(denial))
 	default:
 		el = c.order.Front()
-		delete(c.index, el.Value.(*denyEntry).key)
+		delete(c.index, el.Value.(*denial).key)
 		c.order.MoveToBack(el)
 	}
-	c.index[key] = el
-	*el.Value.(*denyEntry) = denyEntry{key: key, d: e}
+	c.index[e.key] = el
+	*el.Value.(*denial) = e
 }
 
 // forget drops key's entry: a Refund or Reset may have committed.

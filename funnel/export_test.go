@@ -66,7 +66,7 @@ func (c *denyCache) Check() error {
 		if seen++; seen > c.order.Len() {
 			return errors.New("the list loops")
 		}
-		key := el.Value.(*denyEntry).key
+		key := el.Value.(*denial).key
 		if c.index[key] != el {
 			return fmt.Errorf("entry %d (%q) is not indexed there", seen, key)
 		}
