@@ -20,10 +20,8 @@ type Call struct {
 
 	admitted bool
 	ctx      context.Context
-	done     func() // gives back the call's InFlight slot, once; nil if none
-	// For Middleware's RateLimit field: AllowN's call, its decision before
-	// ErrBusy replaced it, and whether Redis made it (no error).
-	p *pending
+	done     func()   // gives back the call's InFlight slot, once; nil if none
+	p        *pending // AllowN's call (its decision before ErrBusy), for Middleware's RateLimit field
 }
 
 // Enter decides a call of n units for key as Middleware decides a request,
