@@ -23,7 +23,7 @@ type Guard struct {
 	cfg     config
 	lim     *funnel.Limiter
 	open    func(k keyed, n int64) (funnel.Result, error) // failOpen's; nil when failing closed
-	flights *flights                                      // failOpen's; nil unless InFlight is set
+	flights *flights                                      // nil unless InFlight is set
 	// watch ends calls at once while Redis refuses connections (nil but for
 	// a *redis.Client), and says when to detour (detour.go).
 	watch  *outage.Watch
@@ -106,8 +106,12 @@ func New(client mutex.Client, opts ...Option) (*Guard, error) {
 
 // failOpen sets what decides while Redis cannot answer, if not a denial:
 // the Fallback or FailOpen's rules (funnel.Local), with InFlight counted in
-// this process.
+// this process (a guard failing closed counts only Shadow's calls, which
+// run whatever the count says).
 func (g *Guard) failOpen() {
+	if g.cfg.InFlight > 0 {
+		g.flights = &flights{max: g.cfg.InFlight, n: make(map[string]int64)}
+	}
 	switch {
 	case g.cfg.Fallback != nil:
 		g.open = newFallback(*g.cfg.Fallback).allow
@@ -116,11 +120,6 @@ func (g *Guard) failOpen() {
 		g.open = func(k keyed, n int64) (funnel.Result, error) {
 			return local.AllowN(time.Now(), k.sk, n, k.rules...)
 		}
-	default:
-		return
-	}
-	if g.cfg.InFlight > 0 {
-		g.flights = &flights{max: g.cfg.InFlight, n: make(map[string]int64)}
 	}
 }
 
