@@ -62,7 +62,7 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 // gets its units back and the error; under Shadow it runs anyway.
 func (g *Guard) hold(ctx context.Context, p *pending, c Call) (Call, error) {
 	s, d, err := g.take(p, g.cfg.Shadow)
-	if err != nil && !g.cfg.Shadow {
+	if err != nil {
 		c.Decision = d
 		return c.in(ctx), err
 	}

@@ -227,8 +227,8 @@ func (p *pending) report(g *Guard) {
 
 // take takes the InFlight slot, if any, of p's admitted call; a call
 // refused one gets d, the denial that stands for it, and its units back,
-// unless shadow lets it run without. p's Observation records the wait, and
-// the refusal; the error joins a failed refund's.
+// unless shadow lets it run without (and no error). p's Observation records
+// the wait, and the refusal; the error joins a failed refund's.
 func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	if g.cfg.InFlight == 0 {
 		return slot{}, p.d, nil
@@ -237,7 +237,7 @@ func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	s, err = g.enter(p.ctx, p.k.sk, p.d.Degraded)
 	p.o.Permit, p.o.PermitWait = true, time.Since(t0)
 	if err == nil || shadow {
-		return s, p.d, err
+		return s, p.d, nil
 	}
 	d = Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected)}
 	p.o.Decision, p.o.Err = d, err // the call does not run, Shadow or not
