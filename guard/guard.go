@@ -354,31 +354,23 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) err
 	return d, err
 }
 
-// storedKey maps a caller's key to the key kept in Redis: normalized, then
-// "k:" and the key itself, or "h:" and a SHA-256 of a long key, or "m:" and
-// an HMAC with WithSecret. The three forms cannot collide, and the funnel
-// escapes braces, so no key can reach another key's state or cluster slot.
+// storedKey maps a caller's key to the key kept in Redis: normalized (one
+// over MaxKeyLen is refused as it is), then "k:" and the key itself, or "h:"
+// and a SHA-256 of a long key, or "m:" and an HMAC with WithSecret. The
+// three forms cannot collide, and the funnel escapes braces, so no key can
+// reach another key's state or cluster slot.
 func (g *Guard) storedKey(key string) (string, error) {
-	key, err := g.normalize(key)
-	if err != nil {
-		return "", err
+	if g.cfg.Normalize != nil && len(key) <= MaxKeyLen {
+		nk, err := g.cfg.Normalize(key)
+		if err != nil {
+			return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
+		}
+		key = nk
 	}
 	if key == "" || len(key) > MaxKeyLen {
 		return "", fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
 	}
 	return g.stored(key), nil
-}
-
-// normalize leaves a key over MaxKeyLen as it is, for storedKey to refuse.
-func (g *Guard) normalize(key string) (string, error) {
-	if g.cfg.Normalize == nil || len(key) > MaxKeyLen {
-		return key, nil
-	}
-	nk, err := g.cfg.Normalize(key)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
-	}
-	return nk, nil
 }
 
 func (g *Guard) stored(key string) string {
