@@ -127,7 +127,7 @@ func (g *Guard) failOpen() {
 // within Timeout (a WAIT as long would fail every admission a lagging
 // replica holds up), or InFlight semaphores.
 func checkLocker(l *mutex.Locker, c config) error {
-	if n, d := l.ReplicaAck(); n > 0 && d >= c.Timeout {
+	if _, d := l.ReplicaAck(); d >= c.Timeout { // d is 0 without acks, and Timeout positive
 		return fmt.Errorf("%w: replica acknowledgement within %v: want it under Timeout %v", ErrInvalidOption, d, c.Timeout)
 	}
 	if c.InFlight == 0 {
