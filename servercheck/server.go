@@ -113,8 +113,7 @@ func (a *asking) judge(err error) {
 func parseInfo(info string) (maxMemory int64, policy string) {
 	maxMemory = -1
 	for line := range strings.Lines(info) {
-		switch k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); {
-		case !ok:
+		switch k, v, _ := strings.Cut(strings.TrimSpace(line), ":"); {
 		case k == "maxmemory":
 			if n, ok := parseBytes(v); ok {
 				maxMemory = n
