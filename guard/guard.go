@@ -333,17 +333,16 @@ func (g *Guard) failed(ctx context.Context, err error) (Decision, error) {
 // denial (RetryAfter ErrorRetryAfter) with the refusal's error.
 func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) error) (Decision, error) {
 	p := g.start(ctx, key, 1)
-	if !p.d.Allowed {
-		p.report(g)
-		return p.d, p.err
+	s, d, err := slot{}, p.d, p.err
+	if d.Allowed {
+		s, d, err = g.take(p, false) // a refusal is a denial
 	}
-	s, d, serr := g.take(p, false)
 	p.report(g)
-	if serr != nil {
-		return d, serr
+	if !d.Allowed {
+		return d, err
 	}
 	defer g.leave(ctx, s)
-	err := errors.Join(p.err, s.degraded)
+	err = errors.Join(p.err, s.degraded)
 	if ferr := fn(s.context(ctx)); ferr != nil {
 		rerr := g.giveBack(ctx, p.k, d, 1)
 		if rerr == nil && err == nil {
