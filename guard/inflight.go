@@ -39,7 +39,7 @@ func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, erro
 	switch {
 	case err == nil:
 		return slot{permit: p}, nil
-	case errors.Is(err, ErrUnavailable) && g.flights != nil:
+	case errors.Is(err, ErrUnavailable) && g.open != nil:
 		return g.enterLocal(sk, err)
 	}
 	return slot{}, err
@@ -47,12 +47,9 @@ func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, erro
 
 // enterLocal takes a place in this process's count of sk's calls, for a
 // call that runs while Redis cannot answer (uerr says so, nil when the
-// admission was degraded already). A guard that fails closed has none.
+// admission was degraded already).
 func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
-	switch {
-	case g.flights == nil:
-		return slot{}, fmt.Errorf("%w: no permit without Redis", ErrUnavailable)
-	case !g.flights.enter(sk):
+	if !g.flights.enter(sk) {
 		return slot{}, fmt.Errorf("%w: %d calls of the key run in this process: %w", ErrBusy, g.cfg.InFlight, ErrUnavailable)
 	}
 	return slot{local: g.flights, key: sk, degraded: uerr}, nil
@@ -61,13 +58,11 @@ func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
 // acquire takes a permit of sk's semaphore, renewed until given back, or
 // ErrBusy when none came free within Timeout.
 func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
-	sem, err := g.lim.Locker().Semaphore(sk, g.cfg.InFlight)
-	if err != nil { // New tried the Locker and the size: never, for a stored key
-		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
-	}
+	// New tried the Locker and the size, and a stored key is a valid name.
+	sem, _ := g.lim.Locker().Semaphore(sk, g.cfg.InFlight)
 	var p *mutex.Permit
 	busy := false
-	err = g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {
+	err := g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {
 		p, busy, err = g.takePermit(cctx, sem)
 		return err
 	})
