@@ -58,11 +58,13 @@ func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
 // acquire takes a permit of sk's semaphore, renewed until given back, or
 // ErrBusy when none came free within Timeout.
 func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
-	// New tried the Locker and the size, and a stored key is a valid name.
-	sem, _ := g.lim.Locker().Semaphore(sk, g.cfg.InFlight)
+	sem, err := g.lim.Locker().Semaphore(sk, g.cfg.InFlight)
+	if err != nil { // New tried the Locker and the size: never, for a stored key
+		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
+	}
 	var p *mutex.Permit
 	busy := false
-	err := g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {
+	err = g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {
 		p, busy, err = g.takePermit(cctx, sem)
 		return err
 	})
