@@ -32,8 +32,6 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	if err := checkN(c.set.rules, n); err != nil {
 		return Result{}, err
 	}
-	// The path: a cached denial, else a batch, or a batch of one, whose
-	// leader chooses the round trips (leader.attempt).
 	if res, ok := lim.denials.lookup(c.key, c.set, n); ok {
 		return res, nil
 	}
@@ -75,27 +73,28 @@ type call struct {
 	set  *ruleSet // nil for Reset
 }
 
-func (lim *Limiter) check(ctx context.Context, key string) error {
+// callOf returns the call of key without its rules (Reset's).
+func (lim *Limiter) callOf(ctx context.Context, key string) (call, error) {
 	switch {
 	case ctx == nil:
-		return ErrNilContext
+		return call{}, ErrNilContext
 	case lim == nil:
-		return errNilLimiter
+		return call{}, errNilLimiter
 	}
-	return checkKey(key)
+	if err := checkKey(key); err != nil {
+		return call{}, err
+	}
+	c := call{name: key}
+	c.key, c.lock = lim.keys(key)
+	return c, nil
 }
 
 func (lim *Limiter) prepare(ctx context.Context, key string, rules []Rule) (call, error) {
-	if err := lim.check(ctx, key); err != nil {
-		return call{}, err
+	c, err := lim.callOf(ctx, key)
+	if err == nil {
+		c.set, err = lim.ruleSet(rules)
 	}
-	s, err := lim.ruleSet(rules)
-	if err != nil {
-		return call{}, err
-	}
-	c := call{name: key, set: s}
-	c.key, c.lock = lim.keys(key)
-	return c, nil
+	return c, err
 }
 
 func (c call) read(f *mutex.Fragment) mutex.Call {

@@ -68,11 +68,10 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 
 // Reset forgets every rule's state for key, under its lock.
 func (lim *Limiter) Reset(ctx context.Context, key string) error {
-	if err := lim.check(ctx, key); err != nil {
+	c, err := lim.callOf(ctx, key)
+	if err != nil {
 		return err
 	}
-	c := call{name: key}
-	c.key, c.lock = lim.keys(key)
 	return lim.locked(ctx, c, nil, func(any) (*mutex.Fragment, []any, error) { return resetAll, nil, nil })
 }
 

@@ -1,6 +1,7 @@
 package funnel
 
 import (
+	"container/list"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,30 +11,22 @@ import (
 const MaxDenyCache = 1 << 24
 
 // denyCache remembers, per state key, a denial until its gate time
-// (WithDenyCache): the latest max keys stored, in nodes linked from the
-// oldest stored to the newest, with a map from key to node. An expired
+// (WithDenyCache): the latest max keys stored, in a list from the oldest
+// stored to the newest, with a map from key to its element. An expired
 // entry is a miss; nothing runs in the background. Lookups share a read
 // lock and allocate nothing. Every method is a no-op on a nil *denyCache.
 type denyCache struct {
 	max     int
 	forgets atomic.Uint64 // the epoch of store
 
-	mu     sync.RWMutex
-	index  map[string]int32 // key -> its node
-	nodes  []denyNode       // at most max
-	oldest int32            // the list of cached keys, -1 when empty
-	newest int32
-	free   int32 // the forgotten nodes, linked through next; -1 when none
+	mu    sync.RWMutex
+	index map[string]*list.Element // key -> its element in order
+	order list.List                // of *denial, at most max
 }
 
-// A denyNode is one key's entry in the list, or a free node.
-type denyNode struct {
-	key        string
-	d          denial
-	prev, next int32 // -1: none
-}
-
+// A denial is one key's entry.
 type denial struct {
+	key  string
 	set  *ruleSet
 	n    int64
 	sent time.Time // its waits count from it, on this process's clock
@@ -41,7 +34,7 @@ type denial struct {
 }
 
 func newDenyCache(max int) *denyCache {
-	return &denyCache{max: max, index: make(map[string]int32), oldest: -1, newest: -1, free: -1}
+	return &denyCache{max: max, index: make(map[string]*list.Element)}
 }
 
 // lookup returns key's cached denial, its waits counted down, for a call
@@ -51,10 +44,9 @@ func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
 		return Result{}, false
 	}
 	c.mu.RLock()
-	i, ok := c.index[key]
 	var e denial
-	if ok {
-		e = c.nodes[i].d
+	if el, ok := c.index[key]; ok {
+		e = *el.Value.(*denial)
 	}
 	c.mu.RUnlock()
 	if e.set != set || n < e.n { // a miss's zero e has no set
@@ -90,68 +82,31 @@ func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epo
 	if c == nil || r.RetryAfter <= 0 { // an admission's is 0
 		return
 	}
-	e := denial{set: set, n: n, sent: sent, res: r}
+	e := denial{key: key, set: set, n: n, sent: sent, res: r}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// Under the lock, as forget counts: a forget is wholly before or after.
 	if c.forgets.Load() == epoch {
-		c.put(key, e)
+		c.put(e)
 	}
 }
 
-// put makes e the entry of key, the newest; c.mu is held.
-func (c *denyCache) put(key string, e denial) {
-	i, ok := c.index[key]
-	if ok {
-		c.unlink(i)
-	} else {
-		i = c.node()
-		c.index[key] = i
-	}
-	c.nodes[i] = denyNode{key: key, d: e} // link sets prev and next
-	c.link(i)
-}
-
-// node returns a node for a new key: a forgotten one, a new one while
-// there are fewer than max, else the oldest, evicting its key. c.mu is held.
-func (c *denyCache) node() int32 {
+// put makes e the entry of its key, the newest; a new key past max takes
+// the oldest's element. c.mu is held.
+func (c *denyCache) put(e denial) {
+	el, ok := c.index[e.key]
 	switch {
-	case c.free >= 0:
-		i := c.free
-		c.free = c.nodes[i].next
-		return i
-	case len(c.nodes) < c.max:
-		c.nodes = append(c.nodes, denyNode{})
-		return int32(len(c.nodes) - 1)
+	case ok:
+		c.order.MoveToBack(el)
+	case c.order.Len() < c.max:
+		el = c.order.PushBack(new(denial))
+	default:
+		el = c.order.Front()
+		delete(c.index, el.Value.(*denial).key)
+		c.order.MoveToBack(el)
 	}
-	i := c.oldest
-	delete(c.index, c.nodes[i].key)
-	c.unlink(i)
-	return i
-}
-
-func (c *denyCache) unlink(i int32) {
-	p, n := c.nodes[i].prev, c.nodes[i].next
-	if p >= 0 {
-		c.nodes[p].next = n
-	} else {
-		c.oldest = n
-	}
-	if n >= 0 {
-		c.nodes[n].prev = p
-	} else {
-		c.newest = p
-	}
-}
-
-func (c *denyCache) link(i int32) {
-	c.nodes[i].prev, c.nodes[i].next = c.newest, -1
-	if c.newest >= 0 {
-		c.nodes[c.newest].next = i
-	} else {
-		c.oldest = i
-	}
-	c.newest = i
+	c.index[e.key] = el
+	*el.Value.(*denial) = e
 }
 
 // forget drops key's entry: a Refund or Reset may have committed.
@@ -162,12 +117,8 @@ func (c *denyCache) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.forgets.Add(1)
-	i, ok := c.index[key]
-	if !ok {
-		return
+	if el, ok := c.index[key]; ok {
+		delete(c.index, key)
+		c.order.Remove(el)
 	}
-	delete(c.index, key)
-	c.unlink(i)
-	c.nodes[i] = denyNode{next: c.free} // drops the key and the rules
-	c.free = i
 }

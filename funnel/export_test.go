@@ -54,38 +54,25 @@ func (c *denyCache) len() int {
 }
 
 // Check verifies the cache's structure: the list from oldest to newest
-// holds exactly the indexed keys, the free list the other nodes, and there
-// are at most max nodes.
+// holds exactly the indexed keys, each once, and at most max of them.
 func (c *denyCache) Check() error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if len(c.nodes) > c.max {
-		return fmt.Errorf("%d nodes, max %d", len(c.nodes), c.max)
+	if c.order.Len() > c.max {
+		return fmt.Errorf("%d entries, max %d", c.order.Len(), c.max)
 	}
-	seen, prev := 0, int32(-1)
-	for i := c.oldest; i >= 0; i = c.nodes[i].next {
-		if seen++; seen > len(c.nodes) {
+	seen := 0
+	for el := c.order.Front(); el != nil; el = el.Next() {
+		if seen++; seen > c.order.Len() {
 			return errors.New("the list loops")
 		}
-		if c.nodes[i].prev != prev {
-			return fmt.Errorf("node %d: prev %d, want %d", i, c.nodes[i].prev, prev)
-		}
-		if j, ok := c.index[c.nodes[i].key]; !ok || j != i {
-			return fmt.Errorf("node %d (%q) is not indexed there", i, c.nodes[i].key)
-		}
-		prev = i
-	}
-	if prev != c.newest || seen != len(c.index) {
-		return fmt.Errorf("the list ends at %d with %d keys; newest %d, %d indexed", prev, seen, c.newest, len(c.index))
-	}
-	free := 0
-	for i := c.free; i >= 0; i = c.nodes[i].next {
-		if free++; free > len(c.nodes) {
-			return errors.New("the free list loops")
+		key := el.Value.(*denial).key
+		if c.index[key] != el {
+			return fmt.Errorf("entry %d (%q) is not indexed there", seen, key)
 		}
 	}
-	if seen+free != len(c.nodes) {
-		return fmt.Errorf("%d listed + %d free of %d nodes", seen, free, len(c.nodes))
+	if seen != len(c.index) {
+		return fmt.Errorf("the list holds %d keys; %d indexed", seen, len(c.index))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/forgetful"
 	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
 )
@@ -314,12 +315,11 @@ const MaxStateCache = 1 << 24
 
 // A stateCache remembers, per state key, its rules' values as this Limiter
 // last read or wrote them; returning.lua checks them, so an entry needs no
-// invalidation. It holds at most max keys, in two generations. The
-// Limiter's is nil when off: a leader asks it only then (leader.cache).
+// invalidation. It holds at most max keys (forgetful.Map). The Limiter's
+// is nil when off: a leader asks it only then (leader.cache).
 type stateCache struct {
-	mu       sync.Mutex
-	half     int
-	cur, old map[string]seenState
+	mu sync.Mutex
+	m  *forgetful.Map[string, seenState]
 }
 
 // seenState is one key's entry: the rule set it was seen with, the values
@@ -331,17 +331,14 @@ type seenState struct {
 }
 
 func newStateCache(max int) *stateCache {
-	return &stateCache{half: max / 2, cur: make(map[string]seenState)}
+	return &stateCache{m: forgetful.New[string, seenState](max)}
 }
 
 // lookup returns the values seen for key's rules set (nil if none), and
 // whether the key is crowded.
 func (c *stateCache) lookup(key string, set *ruleSet) ([]string, bool) {
 	c.mu.Lock()
-	e, ok := c.cur[key]
-	if !ok {
-		e = c.old[key]
-	}
+	e, _ := c.m.Get(key)
 	c.mu.Unlock()
 	if e.set != set {
 		return nil, false
@@ -350,27 +347,15 @@ func (c *stateCache) lookup(key string, set *ruleSet) ([]string, bool) {
 }
 
 // store remembers values as key's state for set, crowded as *crowd says
-// (an admission had others waiting; nil: as it was); nil values forget
-// key. It never writes into a slice it keeps: lookup's callers send its
-// strings by pointer.
+// (an admission had others waiting; nil: as it was); nil values (not
+// known) are none, and not crowded. It never writes into a slice it keeps:
+// lookup's callers send its strings by pointer.
 func (c *stateCache) store(key string, set *ruleSet, values []string, crowd *bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if values == nil {
-		delete(c.cur, key)
-		delete(c.old, key)
-		return
-	}
-	e, ok := c.cur[key]
-	if !ok {
-		e = c.old[key]
-		if len(c.cur) >= c.half {
-			c.old, c.cur = c.cur, make(map[string]seenState, c.half)
-		}
-	}
-	e.set, e.values = set, values
+	e, _ := c.m.Get(key)
 	if crowd != nil {
 		e.crowded = *crowd
 	}
-	c.cur[key] = e
+	c.m.Put(key, seenState{set: set, values: values, crowded: e.crowded && values != nil})
 }

@@ -24,17 +24,16 @@ const (
 )
 
 var (
-	//go:embed read.lua
-	readSrc string
-	//go:embed write.lua
-	writeSrc string
-	//go:embed reset.lua
-	resetSrc string
 	// readStateFunc is read.lua's functions, for the scripts that read
 	// the state first: nf fields, their own arguments after them (copying
 	// ARGV out cost a returning key ~1.5 µs of Lua).
-	readStateFunc = readSrc
-	readAlone     = readSrc + "return read_state(#ARGV)\n"
+	//go:embed read.lua
+	readStateFunc string
+	//go:embed write.lua
+	writeSrc string
+	//go:embed reset.lua
+	resetSrc  string
+	readAlone = readStateFunc + "return read_state(#ARGV)\n"
 
 	readGate  = mutex.NewGate(readAlone)     // Allow: deny without the lock
 	readAll   = mutex.NewFragment(readAlone) // Refund: always take the lock
@@ -159,7 +158,7 @@ func WithStateCache(maxKeys int) Option {
 		case maxKeys == 0:
 			lim.states = nil
 		default:
-			lim.states = newStateCache(max(maxKeys, 2))
+			lim.states = newStateCache(maxKeys)
 		}
 		return nil
 	}

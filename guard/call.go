@@ -20,10 +20,8 @@ type Call struct {
 
 	admitted bool
 	ctx      context.Context
-	done     func() // gives back the call's InFlight slot, once; nil if none
-	// For Middleware's RateLimit field: AllowN's call, its decision before
-	// ErrBusy replaced it, and whether Redis made it (no error).
-	p *pending
+	done     func()   // gives back the call's InFlight slot, once; nil if none
+	p        *pending // AllowN's call (its decision before ErrBusy), for Middleware's RateLimit field
 }
 
 // Enter decides a call of n units for key as Middleware decides a request,
@@ -64,7 +62,7 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 // gets its units back and the error; under Shadow it runs anyway.
 func (g *Guard) hold(ctx context.Context, p *pending, c Call) (Call, error) {
 	s, d, err := g.take(p, g.cfg.Shadow)
-	if err != nil && !g.cfg.Shadow {
+	if err != nil {
 		c.Decision = d
 		return c.in(ctx), err
 	}

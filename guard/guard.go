@@ -23,7 +23,7 @@ type Guard struct {
 	cfg     config
 	lim     *funnel.Limiter
 	open    func(k keyed, n int64) (funnel.Result, error) // failOpen's; nil when failing closed
-	flights *flights                                      // failOpen's; nil unless InFlight is set
+	flights *flights                                      // nil unless InFlight is set
 	// watch ends calls at once while Redis refuses connections (nil but for
 	// a *redis.Client), and says when to detour (detour.go).
 	watch  *outage.Watch
@@ -106,8 +106,12 @@ func New(client mutex.Client, opts ...Option) (*Guard, error) {
 
 // failOpen sets what decides while Redis cannot answer, if not a denial:
 // the Fallback or FailOpen's rules (funnel.Local), with InFlight counted in
-// this process.
+// this process (a guard failing closed counts only Shadow's calls, which
+// run whatever the count says).
 func (g *Guard) failOpen() {
+	if g.cfg.InFlight > 0 {
+		g.flights = &flights{max: g.cfg.InFlight, n: make(map[string]int64)}
+	}
 	switch {
 	case g.cfg.Fallback != nil:
 		g.open = newFallback(*g.cfg.Fallback).allow
@@ -116,11 +120,6 @@ func (g *Guard) failOpen() {
 		g.open = func(k keyed, n int64) (funnel.Result, error) {
 			return local.AllowN(time.Now(), k.sk, n, k.rules...)
 		}
-	default:
-		return
-	}
-	if g.cfg.InFlight > 0 {
-		g.flights = &flights{max: g.cfg.InFlight, n: make(map[string]int64)}
 	}
 }
 
@@ -128,7 +127,7 @@ func (g *Guard) failOpen() {
 // within Timeout (a WAIT as long would fail every admission a lagging
 // replica holds up), or InFlight semaphores.
 func checkLocker(l *mutex.Locker, c config) error {
-	if n, d := l.ReplicaAck(); n > 0 && d >= c.Timeout {
+	if _, d := l.ReplicaAck(); d >= c.Timeout { // d is 0 without acks, and Timeout positive
 		return fmt.Errorf("%w: replica acknowledgement within %v: want it under Timeout %v", ErrInvalidOption, d, c.Timeout)
 	}
 	if c.InFlight == 0 {
@@ -228,8 +227,8 @@ func (p *pending) report(g *Guard) {
 
 // take takes the InFlight slot, if any, of p's admitted call; a call
 // refused one gets d, the denial that stands for it, and its units back,
-// unless shadow lets it run without. p's Observation records the wait, and
-// the refusal; the error joins a failed refund's.
+// unless shadow lets it run without (and no error). p's Observation records
+// the wait, and the refusal; the error joins a failed refund's.
 func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	if g.cfg.InFlight == 0 {
 		return slot{}, p.d, nil
@@ -238,7 +237,7 @@ func (g *Guard) take(p *pending, shadow bool) (s slot, d Decision, err error) {
 	s, err = g.enter(p.ctx, p.k.sk, p.d.Degraded)
 	p.o.Permit, p.o.PermitWait = true, time.Since(t0)
 	if err == nil || shadow {
-		return s, p.d, err
+		return s, p.d, nil
 	}
 	d = Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected)}
 	p.o.Decision, p.o.Err = d, err // the call does not run, Shadow or not
@@ -334,17 +333,16 @@ func (g *Guard) failed(ctx context.Context, err error) (Decision, error) {
 // denial (RetryAfter ErrorRetryAfter) with the refusal's error.
 func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) error) (Decision, error) {
 	p := g.start(ctx, key, 1)
-	if !p.d.Allowed {
-		p.report(g)
-		return p.d, p.err
+	s, d, err := slot{}, p.d, p.err
+	if d.Allowed {
+		s, d, err = g.take(p, false) // a refusal is a denial
 	}
-	s, d, serr := g.take(p, false)
 	p.report(g)
-	if serr != nil {
-		return d, serr
+	if !d.Allowed {
+		return d, err
 	}
 	defer g.leave(ctx, s)
-	err := errors.Join(p.err, s.degraded)
+	err = errors.Join(p.err, s.degraded)
 	if ferr := fn(s.context(ctx)); ferr != nil {
 		rerr := g.giveBack(ctx, p.k, d, 1)
 		if rerr == nil && err == nil {
@@ -355,31 +353,23 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(context.Context) err
 	return d, err
 }
 
-// storedKey maps a caller's key to the key kept in Redis: normalized, then
-// "k:" and the key itself, or "h:" and a SHA-256 of a long key, or "m:" and
-// an HMAC with WithSecret. The three forms cannot collide, and the funnel
-// escapes braces, so no key can reach another key's state or cluster slot.
+// storedKey maps a caller's key to the key kept in Redis: normalized (one
+// over MaxKeyLen is refused as it is), then "k:" and the key itself, or "h:"
+// and a SHA-256 of a long key, or "m:" and an HMAC with WithSecret. The
+// three forms cannot collide, and the funnel escapes braces, so no key can
+// reach another key's state or cluster slot.
 func (g *Guard) storedKey(key string) (string, error) {
-	key, err := g.normalize(key)
-	if err != nil {
-		return "", err
+	if g.cfg.Normalize != nil && len(key) <= MaxKeyLen {
+		nk, err := g.cfg.Normalize(key)
+		if err != nil {
+			return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
+		}
+		key = nk
 	}
 	if key == "" || len(key) > MaxKeyLen {
 		return "", fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
 	}
 	return g.stored(key), nil
-}
-
-// normalize leaves a key over MaxKeyLen as it is, for storedKey to refuse.
-func (g *Guard) normalize(key string) (string, error) {
-	if g.cfg.Normalize == nil || len(key) > MaxKeyLen {
-		return key, nil
-	}
-	nk, err := g.cfg.Normalize(key)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
-	}
-	return nk, nil
 }
 
 func (g *Guard) stored(key string) string {

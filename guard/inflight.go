@@ -39,7 +39,7 @@ func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, erro
 	switch {
 	case err == nil:
 		return slot{permit: p}, nil
-	case errors.Is(err, ErrUnavailable) && g.flights != nil:
+	case errors.Is(err, ErrUnavailable) && g.open != nil:
 		return g.enterLocal(sk, err)
 	}
 	return slot{}, err
@@ -47,12 +47,9 @@ func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, erro
 
 // enterLocal takes a place in this process's count of sk's calls, for a
 // call that runs while Redis cannot answer (uerr says so, nil when the
-// admission was degraded already). A guard that fails closed has none.
+// admission was degraded already).
 func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
-	switch {
-	case g.flights == nil:
-		return slot{}, fmt.Errorf("%w: no permit without Redis", ErrUnavailable)
-	case !g.flights.enter(sk):
+	if !g.flights.enter(sk) {
 		return slot{}, fmt.Errorf("%w: %d calls of the key run in this process: %w", ErrBusy, g.cfg.InFlight, ErrUnavailable)
 	}
 	return slot{local: g.flights, key: sk, degraded: uerr}, nil

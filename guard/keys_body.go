@@ -161,25 +161,16 @@ func FormField(name string, maxBytes int64) KeyFunc {
 	}
 	what := fmt.Sprintf("form field %q", name)
 	return func(r *http.Request) (string, error) {
-		if err := formRequest(r); err != nil {
-			return "", err
+		switch r.Method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch:
+		default:
+			return "", errFormMethod
+		}
+		if noBody(r) {
+			return "", errNoBody
 		}
 		return formField(r, name, what, maxBytes)
 	}
-}
-
-// formRequest checks that r may have a form body: a POST, PUT or PATCH with
-// a body.
-func formRequest(r *http.Request) error {
-	switch r.Method {
-	case http.MethodPost, http.MethodPut, http.MethodPatch:
-	default:
-		return errFormMethod
-	}
-	if noBody(r) {
-		return errNoBody
-	}
-	return nil
 }
 
 // formField reads the field name (what, in a Fix), at most maxBytes, from

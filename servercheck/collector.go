@@ -13,7 +13,6 @@ import (
 type collector struct {
 	mu       sync.Mutex
 	findings []Finding
-	done     []bool
 	closed   bool
 }
 
@@ -26,7 +25,6 @@ func (col *collector) start(addr string) int {
 		return -1
 	}
 	col.findings = append(col.findings, Finding{Addr: addr, MaxMemory: -1})
-	col.done = append(col.done, false)
 	return len(col.findings) - 1
 }
 
@@ -35,7 +33,7 @@ func (col *collector) finish(i int, f Finding) {
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	if !col.closed {
-		col.findings[i], col.done[i] = f, true
+		col.findings[i] = f
 	}
 }
 
@@ -48,19 +46,19 @@ func (col *collector) missing(addr string, err error) {
 		return
 	}
 	col.findings = append(col.findings, Finding{Addr: addr, MaxMemory: -1, Err: err})
-	col.done = append(col.done, true)
 }
 
 // close closes the collector and returns its findings ordered by address; a
-// server still being asked gets ErrNoAnswer with cause, why Check stopped
-// waiting (never nil then: askAll returns once every ask did).
+// server still being asked (no Err and no Policy: askServer judges every
+// server to one or the other) gets ErrNoAnswer with cause, why Check
+// stopped waiting (never nil then: askAll returns once every ask did).
 func (col *collector) close(cause error) []Finding {
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	col.closed = true
 	out := slices.Clone(col.findings)
 	for i := range out {
-		if !col.done[i] {
+		if out[i].Err == nil && out[i].Policy == "" {
 			out[i].Err = fmt.Errorf("%w: %s: %w", ErrNoAnswer, out[i].Addr, cause)
 		}
 	}

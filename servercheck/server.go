@@ -43,19 +43,13 @@ func (a *asking) settings() error {
 		return err
 	}
 	a.f.MaxMemory, a.f.Policy = parseInfo(info)
-	if err := a.configPolicy(); err != nil {
+	if a.f.Policy == "" {
+		a.f.Policy, a.configErr = configGet(a.ctx, a.c, "maxmemory-policy")
+	}
+	if err := unreached(a.configErr); err != nil {
 		return err
 	}
 	return a.configMaxMemory()
-}
-
-// configPolicy asks CONFIG GET for a policy INFO did not give.
-func (a *asking) configPolicy() error {
-	if a.f.Policy != "" {
-		return nil
-	}
-	a.f.Policy, a.configErr = configGet(a.ctx, a.c, "maxmemory-policy")
-	return unreached(a.configErr)
 }
 
 // configMaxMemory asks CONFIG GET for a memory limit INFO did not give,
@@ -113,8 +107,7 @@ func (a *asking) judge(err error) {
 func parseInfo(info string) (maxMemory int64, policy string) {
 	maxMemory = -1
 	for line := range strings.Lines(info) {
-		switch k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); {
-		case !ok:
+		switch k, v, _ := strings.Cut(strings.TrimSpace(line), ":"); {
 		case k == "maxmemory":
 			if n, ok := parseBytes(v); ok {
 				maxMemory = n

@@ -1,6 +1,7 @@
 package phonekey
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -64,11 +65,8 @@ func Parse(raw, region string) (*phonenumbers.PhoneNumber, error) {
 	if err := checkChars(raw); err != nil {
 		return nil, invalid(region, err.Error())
 	}
-	defRegion := region
-	if defRegion == "" {
-		defRegion = "ZZ" // phonenumbers' unknown region: only +<country> numbers parse
-	}
-	n, err := phonenumbers.Parse(raw, defRegion)
+	// "ZZ" is phonenumbers' unknown region: only +<country> numbers parse.
+	n, err := phonenumbers.Parse(raw, cmp.Or(region, "ZZ"))
 	if err != nil {
 		return nil, invalid(region, parseReason(err, region))
 	}

@@ -56,7 +56,7 @@ func Do[T any](ctx context.Context, w *Workers, f func(context.Context) (T, erro
 	select {
 	case <-h.done:
 	case <-ctx.Done():
-		if h.state.CompareAndSwap(running, abandoned) {
+		if h.claimed.CompareAndSwap(false, true) {
 			return zero, fmt.Errorf("%w: %w", ErrAbandoned, ctx.Err())
 		}
 		<-h.done // both ready: the outcome is known, so report it
@@ -64,29 +64,22 @@ func Do[T any](ctx context.Context, w *Workers, f func(context.Context) (T, erro
 	return h.v, settled(ctx, h.err)
 }
 
-// A handoff is one call of Do in a worker. Its outcome goes either to the
-// caller (done closed) or, once the caller has left, to late: never both,
-// never neither. One allocation with its channel, where a closure over a
-// mutex, a flag and a channel took four.
+// A handoff is one call of Do in a worker, one allocation with its
+// channel. Its outcome goes either to the caller (done closed) or, once the
+// caller has left, to late: never both, never neither.
 type handoff[T any] struct {
-	ctx   context.Context
-	f     func(context.Context) (T, error)
-	late  func(T, error)
-	state atomic.Int32 // running, then delivered or abandoned
-	done  chan struct{}
-	v     T
-	err   error
+	ctx     context.Context
+	f       func(context.Context) (T, error)
+	late    func(T, error)
+	claimed atomic.Bool // by the first of the worker (delivering) and the caller (leaving)
+	done    chan struct{}
+	v       T
+	err     error
 }
-
-const (
-	running int32 = iota
-	delivered
-	abandoned
-)
 
 func (h *handoff[T]) run() {
 	h.v, h.err = h.f(h.ctx)
-	if h.state.CompareAndSwap(running, delivered) {
+	if h.claimed.CompareAndSwap(false, true) {
 		close(h.done)
 	} else if h.late != nil {
 		h.late(h.v, h.err)
@@ -213,10 +206,7 @@ const Idle = 20 * time.Millisecond
 // making calls one after another reuses one goroutine, and the stack go-redis
 // grew on it, cheaper than a goroutine started for each call. Nothing runs
 // once calls stop: the last worker ends at most twice Idle after its call.
-//
-// A nil *Workers stands for a call that needs no hand-off (Runner.Workers:
-// its command ends by its context's end as it is): Do then runs it from the
-// caller's goroutine.
+// A nil *Workers runs calls from the caller's goroutine (Do).
 type Workers struct {
 	jobs chan job // unbuffered: a send succeeds only into an idle worker
 }

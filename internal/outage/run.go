@@ -3,6 +3,7 @@ package outage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -83,13 +84,5 @@ func (c *call) end() error {
 
 // refused returns err, a refusal, as the error of a call a Watch ended.
 func refused(err error) error {
-	return &refusal{reach.Mark(err)}
+	return fmt.Errorf("redis refuses connections: %w", reach.Mark(err))
 }
-
-// A refusal is the error of a call that a Watch ended because the server
-// refused a connection.
-type refusal struct{ err error }
-
-func (r *refusal) Error() string { return "redis refuses connections: " + r.err.Error() }
-
-func (r *refusal) Unwrap() error { return r.err }

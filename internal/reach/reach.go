@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"syscall"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
@@ -28,13 +29,9 @@ func Unreachable(err error) bool {
 	switch {
 	case err == nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return false
-	case errors.Is(err, ErrUnreachable), errors.Is(err, redis.ErrClosed):
+	case errors.Is(err, ErrUnreachable), errors.Is(err, redis.ErrClosed),
+		slices.ContainsFunc(refusals, func(r error) bool { return errors.Is(err, r) }):
 		return true
-	}
-	for _, r := range refusals {
-		if errors.Is(err, r) {
-			return true
-		}
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
