@@ -117,10 +117,7 @@ func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Opti
 		return lockConfig{}, errNilLocker
 	}
 	if call != nil {
-		if err := call.check(); err != nil {
-			return lockConfig{}, err
-		}
-		if err := l.dep.unsupported("a Fragment"); err != nil {
+		if err := call.check(l.dep); err != nil {
 			return lockConfig{}, err
 		}
 	}
@@ -231,7 +228,7 @@ func (single) acquire(ctx context.Context, l *Locker, name string, n *names, cfg
 	if !reenter && !l.runner.Direct(ctx) { // it can be abandoned
 		late = l.undoLate(newHold(l, name, *n))
 	}
-	reply, short, err := l.acquireRun(ctx, acquireOf(call), keys, args, call != nil, reenter || cfg.ackLater, late)
+	reply, short, err := l.runWithAck(ctx, acquireOf(call), keys, args, call != nil, reenter || cfg.ackLater, late)
 	if err != nil {
 		return [3]int64{}, nil, err
 	}

@@ -44,8 +44,8 @@ type semDeployment interface {
 	semTry(ctx context.Context, s *Semaphore, tok string, n int64, cfg lockConfig) (*Permit, error)
 	semWait(ctx context.Context, s *Semaphore, n int64, cfg lockConfig) (*Permit, error)
 	// semRelease runs the release script for tok in mode ("": release;
-	// "c": cancel) and answers semReleased or semNotHolder.
-	semRelease(ctx context.Context, s *Semaphore, tok, mode string) (int64, error)
+	// "c": cancel); false when tok held no permits.
+	semRelease(ctx context.Context, s *Semaphore, tok, mode string) (bool, error)
 	// semExtend sets the lease of p's permits to d; false when no longer held.
 	semExtend(ctx context.Context, p *Permit, d time.Duration) (bool, error)
 }

@@ -70,7 +70,7 @@ func PermitDeadline(p *Permit) time.Time {
 
 // SemRelease runs the release script for tok, a token of s (SemEnqueue's).
 func SemRelease(ctx context.Context, s *Semaphore, tok string) (int64, error) {
-	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), ""}, nil)
+	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, recordTTL.Milliseconds(), ""}, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -91,7 +91,7 @@ func SemTake(ctx context.Context, s *Semaphore, n int64, lease time.Duration) (s
 }
 
 // SemReleaseFor is SemRelease whose record of tok lasts record (the
-// Permits' records last semRecordTTL).
+// Permits' records last recordTTL).
 func SemReleaseFor(ctx context.Context, s *Semaphore, tok string, record time.Duration) (int64, error) {
 	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, record.Milliseconds(), ""}, nil)
 	if err != nil {

@@ -183,9 +183,10 @@ func acquireOf(call *Call) *redis.Script {
 	return call.Fragment.acquire
 }
 
-func (c Call) check() error {
+// check refuses a Call without a Fragment, then a Fragment dep cannot run.
+func (c Call) check(dep deployment) error {
 	if c.Fragment == nil {
 		return fmt.Errorf("%w: Call without a Fragment", ErrInvalid)
 	}
-	return nil
+	return dep.unsupported("a Fragment")
 }

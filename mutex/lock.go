@@ -13,14 +13,11 @@ import (
 // result, or ErrNotHeld (not run), or ErrDeclined with a gate's result. A run
 // may be repeated after a lost reply: give it reads or idempotent writes.
 func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
-	if err := lk.use(ctx, call.check()); err != nil {
+	if err := lk.use(ctx, call.check(lk.dep())); err != nil {
 		return nil, err
 	}
 	defer lk.hold.exit()
 	h := lk.hold
-	if err := h.locker.dep.unsupported("a Fragment"); err != nil {
-		return nil, err
-	}
 	keys, args := scriptCall(&call, &names{key: h.key}, false, h.token, argID(lk.id))
 	reply, short, err := h.locker.runAcked(ctx, call.Fragment.held, keys, args, nil)
 	if err != nil {
@@ -181,6 +178,14 @@ func (lk *Lock) use(ctx context.Context, bad error) error {
 	return lk.hold.enter(&lk.lifeSignal)
 }
 
+// dep is the deployment of lk's Locker; a nil Lock, on none, refuses nothing.
+func (lk *Lock) dep() deployment {
+	if lk == nil {
+		return single{}
+	}
+	return lk.hold.locker.dep
+}
+
 // beginRelease moves lk from held to releasing: one of racing releases wins.
 func (lk *Lock) beginRelease() (again *unsure, last, renews bool, err error) {
 	h := lk.hold
@@ -221,9 +226,7 @@ func (lk *Lock) Deadline() (deadline time.Time, ok bool) {
 // ErrLockLost when the lock was lost and ErrNotHeld after Unlock.
 func (lk *Lock) Context(parent context.Context) context.Context {
 	if lk == nil {
-		ctx, cancel := context.WithCancelCause(parent)
-		cancel(ErrNotHeld)
-		return ctx
+		return new(lifeSignal).deriveLocked(nil, parent, ErrNotHeld) // ended: uses neither the signal nor a mutex
 	}
 	next, _ := parent.Value(ownerKey{}).(*owner)
 	ctx := context.WithValue(parent, ownerKey{}, &owner{hold: lk.hold, next: next})

@@ -37,7 +37,6 @@ const (
 type Locker struct {
 	client   Client
 	prefix   string
-	ttl      time.Duration
 	retry    time.Duration
 	fenceTTL time.Duration // 0: no fencing
 	notify   bool          // release notifications: not WithoutNotifications, and the client subscribes (wire)

@@ -60,7 +60,7 @@ func (o *option) check(at place) error {
 
 // newLocker returns a Locker on client, kept on q (nil: one Redis).
 func newLocker(client Client, q *quorum, opts []Option) (*Locker, error) {
-	l := &Locker{client: client, dep: single{}, prefix: DefaultPrefix, ttl: DefaultTTL, retry: DefaultRetryInterval, notify: true, releases: newReleases()}
+	l := &Locker{client: client, dep: single{}, prefix: DefaultPrefix, defaults: lockConfig{ttl: DefaultTTL}, retry: DefaultRetryInterval, notify: true, releases: newReleases()}
 	at := inNew
 	if q != nil {
 		// notify stays false: a quorum's releases announce nothing.
@@ -75,7 +75,7 @@ func newLocker(client Client, q *quorum, opts []Option) (*Locker, error) {
 		}
 		o.o.setup(l, q)
 	}
-	l.defaults = lockConfig{ttl: l.ttl, ttlMS: l.ttl.Milliseconds()}
+	l.defaults.ttlMS = l.defaults.ttl.Milliseconds()
 	l.fenceMS = l.fenceTTL.Milliseconds()
 	l.queues = make(map[string]*queue)
 	return l, nil
@@ -119,7 +119,7 @@ func setting(name string, where place, err error, set func(*Locker, *quorum)) Op
 // WithTTL sets the lease of every lock (given to New or NewQuorum; DefaultTTL
 // if unset) or of one acquisition: 1 ms to MaxTTL, in whole milliseconds.
 func WithTTL(d time.Duration) Option {
-	o := setting("WithTTL", inLocker|inCall, checkDuration("lease", d), func(l *Locker, _ *quorum) { l.ttl = d })
+	o := setting("WithTTL", inLocker|inCall, checkDuration("lease", d), func(l *Locker, _ *quorum) { l.defaults.ttl = d })
 	o.o.call = lockConfig{ttl: d, ttlMS: d.Milliseconds()}
 	return o
 }

@@ -93,12 +93,12 @@ func (p *Permit) Release(ctx context.Context) error {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	s := p.s
-	res, err := s.dep.semRelease(ctx, s, p.token, "")
+	ok, err := s.dep.semRelease(ctx, s, p.token, "")
 	if err != nil {
 		p.abortRelease(&p.lifeSignal) // to be released again; renewal does not restart
 		return fmt.Errorf("mutex: release semaphore %q: %w", s.name, err)
 	}
-	if res != semReleased {
+	if !ok {
 		p.end(p, lost)
 		return ErrNotHeld
 	}
@@ -106,12 +106,13 @@ func (p *Permit) Release(ctx context.Context) error {
 	return nil
 }
 
-func (single) semRelease(ctx context.Context, s *Semaphore, tok, mode string) (int64, error) {
-	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), mode}, nil)
+func (single) semRelease(ctx context.Context, s *Semaphore, tok, mode string) (bool, error) {
+	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, recordTTL.Milliseconds(), mode}, nil)
 	if err != nil {
-		return 0, err
+		return false, err
 	}
-	return integer(reply)
+	n, err := integer(reply)
+	return n == semReleased, err
 }
 
 // Extend sets the lease of the permits to d from now (1 ms to MaxTTL). It
@@ -197,9 +198,7 @@ func (p *Permit) Deadline() (deadline time.Time, ok bool) {
 // (read it with context.Cause).
 func (p *Permit) Context(parent context.Context) context.Context {
 	if p == nil {
-		ctx, cancel := context.WithCancelCause(parent)
-		cancel(ErrNotHeld)
-		return ctx
+		return new(lifeSignal).deriveLocked(nil, parent, ErrNotHeld) // ended: uses neither the signal nor a mutex
 	}
 	return p.context(p, &p.lifeSignal, parent)
 }

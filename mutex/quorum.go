@@ -159,7 +159,7 @@ func NewQuorum(clients []Client, opts ...Option) (*Locker, error) {
 	}
 	l.honours, l.runner = true, ctxcall.NewRunner(clients[0])
 	if q.timeout == 0 {
-		q.timeout = min(DefaultNodeTimeout, l.ttl/10)
+		q.timeout = min(DefaultNodeTimeout, l.defaults.ttl/10)
 	}
 	if q.rejoin > 0 {
 		q.up = &Call{Fragment: rejoinGate, Keys: []string{l.prefix + "quorum:up"}, Args: []any{q.rejoin.Milliseconds(), DefaultFenceTTL.Milliseconds()}}

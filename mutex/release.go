@@ -31,13 +31,8 @@ func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 	if ctx == nil {
 		return nil, ErrNilContext
 	}
-	if err := call.check(); err != nil {
+	if err := call.check(lk.dep()); err != nil {
 		return nil, err
-	}
-	if lk != nil {
-		if err := lk.hold.locker.dep.unsupported("a Fragment"); err != nil {
-			return nil, err
-		}
 	}
 	return lk.release(ctx, &call)
 }
@@ -213,7 +208,8 @@ func (r *release) script(ctx context.Context, st stamp, late func(any, error)) (
 	return res, err, nil
 }
 
-// send sends release.lua; short reports too few replicas acknowledging.
+// send sends release.lua, with WAIT only for a hand-over or a fragment;
+// short reports too few replicas acknowledging.
 func (r *release) send(ctx context.Context, st stamp, late func(any, error)) (reply any, short, err error) {
 	h, l := r.h, r.l
 	script := releaseScript
@@ -229,11 +225,7 @@ func (r *release) send(ctx context.Context, st stamp, late func(any, error)) (re
 	}
 	owner, sseq, smark := st.releaseArgs()
 	keys, args := scriptCall(r.call, &h.names, true, h.token, argID(r.lk.id), nextToken, nextLease, l.fenceMS, owner, sseq, smark)
-	if r.nh != nil || r.call != nil {
-		return l.runAcked(ctx, script, keys, args, late)
-	}
-	reply, err = l.run(ctx, script, keys, args, late)
-	return reply, nil, err
+	return l.runWithAck(ctx, script, keys, args, false, r.nh == nil && r.call == nil, late)
 }
 
 // settle ends the handle after Redis released it and completes or cancels

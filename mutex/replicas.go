@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/funnelguard/funnelguard/internal/ctxcall"
-	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -88,23 +86,20 @@ func (l *Locker) pipeWait(ctx context.Context, script *redis.Script, keys []stri
 
 // runThenWait runs an acquire script on one connection of keys[0]'s master,
 // then WAIT on it only if the lock was granted.
-func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (reply any, short, err error) {
-	a, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (acked, error) {
-		n, err := l.nodeOf(ctx, keys[0])
-		if err != nil {
-			return acked{}, err
-		}
-		c := n.Conn()
-		defer c.Close()
-		reply, err := script.Run(ctx, c, keys, args...).Result()
-		if r, _, aerr := acquired(reply); err != nil || aerr != nil || r[0] != 1 {
-			return acked{reply: reply}, err
-		}
-		wait := l.waitCmd(ctx, l.ackTimeout)
-		_ = c.Process(ctx, wait)
-		return acked{reply, l.short(wait)}, nil
-	}, lateReply(late))
-	return a.reply, a.short, reach.Mark(err)
+func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []string, args []any) (acked, error) {
+	n, err := l.nodeOf(ctx, keys[0])
+	if err != nil {
+		return acked{}, err
+	}
+	c := n.Conn()
+	defer c.Close()
+	reply, err := script.Run(ctx, c, keys, args...).Result()
+	if r, _, aerr := acquired(reply); err != nil || aerr != nil || r[0] != 1 {
+		return acked{reply: reply}, err
+	}
+	wait := l.waitCmd(ctx, l.ackTimeout)
+	_ = c.Process(ctx, wait)
+	return acked{reply, l.short(wait)}, nil
 }
 
 func lateReply(late func(any, error)) func(acked, error) {

@@ -192,7 +192,7 @@ func (s *spent) args(name string, now time.Time) []any {
 // locally lives on in the next hold, which inherits adopted.
 func (single) spend(h *hold) {
 	if l := h.locker; h.adopted {
-		l.spent.put(h.name, h.token, time.Now().Add(spentLeases*l.ttl))
+		l.spent.put(h.name, h.token, time.Now().Add(spentLeases*l.defaults.ttl))
 	}
 }
 

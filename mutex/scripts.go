@@ -27,7 +27,8 @@ var (
 	unlockBody string
 )
 
-// recordTTL is how long a release's record lasts (record.lua).
+// recordTTL is how long a release's record lasts (record.lua), and a
+// released or cancelled semaphore token's (semaphore.lua's ends set).
 const recordTTL = 10 * time.Second
 
 // recordMS declares the lifetimes of a record and of the name's record key

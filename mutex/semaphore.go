@@ -25,10 +25,6 @@ const MaxSemaphoreSize = 1<<53 - 1
 // (semaphore.lua) and of its channel start with it.
 const kindSem = "sem"
 
-// semRecordTTL is how long a released or cancelled token's record lasts
-// (semaphore.lua's ends set says what a record is for).
-const semRecordTTL = recordTTL
-
 // A Semaphore is a counting semaphore of size permits on one name, kept in
 // the Locker's Redis, in the shape of golang.org/x/sync/semaphore: holders
 // take weighted, leased permits (TryAcquire, Acquire) and give them back

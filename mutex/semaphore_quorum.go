@@ -98,15 +98,11 @@ func (sq semQuorum) semWait(ctx context.Context, s *Semaphore, n int64, cfg lock
 // semRelease runs the release script on every node (a cancel records tok
 // on a node that has not run the acquisition yet, which then grants
 // nothing; a quorum's tokens never queue, so a node answers semReleased
-// or semNotHolder). It answers semReleased when need nodes released the
-// permits, semNotHolder when too many no longer had them for need to, else
-// ErrNoQuorum.
-func (sq semQuorum) semRelease(ctx context.Context, s *Semaphore, tok, mode string) (int64, error) {
-	v := sq.q.poll(ctx, semReleaseScript, s.keys, []any{tok, s.channel, semRecordTTL.Milliseconds(), mode}, readHolder(semNotHolder))
-	if held, err := v.verdict(len(sq.q.nodes), sq.need, "release", "released the permits"); !held {
-		return semNotHolder, err
-	}
-	return semReleased, nil
+// or semNotHolder). It reports true when need nodes released the permits,
+// false when too many no longer had them for need to, else ErrNoQuorum.
+func (sq semQuorum) semRelease(ctx context.Context, s *Semaphore, tok, mode string) (bool, error) {
+	v := sq.q.poll(ctx, semReleaseScript, s.keys, []any{tok, s.channel, recordTTL.Milliseconds(), mode}, readHolder(semNotHolder))
+	return v.verdict(len(sq.q.nodes), sq.need, "release", "released the permits")
 }
 
 // semExtend sets the lease of p's permits on every node. It reports false

@@ -143,7 +143,7 @@ func TestSemaphoreKeysCoverEntries(t *testing.T) {
 	ctx := context.Background()
 	rc := b.Client(t)
 	s := mustSem(t, newLocker(t, b, mutex.WithRetryInterval(10*time.Millisecond)), "cover", 3)
-	const longest = 10 * time.Second // a cancelled wait's record (semRecordTTL); leases, wait leases and the other records are 2 s at most
+	const longest = 10 * time.Second // a cancelled wait's record (recordTTL); leases, wait leases and the other records are 2 s at most
 	stop := make(chan struct{})
 	var checks int
 	var checkErr error

@@ -148,8 +148,7 @@ func (b *batcher) drain() {
 			b.mu.Unlock()
 			return
 		}
-		batch := make([]*queued, n)
-		copy(batch, b.queue)
+		batch := slices.Clone(b.queue[:n])
 		b.queue = append(b.queue[:0], b.queue[n:]...)
 		for _, q := range batch {
 			q.state = sent
@@ -273,30 +272,26 @@ func marked(err error) error {
 	return reach.Mark(err)
 }
 
-// acquireRun runs an acquire script, then WAIT if replicas must ack: in the
-// same round trip, or with a fragment only once granted. nowait skips it.
-// short reports a grant too few replicas acknowledged.
-func (l *Locker) acquireRun(ctx context.Context, script *redis.Script, keys []string, args []any, fragment, nowait bool, late func(any, error)) (reply any, short, err error) {
-	switch {
-	case l.acks == 0 || nowait:
-		reply, err = l.run(ctx, script, keys, args, late)
-		return reply, nil, err
-	case fragment:
-		return l.runThenWait(ctx, script, keys, args, late)
-	}
-	return l.runAcked(ctx, script, keys, args, late)
-}
-
-// runAcked is run, then WAIT in the same round trip if replicas must ack.
-func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (reply any, short, err error) {
-	if l.acks == 0 {
+// runWithAck runs a script, then WAIT if replicas must ack: in the same
+// round trip, or, for an acquire with a fragment (thenWait), only once
+// granted. nowait skips it. short reports too few replicas acknowledging.
+func (l *Locker) runWithAck(ctx context.Context, script *redis.Script, keys []string, args []any, thenWait, nowait bool, late func(any, error)) (reply any, short, err error) {
+	if l.acks == 0 || nowait {
 		reply, err = l.run(ctx, script, keys, args, late)
 		return reply, nil, err
 	}
 	a, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (acked, error) {
+		if thenWait {
+			return l.runThenWait(ctx, script, keys, args)
+		}
 		return l.pipeWait(ctx, script, keys, args)
 	}, lateReply(late))
 	return a.reply, a.short, reach.Mark(err)
+}
+
+// runAcked is run, then WAIT in the same round trip if replicas must ack.
+func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (reply any, short, err error) {
+	return l.runWithAck(ctx, script, keys, args, false, false, late)
 }
 
 // scriptCall returns a lock script's keys and arguments, the fragment's first.

@@ -176,17 +176,14 @@ func (l *Locker) names(name string) names {
 	b.Write(tail[:])
 	s := b.String()
 	tokenEnd := len(s) - freeLen
-	n := names{
+	return names{
 		key:   s[:keyEnd],
+		fkey:  s[keyEnd:fenceEnd],
 		nkey:  s[fenceEnd:recordEnd],
 		tkey:  s[fenceEnd:tokenEnd],
 		token: s[recordEnd+1 : tokenEnd],
 		value: s[tokenEnd:],
 	}
-	if fenceEnd > keyEnd {
-		n.fkey = s[keyEnd:fenceEnd]
-	}
-	return n
 }
 
 func writeKey(b *strings.Builder, prefix, tag, kind string) {
