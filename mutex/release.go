@@ -2,7 +2,6 @@ package mutex
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
@@ -129,17 +128,10 @@ func (r *release) roundTrip(ctx context.Context, st stamp, late func(any, error)
 	}
 	if r.plain() {
 		if done, failed := r.unlockPlain(ctx, st); done {
-			return nil, unlockErr(r.h.name, failed), failed
+			return nil, opErr("unlock", r.h.name, failed), failed
 		}
 	}
 	return r.script(ctx, st, late)
-}
-
-func unlockErr(name string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("mutex: unlock %q: %w", name, err)
 }
 
 // handOverLocally passes the lock to the next local waiter without a round
@@ -196,7 +188,7 @@ func (r *release) script(ctx context.Context, st stamp, late func(any, error)) (
 	case err != nil:
 		r.cancelHandOver()
 		r.lk.unsureOf(err, r.handOff, start)
-		return nil, unlockErr(r.h.name, err), err
+		return nil, opErr("unlock", r.h.name, err), err
 	case n[0] < 0:
 		r.cancelHandOver()
 		r.h.end(r.h, lost)
@@ -296,14 +288,10 @@ func (r *release) cancelHandOver() {
 // result is the fragment's result, ErrResultUnknown for a replayed table,
 // and the replicas' shortfall.
 func (r *release) result(rest []any, short error) (any, error) {
-	res := resultOf(rest)
 	if len(rest) > 1 && rest[1] == any(int64(2)) && r.call != nil {
 		return nil, ErrResultUnknown
 	}
-	if short != nil {
-		return res, fmt.Errorf("mutex: unlock %q: %w", r.h.name, short)
-	}
-	return res, nil
+	return resultOf(rest), opErr("unlock", r.h.name, short)
 }
 
 func (lk *Lock) unsureOf(err error, next handOff, start time.Time) {
