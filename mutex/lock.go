@@ -127,8 +127,8 @@ type Lock struct {
 	id   uint64
 
 	// Guarded by hold.mu.
-	lifeSignal         // the handle's phase, Done's channel and Context's contexts
-	unsure     *unsure // a release of this handle may have run
+	lifeSignal          // the handle's phase, Done's channel and Context's contexts
+	unsure     *handOff // a release of this handle may have run
 }
 
 // Name returns the name the lock was taken on ("" for a nil Lock).
@@ -182,7 +182,7 @@ func (lk *Lock) dep() deployment {
 }
 
 // beginRelease moves lk from held to releasing: one of racing releases wins.
-func (lk *Lock) beginRelease() (again *unsure, last, renews bool, err error) {
+func (lk *Lock) beginRelease() (again *handOff, last, renews bool, err error) {
 	h := lk.hold
 	h.mu.Lock()
 	defer h.mu.Unlock()

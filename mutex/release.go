@@ -36,18 +36,15 @@ func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 	return lk.release(ctx, &call)
 }
 
-// A handOff is the next owner a release names (nh nil for none).
+// A handOff is the next owner a release names (nh nil for none). A release
+// of unknown outcome keeps its handOff as the handle's unsure, with start,
+// when it was sent (the hand-over's lease began after): the handle's next
+// release makes the very same call, so that the first one's record answers.
 type handOff struct {
 	nh    *hold
 	pass  passing
 	lease time.Duration
-}
-
-// unsure is a release of unknown outcome. The handle's next release makes
-// the very same call, so that the first one's record answers it.
-type unsure struct {
-	handOff
-	start time.Time // when that release was sent: its lease began after
+	start time.Time
 }
 
 // A release is one Unlock or UnlockWith that won the move to releasing.
@@ -55,11 +52,11 @@ type release struct {
 	lk      *Lock
 	h       *hold
 	l       *Locker
-	call    *Call   // the fragment to run; nil for Unlock
-	again   *unsure // the release this one repeats, if any
-	last    bool    // lk was the hold's last open handle when the release began
-	next    *waiter // the local waiter the lock goes to, if any
-	handOff         // how, and that waiter's hold when it goes through Redis
+	call    *Call    // the fragment to run; nil for Unlock
+	again   *handOff // the unsure release this one repeats, if any
+	last    bool     // lk was the hold's last open handle when the release began
+	next    *waiter  // the local waiter the lock goes to, if any
+	handOff          // how, and that waiter's hold when it goes through Redis
 	// foreign: nh is a token this release repeats but no longer owns (an
 	// attempt took it to adopt the lock): handed to no waiter, never released.
 	foreign bool
@@ -91,7 +88,7 @@ func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
 func (r *release) pickWaiter() {
 	switch {
 	case r.again != nil && r.again.nh != nil:
-		r.handOff = r.again.handOff
+		r.handOff = *r.again
 	case r.again == nil && r.l.nqueues.Load() != 0: // no lock taken when none waits
 		if r.next, r.pass = r.l.nextWaiter(r.h.name, r.call == nil); r.next != nil {
 			r.nh, r.lease = newHold(r.l, r.h.name, r.l.names(r.h.name)), r.next.cfg.ttl
@@ -301,7 +298,8 @@ func (lk *Lock) unsureOf(err error, next handOff, start time.Time) {
 	lk.hold.mu.Lock()
 	defer lk.hold.mu.Unlock()
 	if lk.unsure == nil {
-		lk.unsure = &unsure{next, start}
+		next.start = start
+		lk.unsure = &next
 	}
 }
 
