@@ -52,11 +52,3 @@ var (
 var ErrNilContext = fmt.Errorf("%w: nil context", ErrInvalid)
 
 var errNilLocker = fmt.Errorf("%w: nil Locker", ErrInvalid)
-
-// opErr wraps err, if not nil, with the operation and the name it acted on.
-func opErr(op, name string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("mutex: %s %q: %w", op, name, err)
-}

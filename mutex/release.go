@@ -2,6 +2,7 @@ package mutex
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
@@ -9,6 +10,15 @@ import (
 
 // unlockTimeout bounds an Unlock whose context has no deadline or has ended.
 const unlockTimeout = 2 * time.Second
+
+// opErr wraps err, if not nil, with the operation and the name it acted on:
+// an Unlock's, and every other call's on a lock or a semaphore.
+func opErr(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("mutex: %s %q: %w", op, name, err)
+}
 
 // Unlock releases the lock, or returns ErrNotHeld. ctx's deadline bounds it;
 // its cancellation does not. After a Redis error the handle stays held: call
