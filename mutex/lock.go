@@ -3,7 +3,6 @@ package mutex
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -21,7 +20,7 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	keys, args := scriptCall(&call, &names{key: h.key}, false, h.token, argID(lk.id))
 	reply, short, err := h.locker.runAcked(ctx, call.Fragment.held, keys, args, nil)
 	if err != nil {
-		return nil, fmt.Errorf("mutex: run %q: %w", h.name, err)
+		return nil, opErr("run", h.name, err)
 	}
 	r, rest, err := ints(reply, 1)
 	if err != nil {
@@ -34,11 +33,7 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	case declinedReply:
 		return rest, ErrDeclined // the gate's table: its result is all of it
 	}
-	res := resultOf(rest)
-	if short != nil {
-		return res, fmt.Errorf("mutex: run %q: %w", h.name, short)
-	}
-	return res, nil
+	return resultOf(rest), opErr("run", h.name, short)
 }
 
 // Extend sets the remaining lease of the lock to ttl, which may shorten it.
@@ -51,7 +46,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
 	ok, err := lk.hold.locker.dep.extend(ctx, lk.hold, handleID(lk.id), ttl, start)
 	if err != nil {
-		return fmt.Errorf("mutex: extend %q: %w", lk.hold.name, err)
+		return opErr("extend", lk.hold.name, err)
 	}
 	if !ok {
 		lk.hold.lose()
@@ -73,7 +68,7 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		lk.hold.lose()
 		return 0, ErrNotHeld
 	case err != nil:
-		return 0, fmt.Errorf("mutex: ttl %q: %w", lk.hold.name, err)
+		return 0, opErr("ttl", lk.hold.name, err)
 	}
 	return d, nil
 }
@@ -132,8 +127,8 @@ type Lock struct {
 	id   uint64
 
 	// Guarded by hold.mu.
-	lifeSignal         // the handle's phase, Done's channel and Context's contexts
-	unsure     *unsure // a release of this handle may have run
+	lifeSignal          // the handle's phase, Done's channel and Context's contexts
+	unsure     *handOff // a release of this handle may have run
 }
 
 // Name returns the name the lock was taken on ("" for a nil Lock).
@@ -187,7 +182,7 @@ func (lk *Lock) dep() deployment {
 }
 
 // beginRelease moves lk from held to releasing: one of racing releases wins.
-func (lk *Lock) beginRelease() (again *unsure, last, renews bool, err error) {
+func (lk *Lock) beginRelease() (again *handOff, last, renews bool, err error) {
 	h := lk.hold
 	h.mu.Lock()
 	defer h.mu.Unlock()

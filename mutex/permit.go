@@ -2,7 +2,6 @@ package mutex
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -96,7 +95,7 @@ func (p *Permit) Release(ctx context.Context) error {
 	ok, err := s.dep.semRelease(ctx, s, p.token, "")
 	if err != nil {
 		p.abortRelease(&p.lifeSignal) // to be released again; renewal does not restart
-		return fmt.Errorf("mutex: release semaphore %q: %w", s.name, err)
+		return opErr("release semaphore", s.name, err)
 	}
 	if !ok {
 		p.end(p, lost)
@@ -134,7 +133,7 @@ func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
 	held, err := p.s.dep.semExtend(ctx, p, d)
 	switch {
 	case err != nil:
-		return fmt.Errorf("mutex: extend semaphore %q: %w", p.s.name, err)
+		return opErr("extend semaphore", p.s.name, err)
 	case !held:
 		p.lose()
 		return ErrNotHeld

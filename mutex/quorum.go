@@ -97,7 +97,7 @@ func (q *quorum) release(ctx context.Context, r *release) (any, error) {
 	held, err := v.verdict(len(q.nodes), q.need, "unlock", "hold the lock")
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("mutex: unlock %q: %w", h.name, err)
+		return nil, opErr("unlock", h.name, err)
 	case !held:
 		h.end(h, lost)
 		return nil, ErrNotHeld

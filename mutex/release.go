@@ -11,6 +11,15 @@ import (
 // unlockTimeout bounds an Unlock whose context has no deadline or has ended.
 const unlockTimeout = 2 * time.Second
 
+// opErr wraps err, if not nil, with the operation and the name it acted on:
+// an Unlock's, and every other call's on a lock or a semaphore.
+func opErr(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("mutex: %s %q: %w", op, name, err)
+}
+
 // Unlock releases the lock, or returns ErrNotHeld. ctx's deadline bounds it;
 // its cancellation does not. After a Redis error the handle stays held: call
 // Unlock again.
@@ -37,18 +46,15 @@ func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
 	return lk.release(ctx, &call)
 }
 
-// A handOff is the next owner a release names (nh nil for none).
+// A handOff is the next owner a release names (nh nil for none). A release
+// of unknown outcome keeps its handOff as the handle's unsure, with start,
+// when it was sent (the hand-over's lease began after): the handle's next
+// release makes the very same call, so that the first one's record answers.
 type handOff struct {
 	nh    *hold
 	pass  passing
 	lease time.Duration
-}
-
-// unsure is a release of unknown outcome. The handle's next release makes
-// the very same call, so that the first one's record answers it.
-type unsure struct {
-	handOff
-	start time.Time // when that release was sent: its lease began after
+	start time.Time
 }
 
 // A release is one Unlock or UnlockWith that won the move to releasing.
@@ -56,11 +62,11 @@ type release struct {
 	lk      *Lock
 	h       *hold
 	l       *Locker
-	call    *Call   // the fragment to run; nil for Unlock
-	again   *unsure // the release this one repeats, if any
-	last    bool    // lk was the hold's last open handle when the release began
-	next    *waiter // the local waiter the lock goes to, if any
-	handOff         // how, and that waiter's hold when it goes through Redis
+	call    *Call    // the fragment to run; nil for Unlock
+	again   *handOff // the unsure release this one repeats, if any
+	last    bool     // lk was the hold's last open handle when the release began
+	next    *waiter  // the local waiter the lock goes to, if any
+	handOff          // how, and that waiter's hold when it goes through Redis
 	// foreign: nh is a token this release repeats but no longer owns (an
 	// attempt took it to adopt the lock): handed to no waiter, never released.
 	foreign bool
@@ -92,7 +98,7 @@ func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
 func (r *release) pickWaiter() {
 	switch {
 	case r.again != nil && r.again.nh != nil:
-		r.handOff = r.again.handOff
+		r.handOff = *r.again
 	case r.again == nil && r.l.nqueues.Load() != 0: // no lock taken when none waits
 		if r.next, r.pass = r.l.nextWaiter(r.h.name, r.call == nil); r.next != nil {
 			r.nh, r.lease = newHold(r.l, r.h.name, r.l.names(r.h.name)), r.next.cfg.ttl
@@ -129,17 +135,10 @@ func (r *release) roundTrip(ctx context.Context, st stamp, late func(any, error)
 	}
 	if r.plain() {
 		if done, failed := r.unlockPlain(ctx, st); done {
-			return nil, unlockErr(r.h.name, failed), failed
+			return nil, opErr("unlock", r.h.name, failed), failed
 		}
 	}
 	return r.script(ctx, st, late)
-}
-
-func unlockErr(name string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("mutex: unlock %q: %w", name, err)
 }
 
 // handOverLocally passes the lock to the next local waiter without a round
@@ -196,7 +195,7 @@ func (r *release) script(ctx context.Context, st stamp, late func(any, error)) (
 	case err != nil:
 		r.cancelHandOver()
 		r.lk.unsureOf(err, r.handOff, start)
-		return nil, unlockErr(r.h.name, err), err
+		return nil, opErr("unlock", r.h.name, err), err
 	case n[0] < 0:
 		r.cancelHandOver()
 		r.h.end(r.h, lost)
@@ -296,14 +295,10 @@ func (r *release) cancelHandOver() {
 // result is the fragment's result, ErrResultUnknown for a replayed table,
 // and the replicas' shortfall.
 func (r *release) result(rest []any, short error) (any, error) {
-	res := resultOf(rest)
 	if len(rest) > 1 && rest[1] == any(int64(2)) && r.call != nil {
 		return nil, ErrResultUnknown
 	}
-	if short != nil {
-		return res, fmt.Errorf("mutex: unlock %q: %w", r.h.name, short)
-	}
-	return res, nil
+	return resultOf(rest), opErr("unlock", r.h.name, short)
 }
 
 func (lk *Lock) unsureOf(err error, next handOff, start time.Time) {
@@ -313,7 +308,8 @@ func (lk *Lock) unsureOf(err error, next handOff, start time.Time) {
 	lk.hold.mu.Lock()
 	defer lk.hold.mu.Unlock()
 	if lk.unsure == nil {
-		lk.unsure = &unsure{next, start}
+		next.start = start
+		lk.unsure = &next
 	}
 }
 

@@ -144,7 +144,7 @@ func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lo
 		if unknownOutcome(err) {
 			s.cancel(ctx, tok)
 		}
-		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, err)
+		return nil, opErr("semaphore", s.name, err)
 	}
 	r, err := semNums(reply)
 	switch {
@@ -158,7 +158,7 @@ func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lo
 		return nil, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
 	case r[0] == semGranted && short != nil:
 		s.cancel(ctx, tok)
-		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, short)
+		return nil, opErr("semaphore", s.name, short)
 	}
 	return r, nil
 }

@@ -49,7 +49,7 @@ func (sq semQuorum) semTry(ctx context.Context, s *Semaphore, tok string, n int6
 	}
 	err := cmp.Or(v.bad, v.refusal(len(sq.q.nodes), sq.need, time.Since(start), cfg.ttl))
 	if err != nil {
-		return nil, fmt.Errorf("mutex: semaphore %q: %w", s.name, err)
+		return nil, opErr("semaphore", s.name, err)
 	}
 	return nil, ErrNoPermits
 }
