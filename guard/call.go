@@ -58,8 +58,8 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	return c.in(ctx), err
 }
 
-// hold takes the InFlight slot of c, the call p admitted. One refused
-// gets its units back and the error; under Shadow it runs anyway.
+// hold takes (take) the InFlight slot of c, the call p admitted (or, under
+// Shadow, denied).
 func (g *Guard) hold(ctx context.Context, p *pending, c Call) (Call, error) {
 	s, d, err := g.take(p, g.cfg.Shadow)
 	if err != nil {

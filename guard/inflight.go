@@ -28,9 +28,8 @@ func (s slot) context(parent context.Context) context.Context {
 }
 
 // enter takes a slot for a call of the stored key sk that an admission
-// let through (degraded: made without Redis, and so is the slot). An error
-// means the call must not run: ErrBusy (with ErrUnavailable when counted in
-// this process), ErrUnavailable (failing closed), ErrRejected, or ctx's.
+// let through (degraded: made without Redis, and so is the slot); an error
+// (WithInFlight's) means the call must not run.
 func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, error) {
 	if degraded {
 		return g.enterLocal(sk, nil)
@@ -45,9 +44,8 @@ func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, erro
 	return slot{}, err
 }
 
-// enterLocal takes a place in this process's count of sk's calls, for a
-// call that runs while Redis cannot answer (uerr says so, nil when the
-// admission was degraded already).
+// enterLocal takes a place in flights for a call that runs while Redis
+// cannot answer (uerr says so, nil when the admission was degraded already).
 func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
 	if !g.flights.enter(sk) {
 		return slot{}, fmt.Errorf("%w: %d calls of the key run in this process: %w", ErrBusy, g.cfg.InFlight, ErrUnavailable)
