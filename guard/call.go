@@ -52,7 +52,7 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
 	case d.Allowed || g.cfg.Shadow:
 		return g.hold(ctx, p, c)
-	case d.Degraded && !errors.Is(err, ErrRejected) && g.open != nil:
+	case errors.Is(err, ErrUnavailable) && g.open != nil:
 		err = nil // a fallback's denial, like Redis's
 	}
 	return c.in(ctx), err
