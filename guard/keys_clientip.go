@@ -167,8 +167,6 @@ func splitNode(s string) (host, port string, bracketed bool) {
 	return s, "", false
 }
 
-// optionalPort reports whether s, what follows an address, is nothing or
-// ':' and a validPort.
 func optionalPort(s string) bool {
 	p, ok := strings.CutPrefix(s, ":")
 	return s == "" || ok && validPort(p)
