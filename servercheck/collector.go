@@ -47,7 +47,7 @@ func (col *collector) missing(addr string, err error) {
 }
 
 // close closes the collector and returns its findings ordered by address; a
-// server still being asked (no Err and no Policy: askServer judges every
+// server still being asked (no Err and no Policy: ask judges every
 // server to one or the other) gets ErrNoAnswer with cause, why Check
 // stopped waiting (never nil then: askAll returns once every ask did).
 func (col *collector) close(cause error) []Finding {
