@@ -52,14 +52,14 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
 	case d.Allowed || g.cfg.Shadow:
 		return g.hold(ctx, p, c)
-	case d.Degraded && !errors.Is(err, ErrRejected) && g.open != nil:
+	case errors.Is(err, ErrUnavailable) && g.open != nil:
 		err = nil // a fallback's denial, like Redis's
 	}
 	return c.in(ctx), err
 }
 
-// hold takes the InFlight slot of c, the call p admitted. One refused
-// gets its units back and the error; under Shadow it runs anyway.
+// hold takes (take) the InFlight slot of c, the call p admitted (or, under
+// Shadow, denied).
 func (g *Guard) hold(ctx context.Context, p *pending, c Call) (Call, error) {
 	s, d, err := g.take(p, g.cfg.Shadow)
 	if err != nil {

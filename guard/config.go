@@ -73,7 +73,7 @@ func configure(opts []Option) (config, error) {
 	c.ErrorRetryAfter = cmp.Or(c.ErrorRetryAfter, DefaultErrorRetry)
 	c.InFlightLease = cmp.Or(c.InFlightLease, DefaultInFlightLease)
 	switch {
-	case c.Timeout < 0 || c.ErrorRetryAfter < 0:
+	case min(c.Timeout, c.ErrorRetryAfter) < 0:
 		return c, fmt.Errorf("%w: negative Timeout or ErrorRetryAfter", ErrInvalidOption)
 	case c.InFlightLease < MinInFlightLease || c.InFlightLease > mutex.MaxTTL:
 		return c, fmt.Errorf("%w: InFlightLease %v: want %v to %v (or 0 for %v)", ErrInvalidOption, c.InFlightLease, MinInFlightLease, mutex.MaxTTL, DefaultInFlightLease)

@@ -20,7 +20,6 @@ type Fallback struct {
 	MaxKeys int
 }
 
-// fallback is a Fallback's limiter.
 type fallback struct {
 	cfg  Fallback
 	mu   sync.Mutex

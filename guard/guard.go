@@ -20,10 +20,12 @@ import (
 // A Guard decides, for one endpoint, whether a call for a key may go ahead.
 // It is safe for concurrent use; build it once with New.
 type Guard struct {
-	cfg     config
-	lim     *funnel.Limiter
-	open    func(k keyed, n int64) (funnel.Result, error) // failOpen's; nil when failing closed
-	flights *flights                                      // nil unless InFlight is set
+	cfg  config
+	lim  *funnel.Limiter
+	open func(k keyed, n int64) (funnel.Result, error) // failOpen's; nil when failing closed
+	// flights counts InFlight in this process while Redis cannot answer
+	// (failing closed, only Shadow's calls, which run whatever the count says).
+	flights *flights
 	// watch ends calls at once while Redis refuses connections (nil but for
 	// a *redis.Client), and says when to detour (detour.go).
 	watch  *outage.Watch
@@ -98,20 +100,16 @@ func New(client mutex.Client, opts ...Option) (*Guard, error) {
 		return nil, err
 	}
 	g := &Guard{cfg: c, lim: lim, watch: outage.For(client, c.Timeout),
-		permit: []mutex.Option{mutex.WithTTL(c.InFlightLease), mutex.WithAutoRenew()}}
+		flights: &flights{max: c.InFlight, n: make(map[string]int64)},
+		permit:  []mutex.Option{mutex.WithTTL(c.InFlightLease), mutex.WithAutoRenew()}}
 	g.detour = sync.OnceValue(g.detourLimiter)
 	g.failOpen()
 	return g, nil
 }
 
 // failOpen sets what decides while Redis cannot answer, if not a denial:
-// the Fallback or FailOpen's rules (funnel.Local), with InFlight counted in
-// this process (a guard failing closed counts only Shadow's calls, which
-// run whatever the count says).
+// the Fallback or FailOpen's rules (funnel.Local).
 func (g *Guard) failOpen() {
-	if g.cfg.InFlight > 0 {
-		g.flights = &flights{max: g.cfg.InFlight, n: make(map[string]int64)}
-	}
 	switch {
 	case g.cfg.Fallback != nil:
 		g.open = newFallback(*g.cfg.Fallback).allow

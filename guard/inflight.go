@@ -14,9 +14,8 @@ import (
 // Redis cannot answer), or nothing (the zero slot).
 type slot struct {
 	permit   *mutex.Permit
-	local    *flights
-	key      string // the stored key, in local
-	degraded error  // ErrUnavailable of a permit's call that made the slot a place in local
+	key      string // the stored key of a place in g.flights
+	degraded error  // ErrUnavailable of a permit's call that made the slot a place in g.flights
 }
 
 // context is the context of the call in s, cancelled if its permit is lost.
@@ -28,31 +27,26 @@ func (s slot) context(parent context.Context) context.Context {
 }
 
 // enter takes a slot for a call of the stored key sk that an admission
-// let through (degraded: made without Redis, and so is the slot). An error
-// means the call must not run: ErrBusy (with ErrUnavailable when counted in
-// this process), ErrUnavailable (failing closed), ErrRejected, or ctx's.
+// let through (degraded: made without Redis, and so is the slot); an error
+// (WithInFlight's) means the call must not run. While Redis cannot answer,
+// failing open, the slot is a place in flights, with ErrUnavailable unless
+// the admission was degraded already.
 func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, error) {
-	if degraded {
-		return g.enterLocal(sk, nil)
+	var uerr error
+	if !degraded {
+		p, err := g.acquire(ctx, sk)
+		switch {
+		case err == nil:
+			return slot{permit: p}, nil
+		case !errors.Is(err, ErrUnavailable) || g.open == nil:
+			return slot{}, err
+		}
+		uerr = err
 	}
-	p, err := g.acquire(ctx, sk)
-	switch {
-	case err == nil:
-		return slot{permit: p}, nil
-	case errors.Is(err, ErrUnavailable) && g.open != nil:
-		return g.enterLocal(sk, err)
-	}
-	return slot{}, err
-}
-
-// enterLocal takes a place in this process's count of sk's calls, for a
-// call that runs while Redis cannot answer (uerr says so, nil when the
-// admission was degraded already).
-func (g *Guard) enterLocal(sk string, uerr error) (slot, error) {
 	if !g.flights.enter(sk) {
 		return slot{}, fmt.Errorf("%w: %d calls of the key run in this process: %w", ErrBusy, g.cfg.InFlight, ErrUnavailable)
 	}
-	return slot{local: g.flights, key: sk, degraded: uerr}, nil
+	return slot{key: sk, degraded: uerr}, nil
 }
 
 // acquire takes a permit of sk's semaphore, renewed until given back, or
@@ -98,8 +92,8 @@ func (g *Guard) leave(ctx context.Context, s slot) {
 	switch {
 	case s.permit != nil:
 		_ = g.watch.Run(context.WithoutCancel(ctx), g.cfg.Timeout, s.permit.Release)
-	case s.local != nil:
-		s.local.leave(s.key)
+	case s.key != "":
+		g.flights.leave(s.key)
 	}
 }
 

@@ -57,8 +57,6 @@ var (
 	errFormMethod    = fixable(ErrNoKey, "a form must be sent with POST, PUT or PATCH")
 )
 
-// declaredJSON reports whether the Content-Type ct is application/json or
-// an application/...+json type, with any parameters.
 func declaredJSON(ct string) bool {
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -166,8 +167,6 @@ func splitNode(s string) (host, port string, bracketed bool) {
 	return s, "", false
 }
 
-// optionalPort reports whether s, what follows an address, is nothing or
-// ':' and a validPort.
 func optionalPort(s string) bool {
 	p, ok := strings.CutPrefix(s, ":")
 	return s == "" || ok && validPort(p)
@@ -179,6 +178,6 @@ func validPort(p string) bool {
 	if obf, ok := strings.CutPrefix(p, "_"); ok {
 		return only(obf, alnum+"._-")
 	}
-	// Digit strings of one length compare as their numbers.
-	return only(p, digits) && (len(p) < 5 || len(p) == 5 && p <= "65535")
+	n, _ := strconv.Atoi(p) // a number if only digits, at most 5
+	return only(p, digits) && len(p) <= 5 && n <= 65535
 }

@@ -80,13 +80,21 @@ func (h *guarded) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// request is r's key and its units (WithCost's, else 1).
 func (h *guarded) request(r *http.Request) (string, int64, error) {
 	key, err := h.keyFunc(r)
 	if err != nil {
 		return "", 0, fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
-	n, err := h.mc.units(r)
-	return key, n, err
+	if h.mc.cost == nil {
+		return key, 1, nil
+	}
+	n, err := h.mc.cost(r)
+	if err != nil || n < 1 {
+		err = fmt.Errorf("%w: cost %d: %v", ErrInvalidKey, n, err)
+		return "", 0, &RequestError{Fix: "invalid request cost", Err: err}
+	}
+	return key, n, nil
 }
 
 // A MiddlewareOption configures Middleware.
@@ -97,17 +105,6 @@ type middlewareConfig struct {
 	cost   func(*http.Request) (int64, error)
 	denied func(http.ResponseWriter, *http.Request, Decision)
 	failed func(http.ResponseWriter, *http.Request, Decision, error)
-}
-
-func (mc *middlewareConfig) units(r *http.Request) (int64, error) {
-	if mc.cost == nil {
-		return 1, nil
-	}
-	n, err := mc.cost(r)
-	if err != nil || n < 1 {
-		return 0, &RequestError{Fix: "invalid request cost", Err: fmt.Errorf("%w: cost %d: %v", ErrInvalidKey, n, err)}
-	}
-	return n, nil
 }
 
 // WithSkip lets the requests for which skip returns true through without a

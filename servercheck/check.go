@@ -125,9 +125,11 @@ func forEachMaster(ctx context.Context, c *redis.ClusterClient, col *collector) 
 const failoverAddr = "FailoverClient"
 
 // ask asks the server of c at addr (failoverAddr: the server knows it)
-// into col.
+// for its settings, and judges them into col.
 func (col *collector) ask(ctx context.Context, c redis.Cmdable, addr string) {
 	if i := col.start(addr); i >= 0 {
-		col.finish(i, askServer(ctx, c, addr))
+		a := asking{ctx: ctx, c: c, f: Finding{Addr: addr, MaxMemory: -1}}
+		a.judge(a.settings())
+		col.finish(i, a.f)
 	}
 }

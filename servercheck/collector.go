@@ -9,7 +9,7 @@ import (
 
 // A collector gathers the findings of one Check, which closes it when it
 // returns, before asking ended on a client that ignores deadlines: the
-// askers' late findings are dropped.
+// askers' late findings are dropped (close returns a copy).
 type collector struct {
 	mu       sync.Mutex
 	findings []Finding
@@ -28,13 +28,11 @@ func (col *collector) start(addr string) int {
 	return len(col.findings) - 1
 }
 
-// finish records the finding of index i, unless the collector is closed.
+// finish records the finding of index i.
 func (col *collector) finish(i int, f Finding) {
 	col.mu.Lock()
 	defer col.mu.Unlock()
-	if !col.closed {
-		col.findings[i] = f
-	}
+	col.findings[i] = f
 }
 
 // missing records err as the finding of a server at addr that was not asked
@@ -42,14 +40,14 @@ func (col *collector) finish(i int, f Finding) {
 func (col *collector) missing(addr string, err error) {
 	col.mu.Lock()
 	defer col.mu.Unlock()
-	if col.closed || slices.ContainsFunc(col.findings, func(f Finding) bool { return f.Addr == addr }) {
+	if slices.ContainsFunc(col.findings, func(f Finding) bool { return f.Addr == addr }) {
 		return
 	}
 	col.findings = append(col.findings, Finding{Addr: addr, MaxMemory: -1, Err: err})
 }
 
 // close closes the collector and returns its findings ordered by address; a
-// server still being asked (no Err and no Policy: askServer judges every
+// server still being asked (no Err and no Policy: ask judges every
 // server to one or the other) gets ErrNoAnswer with cause, why Check
 // stopped waiting (never nil then: askAll returns once every ask did).
 func (col *collector) close(cause error) []Finding {

@@ -12,14 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// askServer asks the server of c, at addr (failoverAddr: ask the server)
-// for its settings and judges them.
-func askServer(ctx context.Context, c redis.Cmdable, addr string) Finding {
-	a := asking{ctx: ctx, c: c, f: Finding{Addr: addr, MaxMemory: -1}}
-	a.judge(a.settings())
-	return a.f
-}
-
 // asking is one server being asked: the finding so far, and the server's
 // refusals (error replies) that left a setting unknown.
 type asking struct {
@@ -59,9 +51,7 @@ func (a *asking) configMaxMemory() error {
 		return nil
 	}
 	v, err := configGet(a.ctx, a.c, "maxmemory")
-	if n, ok := parseBytes(v); ok { // v is "" on an error
-		a.f.MaxMemory = n
-	}
+	a.f.MaxMemory = parseBytes(v) // v is "" on an error
 	return unreached(err)
 }
 
@@ -109,9 +99,7 @@ func parseInfo(info string) (maxMemory int64, policy string) {
 	for line := range strings.Lines(info) {
 		switch k, v, _ := strings.Cut(strings.TrimSpace(line), ":"); {
 		case k == "maxmemory":
-			if n, ok := parseBytes(v); ok {
-				maxMemory = n
-			}
+			maxMemory = parseBytes(v)
 		case k == "maxmemory_policy":
 			policy = v
 		}
@@ -119,10 +107,14 @@ func parseInfo(info string) (maxMemory int64, policy string) {
 	return maxMemory, policy
 }
 
-// parseBytes reads a maxmemory value, which is never negative.
-func parseBytes(v string) (int64, bool) {
+// parseBytes reads a maxmemory value, which is never negative: -1 if v is
+// none.
+func parseBytes(v string) int64 {
 	n, err := strconv.ParseInt(v, 10, 64)
-	return n, err == nil && n >= 0
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
 }
 
 // configGet returns the value of one CONFIG GET parameter, "" with a nil
