@@ -32,8 +32,10 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	if err := checkN(c.set.rules, n); err != nil {
 		return Result{}, err
 	}
-	if res, ok := lim.denials.lookup(c.key, c.set, n); ok {
-		return res, nil
+	if lim.denials != nil {
+		if res, ok := lim.denials.lookup(c.key, c.set, n); ok {
+			return res, nil
+		}
 	}
 	if lim.alone {
 		return lim.allowAlone(ctx, c, n)

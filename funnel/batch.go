@@ -287,7 +287,8 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 // gate checks ("" for none: WithUniformCost, a calendar rule), and, where
 // the state cache applies, the state it holds (a crowded batch reads its own).
 func (lim *Limiter) newLeader(c call, n int64) leader {
-	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
+	l := leader{lim: lim, c: c, n: n}
+	l.stamp()
 	if !lim.uniform && c.set.admit1 != nil { // admit.lua can write the set's values
 		if l.c.lock == "" {
 			l.c.lock = lim.locker.LockKey(c.name)
@@ -309,8 +310,17 @@ func (l *leader) carryOn(ws sealed) sealed {
 	l.optimistic = l.cache
 	rest := ws[1:]
 	l.n = rest[0].n
-	l.sent, l.epoch = time.Now(), l.lim.denials.epoch()
+	l.stamp()
 	return rest
+}
+
+// stamp takes the time and the deny cache's epoch before the leader asks
+// Redis.
+func (l *leader) stamp() {
+	l.sent = time.Now()
+	if d := l.lim.denials; d != nil {
+		l.epoch = d.forgets.Load()
+	}
 }
 
 // attempt chooses the batch's path and runs its first round trip: a

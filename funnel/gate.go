@@ -359,3 +359,18 @@ func (c *stateCache) store(key string, set *ruleSet, values []string, crowd *boo
 	}
 	c.m.Put(key, seenState{set: set, values: values, crowded: e.crowded && values != nil})
 }
+
+// saw keeps the values of a read reply, {now, value...}, as the state seen
+// (with the state cache: l.cache).
+func (l *leader) saw(res any) {
+	arr, _ := res.([]any)
+	if len(arr) != len(l.c.set.rules)+1 {
+		return
+	}
+	values := make([]string, len(l.c.set.rules))
+	for i := range values {
+		values[i], _ = arr[i+1].(string)
+	}
+	l.seen = values
+	l.lim.states.store(l.c.key, l.c.set, values, nil)
+}
