@@ -139,26 +139,29 @@ func (l *leader) admitAlone(now int64, how string, others bool) Result {
 	return d.result(rules)
 }
 
-// admitCall holds admit's arguments and keys in one allocation; the
-// deadline and the nonce go by pointer, as boxing them would allocate.
-type admitCall struct {
-	args     [2*setMax + 4]any
-	keys     [2]string
-	deadline int64
-	nonce    string
+// gateArgs holds a gate's arguments and keys in one allocation: admit.lua's
+// while the rules fit (setMax), returning.lua's, with its slices, for one
+// rule. Numbers and the nonce go by pointer, as boxing each would allocate.
+type gateArgs struct {
+	args  [2*setMax + 4]any
+	keys  [2]string
+	nums  [7]int64
+	exp   [1]expectation
+	nonce string
 }
 
 // admit returns admit.lua's gate for n units, checking that lock is free
 // and writing only before the server time deadline.
 func (c call) admit(n int64, lock string, deadline int64, nonce string) mutex.Call {
-	m := &admitCall{deadline: deadline, nonce: nonce}
+	m := &gateArgs{nonce: nonce}
+	m.nums[0] = deadline
 	var args []any
 	if n == 1 { // into m.args while the rules fit (4: setMax)
 		args = append(m.args[:0], c.set.admit1...)
 	} else {
 		args = admitArgs(c.set.rules, c.set.ids, n)
 	}
-	args = append(args, &m.deadline, &m.nonce)
+	args = append(args, &m.nums[0], &m.nonce)
 	m.keys[0], m.keys[1] = c.key, lock
 	return mutex.Call{Fragment: admitGate, Keys: m.keys[:], Args: args}
 }
@@ -238,9 +241,7 @@ func (r rule) expect(seen string, n, est int64) (expectation, bool) {
 // seen, and the expectations sent; false when a rule cannot be decided there.
 func (c call) returning(n int64, lock string, seen []string, est, deadline int64, nonce string) (mutex.Call, []expectation, bool) {
 	k := len(c.set.rules)
-	// One allocation for the nonce, the keys and, with one rule, the call's
-	// slices.
-	m := &returningArgs{nonce: nonce}
+	m := &gateArgs{nonce: nonce}
 	exp, nums, args := m.exp[:], m.nums[:], m.args[:0]
 	if k > 1 {
 		exp, nums, args = make([]expectation, k), make([]int64, 6*k+1), make([]any, 0, 10*k+2)
@@ -263,14 +264,6 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 	args = append(args, &nums[6*k], &m.nonce)
 	m.keys[0], m.keys[1] = c.key, lock
 	return mutex.Call{Keys: m.keys[:], Args: args}, exp, true
-}
-
-type returningArgs struct {
-	exp   [1]expectation
-	nums  [7]int64
-	args  [12]any
-	keys  [2]string
-	nonce string
 }
 
 // returned returns the levels the returning gate admitted the call on and
