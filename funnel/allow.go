@@ -20,10 +20,10 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 // from every rule; otherwise it takes nothing. n is 1 to every rule's
 // Capacity. An admission writes only on the state it decided on, so a
 // stale decision never overwrites newer state. A call with a ctx deadline
-// that returns an error
-// took nothing; without a deadline, an error after the write was sent may
-// leave the call admitted. A call whose ctx ends while it waits in a batch
-// returns ctx's error, unless the batch decided it meanwhile.
+// that returns an error took nothing; without a deadline, an error after
+// the write was sent may leave the call admitted. A call whose ctx ends
+// while it waits in a batch returns ctx's error, unless the batch decided
+// it meanwhile.
 func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Rule) (Result, error) {
 	c, err := lim.prepare(ctx, key, rules)
 	if err != nil {
@@ -71,7 +71,7 @@ func corrupt(err error) error {
 type call struct {
 	key  string   // the state key
 	name string   // the lock name
-	lock string   // the lock's key ("" until needed, unless made with key)
+	lock string   // the lock's key
 	set  *ruleSet // nil for Reset
 }
 
@@ -103,12 +103,12 @@ func (c call) read(f *mutex.Fragment) mutex.Call {
 	return mutex.Call{Fragment: f, Keys: []string{c.key}, Args: c.set.ids}
 }
 
-// keys returns the state key of key, in the slot of key's lock, and, when
-// the Locker keys its locks under the Limiter's prefix (its own does), the
-// key of key's lock, cut from one string.
+// keys returns the state key of key, in the slot of key's lock, and the
+// key of key's lock: cut from one string when the Locker keys its locks
+// under the Limiter's prefix (its own does).
 func (lim *Limiter) keys(key string) (state, lock string) {
 	if !lim.lockKeys {
-		return keyspace.Key(lim.prefix, key, "f"), ""
+		return keyspace.Key(lim.prefix, key, "f"), lim.locker.LockKey(key)
 	}
 	tag := keyspace.Tag(key)
 	s := lim.prefix + "{" + tag + "}:f" + lim.prefix + "{" + tag + "}:" + lockKind // one allocation

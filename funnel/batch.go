@@ -96,13 +96,14 @@ func (ws sealed) failAll(err error) {
 	}
 }
 
-// failLate answers the calls errLate; those without a deadline, whose
-// write is never refused as late, ErrConflict.
-func (ws sealed) failLate() {
+// giveUp answers the calls of a batch out of attempts ErrConflict; if the
+// last write came late (a clock sample that keeps coming late), those with
+// a deadline errLate: out of time, not a conflict.
+func (ws sealed) giveUp(late bool) {
 	for _, w := range ws {
-		w.err = errLate
-		if w.deadline.IsZero() {
-			w.err = ErrConflict
+		w.err = ErrConflict
+		if late && !w.deadline.IsZero() {
+			w.err = errLate
 		}
 	}
 }
@@ -276,11 +277,7 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 			return
 		}
 	}
-	if l.late { // a clock sample that keeps coming late: out of time, not a conflict
-		ws.failLate()
-		return
-	}
-	ws.failAll(ErrConflict)
+	ws.giveUp(l.late)
 }
 
 // newLeader is the leader of call c of n units: the lock its one-script
@@ -290,10 +287,7 @@ func (lim *Limiter) newLeader(c call, n int64) leader {
 	l := leader{lim: lim, c: c, n: n}
 	l.stamp()
 	if !lim.uniform && c.set.admit1 != nil { // admit.lua can write the set's values
-		if l.c.lock == "" {
-			l.c.lock = lim.locker.LockKey(c.name)
-		}
-		l.lock = l.c.lock
+		l.lock = c.lock
 	}
 	if l.cache = l.lock != "" && c.set.funnels && lim.states != nil; l.cache {
 		l.seen, l.optimistic = lim.states.lookup(c.key, c.set)
@@ -314,8 +308,7 @@ func (l *leader) carryOn(ws sealed) sealed {
 	return rest
 }
 
-// stamp takes the time and the deny cache's epoch before the leader asks
-// Redis.
+// stamp sets sent and epoch, before the leader asks Redis.
 func (l *leader) stamp() {
 	l.sent = time.Now()
 	if d := l.lim.denials; d != nil {

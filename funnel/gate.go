@@ -141,7 +141,8 @@ func (l *leader) admitAlone(now int64, how string, others bool) Result {
 
 // gateArgs holds a gate's arguments and keys in one allocation: admit.lua's
 // while the rules fit (setMax), returning.lua's, with its slices, for one
-// rule. Numbers and the nonce go by pointer, as boxing each would allocate.
+// rule. Numbers and strings go by pointer (into it, exp or the values
+// seen): boxing each would allocate.
 type gateArgs struct {
 	args  [2*setMax + 4]any
 	keys  [2]string
@@ -246,7 +247,6 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 	if k > 1 {
 		exp, nums, args = make([]expectation, k), make([]int64, 6*k+1), make([]any, 0, 10*k+2)
 	}
-	// By pointer into nums, exp and seen: boxing each would allocate.
 	args = append(args, c.set.ids...)
 	for i, r := range c.set.rules {
 		e, ok := r.expect(seen[i], n, est)
