@@ -71,7 +71,7 @@ func corrupt(err error) error {
 type call struct {
 	key  string   // the state key
 	name string   // the lock name
-	lock string   // the lock's key
+	lock string   // the lock's key ("" until needed, unless made with key)
 	set  *ruleSet // nil for Reset
 }
 
@@ -103,12 +103,12 @@ func (c call) read(f *mutex.Fragment) mutex.Call {
 	return mutex.Call{Fragment: f, Keys: []string{c.key}, Args: c.set.ids}
 }
 
-// keys returns the state key of key, in the slot of key's lock, and the
-// key of key's lock: cut from one string when the Locker keys its locks
-// under the Limiter's prefix (its own does).
+// keys returns the state key of key, in the slot of key's lock, and, when
+// the Locker keys its locks under the Limiter's prefix (its own does), the
+// key of key's lock, cut from one string.
 func (lim *Limiter) keys(key string) (state, lock string) {
 	if !lim.lockKeys {
-		return keyspace.Key(lim.prefix, key, "f"), lim.locker.LockKey(key)
+		return keyspace.Key(lim.prefix, key, "f"), ""
 	}
 	tag := keyspace.Tag(key)
 	s := lim.prefix + "{" + tag + "}:f" + lim.prefix + "{" + tag + "}:" + lockKind // one allocation

@@ -287,7 +287,10 @@ func (lim *Limiter) newLeader(c call, n int64) leader {
 	l := leader{lim: lim, c: c, n: n}
 	l.stamp()
 	if !lim.uniform && c.set.admit1 != nil { // admit.lua can write the set's values
-		l.lock = c.lock
+		if l.c.lock == "" {
+			l.c.lock = lim.locker.LockKey(c.name)
+		}
+		l.lock = l.c.lock
 	}
 	if l.cache = l.lock != "" && c.set.funnels && lim.states != nil; l.cache {
 		l.seen, l.optimistic = lim.states.lookup(c.key, c.set)
