@@ -154,8 +154,7 @@ type gateArgs struct {
 // admit returns admit.lua's gate for n units, checking that lock is free
 // and writing only before the server time deadline.
 func (c call) admit(n int64, lock string, deadline int64, nonce string) mutex.Call {
-	m := &gateArgs{nonce: nonce}
-	m.nums[0] = deadline
+	m := &gateArgs{keys: [2]string{c.key, lock}, nums: [7]int64{deadline}, nonce: nonce}
 	var args []any
 	if n == 1 { // into m.args while the rules fit (4: setMax)
 		args = append(m.args[:0], c.set.admit1...)
@@ -163,7 +162,6 @@ func (c call) admit(n int64, lock string, deadline int64, nonce string) mutex.Ca
 		args = admitArgs(c.set.rules, c.set.ids, n)
 	}
 	args = append(args, &m.nums[0], &m.nonce)
-	m.keys[0], m.keys[1] = c.key, lock
 	return mutex.Call{Fragment: admitGate, Keys: m.keys[:], Args: args}
 }
 
@@ -242,7 +240,7 @@ func (r rule) expect(seen string, n, est int64) (expectation, bool) {
 // seen, and the expectations sent; false when a rule cannot be decided there.
 func (c call) returning(n int64, lock string, seen []string, est, deadline int64, nonce string) (mutex.Call, []expectation, bool) {
 	k := len(c.set.rules)
-	m := &gateArgs{nonce: nonce}
+	m := &gateArgs{keys: [2]string{c.key, lock}, nonce: nonce}
 	exp, nums, args := m.exp[:], m.nums[:], m.args[:0]
 	if k > 1 {
 		exp, nums, args = make([]expectation, k), make([]int64, 6*k+1), make([]any, 0, 10*k+2)
@@ -262,7 +260,6 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 	}
 	nums[6*k] = deadline
 	args = append(args, &nums[6*k], &m.nonce)
-	m.keys[0], m.keys[1] = c.key, lock
 	return mutex.Call{Keys: m.keys[:], Args: args}, exp, true
 }
 
