@@ -20,10 +20,10 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 // from every rule; otherwise it takes nothing. n is 1 to every rule's
 // Capacity. An admission writes only on the state it decided on, so a
 // stale decision never overwrites newer state. A call with a ctx deadline
-// that returns an error
-// took nothing; without a deadline, an error after the write was sent may
-// leave the call admitted. A call whose ctx ends while it waits in a batch
-// returns ctx's error, unless the batch decided it meanwhile.
+// that returns an error took nothing; without a deadline, an error after
+// the write was sent may leave the call admitted. A call whose ctx ends
+// while it waits in a batch returns ctx's error, unless the batch decided
+// it meanwhile.
 func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Rule) (Result, error) {
 	c, err := lim.prepare(ctx, key, rules)
 	if err != nil {
@@ -32,8 +32,10 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	if err := checkN(c.set.rules, n); err != nil {
 		return Result{}, err
 	}
-	if res, ok := lim.denials.lookup(c.key, c.set, n); ok {
-		return res, nil
+	if lim.denials != nil {
+		if res, ok := lim.denials.lookup(c.key, c.set, n); ok {
+			return res, nil
+		}
 	}
 	if lim.alone {
 		return lim.allowAlone(ctx, c, n)

@@ -96,13 +96,14 @@ func (ws sealed) failAll(err error) {
 	}
 }
 
-// failLate answers the calls errLate; those without a deadline, whose
-// write is never refused as late, ErrConflict.
-func (ws sealed) failLate() {
+// giveUp answers the calls of a batch out of attempts ErrConflict; if the
+// last write came late (a clock sample that keeps coming late), those with
+// a deadline errLate: out of time, not a conflict.
+func (ws sealed) giveUp(late bool) {
 	for _, w := range ws {
-		w.err = errLate
-		if w.deadline.IsZero() {
-			w.err = ErrConflict
+		w.err = ErrConflict
+		if late && !w.deadline.IsZero() {
+			w.err = errLate
 		}
 	}
 }
@@ -276,18 +277,15 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 			return
 		}
 	}
-	if l.late { // a clock sample that keeps coming late: out of time, not a conflict
-		ws.failLate()
-		return
-	}
-	ws.failAll(ErrConflict)
+	ws.giveUp(l.late)
 }
 
 // newLeader is the leader of call c of n units: the lock its one-script
 // gate checks ("" for none: WithUniformCost, a calendar rule), and, where
 // the state cache applies, the state it holds (a crowded batch reads its own).
 func (lim *Limiter) newLeader(c call, n int64) leader {
-	l := leader{lim: lim, c: c, n: n, sent: time.Now(), epoch: lim.denials.epoch()}
+	l := leader{lim: lim, c: c, n: n}
+	l.stamp()
 	if !lim.uniform && c.set.admit1 != nil { // admit.lua can write the set's values
 		if l.c.lock == "" {
 			l.c.lock = lim.locker.LockKey(c.name)
@@ -309,8 +307,16 @@ func (l *leader) carryOn(ws sealed) sealed {
 	l.optimistic = l.cache
 	rest := ws[1:]
 	l.n = rest[0].n
-	l.sent, l.epoch = time.Now(), l.lim.denials.epoch()
+	l.stamp()
 	return rest
+}
+
+// stamp sets sent and epoch, before the leader asks Redis.
+func (l *leader) stamp() {
+	l.sent = time.Now()
+	if d := l.lim.denials; d != nil {
+		l.epoch = d.forgets.Load()
+	}
 }
 
 // attempt chooses the batch's path and runs its first round trip: a

@@ -91,7 +91,9 @@ func (lim *Limiter) locked(ctx context.Context, c call, read *mutex.Fragment, wr
 			return err
 		}
 		_, err = lim.unlock(ctx, lk, &mutex.Call{Fragment: f, Keys: []string{c.key}, Args: args})
-		lim.denials.forget(c.key) // after the commit, and after an error: it may have committed
+		if lim.denials != nil { // after the commit, and after an error: it may have committed
+			lim.denials.forget(c.key)
+		}
 		if !errors.Is(err, mutex.ErrNotHeld) {
 			return err
 		}

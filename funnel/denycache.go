@@ -14,10 +14,13 @@ const MaxDenyCache = 1 << 24
 // (WithDenyCache): the latest max keys stored, in a list from the oldest
 // stored to the newest, with a map from key to its element. An expired
 // entry is a miss; nothing runs in the background. Lookups share a read
-// lock and allocate nothing. Every method is a no-op on a nil *denyCache.
+// lock and allocate nothing. The Limiter's is nil when off: its callers
+// check, so that a call with it off never enters this file.
 type denyCache struct {
-	max     int
-	forgets atomic.Uint64 // the epoch of store
+	max int
+	// forgets counts forget's calls: a call reads it (its epoch) before it
+	// asks Redis, and store keeps its denial only if it is unchanged.
+	forgets atomic.Uint64
 
 	mu    sync.RWMutex
 	index map[string]*list.Element // key -> its element in order
@@ -40,9 +43,6 @@ func newDenyCache(max int) *denyCache {
 // lookup returns key's cached denial, its waits counted down, for a call
 // of the same set and at least as many units, before its gate time.
 func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
-	if c == nil {
-		return Result{}, false
-	}
 	c.mu.RLock()
 	var e denial
 	if el, ok := c.index[key]; ok {
@@ -68,18 +68,10 @@ func (e *denial) at(now time.Time) (Result, bool) {
 	return res, true
 }
 
-// epoch returns the count of forgets so far, taken before a call asks Redis.
-func (c *denyCache) epoch() uint64 {
-	if c == nil {
-		return 0
-	}
-	return c.forgets.Load()
-}
-
 // store makes r, the denial of a call of n units with set for key sent at
 // sent, key's entry, unless a forget happened since epoch.
 func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epoch uint64, r Result) {
-	if c == nil || r.RetryAfter <= 0 { // an admission's is 0
+	if r.RetryAfter <= 0 { // an admission's is 0
 		return
 	}
 	e := denial{key: key, set: set, n: n, sent: sent, res: r}
@@ -111,9 +103,6 @@ func (c *denyCache) put(e denial) {
 
 // forget drops key's entry: a Refund or Reset may have committed.
 func (c *denyCache) forget(key string) {
-	if c == nil {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.forgets.Add(1)

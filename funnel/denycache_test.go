@@ -632,14 +632,30 @@ func TestDenyCacheHitAllocs(t *testing.T) {
 	}
 }
 
-// Every method of a nil cache (off) does nothing.
+// A Limiter whose cache is off (nil: its callers check) keeps nothing and
+// answers every denial from Redis, through Refund and Reset too.
 func TestDenyCacheNil(t *testing.T) {
-	var c *funnel.DenyCache
-	set := new(funnel.RuleSet)
-	c.Store("k", set, 1, time.Now(), c.Epoch(), funnel.Result{RetryAfter: time.Hour})
-	c.Forget("k")
-	if _, ok := c.Lookup("k", set, 1); ok || c.Len() != 0 || c.Epoch() != 0 {
-		t.Fatal("a nil cache answered")
+	b := testutil.Mini(t)
+	client := b.Client(t)
+	cmds := &testutil.CommandCounter{}
+	client.AddHook(cmds)
+	lim := mustLimiter(t, client, funnel.WithPrefix(b.Prefix))
+	ctx := context.Background()
+	rule := funnel.AtMost(1, time.Hour)
+	counted(t, lim, cmds, "k", 1, rule)
+	for i := 0; i < 2; i++ {
+		if res, n := counted(t, lim, cmds, "k", 1, rule); res.Allowed || n == 0 {
+			t.Fatalf("call %d: %+v, %d commands; want denied by Redis", i, res, n)
+		}
+	}
+	if err := lim.Refund(ctx, "other", 1, rule); err != nil {
+		t.Fatal(err)
+	}
+	if err := lim.Reset(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	if l := funnel.DenyCacheLen(lim); l != 0 {
+		t.Fatalf("a cache that is off holds %d entries", l)
 	}
 }
 

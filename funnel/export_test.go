@@ -36,7 +36,7 @@ func NewDenyCache(max int) *DenyCache { return newDenyCache(max) }
 func (c *denyCache) Lookup(key string, set *RuleSet, n int64) (Result, bool) {
 	return c.lookup(key, set, n)
 }
-func (c *denyCache) Epoch() uint64 { return c.epoch() }
+func (c *denyCache) Epoch() uint64 { return c.forgets.Load() }
 func (c *denyCache) Store(key string, set *RuleSet, n int64, sent time.Time, epoch uint64, r Result) {
 	c.store(key, set, n, sent, epoch, r)
 }

@@ -139,27 +139,29 @@ func (l *leader) admitAlone(now int64, how string, others bool) Result {
 	return d.result(rules)
 }
 
-// admitCall holds admit's arguments and keys in one allocation; the
-// deadline and the nonce go by pointer, as boxing them would allocate.
-type admitCall struct {
-	args     [2*setMax + 4]any
-	keys     [2]string
-	deadline int64
-	nonce    string
+// gateArgs holds a gate's arguments and keys in one allocation: admit.lua's
+// while the rules fit (setMax), returning.lua's, with its slices, for one
+// rule. Numbers and strings go by pointer (into it, exp or the values
+// seen): boxing each would allocate.
+type gateArgs struct {
+	args  [2*setMax + 4]any
+	keys  [2]string
+	nums  [7]int64
+	exp   [1]expectation
+	nonce string
 }
 
 // admit returns admit.lua's gate for n units, checking that lock is free
 // and writing only before the server time deadline.
 func (c call) admit(n int64, lock string, deadline int64, nonce string) mutex.Call {
-	m := &admitCall{deadline: deadline, nonce: nonce}
+	m := &gateArgs{keys: [2]string{c.key, lock}, nums: [7]int64{deadline}, nonce: nonce}
 	var args []any
 	if n == 1 { // into m.args while the rules fit (4: setMax)
 		args = append(m.args[:0], c.set.admit1...)
 	} else {
 		args = admitArgs(c.set.rules, c.set.ids, n)
 	}
-	args = append(args, &m.deadline, &m.nonce)
-	m.keys[0], m.keys[1] = c.key, lock
+	args = append(args, &m.nums[0], &m.nonce)
 	return mutex.Call{Fragment: admitGate, Keys: m.keys[:], Args: args}
 }
 
@@ -238,14 +240,11 @@ func (r rule) expect(seen string, n, est int64) (expectation, bool) {
 // seen, and the expectations sent; false when a rule cannot be decided there.
 func (c call) returning(n int64, lock string, seen []string, est, deadline int64, nonce string) (mutex.Call, []expectation, bool) {
 	k := len(c.set.rules)
-	// One allocation for the nonce, the keys and, with one rule, the call's
-	// slices.
-	m := &returningArgs{nonce: nonce}
+	m := &gateArgs{keys: [2]string{c.key, lock}, nonce: nonce}
 	exp, nums, args := m.exp[:], m.nums[:], m.args[:0]
 	if k > 1 {
 		exp, nums, args = make([]expectation, k), make([]int64, 6*k+1), make([]any, 0, 10*k+2)
 	}
-	// By pointer into nums, exp and seen: boxing each would allocate.
 	args = append(args, c.set.ids...)
 	for i, r := range c.set.rules {
 		e, ok := r.expect(seen[i], n, est)
@@ -261,16 +260,7 @@ func (c call) returning(n int64, lock string, seen []string, est, deadline int64
 	}
 	nums[6*k] = deadline
 	args = append(args, &nums[6*k], &m.nonce)
-	m.keys[0], m.keys[1] = c.key, lock
 	return mutex.Call{Keys: m.keys[:], Args: args}, exp, true
-}
-
-type returningArgs struct {
-	exp   [1]expectation
-	nums  [7]int64
-	args  [12]any
-	keys  [2]string
-	nonce string
 }
 
 // returned returns the levels the returning gate admitted the call on and
@@ -358,4 +348,19 @@ func (c *stateCache) store(key string, set *ruleSet, values []string, crowd *boo
 		e.crowded = *crowd
 	}
 	c.m.Put(key, seenState{set: set, values: values, crowded: e.crowded && values != nil})
+}
+
+// saw keeps the values of a read reply, {now, value...}, as the state seen
+// (with the state cache: l.cache).
+func (l *leader) saw(res any) {
+	arr, _ := res.([]any)
+	if len(arr) != len(l.c.set.rules)+1 {
+		return
+	}
+	values := make([]string, len(l.c.set.rules))
+	for i := range values {
+		values[i], _ = arr[i+1].(string)
+	}
+	l.seen = values
+	l.lim.states.store(l.c.key, l.c.set, values, nil)
 }

@@ -33,7 +33,9 @@ func (l *leader) settleRead(ctx context.Context, ws sealed, lk *mutex.Lock, res 
 	}
 	r.declined = declined
 	r.clock = l.lim.clock.sampled(r.now, l.recv)
-	l.saw(res)
+	if l.cache {
+		l.saw(res)
+	}
 	taken := l.decide(ws, r)
 	if taken > 0 && ws[0].err == nil {
 		return l.commit(ctx, ws, lk, r)
@@ -130,27 +132,10 @@ func (l *leader) wroteLate(ws sealed, now int64) (again bool) {
 
 func (l *leader) cacheDenials(ws sealed) {
 	for _, w := range ws {
-		if w.err == nil {
+		if w.err == nil && l.lim.denials != nil {
 			l.lim.denials.store(l.c.key, l.c.set, w.n, l.sent, l.epoch, w.res)
 		}
 	}
-}
-
-// saw keeps the values of a read reply, {now, value...}, as the state seen.
-func (l *leader) saw(res any) {
-	if !l.cache {
-		return
-	}
-	arr, _ := res.([]any)
-	if len(arr) != len(l.c.set.rules)+1 {
-		return
-	}
-	values := make([]string, len(l.c.set.rules))
-	for i := range values {
-		values[i], _ = arr[i+1].(string)
-	}
-	l.seen = values
-	l.lim.states.store(l.c.key, l.c.set, values, nil)
 }
 
 // wrote keeps the denials of ws in the deny cache and the values of their
