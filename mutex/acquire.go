@@ -124,6 +124,9 @@ func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Opti
 	if err := checkName(name); err != nil {
 		return lockConfig{}, err
 	}
+	if len(opts) == 0 {
+		return l.defaults, nil
+	}
 	return l.options(opts)
 }
 
