@@ -32,15 +32,8 @@ const (
 	inLocker = inNew | inQuorum
 )
 
-func (p place) String() string {
-	switch p {
-	case inNew:
-		return "New"
-	case inQuorum:
-		return "NewQuorum"
-	}
-	return "an acquisition"
-}
+// placeNames name the places in an error.
+var placeNames = [...]string{inNew: "New", inQuorum: "NewQuorum", inCall: "an acquisition"}
 
 type lockConfig struct {
 	ttl      time.Duration
@@ -54,7 +47,7 @@ func (o *option) check(at place) error {
 	case o.err != nil:
 		return o.err
 	case o.where&at == 0:
-		return fmt.Errorf("%w: %s is not an option of %v", ErrInvalid, o.name, at)
+		return fmt.Errorf("%w: %s is not an option of %s", ErrInvalid, o.name, placeNames[at])
 	}
 	return nil
 }
