@@ -280,12 +280,16 @@ func (l *Locker) runWithAck(ctx context.Context, script *redis.Script, keys []st
 		reply, err = l.run(ctx, script, keys, args, late)
 		return reply, nil, err
 	}
+	var lateAcked func(acked, error)
+	if late != nil {
+		lateAcked = func(a acked, err error) { late(a.reply, err) }
+	}
 	a, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (acked, error) {
 		if thenWait {
 			return l.runThenWait(ctx, script, keys, args)
 		}
 		return l.pipeWait(ctx, script, keys, args)
-	}, lateReply(late))
+	}, lateAcked)
 	return a.reply, a.short, reach.Mark(err)
 }
 
