@@ -124,6 +124,9 @@ func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Opti
 	if err := checkName(name); err != nil {
 		return lockConfig{}, err
 	}
+	if len(opts) == 0 {
+		return l.defaults, nil
+	}
 	return l.options(opts)
 }
 
@@ -244,12 +247,6 @@ func (single) acquire(ctx context.Context, l *Locker, name string, n *names, cfg
 	return r, res, err
 }
 
-// nativeSetter takes a free lock with a native SET NX PX [GET].
-type nativeSetter interface {
-	SetArgs(ctx context.Context, key string, value any, a redis.SetArgs) *redis.StatusCmd
-	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
-}
-
 // takeFree makes an attempt as one native SET NX PX, replying as
 // acquire.lua would (lease -1 on contention). A repeated SET finds its own
 // token: TryLock's has GET to tell; Lock's (followed) reports false when it
@@ -282,7 +279,7 @@ type freeSet struct {
 	getOld     bool
 }
 
-func (s freeSet) cmd(ctx context.Context, c nativeSetter) redis.Cmder {
+func (s freeSet) cmd(ctx context.Context, c redis.StringCmdable) redis.Cmder {
 	if s.getOld {
 		return c.SetArgs(ctx, s.key, s.value, redis.SetArgs{Mode: "NX", TTL: s.ttl, Get: true})
 	}

@@ -70,11 +70,7 @@ func PermitDeadline(p *Permit) time.Time {
 
 // SemRelease runs the release script for tok, a token of s (SemEnqueue's).
 func SemRelease(ctx context.Context, s *Semaphore, tok string) (int64, error) {
-	reply, err := s.l.run(ctx, semReleaseScript, s.keys, []any{tok, s.channel, recordTTL.Milliseconds(), ""}, nil)
-	if err != nil {
-		return 0, err
-	}
-	return integer(reply)
+	return SemReleaseFor(ctx, s, tok, recordTTL)
 }
 
 // SemTake runs the acquire script for a new token of s in TryAcquire's mode

@@ -19,11 +19,16 @@ type life struct {
 	renew    *renewal    // nil unless WithAutoRenew
 }
 
-// A lifeOwner is what a life belongs to: a lock's hold or a Permit.
+// A lifeOwner is what a life belongs to, and what renewLoop keeps alive: a
+// lock's hold or a Permit.
 type lifeOwner interface {
 	// endLocked ends the owner and its handles in phase p, once; mu is held.
 	endLocked(p phase)
-	renewer
+	// renewOnce extends the lease once and records it; held false with a
+	// nil error means it is gone.
+	renewOnce(ctx context.Context, lease time.Duration) (held bool, err error)
+	// lose ends it as lost: taken or gone, never re-acquired.
+	lose()
 }
 
 // drift is the margin by which the lease may end early on the client's
@@ -262,15 +267,6 @@ func (r *renewal) stopLocked() {
 	}
 }
 
-// A renewer is what renewLoop keeps alive: a hold or a Permit.
-type renewer interface {
-	// renewOnce extends the lease once and records it; held false with a
-	// nil error means it is gone.
-	renewOnce(ctx context.Context, lease time.Duration) (held bool, err error)
-	// lose ends it as lost: taken or gone, never re-acquired.
-	lose()
-}
-
 func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (bool, error) {
 	start := time.Now()
 	held, err := h.locker.dep.extend(ctx, h, "", lease, start)
@@ -280,7 +276,7 @@ func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (bool, error)
 	return held, err
 }
 
-func renewLoop(x renewer, r *renewal, lease time.Duration) {
+func renewLoop(x lifeOwner, r *renewal, lease time.Duration) {
 	defer close(r.done)
 	period := max(lease/3, time.Millisecond)
 	t := time.NewTimer(period)

@@ -43,8 +43,9 @@ type Locker struct {
 	dep      deployment    // single (New) or *quorum (NewQuorum)
 	defaults lockConfig    // an acquisition's without options, made once (box)
 	fenceMS  any           // fenceTTL in ms, boxed once for the scripts
-	// setNX is nil when the Locker needs the script (takeFree).
-	setNX              nativeSetter
+	// setNX takes a free lock with SET NX PX [GET] (takeFree); nil when the
+	// Locker needs the script.
+	setNX              redis.StringCmdable
 	scripted, noSetGet atomic.Bool
 	releases           *releases // numbers releases for their records (retrysafety.go)
 	// honours: the client bounds commands by ctx's deadline, so an unknown
@@ -93,7 +94,7 @@ func (l *Locker) wire() {
 	l.dial = outage.DialOf(l.client)
 	_, subscribes := l.client.(subscriber)
 	l.notify = l.notify && subscribes
-	if s, ok := l.runner.Scripter().(nativeSetter); ok && l.fenceTTL == 0 && l.acks == 0 {
+	if s, ok := l.runner.Scripter().(redis.StringCmdable); ok && l.fenceTTL == 0 && l.acks == 0 {
 		l.setNX = s
 	}
 	if p, ok := l.client.(interface{ Pipeline() redis.Pipeliner }); ok && !l.noBatch {

@@ -1,6 +1,7 @@
 package mutex
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"time"
@@ -31,15 +32,8 @@ const (
 	inLocker = inNew | inQuorum
 )
 
-func (p place) String() string {
-	switch p {
-	case inNew:
-		return "New"
-	case inQuorum:
-		return "NewQuorum"
-	}
-	return "an acquisition"
-}
+// placeNames name the places in an error.
+var placeNames = [...]string{inNew: "New", inQuorum: "NewQuorum", inCall: "an acquisition"}
 
 type lockConfig struct {
 	ttl      time.Duration
@@ -53,7 +47,7 @@ func (o *option) check(at place) error {
 	case o.err != nil:
 		return o.err
 	case o.where&at == 0:
-		return fmt.Errorf("%w: %s is not an option of %v", ErrInvalid, o.name, at)
+		return fmt.Errorf("%w: %s is not an option of %s", ErrInvalid, o.name, placeNames[at])
 	}
 	return nil
 }
@@ -93,12 +87,10 @@ func (l *Locker) options(opts []Option) (cfg lockConfig, err error) {
 			err = e
 			continue
 		}
-		c := o.o.call
-		if c.ttl > 0 {
-			cfg.ttl, cfg.ttlMS = c.ttl, c.ttlMS
-		}
-		cfg.renew = cfg.renew || c.renew
-		cfg.ackLater = cfg.ackLater || c.ackLater
+		c := o.o.call // what it sets: the rest is zero
+		cfg.ttl, cfg.ttlMS = cmp.Or(c.ttl, cfg.ttl), cmp.Or(c.ttlMS, cfg.ttlMS)
+		cfg.renew = cmp.Or(c.renew, cfg.renew)
+		cfg.ackLater = cmp.Or(c.ackLater, cfg.ackLater)
 	}
 	return cfg, err
 }
@@ -107,6 +99,14 @@ func (l *Locker) options(opts []Option) (cfg lockConfig, err error) {
 func checkDuration(what string, d time.Duration) error {
 	if d < time.Millisecond || d > MaxTTL {
 		return fmt.Errorf("%w: %s %v: want 1ms to %v", ErrInvalid, what, d, MaxTTL)
+	}
+	return nil
+}
+
+// atLeastMS refuses an interval under 1 ms.
+func atLeastMS(what string, d time.Duration) error {
+	if d < time.Millisecond {
+		return fmt.Errorf("%w: %s %v: want at least 1ms", ErrInvalid, what, d)
 	}
 	return nil
 }
@@ -166,29 +166,18 @@ func WithFencing() Option {
 // or *redis.ClusterClient (else New fails with ErrUnsupported), n >= 1 and
 // timeout >= 1 ms, below the client's ReadTimeout. An option of New only.
 func WithReplicaAck(n int, timeout time.Duration) Option {
-	var err error
-	switch {
-	case n < 1 || n > math.MaxInt32:
+	err := atLeastMS("replica acknowledgement within", timeout)
+	if n < 1 || n > math.MaxInt32 {
 		err = fmt.Errorf("%w: replica acknowledgement by %d replicas: want at least 1", ErrInvalid, n)
-	case timeout < time.Millisecond:
-		err = fmt.Errorf("%w: replica acknowledgement within %v: want at least 1ms", ErrInvalid, timeout)
 	}
 	return setting("WithReplicaAck", inNew, err, func(l *Locker, _ *quorum) { l.acks, l.ackTimeout = n, timeout })
-}
-
-func quorumOption(name, what string, d time.Duration, set func(*quorum)) Option {
-	var err error
-	if d < time.Millisecond {
-		err = fmt.Errorf("%w: %s %v: want at least 1ms", ErrInvalid, what, d)
-	}
-	return setting(name, inQuorum, err, func(_ *Locker, q *quorum) { set(q) })
 }
 
 // WithNodeTimeout bounds each node's part of a quorum call
 // (DefaultNodeTimeout if unset, or the TTL/10 when that is less). An option
 // of NewQuorum only.
 func WithNodeTimeout(d time.Duration) Option {
-	return quorumOption("WithNodeTimeout", "node timeout", d, func(q *quorum) { q.timeout = d })
+	return setting("WithNodeTimeout", inQuorum, atLeastMS("node timeout", d), func(_ *Locker, q *quorum) { q.timeout = d })
 }
 
 // WithRejoinDelay keeps a node out of every majority for d after it started
@@ -196,7 +185,7 @@ func WithNodeTimeout(d time.Duration) Option {
 // before its first lock. Make d longer than the longest lease. An option of
 // NewQuorum only.
 func WithRejoinDelay(d time.Duration) Option {
-	return quorumOption("WithRejoinDelay", "rejoin delay", d, func(q *quorum) { q.rejoin = d })
+	return setting("WithRejoinDelay", inQuorum, atLeastMS("rejoin delay", d), func(_ *Locker, q *quorum) { q.rejoin = d })
 }
 
 // WithAutoRenew keeps extending the lease until Unlock; a lock that renewal

@@ -102,13 +102,6 @@ func (l *Locker) runThenWait(ctx context.Context, script *redis.Script, keys []s
 	return acked{reply, l.short(wait)}, nil
 }
 
-func lateReply(late func(any, error)) func(acked, error) {
-	if late == nil {
-		return nil
-	}
-	return func(a acked, err error) { late(a.reply, err) }
-}
-
 // waitCmd returns the Locker's WAIT bounded by d (at least 1 ms: 0 waits forever).
 func (l *Locker) waitCmd(ctx context.Context, d time.Duration) *redis.IntCmd {
 	return redis.NewIntCmd(ctx, "wait", l.acks, max(d.Milliseconds(), 1))

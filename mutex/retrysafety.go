@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	_ "embed"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"slices"
 	"strings"
@@ -134,19 +135,9 @@ type orphans struct{ byName[names] }
 func (o *orphans) put(name string, n names) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, x := range o.m[name] {
-		if x.token == n.token {
-			return
-		}
+	if !slices.ContainsFunc(o.m[name], func(x names) bool { return x.token == n.token }) {
+		o.addLocked(name, n)
 	}
-	o.addLocked(name, n)
-}
-
-// claim removes token from name's memory. False means an attempt took it to
-// adopt the orphan (or it was forgotten): leave the lock alone.
-func (o *orphans) claim(name, token string) bool {
-	_, ok := o.remove(name, func(x names) bool { return x.token == token })
-	return ok
 }
 
 // spentLeases is how long, in leases, a spent token is looked for.
@@ -203,9 +194,9 @@ func (l *Locker) clearSpent(ctx context.Context, name string) bool {
 	if len(args) == 0 {
 		return false
 	}
-	reply, err := l.run(ctx, spentScript, []string{l.LockKey(name)}, args, nil)
-	i, ierr := integer(reply)
-	if err != nil || ierr != nil || i < 1 || i > int64(len(args)) {
+	reply, _ := l.run(ctx, spentScript, []string{l.LockKey(name)}, args, nil) // an error's reply is nil
+	i, err := integer(reply)
+	if err != nil || i < 1 || i > int64(len(args)) {
 		return false
 	}
 	l.spent.remove(name, func(t spentToken) bool { return t.token == args[i-1] })
@@ -227,9 +218,7 @@ type releases struct {
 func newReleases() *releases {
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+)
-	var b [stampDigits]byte
-	putHex(b[:], binary.BigEndian.Uint64(id[:]))
-	return &releases{owner: string(b[:]), next: 1}
+	return &releases{owner: hex.EncodeToString(id[:]), next: 1}
 }
 
 // A stamp is a release's number; every release of owner below mark has had
@@ -302,17 +291,15 @@ type unlockArgv struct {
 	rec, bound string
 }
 
-// hexDigits are lower-case, so that record.lua may compare stamps as text.
-const hexDigits = "0123456789abcdef"
-
 // stampDigits is the width of each part of a stamp: a 64-bit number in hex.
 const stampDigits = 16
 
+// putHex writes v to b[:stampDigits] in lower-case hex (hex.Encode's), so
+// that record.lua may compare stamps as text.
 func putHex(b []byte, v uint64) {
-	for i := stampDigits - 1; i >= 0; i-- {
-		b[i] = hexDigits[v&15]
-		v >>= 4
-	}
+	var raw [stampDigits / 2]byte
+	binary.BigEndian.PutUint64(raw[:], v)
+	hex.Encode(b, raw[:])
 }
 
 // end reports the reply of release seq (answered false: it may be repeated).
@@ -349,9 +336,14 @@ func (l *Locker) undoIf(h *hold, took bool, err error) {
 }
 
 // reclaim reports whether a late reply, or a repeated hand-over to h, may
-// act on h's lock: only if no attempt adopted h's token.
+// act on h's lock: only if no attempt adopted h's token, which it then
+// takes out of the orphan memory (not there: adopted, or forgotten).
 func (l *Locker) reclaim(h *hold) bool {
-	return !l.honours || l.orphans.claim(h.name, h.token)
+	if !l.honours {
+		return true
+	}
+	_, ok := l.orphans.remove(h.name, func(x names) bool { return x.token == h.token })
+	return ok
 }
 
 // unknownOutcome reports whether a command that failed with err may have

@@ -280,12 +280,16 @@ func (l *Locker) runWithAck(ctx context.Context, script *redis.Script, keys []st
 		reply, err = l.run(ctx, script, keys, args, late)
 		return reply, nil, err
 	}
+	var lateAcked func(acked, error)
+	if late != nil {
+		lateAcked = func(a acked, err error) { late(a.reply, err) }
+	}
 	a, err := ctxcall.Do(ctx, l.runner.Workers(ctx), func(ctx context.Context) (acked, error) {
 		if thenWait {
 			return l.runThenWait(ctx, script, keys, args)
 		}
 		return l.pipeWait(ctx, script, keys, args)
-	}, lateReply(late))
+	}, lateAcked)
 	return a.reply, a.short, reach.Mark(err)
 }
 
@@ -296,23 +300,20 @@ func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []stri
 
 // scriptCall returns a lock script's keys and arguments, the fragment's first.
 func scriptCall(call *Call, n *names, release bool, lockArgs ...any) ([]string, []any) {
-	var nk, na int
+	var ck []string
+	var ca []any
 	if call != nil {
-		nk, na = len(call.Keys), len(call.Args)
+		ck, ca = call.Keys, call.Args
 	}
 	var keys []string
 	var args []any
-	if nk+4 <= smallKeys && na+len(lockArgs) <= smallArgs {
+	if len(ck)+4 <= smallKeys && len(ca)+len(lockArgs) <= smallArgs {
 		small := new(smallCall) // one allocation for both
 		keys, args = small.keys[:0], small.args[:0]
 	} else {
-		keys, args = make([]string, 0, nk+4), make([]any, 0, na+len(lockArgs))
+		keys, args = make([]string, 0, len(ck)+4), make([]any, 0, len(ca)+len(lockArgs))
 	}
-	if call != nil {
-		keys = append(keys, call.Keys...)
-		args = append(args, call.Args...)
-	}
-	return lockKeys(keys, n, release), append(args, lockArgs...)
+	return lockKeys(append(keys, ck...), n, release), append(append(args, ca...), lockArgs...)
 }
 
 // smallCall holds the keys and arguments of a script call that fits.

@@ -154,19 +154,19 @@ func (l *Locker) names(name string) names {
 	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
 	tag := keyspace.Tag(name)
 	base := len(l.prefix) + len(tag) + 3 // <prefix>{<tag>}:
-	size := base + len("lock") + base + len("record:") + tokenLen + freeLen
+	size := base + len(kindLock) + base + len(kindRecord) + 1 + tokenLen + freeLen
 	if l.fenceTTL > 0 {
-		size += base + len("fence")
+		size += base + len(kindFence)
 	}
 	var b strings.Builder
 	b.Grow(size)
-	writeKey(&b, l.prefix, tag, "lock")
+	writeKey(&b, l.prefix, tag, kindLock)
 	keyEnd := b.Len()
 	if l.fenceTTL > 0 {
-		writeKey(&b, l.prefix, tag, "fence")
+		writeKey(&b, l.prefix, tag, kindFence)
 	}
 	fenceEnd := b.Len()
-	writeKey(&b, l.prefix, tag, "record")
+	writeKey(&b, l.prefix, tag, kindRecord)
 	recordEnd := b.Len()
 	// ":" and the token end the token's record key; the value follows.
 	var tail [1 + tokenLen + freeLen]byte
