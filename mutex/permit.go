@@ -160,7 +160,7 @@ func (single) semExtend(ctx context.Context, p *Permit, d time.Duration) (bool, 
 	return true, nil
 }
 
-// renewOnce is the Permit's renewer step (WithAutoRenew).
+// renewOnce is the Permit's lifeOwner step for WithAutoRenew.
 func (p *Permit) renewOnce(ctx context.Context, lease time.Duration) (bool, error) {
 	return p.s.dep.semExtend(ctx, p, lease)
 }
