@@ -3,9 +3,11 @@ package funnel
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/funnelguard/funnelguard/internal/keyspace"
 	"github.com/funnelguard/funnelguard/mutex"
@@ -159,18 +161,19 @@ func (lim *Limiter) ruleSet(rules []Rule) (*ruleSet, error) {
 
 // A memo caches what build makes of a key, for at most maxCompiled keys
 // (past them, it builds per call); the first value cached for a key wins.
-// It is safe for concurrent use.
+// It is safe for concurrent use. A read takes no lock: the map is never
+// changed once stored, and a new key stores a copy (at most maxCompiled
+// times), so calls on many cores do not contend on a reader count.
 type memo[K comparable, V any] struct {
-	mu sync.RWMutex
-	m  map[K]V
+	mu sync.Mutex // orders the copies
+	m  atomic.Pointer[map[K]V]
 }
 
 func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
-	c.mu.RLock()
-	v, ok := c.m[k]
-	c.mu.RUnlock()
-	if ok {
-		return v, nil
+	if p := c.m.Load(); p != nil {
+		if v, ok := (*p)[k]; ok {
+			return v, nil
+		}
 	}
 	v, err := build()
 	if err != nil {
@@ -178,14 +181,18 @@ func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if first, ok := c.m[k]; ok {
+	var old map[K]V
+	if p := c.m.Load(); p != nil {
+		old = *p
+	}
+	if first, ok := old[k]; ok {
 		return first, nil
 	}
-	if len(c.m) < maxCompiled {
-		if c.m == nil {
-			c.m = make(map[K]V)
-		}
-		c.m[k] = v
+	if len(old) < maxCompiled {
+		m := make(map[K]V, len(old)+1)
+		maps.Copy(m, old)
+		m[k] = v
+		c.m.Store(&m)
 	}
 	return v, nil
 }
