@@ -27,18 +27,23 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 // while it waits in a batch returns ctx's error, unless the batch decided
 // it meanwhile.
 func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Rule) (Result, error) {
-	c, err := lim.prepare(ctx, key, rules)
+	if err := lim.check(ctx, key); err != nil {
+		return Result{}, err
+	}
+	set, err := lim.ruleSet(rules)
 	if err != nil {
 		return Result{}, err
 	}
-	if err := checkN(c.set.rules, n); err != nil {
+	if err := checkN(set.rules, n); err != nil {
 		return Result{}, err
 	}
-	if lim.denials != nil {
-		if res, ok := lim.denials.lookup(c.key, c.set, n); ok {
+	if lim.denials != nil { // keyed by key: a cached denial makes no key
+		if res, ok := lim.denials.lookup(key, set, n); ok {
 			return res, nil
 		}
 	}
+	c := call{name: key, set: set}
+	c.key, c.lock = lim.keys(key)
 	if lim.alone {
 		return lim.allowAlone(ctx, c, n)
 	}
@@ -79,18 +84,22 @@ type call struct {
 
 // callOf returns the call of key without its rules (Reset's).
 func (lim *Limiter) callOf(ctx context.Context, key string) (call, error) {
-	switch {
-	case ctx == nil:
-		return call{}, ErrNilContext
-	case lim == nil:
-		return call{}, errNilLimiter
-	}
-	if err := checkKey(key); err != nil {
+	if err := lim.check(ctx, key); err != nil {
 		return call{}, err
 	}
 	c := call{name: key}
 	c.key, c.lock = lim.keys(key)
 	return c, nil
+}
+
+func (lim *Limiter) check(ctx context.Context, key string) error {
+	switch {
+	case ctx == nil:
+		return ErrNilContext
+	case lim == nil:
+		return errNilLimiter
+	}
+	return checkKey(key)
 }
 
 func (lim *Limiter) prepare(ctx context.Context, key string, rules []Rule) (call, error) {

@@ -92,7 +92,7 @@ func (lim *Limiter) locked(ctx context.Context, c call, read *mutex.Fragment, wr
 		}
 		_, err = lim.unlock(ctx, lk, &mutex.Call{Fragment: f, Keys: []string{c.key}, Args: args})
 		if lim.denials != nil { // after the commit, and after an error: it may have committed
-			lim.denials.forget(c.key)
+			lim.denials.forget(c.name)
 		}
 		if !errors.Is(err, mutex.ErrNotHeld) {
 			return err

@@ -2,6 +2,7 @@ package funnel
 
 import (
 	"container/list"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,19 +11,22 @@ import (
 // MaxDenyCache is the most keys WithDenyCache accepts.
 const MaxDenyCache = 1 << 24
 
-// denyCache remembers, per state key, a denial until its gate time
-// (WithDenyCache): the latest max keys stored, in a list from the oldest
-// stored to the newest, with a map from key to its element. An expired
-// entry is a miss; nothing runs in the background. Lookups share a read
-// lock and allocate nothing. The Limiter's is nil when off: its callers
-// check, so that a call with it off never enters this file.
+// denyCache remembers, per key (the caller's, unprefixed), a denial until
+// its gate time (WithDenyCache): the latest max keys stored, in a list from
+// the oldest stored to the newest, with a map from key to its element. An
+// expired entry is a miss; nothing runs in the background. A lookup takes
+// no lock and allocates nothing: entries maps each key to its denial, never
+// changed once stored, so cores reading one flooded key share it
+// read-only. The Limiter's is nil when off: its callers check, so that a
+// call with it off never enters this file.
 type denyCache struct {
 	max int
 	// forgets counts forget's calls: a call reads it (its epoch) before it
 	// asks Redis, and store keeps its denial only if it is unchanged.
 	forgets atomic.Uint64
+	entries sync.Map // key -> *denial, as index holds it
 
-	mu    sync.RWMutex
+	mu    sync.Mutex               // orders stores and forgets; guards:
 	index map[string]*list.Element // key -> its element in order
 	order list.List                // of *denial, at most max
 }
@@ -43,16 +47,14 @@ func newDenyCache(max int) *denyCache {
 // lookup returns key's cached denial, its waits counted down, for a call
 // of the same set and at least as many units, before its gate time.
 func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
-	c.mu.RLock()
-	var e denial
-	if el, ok := c.index[key]; ok {
-		e = *el.Value.(*denial)
-	}
-	c.mu.RUnlock()
-	if e.set != set || n < e.n { // a miss's zero e has no set
+	v, ok := c.entries.Load(key)
+	if !ok {
 		return Result{}, false
 	}
-	return e.at(time.Now())
+	if e := v.(*denial); e.set == set && n >= e.n {
+		return e.at(time.Now())
+	}
+	return Result{}, false
 }
 
 // at returns e's Result with its waits counted down to now, before its
@@ -74,7 +76,7 @@ func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epo
 	if r.RetryAfter <= 0 { // an admission's is 0
 		return
 	}
-	e := denial{key: key, set: set, n: n, sent: sent, res: r}
+	e := &denial{key: key, set: set, n: n, sent: sent, res: r}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// Under the lock, as forget counts: a forget is wholly before or after.
@@ -85,20 +87,30 @@ func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epo
 
 // put makes e the entry of its key, the newest; a new key past max takes
 // the oldest's element. c.mu is held.
-func (c *denyCache) put(e denial) {
+func (c *denyCache) put(e *denial) {
 	el, ok := c.index[e.key]
 	switch {
 	case ok:
+		e.key = el.Value.(*denial).key
 		c.order.MoveToBack(el)
 	case c.order.Len() < c.max:
-		el = c.order.PushBack(new(denial))
+		e.key = strings.Clone(e.key) // not a caller's buffer, kept alive
+		el = c.order.PushBack(e)
 	default:
+		e.key = strings.Clone(e.key)
 		el = c.order.Front()
-		delete(c.index, el.Value.(*denial).key)
+		c.drop(el.Value.(*denial).key)
 		c.order.MoveToBack(el)
 	}
+	el.Value = e
 	c.index[e.key] = el
-	*el.Value.(*denial) = e
+	c.entries.Store(e.key, e)
+}
+
+// drop takes key out of the maps. c.mu is held.
+func (c *denyCache) drop(key string) {
+	delete(c.index, key)
+	c.entries.Delete(key)
 }
 
 // forget drops key's entry: a Refund or Reset may have committed.
@@ -107,7 +119,7 @@ func (c *denyCache) forget(key string) {
 	defer c.mu.Unlock()
 	c.forgets.Add(1)
 	if el, ok := c.index[key]; ok {
-		delete(c.index, key)
+		c.drop(key)
 		c.order.Remove(el)
 	}
 }

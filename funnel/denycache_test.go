@@ -781,3 +781,48 @@ func BenchmarkDeniedCached(b *testing.B) {
 		})
 	}
 }
+
+// Lookups, which take no lock, racing stores, forgets and evictions on the
+// same keys: a hit is always the key's own denial (each names its key in
+// Rule), and the structure holds after.
+func TestDenyCacheLookupsRaceWrites(t *testing.T) {
+	const maxKeys, keys, ops = 8, 24, 20_000
+	c := funnel.NewDenyCache(maxKeys)
+	set := new(funnel.RuleSet)
+	key := func(r *rand.Rand) string { return "k" + strconv.Itoa(r.IntN(keys)) }
+	var wg sync.WaitGroup
+	var hits atomic.Int64
+	for g := range 4 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			for range ops {
+				k := key(r)
+				if r.IntN(4) == 0 {
+					c.Forget(k)
+				} else {
+					c.Store(k, set, 1, time.Now(), c.Epoch(), funnel.Result{Rule: k, RetryAfter: time.Hour})
+				}
+			}
+		})
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 2))
+			for range ops {
+				k := key(r)
+				if res, ok := c.Lookup(k, set, 1); ok {
+					hits.Add(1)
+					if res.Rule != k {
+						t.Errorf("Lookup(%q) answered %q's denial", k, res.Rule)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := c.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if hits.Load() == 0 {
+		t.Fatal("no lookup hit: the race proves nothing")
+	}
+}

@@ -48,16 +48,32 @@ func (c *denyCache) len() int {
 	if c == nil {
 		return 0
 	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return len(c.index)
 }
 
 // Check verifies the cache's structure: the list from oldest to newest
-// holds exactly the indexed keys, each once, and at most max of them.
+// holds exactly the indexed keys, each once, and at most max of them, and
+// the lock-free map holds each key's denial in the list, and no other key.
 func (c *denyCache) Check() error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	entries := 0
+	var bad error
+	c.entries.Range(func(k, v any) bool {
+		entries++
+		if el, ok := c.index[k.(string)]; !ok || el.Value != v {
+			bad = fmt.Errorf("the lock-free map holds %q, not as the list does", k)
+		}
+		return bad == nil
+	})
+	if bad != nil {
+		return bad
+	}
+	if entries != len(c.index) {
+		return fmt.Errorf("the lock-free map holds %d keys; %d indexed", entries, len(c.index))
+	}
 	if c.order.Len() > c.max {
 		return fmt.Errorf("%d entries, max %d", c.order.Len(), c.max)
 	}

@@ -133,7 +133,7 @@ func (l *leader) wroteLate(ws sealed, now int64) (again bool) {
 func (l *leader) cacheDenials(ws sealed) {
 	for _, w := range ws {
 		if w.err == nil && l.lim.denials != nil {
-			l.lim.denials.store(l.c.key, l.c.set, w.n, l.sent, l.epoch, w.res)
+			l.lim.denials.store(l.c.name, l.c.set, w.n, l.sent, l.epoch, w.res)
 		}
 	}
 }
