@@ -87,7 +87,10 @@ func (l *life) expireLocked(o lifeOwner) bool {
 // endedLocked returns the cause of s's handle once it has ended, else nil.
 func (l *life) endedLocked(o lifeOwner, s *lifeSignal) error {
 	l.expireLocked(o)
-	return s.causeLocked()
+	if s.phase >= released {
+		return s.phase.cause()
+	}
+	return nil
 }
 
 // watchedLocked is endedLocked that starts the deadline timer while open.
@@ -202,13 +205,6 @@ func (s *lifeSignal) endLocked(p phase) {
 	}
 	s.phase = p
 	s.fireLocked(p.cause())
-}
-
-func (s *lifeSignal) causeLocked() error {
-	if s.phase >= released {
-		return s.phase.cause()
-	}
-	return nil
 }
 
 func (s *lifeSignal) doneLocked(ended error) <-chan struct{} {

@@ -24,9 +24,6 @@ func opErr(op, name string, err error) error {
 // its cancellation does not. After a Redis error the handle stays held: call
 // Unlock again.
 func (lk *Lock) Unlock(ctx context.Context) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
 	_, err := lk.release(ctx, nil)
 	return err
 }
@@ -37,12 +34,6 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 // the first run's result (ErrResultUnknown for a table), or runs the
 // fragment if it had not.
 func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
-	if ctx == nil {
-		return nil, ErrNilContext
-	}
-	if err := call.check(lk.dep()); err != nil {
-		return nil, err
-	}
 	return lk.release(ctx, &call)
 }
 
@@ -73,6 +64,14 @@ type release struct {
 }
 
 func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
+	switch {
+	case ctx == nil:
+		return nil, ErrNilContext
+	case call != nil:
+		if err := call.check(lk.dep()); err != nil {
+			return nil, err
+		}
+	}
 	if lk == nil {
 		return nil, ErrNotHeld
 	}

@@ -139,7 +139,7 @@ func (s *Semaphore) check(ctx context.Context, n int64, opts []Option) (lockConf
 // what tok may hold (cancel).
 func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lockConfig, mode string) ([]int64, error) {
 	args := []any{tok, n, s.size, cfg.ttl.Milliseconds(), mode, s.waitLease().Milliseconds(), s.channel}
-	reply, short, err := s.l.runAcked(ctx, semAcquireScript, s.keys, args, nil)
+	reply, short, err := s.l.runWithAck(ctx, semAcquireScript, s.keys, args, false, false, nil)
 	if err != nil {
 		if unknownOutcome(err) {
 			s.cancel(ctx, tok)

@@ -293,11 +293,6 @@ func (l *Locker) runWithAck(ctx context.Context, script *redis.Script, keys []st
 	return a.reply, a.short, reach.Mark(err)
 }
 
-// runAcked is run, then WAIT in the same round trip if replicas must ack.
-func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (reply any, short, err error) {
-	return l.runWithAck(ctx, script, keys, args, false, false, late)
-}
-
 // scriptCall returns a lock script's keys and arguments, the fragment's first.
 func scriptCall(call *Call, n *names, release bool, lockArgs ...any) ([]string, []any) {
 	var ck []string
@@ -313,7 +308,14 @@ func scriptCall(call *Call, n *names, release bool, lockArgs ...any) ([]string, 
 	} else {
 		keys, args = make([]string, 0, len(ck)+4), make([]any, 0, len(ca)+len(lockArgs))
 	}
-	return lockKeys(append(keys, ck...), n, release), append(append(args, ca...), lockArgs...)
+	keys = append(append(keys, ck...), n.key)
+	if release {
+		keys = append(keys, n.nkey, n.tkey)
+	}
+	if n.fkey != "" {
+		keys = append(keys, n.fkey)
+	}
+	return keys, append(append(args, ca...), lockArgs...)
 }
 
 // smallCall holds the keys and arguments of a script call that fits.
