@@ -124,7 +124,6 @@ func (l *life) checkDeadline(o lifeOwner) {
 	o.endLocked(lost)
 }
 
-// end ends o in phase p (released or lost), once.
 func (l *life) end(o lifeOwner, p phase) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -150,7 +149,6 @@ func (l *life) leaseDeadline(o lifeOwner, s *lifeSignal) (time.Time, bool) {
 	return l.deadline, ok
 }
 
-// startRenew starts renewing the lease if cfg asks for it (WithAutoRenew).
 func (l *life) startRenew(o lifeOwner, cfg lockConfig) {
 	if !cfg.renew {
 		return
@@ -169,13 +167,13 @@ func (l *life) startRenew(o lifeOwner, cfg lockConfig) {
 func (l *life) stopRenew() {
 	l.mu.Lock()
 	r := l.renew
-	if r != nil {
-		r.stopLocked()
+	if r == nil {
+		l.mu.Unlock()
+		return
 	}
+	r.stopLocked()
 	l.mu.Unlock()
-	if r != nil {
-		<-r.done
-	}
+	<-r.done
 }
 
 // A lifeSignal is a handle's phase, Done's channel and Context's contexts,

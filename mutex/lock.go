@@ -317,13 +317,13 @@ func (h *hold) release(lk *Lock, last bool) {
 	h.mu.Lock()
 	h.handles = slices.DeleteFunc(h.handles, func(x *Lock) bool { return x == lk })
 	lk.endLocked(released)
-	if last {
-		h.endLocked(released)
+	if !last {
+		h.mu.Unlock()
+		return
 	}
+	h.endLocked(released)
 	h.mu.Unlock()
-	if last {
-		h.locker.dep.spend(h)
-	}
+	h.locker.dep.spend(h)
 }
 
 // lose ends every handle as lost: Redis reported the lock gone. While one is

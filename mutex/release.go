@@ -242,7 +242,11 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 	case left != 0:
 		r.cancelHandOver() // Redis still counts open handles
 	case r.next != nil && !undo:
-		r.giveNext(fence, start)
+		nh, nlk := r.nh, &Lock{hold: r.nh}
+		nh.fence = fence
+		nh.add(nlk, start, r.lease)
+		nh.startRenew(nh, r.next.cfg)
+		r.l.handedOver(r.h.name, r.next, nlk)
 	default:
 		if r.nh != nil {
 			// Undone, or handed to nh by an earlier run for a waiter that has gone.
@@ -252,15 +256,6 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 		r.l.released(r.h.name)
 	}
 	return short
-}
-
-func (r *release) giveNext(fence int64, start time.Time) {
-	nh := r.nh
-	nh.fence = fence
-	nlk := &Lock{hold: nh}
-	nh.add(nlk, start, r.lease)
-	nh.startRenew(nh, r.next.cfg)
-	r.l.handedOver(r.h.name, r.next, nlk)
 }
 
 // unlessMarked prefixes the next owner's token for a hand-over that yields
@@ -312,7 +307,6 @@ func (lk *Lock) unsureOf(err error, next handOff, start time.Time) {
 	}
 }
 
-// dropWait is how long drop waits for its release.
 const dropWait = 100 * time.Millisecond
 
 func (lk *Lock) drop() {

@@ -116,7 +116,6 @@ func (single) semTry(ctx context.Context, s *Semaphore, tok string, n int64, cfg
 	return s.newPermit(tok, n, cfg, start, r[1], r[2], r[3]), nil
 }
 
-// check validates an acquisition.
 func (s *Semaphore) check(ctx context.Context, n int64, opts []Option) (lockConfig, error) {
 	if ctx == nil {
 		return lockConfig{}, ErrNilContext

@@ -86,27 +86,22 @@ func (b *batcher) free(err error) {
 }
 
 func (b *batcher) do(q *queued) (redis.Cmder, error) {
-	b.enqueue(q)
+	b.mu.Lock()
+	q.done = make(chan struct{})
+	b.queue = append(b.queue, q)
+	if b.busy < batchSlots {
+		b.busy++
+		b.mu.Unlock()
+		go b.drain()
+	} else {
+		b.mu.Unlock()
+	}
 	select {
 	case <-q.done:
 		return q.answer()
 	case <-q.ctx.Done():
 	}
 	return b.leave(q)
-}
-
-func (b *batcher) enqueue(q *queued) {
-	b.mu.Lock()
-	q.done = make(chan struct{})
-	b.queue = append(b.queue, q)
-	start := b.busy < batchSlots
-	if start {
-		b.busy++
-	}
-	b.mu.Unlock()
-	if start {
-		go b.drain()
-	}
 }
 
 func (q *queued) answer() (redis.Cmder, error) {
@@ -318,7 +313,6 @@ func scriptCall(call *Call, n *names, release bool, lockArgs ...any) ([]string, 
 	return keys, append(append(args, ca...), lockArgs...)
 }
 
-// smallCall holds the keys and arguments of a script call that fits.
 type smallCall struct {
 	keys [smallKeys]string
 	args [smallArgs]any
