@@ -349,7 +349,6 @@ func unknownOutcome(err error) bool {
 	return err != nil && err != redis.Nil && !isReply(err)
 }
 
-// isReply reports whether err is an error reply of Redis.
 func isReply(err error) bool {
 	var reply redis.Error
 	return errors.As(err, &reply)

@@ -75,11 +75,9 @@ func (l *Locker) Semaphore(name string, size int64) (*Semaphore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Semaphore{l: l, name: name, size: size, dep: dep, channel: keyspace.Key(l.prefix, name, kindSem+":granted")}
-	for _, kind := range []string{kindSem, kindSem + ":ends", kindSem + ":queue"} {
-		s.keys = append(s.keys, keyspace.Key(l.prefix, name, kind))
-	}
-	return s, nil
+	key := func(kind string) string { return keyspace.Key(l.prefix, name, kind) }
+	keys := []string{key(kindSem), key(kindSem + ":ends"), key(kindSem + ":queue")}
+	return &Semaphore{l: l, name: name, size: size, dep: dep, keys: keys, channel: key(kindSem + ":granted")}, nil
 }
 
 // Name returns the semaphore's name.
@@ -172,7 +170,6 @@ func (s *Semaphore) newPermit(tok string, n int64, cfg lockConfig, start time.Ti
 	return p
 }
 
-// semNums reads a semaphore script's array reply of integers.
 func semNums(reply any) ([]int64, error) {
 	arr, ok := reply.([]any)
 	if !ok || len(arr) < 2 {
