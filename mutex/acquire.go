@@ -30,22 +30,18 @@ func (l *Locker) TryLockWith(ctx context.Context, name string, call Call, opts .
 
 // obtain is TryLock's one attempt, or Lock's wait when wait is set, unless
 // ctx carries the lock: then either re-enters it.
-func (l *Locker) obtain(ctx context.Context, name string, call *Call, opts []Option, wait bool) (lk *Lock, res any, err error) {
+func (l *Locker) obtain(ctx context.Context, name string, call *Call, opts []Option, wait bool) (*Lock, any, error) {
 	cfg, err := l.begin(ctx, name, call, opts)
 	if err != nil {
 		return nil, nil, err
 	}
 	switch h := ownerOf(ctx, l, name); {
 	case h != nil:
-		lk, res, err = l.reenter(ctx, h, cfg, call)
+		return l.reenter(ctx, h, cfg, call)
 	case wait:
 		return l.lock(ctx, name, cfg, call)
-	default:
-		lk, _, res, err = l.take(ctx, name, cfg, call, tryOnce)
 	}
-	if errors.Is(err, ErrDeclined) {
-		l.declined(name) // waiters of this Locker for name likely hear "no" too
-	}
+	lk, _, res, err := l.take(ctx, name, cfg, call, tryOnce)
 	return lk, res, err
 }
 
@@ -124,9 +120,6 @@ func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Opti
 	if err := checkName(name); err != nil {
 		return lockConfig{}, err
 	}
-	if len(opts) == 0 {
-		return l.defaults, nil
-	}
 	return l.options(opts)
 }
 
@@ -175,8 +168,9 @@ func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Ca
 	})
 	switch {
 	case err != nil:
-		return nil, -1, nil, fmt.Errorf("mutex: acquire %q: %w", name, err)
+		return nil, -1, nil, opErr("acquire", name, err)
 	case r[0] == declinedReply:
+		l.declined(name) // waiters of this Locker for name likely hear "no" too
 		return nil, -1, res, ErrDeclined
 	case r[0] != 1:
 		return nil, time.Duration(r[1]) * time.Millisecond, res, ErrLocked
@@ -375,8 +369,9 @@ func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Cal
 		// The owning lock ended meanwhile (a ctx it carries ends then too).
 		return nil, nil, fmt.Errorf("%w: re-entry of %q, whose owning lock ended meanwhile", ErrNotHeld, h.name)
 	case err != nil:
-		return nil, nil, fmt.Errorf("mutex: acquire %q: %w", h.name, err)
+		return nil, nil, opErr("acquire", h.name, err)
 	case r[0] == declinedReply:
+		l.declined(h.name)
 		return nil, res, ErrDeclined
 	case r[0] != 1:
 		h.lose()

@@ -87,7 +87,10 @@ func (l *life) expireLocked(o lifeOwner) bool {
 // endedLocked returns the cause of s's handle once it has ended, else nil.
 func (l *life) endedLocked(o lifeOwner, s *lifeSignal) error {
 	l.expireLocked(o)
-	return s.causeLocked()
+	if s.phase >= released {
+		return s.phase.cause()
+	}
+	return nil
 }
 
 // watchedLocked is endedLocked that starts the deadline timer while open.
@@ -121,7 +124,6 @@ func (l *life) checkDeadline(o lifeOwner) {
 	o.endLocked(lost)
 }
 
-// end ends o in phase p (released or lost), once.
 func (l *life) end(o lifeOwner, p phase) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -147,7 +149,6 @@ func (l *life) leaseDeadline(o lifeOwner, s *lifeSignal) (time.Time, bool) {
 	return l.deadline, ok
 }
 
-// startRenew starts renewing the lease if cfg asks for it (WithAutoRenew).
 func (l *life) startRenew(o lifeOwner, cfg lockConfig) {
 	if !cfg.renew {
 		return
@@ -166,13 +167,13 @@ func (l *life) startRenew(o lifeOwner, cfg lockConfig) {
 func (l *life) stopRenew() {
 	l.mu.Lock()
 	r := l.renew
-	if r != nil {
-		r.stopLocked()
+	if r == nil {
+		l.mu.Unlock()
+		return
 	}
+	r.stopLocked()
 	l.mu.Unlock()
-	if r != nil {
-		<-r.done
-	}
+	<-r.done
 }
 
 // A lifeSignal is a handle's phase, Done's channel and Context's contexts,
@@ -202,13 +203,6 @@ func (s *lifeSignal) endLocked(p phase) {
 	}
 	s.phase = p
 	s.fireLocked(p.cause())
-}
-
-func (s *lifeSignal) causeLocked() error {
-	if s.phase >= released {
-		return s.phase.cause()
-	}
-	return nil
 }
 
 func (s *lifeSignal) doneLocked(ended error) <-chan struct{} {

@@ -18,7 +18,7 @@ func (lk *Lock) Run(ctx context.Context, call Call) (any, error) {
 	defer lk.hold.exit()
 	h := lk.hold
 	keys, args := scriptCall(&call, &names{key: h.key}, false, h.token, argID(lk.id))
-	reply, short, err := h.locker.runAcked(ctx, call.Fragment.held, keys, args, nil)
+	reply, short, err := h.locker.runWithAck(ctx, call.Fragment.held, keys, args, false, false, nil)
 	if err != nil {
 		return nil, opErr("run", h.name, err)
 	}
@@ -89,7 +89,8 @@ func (single) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 }
 
 func (single) extend(ctx context.Context, h *hold, id string, lease time.Duration, _ time.Time) (bool, error) {
-	reply, short, err := h.locker.runAcked(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, nil)
+	args := []any{h.token, id, lease.Milliseconds()}
+	reply, short, err := h.locker.runWithAck(ctx, extendScript, []string{h.key}, args, false, false, nil)
 	if err != nil {
 		return false, err
 	}
@@ -249,18 +250,6 @@ func newHold(l *Locker, name string, n names) *hold {
 	return &hold{locker: l, name: name, names: n, valueArg: n.value}
 }
 
-// lockKeys appends a lock script's keys.
-func lockKeys(keys []string, n *names, release bool) []string {
-	keys = append(keys, n.key)
-	if release {
-		keys = append(keys, n.nkey, n.tkey)
-	}
-	if n.fkey != "" {
-		keys = append(keys, n.fkey)
-	}
-	return keys
-}
-
 // add records a handle obtained by a script sent at start.
 func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 	h.mu.Lock()
@@ -328,13 +317,13 @@ func (h *hold) release(lk *Lock, last bool) {
 	h.mu.Lock()
 	h.handles = slices.DeleteFunc(h.handles, func(x *Lock) bool { return x == lk })
 	lk.endLocked(released)
-	if last {
-		h.endLocked(released)
+	if !last {
+		h.mu.Unlock()
+		return
 	}
+	h.endLocked(released)
 	h.mu.Unlock()
-	if last {
-		h.locker.dep.spend(h)
-	}
+	h.locker.dep.spend(h)
 }
 
 // lose ends every handle as lost: Redis reported the lock gone. While one is

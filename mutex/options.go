@@ -103,7 +103,6 @@ func checkDuration(what string, d time.Duration) error {
 	return nil
 }
 
-// atLeastMS refuses an interval under 1 ms.
 func atLeastMS(what string, d time.Duration) error {
 	if d < time.Millisecond {
 		return fmt.Errorf("%w: %s %v: want at least 1ms", ErrInvalid, what, d)

@@ -145,7 +145,8 @@ func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
 // (WithReplicaAck), then records the new lease.
 func (single) semExtend(ctx context.Context, p *Permit, d time.Duration) (bool, error) {
 	s, start := p.s, time.Now()
-	reply, short, err := s.l.runAcked(ctx, semExtendScript, s.keys, []any{p.token, d.Milliseconds()}, nil)
+	args := []any{p.token, d.Milliseconds()}
+	reply, short, err := s.l.runWithAck(ctx, semExtendScript, s.keys, args, false, false, nil)
 	if err != nil {
 		return false, err
 	}

@@ -159,7 +159,6 @@ func (s *waitState) try(ctx context.Context, head bool) (time.Duration, outcome,
 	case err == nil:
 		return 0, s.leave(lk, res, nil), true
 	case errors.Is(err, ErrDeclined):
-		s.l.declined(s.name)
 		return 0, s.leave(nil, res, err), true
 	case ctx.Err() != nil:
 		return 0, s.leave(nil, nil, errors.Join(ErrNotObtained, ctx.Err())), true
@@ -199,10 +198,6 @@ func (s *waitState) stopTimer() {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
-}
-
-func (s *waitState) leave(lk *Lock, res any, err error) outcome {
-	return s.l.leave(s.name, s.w, outcome{lk: lk, res: res, err: err})
 }
 
 // A turn is what a waiter learns when it wakes (headOf).
@@ -270,9 +265,11 @@ func (l *Locker) failWaiters(name string, from *waiter, err error) {
 	})
 }
 
-// leave takes w out of its queue and returns o, which has a lock or an
-// error: a lock handed to w meanwhile is dropped.
-func (l *Locker) leave(name string, w *waiter, o outcome) outcome {
+// leave takes the waiter out of its queue and returns the outcome of lk, res
+// and err, which has a lock or an error: a lock handed to it meanwhile is
+// dropped.
+func (s *waitState) leave(lk *Lock, res any, err error) outcome {
+	l, w := s.l, s.w
 	l.mu.Lock()
 	for w.handing {
 		l.mu.Unlock()
@@ -280,17 +277,17 @@ func (l *Locker) leave(name string, w *waiter, o outcome) outcome {
 		l.mu.Lock()
 	}
 	var unsub func() // nil: w was handed a lock, and left the queue
-	if q := l.queues[name]; q != nil && slices.Contains(q.waiters, w) {
-		unsub = l.removeLocked(name, w, o.lk != nil)
+	if q := l.queues[s.name]; q != nil && slices.Contains(q.waiters, w) {
+		unsub = l.removeLocked(s.name, w, lk != nil)
 	}
 	l.mu.Unlock()
 	if unsub != nil {
 		unsub()
-		return o
+	} else {
+		got := <-w.got // sent right after w left the queue
+		got.drop()
 	}
-	got := <-w.got // sent right after w left the queue
-	got.drop()
-	return o
+	return outcome{lk: lk, res: res, err: err}
 }
 
 // removeLocked takes w out of its queue (it is queued: leave checks, and a

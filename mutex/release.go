@@ -24,9 +24,6 @@ func opErr(op, name string, err error) error {
 // its cancellation does not. After a Redis error the handle stays held: call
 // Unlock again.
 func (lk *Lock) Unlock(ctx context.Context) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
 	_, err := lk.release(ctx, nil)
 	return err
 }
@@ -37,12 +34,6 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 // the first run's result (ErrResultUnknown for a table), or runs the
 // fragment if it had not.
 func (lk *Lock) UnlockWith(ctx context.Context, call Call) (any, error) {
-	if ctx == nil {
-		return nil, ErrNilContext
-	}
-	if err := call.check(lk.dep()); err != nil {
-		return nil, err
-	}
 	return lk.release(ctx, &call)
 }
 
@@ -73,6 +64,14 @@ type release struct {
 }
 
 func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
+	switch {
+	case ctx == nil:
+		return nil, ErrNilContext
+	case call != nil:
+		if err := call.check(lk.dep()); err != nil {
+			return nil, err
+		}
+	}
 	if lk == nil {
 		return nil, ErrNotHeld
 	}
@@ -243,7 +242,11 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 	case left != 0:
 		r.cancelHandOver() // Redis still counts open handles
 	case r.next != nil && !undo:
-		r.giveNext(fence, start)
+		nh, nlk := r.nh, &Lock{hold: r.nh}
+		nh.fence = fence
+		nh.add(nlk, start, r.lease)
+		nh.startRenew(nh, r.next.cfg)
+		r.l.handedOver(r.h.name, r.next, nlk)
 	default:
 		if r.nh != nil {
 			// Undone, or handed to nh by an earlier run for a waiter that has gone.
@@ -253,15 +256,6 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 		r.l.released(r.h.name)
 	}
 	return short
-}
-
-func (r *release) giveNext(fence int64, start time.Time) {
-	nh := r.nh
-	nh.fence = fence
-	nlk := &Lock{hold: nh}
-	nh.add(nlk, start, r.lease)
-	nh.startRenew(nh, r.next.cfg)
-	r.l.handedOver(r.h.name, r.next, nlk)
 }
 
 // unlessMarked prefixes the next owner's token for a hand-over that yields
@@ -313,7 +307,6 @@ func (lk *Lock) unsureOf(err error, next handOff, start time.Time) {
 	}
 }
 
-// dropWait is how long drop waits for its release.
 const dropWait = 100 * time.Millisecond
 
 func (lk *Lock) drop() {

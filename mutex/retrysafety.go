@@ -2,7 +2,6 @@ package mutex
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
 	"encoding/binary"
 	"encoding/hex"
@@ -216,9 +215,7 @@ type releases struct {
 }
 
 func newReleases() *releases {
-	var id [8]byte
-	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return &releases{owner: hex.EncodeToString(id[:]), next: 1}
+	return &releases{owner: newSemToken()[:stampDigits], next: 1} // random hex, as a token's
 }
 
 // A stamp is a release's number; every release of owner below mark has had
@@ -352,7 +349,6 @@ func unknownOutcome(err error) bool {
 	return err != nil && err != redis.Nil && !isReply(err)
 }
 
-// isReply reports whether err is an error reply of Redis.
 func isReply(err error) bool {
 	var reply redis.Error
 	return errors.As(err, &reply)

@@ -116,7 +116,6 @@ func ints(reply any, min int) ([3]int64, []any, error) {
 	return out, arr[min:], nil
 }
 
-// acquired reads an acquire script's reply.
 func acquired(reply any) ([3]int64, any, error) {
 	if arr, ok := reply.([]any); ok && len(arr) > 0 && arr[0] == any(int64(declinedReply)) {
 		return [3]int64{declinedReply}, arr[1:], nil

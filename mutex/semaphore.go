@@ -75,11 +75,9 @@ func (l *Locker) Semaphore(name string, size int64) (*Semaphore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Semaphore{l: l, name: name, size: size, dep: dep, channel: keyspace.Key(l.prefix, name, kindSem+":granted")}
-	for _, kind := range []string{kindSem, kindSem + ":ends", kindSem + ":queue"} {
-		s.keys = append(s.keys, keyspace.Key(l.prefix, name, kind))
-	}
-	return s, nil
+	key := func(kind string) string { return keyspace.Key(l.prefix, name, kind) }
+	keys := []string{key(kindSem), key(kindSem + ":ends"), key(kindSem + ":queue")}
+	return &Semaphore{l: l, name: name, size: size, dep: dep, keys: keys, channel: key(kindSem + ":granted")}, nil
 }
 
 // Name returns the semaphore's name.
@@ -116,7 +114,6 @@ func (single) semTry(ctx context.Context, s *Semaphore, tok string, n int64, cfg
 	return s.newPermit(tok, n, cfg, start, r[1], r[2], r[3]), nil
 }
 
-// check validates an acquisition.
 func (s *Semaphore) check(ctx context.Context, n int64, opts []Option) (lockConfig, error) {
 	if ctx == nil {
 		return lockConfig{}, ErrNilContext
@@ -139,7 +136,7 @@ func (s *Semaphore) check(ctx context.Context, n int64, opts []Option) (lockConf
 // what tok may hold (cancel).
 func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lockConfig, mode string) ([]int64, error) {
 	args := []any{tok, n, s.size, cfg.ttl.Milliseconds(), mode, s.waitLease().Milliseconds(), s.channel}
-	reply, short, err := s.l.runAcked(ctx, semAcquireScript, s.keys, args, nil)
+	reply, short, err := s.l.runWithAck(ctx, semAcquireScript, s.keys, args, false, false, nil)
 	if err != nil {
 		if unknownOutcome(err) {
 			s.cancel(ctx, tok)
@@ -173,7 +170,6 @@ func (s *Semaphore) newPermit(tok string, n int64, cfg lockConfig, start time.Ti
 	return p
 }
 
-// semNums reads a semaphore script's array reply of integers.
 func semNums(reply any) ([]int64, error) {
 	arr, ok := reply.([]any)
 	if !ok || len(arr) < 2 {

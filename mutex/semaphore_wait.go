@@ -165,7 +165,6 @@ func (w *semWaiter) listen(ctx context.Context, first bool) bool {
 	return true
 }
 
-// leave stops listening for the waiter's grants.
 func (w *semWaiter) leave() {
 	if !w.subscribed {
 		return

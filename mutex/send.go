@@ -86,27 +86,22 @@ func (b *batcher) free(err error) {
 }
 
 func (b *batcher) do(q *queued) (redis.Cmder, error) {
-	b.enqueue(q)
+	b.mu.Lock()
+	q.done = make(chan struct{})
+	b.queue = append(b.queue, q)
+	if b.busy < batchSlots {
+		b.busy++
+		b.mu.Unlock()
+		go b.drain()
+	} else {
+		b.mu.Unlock()
+	}
 	select {
 	case <-q.done:
 		return q.answer()
 	case <-q.ctx.Done():
 	}
 	return b.leave(q)
-}
-
-func (b *batcher) enqueue(q *queued) {
-	b.mu.Lock()
-	q.done = make(chan struct{})
-	b.queue = append(b.queue, q)
-	start := b.busy < batchSlots
-	if start {
-		b.busy++
-	}
-	b.mu.Unlock()
-	if start {
-		go b.drain()
-	}
 }
 
 func (q *queued) answer() (redis.Cmder, error) {
@@ -293,11 +288,6 @@ func (l *Locker) runWithAck(ctx context.Context, script *redis.Script, keys []st
 	return a.reply, a.short, reach.Mark(err)
 }
 
-// runAcked is run, then WAIT in the same round trip if replicas must ack.
-func (l *Locker) runAcked(ctx context.Context, script *redis.Script, keys []string, args []any, late func(any, error)) (reply any, short, err error) {
-	return l.runWithAck(ctx, script, keys, args, false, false, late)
-}
-
 // scriptCall returns a lock script's keys and arguments, the fragment's first.
 func scriptCall(call *Call, n *names, release bool, lockArgs ...any) ([]string, []any) {
 	var ck []string
@@ -313,10 +303,16 @@ func scriptCall(call *Call, n *names, release bool, lockArgs ...any) ([]string, 
 	} else {
 		keys, args = make([]string, 0, len(ck)+4), make([]any, 0, len(ca)+len(lockArgs))
 	}
-	return lockKeys(append(keys, ck...), n, release), append(append(args, ca...), lockArgs...)
+	keys = append(append(keys, ck...), n.key)
+	if release {
+		keys = append(keys, n.nkey, n.tkey)
+	}
+	if n.fkey != "" {
+		keys = append(keys, n.fkey)
+	}
+	return keys, append(append(args, ca...), lockArgs...)
 }
 
-// smallCall holds the keys and arguments of a script call that fits.
 type smallCall struct {
 	keys [smallKeys]string
 	args [smallArgs]any
