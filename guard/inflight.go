@@ -57,9 +57,15 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	var p *mutex.Permit
-	busy := false
+	busy := false // a wait in sem's queue ended without a permit at cctx's deadline
 	err = g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {
-		p, busy, err = g.takePermit(cctx, sem)
+		if p, err = sem.TryAcquire(cctx, 1, g.permit...); !errors.Is(err, mutex.ErrNoPermits) {
+			return err
+		}
+		// Redis has just answered: a wait that ends without a permit is one
+		// for the calls running, not for Redis.
+		p, err = sem.Acquire(cctx, 1, g.permit...)
+		busy = errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded)
 		return err
 	})
 	switch {
@@ -72,19 +78,6 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	}
 	_, err = g.failed(ctx, err)
 	return nil, err
-}
-
-// takePermit takes a permit of sem, waiting in its queue if none is free;
-// busy reports a wait that ended without one at cctx's deadline.
-func (g *Guard) takePermit(cctx context.Context, sem *mutex.Semaphore) (p *mutex.Permit, busy bool, err error) {
-	p, err = sem.TryAcquire(cctx, 1, g.permit...)
-	if !errors.Is(err, mutex.ErrNoPermits) {
-		return p, false, err
-	}
-	// Redis has just answered: a wait that ends without a permit is one
-	// for the calls running, not for Redis.
-	p, err = sem.Acquire(cctx, 1, g.permit...)
-	return p, errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded), err
 }
 
 // leave gives s back, as Call.Done says.
