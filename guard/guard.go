@@ -87,13 +87,10 @@ func New(client mutex.Client, opts ...Option) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := funnel.Validate(c.Rules...); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
-	}
 	// A Limiter that can never decide would make every call fail: under
 	// FailOpen, an admission for everyone. funnel.New refuses it here.
 	lim, err := funnel.New(client, c.Funnel...)
-	if err != nil {
+	if err = cmp.Or(funnel.Validate(c.Rules...), err); err != nil { // the rules' error first
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	if err := checkLocker(lim.Locker(), c); err != nil {
