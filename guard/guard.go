@@ -97,7 +97,7 @@ func New(client mutex.Client, opts ...Option) (*Guard, error) {
 		return nil, err
 	}
 	g := &Guard{cfg: c, lim: lim, watch: outage.For(client, c.Timeout),
-		flights: &flights{max: c.InFlight, n: make(map[string]int64)},
+		flights: &flights{n: make(map[string]int64)},
 		permit:  []mutex.Option{mutex.WithTTL(c.InFlightLease), mutex.WithAutoRenew()}}
 	g.detour = sync.OnceValue(g.detourLimiter)
 	g.failOpen()

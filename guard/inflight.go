@@ -43,7 +43,7 @@ func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, erro
 		}
 		uerr = err
 	}
-	if !g.flights.enter(sk) {
+	if !g.flights.enter(sk, g.cfg.InFlight) {
 		return slot{}, fmt.Errorf("%w: %d calls of the key run in this process: %w", ErrBusy, g.cfg.InFlight, ErrUnavailable)
 	}
 	return slot{key: sk, degraded: uerr}, nil
@@ -93,15 +93,14 @@ func (g *Guard) leave(ctx context.Context, s slot) {
 // flights counts each key's calls running in this process, for InFlight
 // while Redis cannot answer; only keys with calls running have an entry.
 type flights struct {
-	max int64
-	mu  sync.Mutex
-	n   map[string]int64
+	mu sync.Mutex
+	n  map[string]int64
 }
 
-func (f *flights) enter(key string) bool {
+func (f *flights) enter(key string, bound int64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.n[key] >= f.max {
+	if f.n[key] >= bound {
 		return false
 	}
 	f.n[key]++
