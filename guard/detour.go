@@ -19,8 +19,9 @@ func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limi
 	var res funnel.Result
 	err := g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {
 		res, err = f(cctx, g.lim)
-		// Not for a closed client: the user's to close.
-		if reach.Unreachable(err) && !errors.Is(err, redis.ErrClosed) && g.watch.Detouring() && g.detour() != nil {
+		// A closed client is the user's to close: no detour.
+		refused := reach.Unreachable(err) && !errors.Is(err, redis.ErrClosed)
+		if refused && g.watch.Detouring() && g.detour() != nil {
 			res, err = f(cctx, g.detour())
 		}
 		return err
