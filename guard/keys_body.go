@@ -107,9 +107,10 @@ func scanObject(body []byte, field string) (val any, n int, exact bool, err erro
 	return val, n, exact, nil
 }
 
+// nextIs and nextMember need not check Token's error: its Token is then nil.
 func nextIs(dec *json.Decoder, d json.Delim) bool {
-	t, err := dec.Token()
-	return err == nil && t == d
+	t, _ := dec.Token()
+	return t == d
 }
 
 func atEOF(dec *json.Decoder) bool {
@@ -118,10 +119,10 @@ func atEOF(dec *json.Decoder) bool {
 }
 
 func nextMember(dec *json.Decoder) (string, any, bool) {
-	t, err := dec.Token()
+	t, _ := dec.Token()
 	name, ok := t.(string)
 	var val any
-	return name, val, err == nil && ok && dec.Decode(&val) == nil
+	return name, val, ok && dec.Decode(&val) == nil
 }
 
 // jsonKey is the key val makes, as JSONField says: a fraction or an
