@@ -361,21 +361,16 @@ func (g *Guard) storedKey(key string) (string, error) {
 		}
 		key = nk
 	}
-	if key == "" || len(key) > MaxKeyLen {
-		return "", fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	return g.stored(key), nil
-}
-
-func (g *Guard) stored(key string) string {
 	switch {
+	case key == "" || len(key) > MaxKeyLen:
+		return "", fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
 	case len(g.cfg.Secret) > 0:
 		m := hmac.New(sha256.New, g.cfg.Secret)
 		m.Write([]byte(key))
-		return "m:" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+		return "m:" + base64.RawURLEncoding.EncodeToString(m.Sum(nil)), nil
 	case len(key) > maxPlainKey:
 		sum := sha256.Sum256([]byte(key))
-		return "h:" + base64.RawURLEncoding.EncodeToString(sum[:])
+		return "h:" + base64.RawURLEncoding.EncodeToString(sum[:]), nil
 	}
-	return "k:" + key
+	return "k:" + key, nil
 }
