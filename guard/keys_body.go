@@ -107,10 +107,9 @@ func scanObject(body []byte, field string) (val any, n int, exact bool, err erro
 	return val, n, exact, nil
 }
 
-// nextIs and nextMember need not check Token's error: its Token is then nil.
 func nextIs(dec *json.Decoder, d json.Delim) bool {
-	t, _ := dec.Token()
-	return t == d
+	t, err := dec.Token()
+	return err == nil && t == d
 }
 
 func atEOF(dec *json.Decoder) bool {
@@ -119,10 +118,10 @@ func atEOF(dec *json.Decoder) bool {
 }
 
 func nextMember(dec *json.Decoder) (string, any, bool) {
-	t, _ := dec.Token()
+	t, err := dec.Token()
 	name, ok := t.(string)
 	var val any
-	return name, val, ok && dec.Decode(&val) == nil
+	return name, val, err == nil && ok && dec.Decode(&val) == nil
 }
 
 // jsonKey is the key val makes, as JSONField says: a fraction or an
