@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -50,27 +51,21 @@ func (g *Guard) Enter(ctx context.Context, key string, n int64) (Call, error) {
 	c := Call{Decision: d, p: p}
 	switch {
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, funnel.ErrInvalidN):
-	case d.Allowed || g.cfg.Shadow:
-		return g.hold(ctx, p, c)
+	case d.Allowed || g.cfg.Shadow: // with its InFlight slot, if any (take)
+		s, d, err := g.take(p, g.cfg.Shadow)
+		if err != nil {
+			c.Decision = d
+			return c.in(ctx), err
+		}
+		c.admitted = true
+		if g.cfg.InFlight > 0 { // a slot, or under Shadow none to give back
+			c.done = sync.OnceFunc(func() { g.leave(ctx, s) }) // ctx's values, not its end
+		}
+		return c.in(s.context(ctx)), nil
 	case errors.Is(err, ErrUnavailable) && g.open != nil:
 		err = nil // a fallback's denial, like Redis's
 	}
 	return c.in(ctx), err
-}
-
-// hold takes (take) the InFlight slot of c, the call p admitted (or, under
-// Shadow, denied).
-func (g *Guard) hold(ctx context.Context, p *pending, c Call) (Call, error) {
-	s, d, err := g.take(p, g.cfg.Shadow)
-	if err != nil {
-		c.Decision = d
-		return c.in(ctx), err
-	}
-	c.admitted = true
-	if g.cfg.InFlight > 0 { // a slot, or under Shadow none to give back
-		c.done = sync.OnceFunc(func() { g.leave(ctx, s) }) // ctx's values, not its end
-	}
-	return c.in(s.context(ctx)), nil
 }
 
 func (c Call) in(ctx context.Context) Call {
@@ -86,12 +81,7 @@ func (c Call) Admitted() bool { return c.admitted }
 // Context is the context the call runs in: Enter's ctx with the Decision
 // in it (FromContext), cancelled if the call's InFlight permit is lost.
 // It is context.Background() for the zero Call.
-func (c Call) Context() context.Context {
-	if c.ctx == nil {
-		return context.Background()
-	}
-	return c.ctx
-}
+func (c Call) Context() context.Context { return cmp.Or(c.ctx, context.Background()) }
 
 // Done gives back the call's InFlight permit, bounded by the Timeout
 // even if Enter's ctx ended (one whose release fails comes back when its

@@ -19,7 +19,9 @@ func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limi
 	var res funnel.Result
 	err := g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {
 		res, err = f(cctx, g.lim)
-		if g.detours(err) && g.detour() != nil {
+		// A closed client is the user's to close: no detour.
+		refused := reach.Unreachable(err) && !errors.Is(err, redis.ErrClosed)
+		if refused && g.watch.Detouring() && g.detour() != nil {
 			res, err = f(cctx, g.detour())
 		}
 		return err
@@ -28,12 +30,6 @@ func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limi
 		return g.failed(ctx, err)
 	}
 	return decision(res), nil
-}
-
-// detours reports whether a decision that failed with err goes again on
-// the detour (not for a closed client: the user's to close).
-func (g *Guard) detours(err error) bool {
-	return reach.Unreachable(err) && !errors.Is(err, redis.ErrClosed) && g.watch.Detouring()
 }
 
 // detourLimiter makes the detour's Limiter; nil if none (no Spare client:

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 
@@ -78,8 +79,8 @@ func fixable(sentinel error, fix string) error {
 
 func fixOf(err error, def string) string {
 	var re *RequestError
-	if errors.As(err, &re) && re.Fix != "" {
-		return re.Fix
+	if errors.As(err, &re) {
+		return cmp.Or(re.Fix, def)
 	}
 	return def
 }

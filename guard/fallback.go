@@ -35,7 +35,11 @@ func newFallback(cfg Fallback) *fallback {
 func (f *fallback) allow(k keyed, n int64) (funnel.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	lim := f.limiter(k.sk)
+	lim, ok := f.keys.Get(k.sk)
+	if !ok {
+		lim = rate.NewLimiter(f.cfg.Limit, f.cfg.Burst)
+		f.keys.Put(k.sk, lim)
+	}
 	now := time.Now()
 	switch {
 	case n > int64(f.cfg.Burst):
@@ -46,14 +50,4 @@ func (f *fallback) allow(k keyed, n int64) (funnel.Result, error) {
 	r := lim.ReserveN(now, int(n))
 	defer r.CancelAt(now)
 	return funnel.Result{RetryAfter: max(r.DelayFrom(now), time.Millisecond)}, nil
-}
-
-// limiter is key's bucket, a new one if key has none; f.mu is held.
-func (f *fallback) limiter(key string) *rate.Limiter {
-	if lim, ok := f.keys.Get(key); ok {
-		return lim
-	}
-	lim := rate.NewLimiter(f.cfg.Limit, f.cfg.Burst)
-	f.keys.Put(key, lim)
-	return lim
 }

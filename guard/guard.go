@@ -87,20 +87,17 @@ func New(client mutex.Client, opts ...Option) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := funnel.Validate(c.Rules...); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
-	}
 	// A Limiter that can never decide would make every call fail: under
 	// FailOpen, an admission for everyone. funnel.New refuses it here.
 	lim, err := funnel.New(client, c.Funnel...)
-	if err != nil {
+	if err = cmp.Or(funnel.Validate(c.Rules...), err); err != nil { // the rules' error first
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	if err := checkLocker(lim.Locker(), c); err != nil {
 		return nil, err
 	}
 	g := &Guard{cfg: c, lim: lim, watch: outage.For(client, c.Timeout),
-		flights: &flights{max: c.InFlight, n: make(map[string]int64)},
+		flights: &flights{n: make(map[string]int64)},
 		permit:  []mutex.Option{mutex.WithTTL(c.InFlightLease), mutex.WithAutoRenew()}}
 	g.detour = sync.OnceValue(g.detourLimiter)
 	g.failOpen()
@@ -364,21 +361,16 @@ func (g *Guard) storedKey(key string) (string, error) {
 		}
 		key = nk
 	}
-	if key == "" || len(key) > MaxKeyLen {
-		return "", fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	return g.stored(key), nil
-}
-
-func (g *Guard) stored(key string) string {
 	switch {
+	case key == "" || len(key) > MaxKeyLen:
+		return "", fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrInvalidKey, len(key), MaxKeyLen)
 	case len(g.cfg.Secret) > 0:
 		m := hmac.New(sha256.New, g.cfg.Secret)
 		m.Write([]byte(key))
-		return "m:" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+		return "m:" + base64.RawURLEncoding.EncodeToString(m.Sum(nil)), nil
 	case len(key) > maxPlainKey:
 		sum := sha256.Sum256([]byte(key))
-		return "h:" + base64.RawURLEncoding.EncodeToString(sum[:])
+		return "h:" + base64.RawURLEncoding.EncodeToString(sum[:]), nil
 	}
-	return "k:" + key
+	return "k:" + key, nil
 }

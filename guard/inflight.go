@@ -43,7 +43,7 @@ func (g *Guard) enter(ctx context.Context, sk string, degraded bool) (slot, erro
 		}
 		uerr = err
 	}
-	if !g.flights.enter(sk) {
+	if !g.flights.enter(sk, g.cfg.InFlight) {
 		return slot{}, fmt.Errorf("%w: %d calls of the key run in this process: %w", ErrBusy, g.cfg.InFlight, ErrUnavailable)
 	}
 	return slot{key: sk, degraded: uerr}, nil
@@ -57,9 +57,15 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	var p *mutex.Permit
-	busy := false
+	busy := false // a wait in sem's queue ended without a permit at cctx's deadline
 	err = g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {
-		p, busy, err = g.takePermit(cctx, sem)
+		if p, err = sem.TryAcquire(cctx, 1, g.permit...); !errors.Is(err, mutex.ErrNoPermits) {
+			return err
+		}
+		// Redis has just answered: a wait that ends without a permit is one
+		// for the calls running, not for Redis.
+		p, err = sem.Acquire(cctx, 1, g.permit...)
+		busy = errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded)
 		return err
 	})
 	switch {
@@ -72,19 +78,6 @@ func (g *Guard) acquire(ctx context.Context, sk string) (*mutex.Permit, error) {
 	}
 	_, err = g.failed(ctx, err)
 	return nil, err
-}
-
-// takePermit takes a permit of sem, waiting in its queue if none is free;
-// busy reports a wait that ended without one at cctx's deadline.
-func (g *Guard) takePermit(cctx context.Context, sem *mutex.Semaphore) (p *mutex.Permit, busy bool, err error) {
-	p, err = sem.TryAcquire(cctx, 1, g.permit...)
-	if !errors.Is(err, mutex.ErrNoPermits) {
-		return p, false, err
-	}
-	// Redis has just answered: a wait that ends without a permit is one
-	// for the calls running, not for Redis.
-	p, err = sem.Acquire(cctx, 1, g.permit...)
-	return p, errors.Is(err, mutex.ErrNotObtained) && errors.Is(cctx.Err(), context.DeadlineExceeded), err
 }
 
 // leave gives s back, as Call.Done says.
@@ -100,15 +93,14 @@ func (g *Guard) leave(ctx context.Context, s slot) {
 // flights counts each key's calls running in this process, for InFlight
 // while Redis cannot answer; only keys with calls running have an entry.
 type flights struct {
-	max int64
-	mu  sync.Mutex
-	n   map[string]int64
+	mu sync.Mutex
+	n  map[string]int64
 }
 
-func (f *flights) enter(key string) bool {
+func (f *flights) enter(key string, bound int64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.n[key] >= f.max {
+	if f.n[key] >= bound {
 		return false
 	}
 	f.n[key]++

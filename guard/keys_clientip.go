@@ -67,7 +67,7 @@ func (c ClientIPConfig) Key(r *http.Request) (string, error) {
 // Addr returns the client's address, not grouped. A request without a
 // usable address is an error matching ErrNoKey.
 func (c ClientIPConfig) Addr(r *http.Request) (netip.Addr, error) {
-	if b := c.IPv6PrefixLen; b < 0 || b > 128 {
+	if b := c.IPv6PrefixLen; uint(b) > 128 { // a negative b too
 		return netip.Addr{}, fmt.Errorf("guard: ClientIPConfig.IPv6PrefixLen %d not in 0 to 128", b)
 	}
 	a := parseNode(r.RemoteAddr)

@@ -107,11 +107,5 @@ const (
 	alnum  = digits + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 )
 
-func only(s, chars string) bool {
-	for i := range len(s) {
-		if strings.IndexByte(chars, s[i]) < 0 {
-			return false
-		}
-	}
-	return s != ""
-}
+// only reports whether s is not empty and made of the ASCII chars only.
+func only(s, chars string) bool { return s != "" && strings.Trim(s, chars) == "" }

@@ -77,10 +77,8 @@ func (a *asking) judge(err error) {
 	case err != nil:
 		f.Err = noAnswer(a.ctx, f.Addr, err)
 	case f.Policy == "":
-		cause := errors.Join(a.infoErr, a.configErr)
-		if cause == nil {
-			cause = errors.New("INFO memory and CONFIG GET named no maxmemory-policy")
-		}
+		cause := cmp.Or(errors.Join(a.infoErr, a.configErr),
+			errors.New("INFO memory and CONFIG GET named no maxmemory-policy"))
 		f.Err = fmt.Errorf("%w: %s: %w", ErrUnknownPolicy, f.Addr, cause)
 	case f.Policy == NoEviction:
 	case f.MaxMemory == 0:
