@@ -120,6 +120,9 @@ func (l *Locker) begin(ctx context.Context, name string, call *Call, opts []Opti
 	if err := checkName(name); err != nil {
 		return lockConfig{}, err
 	}
+	if len(opts) == 0 { // the common call: its path stays out of options.go
+		return l.defaults, nil
+	}
 	return l.options(opts)
 }
 
