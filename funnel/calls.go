@@ -16,6 +16,7 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if err != nil {
 		return Result{}, err
 	}
+	c.key, _ = lim.keys(key)
 	script, args := readPeek, c.set.ids
 	if lim.penalty != nil {
 		script, args = penaltyPeek, c.penalized(lim.penalty, "0")
@@ -53,6 +54,7 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 	if err != nil {
 		return err
 	}
+	c.key, _ = lim.keys(key)
 	if n < 1 {
 		return fmt.Errorf("%w: refund of %d units", ErrInvalidN, n)
 	}
@@ -68,10 +70,11 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 
 // Reset forgets every rule's state for key, under its lock.
 func (lim *Limiter) Reset(ctx context.Context, key string) error {
-	c, err := lim.callOf(ctx, key)
-	if err != nil {
+	if err := lim.check(ctx, key); err != nil {
 		return err
 	}
+	c := call{name: key}
+	c.key, _ = lim.keys(key)
 	return lim.locked(ctx, c, nil, func(any) (*mutex.Fragment, []any, error) { return resetAll, nil, nil })
 }
 
