@@ -117,8 +117,7 @@ func (lim *Limiter) keys(key string) (state, lock string) {
 // lockKind is the kind of the lock's key (mutex.Locker.LockKey's).
 const lockKind = "lock"
 
-// maxCompiled bounds the caches of rules and sets; past it, they are
-// compiled per call.
+// maxCompiled bounds the caches of rules and sets (memo).
 const maxCompiled = 256
 
 // setMax is the most rules of a call whose compiled set is cached.
@@ -165,11 +164,16 @@ type memo[K comparable, V any] struct {
 	m  atomic.Pointer[map[K]V]
 }
 
-func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
+func (c *memo[K, V]) load() map[K]V {
 	if p := c.m.Load(); p != nil {
-		if v, ok := (*p)[k]; ok {
-			return v, nil
-		}
+		return *p
+	}
+	return nil
+}
+
+func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
+	if v, ok := c.load()[k]; ok {
+		return v, nil
 	}
 	v, err := build()
 	if err != nil {
@@ -177,10 +181,7 @@ func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var old map[K]V
-	if p := c.m.Load(); p != nil {
-		old = *p
-	}
+	old := c.load()
 	if first, ok := old[k]; ok {
 		return first, nil
 	}
