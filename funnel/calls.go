@@ -31,19 +31,14 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 		return Result{}, err
 	}
 	lim.clock.sampled(r.now, time.Now())
-	return peeked(c.set.rules, r), nil
-}
-
-// peeked is what a call of one unit would get on r, with nothing taken.
-func peeked(rules []rule, r reading) Result {
-	d := decide(rules, r.levels, r.now, 1)
-	if r.till > 0 {
-		return boxed(d, rules, r.now, r.till)
+	d := decide(c.set.rules, r.levels, r.now, 1) // what a call of one unit would get
+	switch {
+	case r.till > 0:
+		return boxed(d, c.set.rules, r.now, r.till), nil
+	case d.allowed: // nothing was taken: report the state as it is
+		d.unpeek(c.set.rules)
 	}
-	if d.allowed { // nothing was taken: report the state as it is
-		d.unpeek(rules)
-	}
-	return d.result(rules)
+	return d.result(c.set.rules), nil
 }
 
 // Refund gives n units back to every rule of key, never below empty, for
