@@ -27,22 +27,18 @@ func (lim *Limiter) Allow(ctx context.Context, key string, rules ...Rule) (Resul
 // while it waits in a batch returns ctx's error, unless the batch decided
 // it meanwhile.
 func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Rule) (Result, error) {
-	if err := lim.check(ctx, key); err != nil {
-		return Result{}, err
-	}
-	set, err := lim.ruleSet(rules)
+	c, err := lim.prepare(ctx, key, rules)
 	if err != nil {
 		return Result{}, err
 	}
-	if err := checkN(set.rules, n); err != nil {
+	if err := checkN(c.set.rules, n); err != nil {
 		return Result{}, err
 	}
 	if lim.denials != nil { // keyed by key: a cached denial makes no key
-		if res, ok := lim.denials.lookup(key, set, n); ok {
+		if res, ok := lim.denials.lookup(key, c.set, n); ok {
 			return res, nil
 		}
 	}
-	c := call{name: key, set: set}
 	c.key, c.lock = lim.keys(key)
 	if lim.alone {
 		return lim.allowAlone(ctx, c, n)
@@ -82,16 +78,6 @@ type call struct {
 	set  *ruleSet // nil for Reset
 }
 
-// callOf returns the call of key without its rules (Reset's).
-func (lim *Limiter) callOf(ctx context.Context, key string) (call, error) {
-	if err := lim.check(ctx, key); err != nil {
-		return call{}, err
-	}
-	c := call{name: key}
-	c.key, c.lock = lim.keys(key)
-	return c, nil
-}
-
 func (lim *Limiter) check(ctx context.Context, key string) error {
 	switch {
 	case ctx == nil:
@@ -102,12 +88,13 @@ func (lim *Limiter) check(ctx context.Context, key string) error {
 	return checkKey(key)
 }
 
+// prepare checks a call of key and compiles its rules; it makes no key.
 func (lim *Limiter) prepare(ctx context.Context, key string, rules []Rule) (call, error) {
-	c, err := lim.callOf(ctx, key)
-	if err == nil {
-		c.set, err = lim.ruleSet(rules)
+	if err := lim.check(ctx, key); err != nil {
+		return call{}, err
 	}
-	return c, err
+	set, err := lim.ruleSet(rules)
+	return call{name: key, set: set}, err
 }
 
 func (c call) read(f *mutex.Fragment) mutex.Call {
@@ -130,8 +117,7 @@ func (lim *Limiter) keys(key string) (state, lock string) {
 // lockKind is the kind of the lock's key (mutex.Locker.LockKey's).
 const lockKind = "lock"
 
-// maxCompiled bounds the caches of rules and sets; past it, they are
-// compiled per call.
+// maxCompiled bounds the caches of rules and sets (memo).
 const maxCompiled = 256
 
 // setMax is the most rules of a call whose compiled set is cached.
@@ -178,11 +164,16 @@ type memo[K comparable, V any] struct {
 	m  atomic.Pointer[map[K]V]
 }
 
-func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
+func (c *memo[K, V]) load() map[K]V {
 	if p := c.m.Load(); p != nil {
-		if v, ok := (*p)[k]; ok {
-			return v, nil
-		}
+		return *p
+	}
+	return nil
+}
+
+func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
+	if v, ok := c.load()[k]; ok {
+		return v, nil
 	}
 	v, err := build()
 	if err != nil {
@@ -190,10 +181,7 @@ func (c *memo[K, V]) get(k K, build func() (V, error)) (V, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var old map[K]V
-	if p := c.m.Load(); p != nil {
-		old = *p
-	}
+	old := c.load()
 	if first, ok := old[k]; ok {
 		return first, nil
 	}

@@ -269,12 +269,11 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 			all = ws
 		}
 		l.late = false
-		again := l.settle(ctx, ws, lk, res, err)
-		if !again && l.alone {
-			ws, again = l.carryOn(ws), true
-		}
-		if !again {
-			return
+		if again := l.settle(ctx, ws, lk, res, err); !again {
+			if !l.alone {
+				return
+			}
+			ws = l.carryOn(ws)
 		}
 	}
 	ws.giveUp(l.late)

@@ -16,6 +16,7 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 	if err != nil {
 		return Result{}, err
 	}
+	c.key, _ = lim.keys(key)
 	script, args := readPeek, c.set.ids
 	if lim.penalty != nil {
 		script, args = penaltyPeek, c.penalized(lim.penalty, "0")
@@ -30,19 +31,14 @@ func (lim *Limiter) Peek(ctx context.Context, key string, rules ...Rule) (Result
 		return Result{}, err
 	}
 	lim.clock.sampled(r.now, time.Now())
-	return peeked(c.set.rules, r), nil
-}
-
-// peeked is what a call of one unit would get on r, with nothing taken.
-func peeked(rules []rule, r reading) Result {
-	d := decide(rules, r.levels, r.now, 1)
-	if r.till > 0 {
-		return boxed(d, rules, r.now, r.till)
+	d := decide(c.set.rules, r.levels, r.now, 1) // what a call of one unit would get
+	switch {
+	case r.till > 0:
+		return boxed(d, c.set.rules, r.now, r.till), nil
+	case d.allowed: // nothing was taken: report the state as it is
+		d.unpeek(c.set.rules)
 	}
-	if d.allowed { // nothing was taken: report the state as it is
-		d.unpeek(rules)
-	}
-	return d.result(rules)
+	return d.result(c.set.rules), nil
 }
 
 // Refund gives n units back to every rule of key, never below empty, for
@@ -53,6 +49,7 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 	if err != nil {
 		return err
 	}
+	c.key, _ = lim.keys(key)
 	if n < 1 {
 		return fmt.Errorf("%w: refund of %d units", ErrInvalidN, n)
 	}
@@ -68,10 +65,11 @@ func (lim *Limiter) Refund(ctx context.Context, key string, n int64, rules ...Ru
 
 // Reset forgets every rule's state for key, under its lock.
 func (lim *Limiter) Reset(ctx context.Context, key string) error {
-	c, err := lim.callOf(ctx, key)
-	if err != nil {
+	if err := lim.check(ctx, key); err != nil {
 		return err
 	}
+	c := call{name: key}
+	c.key, _ = lim.keys(key)
 	return lim.locked(ctx, c, nil, func(any) (*mutex.Fragment, []any, error) { return resetAll, nil, nil })
 }
 

@@ -59,8 +59,8 @@ func (l *leader) oneScript(ctx context.Context) (res any, decided bool, err erro
 // readReply splits a read's reply, {proceed, now, ...}: proceed, and the
 // rest as a gate's result, with ErrDeclined when proceed is 0.
 func readReply(reply any) (int64, []any, error) {
-	arr, ok := reply.([]any)
-	if !ok || len(arr) < 2 {
+	arr, _ := reply.([]any) // another type has no length
+	if len(arr) < 2 {
 		return 0, nil, fmt.Errorf("%w: a read returned %T", ErrCorruptState, reply)
 	}
 	p, _ := arr[0].(int64)
@@ -99,8 +99,14 @@ func (l *leader) settleGate(ws sealed, now int64, verdict, how string) (again bo
 func (l *leader) admitGate(ctx context.Context) (mutex.Call, *redis.Script) {
 	clock := &l.lim.clock
 	d, ok := ctx.Deadline()
-	s, fresh := clock.latest(l.sent) // one sample for both: fresh is no throughLock
-	deadline := clock.admitDeadline(d, ok, s, fresh)
+	s, fresh := clock.latest(l.sent) // one sample for both
+	deadline, script := noDeadline, admitScript
+	switch {
+	case ok && !fresh:
+		deadline, script = throughLock, nil
+	case ok:
+		deadline = max(s.until(clock.local(d, false)), 1)
+	}
 	l.nonce, l.exp = newNonce(), nil
 	if fresh && l.seen != nil {
 		// The server's clock reads at least the time of the latest reply
@@ -109,10 +115,6 @@ func (l *leader) admitGate(ctx context.Context) (mutex.Call, *redis.Script) {
 			l.exp = exp
 			return gate, returningScript
 		}
-	}
-	script := admitScript
-	if deadline == throughLock {
-		script = nil
 	}
 	return l.c.admit(l.n, l.lock, deadline, l.nonce), script
 }

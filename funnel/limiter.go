@@ -24,9 +24,8 @@ const (
 )
 
 var (
-	// readStateFunc is read.lua's functions, for the scripts that read
-	// the state first: nf fields, their own arguments after them (copying
-	// ARGV out cost a returning key ~1.5 µs of Lua).
+	// readStateFunc is read.lua's functions, which every script that reads
+	// the state starts with (read.lua says how).
 	//go:embed read.lua
 	readStateFunc string
 	//go:embed write.lua

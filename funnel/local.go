@@ -63,21 +63,15 @@ func (l *Local) AllowN(now time.Time, key string, n int64, rules ...Rule) (Resul
 	}
 	d := decide(rs, levels, us, n)
 	if d.allowed {
-		l.take(key, st, rs, d)
+		if st == nil {
+			st = make(map[string]level, 1)
+			l.keys.Put(key, st)
+		}
+		for i, r := range rs {
+			st[r.id] = d.level(i) // a window's log is new: never shared
+		}
 	}
 	return d.result(rs), nil
-}
-
-// take stores the levels after d as key's state st (nil: none yet); l.mu
-// is held.
-func (l *Local) take(key string, st map[string]level, rules []rule, d decision) {
-	if st == nil {
-		st = make(map[string]level, 1)
-		l.keys.Put(key, st)
-	}
-	for i, r := range rules {
-		st[r.id] = d.level(i) // a window's log is new: never shared
-	}
 }
 
 // Len reports how many keys the Local remembers.

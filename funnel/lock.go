@@ -36,32 +36,22 @@ func (l *leader) settleRead(ctx context.Context, ws sealed, lk *mutex.Lock, res 
 	if l.cache {
 		l.saw(res)
 	}
-	taken := l.decide(ws, r)
+	taken := 0 // in arrival order, each call seeing the units taken before it
+	for _, w := range ws {
+		if !w.gone.Load() && l.take(w, r) { // gone: its caller left, or it was answered
+			taken++
+		}
+	}
 	if taken > 0 && ws[0].err == nil {
 		return l.commit(ctx, ws, lk, r)
 	}
 	_, _ = l.lim.unlock(ctx, lk, nil) // nil when declined
 	if taken > 0 {
 		ws.failLeader(ws[0].err) // the leader has no time left to write
-		return false
+	} else {
+		l.cacheDenials(ws)
 	}
-	l.cacheDenials(ws)
 	return false
-}
-
-// decide decides the calls ws in arrival order on r, each seeing the units
-// taken before it, and returns how many it admitted.
-func (l *leader) decide(ws sealed, r reading) int {
-	taken := 0
-	for _, w := range ws {
-		if w.gone.Load() {
-			continue // its caller left, or it was answered: nothing taken for it
-		}
-		if l.take(w, r) {
-			taken++
-		}
-	}
-	return taken
 }
 
 // take decides w on r's levels and, if admitted, takes its units. A call

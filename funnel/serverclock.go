@@ -76,18 +76,6 @@ const (
 	throughLock int64 = -1
 )
 
-// admitDeadline is a gate's deadline argument for a call whose context has
-// deadline d (ok false: none), by the latest sample s (fresh: c.latest's).
-func (c *serverClock) admitDeadline(d time.Time, ok bool, s sample, fresh bool) int64 {
-	switch {
-	case !ok:
-		return noDeadline
-	case !fresh:
-		return throughLock
-	}
-	return max(s.until(c.local(d, false)), 1)
-}
-
 // keep makes s the latest sample: a write refused early showed the kept one wrong.
 func (c *serverClock) keep(s sample) {
 	c.offset.Store(s.offset)

@@ -96,13 +96,11 @@ func (r rule) decode(v any) (level, error) {
 		return level{}, nil
 	}
 	s, _ := v.(string) // another type parses as "", which has not the shape
-	var lv level
-	var ok bool
+	parse := parseLevel
 	if r.window > 0 {
-		lv, ok = r.parseWindow(s)
-	} else {
-		lv, ok = parseLevel(s)
+		parse = r.parseWindow
 	}
+	lv, ok := parse(s)
 	if !ok || lv.fill > r.full && !r.shared {
 		return level{}, fmt.Errorf("%w: field %q holds %#v", ErrCorruptState, r.id, v)
 	}
