@@ -13,22 +13,20 @@ const MaxDenyCache = 1 << 24
 
 // denyCache remembers, per key (the caller's, unprefixed), a denial until
 // its gate time (WithDenyCache): the latest max keys stored, in a list from
-// the oldest stored to the newest, with a map from key to its element. An
-// expired entry is a miss; nothing runs in the background. A lookup takes
-// no lock and allocates nothing: entries maps each key to its denial, never
-// changed once stored, so cores reading one flooded key share it
-// read-only. The Limiter's is nil when off: its callers check, so that a
-// call with it off never enters this file.
+// the oldest stored to the newest. An expired entry is a miss; nothing runs
+// in the background. A lookup takes no lock and allocates nothing: entries
+// maps each key to its denial, never changed once stored, so cores reading
+// one flooded key share it read-only. The Limiter's is nil when off: its
+// callers check, so that a call with it off never enters this file.
 type denyCache struct {
 	max int
 	// forgets counts forget's calls: a call reads it (its epoch) before it
 	// asks Redis, and store keeps its denial only if it is unchanged.
 	forgets atomic.Uint64
-	entries sync.Map // key -> *denial, as index holds it
+	entries sync.Map // key -> *denial, changed only under mu
 
-	mu    sync.Mutex               // orders stores and forgets; guards:
-	index map[string]*list.Element // key -> its element in order
-	order list.List                // of *denial, at most max
+	mu    sync.Mutex // orders stores and forgets; guards order
+	order list.List  // of *denial, the one entries holds, at most max
 }
 
 // A denial is one key's entry.
@@ -38,11 +36,10 @@ type denial struct {
 	n    int64
 	sent time.Time // its waits count from it, on this process's clock
 	res  Result
+	el   *list.Element // its place in order (under mu)
 }
 
-func newDenyCache(max int) *denyCache {
-	return &denyCache{max: max, index: make(map[string]*list.Element)}
-}
+func newDenyCache(max int) *denyCache { return &denyCache{max: max} }
 
 // lookup returns key's cached denial, its waits counted down, for a call
 // of the same set and at least as many units, before its gate time.
@@ -88,29 +85,22 @@ func (c *denyCache) store(key string, set *ruleSet, n int64, sent time.Time, epo
 // put makes e the entry of its key, the newest; a new key past max takes
 // the oldest's element. c.mu is held.
 func (c *denyCache) put(e *denial) {
-	el, ok := c.index[e.key]
-	switch {
-	case ok:
-		e.key = el.Value.(*denial).key
-		c.order.MoveToBack(el)
-	case c.order.Len() < c.max:
+	if v, ok := c.entries.Load(e.key); ok {
+		old := v.(*denial)
+		e.key, e.el = old.key, old.el
+		c.order.MoveToBack(e.el)
+	} else {
 		e.key = strings.Clone(e.key) // not a caller's buffer, kept alive
-		el = c.order.PushBack(e)
-	default:
-		e.key = strings.Clone(e.key)
-		el = c.order.Front()
-		c.drop(el.Value.(*denial).key)
-		c.order.MoveToBack(el)
+		if c.order.Len() < c.max {
+			e.el = c.order.PushBack(e)
+		} else {
+			e.el = c.order.Front()
+			c.entries.Delete(e.el.Value.(*denial).key)
+			c.order.MoveToBack(e.el)
+		}
 	}
-	el.Value = e
-	c.index[e.key] = el
+	e.el.Value = e
 	c.entries.Store(e.key, e)
-}
-
-// drop takes key out of the maps. c.mu is held.
-func (c *denyCache) drop(key string) {
-	delete(c.index, key)
-	c.entries.Delete(key)
 }
 
 // forget drops key's entry: a Refund or Reset may have committed.
@@ -118,8 +108,7 @@ func (c *denyCache) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.forgets.Add(1)
-	if el, ok := c.index[key]; ok {
-		c.drop(key)
-		c.order.Remove(el)
+	if v, ok := c.entries.LoadAndDelete(key); ok {
+		c.order.Remove(v.(*denial).el)
 	}
 }

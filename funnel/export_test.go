@@ -50,45 +50,39 @@ func (c *denyCache) len() int {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.index)
+	return c.order.Len()
 }
 
 // Check verifies the cache's structure: the list from oldest to newest
-// holds exactly the indexed keys, each once, and at most max of them, and
-// the lock-free map holds each key's denial in the list, and no other key.
+// holds at most max entries, each knowing its element, each key once, and
+// the lock-free map holds exactly the list's denials.
 func (c *denyCache) Check() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	entries := 0
-	var bad error
-	c.entries.Range(func(k, v any) bool {
-		entries++
-		if el, ok := c.index[k.(string)]; !ok || el.Value != v {
-			bad = fmt.Errorf("the lock-free map holds %q, not as the list does", k)
-		}
-		return bad == nil
-	})
-	if bad != nil {
-		return bad
-	}
-	if entries != len(c.index) {
-		return fmt.Errorf("the lock-free map holds %d keys; %d indexed", entries, len(c.index))
-	}
 	if c.order.Len() > c.max {
 		return fmt.Errorf("%d entries, max %d", c.order.Len(), c.max)
 	}
-	seen := 0
+	seen := map[string]bool{}
 	for el := c.order.Front(); el != nil; el = el.Next() {
-		if seen++; seen > c.order.Len() {
+		if len(seen) >= c.order.Len() {
 			return errors.New("the list loops")
 		}
-		key := el.Value.(*denial).key
-		if c.index[key] != el {
-			return fmt.Errorf("entry %d (%q) is not indexed there", seen, key)
+		e := el.Value.(*denial)
+		v, ok := c.entries.Load(e.key)
+		switch {
+		case e.el != el:
+			return fmt.Errorf("entry %q does not know its element", e.key)
+		case seen[e.key]:
+			return fmt.Errorf("key %q is in the list twice", e.key)
+		case !ok || v != e:
+			return fmt.Errorf("entry %q is not the lock-free map's", e.key)
 		}
+		seen[e.key] = true
 	}
-	if seen != len(c.index) {
-		return fmt.Errorf("the list holds %d keys; %d indexed", seen, len(c.index))
+	n := 0
+	c.entries.Range(func(any, any) bool { n++; return true })
+	if n != len(seen) {
+		return fmt.Errorf("the lock-free map holds %d keys; the list %d", n, len(seen))
 	}
 	return nil
 }
