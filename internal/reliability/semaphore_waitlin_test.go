@@ -28,6 +28,9 @@ const (
 	// semaphore of its own, checked on its own (porcupine's search grows
 	// fast with the length of a history whose operations overlap).
 	semWaitEpisodes = 8
+	// semWaitUnknowns: episodes whose check may end with no verdict (out
+	// of time), each replaced by a fresh one; one more fails the test.
+	semWaitUnknowns = 2
 )
 
 // TestSemaphoreWaitLinearizable: 16 goroutines on 3 Lockers (each with
@@ -66,7 +69,8 @@ func TestSemaphoreWaitLinearizable(t *testing.T) {
 	trace.begin(start)
 	var total [3]int
 	ops := 0
-	for e := range semWaitEpisodes {
+	unknown := 0
+	for e := 0; e < semWaitEpisodes+unknown; e++ {
 		var sems []*mutex.Semaphore
 		for _, l := range lockers {
 			sems = append(sems, testmust.Semaphore(t, l, fmt.Sprint("waitlin-", e), semWaitSize))
@@ -74,7 +78,16 @@ func TestSemaphoreWaitLinearizable(t *testing.T) {
 		run := &semWaitRun{start: start, ids: e * 1000}
 		history := run.episode(t, sems, trace)
 		res, info := porcupine.CheckOperationsVerbose(semWaitModel(semWaitSize), history, time.Minute)
-		if res != porcupine.Ok {
+		switch {
+		case res == porcupine.Unknown && unknown < semWaitUnknowns:
+			// The check's search ran out of time, which a loaded machine
+			// causes (slow calls overlap more of the others): no verdict,
+			// so a fresh episode takes its place. An illegal history
+			// fails at once.
+			unknown++
+			t.Logf("episode %d, %d operations: the check found no verdict in a minute; another episode instead", e, len(history))
+			continue
+		case res != porcupine.Ok:
 			semWaitDump(t, info, semWaitModel(semWaitSize))
 			t.Fatalf("episode %d, %d operations: not linearizable (%v)", e, len(history), res)
 		}
