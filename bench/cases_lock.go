@@ -45,7 +45,8 @@ func uncontendedCases() []benchCase {
 			{libMinimal, uncontended(parallel, minimalLock)},
 		}
 		if !parallel {
-			subjects = append(subjects, subject{libRawCommands, uncontended(false, rawFunnelguardLock)})
+			subjects = append(subjects, subject{libRawCommands, uncontended(false, rawFunnelguardLock)},
+				subject{handedOffName(libRedislock), handedOff(uncontended(false, redislockLock))})
 		}
 		out = append(out, benchCase{name: "Lock+Unlock uncontended " + mode, parallel: parallel, turns: true, subjects: subjects})
 	}

@@ -48,9 +48,14 @@ func rateCases() []benchCase {
 		parallel := []subject{{libFunnel, funnelAdmitted(rs.rules, true)}, {libRedisRate, rateAdmitted(rs.rules, true)}}
 		if len(rs.rules) == 1 {
 			// The library called as its benchmarks call it, with
-			// context.Background()'s kind of context: no hand-off.
-			serial = append(serial, subject{libFloor, floorAdmitted}, subject{libNoDeadline, funnelAdmittedNoDeadline(rs.rules)})
-			parallel = append(parallel, subject{libFreshFloor, floorFreshAdmitted})
+			// context.Background()'s kind of context: no hand-off; and the
+			// fresh-key path's commands in one script with no library; and
+			// redis_rate sent as funnelguard sends a call that can be
+			// cancelled (handedoff.go).
+			serial = append(serial, subject{libFloor, floorAdmitted}, subject{libNoDeadline, funnelAdmittedNoDeadline(rs.rules)},
+				subject{libFreshFloor, floorFreshAdmitted(false)},
+				subject{handedOffName(libRedisRate), handedOff(rateAdmitted(rs.rules, false))})
+			parallel = append(parallel, subject{libFreshFloor, floorFreshAdmitted(true)})
 		}
 		out = append(out,
 			benchCase{name: "Allow admitted serial, " + rs.name, turns: true, subjects: serial},

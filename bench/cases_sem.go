@@ -38,6 +38,7 @@ func semCases(goroutines int) []benchCase {
 			{libFunnelguard, funnelguardSem(false)},
 			{libAsynq, asynqSem(tasks, 0)},
 			{libNoDeadline, semNoDeadline()},
+			{handedOffName(libAsynq), handedOff(asynqSem(tasks, 0))},
 		}},
 		{name: fmt.Sprintf("Semaphore contended, N=%d, %d goroutines", semSize, goroutines), parallel: true,
 			ref: libAsynq1ms, serverCmds: true, subjects: []subject{

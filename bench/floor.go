@@ -46,23 +46,26 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1`)
 
 // libFreshFloor names floorFresh in the "Allow admitted parallel, 1 rule"
-// case, where it alternates with the libraries like one of them.
+// and "serial, 1 rule" cases, where it alternates with the libraries like
+// one of them.
 const libFreshFloor = "one script"
 
-// floorFreshAdmitted runs floorFresh on fresh keys, parallel.
-func floorFreshAdmitted(ctx context.Context, e *env) (workload, error) {
-	c := e.client()
-	if err := floorFresh.Load(ctx, c).Err(); err != nil {
-		return workload{}, err
-	}
-	return workload{goroutines: width(e, true), op: func(ctx context.Context, g, i int) error {
-		tag := "{" + admittedKey(g, i) + "}"
-		n, err := floorFresh.Run(ctx, c, []string{e.prefix + tag + ":f", e.prefix + tag + ":lock"}, "r", "0:1000000:", 3600000).Int()
-		if err == nil && n != 1 {
-			err = fmt.Errorf("one script: fresh key %s not new", tag)
+// floorFreshAdmitted runs floorFresh on fresh keys.
+func floorFreshAdmitted(parallel bool) func(context.Context, *env) (workload, error) {
+	return func(ctx context.Context, e *env) (workload, error) {
+		c := e.client()
+		if err := floorFresh.Load(ctx, c).Err(); err != nil {
+			return workload{}, err
 		}
-		return err
-	}}, nil
+		return workload{goroutines: width(e, parallel), op: func(ctx context.Context, g, i int) error {
+			tag := "{" + admittedKey(g, i) + "}"
+			n, err := floorFresh.Run(ctx, c, []string{e.prefix + tag + ":f", e.prefix + tag + ":lock"}, "r", "0:1000000:", 3600000).Int()
+			if err == nil && n != 1 {
+				err = fmt.Errorf("one script: fresh key %s not new", tag)
+			}
+			return err
+		}}, nil
+	}
 }
 
 // libFloor names the floor in the "Allow admitted serial, 1 rule" case,
