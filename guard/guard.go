@@ -304,20 +304,6 @@ func (g *Guard) giveBack(ctx context.Context, k keyed, d Decision, n int64) erro
 	return g.refund(context.WithoutCancel(ctx), k, n)
 }
 
-// failed is what a call that failed with err decides: nothing for a bad n
-// or an ended ctx, whose errors pass as they are; else a denial, with
-// ErrUnavailable when Redis could not answer, ErrRejected when it refused.
-func (g *Guard) failed(ctx context.Context, err error) (Decision, error) {
-	d := Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: true}
-	switch {
-	case errors.Is(err, funnel.ErrInvalidN), ctx.Err() != nil:
-		return Decision{}, err
-	case unanswered(err):
-		return d, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return d, fmt.Errorf("%w: %w", ErrRejected, err)
-}
-
 // Do runs fn if Allow admits the call for key, and refunds the unit when fn
 // returns an error. It returns the decision and fn's error (joined with a
 // failed refund's), or Allow's error. A Degraded admission took nothing in
