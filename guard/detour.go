@@ -3,9 +3,13 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/funnelguard/funnelguard/funnel"
 	"github.com/funnelguard/funnelguard/internal/reach"
+	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,6 +34,42 @@ func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limi
 		return g.failed(ctx, err)
 	}
 	return decision(res), nil
+}
+
+// failed is what a call that failed with err decides: nothing for a bad n
+// or an ended ctx, whose errors pass as they are; else a denial, with
+// ErrUnavailable when Redis could not answer, ErrRejected when it refused.
+func (g *Guard) failed(ctx context.Context, err error) (Decision, error) {
+	d := Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: true}
+	switch {
+	case errors.Is(err, funnel.ErrInvalidN), ctx.Err() != nil:
+		return Decision{}, err
+	case unanswered(err):
+		return d, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return d, fmt.Errorf("%w: %w", ErrRejected, err)
+}
+
+// transientReplies are the codes of the Redis error replies a later call
+// may not get: loading, failing over, busy with a script, a lagging replica.
+var transientReplies = []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "READONLY", "NOREPLICAS", "MOVED", "ASK"}
+
+// unanswered reports whether err means that Redis could not answer in time
+// (ErrUnavailable: a time-out, a refused connection, a lost quorum, a
+// transient reply), not an answer that will not change (ErrRejected, whose
+// doc lists them; a reply of the wrong shape too). Only the first may fail
+// open.
+func unanswered(err error) bool {
+	var reply redis.Error
+	switch {
+	case err == nil, errors.Is(err, funnel.ErrCorruptState), errors.Is(err, mutex.ErrUnexpectedReply),
+		errors.Is(err, redis.ErrClosed):
+		return false
+	case errors.As(err, &reply):
+		code, _, _ := strings.Cut(reply.Error(), " ")
+		return slices.Contains(transientReplies, code)
+	}
+	return true
 }
 
 // detourLimiter makes the detour's Limiter; nil if none (no Spare client:

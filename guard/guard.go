@@ -22,7 +22,7 @@ import (
 type Guard struct {
 	cfg  config
 	lim  *funnel.Limiter
-	open func(k keyed, n int64) (funnel.Result, error) // failOpen's; nil when failing closed
+	open func(k keyed, n int64) (funnel.Result, error) // the Fallback or FailOpen's rules; nil failing closed
 	// flights counts InFlight in this process while Redis cannot answer
 	// (failing closed, only Shadow's calls, which run whatever the count says).
 	flights *flights
@@ -100,22 +100,16 @@ func New(client mutex.Client, opts ...Option) (*Guard, error) {
 		flights: &flights{n: make(map[string]int64)},
 		permit:  []mutex.Option{mutex.WithTTL(c.InFlightLease), mutex.WithAutoRenew()}}
 	g.detour = sync.OnceValue(g.detourLimiter)
-	g.failOpen()
-	return g, nil
-}
-
-// failOpen sets what decides while Redis cannot answer, if not a denial:
-// the Fallback or FailOpen's rules (funnel.Local).
-func (g *Guard) failOpen() {
 	switch {
-	case g.cfg.Fallback != nil:
-		g.open = newFallback(*g.cfg.Fallback).allow
-	case g.cfg.OnError == FailOpen:
+	case c.Fallback != nil:
+		g.open = newFallback(*c.Fallback).allow
+	case c.OnError == FailOpen:
 		local := funnel.NewLocal(DefaultFallbackMax)
 		g.open = func(k keyed, n int64) (funnel.Result, error) {
 			return local.AllowN(time.Now(), k.sk, n, k.rules...)
 		}
 	}
+	return g, nil
 }
 
 // checkLocker refuses what c asks of l that l cannot keep: replica acks
@@ -302,20 +296,6 @@ func (g *Guard) giveBack(ctx context.Context, k keyed, d Decision, n int64) erro
 		return nil
 	}
 	return g.refund(context.WithoutCancel(ctx), k, n)
-}
-
-// failed is what a call that failed with err decides: nothing for a bad n
-// or an ended ctx, whose errors pass as they are; else a denial, with
-// ErrUnavailable when Redis could not answer, ErrRejected when it refused.
-func (g *Guard) failed(ctx context.Context, err error) (Decision, error) {
-	d := Decision{RetryAfter: g.cfg.ErrorRetryAfter, Degraded: true}
-	switch {
-	case errors.Is(err, funnel.ErrInvalidN), ctx.Err() != nil:
-		return Decision{}, err
-	case unanswered(err):
-		return d, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return d, fmt.Errorf("%w: %w", ErrRejected, err)
 }
 
 // Do runs fn if Allow admits the call for key, and refunds the unit when fn

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/funnelguard/funnelguard/internal/ctxcall"
@@ -15,6 +17,23 @@ import (
 // NoEviction is the one maxmemory-policy that never deletes funnelguard's
 // keys whatever maxmemory is.
 const NoEviction = "noeviction"
+
+// Errors reported by this package; match them with errors.Is. A Finding's
+// Err wraps one with the server's address and the cause.
+var (
+	// ErrEvictionPolicy means a memory limit and a maxmemory-policy other
+	// than noeviction: once full, the server deletes funnelguard's keys.
+	ErrEvictionPolicy = errors.New("servercheck: maxmemory-policy evicts funnelguard keys")
+	// ErrUnknownPolicy means the server answered but did not tell its
+	// maxmemory-policy (INFO memory and CONFIG GET both refused or silent,
+	// as on some managed services or miniredis); the cause is wrapped.
+	ErrUnknownPolicy = errors.New("servercheck: maxmemory-policy unknown")
+	// ErrNoAnswer means the server could not be asked: a connection error,
+	// or no reply by the context's deadline (with ctx.Err()).
+	ErrNoAnswer = errors.New("servercheck: no answer from the server")
+	// ErrNilClient means Check was given a nil client, typed or not.
+	ErrNilClient = errors.New("servercheck: nil client")
+)
 
 // A Finding is what Check learnt about one server.
 type Finding struct {
@@ -124,12 +143,69 @@ func forEachMaster(ctx context.Context, c *redis.ClusterClient, col *collector) 
 // and here that of any server whose address only the server knows.
 const failoverAddr = "FailoverClient"
 
+// A collector gathers the findings of one Check, which closes it when it
+// returns, before asking ended on a client that ignores deadlines: the
+// askers' late findings are dropped (close returns a copy).
+type collector struct {
+	mu       sync.Mutex
+	findings []Finding
+	closed   bool
+}
+
 // ask asks the server of c at addr (failoverAddr: the server knows it)
 // for its settings, and judges them into col.
 func (col *collector) ask(ctx context.Context, c redis.Cmdable, addr string) {
-	if i := col.start(addr); i >= 0 {
-		a := asking{ctx: ctx, c: c, f: Finding{Addr: addr, MaxMemory: -1}}
+	a := asking{ctx: ctx, c: c, f: Finding{Addr: addr, MaxMemory: -1}}
+	if i := col.start(a.f); i >= 0 {
 		a.judge(a.settings())
 		col.finish(i, a.f)
 	}
+}
+
+// start records f, a server being asked with nothing known yet, and
+// returns its index, or -1 when the collector is closed.
+func (col *collector) start(f Finding) int {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if col.closed {
+		return -1
+	}
+	col.findings = append(col.findings, f)
+	return len(col.findings) - 1
+}
+
+// finish records the finding of index i.
+func (col *collector) finish(i int, f Finding) {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.findings[i] = f
+}
+
+// missing records err as the finding of a server at addr that was not asked
+// at all, unless a finding names addr already.
+func (col *collector) missing(addr string, err error) {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if slices.ContainsFunc(col.findings, func(f Finding) bool { return f.Addr == addr }) {
+		return
+	}
+	col.findings = append(col.findings, Finding{Addr: addr, MaxMemory: -1, Err: err})
+}
+
+// close closes the collector and returns its findings ordered by address; a
+// server still being asked (no Err and no Policy: ask judges every
+// server to one or the other) gets ErrNoAnswer with cause, why Check
+// stopped waiting (never nil then: askAll returns once every ask did).
+func (col *collector) close(cause error) []Finding {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.closed = true
+	out := slices.Clone(col.findings)
+	for i := range out {
+		if out[i].Err == nil && out[i].Policy == "" {
+			out[i].Err = fmt.Errorf("%w: %s: %w", ErrNoAnswer, out[i].Addr, cause)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Finding) int { return strings.Compare(a.Addr, b.Addr) })
+	return out
 }

@@ -2,11 +2,15 @@ package outage
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/funnelguard/funnelguard/internal/ctxcall"
+	"github.com/funnelguard/funnelguard/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -86,6 +90,39 @@ func (w *Watch) Spare() *redis.Client {
 	return w.spare()
 }
 
+// Run runs f, a call to the watched server, with ctx bounded by d (only by
+// d and a cut when ctx cannot end: ctxcall.DeadlineOnly). While w saw a
+// refusal the call may end at once with it (admit); while f runs, w checks
+// every Every, and a refusal cuts f's context and is returned instead of
+// f's error, unless ctx ended. f's own unreachable error (not a closed
+// client) makes w down. A refusal matches reach.ErrUnreachable.
+func (w *Watch) Run(ctx context.Context, d time.Duration, f func(context.Context) error) error {
+	cctx, cancel := ctxcall.DeadlineOnly(ctx, time.Now().Add(d))
+	defer cancel()
+	if w == nil {
+		return f(cctx)
+	}
+	ups, err := w.admit(cctx)
+	if err != nil {
+		return err
+	}
+	c := &call{w: w, ctx: cctx, cancel: cancel}
+	c.mu.Lock()
+	c.t = time.AfterFunc(Every, c.fire)
+	c.mu.Unlock()
+	err = f(cctx)
+	cut := c.end()
+	switch {
+	case err == nil:
+		return nil
+	case cut != nil && ctx.Err() == nil:
+		return cut
+	case reach.Unreachable(err) && !errors.Is(err, redis.ErrClosed):
+		w.saw(err, ups)
+	}
+	return err
+}
+
 // admit lets a call go ahead, returning the count of ups it began in, or
 // the refusal that ends it at once (see Retry); a call that probes waits
 // for the probe, bounded by ctx.
@@ -127,4 +164,120 @@ func (w *Watch) saw(err error, ups uint64) {
 	}
 	w.err, w.seen = err, time.Now()
 	w.down.Store(true)
+}
+
+// A call is one Run's f while it runs: a timer checks w every Every.
+type call struct {
+	w      *Watch
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	t     *time.Timer
+	ended bool
+	cut   error // the refusal that cancelled ctx
+}
+
+// fire checks w; unless the call ended meanwhile, a refusal cancels it,
+// and else the timer is set for the next check.
+func (c *call) fire() {
+	err := c.w.check(c.ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.ended:
+	case err != nil:
+		c.cut = err
+		c.cancel()
+	default:
+		c.t.Reset(Every)
+	}
+}
+
+// end stops the checks and returns the refusal that cut the call, or nil.
+func (c *call) end() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ended = true
+	c.t.Stop()
+	return c.cut
+}
+
+// A probe is one dial of a Watch; err, its refusal or nil, is set when done
+// is closed.
+type probe struct {
+	done chan struct{}
+	err  error
+}
+
+// start begins a probe with ctx's values; w.mu is held.
+func (w *Watch) start(ctx context.Context) *probe {
+	p := &probe{done: make(chan struct{})}
+	w.flight, w.seen = p, time.Now()
+	go w.run(context.WithoutCancel(ctx), p)
+	return p
+}
+
+// run dials once, bounded by w.bound rather than by the call that started
+// it (other calls wait for it too), and records the outcome as the package
+// doc says (a refusing server whose dial was starved of its time is not
+// back).
+func (w *Watch) run(ctx context.Context, p *probe) {
+	ctx, cancel := context.WithTimeout(ctx, w.bound)
+	defer cancel()
+	conn, err := w.dial(ctx)
+	if conn != nil {
+		_ = conn.Close()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.flight = nil
+	switch {
+	case reach.Unreachable(err):
+		p.err, w.err = refused(err), err
+		w.down.Store(true)
+	case err == nil && w.down.Load():
+		w.down.Store(false)
+		w.ups.Add(1)
+		w.detour.Store(time.Now().Add(Detour).UnixNano())
+	}
+	close(p.done)
+}
+
+// check tells a running call whether the server refuses now: from what a
+// probe or a call saw less than Every ago, else from a new probe (one at a
+// time: others wait for it). An end of ctx before the answer is no refusal.
+func (w *Watch) check(ctx context.Context) error {
+	w.mu.Lock()
+	p := w.flight
+	if p == nil && time.Since(w.seen) < Every { // a probe's or a call's, still fresh
+		defer w.mu.Unlock()
+		if w.down.Load() {
+			return refused(w.err)
+		}
+		return nil
+	}
+	if p == nil {
+		p = w.start(ctx)
+	}
+	w.mu.Unlock()
+	if !p.wait(ctx) {
+		return nil
+	}
+	return p.err
+}
+
+// wait reports whether p ended before ctx did.
+func (p *probe) wait(ctx context.Context) bool {
+	select {
+	case <-p.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// refused returns err, a refusal, as the error of a call a Watch ended.
+func refused(err error) error {
+	return fmt.Errorf("redis refuses connections: %w", reach.Mark(err))
 }
