@@ -44,7 +44,7 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	c.key, c.lock = lim.keys(key)
 	k := batchKey{c.key, c.set}
 	d, _ := ctx.Deadline()
-	for reruns := 0; !lim.alone && reruns < maxReruns; reruns++ {
+	for range lim.joins {
 		b, w, lead := lim.batches.join(k, n, d)
 		if lead {
 			lim.lead(ctx, c, k, b, n)
