@@ -59,6 +59,15 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, n int64, rules ...Ru
 	return outcome(ctx, b.leader.res, b.leader.err)
 }
 
+// outcome returns a call's result and error, errLate no earlier than ctx's
+// deadline: a caller reads an error with ctx.Err() == nil as Redis's.
+func outcome(ctx context.Context, res Result, err error) (Result, error) {
+	if errors.Is(err, errLate) {
+		<-ctx.Done() // errLate comes only to calls with a deadline
+	}
+	return res, err
+}
+
 // The open batches: a call whose key and rule set have none opens one and
 // leads it (lead); one that finds one joins it and waits (batch.go).
 type batchKey struct {
