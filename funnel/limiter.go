@@ -56,7 +56,9 @@ type Limiter struct {
 	sets     memo[setKey, *ruleSet]
 
 	batches batches
-	alone   bool // WithoutBatching
+	// joins is how many batches a call may join before it leads one of its
+	// own: maxReruns, 0 WithoutBatching.
+	joins   int
 	turns   turns
 	uniform bool // no one-script admission (WithUniformCost)
 
@@ -120,7 +122,7 @@ func WithLease(d time.Duration) Option {
 // one Limiter share one lock hold; the outcomes are the same either way.
 func WithoutBatching() Option {
 	return func(lim *Limiter) error {
-		lim.alone = true
+		lim.joins = 0
 		return nil
 	}
 }
@@ -199,7 +201,7 @@ func New(client mutex.Client, opts ...Option) (*Limiter, error) {
 	}
 	lim := &Limiter{prefix: DefaultPrefix, hold: []mutex.Option{mutex.WithTTL(DefaultLease)}, dial: outage.DialOf(client)}
 	lim.clock.base = time.Now()
-	lim.batches.open = make(map[batchKey]*batch)
+	lim.batches.open, lim.joins = make(map[batchKey]*batch), maxReruns
 	lim.states = newStateCache(DefaultStateCache)
 	for _, o := range opts {
 		if o == nil {

@@ -112,6 +112,21 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 	return false
 }
 
+// deadline is the earliest server time from which the write of an admitted
+// call is refused (noDeadline when none has one).
+func (ws sealed) deadline() int64 {
+	d := int64(math.MaxInt64)
+	for _, w := range ws {
+		if w.res.Allowed && w.err == nil {
+			d = min(d, w.until)
+		}
+	}
+	if d == math.MaxInt64 {
+		return noDeadline
+	}
+	return d
+}
+
 // wroteLate handles a write refused as late at server time now: nothing
 // was written, and the clock sample it was bounded by was wrong.
 func (l *leader) wroteLate(ws sealed, now int64) (again bool) {

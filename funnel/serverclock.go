@@ -1,8 +1,6 @@
 package funnel
 
 import (
-	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 )
@@ -90,15 +88,6 @@ func outOfTime(d time.Time) bool {
 	}
 	left := int64(time.Until(d) / time.Microsecond)
 	return left <= margin(max(left, 0))
-}
-
-// outcome returns a call's result and error, errLate no earlier than ctx's
-// deadline: a caller reads an error with ctx.Err() == nil as Redis's.
-func outcome(ctx context.Context, res Result, err error) (Result, error) {
-	if errors.Is(err, errLate) {
-		<-ctx.Done() // errLate comes only to calls with a deadline
-	}
-	return res, err
 }
 
 // latest returns the latest sample; false if none is younger than sampleMaxAge.
