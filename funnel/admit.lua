@@ -4,7 +4,8 @@
 -- write of the key, and an empty state needs no arithmetic, so the new
 -- values, computed by the caller for this call's units, are written as they
 -- are, at the server's time. Otherwise it is read.lua's gate (read_state,
--- that file's body as a function).
+-- that file's functions, which gate.go puts in place of the line
+-- "-- read.lua" below).
 -- KEYS[1] the state hash, KEYS[2] the key's lock
 -- ARGV the rules' fields (k of them); then each rule's new value without its
 -- time, "<wait>:<fill>:" in base 36 (k); the key's TTL in ms; the grid (ms,
@@ -45,6 +46,8 @@ if new then
     return r
   end
 else
+  -- read.lua (its functions, spliced here by gate.go: a first call, which
+  -- does not read, makes none of their closures, ~1 µs of Lua a call)
   r = read_state(k)
   local v
   for i = 3, k + 2 do

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,10 +25,24 @@ var (
 	//go:embed returning.lua
 	returningSrc string
 
-	admitScript     = redis.NewScript(readStateFunc + admitSrc)
+	admitScript     = redis.NewScript(admitWithRead)
 	returningScript = redis.NewScript(readStateFunc + returningSrc)
-	admitGate       = mutex.NewGate(readStateFunc + admitSrc)
+	admitGate       = mutex.NewGate(admitWithRead)
+	admitWithRead   = spliceRead(admitSrc)
 )
+
+// readMarker is the line of admit.lua that read.lua's functions replace:
+// they are defined on the path that reads, so that a first call makes no
+// closure.
+const readMarker = "-- read.lua "
+
+func spliceRead(src string) string {
+	head, tail, ok := strings.Cut(src, readMarker)
+	if !ok || strings.Contains(tail, readMarker) {
+		panic("funnel: admit.lua needs one line " + readMarker)
+	}
+	return head + readStateFunc + "-- " + tail
+}
 
 // oneScript runs the one-script admission alone, for a call of funnels
 // with the state cache: its reply as a gate's declined result, or an
