@@ -52,7 +52,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		lk.hold.lose()
 		return ErrNotHeld
 	}
-	lk.hold.setDeadline(leaseEnd(start, ttl))
+	lk.hold.setLease(start, ttl)
 	return nil
 }
 
@@ -263,8 +263,8 @@ func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 		h.handles = h.one[:0]
 	}
 	h.handles = append(h.handles, lk)
-	if d := leaseEnd(start, lease); d.After(h.deadline) {
-		h.deadline = d
+	if leaseEnd(start, lease).After(h.deadline()) {
+		h.sent, h.lease = start, lease
 	}
 }
 
@@ -273,11 +273,11 @@ func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 // (PROTOCOL.md, "Contention"; Lock.use).
 func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 	h.mu.Lock()
-	if h.ended || h.busy > 0 || len(h.handles) != 1 || h.handles[0] != lk || time.Until(h.deadline) < cfg.ttl-cfg.ttl/10 {
+	if h.ended || h.busy > 0 || len(h.handles) != 1 || h.handles[0] != lk || time.Until(h.deadline()) < cfg.ttl-cfg.ttl/10 {
 		h.mu.Unlock()
 		return nil
 	}
-	nlk := newRoot(h.locker, h.name, h.names, h.valueArg, 0, h.adopted, h.deadline, cfg)
+	nlk := newRoot(h.locker, h.name, h.names, h.valueArg, 0, h.adopted, h.sent, h.lease)
 	nlk.id = lk.id
 	nlk.hold.nextID.Store(h.nextID.Load()) // re-entries must not reuse a live handle's field
 	h.handles = slices.DeleteFunc(h.handles, func(x *Lock) bool { return x == lk })

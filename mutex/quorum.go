@@ -258,7 +258,7 @@ func (v *votes) nth(need int) int64 {
 // margin): a lock's or permits' grant in time.
 func (v *votes) leaseLeft(need int, start time.Time) (int64, bool) {
 	left := v.nth(need)
-	return left, left > 0 && time.Now().Before(serverDeadline(start, 0, left))
+	return left, left > 0 && time.Now().Before(leaseEnd(start, time.Duration(left)*time.Millisecond))
 }
 
 // refusal is the error of an acquisition that did not win in time:

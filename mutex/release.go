@@ -245,7 +245,6 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 		nh, nlk := r.nh, &Lock{hold: r.nh}
 		nh.fence = fence
 		nh.add(nlk, start, r.lease)
-		nh.startRenew(nh, r.next.cfg)
 		r.l.handedOver(r.h.name, r.next, nlk)
 	default:
 		if r.nh != nil {
