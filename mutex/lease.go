@@ -194,12 +194,19 @@ func (l *life) abortRelease(s *lifeSignal) {
 	}
 }
 
+// endLocked ends s in phase p, once, cancelling its contexts with p's cause.
 func (s *lifeSignal) endLocked(p phase) {
 	if s.phase >= released {
 		return
 	}
 	s.phase = p
-	s.fireLocked(p.cause())
+	if s.cancel != nil {
+		s.cancel(p.cause())
+	}
+	for _, cancel := range s.subs {
+		cancel(p.cause())
+	}
+	s.subs = nil
 }
 
 func (s *lifeSignal) doneLocked(ended error) <-chan struct{} {
@@ -233,16 +240,6 @@ func (s *lifeSignal) deriveLocked(mu sync.Locker, parent context.Context, ended 
 		mu.Unlock()
 	})
 	return ctx
-}
-
-func (s *lifeSignal) fireLocked(cause error) {
-	if s.cancel != nil {
-		s.cancel(cause)
-	}
-	for _, cancel := range s.subs {
-		cancel(cause)
-	}
-	s.subs = nil
 }
 
 type renewal struct {

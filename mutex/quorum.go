@@ -73,7 +73,8 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg
 		return [3]int64{1, left, 0}, nil, nil
 	}
 	// No majority in time: undo it everywhere (nodes that erred may have granted).
-	q.undo(ctx, n, arg)
+	keys, args = releaseCall(n, arg, 0, noStamp)
+	q.poll(context.WithoutCancel(ctx), releaseScript, keys, args, func(*votes, any) error { return nil })
 	if err := v.refusal(len(q.nodes), q.need, time.Since(start), cfg.ttl); err != nil {
 		return [3]int64{}, nil, err
 	}
@@ -81,11 +82,6 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg
 		return [3]int64{0, -2, 0}, nil, nil
 	}
 	return [3]int64{0, v.wait, 0}, nil, nil
-}
-
-func (q *quorum) undo(ctx context.Context, n *names, id any) {
-	keys, args := releaseCall(n, id, 0, noStamp)
-	q.poll(context.WithoutCancel(ctx), releaseScript, keys, args, func(*votes, any) error { return nil })
 }
 
 // release closes r's handle on every node; the hold ends when no node
