@@ -257,7 +257,7 @@ func (r *renewal) stopLocked() {
 
 func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (bool, error) {
 	start := time.Now()
-	held, err := h.locker.dep.extend(ctx, h, "", lease, start)
+	held, err := h.locker.dep.extend(ctx, h, argFresh, lease, start)
 	if err == nil && held {
 		h.setLease(start, lease)
 	}

@@ -44,7 +44,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	defer lk.hold.exit()
 	start := time.Now()
-	ok, err := lk.hold.locker.dep.extend(ctx, lk.hold, handleID(lk.id), ttl, start)
+	ok, err := lk.hold.locker.dep.extend(ctx, lk.hold, argID(lk.id), ttl, start)
 	if err != nil {
 		return opErr("extend", lk.hold.name, err)
 	}
@@ -88,7 +88,7 @@ func (single) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-func (single) extend(ctx context.Context, h *hold, id string, lease time.Duration, _ time.Time) (bool, error) {
+func (single) extend(ctx context.Context, h *hold, id any, lease time.Duration, _ time.Time) (bool, error) {
 	args := []any{h.token, id, lease.Milliseconds()}
 	reply, short, err := h.locker.runWithAck(ctx, extendScript, []string{h.key}, args, false, false, nil)
 	if err != nil {
@@ -183,16 +183,16 @@ func (lk *Lock) dep() deployment {
 }
 
 // beginRelease moves lk from held to releasing: one of racing releases wins.
-func (lk *Lock) beginRelease() (again *handOff, last, renews bool, err error) {
+func (lk *Lock) beginRelease() (again *handOff, last bool, err error) {
 	h := lk.hold
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if lk.phase != held {
-		return nil, false, false, ErrNotHeld
+		return nil, false, ErrNotHeld
 	}
 	lk.phase = releasing
 	last = len(h.handles) == 1 && h.handles[0] == lk
-	return lk.unsure, last, h.renew != nil, nil
+	return lk.unsure, last, nil
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

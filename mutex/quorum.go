@@ -108,7 +108,7 @@ func (q *quorum) release(ctx context.Context, r *release) (any, error) {
 
 // extend sets the lease on every node: true when a majority has it in
 // time, false when a majority no longer has the lock.
-func (q *quorum) extend(ctx context.Context, h *hold, id string, lease time.Duration, start time.Time) (bool, error) {
+func (q *quorum) extend(ctx context.Context, h *hold, id any, lease time.Duration, start time.Time) (bool, error) {
 	v := q.poll(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, readHolder(0))
 	if held, err := v.verdict(len(q.nodes), q.need, "extend", "hold the lock"); !held {
 		return false, err
@@ -122,7 +122,7 @@ func (q *quorum) extend(ctx context.Context, h *hold, id string, lease time.Dura
 // pttl returns the lease a majority of nodes still has.
 func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	h := lk.hold
-	v := q.poll(ctx, pttlScript, []string{h.key}, []any{h.token, handleID(lk.id)}, readHolder(-3))
+	v := q.poll(ctx, pttlScript, []string{h.key}, []any{h.token, argID(lk.id)}, readHolder(-3))
 	if held, err := v.verdict(len(q.nodes), q.need, "ttl", "hold the lock"); !held {
 		return 0, cmp.Or(err, ErrNotHeld)
 	}
