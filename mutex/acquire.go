@@ -35,13 +35,19 @@ func (l *Locker) obtain(ctx context.Context, name string, call *Call, opts []Opt
 	if err != nil {
 		return nil, nil, err
 	}
+	var lk *Lock
+	var res any
 	switch h := ownerOf(ctx, l, name); {
 	case h != nil:
-		return l.reenter(ctx, h, cfg, call)
+		lk, res, err = l.reenter(ctx, h, cfg, call)
 	case wait:
-		return l.lock(ctx, name, cfg, call)
+		lk, res, err = l.lock(ctx, name, cfg, call)
+	default:
+		lk, _, res, err = l.take(ctx, name, cfg, call, tryOnce)
 	}
-	lk, _, res, err := l.take(ctx, name, cfg, call, tryOnce)
+	if lk != nil && cfg.renew { // the one place a lock's renewal starts
+		lk.hold.startRenew(lk.hold, cfg.ttl)
+	}
 	return lk, res, err
 }
 
@@ -181,7 +187,7 @@ func (l *Locker) take(ctx context.Context, name string, cfg lockConfig, call *Ca
 	if value == nil {
 		value = n.value
 	}
-	lk := newRoot(l, name, n, value, r[2], adopted, leaseEnd(start, time.Duration(r[1])*time.Millisecond), cfg)
+	lk := newRoot(l, name, n, value, r[2], adopted, start, time.Duration(r[1])*time.Millisecond)
 	return lk, -1, res, nil
 }
 
@@ -191,15 +197,14 @@ type root struct {
 	lk Lock
 }
 
-// newRoot returns the root handle of a lock just obtained, renewed if cfg
-// asks; nobody else sees it yet, so it needs no locking.
-func newRoot(l *Locker, name string, n names, value any, fence int64, adopted bool, deadline time.Time, cfg lockConfig) *Lock {
+// newRoot returns the root handle of a lock just obtained, its lease set by
+// a script sent at sent; nobody else sees it yet, so it needs no locking.
+func newRoot(l *Locker, name string, n names, value any, fence int64, adopted bool, sent time.Time, lease time.Duration) *Lock {
 	r := &root{h: hold{locker: l, name: name, names: n, valueArg: value, fence: fence, adopted: adopted}}
 	r.lk.hold = &r.h
 	r.h.one[0] = &r.lk
 	r.h.handles = r.h.one[:1]
-	r.h.deadline = deadline
-	r.h.startRenew(&r.h, cfg)
+	r.h.sent, r.h.lease = sent, lease
 	return &r.lk
 }
 
@@ -382,6 +387,5 @@ func (l *Locker) reenter(ctx context.Context, h *hold, cfg lockConfig, call *Cal
 	}
 	lk := &Lock{hold: h, id: id}
 	h.add(lk, start, time.Duration(r[1])*time.Millisecond)
-	h.startRenew(h, cfg)
 	return lk, res, nil
 }

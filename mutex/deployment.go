@@ -16,9 +16,9 @@ type deployment interface {
 	// token, sent at start; arg is argFresh, argMark or a re-entry's handle
 	// id. It returns {1, lease, fence} or {0, pttl, 0}, and the result.
 	acquire(ctx context.Context, l *Locker, name string, n *names, cfg lockConfig, call *Call, arg any, start time.Time) ([3]int64, any, error)
-	// extend sets the lease of h's handle id ("" for any: renewal); false
-	// when the lock is no longer held.
-	extend(ctx context.Context, h *hold, id string, lease time.Duration, start time.Time) (bool, error)
+	// extend sets the lease of h's handle id (argFresh for any: renewal);
+	// false when the lock is no longer held.
+	extend(ctx context.Context, h *hold, id any, lease time.Duration, start time.Time) (bool, error)
 	pttl(ctx context.Context, lk *Lock) (time.Duration, error)
 	release(ctx context.Context, r *release) (any, error)
 	spend(h *hold) // h's last handle released the lock (retrysafety.go)

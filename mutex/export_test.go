@@ -65,7 +65,7 @@ func SemKey(s *Semaphore, kind string) string { return keyspace.Key(s.l.prefix, 
 func PermitDeadline(p *Permit) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.deadline
+	return p.deadline()
 }
 
 // SemRelease runs the release script for tok, a token of s (SemEnqueue's).

@@ -12,11 +12,12 @@ import (
 // conservative end on the client's monotonic clock. It ends once; its timer
 // runs only while watched or renewed. mu guards it and its owner's state.
 type life struct {
-	mu       sync.Mutex
-	deadline time.Time   // the lease surely lasts until then (if not deleted)
-	ended    bool        // released, handed over or lost
-	timer    *time.Timer // checks the deadline; nil until someone watches
-	renew    *renewal    // nil unless WithAutoRenew
+	mu    sync.Mutex
+	sent  time.Time     // when the script that set the lease was sent,
+	lease time.Duration // and the lease it set: it surely lasts until deadline()
+	ended bool          // released, handed over or lost
+	timer *time.Timer   // checks the deadline; nil until someone watches
+	renew *renewal      // nil unless WithAutoRenew
 }
 
 // A lifeOwner is what a life belongs to, and what renewLoop keeps alive: a
@@ -42,21 +43,19 @@ func leaseEnd(start time.Time, lease time.Duration) time.Time {
 	return start.Add(lease - drift(lease))
 }
 
-// serverDeadline maps a lease's end in server ms to the local clock: the
-// server read now after start, so it lasts at least ends-now from start.
-func serverDeadline(start time.Time, now, ends int64) time.Time {
-	return leaseEnd(start, time.Duration(ends-now)*time.Millisecond)
-}
+// deadline is the local end of the lease (leaseEnd).
+func (l *life) deadline() time.Time { return leaseEnd(l.sent, l.lease) }
 
-func (l *life) setDeadline(d time.Time) {
+// setLease records the lease set by a script sent at start.
+func (l *life) setLease(start time.Time, lease time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended {
 		return
 	}
-	l.deadline = d
+	l.sent, l.lease = start, lease
 	if l.timer != nil {
-		l.timer.Reset(time.Until(d))
+		l.timer.Reset(time.Until(l.deadline()))
 	}
 }
 
@@ -78,7 +77,7 @@ func (l *life) finishLocked() bool {
 // expireLocked ends o as lost if its lease has passed, without waiting for
 // the timer, which may be late or stopped; it reports whether it has ended.
 func (l *life) expireLocked(o lifeOwner) bool {
-	if !l.ended && !time.Now().Before(l.deadline) {
+	if !l.ended && !time.Now().Before(l.deadline()) {
 		o.endLocked(lost)
 	}
 	return l.ended
@@ -106,7 +105,7 @@ func (l *life) watchLocked(o lifeOwner) {
 	if l.ended || l.timer != nil {
 		return
 	}
-	l.timer = time.AfterFunc(time.Until(l.deadline), func() { l.checkDeadline(o) })
+	l.timer = time.AfterFunc(time.Until(l.deadline()), func() { l.checkDeadline(o) })
 }
 
 // checkDeadline ends o as lost once the lease has passed, a release under
@@ -117,7 +116,7 @@ func (l *life) checkDeadline(o lifeOwner) {
 	if l.ended {
 		return
 	}
-	if left := time.Until(l.deadline); left > 0 {
+	if left := time.Until(l.deadline()); left > 0 {
 		l.timer.Reset(left) // extended meanwhile
 		return
 	}
@@ -146,13 +145,11 @@ func (l *life) leaseDeadline(o lifeOwner, s *lifeSignal) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ok := l.endedLocked(o, s) == nil
-	return l.deadline, ok
+	return l.deadline(), ok
 }
 
-func (l *life) startRenew(o lifeOwner, cfg lockConfig) {
-	if !cfg.renew {
-		return
-	}
+// startRenew renews o's lease every third of lease (WithAutoRenew).
+func (l *life) startRenew(o lifeOwner, lease time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended || l.renew != nil {
@@ -161,7 +158,7 @@ func (l *life) startRenew(o lifeOwner, cfg lockConfig) {
 	r := &renewal{stop: make(chan struct{}), done: make(chan struct{})}
 	l.renew = r
 	l.watchLocked(o) // the deadline timer reports loss if renewals keep failing
-	go renewLoop(o, r, cfg.ttl)
+	go renewLoop(o, r, lease)
 }
 
 func (l *life) stopRenew() {
@@ -197,12 +194,19 @@ func (l *life) abortRelease(s *lifeSignal) {
 	}
 }
 
+// endLocked ends s in phase p, once, cancelling its contexts with p's cause.
 func (s *lifeSignal) endLocked(p phase) {
 	if s.phase >= released {
 		return
 	}
 	s.phase = p
-	s.fireLocked(p.cause())
+	if s.cancel != nil {
+		s.cancel(p.cause())
+	}
+	for _, cancel := range s.subs {
+		cancel(p.cause())
+	}
+	s.subs = nil
 }
 
 func (s *lifeSignal) doneLocked(ended error) <-chan struct{} {
@@ -238,16 +242,6 @@ func (s *lifeSignal) deriveLocked(mu sync.Locker, parent context.Context, ended 
 	return ctx
 }
 
-func (s *lifeSignal) fireLocked(cause error) {
-	if s.cancel != nil {
-		s.cancel(cause)
-	}
-	for _, cancel := range s.subs {
-		cancel(cause)
-	}
-	s.subs = nil
-}
-
 type renewal struct {
 	stop    chan struct{} // closed to end the goroutine
 	stopped bool          // guarded by life.mu
@@ -263,9 +257,9 @@ func (r *renewal) stopLocked() {
 
 func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (bool, error) {
 	start := time.Now()
-	held, err := h.locker.dep.extend(ctx, h, "", lease, start)
+	held, err := h.locker.dep.extend(ctx, h, argFresh, lease, start)
 	if err == nil && held {
-		h.setDeadline(leaseEnd(start, lease))
+		h.setLease(start, lease)
 	}
 	return held, err
 }

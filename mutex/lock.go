@@ -44,7 +44,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	defer lk.hold.exit()
 	start := time.Now()
-	ok, err := lk.hold.locker.dep.extend(ctx, lk.hold, handleID(lk.id), ttl, start)
+	ok, err := lk.hold.locker.dep.extend(ctx, lk.hold, argID(lk.id), ttl, start)
 	if err != nil {
 		return opErr("extend", lk.hold.name, err)
 	}
@@ -52,7 +52,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		lk.hold.lose()
 		return ErrNotHeld
 	}
-	lk.hold.setDeadline(leaseEnd(start, ttl))
+	lk.hold.setLease(start, ttl)
 	return nil
 }
 
@@ -88,7 +88,7 @@ func (single) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-func (single) extend(ctx context.Context, h *hold, id string, lease time.Duration, _ time.Time) (bool, error) {
+func (single) extend(ctx context.Context, h *hold, id any, lease time.Duration, _ time.Time) (bool, error) {
 	args := []any{h.token, id, lease.Milliseconds()}
 	reply, short, err := h.locker.runWithAck(ctx, extendScript, []string{h.key}, args, false, false, nil)
 	if err != nil {
@@ -183,16 +183,16 @@ func (lk *Lock) dep() deployment {
 }
 
 // beginRelease moves lk from held to releasing: one of racing releases wins.
-func (lk *Lock) beginRelease() (again *handOff, last, renews bool, err error) {
+func (lk *Lock) beginRelease() (again *handOff, last bool, err error) {
 	h := lk.hold
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if lk.phase != held {
-		return nil, false, false, ErrNotHeld
+		return nil, false, ErrNotHeld
 	}
 	lk.phase = releasing
 	last = len(h.handles) == 1 && h.handles[0] == lk
-	return lk.unsure, last, h.renew != nil, nil
+	return lk.unsure, last, nil
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -263,8 +263,8 @@ func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 		h.handles = h.one[:0]
 	}
 	h.handles = append(h.handles, lk)
-	if d := leaseEnd(start, lease); d.After(h.deadline) {
-		h.deadline = d
+	if leaseEnd(start, lease).After(h.deadline()) {
+		h.sent, h.lease = start, lease
 	}
 }
 
@@ -273,11 +273,11 @@ func (h *hold) add(lk *Lock, start time.Time, lease time.Duration) {
 // (PROTOCOL.md, "Contention"; Lock.use).
 func (h *hold) passOn(lk *Lock, cfg lockConfig) *Lock {
 	h.mu.Lock()
-	if h.ended || h.busy > 0 || len(h.handles) != 1 || h.handles[0] != lk || time.Until(h.deadline) < cfg.ttl-cfg.ttl/10 {
+	if h.ended || h.busy > 0 || len(h.handles) != 1 || h.handles[0] != lk || time.Until(h.deadline()) < cfg.ttl-cfg.ttl/10 {
 		h.mu.Unlock()
 		return nil
 	}
-	nlk := newRoot(h.locker, h.name, h.names, h.valueArg, 0, h.adopted, h.deadline, cfg)
+	nlk := newRoot(h.locker, h.name, h.names, h.valueArg, 0, h.adopted, h.sent, h.lease)
 	nlk.id = lk.id
 	nlk.hold.nextID.Store(h.nextID.Load()) // re-entries must not reuse a live handle's field
 	h.handles = slices.DeleteFunc(h.handles, func(x *Lock) bool { return x == lk })

@@ -157,7 +157,7 @@ func (single) semExtend(ctx context.Context, p *Permit, d time.Duration) (bool, 
 	case short != nil:
 		return true, short // extended on the master alone
 	}
-	p.setDeadline(serverDeadline(start, r[1], r[2]))
+	p.setLease(start, time.Duration(r[2]-r[1])*time.Millisecond)
 	return true, nil
 }
 

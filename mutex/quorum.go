@@ -73,7 +73,8 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg
 		return [3]int64{1, left, 0}, nil, nil
 	}
 	// No majority in time: undo it everywhere (nodes that erred may have granted).
-	q.undo(ctx, n, arg)
+	keys, args = releaseCall(n, arg, 0, noStamp)
+	q.poll(context.WithoutCancel(ctx), releaseScript, keys, args, func(*votes, any) error { return nil })
 	if err := v.refusal(len(q.nodes), q.need, time.Since(start), cfg.ttl); err != nil {
 		return [3]int64{}, nil, err
 	}
@@ -81,11 +82,6 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, _ string, n *names, cfg
 		return [3]int64{0, -2, 0}, nil, nil
 	}
 	return [3]int64{0, v.wait, 0}, nil, nil
-}
-
-func (q *quorum) undo(ctx context.Context, n *names, id any) {
-	keys, args := releaseCall(n, id, 0, noStamp)
-	q.poll(context.WithoutCancel(ctx), releaseScript, keys, args, func(*votes, any) error { return nil })
 }
 
 // release closes r's handle on every node; the hold ends when no node
@@ -112,7 +108,7 @@ func (q *quorum) release(ctx context.Context, r *release) (any, error) {
 
 // extend sets the lease on every node: true when a majority has it in
 // time, false when a majority no longer has the lock.
-func (q *quorum) extend(ctx context.Context, h *hold, id string, lease time.Duration, start time.Time) (bool, error) {
+func (q *quorum) extend(ctx context.Context, h *hold, id any, lease time.Duration, start time.Time) (bool, error) {
 	v := q.poll(ctx, extendScript, []string{h.key}, []any{h.token, id, lease.Milliseconds()}, readHolder(0))
 	if held, err := v.verdict(len(q.nodes), q.need, "extend", "hold the lock"); !held {
 		return false, err
@@ -126,7 +122,7 @@ func (q *quorum) extend(ctx context.Context, h *hold, id string, lease time.Dura
 // pttl returns the lease a majority of nodes still has.
 func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	h := lk.hold
-	v := q.poll(ctx, pttlScript, []string{h.key}, []any{h.token, handleID(lk.id)}, readHolder(-3))
+	v := q.poll(ctx, pttlScript, []string{h.key}, []any{h.token, argID(lk.id)}, readHolder(-3))
 	if held, err := v.verdict(len(q.nodes), q.need, "ttl", "hold the lock"); !held {
 		return 0, cmp.Or(err, ErrNotHeld)
 	}
@@ -258,7 +254,7 @@ func (v *votes) nth(need int) int64 {
 // margin): a lock's or permits' grant in time.
 func (v *votes) leaseLeft(need int, start time.Time) (int64, bool) {
 	left := v.nth(need)
-	return left, left > 0 && time.Now().Before(serverDeadline(start, 0, left))
+	return left, left > 0 && time.Now().Before(leaseEnd(start, time.Duration(left)*time.Millisecond))
 }
 
 // refusal is the error of an acquisition that did not win in time:

@@ -75,12 +75,12 @@ func (lk *Lock) release(ctx context.Context, call *Call) (any, error) {
 	if lk == nil {
 		return nil, ErrNotHeld
 	}
-	again, last, renews, err := lk.beginRelease()
+	again, last, err := lk.beginRelease()
 	if err != nil {
 		return nil, err
 	}
 	r := release{lk: lk, h: lk.hold, l: lk.hold.locker, call: call, again: again, last: last}
-	if last && renews {
+	if last {
 		r.h.stopRenew() // no renewal runs after Unlock returns
 	}
 	ctx, cancel := detach(ctx)
@@ -245,7 +245,6 @@ func (r *release) settle(ctx context.Context, left, fence int64, start time.Time
 		nh, nlk := r.nh, &Lock{hold: r.nh}
 		nh.fence = fence
 		nh.add(nlk, start, r.lease)
-		nh.startRenew(nh, r.next.cfg)
 		r.l.handedOver(r.h.name, r.next, nlk)
 	default:
 		if r.nh != nil {

@@ -165,8 +165,11 @@ func (s *Semaphore) acquireOnce(ctx context.Context, tok string, n int64, cfg lo
 // ends (both server ms).
 func (s *Semaphore) newPermit(tok string, n int64, cfg lockConfig, start time.Time, now, ends, fence int64) *Permit {
 	p := &Permit{s: s, token: tok, n: n, fence: fence}
-	p.deadline = serverDeadline(start, now, ends)
-	p.startRenew(p, cfg)
+	// The server read now after start: the lease lasts ends-now from start.
+	p.sent, p.lease = start, time.Duration(ends-now)*time.Millisecond
+	if cfg.renew {
+		p.startRenew(p, cfg.ttl)
+	}
 	return p
 }
 

@@ -118,6 +118,6 @@ func (sq semQuorum) semExtend(ctx context.Context, p *Permit, d time.Duration) (
 	if !ok {
 		return false, noQuorum(fmt.Sprintf("extending took %v of a %v lease", time.Since(start), d), v.errs)
 	}
-	p.setDeadline(serverDeadline(start, 0, left))
+	p.setLease(start, time.Duration(left)*time.Millisecond)
 	return true, nil
 }

@@ -320,8 +320,6 @@ type smallCall struct {
 
 const smallKeys, smallArgs = 8, 14
 
-func handleID(id uint64) string { return strconv.FormatUint(id, 10) }
-
 // Script arguments boxed once.
 var (
 	argZero  any = "0"
@@ -329,9 +327,10 @@ var (
 	argMark  any = "m"
 )
 
+// argID is a handle's id as a script argument.
 func argID(id uint64) any {
 	if id == 0 {
 		return argZero
 	}
-	return handleID(id)
+	return strconv.FormatUint(id, 10)
 }
