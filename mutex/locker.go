@@ -41,6 +41,7 @@ type Locker struct {
 	fenceTTL time.Duration // 0: no fencing
 	notify   bool          // release notifications: not WithoutNotifications, and the client subscribes (wire)
 	dep      deployment    // single (New) or *quorum (NewQuorum)
+	evalErr  error         // Eval's refusal on dep, nil where it runs
 	defaults lockConfig    // an acquisition's without options, made once (box)
 	fenceMS  any           // fenceTTL in ms, boxed once for the scripts
 	// setNX takes a free lock with SET NX PX [GET] (takeFree); nil when the
@@ -163,8 +164,8 @@ func (l *Locker) Eval(ctx context.Context, script *redis.Script, keys []string, 
 	case script == nil:
 		return nil, fmt.Errorf("%w: Eval of a nil script", ErrInvalid)
 	}
-	if err := l.dep.unsupported("Eval"); err != nil {
-		return nil, err
+	if l.evalErr != nil {
+		return nil, l.evalErr
 	}
 	return l.run(ctx, script, keys, args, nil)
 }

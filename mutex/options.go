@@ -71,6 +71,7 @@ func newLocker(client Client, q *quorum, opts []Option) (*Locker, error) {
 	}
 	l.defaults.ttlMS = l.defaults.ttl.Milliseconds()
 	l.fenceMS = l.fenceTTL.Milliseconds()
+	l.evalErr = l.dep.unsupported("Eval")
 	l.queues = make(map[string]*queue)
 	return l, nil
 }
