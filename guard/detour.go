@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/funnelguard/funnelguard/funnel"
-	"github.com/funnelguard/funnelguard/internal/reach"
+	"github.com/funnelguard/funnelguard/internal/outage"
 	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
 )
@@ -23,9 +23,7 @@ func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limi
 	var res funnel.Result
 	err := g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {
 		res, err = f(cctx, g.lim)
-		// A closed client is the user's to close: no detour.
-		refused := reach.Unreachable(err) && !errors.Is(err, redis.ErrClosed)
-		if refused && g.watch.Detouring() && g.detour() != nil {
+		if outage.Refuses(err) && g.watch.Detouring() && g.detour() != nil {
 			res, err = f(cctx, g.detour())
 		}
 		return err
