@@ -52,11 +52,9 @@ func (g *Guard) failed(ctx context.Context, err error) (Decision, error) {
 // may not get: loading, failing over, busy with a script, a lagging replica.
 var transientReplies = []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "READONLY", "NOREPLICAS", "MOVED", "ASK"}
 
-// unanswered reports whether err means that Redis could not answer in time
-// (ErrUnavailable: a time-out, a refused connection, a lost quorum, a
-// transient reply), not an answer that will not change (ErrRejected, whose
-// doc lists them; a reply of the wrong shape too). Only the first may fail
-// open.
+// unanswered reports whether err is ErrUnavailable's (a time-out, a refused
+// connection, a lost quorum, a transient reply), not ErrRejected's (its doc
+// lists them; a reply of the wrong shape too).
 func unanswered(err error) bool {
 	var reply redis.Error
 	switch {

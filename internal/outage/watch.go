@@ -123,8 +123,7 @@ func (w *Watch) Run(ctx context.Context, d time.Duration, f func(context.Context
 	return err
 }
 
-// Refuses reports whether err says the server is unreachable, not that its
-// client was closed: that one is the user's to close, not an outage.
+// Refuses reports whether err is a refusal: unreachable, not a closed client.
 func Refuses(err error) bool {
 	return reach.Unreachable(err) && !errors.Is(err, redis.ErrClosed)
 }
