@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/funnelguard/funnelguard/funnel"
-	"github.com/funnelguard/funnelguard/internal/reach"
+	"github.com/funnelguard/funnelguard/internal/outage"
 	"github.com/funnelguard/funnelguard/mutex"
 	"github.com/redis/go-redis/v9"
 )
@@ -23,9 +23,7 @@ func (g *Guard) decide(ctx context.Context, f func(context.Context, *funnel.Limi
 	var res funnel.Result
 	err := g.watch.Run(ctx, g.cfg.Timeout, func(cctx context.Context) (err error) {
 		res, err = f(cctx, g.lim)
-		// A closed client is the user's to close: no detour.
-		refused := reach.Unreachable(err) && !errors.Is(err, redis.ErrClosed)
-		if refused && g.watch.Detouring() && g.detour() != nil {
+		if outage.Refuses(err) && g.watch.Detouring() && g.detour() != nil {
 			res, err = f(cctx, g.detour())
 		}
 		return err
@@ -54,11 +52,9 @@ func (g *Guard) failed(ctx context.Context, err error) (Decision, error) {
 // may not get: loading, failing over, busy with a script, a lagging replica.
 var transientReplies = []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "READONLY", "NOREPLICAS", "MOVED", "ASK"}
 
-// unanswered reports whether err means that Redis could not answer in time
-// (ErrUnavailable: a time-out, a refused connection, a lost quorum, a
-// transient reply), not an answer that will not change (ErrRejected, whose
-// doc lists them; a reply of the wrong shape too). Only the first may fail
-// open.
+// unanswered reports whether err is ErrUnavailable's (a time-out, a refused
+// connection, a lost quorum, a transient reply), not ErrRejected's (its doc
+// lists them; a reply of the wrong shape too).
 func unanswered(err error) bool {
 	var reply redis.Error
 	switch {

@@ -94,8 +94,8 @@ func (w *Watch) Spare() *redis.Client {
 // d and a cut when ctx cannot end: ctxcall.DeadlineOnly). While w saw a
 // refusal the call may end at once with it (admit); while f runs, w checks
 // every Every, and a refusal cuts f's context and is returned instead of
-// f's error, unless ctx ended. f's own unreachable error (not a closed
-// client) makes w down. A refusal matches reach.ErrUnreachable.
+// f's error, unless ctx ended. f's own error that Refuses makes w down. A
+// refusal matches reach.ErrUnreachable.
 func (w *Watch) Run(ctx context.Context, d time.Duration, f func(context.Context) error) error {
 	cctx, cancel := ctxcall.DeadlineOnly(ctx, time.Now().Add(d))
 	defer cancel()
@@ -117,10 +117,15 @@ func (w *Watch) Run(ctx context.Context, d time.Duration, f func(context.Context
 		return nil
 	case cut != nil && ctx.Err() == nil:
 		return cut
-	case reach.Unreachable(err) && !errors.Is(err, redis.ErrClosed):
+	case Refuses(err):
 		w.saw(err, ups)
 	}
 	return err
+}
+
+// Refuses reports whether err is a refusal: unreachable, not a closed client.
+func Refuses(err error) bool {
+	return reach.Unreachable(err) && !errors.Is(err, redis.ErrClosed)
 }
 
 // admit lets a call go ahead, returning the count of ups it began in, or
