@@ -348,9 +348,10 @@ func (lim *Limiter) keys(key string) (state, lock string) {
 	if !lim.lockKeys {
 		return keyspace.Key(lim.prefix, key, "f"), ""
 	}
-	tag := keyspace.Tag(key)
-	s := lim.prefix + "{" + tag + "}:f" + lim.prefix + "{" + tag + "}:" + lockKind // one allocation
-	cut := len(lim.prefix) + len(tag) + len("{}:f")
+	var b strings.Builder
+	keyspace.Write(&b, lim.prefix, keyspace.Tag(key), "f", lockKind) // one allocation
+	s := b.String()
+	cut := (len(s) + len("f") - len(lockKind)) / 2 // the two keys differ only in kind
 	return s[:cut], s[cut:]
 }
 

@@ -113,10 +113,17 @@ func (q *quorum) extend(ctx context.Context, h *hold, id any, lease time.Duratio
 	if held, err := v.verdict(len(q.nodes), q.need, "extend", "hold the lock"); !held {
 		return false, err
 	}
+	err := late(start, lease, lease, nil)
+	return err == nil, err
+}
+
+// late is the ErrNoQuorum, joined with errs, of an extension sent at start that
+// took the lease need nodes gave (less the drift margin); asked is the lease it set.
+func late(start time.Time, lease, asked time.Duration, errs []error) error {
 	if elapsed := time.Since(start); elapsed >= lease-drift(lease) {
-		return false, noQuorum(fmt.Sprintf("extending took %v of a %v lease", elapsed, lease), nil)
+		return noQuorum(fmt.Sprintf("extending took %v of a %v lease", elapsed, asked), errs)
 	}
-	return true, nil
+	return nil
 }
 
 // pttl returns the lease a majority of nodes still has.

@@ -114,10 +114,10 @@ func (sq semQuorum) semExtend(ctx context.Context, p *Permit, d time.Duration) (
 	if held, err := v.verdict(len(sq.q.nodes), sq.need, "extend", "extended the permits"); !held {
 		return false, err
 	}
-	left, ok := v.leaseLeft(sq.need, start)
-	if !ok {
-		return false, noQuorum(fmt.Sprintf("extending took %v of a %v lease", time.Since(start), d), v.errs)
+	left := time.Duration(v.nth(sq.need)) * time.Millisecond
+	if err := late(start, left, d, v.errs); err != nil {
+		return false, err
 	}
-	p.setLease(start, time.Duration(left)*time.Millisecond)
+	p.setLease(start, left)
 	return true, nil
 }

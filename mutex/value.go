@@ -160,13 +160,13 @@ func (l *Locker) names(name string) names {
 	}
 	var b strings.Builder
 	b.Grow(size)
-	writeKey(&b, l.prefix, tag, kindLock)
+	keyspace.Write(&b, l.prefix, tag, kindLock)
 	keyEnd := b.Len()
 	if l.fenceTTL > 0 {
-		writeKey(&b, l.prefix, tag, kindFence)
+		keyspace.Write(&b, l.prefix, tag, kindFence)
 	}
 	fenceEnd := b.Len()
-	writeKey(&b, l.prefix, tag, kindRecord)
+	keyspace.Write(&b, l.prefix, tag, kindRecord)
 	recordEnd := b.Len()
 	// ":" and the token end the token's record key; the value follows.
 	var tail [1 + tokenLen + freeLen]byte
@@ -184,12 +184,4 @@ func (l *Locker) names(name string) names {
 		token: s[recordEnd+1 : tokenEnd],
 		value: s[tokenEnd:],
 	}
-}
-
-func writeKey(b *strings.Builder, prefix, tag, kind string) {
-	b.WriteString(prefix)
-	b.WriteByte('{')
-	b.WriteString(tag)
-	b.WriteString("}:")
-	b.WriteString(kind)
 }

@@ -25,13 +25,30 @@ func CheckPrefix(prefix string) error {
 // Key returns <prefix>{<escaped name>}:<kind>. The prefix must have passed
 // CheckPrefix.
 func Key(prefix, name, kind string) string {
-	return prefix + "{" + Tag(name) + "}:" + kind // one allocation
+	var b strings.Builder
+	Write(&b, prefix, Tag(name), kind) // one allocation
+	return b.String()
+}
+
+// Write writes <prefix>{<tag>}:<kind> (tag is Tag's) to b for each kind, one
+// key after another, growing b once for them all.
+func Write(b *strings.Builder, prefix, tag string, kinds ...string) {
+	n := len(kinds) * (len(prefix) + len(tag) + len("{}:"))
+	for _, kind := range kinds {
+		n += len(kind)
+	}
+	b.Grow(n)
+	for _, kind := range kinds {
+		b.WriteString(prefix)
+		b.WriteByte('{')
+		b.WriteString(tag)
+		b.WriteString("}:")
+		b.WriteString(kind)
+	}
 }
 
 // Tag returns the hash tag of name, as Key writes it between the braces: the
-// name itself (no allocation) when it holds no '~', '{' or '}'. A caller
-// that builds several keys of one name in one buffer writes
-// <prefix>{<tag>}:<kind> for each.
+// name itself (no allocation) when it holds no '~', '{' or '}'.
 func Tag(name string) string {
 	tag := escaper.Replace(name)
 	if tag == "" {
