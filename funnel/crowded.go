@@ -118,17 +118,17 @@ func (ts *turns) take(ctx context.Context, k batchKey) (func(), error) {
 	ts.mu.Unlock()
 	select {
 	case t.ch <- struct{}{}:
-		return func() { ts.leave(k, t, true) }, nil
+		return func() {
+			<-t.ch
+			ts.leave(k, t)
+		}, nil
 	case <-ctx.Done():
-		ts.leave(k, t, false)
+		ts.leave(k, t)
 		return nil, ctx.Err()
 	}
 }
 
-func (ts *turns) leave(k batchKey, t *turn, held bool) {
-	if held {
-		<-t.ch
-	}
+func (ts *turns) leave(k batchKey, t *turn) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if t.n--; t.n == 0 {
