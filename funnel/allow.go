@@ -148,10 +148,7 @@ type leader struct {
 	seen  []string
 	exp   []expectation
 	nonce string
-	// alone: the gate admitted the leader's call alone while others
-	// joined; carried: the leader leads them on (carryOn).
-	alone, carried bool
-	cache          bool // the state cache keeps what the calls read and write
+	cache bool // the state cache keeps what the calls read and write
 	// optimistic: the key is crowded (crowded.go); next is commit.lua's
 	// reply for the next read; lost counts commits that found the state
 	// changed.
@@ -186,11 +183,8 @@ func (lim *Limiter) lead(ctx context.Context, c call, k batchKey, b *batch, n in
 			all = ws
 		}
 		l.late = false
-		if again := l.settle(ctx, ws, lk, res, err); !again {
-			if !l.alone {
-				return
-			}
-			ws = l.carryOn(ws)
+		if ws = l.settle(ctx, ws, lk, res, err); len(ws) == 0 {
+			return
 		}
 	}
 	ws.giveUp(l.late)
@@ -252,17 +246,17 @@ func (l *leader) attempt(ctx context.Context) (*mutex.Lock, any, error) {
 	return lk, res, err
 }
 
-// settle answers the calls ws on an attempt's reply and reports whether
-// they are decided again: a gate's own admission (gate.go), a failed
-// attempt, or a read to decide on and commit (lock.go).
-func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any, err error) (again bool) {
+// settle answers the calls ws on an attempt's reply and returns those
+// still to decide (none when all are answered): a gate's own admission
+// (gate.go), a failed attempt, or a read to decide on and commit (lock.go).
+func (l *leader) settle(ctx context.Context, ws sealed, lk *mutex.Lock, res any, err error) sealed {
 	declined := errors.Is(err, mutex.ErrDeclined)
 	if now, verdict, how := admitted(declined, res); verdict != "" {
 		return l.settleGate(ws, now, verdict, how)
 	}
 	if err != nil && !declined {
 		l.failed(ctx, ws, err)
-		return false
+		return nil
 	}
 	return l.settleRead(ctx, ws, lk, res, declined)
 }

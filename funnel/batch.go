@@ -13,8 +13,8 @@ import (
 // form a batch, decided in arrival order on one read and written in one
 // script by the call that leads it (DESIGN.md, "Hot keys"). AllowN opens
 // the batches and leads them (allow.go); this file is the rest of a batch:
-// its calls that wait, what each is answered when its leader fails, and
-// how the leader carries them on.
+// its calls that wait and what each is answered when its leader fails (a
+// leader its gate admitted carries them on: carryOn, gate.go).
 
 // A waiter is one call in a batch.
 type waiter struct {
@@ -69,8 +69,8 @@ func (ws sealed) failAdmitted(err error) {
 
 // late answers errLate the admitted calls out of time after a write refused
 // as late (nothing was written). If the leader's is one, the others run
-// again; else the rest of the batch is decided again (again is true).
-func (ws sealed) late() (again bool) {
+// again; else the rest of the batch is decided again: late returns ws.
+func (ws sealed) late() sealed {
 	for i, w := range ws {
 		if !w.res.Allowed || !outOfTime(w.deadline) {
 			continue
@@ -78,11 +78,11 @@ func (ws sealed) late() (again bool) {
 		w.res, w.err = Result{}, errLate
 		if i == 0 {
 			ws.failLeader(errLate)
-			return false
+			return nil
 		}
 		w.gone.Store(true) // not decided again
 	}
-	return true
+	return ws
 }
 
 // maxReruns bounds how often a call runs again because its leader ran out
@@ -116,19 +116,6 @@ func (w *waiter) wait(ctx context.Context) (Result, bool, error) {
 	return Result{}, true, nil
 }
 
-// carryOn makes the leader, whose call its gate admitted alone, lead the
-// calls that joined meanwhile on, through read.lua: they share one lock
-// hold (or, crowded, one commit) rather than each running again.
-func (l *leader) carryOn(ws sealed) sealed {
-	l.alone, l.carried = false, true
-	l.lock, l.seen, l.exp = "", nil, nil
-	l.optimistic = l.cache
-	rest := ws[1:]
-	l.n = rest[0].n
-	l.stamp()
-	return rest
-}
-
 // failed answers the calls ws after the attempt failed with err. Only the
 // end of the leader's own time is its alone: then the others run again.
 // Any other error is what they would hear too: they get it.
@@ -137,8 +124,8 @@ func (l *leader) failed(ctx context.Context, ws sealed, err error) {
 	switch {
 	case errors.Is(err, ErrUnreachable) || !ranOutOfTime(ctx, err):
 		ws.failAll(err)
-	case l.carried:
-		ws.rerunAll() // the leader's own call is decided
+	case ws[0].done != nil: // carried on (carryOn): the leader's own call is decided
+		ws.rerunAll()
 	default:
 		ws.failLeader(err)
 	}

@@ -43,14 +43,14 @@ func (l *leader) readFree(ctx context.Context) (*mutex.Lock, any, error) {
 }
 
 // commitFree writes the batch's decisions, write.lua's args, with
-// commit.lua; again reports that the batch is decided again: on the state
+// commit.lua; it returns ws when the batch is decided again: on the state
 // it found changed, or through the lock.
-func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again bool) {
+func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) sealed {
 	nonce := newNonce()
 	reply, err := l.lim.locker.Eval(ctx, commitScript, []string{l.c.key, l.c.lock}, l.casArgs(args, nonce)...)
 	if err != nil {
 		ws.failAdmitted(corrupt(fmt.Errorf("funnel: commit: %w", err)))
-		return false
+		return nil
 	}
 	switch x := reply.(type) {
 	case int64:
@@ -58,7 +58,7 @@ func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again b
 			return l.wroteLate(ws, -x)
 		}
 		l.wrote(ws, args, nonce)
-		return false
+		return nil
 	case []any:
 		l.lost++
 		if p, _ := x[0].(int64); p < 0 || l.lost >= maxLost {
@@ -66,10 +66,10 @@ func (l *leader) commitFree(ctx context.Context, ws sealed, args []any) (again b
 		} else {
 			l.next = x
 		}
-		return true
+		return ws
 	}
 	ws.failAdmitted(fmt.Errorf("%w: commit returned %T", ErrCorruptState, reply))
-	return false
+	return nil
 }
 
 // casArgs returns commit.lua's arguments: the fields, the values read,
@@ -118,17 +118,17 @@ func (ts *turns) take(ctx context.Context, k batchKey) (func(), error) {
 	ts.mu.Unlock()
 	select {
 	case t.ch <- struct{}{}:
-		return func() { ts.leave(k, t, true) }, nil
+		return func() {
+			<-t.ch
+			ts.leave(k, t)
+		}, nil
 	case <-ctx.Done():
-		ts.leave(k, t, false)
+		ts.leave(k, t)
 		return nil, ctx.Err()
 	}
 }
 
-func (ts *turns) leave(k batchKey, t *turn, held bool) {
-	if held {
-		<-t.ch
-	}
+func (ts *turns) leave(k batchKey, t *turn) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if t.n--; t.n == 0 {

@@ -44,12 +44,10 @@ func newDenyCache(max int) *denyCache { return &denyCache{max: max} }
 // lookup returns key's cached denial, its waits counted down, for a call
 // of the same set and at least as many units, before its gate time.
 func (c *denyCache) lookup(key string, set *ruleSet, n int64) (Result, bool) {
-	v, ok := c.entries.Load(key)
-	if !ok {
-		return Result{}, false
-	}
-	if e := v.(*denial); e.set == set && n >= e.n {
-		return e.at(time.Now())
+	if v, ok := c.entries.Load(key); ok {
+		if e := v.(*denial); e.set == set && n >= e.n {
+			return e.at(time.Now())
+		}
 	}
 	return Result{}, false
 }

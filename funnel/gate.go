@@ -89,23 +89,35 @@ func readReply(reply any) (int64, []any, error) {
 }
 
 // settleGate answers the leader's call on the gate's verdict at server time
-// now: "admitted", or "late" (past the call's deadline, nothing written).
-func (l *leader) settleGate(ws sealed, now int64, verdict, how string) (again bool) {
+// now, "admitted" or "late" (past the call's deadline, nothing written), and
+// returns the calls still to decide (see settle).
+func (l *leader) settleGate(ws sealed, now int64, verdict, how string) sealed {
 	s := l.lim.clock.sampled(now, l.recv)
 	switch {
 	case verdict == "admitted":
 		ws[0].res = l.admitAlone(now, how, len(ws) > 1)
-		l.alone = len(ws) > 1 // the others: see carryOn
-		return false
+		return l.carryOn(ws[1:])
 	case !outOfTime(ws[0].deadline):
 		// Late with time left: the sample was off (the server's clock
 		// stepped forward); this reply's bounds the next attempt.
 		l.lim.clock.keep(s)
 		l.late = true
-		return true
+		return ws
 	}
 	ws.failLeader(errLate)
-	return false
+	return nil
+}
+
+// carryOn makes the leader, whose call its gate admitted alone, lead the
+// calls that joined meanwhile, rest, on, through read.lua: they share one
+// lock hold (or, crowded, one commit) rather than each running again.
+func (l *leader) carryOn(rest sealed) sealed {
+	if len(rest) > 0 {
+		l.lock, l.seen, l.exp = "", nil, nil
+		l.optimistic = l.cache
+		l.stamp()
+	}
+	return rest
 }
 
 // admitGate returns an admission attempt's call and script: returning.lua's

@@ -23,13 +23,13 @@ type reading struct {
 }
 
 // settleRead decides the calls ws on a read's reply and commits what they
-// took; again reports that nothing was written and they are decided anew.
-func (l *leader) settleRead(ctx context.Context, ws sealed, lk *mutex.Lock, res any, declined bool) (again bool) {
+// took; it returns them when nothing was written and they are decided anew.
+func (l *leader) settleRead(ctx context.Context, ws sealed, lk *mutex.Lock, res any, declined bool) sealed {
 	r, err := parseRead(l.c.set.rules, res)
 	if err != nil {
 		_, _ = l.lim.unlock(ctx, lk, nil)
 		ws.failAll(err)
-		return false
+		return nil
 	}
 	r.declined = declined
 	r.clock = l.lim.clock.sampled(r.now, l.recv)
@@ -51,7 +51,7 @@ func (l *leader) settleRead(ctx context.Context, ws sealed, lk *mutex.Lock, res 
 	} else {
 		l.cacheDenials(ws)
 	}
-	return false
+	return nil
 }
 
 // take decides w on r's levels and, if admitted, takes its units. A call
@@ -86,9 +86,10 @@ func (l *leader) take(w *waiter, r reading) bool {
 	return true
 }
 
-// commit writes r's levels and releases the lock; again reports that the
-// lease lapsed or the write came late: nothing was written.
-func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r reading) (again bool) {
+// commit writes r's levels and releases the lock; it returns the calls to
+// decide again when the lease lapsed or the write came late: nothing was
+// written.
+func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r reading) sealed {
 	args := writeArgs(l.c.set.rules, r.levels, r.now, ws.deadline())
 	if lk == nil {
 		return l.commitFree(ctx, ws, args)
@@ -101,7 +102,7 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 	late, _ := reply.(int64) // write.lua's minus the server time: late
 	switch {
 	case errors.Is(err, mutex.ErrNotHeld):
-		return true
+		return ws
 	case err != nil:
 		ws.failAdmitted(err)
 	case late < 0:
@@ -109,7 +110,7 @@ func (l *leader) commit(ctx context.Context, ws sealed, lk *mutex.Lock, r readin
 	default:
 		l.wrote(ws, args, "")
 	}
-	return false
+	return nil
 }
 
 // deadline is the earliest server time from which the write of an admitted
@@ -129,7 +130,7 @@ func (ws sealed) deadline() int64 {
 
 // wroteLate handles a write refused as late at server time now: nothing
 // was written, and the clock sample it was bounded by was wrong.
-func (l *leader) wroteLate(ws sealed, now int64) (again bool) {
+func (l *leader) wroteLate(ws sealed, now int64) sealed {
 	l.lim.clock.keep(l.lim.clock.sampled(now, time.Now()))
 	l.late = true
 	return ws.late()
