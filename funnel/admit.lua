@@ -47,7 +47,7 @@ if new then
   end
 else
   -- read.lua (its functions, spliced here by gate.go: a first call, which
-  -- does not read, makes none of their closures, ~1 µs of Lua a call)
+  -- does not read, makes none of their three closures, 0.4 µs of ~12 a call)
   r = read_state(k)
   local v
   for i = 3, k + 2 do
