@@ -14,9 +14,10 @@ import (
 
 // Whole again after a restart, under a crowd (issue 42). Sixty-four
 // goroutines ask a guard (FailClosed, Timeout 500 ms), each on a key of its
-// own, through a kill -9 of the server, 2.5 s down, and a restart on the same
+// own, through a kill -9 of the server, 2.2 s down, and a restart on the same
 // port; each must get a normal answer (no error, admitted) within
-// crowdBound of the new server answering PING. With sixteen callers this
+// crowdBound of the new server answering PING (on a loaded machine: of
+// when callers the outage never touched get theirs, below). With sixteen callers this
 // always held; a crowd fills the client's pool, and at the kill the
 // commands in flight retry inside go-redis, each retry a failed dial,
 // before anything outside go-redis hears of the outage: past PoolSize
@@ -35,18 +36,23 @@ import (
 // them) for hundreds of milliseconds, which measures Go's scheduler.
 //
 // A loaded machine can delay a first answer too: the calls right after the
-// restart open connections and load the scripts anew. So control callers
-// on a fresh client and guard, which the outage never touched, start when
-// the server answers again: if one of them gets its first normal answer
-// over crowdBound too, the machine could not serve fresh calls in time, the
-// run proves nothing either way, and it is made again (crowdAttempts in
-// all).
+// restart open connections and load the scripts anew, and under the race
+// detector beside other packages' tests CI saw the first answers of callers
+// the outage never touched come 130-324 ms after the restart. So control
+// callers on a fresh client and guard start when the server answers again,
+// and a crowd caller may take crowdBound more than the slowest of them:
+// what the machine costs a first answer then, plus the claim's 100 ms (on
+// a quiet machine the controls answer within milliseconds). The breaker
+// costs far more: its probe comes about 800 ms after the restart (see
+// crowdDown). A run whose slowest control took over 3 times crowdBound
+// could not tell that from the machine, proves nothing, and is made again
+// (crowdAttempts in all).
 
 const (
 	crowdCallers   = 64
 	crowdControls  = 8
 	crowdBound     = 100 * time.Millisecond
-	crowdDown      = 2500 * time.Millisecond // not whole seconds: see crowdRun
+	crowdDown      = 2200 * time.Millisecond // not whole seconds: see crowdRun
 	crowdAttempts  = 3
 	crowdAfterBack = time.Second
 )
@@ -161,21 +167,22 @@ func TestWholeAgainUnderACrowd(t *testing.T) {
 			fault := fmt.Sprintf("%s, PoolSize 10, %d callers, kill -9, down %v", kind.name, crowdCallers, crowdDown)
 			for range crowdAttempts {
 				crowd, control := crowdRun(t, srv, kind.opts(srv.Addr))
-				slowest, over := crowd.slowest(crowdBound)
 				controlSlowest, _ := control.slowest(crowdBound)
+				allowed := crowdBound + controlSlowest
+				slowest, over := crowd.slowest(allowed)
 				faultFigure(t, "first normal answer after the restart, slowest caller", fault, "%v (%d over %v); control callers on a fresh client: %v",
-					slowest.Round(time.Millisecond), over, crowdBound, controlSlowest.Round(time.Millisecond))
+					slowest.Round(time.Millisecond), over, allowed.Round(time.Millisecond), controlSlowest.Round(time.Millisecond))
 				switch {
-				case over == 0:
-					return // the claim held, whatever the control saw
-				case controlSlowest > crowdBound:
+				case controlSlowest > 3*crowdBound:
 					continue // the machine, not the outage: the run proves nothing
+				case over == 0:
+					return
 				}
 				t.Errorf("%d of %d callers got their first normal answer over %v after the server answered again (the slowest after %v; control callers on a fresh client: %v)",
-					over, crowdCallers, crowdBound, slowest.Round(time.Millisecond), controlSlowest.Round(time.Millisecond))
+					over, crowdCallers, allowed.Round(time.Millisecond), slowest.Round(time.Millisecond), controlSlowest.Round(time.Millisecond))
 				return
 			}
-			t.Errorf("control callers on a fresh client waited over %v in each of %d runs: the machine could not serve fresh calls in time, so the test could not tell", crowdBound, crowdAttempts)
+			t.Errorf("control callers on a fresh client waited over %v in each of %d runs: the machine could not serve fresh calls in time, so the test could not tell", 3*crowdBound, crowdAttempts)
 		})
 	}
 }
