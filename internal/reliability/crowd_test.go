@@ -53,7 +53,7 @@ const (
 	crowdControls  = 8
 	crowdBound     = 100 * time.Millisecond
 	crowdDown      = 2200 * time.Millisecond // not whole seconds: see crowdRun
-	crowdAttempts  = 3
+	crowdAttempts  = 5
 	crowdAfterBack = time.Second
 )
 
