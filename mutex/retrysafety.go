@@ -68,8 +68,9 @@ func (l *Locker) releaseSafely(ctx context.Context, r *release) (any, error) {
 	return res, err
 }
 
-// Bounds of the memory: past either, the oldest is forgotten, and its orphan
-// lasts until its lease ends.
+// Bounds of the memory: past maxTokens a name's oldest token is forgotten,
+// past maxOrphans names one of them (any) with its tokens; an orphan
+// forgotten lasts until its lease ends.
 const (
 	maxOrphans = 1024
 	maxTokens  = 4
