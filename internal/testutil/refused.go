@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,15 +26,33 @@ type Refused struct {
 	held  atomic.Pointer[chan struct{}] // dials wait for it to close (HoldDials)
 }
 
-// NewRefused returns a Refused on a loopback port that was free a moment
-// ago (a listener was opened on it and closed).
+// NewRefused returns a Refused on a loopback port that t holds until it
+// ends (reservePort), so that no other process can listen on it meanwhile.
 func NewRefused(t testing.TB, delay time.Duration) *Refused {
 	t.Helper()
-	port, err := freePort()
+	return &Refused{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(reservePort(t))), Delay: delay}
+}
+
+// reservePort binds a TCP socket to a free loopback port and never listens
+// on it, until t ends: a dial to the port is refused (nothing listens), and
+// no other socket can bind it (this one has no SO_REUSEADDR). A port only
+// found free could be taken meanwhile: CI, running test processes side by
+// side, once saw an HTTP server of another test answer a Refused address.
+func reservePort(t testing.TB) int {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Refused{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Delay: delay}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa.(*syscall.SockaddrInet4).Port
 }
 
 // HoldDials makes the dials from now on wait (after Delay) until release
