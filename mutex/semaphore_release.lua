@@ -11,22 +11,6 @@
 -- hand-off does not empty the set (and set its TTL again).
 local tok, rec = ARGV[1], tonumber(ARGV[3])
 local ends_record = now + rec
--- idle_exp is the keys' new end once nothing is held and nobody queued:
--- only the records are left, so a far exp that a long lease set comes back
--- to the latest record's end (a semaphore released after a lease of a day
--- does not keep its keys for a day); nil when exp stays. Tested first
--- against this release's record, with no command (the last member of the
--- ends set is the latest record but this call's, which save writes).
-local function idle_exp()
-  if exp - ends_record > 2 * rec then
-    local last = call('ZRANGE', ENDS, -1, -1, 'WITHSCORES')[2]
-    local l = math.max(ends_record, (tonumber(last) or rec0) - rec0)
-    local idle = l + floor((l - now) / 4)
-    if exp - idle > rec then
-      return idle
-    end
-  end
-end
 -- The fast path: a holder whose lease has not ended gives its permits
 -- back and the head waiters that now fit are granted them, nothing due to
 -- sweep (what the general path below does then, with no closure): one ZADD
@@ -90,9 +74,14 @@ if v and due > now and (d == 0 or dd > now) and string.byte(v) == 104 then -- h
       end
     end
     if held == 0 and w == 0 then
-      local idle = idle_exp()
-      if idle then
-        exp, moved = idle, true
+      -- Idle: see the general path.
+      if exp - ends_record > 2 * rec then
+        local last = call('ZRANGE', ENDS, -1, -1, 'WITHSCORES')[2]
+        local l = math.max(ends_record, (tonumber(last) or rec0) - rec0)
+        local idle = l + floor((l - now) / 4)
+        if exp - idle > rec then
+          exp, moved = idle, true
+        end
       end
       due = none
     end
@@ -154,10 +143,21 @@ end
 if w > 0 and held < size then
   pump(ARGV[2])
 end
+-- Idle now (nothing held, nobody queued): only the records are left, so a
+-- far exp that a long lease set comes back to the latest record's end (a
+-- semaphore released after a lease of a day does not keep its keys for a
+-- day). Tested first against this release's record, with no command (the
+-- last member of the ends set is the latest record but this call's, which
+-- save writes). The fast path repeats this inline: it makes no closure.
 if held == 0 and w == 0 then
-  local idle = idle_exp()
-  if idle then
-    exp, every = idle, true
+  if exp - ends_record > 2 * rec then
+    local last = call('ZRANGE', ENDS, -1, -1, 'WITHSCORES')[2]
+    local l = math.max(ends_record, (tonumber(last) or rec0) - rec0)
+    local idle = l + floor((l - now) / 4)
+    if exp - idle > rec then
+      exp = idle
+      every = true
+    end
   end
   due = none -- nothing to sweep but records (dd)
 end
