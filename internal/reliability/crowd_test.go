@@ -16,9 +16,9 @@ import (
 // goroutines ask a guard (FailClosed, Timeout 500 ms), each on a key of its
 // own, through a kill -9 of the server, 2.2 s down, and a restart on the same
 // port; each must get a normal answer (no error, admitted) within
-// crowdBound of the new server answering PING (on a loaded machine: of
-// when callers the outage never touched get theirs, below). With sixteen callers this
-// always held; a crowd fills the client's pool, and at the kill the
+// crowdBound of the new server answering PING, beyond what the machine
+// costs callers the outage never touched (below). With sixteen callers
+// this always held; a crowd fills the client's pool, and at the kill the
 // commands in flight retry inside go-redis, each retry a failed dial,
 // before anything outside go-redis hears of the outage: past PoolSize
 // failed dials go-redis's dial breaker refuses every new connection until
